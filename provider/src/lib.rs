@@ -1,0 +1,2 @@
+//! uroce provider: transport state machines, memory and the engine.
+pub use uroce_wire as wire;

@@ -1,0 +1,3 @@
+//! uroce verbs API.
+pub use uroce_provider as provider;
+pub use uroce_wire as wire;
