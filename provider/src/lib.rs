@@ -1,2 +1,17 @@
-//! uroce provider: transport state machines, memory and the engine.
+//! # uroce-provider
+//!
+//! The transport as sans-IO state machines, memory (PDs, MRs, keys),
+//! completion queues, and the engine that drives them over UDP.
+#![warn(missing_docs)]
+
+pub mod counters;
+pub mod cq;
+pub mod memory;
+pub mod net;
+pub mod qp_attr;
+#[doc(hidden)]
+pub mod testing;
+pub mod transport;
+pub mod types;
+
 pub use uroce_wire as wire;

@@ -1,0 +1,5 @@
+//! Networks that carry the transport's packets: the simulated network
+//! with virtual time and fault injection (tests), and the UDP engine's
+//! socket (see `engine`).
+
+pub mod sim;

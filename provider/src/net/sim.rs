@@ -1,0 +1,315 @@
+//! A deterministic in-memory network with virtual time and fault
+//! injection, driving the same QP state machines as the UDP engine.
+//!
+//! Every packet the QPs emit is delivered after a configurable delay (plus
+//! jitter, which reorders), or lost, duplicated or corrupted, as a seeded
+//! RNG decides; a scripted filter can drop or alter chosen packets. Time
+//! only moves when nothing else can happen: to the next delivery or the
+//! next QP deadline. A run is a pure function of its seed.
+
+use crate::counters::Counters;
+use crate::transport::rc::RcQp;
+use crate::transport::Nanos;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use uroce_wire::icrc::IpContext;
+use uroce_wire::packet::{self, ParsedPacket};
+
+/// Random faults applied to every packet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Faults {
+    /// Probability a packet is lost.
+    pub loss: f64,
+    /// Probability a packet is delivered twice.
+    pub duplicate: f64,
+    /// Probability one bit of a packet is flipped.
+    pub corrupt: f64,
+    /// Fixed one-way delay.
+    pub delay_ns: u64,
+    /// Uniform extra delay in 0..jitter (reorders packets).
+    pub jitter_ns: u64,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            loss: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            delay_ns: 2_000,
+            jitter_ns: 0,
+        }
+    }
+}
+
+/// What a scripted filter does with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Deliver normally (random faults still apply).
+    Pass,
+    /// Drop it.
+    Drop,
+    /// Deliver it twice.
+    Duplicate,
+    /// Deliver it after this much extra delay.
+    Delay(u64),
+}
+
+/// A packet in flight, as the filter sees it.
+#[derive(Debug)]
+pub struct Wire<'a> {
+    /// Sender.
+    pub src: IpAddr,
+    /// Receiver.
+    pub dst: IpAddr,
+    /// Parsed packet.
+    pub pkt: &'a ParsedPacket<'a>,
+    /// Index of this packet among all sent (0-based).
+    pub index: u64,
+}
+
+type Filter = Box<dyn FnMut(&Wire<'_>) -> Verdict + Send>;
+
+struct InFlight {
+    src: IpAddr,
+    dst: IpAddr,
+    bytes: Vec<u8>,
+}
+
+/// Identifies a QP in the network.
+pub type QpId = usize;
+
+/// The simulated network.
+pub struct SimNet {
+    now: Nanos,
+    rng: SmallRng,
+    faults: Faults,
+    filter: Option<Filter>,
+    qps: Vec<(IpAddr, RcQp)>,
+    queue: BinaryHeap<Reverse<(Nanos, u64, usize)>>,
+    slots: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+    seq: u64,
+    sent: u64,
+    buf: Vec<u8>,
+    counters: Arc<Counters>,
+    /// Every packet delivered or dropped, for captures: (time, src, dst, bytes).
+    pub trace: Option<Vec<(Nanos, IpAddr, IpAddr, Vec<u8>)>>,
+}
+
+impl SimNet {
+    /// A network with a seed and random faults.
+    pub fn new(seed: u64, faults: Faults) -> SimNet {
+        SimNet {
+            now: Nanos(0),
+            rng: SmallRng::seed_from_u64(seed),
+            faults,
+            filter: None,
+            qps: Vec::new(),
+            queue: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            seq: 0,
+            sent: 0,
+            buf: vec![0u8; 4096 + 256],
+            counters: Arc::new(Counters::default()),
+            trace: None,
+        }
+    }
+    /// Virtual time now.
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+    /// Counters of the network itself (ICRC errors, unknown QPs, ...).
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    /// Changes the random faults.
+    pub fn set_faults(&mut self, f: Faults) {
+        self.faults = f;
+    }
+    /// Installs a scripted filter (replacing any other).
+    pub fn set_filter(&mut self, f: impl FnMut(&Wire<'_>) -> Verdict + Send + 'static) {
+        self.filter = Some(Box::new(f));
+    }
+    /// Removes the scripted filter.
+    pub fn clear_filter(&mut self) {
+        self.filter = None;
+    }
+    /// Attaches a QP at address `ip`.
+    pub fn add(&mut self, ip: IpAddr, qp: RcQp) -> QpId {
+        self.qps.push((ip, qp));
+        self.qps.len() - 1
+    }
+    /// A QP.
+    pub fn qp(&mut self, id: QpId) -> &mut RcQp {
+        &mut self.qps[id].1
+    }
+    /// Packets sent so far.
+    pub fn packets_sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// Lets every QP transmit, delivers what is due, and if nothing
+    /// happened advances time to the next event. Returns false when the
+    /// network is idle (nothing in flight, no deadline).
+    pub fn step(&mut self) -> bool {
+        let mut progressed = self.transmit_all();
+        while let Some(Reverse((t, _, slot))) = self.queue.peek().copied() {
+            if t > self.now {
+                break;
+            }
+            self.queue.pop();
+            if let Some(p) = self.slots[slot].take() {
+                self.free.push(slot);
+                self.deliver(p);
+                progressed = true;
+            }
+        }
+        // Timers.
+        let now = self.now;
+        for (_, qp) in &mut self.qps {
+            if qp.poll_timeout().is_some_and(|t| t <= now) {
+                qp.handle_timeout(now);
+                progressed = true;
+            }
+        }
+        if progressed {
+            return true;
+        }
+        let next_pkt = self.queue.peek().map(|Reverse((t, _, _))| *t);
+        let next_timer = self.qps.iter().filter_map(|(_, q)| q.poll_timeout()).min();
+        match (next_pkt, next_timer) {
+            (None, None) => false,
+            (a, b) => {
+                let t = a.into_iter().chain(b).min().unwrap_or(self.now);
+                self.now = self.now.max(t);
+                true
+            }
+        }
+    }
+
+    /// Steps until `done` holds or virtual time passes `limit_ns` more, or
+    /// the network goes idle. Returns whether `done` held.
+    pub fn run_until(&mut self, limit_ns: u64, mut done: impl FnMut(&mut SimNet) -> bool) -> bool {
+        let end = self.now.plus(limit_ns);
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.now > end || !self.step() {
+                return done(self);
+            }
+        }
+    }
+
+    fn transmit_all(&mut self) -> bool {
+        let mut any = false;
+        for i in 0..self.qps.len() {
+            loop {
+                let now = self.now;
+                let (ip, qp) = &mut self.qps[i];
+                let Some(t) = qp.poll_transmit(now, &mut self.buf) else {
+                    break;
+                };
+                let src = *ip;
+                let bytes = self.buf[..t.len].to_vec();
+                self.launch(src, t.dst, bytes);
+                any = true;
+            }
+        }
+        any
+    }
+
+    fn launch(&mut self, src: IpAddr, dst: IpAddr, bytes: Vec<u8>) {
+        let index = self.sent;
+        self.sent += 1;
+        let mut verdict = Verdict::Pass;
+        if let Some(f) = self.filter.as_mut() {
+            if let Ok(pkt) = packet::parse(&bytes) {
+                verdict = f(&Wire {
+                    src,
+                    dst,
+                    pkt: &pkt,
+                    index,
+                });
+            }
+        }
+        let f = self.faults;
+        let mut copies = match verdict {
+            Verdict::Drop => 0,
+            Verdict::Duplicate => 2,
+            _ => 1,
+        };
+        if copies > 0 && f.loss > 0.0 && self.rng.random_bool(f.loss.min(1.0)) {
+            copies = 0;
+        }
+        if copies == 1 && f.duplicate > 0.0 && self.rng.random_bool(f.duplicate.min(1.0)) {
+            copies = 2;
+        }
+        for _ in 0..copies {
+            let mut b = bytes.clone();
+            if f.corrupt > 0.0 && self.rng.random_bool(f.corrupt.min(1.0)) && !b.is_empty() {
+                let bit = self.rng.random_range(0..b.len() * 8);
+                b[bit / 8] ^= 1 << (bit % 8);
+            }
+            let mut delay = f.delay_ns;
+            if f.jitter_ns > 0 {
+                delay += self.rng.random_range(0..f.jitter_ns);
+            }
+            if let Verdict::Delay(d) = verdict {
+                delay += d;
+            }
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.slots.push(None);
+                self.slots.len() - 1
+            });
+            self.slots[slot] = Some(InFlight { src, dst, bytes: b });
+            self.seq += 1;
+            self.queue
+                .push(Reverse((self.now.plus(delay), self.seq, slot)));
+        }
+    }
+
+    fn deliver(&mut self, p: InFlight) {
+        if let Some(t) = self.trace.as_mut() {
+            t.push((self.now, p.src, p.dst, p.bytes.clone()));
+        }
+        let pkt = match packet::parse(&p.bytes) {
+            Ok(pkt) => pkt,
+            Err(_) => {
+                Counters::inc(&self.counters.malformed_pkts);
+                return;
+            }
+        };
+        let ctx = match (p.src, p.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::for_socket_v4(s, d, 4791, 4791),
+            (s, d) => IpContext::v6(v6(s), v6(d), 4791, 4791),
+        };
+        if pkt.verify_icrc(&ctx).is_err() {
+            Counters::inc(&self.counters.icrc_errors);
+            return;
+        }
+        let qpn = pkt.headers.bth.dest_qp;
+        let now = self.now;
+        match self
+            .qps
+            .iter_mut()
+            .find(|(ip, qp)| *ip == p.dst && qp.qpn() == qpn)
+        {
+            Some((_, qp)) => qp.handle_packet(now, p.src, &pkt),
+            None => Counters::inc(&self.counters.dropped_pkts),
+        }
+    }
+}
+
+fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}

@@ -1,0 +1,249 @@
+//! Test fixtures: two connected RC QPs on the simulated network (after
+//! quinn's `Pair`). Public so that integration tests and benches share it.
+
+use crate::counters::Counters;
+use crate::cq::CqInner;
+use crate::memory::{KeyTable, MrInner};
+use crate::net::sim::{Faults, QpId, SimNet};
+use crate::qp_attr::{AddressVector, AttrMask, ModifyLimits, QpAttr, QpCap};
+use crate::transport::rc::{QpConfig, RcQp};
+use crate::transport::{RecvQueue, SendQueue};
+use crate::types::{Access, Mtu, QpState, RecvWr, SendWr, Sge, Wc};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// One end of a pair.
+pub struct Side {
+    /// Address.
+    pub ip: IpAddr,
+    /// Key table (one per side, as one per context).
+    pub keys: Arc<KeyTable>,
+    /// Send CQ.
+    pub send_cq: Arc<CqInner>,
+    /// Receive CQ.
+    pub recv_cq: Arc<CqInner>,
+    /// Send queue.
+    pub sq: Arc<SendQueue>,
+    /// Receive queue.
+    pub rq: Arc<RecvQueue>,
+    /// The QP in the network.
+    pub id: QpId,
+    /// Its number.
+    pub qpn: u32,
+    /// Device counters.
+    pub counters: Arc<Counters>,
+}
+
+/// Connection parameters of a pair.
+#[derive(Debug, Clone, Copy)]
+pub struct PairParams {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Retry count.
+    pub retry_cnt: u8,
+    /// RNR retry count.
+    pub rnr_retry: u8,
+    /// Min RNR timer code.
+    pub min_rnr_timer: u8,
+    /// max_rd_atomic and max_dest_rd_atomic.
+    pub rd_atomic: u8,
+    /// Initial PSN of a (b's is `psn + 0x1000`).
+    pub psn: u32,
+    /// Queue depth.
+    pub depth: u32,
+}
+
+impl Default for PairParams {
+    fn default() -> Self {
+        PairParams {
+            mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            rd_atomic: 16,
+            psn: 0x12_3456,
+            depth: 256,
+        }
+    }
+}
+
+/// Two connected RC QPs, `a` at 10.0.0.1 and `b` at 10.0.0.2.
+pub struct RcPair {
+    /// The network.
+    pub net: SimNet,
+    /// One end.
+    pub a: Side,
+    /// The other end.
+    pub b: Side,
+}
+
+const PD: u32 = 1;
+
+fn side(net: &mut SimNet, ip: IpAddr, qpn: u32, p: &PairParams) -> Side {
+    let keys = Arc::new(KeyTable::new());
+    let send_cq = Arc::new(CqInner::new(4 * p.depth as usize));
+    let recv_cq = Arc::new(CqInner::new(4 * p.depth as usize));
+    let sq = Arc::new(SendQueue::new(p.depth));
+    let rq = Arc::new(RecvQueue::new(p.depth));
+    let counters = Arc::new(Counters::default());
+    let cfg = QpConfig {
+        qpn,
+        pd: PD,
+        keys: keys.clone(),
+        send_cq: send_cq.clone(),
+        recv_cq: recv_cq.clone(),
+        sq: sq.clone(),
+        rq: rq.clone(),
+        sq_sig_all: false,
+        cap: QpCap {
+            max_send_wr: p.depth,
+            max_recv_wr: p.depth,
+            max_send_sge: 16,
+            max_recv_sge: 16,
+            max_inline_data: 256,
+        },
+        local_ip: ip,
+        src_port: uroce_wire::ROCEV2_UDP_PORT,
+        counters: counters.clone(),
+        limits: ModifyLimits {
+            max_rd_atom: 128,
+            active_mtu: Mtu::Mtu4096,
+        },
+    };
+    let id = net.add(ip, RcQp::new(cfg));
+    Side {
+        ip,
+        keys,
+        send_cq,
+        recv_cq,
+        sq,
+        rq,
+        id,
+        qpn,
+        counters,
+    }
+}
+
+/// Brings an RC QP through RESET -> INIT -> RTR -> RTS towards a peer.
+pub fn connect(
+    qp: &mut RcQp,
+    peer: IpAddr,
+    dest_qpn: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    p: &PairParams,
+) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC,
+        ..QpAttr::default()
+    };
+    qp.modify(
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )
+    .expect("RESET->INIT");
+    a.qp_state = QpState::Rtr;
+    a.ah_attr = AddressVector::to_ip(peer);
+    a.path_mtu = p.mtu;
+    a.dest_qp_num = dest_qpn;
+    a.rq_psn = rq_psn;
+    a.max_dest_rd_atomic = p.rd_atomic;
+    a.min_rnr_timer = p.min_rnr_timer;
+    qp.modify(
+        &a,
+        AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN
+            | AttrMask::MAX_DEST_RD_ATOMIC
+            | AttrMask::MIN_RNR_TIMER,
+    )
+    .expect("INIT->RTR");
+    a.qp_state = QpState::Rts;
+    a.sq_psn = sq_psn;
+    a.timeout = p.timeout;
+    a.retry_cnt = p.retry_cnt;
+    a.rnr_retry = p.rnr_retry;
+    a.max_rd_atomic = p.rd_atomic;
+    qp.modify(
+        &a,
+        AttrMask::STATE
+            | AttrMask::TIMEOUT
+            | AttrMask::RETRY_CNT
+            | AttrMask::RNR_RETRY
+            | AttrMask::SQ_PSN
+            | AttrMask::MAX_QP_RD_ATOMIC,
+    )
+    .expect("RTR->RTS");
+}
+
+impl RcPair {
+    /// A connected pair on a network with the given seed and faults.
+    pub fn new(seed: u64, faults: Faults, p: PairParams) -> RcPair {
+        let mut net = SimNet::new(seed, faults);
+        let a_ip: IpAddr = "10.0.0.1".parse().expect("ip");
+        let b_ip: IpAddr = "10.0.0.2".parse().expect("ip");
+        let a = side(&mut net, a_ip, 0x11, &p);
+        let b = side(&mut net, b_ip, 0x22, &p);
+        let (pa, pb) = (p.psn & 0xff_ffff, (p.psn + 0x1000) & 0xff_ffff);
+        connect(net.qp(a.id), b_ip, b.qpn, pb, pa, &p);
+        connect(net.qp(b.id), a_ip, a.qpn, pa, pb, &p);
+        RcPair { net, a, b }
+    }
+
+    /// Registers `len` zeroed bytes on side `a` (true) or `b`.
+    pub fn mr(&self, on_a: bool, len: usize, access: Access) -> Arc<MrInner> {
+        let s = if on_a { &self.a } else { &self.b };
+        s.keys.register_zeroed(PD, len, access).expect("alloc")
+    }
+
+    /// Posts a send WR on a side.
+    pub fn post_send(&self, on_a: bool, wr: SendWr) {
+        let s = if on_a { &self.a } else { &self.b };
+        s.sq.post(wr).expect("send queue full");
+    }
+
+    /// Posts a receive WR.
+    pub fn post_recv(&self, on_a: bool, wr_id: u64, sges: &[Sge]) {
+        let s = if on_a { &self.a } else { &self.b };
+        s.rq.post(RecvWr {
+            wr_id,
+            sg_list: sges.iter().copied().collect(),
+        })
+        .expect("recv queue full");
+    }
+
+    /// Runs until `n` completions are on the CQ (`send` or receive) of a
+    /// side, or `limit_ns` of virtual time pass; returns them.
+    pub fn wait(&mut self, on_a: bool, send: bool, n: usize, limit_ns: u64) -> Vec<Wc> {
+        let cq = {
+            let s = if on_a { &self.a } else { &self.b };
+            if send {
+                s.send_cq.clone()
+            } else {
+                s.recv_cq.clone()
+            }
+        };
+        let mut out = Vec::new();
+        self.net.run_until(limit_ns, |_| {
+            while let Some(wc) = cq.poll_one() {
+                out.push(wc);
+            }
+            out.len() >= n
+        });
+        out
+    }
+
+    /// Runs until the network is idle or `limit_ns` pass.
+    pub fn settle(&mut self, limit_ns: u64) {
+        self.net.run_until(limit_ns, |_| false);
+    }
+}

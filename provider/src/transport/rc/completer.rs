@@ -1,0 +1,222 @@
+//! The completer: ACKs, NAKs, READ responses and atomic ACKs
+//! (IBA 9.7.5.1.x requester side, 9.9.2 requester errors).
+
+use super::requester::position;
+use super::RcQp;
+use crate::counters::Counters;
+use crate::transport::status::requester_status;
+use crate::transport::Nanos;
+use crate::types::{WcStatus, WrOpcode};
+use uroce_wire::aeth::{rnr_timer_ns, AethSyndrome, NakCode};
+use uroce_wire::packet::ParsedPacket;
+use uroce_wire::{Operation, Psn};
+
+impl RcQp {
+    pub(super) fn handle_response(&mut self, now: Nanos, pkt: &ParsedPacket<'_>) {
+        let psn = pkt.headers.bth.psn;
+        // A response must be for a PSN we sent and that is not yet
+        // acknowledged; anything else is stale (or a ghost) and dropped.
+        let outstanding = self.req.hwm.distance_from(self.req.una);
+        if psn.distance_from(self.req.una) >= outstanding {
+            // An ACK for the PSN just before una re-acknowledges: harmless.
+            Counters::inc(&self.cfg.counters.dropped_pkts);
+            return;
+        }
+        let before = self.req.una;
+        match pkt.info.operation {
+            Operation::Acknowledge => {
+                let Some(aeth) = pkt.headers.aeth else { return };
+                match aeth.syndrome {
+                    AethSyndrome::Ack { .. } => self.ack_through(psn),
+                    AethSyndrome::RnrNak { timer } => {
+                        Counters::inc(&self.cfg.counters.rnr_naks_rcvd);
+                        self.ack_before(psn);
+                        if self.state == crate::types::QpState::Err {
+                            return;
+                        }
+                        if self.attr.rnr_retry != 7 {
+                            if self.req.rnr_left == 0 {
+                                self.fail_at(psn, WcStatus::RnrRetryExcErr);
+                                return;
+                            }
+                            self.req.rnr_left -= 1;
+                        }
+                        self.req.go_back(psn);
+                        self.req.timer = None;
+                        self.req.rnr_until = Some(now.plus(rnr_timer_ns(timer)));
+                    }
+                    AethSyndrome::Nak(NakCode::PsnSequenceError) => {
+                        Counters::inc(&self.cfg.counters.seq_naks_rcvd);
+                        self.ack_before(psn);
+                        if self.state == crate::types::QpState::Err {
+                            return;
+                        }
+                        if self.req.una == before {
+                            // No progress: counts against the retry budget.
+                            if self.req.retry_left == 0 {
+                                self.fail_at(psn, WcStatus::RetryExcErr);
+                                return;
+                            }
+                            self.req.retry_left -= 1;
+                        }
+                        self.req.go_back(psn);
+                    }
+                    AethSyndrome::Nak(code) => {
+                        self.ack_before(psn);
+                        if self.state != crate::types::QpState::Err {
+                            self.fail_at(psn, requester_status(code));
+                        }
+                    }
+                    AethSyndrome::Reserved(_) => {
+                        Counters::inc(&self.cfg.counters.dropped_pkts);
+                    }
+                }
+            }
+            Operation::RdmaReadResponse => self.read_response(psn, pkt),
+            Operation::AtomicAcknowledge => self.atomic_ack(psn, pkt),
+            _ => Counters::inc(&self.cfg.counters.dropped_pkts),
+        }
+        if self.req.una != before && self.state == crate::types::QpState::Rts {
+            // Progress: fresh retry budget and timer.
+            self.req.retry_left = self.attr.retry_cnt;
+            self.req.rnr_left = self.attr.rnr_retry;
+            self.req.timer = if self.req.inflight() > 0 && self.attr.timeout != 0 {
+                Some(now.plus(super::requester::ack_timeout_ns(self.attr.timeout)))
+            } else {
+                None
+            };
+        }
+        self.retire();
+    }
+
+    /// Everything before `psn` is acknowledged.
+    fn ack_before(&mut self, psn: Psn) {
+        if psn != self.req.una {
+            self.ack_through(psn.sub(1));
+        }
+    }
+
+    /// Everything up to and including `psn` is acknowledged. A READ or
+    /// atomic inside that range without its response means the response
+    /// was lost: resend it (an implied NAK, IBA 9.7.5.1.4... C9-107).
+    fn ack_through(&mut self, psn: Psn) {
+        // All PSNs compared here lie within the send window (< 2^23 wide),
+        // so the signed 24-bit order is exact.
+        for i in 0..self.req.wqes.len() {
+            let e = &mut self.req.wqes[i];
+            if e.done || e.error.is_some() || !e.started {
+                continue;
+            }
+            if e.first_psn.is_after(psn) {
+                break;
+            }
+            if e.wr.opcode.is_read_or_atomic() {
+                // Acknowledged past an unanswered READ/atomic.
+                let resume = e.first_psn.add(e.read_done);
+                if resume.is_after(psn) {
+                    break;
+                }
+                self.req.una = resume;
+                self.req.go_back(resume);
+                return;
+            }
+            if !e.last_psn().is_after(psn) {
+                e.done = true;
+            }
+        }
+        self.req.una = psn.next();
+        self.skip_acked();
+    }
+
+    /// After a go-back, a late ACK may cover packets not yet resent: resume
+    /// sending after them.
+    fn skip_acked(&mut self) {
+        let una = self.req.una;
+        let old_una_to_next = self.req.next_psn.distance_from(una);
+        if old_una_to_next < (1 << 23) {
+            return; // next_psn is at or after una
+        }
+        if !self.req.go_back(una) {
+            self.req.send_idx = self
+                .req
+                .wqes
+                .iter()
+                .position(|e| !e.started)
+                .unwrap_or(self.req.wqes.len());
+            self.req.send_pkt = 0;
+            self.req.next_psn = una;
+        }
+    }
+
+    fn read_response(&mut self, psn: Psn, pkt: &ParsedPacket<'_>) {
+        let mtu = self.mtu() as u64;
+        // Responses also acknowledge earlier requests.
+        self.ack_before(psn);
+        let Some(i) = self
+            .req
+            .wqes
+            .iter()
+            .position(|e| !e.done && e.error.is_none())
+        else {
+            return;
+        };
+        let e = &mut self.req.wqes[i];
+        if e.wr.opcode != WrOpcode::RdmaRead || !e.contains(psn) {
+            Counters::inc(&self.cfg.counters.dropped_pkts);
+            return;
+        }
+        let expected = e.first_psn.add(e.read_done);
+        if psn != expected {
+            if psn.is_after(expected) {
+                // Lost responses: ask again for the rest.
+                self.req.una = expected;
+                self.req.go_back(expected);
+            }
+            Counters::inc(&self.cfg.counters.dropped_pkts);
+            return;
+        }
+        let sub_n = e.npkts - e.read_sub_start;
+        let sub_k = e.read_done - e.read_sub_start;
+        let want_pos = position(sub_k, sub_n);
+        let off = e.read_done as u64 * mtu;
+        let want_len = (e.len - off.min(e.len)).min(mtu) as usize;
+        if pkt.info.position != want_pos || pkt.payload.len() != want_len {
+            e.error = Some(WcStatus::BadRespErr);
+            return;
+        }
+        if e.data.scatter(off, pkt.payload).is_err() {
+            e.error = Some(WcStatus::LocProtErr);
+            return;
+        }
+        e.read_done += 1;
+        if e.read_done == e.npkts {
+            e.done = true;
+        }
+        self.req.una = psn.next();
+    }
+
+    fn atomic_ack(&mut self, psn: Psn, pkt: &ParsedPacket<'_>) {
+        self.ack_before(psn);
+        let Some(i) = self
+            .req
+            .wqes
+            .iter()
+            .position(|e| !e.done && e.error.is_none())
+        else {
+            return;
+        };
+        let e = &mut self.req.wqes[i];
+        if !e.wr.opcode.is_atomic() || e.first_psn != psn || !e.started {
+            Counters::inc(&self.cfg.counters.dropped_pkts);
+            return;
+        }
+        let orig = pkt.headers.atomic_ack.map(|a| a.orig).unwrap_or(0);
+        // The original value lands in local memory in host byte order.
+        if e.data.scatter(0, &orig.to_ne_bytes()).is_err() {
+            e.error = Some(WcStatus::LocProtErr);
+            return;
+        }
+        e.done = true;
+        self.req.una = psn.next();
+    }
+}

@@ -1,0 +1,369 @@
+//! Reliable connected QPs (IBA 9.7-9.9): requester, completer and
+//! responder as one sans-IO state machine per QP.
+//!
+//! * [`requester`] turns send WRs into request packets (segmentation by
+//!   path MTU, ack requests, fence and max_rd_atomic, go-back-N resend);
+//! * [`completer`] takes ACKs, NAKs, READ responses and atomic ACKs and
+//!   completes send WRs in order, with the retry and RNR counters;
+//! * [`responder`] checks and executes requests (PSN, op sequence, op
+//!   validity, resources, length, R_Key; execute; acknowledge), answers
+//!   READs and atomics, and completes receive WRs.
+
+mod completer;
+mod requester;
+mod responder;
+
+use super::{Nanos, RecvQueue, SendQueue, Transmit};
+use crate::counters::Counters;
+use crate::cq::CqInner;
+use crate::memory::{KeyTable, PdId};
+use crate::qp_attr::{check_modify, AttrMask, ModifyError, ModifyLimits, QpAttr, QpCap};
+use crate::types::{QpState, QpType, Wc, WcStatus};
+use requester::Requester;
+use responder::Responder;
+use std::net::IpAddr;
+use std::sync::Arc;
+use uroce_wire::icrc::IpContext;
+use uroce_wire::packet::{self, Headers, ParsedPacket};
+use uroce_wire::{BthRepr, Opcode, Psn, Transport};
+
+/// The P_Key every QP uses (the default partition, full membership).
+pub const PKEY: u16 = 0xffff;
+/// How many PSNs may be outstanding (sent, unacknowledged) at once.
+pub const MAX_INFLIGHT_PSNS: u32 = 64;
+/// A request packet asks for an ACK at least this often within a message.
+pub const ACK_REQ_EVERY: u32 = 16;
+/// Atomic results remembered for duplicate atomics.
+pub const ATOMIC_REPLAY_DEPTH: usize = 64;
+
+/// What a QP is built from.
+#[derive(Debug, Clone)]
+pub struct QpConfig {
+    /// The QP number.
+    pub qpn: u32,
+    /// Its protection domain.
+    pub pd: PdId,
+    /// The context's key table.
+    pub keys: Arc<KeyTable>,
+    /// Send completions go here.
+    pub send_cq: Arc<CqInner>,
+    /// Receive completions go here.
+    pub recv_cq: Arc<CqInner>,
+    /// Posted send WRs.
+    pub sq: Arc<SendQueue>,
+    /// Posted receive WRs (or the SRQ's).
+    pub rq: Arc<RecvQueue>,
+    /// Every send WR generates a completion.
+    pub sq_sig_all: bool,
+    /// Capacities.
+    pub cap: QpCap,
+    /// The device's address.
+    pub local_ip: IpAddr,
+    /// UDP source port of our packets.
+    pub src_port: u16,
+    /// Device counters.
+    pub counters: Arc<Counters>,
+    /// Device limits for modify checks.
+    pub limits: ModifyLimits,
+}
+
+/// An RC QP.
+#[derive(Debug)]
+pub struct RcQp {
+    cfg: QpConfig,
+    state: QpState,
+    attr: QpAttr,
+    req: Requester,
+    resp: Responder,
+}
+
+impl RcQp {
+    /// A QP in the RESET state.
+    pub fn new(cfg: QpConfig) -> RcQp {
+        RcQp {
+            cfg,
+            state: QpState::Reset,
+            attr: QpAttr::default(),
+            req: Requester::default(),
+            resp: Responder::default(),
+        }
+    }
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+    /// Current attributes (as `ibv_query_qp` reports them).
+    pub fn attr(&self) -> QpAttr {
+        let mut a = self.attr;
+        a.qp_state = self.state;
+        a.cur_qp_state = self.state;
+        a.cap = self.cfg.cap;
+        a.sq_psn = self.req.next_psn.value();
+        a.rq_psn = self.resp.epsn.value();
+        a
+    }
+    /// The configuration.
+    pub fn config(&self) -> &QpConfig {
+        &self.cfg
+    }
+
+    /// Applies a modify-QP call (checked against the spec's table).
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        let to = check_modify(QpType::Rc, self.state, attr, mask, &self.cfg.limits)?;
+        if let (IpAddr::V4(_), IpAddr::V6(_)) | (IpAddr::V6(_), IpAddr::V4(_)) =
+            (self.cfg.local_ip, attr.ah_attr.ip())
+        {
+            if mask.contains(AttrMask::AV) {
+                return Err(ModifyError::BadValue {
+                    attr: "IBV_QP_AV (dgid)",
+                    value: 0,
+                    why: "the destination's IP version differs from the device's",
+                });
+            }
+        }
+        macro_rules! take {
+            ($($bit:ident => $field:ident),*) => {
+                $( if mask.contains(AttrMask::$bit) { self.attr.$field = attr.$field; } )*
+            };
+        }
+        take!(ACCESS_FLAGS => qp_access_flags, PKEY_INDEX => pkey_index, PORT => port_num,
+              AV => ah_attr, PATH_MTU => path_mtu, DEST_QPN => dest_qp_num,
+              MAX_DEST_RD_ATOMIC => max_dest_rd_atomic, MIN_RNR_TIMER => min_rnr_timer,
+              TIMEOUT => timeout, RETRY_CNT => retry_cnt, RNR_RETRY => rnr_retry,
+              MAX_QP_RD_ATOMIC => max_rd_atomic, QKEY => qkey,
+              EN_SQD_ASYNC_NOTIFY => en_sqd_async_notify);
+        if mask.contains(AttrMask::RQ_PSN) {
+            self.resp.reset_psn(Psn::new(attr.rq_psn));
+        }
+        if mask.contains(AttrMask::SQ_PSN) {
+            self.req.reset_psn(Psn::new(attr.sq_psn));
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            self.req.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            self.req.rnr_left = attr.rnr_retry;
+        }
+        match to {
+            QpState::Err if self.state != QpState::Err => self.enter_error(),
+            QpState::Reset => self.reset(),
+            _ => {}
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    /// Takes one packet addressed to this QP (parsed and ICRC-checked)
+    /// from `src`.
+    pub fn handle_packet(&mut self, now: Nanos, src: IpAddr, pkt: &ParsedPacket<'_>) {
+        let c = &self.cfg.counters;
+        let bth = &pkt.headers.bth;
+        let connected = matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        if !connected
+            || src != self.attr.ah_attr.ip()
+            || bth.pkey & 0x7fff != PKEY & 0x7fff
+            || pkt.info.transport != Transport::Rc
+        {
+            Counters::inc(&c.dropped_pkts);
+            return;
+        }
+        Counters::inc(&c.rcvd_pkts);
+        if pkt.info.is_request {
+            self.handle_request(now, pkt);
+        } else if self.state != QpState::Rtr {
+            self.handle_response(now, pkt);
+        } else {
+            Counters::inc(&c.dropped_pkts);
+        }
+    }
+
+    /// Writes the next packet to send into `buf` (at least path MTU + 128
+    /// bytes), or returns `None` when there is nothing to send now.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        if self.state == QpState::Err {
+            self.flush_new();
+        }
+        let t = match self.transmit_response(buf) {
+            Some(len) => Some(len),
+            None if matches!(self.state, QpState::Rts) => self.transmit_request(now, buf),
+            None => None,
+        }?;
+        Counters::inc(&self.cfg.counters.sent_pkts);
+        Some(Transmit {
+            dst: self.attr.ah_attr.ip(),
+            len: t,
+        })
+    }
+
+    /// True when `poll_transmit` may produce a packet without new input
+    /// (besides timers).
+    pub fn wants_transmit(&self) -> bool {
+        self.resp.has_output()
+            || (self.state == QpState::Rts && self.req.can_progress(self.cfg.sq.has_pending()))
+            || (self.state == QpState::Err
+                && (self.cfg.sq.has_pending() || !self.cfg.rq.is_empty()))
+    }
+
+    /// The next deadline.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        if self.state != QpState::Rts {
+            return None;
+        }
+        self.req.poll_timeout()
+    }
+
+    /// Handles the passing of time (safe to call spuriously).
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        if self.state == QpState::Rts {
+            self.requester_timeout(now);
+        }
+    }
+
+    fn ip_context(&self) -> IpContext {
+        let dst = self.attr.ah_attr.ip();
+        match (self.cfg.local_ip, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                IpContext::for_socket_v4(s, d, self.cfg.src_port, uroce_wire::ROCEV2_UDP_PORT)
+            }
+            (s, d) => IpContext::v6(
+                to_v6(s),
+                to_v6(d),
+                self.cfg.src_port,
+                uroce_wire::ROCEV2_UDP_PORT,
+            ),
+        }
+    }
+
+    fn mtu(&self) -> u32 {
+        self.attr.path_mtu.bytes()
+    }
+
+    fn bth(&self, opcode: Opcode, psn: Psn) -> BthRepr {
+        bth(self.attr.dest_qp_num, opcode, psn)
+    }
+
+    /// Writes headers + payload (filled by `fill`) + pad + ICRC into `buf`.
+    fn emit(
+        &self,
+        h: &Headers,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Option<usize> {
+        let hdr = packet::emit_headers(h, payload_len, buf).ok()?;
+        if !fill(&mut buf[hdr..hdr + payload_len]) {
+            return None;
+        }
+        packet::finish(buf, hdr, payload_len, &self.ip_context()).ok()
+    }
+
+    fn complete(&mut self, cq_is_send: bool, wc: Wc) {
+        let cq = if cq_is_send {
+            &self.cfg.send_cq
+        } else {
+            &self.cfg.recv_cq
+        };
+        if !cq.push(wc) {
+            Counters::inc(&self.cfg.counters.cq_overflows);
+            if self.state != QpState::Err {
+                self.state = QpState::Err;
+                self.enter_error();
+            }
+        }
+    }
+
+    /// Moves to ERR: every outstanding WR completes with WR_FLUSH_ERR in
+    /// posting order, receive WRs too.
+    fn enter_error(&mut self) {
+        self.state = QpState::Err;
+        let flushed = self.req.drain();
+        for e in flushed {
+            let mut wc = Wc::new(
+                e.wr.wr_id,
+                WcStatus::WrFlushErr,
+                e.wr.opcode.wc_opcode(),
+                self.cfg.qpn,
+            );
+            wc.byte_len = 0;
+            self.cfg.sq.retire(1);
+            self.complete(true, wc);
+        }
+        if let Some(wr_id) = self.resp.abort_current() {
+            let wc = Wc::new(
+                wr_id,
+                WcStatus::WrFlushErr,
+                crate::types::WcOpcode::Recv,
+                self.cfg.qpn,
+            );
+            self.complete(false, wc);
+        }
+        self.resp.drop_reads();
+        self.flush_new();
+    }
+
+    /// In ERR: WRs posted since complete with WR_FLUSH_ERR.
+    fn flush_new(&mut self) {
+        while let Some(wr) = self.cfg.sq.take() {
+            self.cfg.sq.retire(1);
+            let wc = Wc::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                wr.opcode.wc_opcode(),
+                self.cfg.qpn,
+            );
+            self.complete(true, wc);
+        }
+        while let Some(wr) = self.cfg.rq.take() {
+            let wc = Wc::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                crate::types::WcOpcode::Recv,
+                self.cfg.qpn,
+            );
+            self.complete(false, wc);
+        }
+    }
+
+    /// To RESET: everything is discarded without completions.
+    fn reset(&mut self) {
+        let n = self.req.drain().len() as u32;
+        self.cfg.sq.retire(n);
+        while self.cfg.sq.take().is_some() {
+            self.cfg.sq.retire(1);
+        }
+        while self.cfg.rq.take().is_some() {}
+        self.req = Requester::default();
+        self.resp = Responder::default();
+        self.attr = QpAttr::default();
+    }
+}
+
+/// A BTH to `dest_qp` with the default P_Key.
+fn bth(dest_qp: u32, opcode: Opcode, psn: Psn) -> BthRepr {
+    BthRepr {
+        opcode,
+        pkey: PKEY,
+        dest_qp,
+        psn,
+        ..BthRepr::default()
+    }
+}
+
+fn to_v6(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+/// Number of packets (PSNs) a message of `len` bytes takes at `mtu`.
+pub(crate) fn npkts(len: u64, mtu: u32) -> u32 {
+    len.div_ceil(mtu as u64).max(1) as u32
+}

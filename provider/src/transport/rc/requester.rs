@@ -1,0 +1,449 @@
+//! The requester: send WRs to request packets (IBA 9.7.1-9.7.4).
+
+use super::{npkts, RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS};
+use crate::counters::Counters;
+use crate::memory::KeyError;
+use crate::transport::sgl::Resolved;
+use crate::transport::Nanos;
+use crate::types::{Access, SendFlags, SendWr, Wc, WcStatus, WrOpcode};
+use std::collections::VecDeque;
+use uroce_wire::packet::Headers;
+use uroce_wire::{AtomicEthRepr, Opcode, Position, Psn, RethRepr};
+
+/// Largest message (as rxe: 2^31 bytes).
+pub const MAX_MSG_SIZE: u64 = 1 << 31;
+
+/// A send WR the engine has taken from the send queue.
+#[derive(Debug)]
+pub(super) struct SqEntry {
+    pub wr: SendWr,
+    /// Local buffers, resolved once.
+    pub data: Resolved,
+    /// Message length in bytes (8 for atomics).
+    pub len: u64,
+    /// PSNs the WR occupies (READ: one per response packet).
+    pub npkts: u32,
+    /// First PSN, once started.
+    pub first_psn: Psn,
+    pub started: bool,
+    /// READ: response packets placed so far.
+    pub read_done: u32,
+    /// READ: response index the latest request asked for first.
+    pub read_sub_start: u32,
+    /// Finished successfully (waits to be retired in order).
+    pub done: bool,
+    /// Finished with an error.
+    pub error: Option<WcStatus>,
+}
+
+impl SqEntry {
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts - 1)
+    }
+    /// Whether `psn` lies in the WR's PSN range.
+    pub fn contains(&self, psn: Psn) -> bool {
+        self.started && psn.distance_from(self.first_psn) < self.npkts
+    }
+    pub fn signaled(&self, sig_all: bool) -> bool {
+        sig_all || self.wr.flags.contains(SendFlags::SIGNALED)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Requester {
+    /// WRs taken from the send queue and not yet retired, in order.
+    pub wqes: VecDeque<SqEntry>,
+    /// Index of the WR whose packet goes out next.
+    pub send_idx: usize,
+    /// Packet index within that WR.
+    pub send_pkt: u32,
+    /// PSN of the next packet to send.
+    pub next_psn: Psn,
+    /// Highest PSN ever sent + 1 (packets below it are resends).
+    pub hwm: Psn,
+    /// Oldest unacknowledged PSN.
+    pub una: Psn,
+    pub retry_left: u8,
+    pub rnr_left: u8,
+    /// Retransmission deadline.
+    pub timer: Option<Nanos>,
+    /// No sending before this (RNR wait).
+    pub rnr_until: Option<Nanos>,
+    /// Packets sent since the last AckReq.
+    pub since_ack_req: u32,
+}
+
+impl Requester {
+    pub fn reset_psn(&mut self, psn: Psn) {
+        self.next_psn = psn;
+        self.una = psn;
+        self.hwm = psn;
+    }
+    pub fn inflight(&self) -> u32 {
+        self.next_psn.distance_from(self.una)
+    }
+    /// Removes every WR not yet retired (for flush or reset).
+    pub fn drain(&mut self) -> Vec<SqEntry> {
+        self.send_idx = 0;
+        self.send_pkt = 0;
+        self.timer = None;
+        self.rnr_until = None;
+        self.wqes.drain(..).collect()
+    }
+    pub fn can_progress(&self, sq_pending: bool) -> bool {
+        self.rnr_until.is_none()
+            && (self.send_idx < self.wqes.len() || sq_pending)
+            && self.inflight() < MAX_INFLIGHT_PSNS
+    }
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        match (self.timer, self.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+    /// Rewinds to resend from `psn` (go-back-N). Returns false if no sent
+    /// WR holds it.
+    pub fn go_back(&mut self, psn: Psn) -> bool {
+        let Some(i) = self.wqes.iter().position(|e| e.contains(psn)) else {
+            return false;
+        };
+        self.send_idx = i;
+        self.send_pkt = psn.distance_from(self.wqes[i].first_psn);
+        self.next_psn = psn;
+        true
+    }
+    /// Incomplete READ/atomic WRs before the one being sent.
+    fn rd_atomic_outstanding(&self) -> usize {
+        self.wqes
+            .iter()
+            .take(self.send_idx)
+            .filter(|e| e.wr.opcode.is_read_or_atomic() && !e.done && e.error.is_none())
+            .count()
+    }
+}
+
+fn request_opcode(op: WrOpcode, pos: Position) -> Option<Opcode> {
+    use Position::*;
+    use WrOpcode::*;
+    Some(match (op, pos) {
+        (Send | SendWithImm | SendWithInv, First) => Opcode::RC_SEND_FIRST,
+        (Send | SendWithImm | SendWithInv, Middle) => Opcode::RC_SEND_MIDDLE,
+        (Send, Last) => Opcode::RC_SEND_LAST,
+        (Send, Only) => Opcode::RC_SEND_ONLY,
+        (SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (SendWithImm, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (SendWithInv, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (SendWithInv, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        (RdmaWrite | RdmaWriteWithImm, First) => Opcode::RC_RDMA_WRITE_FIRST,
+        (RdmaWrite | RdmaWriteWithImm, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (RdmaWrite, Last) => Opcode::RC_RDMA_WRITE_LAST,
+        (RdmaWrite, Only) => Opcode::RC_RDMA_WRITE_ONLY,
+        (RdmaWriteWithImm, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (RdmaWriteWithImm, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
+        (AtomicCmpAndSwp, _) => Opcode::RC_COMPARE_SWAP,
+        (AtomicFetchAndAdd, _) => Opcode::RC_FETCH_ADD,
+        _ => return None,
+    })
+}
+
+/// Position of packet `k` of `n`.
+pub(crate) fn position(k: u32, n: u32) -> Position {
+    match (k, n) {
+        (_, 1) => Position::Only,
+        (0, _) => Position::First,
+        (k, n) if k + 1 == n => Position::Last,
+        _ => Position::Middle,
+    }
+}
+
+impl RcQp {
+    /// Builds the engine's view of a posted WR, checking it locally:
+    /// opcode valid for RC, SGEs (lkey, PD, access, bounds) and lengths.
+    fn admit(&self, wr: SendWr) -> SqEntry {
+        let mtu = self.mtu();
+        let mut e = SqEntry {
+            data: Resolved::default(),
+            len: 0,
+            npkts: 1,
+            first_psn: Psn::default(),
+            started: false,
+            read_done: 0,
+            read_sub_start: 0,
+            done: false,
+            error: None,
+            wr,
+        };
+        let op = e.wr.opcode;
+        if request_opcode(op, Position::Only).is_none() {
+            e.error = Some(WcStatus::LocQpOpErr);
+            return e;
+        }
+        let need = if op.is_read_or_atomic() {
+            Access::LOCAL_WRITE
+        } else {
+            Access::empty()
+        };
+        if e.wr.flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic() {
+            e.len = e.wr.inline_data.len() as u64;
+        } else {
+            match Resolved::resolve(&self.cfg.keys, self.cfg.pd, &e.wr.sg_list, need) {
+                Ok(r) => {
+                    e.len = r.total();
+                    e.data = r;
+                }
+                Err(KeyError::Mem(_)) | Err(_) => {
+                    e.error = Some(WcStatus::LocProtErr);
+                    return e;
+                }
+            }
+        }
+        if op.is_atomic() {
+            if e.len != 8 {
+                e.error = Some(WcStatus::LocLenErr);
+            }
+            return e;
+        }
+        if e.len > MAX_MSG_SIZE {
+            e.error = Some(WcStatus::LocLenErr);
+            return e;
+        }
+        e.npkts = npkts(e.len, mtu);
+        e
+    }
+
+    /// Produces the next request packet, if any may go now.
+    pub(super) fn transmit_request(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+        if let Some(t) = self.req.rnr_until {
+            if now < t {
+                return None;
+            }
+            self.req.rnr_until = None;
+        }
+        if self.req.send_idx == self.req.wqes.len() {
+            let wr = self.cfg.sq.take()?;
+            let e = self.admit(wr);
+            self.req.wqes.push_back(e);
+        }
+        let idx = self.req.send_idx;
+        if self.req.wqes[idx].error.is_some() {
+            // A local error: complete what precedes, then this one, in order.
+            self.retire();
+            return None;
+        }
+        if self.req.inflight() >= MAX_INFLIGHT_PSNS {
+            return None;
+        }
+        if !self.req.wqes[idx].started {
+            let e = &self.req.wqes[idx];
+            let rd_atomic = e.wr.opcode.is_read_or_atomic();
+            let fence = e.wr.flags.contains(SendFlags::FENCE);
+            if (fence || rd_atomic) && self.req.rd_atomic_outstanding() > 0 {
+                let limit = (self.attr.max_rd_atomic as usize).max(1);
+                if fence || self.req.rd_atomic_outstanding() >= limit {
+                    return None;
+                }
+            }
+            let psn = self.req.next_psn;
+            let e = &mut self.req.wqes[idx];
+            e.first_psn = psn;
+            e.started = true;
+        }
+        let len = self.build_request(idx, self.req.send_pkt, buf)?;
+        // Advance.
+        let e = &self.req.wqes[idx];
+        let psn = self.req.next_psn;
+        if psn.distance_from(self.req.una) < self.req.hwm.distance_from(self.req.una) {
+            Counters::inc(&self.cfg.counters.retransmits);
+        }
+        if e.wr.opcode == WrOpcode::RdmaRead {
+            self.req.next_psn = e.first_psn.add(e.npkts);
+            self.req.send_idx += 1;
+            self.req.send_pkt = 0;
+        } else {
+            self.req.next_psn = psn.next();
+            self.req.send_pkt += 1;
+            if self.req.send_pkt == e.npkts {
+                self.req.send_idx += 1;
+                self.req.send_pkt = 0;
+            }
+        }
+        if self.req.next_psn.distance_from(self.req.una) > self.req.hwm.distance_from(self.req.una)
+        {
+            self.req.hwm = self.req.next_psn;
+        }
+        if self.req.timer.is_none() && self.attr.timeout != 0 {
+            self.req.timer = Some(now.plus(ack_timeout_ns(self.attr.timeout)));
+        }
+        Some(len)
+    }
+
+    /// Writes packet `k` of WR `idx` into `buf`.
+    fn build_request(&mut self, idx: usize, k: u32, buf: &mut [u8]) -> Option<usize> {
+        let mtu = self.mtu();
+        let psn = self.req.next_psn;
+        let e = &self.req.wqes[idx];
+        let op = e.wr.opcode;
+        let pos = position(k, e.npkts);
+        let mut h = Headers::new(self.bth(request_opcode(op, pos)?, psn));
+        let mut payload = (0u64, 0usize); // (message offset, length)
+        match op {
+            WrOpcode::RdmaRead => {
+                let off = k as u64 * mtu as u64;
+                h.reth = Some(RethRepr {
+                    va: e.wr.remote_addr.wrapping_add(off),
+                    rkey: e.wr.rkey,
+                    dma_len: e.len.saturating_sub(off) as u32,
+                });
+                h.bth.ack_req = true;
+            }
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                let cmp = op == WrOpcode::AtomicCmpAndSwp;
+                h.atomic_eth = Some(AtomicEthRepr {
+                    va: e.wr.remote_addr,
+                    rkey: e.wr.rkey,
+                    swap_add: if cmp { e.wr.swap } else { e.wr.compare_add },
+                    compare: if cmp { e.wr.compare_add } else { 0 },
+                });
+                h.bth.ack_req = true;
+            }
+            _ => {
+                let off = k as u64 * mtu as u64;
+                let plen = (e.len - off.min(e.len)).min(mtu as u64) as usize;
+                payload = (off, plen);
+                if matches!(pos, Position::First | Position::Only)
+                    && h.bth.opcode.info()?.has(uroce_wire::Ext::Reth)
+                {
+                    h.reth = Some(RethRepr {
+                        va: e.wr.remote_addr,
+                        rkey: e.wr.rkey,
+                        dma_len: e.len as u32,
+                    });
+                }
+                let info = h.bth.opcode.info()?;
+                if info.has_imm() {
+                    h.imm = Some(e.wr.imm_data);
+                }
+                if info.has_ieth() {
+                    h.ieth = Some(e.wr.invalidate_rkey);
+                }
+                let last = pos.ends_message();
+                h.bth.se = last && e.wr.flags.contains(SendFlags::SOLICITED);
+                h.bth.ack_req = last
+                    || self.req.since_ack_req + 1 >= ACK_REQ_EVERY
+                    || self.req.inflight() + 1 >= MAX_INFLIGHT_PSNS;
+            }
+        }
+        if h.bth.ack_req {
+            self.req.since_ack_req = 0;
+        } else {
+            self.req.since_ack_req += 1;
+        }
+        let e = &self.req.wqes[idx];
+        let inline = e.wr.flags.contains(SendFlags::INLINE);
+        let res = self.emit(&h, payload.1, buf, |dst| {
+            if inline {
+                let s = payload.0 as usize;
+                match e.wr.inline_data.get(s..s + dst.len()) {
+                    Some(src) => {
+                        dst.copy_from_slice(src);
+                        true
+                    }
+                    None => false,
+                }
+            } else {
+                e.data.gather(payload.0, dst).is_ok()
+            }
+        });
+        if res.is_none() {
+            // The memory went away under us (deregistered): local protection error.
+            self.req.wqes[idx].error = Some(WcStatus::LocProtErr);
+            self.retire();
+        }
+        res
+    }
+
+    /// Completes finished WRs at the head of the queue, in posting order.
+    /// A WR that failed completes with its status and moves the QP to ERR.
+    pub(super) fn retire(&mut self) {
+        while let Some(front) = self.req.wqes.front() {
+            if let Some(status) = front.error {
+                let e = self.req.wqes.pop_front().expect("front exists");
+                self.req.send_idx = self.req.send_idx.saturating_sub(1);
+                self.cfg.sq.retire(1);
+                let mut wc = Wc::new(e.wr.wr_id, status, e.wr.opcode.wc_opcode(), self.cfg.qpn);
+                wc.byte_len = 0;
+                self.complete(true, wc);
+                self.enter_error();
+                return;
+            }
+            if !front.done {
+                break;
+            }
+            let e = self.req.wqes.pop_front().expect("front exists");
+            self.req.send_idx = self.req.send_idx.saturating_sub(1);
+            self.cfg.sq.retire(1);
+            if e.signaled(self.cfg.sq_sig_all) {
+                let mut wc = Wc::new(
+                    e.wr.wr_id,
+                    WcStatus::Success,
+                    e.wr.opcode.wc_opcode(),
+                    self.cfg.qpn,
+                );
+                wc.byte_len = e.len as u32;
+                self.complete(true, wc);
+            }
+        }
+    }
+
+    /// The retransmission timer or the RNR wait ran out.
+    pub(super) fn requester_timeout(&mut self, now: Nanos) {
+        if let Some(t) = self.req.rnr_until {
+            if now >= t {
+                self.req.rnr_until = None;
+            }
+        }
+        let Some(t) = self.req.timer else { return };
+        if now < t {
+            return;
+        }
+        self.req.timer = None;
+        if self.req.inflight() == 0 && self.req.wqes.iter().take(self.req.send_idx).all(|e| e.done)
+        {
+            return;
+        }
+        Counters::inc(&self.cfg.counters.retry_timeouts);
+        if self.req.retry_left == 0 {
+            self.fail_at(self.req.una, WcStatus::RetryExcErr);
+            return;
+        }
+        self.req.retry_left -= 1;
+        let una = self.req.una;
+        self.req.go_back(una);
+    }
+
+    /// The WR holding `psn` (or the oldest one) fails with `status`.
+    pub(super) fn fail_at(&mut self, psn: Psn, status: WcStatus) {
+        let i = self
+            .req
+            .wqes
+            .iter()
+            .position(|e| e.contains(psn) && !e.done)
+            .unwrap_or(0);
+        if let Some(e) = self.req.wqes.get_mut(i) {
+            e.error = Some(status);
+        }
+        // Everything before it has been acknowledged.
+        for e in self.req.wqes.iter_mut().take(i) {
+            if e.error.is_none() {
+                e.done = true;
+            }
+        }
+        self.retire();
+    }
+}
+
+/// The local ACK timeout: 4.096 µs × 2^timeout (IBA 9.7.6.1.3).
+pub fn ack_timeout_ns(timeout: u8) -> u64 {
+    4096u64 << timeout.min(31)
+}

@@ -1,0 +1,436 @@
+//! Verbs value types shared by the transport, the engine and the API:
+//! work requests, work completions, access flags, QP types and states.
+//! Numeric values equal rdma-core's (`ibv_wc_status`, `ibv_wr_opcode`, ...),
+//! so the C ABI can pass them through unchanged.
+
+use bitflags::bitflags;
+use core::fmt;
+use smallvec::SmallVec;
+
+bitflags! {
+    /// Memory region and QP access flags (`ibv_access_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct Access: u32 {
+        /// Local write (required for remote write and remote atomic, and
+        /// for receive buffers and READ/atomic result buffers).
+        const LOCAL_WRITE = 1;
+        /// Remote peers may RDMA WRITE.
+        const REMOTE_WRITE = 2;
+        /// Remote peers may RDMA READ.
+        const REMOTE_READ = 4;
+        /// Remote peers may perform atomics.
+        const REMOTE_ATOMIC = 8;
+        /// Memory window binding (accepted, windows not supported).
+        const MW_BIND = 16;
+    }
+}
+
+bitflags! {
+    /// Send work request flags (`ibv_send_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// Wait for earlier READ/atomic WRs to complete before starting.
+        const FENCE = 1;
+        /// Generate a completion.
+        const SIGNALED = 2;
+        /// Set the solicited event bit on the last packet.
+        const SOLICITED = 4;
+        /// Copy the data at post time instead of reading it from MRs.
+        const INLINE = 8;
+    }
+}
+
+bitflags! {
+    /// Work completion flags (`ibv_wc_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct WcFlags: u32 {
+        /// The buffer starts with a 40-byte GRH area (UD).
+        const GRH = 1;
+        /// `imm_data` is valid.
+        const WITH_IMM = 2;
+        /// IP checksum verified.
+        const IP_CSUM_OK = 4;
+        /// `invalidated_rkey` is valid.
+        const WITH_INV = 8;
+    }
+}
+
+/// Work completion status (`ibv_wc_status`); `Display` gives the spec's
+/// words, as `ibv_wc_status_str` does.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcStatus {
+    Success = 0,
+    LocLenErr = 1,
+    LocQpOpErr = 2,
+    LocEecOpErr = 3,
+    LocProtErr = 4,
+    WrFlushErr = 5,
+    MwBindErr = 6,
+    BadRespErr = 7,
+    LocAccessErr = 8,
+    RemInvReqErr = 9,
+    RemAccessErr = 10,
+    RemOpErr = 11,
+    RetryExcErr = 12,
+    RnrRetryExcErr = 13,
+    LocRddViolErr = 14,
+    RemInvRdReqErr = 15,
+    RemAbortErr = 16,
+    InvEecnErr = 17,
+    InvEecStateErr = 18,
+    FatalErr = 19,
+    RespTimeoutErr = 20,
+    GeneralErr = 21,
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use WcStatus::*;
+        f.write_str(match self {
+            Success => "success",
+            LocLenErr => "local length error",
+            LocQpOpErr => "local QP operation error",
+            LocEecOpErr => "local EE context operation error",
+            LocProtErr => "local protection error",
+            WrFlushErr => "Work Request Flushed Error",
+            MwBindErr => "memory management operation error",
+            BadRespErr => "bad response error",
+            LocAccessErr => "local access error",
+            RemInvReqErr => "remote invalid request error",
+            RemAccessErr => "remote access error",
+            RemOpErr => "remote operation error",
+            RetryExcErr => "transport retry counter exceeded",
+            RnrRetryExcErr => "RNR retry counter exceeded",
+            LocRddViolErr => "local RDD violation error",
+            RemInvRdReqErr => "remote invalid RD request",
+            RemAbortErr => "aborted error",
+            InvEecnErr => "invalid EE context number",
+            InvEecStateErr => "invalid EE context state",
+            FatalErr => "fatal error",
+            RespTimeoutErr => "response timeout error",
+            GeneralErr => "general error",
+        })
+    }
+}
+
+/// Work completion opcode (`ibv_wc_opcode`).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcOpcode {
+    Send = 0,
+    RdmaWrite = 1,
+    RdmaRead = 2,
+    CompSwap = 3,
+    FetchAdd = 4,
+    BindMw = 5,
+    LocalInv = 6,
+    Recv = 128,
+    RecvRdmaWithImm = 129,
+}
+
+/// Send work request opcode (`ibv_wr_opcode`).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WrOpcode {
+    RdmaWrite = 0,
+    RdmaWriteWithImm = 1,
+    Send = 2,
+    SendWithImm = 3,
+    RdmaRead = 4,
+    AtomicCmpAndSwp = 5,
+    AtomicFetchAndAdd = 6,
+    LocalInv = 7,
+    BindMw = 8,
+    SendWithInv = 9,
+}
+
+impl WrOpcode {
+    /// The completion opcode of a send WR with this opcode.
+    pub const fn wc_opcode(self) -> WcOpcode {
+        match self {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
+            WrOpcode::BindMw => WcOpcode::BindMw,
+        }
+    }
+    /// READ or atomic: occupies a responder resource (max_rd_atomic).
+    pub const fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+    /// Compare-swap or fetch-add.
+    pub const fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+}
+
+/// A scatter/gather element: `length` bytes at virtual address `addr` of
+/// the MR with local key `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Virtual address (the MR's iova space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Local key.
+    pub lkey: u32,
+}
+
+/// A scatter/gather list; up to four elements live inline.
+pub type SgList = SmallVec<[Sge; 4]>;
+
+/// Inline send data; up to 64 bytes without a heap allocation.
+pub type InlineData = SmallVec<[u8; 64]>;
+
+/// A send work request (`ibv_send_wr`, without the `next` link).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// Flags.
+    pub flags: SendFlags,
+    /// Local buffers (data to send, or where READ/atomic results land).
+    pub sg_list: SgList,
+    /// With [`SendFlags::INLINE`]: the data itself, copied at post time
+    /// (the SG list is then ignored, as verbs does for inline sends).
+    pub inline_data: InlineData,
+    /// Immediate data (SEND/WRITE with immediate), as the 32-bit value
+    /// the ImmDt header carries big-endian.
+    pub imm_data: u32,
+    /// R_Key to invalidate (SEND with invalidate).
+    pub invalidate_rkey: u32,
+    /// Remote address (WRITE/READ/atomic).
+    pub remote_addr: u64,
+    /// Remote key (WRITE/READ/atomic).
+    pub rkey: u32,
+    /// Compare value (compare-swap) or addend (fetch-add).
+    pub compare_add: u64,
+    /// Swap value (compare-swap).
+    pub swap: u64,
+    /// UD: destination.
+    pub ud: Option<UdDest>,
+}
+
+/// Where a UD send goes (address handle, remote QPN and Q_Key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest {
+    /// Remote IP address.
+    pub ip: std::net::IpAddr,
+    /// Remote QP number.
+    pub remote_qpn: u32,
+    /// Q_Key (a WR Q_Key with the high bit set means "use the QP's").
+    pub remote_qkey: u32,
+}
+
+impl SendWr {
+    /// A WR with the given id and opcode and everything else empty.
+    pub fn new(wr_id: u64, opcode: WrOpcode) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode,
+            flags: SendFlags::empty(),
+            sg_list: SgList::new(),
+            inline_data: InlineData::new(),
+            imm_data: 0,
+            invalidate_rkey: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+    /// Total length of the SG list (saturating).
+    pub fn total_len(&self) -> u64 {
+        self.sg_list.iter().map(|s| s.length as u64).sum()
+    }
+}
+
+/// A receive work request (`ibv_recv_wr`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecvWr {
+    /// Caller's identifier.
+    pub wr_id: u64,
+    /// Where received data goes.
+    pub sg_list: SgList,
+}
+
+/// A work completion (`ibv_wc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wc {
+    /// The WR's id.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// Opcode (valid for successful completions).
+    pub opcode: WcOpcode,
+    /// Vendor error (0).
+    pub vendor_err: u32,
+    /// Bytes received (receive completions), or transferred.
+    pub byte_len: u32,
+    /// Immediate data when `wc_flags` has `WITH_IMM`.
+    pub imm_data: u32,
+    /// Invalidated rkey when `wc_flags` has `WITH_INV`.
+    pub invalidated_rkey: u32,
+    /// Local QP number.
+    pub qp_num: u32,
+    /// Remote QP number (UD).
+    pub src_qp: u32,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// P_Key index (0).
+    pub pkey_index: u16,
+    /// Source LID (0 on RoCE).
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits (0).
+    pub dlid_path_bits: u8,
+}
+
+impl Wc {
+    /// A completion with only id, status, opcode and QP set.
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> Wc {
+        Wc {
+            wr_id,
+            status,
+            opcode,
+            vendor_err: 0,
+            byte_len: 0,
+            imm_data: 0,
+            invalidated_rkey: 0,
+            qp_num,
+            src_qp: 0,
+            wc_flags: WcFlags::empty(),
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+        }
+    }
+}
+
+/// QP transport type (`ibv_qp_type`).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum QpType {
+    Rc = 2,
+    Uc = 3,
+    Ud = 4,
+}
+
+/// QP state (`ibv_qp_state`).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum QpState {
+    Reset = 0,
+    Init = 1,
+    Rtr = 2,
+    Rts = 3,
+    Sqd = 4,
+    Sqe = 5,
+    Err = 6,
+}
+
+/// Path MTU (`ibv_mtu`): 256..4096 bytes.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u32)]
+pub enum Mtu {
+    Mtu256 = 1,
+    Mtu512 = 2,
+    Mtu1024 = 3,
+    Mtu2048 = 4,
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// Bytes.
+    pub const fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+    /// From the enum value (1..=5).
+    pub const fn from_u32(v: u32) -> Option<Mtu> {
+        Some(match v {
+            1 => Mtu::Mtu256,
+            2 => Mtu::Mtu512,
+            3 => Mtu::Mtu1024,
+            4 => Mtu::Mtu2048,
+            5 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// From a byte count (exact: 256, 512, 1024, 2048, 4096).
+    pub const fn from_bytes(b: u32) -> Option<Mtu> {
+        Some(match b {
+            256 => Mtu::Mtu256,
+            512 => Mtu::Mtu512,
+            1024 => Mtu::Mtu1024,
+            2048 => Mtu::Mtu2048,
+            4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// The largest IB MTU whose RoCEv2 packets fit an interface MTU, as
+    /// rxe computes its active MTU (1500 -> 1024, 9000 -> 4096).
+    pub const fn for_interface_mtu(if_mtu: u32) -> Mtu {
+        // IPv6 (40) + UDP (8) + BTH (12) + largest ext (28) + ICRC (4),
+        // rounded as rxe does (RXE_MAX_HDR_LENGTH = 80).
+        let room = if_mtu.saturating_sub(80);
+        if room >= 4096 {
+            Mtu::Mtu4096
+        } else if room >= 2048 {
+            Mtu::Mtu2048
+        } else if room >= 1024 {
+            Mtu::Mtu1024
+        } else if room >= 512 {
+            Mtu::Mtu512
+        } else {
+            Mtu::Mtu256
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn mtu() {
+        assert_eq!(Mtu::Mtu1024.bytes(), 1024);
+        assert_eq!(Mtu::for_interface_mtu(1500), Mtu::Mtu1024);
+        assert_eq!(Mtu::for_interface_mtu(9000), Mtu::Mtu4096);
+        assert_eq!(Mtu::for_interface_mtu(65536), Mtu::Mtu4096);
+        assert_eq!(Mtu::for_interface_mtu(576), Mtu::Mtu256);
+        assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
+        assert_eq!(Mtu::from_u32(6), None);
+    }
+    #[test]
+    fn status_values_match_rdma_core() {
+        assert_eq!(WcStatus::WrFlushErr as u32, 5);
+        assert_eq!(WcStatus::RemAccessErr as u32, 10);
+        assert_eq!(WcStatus::RnrRetryExcErr as u32, 13);
+        assert_eq!(
+            WcStatus::WrFlushErr.to_string(),
+            "Work Request Flushed Error"
+        );
+        assert_eq!(WcOpcode::RecvRdmaWithImm as u32, 129);
+        assert_eq!(WrOpcode::SendWithInv as u32, 9);
+    }
+}
