@@ -6,6 +6,7 @@
 
 pub mod counters;
 pub mod cq;
+pub mod engine;
 pub mod memory;
 pub mod net;
 pub mod qp_attr;

@@ -1,3 +1,38 @@
-//! uroce verbs API.
+//! # uroce: RDMA verbs without hardware
+//!
+//! A verbs-compatible API over a userspace RoCEv2 engine. The objects and
+//! calls follow rdma-core's libibverbs:
+//!
+//! | verbs | uroce |
+//! |---|---|
+//! | `ibv_get_device_list` / `ibv_open_device` | [`devices`], [`Device::open`] |
+//! | `ibv_query_device/port/gid` | [`Context::query_device`], [`Context::query_port`], [`Context::query_gid`] |
+//! | `ibv_alloc_pd` | [`Context::alloc_pd`] |
+//! | `ibv_reg_mr` | [`ProtectionDomain::reg_mr`], [`ProtectionDomain::alloc_mr`], [`ProtectionDomain::reg_mr_raw`] |
+//! | `ibv_create_cq` / `ibv_poll_cq` | [`Context::create_cq`], [`CompletionQueue::poll`] |
+//! | `ibv_create_qp` / `ibv_modify_qp` / `ibv_query_qp` | [`ProtectionDomain::create_qp`], [`QueuePair::modify`], [`QueuePair::query`] |
+//! | `ibv_post_send` / `ibv_post_recv` | [`QueuePair::post_send`], [`QueuePair::post_recv`] |
+//!
+//! Registered memory is shared with the engine and with remote peers, so
+//! it is never exposed as `&[u8]`/`&mut [u8]`: see [`MemoryRegion`] and the
+//! memory model in [`provider::memory`].
+#![warn(missing_docs)]
+
+mod cq;
+mod device;
+mod error;
+mod pd;
+mod qp;
+
+pub use cq::CompletionQueue;
+pub use device::{devices, Context, Device, DeviceAttr, GidEntry, PortAttr};
+pub use error::{Error, Result};
+pub use pd::{MemoryRegion, ProtectionDomain};
+pub use qp::{QpInitAttr, QueuePair};
 pub use uroce_provider as provider;
+pub use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
+pub use uroce_provider::types::{
+    Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Wc, WcFlags, WcOpcode, WcStatus,
+    WrOpcode,
+};
 pub use uroce_wire as wire;

@@ -1,0 +1,391 @@
+//! The engine: one polling thread per device that owns the device's UDP
+//! socket and every QP on it, and drives the sans-IO state machines.
+//!
+//! Application threads never take a lock the engine holds on the hot
+//! path: they push work requests into each QP's lock-free queues and ring a
+//! doorbell ([`Engine::kick`]); they poll completion queues directly.
+//! Control operations (create/modify/query/destroy QP, deregistration
+//! barriers) travel over a command channel and are answered synchronously.
+//!
+//! The loop spins briefly when idle, then blocks in `poll(2)` on the socket
+//! and an eventfd doorbell, with the next QP deadline as the timeout, so
+//! two processes on a 2-core machine do not starve each other.
+
+pub mod device;
+mod socket;
+
+use crate::counters::Counters;
+use crate::memory::KeyTable;
+use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
+use crate::transport::rc::RcQp;
+use crate::transport::Nanos;
+use crate::types::QpState;
+use crossbeam::channel::{self, Receiver, Sender};
+use crossbeam::queue::SegQueue;
+use socket::{Doorbell, UdpPort};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+use uroce_wire::icrc::IpContext;
+use uroce_wire::packet;
+
+pub use device::DeviceConfig;
+
+/// Iterations without work before the engine blocks.
+const SPIN_ITERATIONS: u32 = 2000;
+/// Largest datagram the engine handles.
+const MAX_DATAGRAM: usize = 4096 + 256;
+
+/// A request to the engine thread.
+enum Command {
+    AddQp(Box<RcQp>, Sender<()>),
+    Modify(u32, QpAttr, AttrMask, Sender<Result<QpAttr, EngineError>>),
+    Query(u32, Sender<Result<QpAttr, EngineError>>),
+    Destroy(u32, Sender<Result<(), EngineError>>),
+    Sync(Sender<()>),
+}
+
+/// Errors of engine control operations.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// No such QP on this device.
+    #[error("no QP {0:#x} on this device")]
+    NoQp(u32),
+    /// A modify-QP call broke the spec's rules.
+    #[error(transparent)]
+    Modify(#[from] ModifyError),
+    /// The engine thread is gone.
+    #[error("the device's engine has stopped")]
+    Stopped,
+    /// The socket could not be set up.
+    #[error("cannot bind UDP port 4791 on {addr}: {msg}")]
+    Bind {
+        /// The address.
+        addr: IpAddr,
+        /// The OS error.
+        msg: String,
+    },
+}
+
+struct Shared {
+    doorbell: Doorbell,
+    stop: AtomicBool,
+    ready: SegQueue<u32>,
+}
+
+/// A running engine. Dropping it stops the thread and closes the socket.
+pub struct Engine {
+    shared: Arc<Shared>,
+    cmds: Sender<Command>,
+    thread: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    keys: Arc<KeyTable>,
+    local_ip: IpAddr,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Engine({})", self.local_ip)
+    }
+}
+
+impl Engine {
+    /// Binds UDP 4791 on `ip` and starts the engine thread.
+    pub fn start(ip: IpAddr, keys: Arc<KeyTable>) -> Result<Engine, EngineError> {
+        let port = UdpPort::bind(ip).map_err(|e| EngineError::Bind {
+            addr: ip,
+            msg: e.to_string(),
+        })?;
+        let doorbell = Doorbell::new().map_err(|e| EngineError::Bind {
+            addr: ip,
+            msg: format!("eventfd: {e}"),
+        })?;
+        let shared = Arc::new(Shared {
+            doorbell,
+            stop: AtomicBool::new(false),
+            ready: SegQueue::new(),
+        });
+        let (tx, rx) = channel::unbounded();
+        let counters = Arc::new(Counters::default());
+        let mut worker = Worker {
+            shared: shared.clone(),
+            cmds: rx,
+            port,
+            local_ip: ip,
+            qps: HashMap::new(),
+            counters: counters.clone(),
+            epoch: Instant::now(),
+            buf: vec![0u8; MAX_DATAGRAM],
+            rbuf: vec![0u8; MAX_DATAGRAM],
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("uroce-engine-{ip}"))
+            .spawn(move || worker.run())
+            .map_err(|e| EngineError::Bind {
+                addr: ip,
+                msg: format!("spawn: {e}"),
+            })?;
+        Ok(Engine {
+            shared,
+            cmds: tx,
+            thread: Some(thread),
+            counters,
+            keys,
+            local_ip: ip,
+        })
+    }
+
+    /// The device address.
+    pub fn local_ip(&self) -> IpAddr {
+        self.local_ip
+    }
+    /// Device counters.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+    /// The key table.
+    pub fn keys(&self) -> &Arc<KeyTable> {
+        &self.keys
+    }
+
+    /// Tells the engine that QP `qpn` has new work (a posted WR).
+    #[inline]
+    pub fn kick(&self, qpn: u32) {
+        self.shared.ready.push(qpn);
+        self.shared.doorbell.ring_if_sleeping();
+    }
+
+    fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Result<T, EngineError> {
+        let (tx, rx) = channel::bounded(1);
+        self.cmds.send(make(tx)).map_err(|_| EngineError::Stopped)?;
+        self.shared.doorbell.ring();
+        rx.recv().map_err(|_| EngineError::Stopped)
+    }
+
+    /// Hands a QP to the engine.
+    pub fn add_qp(&self, qp: RcQp) -> Result<(), EngineError> {
+        self.call(|tx| Command::AddQp(Box::new(qp), tx))
+    }
+    /// Modifies a QP; returns its attributes afterwards.
+    pub fn modify_qp(
+        &self,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: AttrMask,
+    ) -> Result<QpAttr, EngineError> {
+        self.call(|tx| Command::Modify(qpn, *attr, mask, tx))?
+    }
+    /// A QP's attributes.
+    pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, EngineError> {
+        self.call(|tx| Command::Query(qpn, tx))?
+    }
+    /// Removes a QP.
+    pub fn destroy_qp(&self, qpn: u32) -> Result<(), EngineError> {
+        self.call(|tx| Command::Destroy(qpn, tx))?
+    }
+    /// Returns once the engine has finished whatever packet it was
+    /// processing: after a region's keys are removed, no copy into it is
+    /// in progress when this returns.
+    pub fn sync(&self) -> Result<(), EngineError> {
+        self.call(Command::Sync)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.doorbell.ring();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    cmds: Receiver<Command>,
+    port: UdpPort,
+    local_ip: IpAddr,
+    qps: HashMap<u32, Box<RcQp>>,
+    counters: Arc<Counters>,
+    epoch: Instant,
+    buf: Vec<u8>,
+    rbuf: Vec<u8>,
+}
+
+impl Worker {
+    fn now(&self) -> Nanos {
+        Nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn run(&mut self) {
+        let mut idle = 0u32;
+        while !self.shared.stop.load(Ordering::Acquire) {
+            let mut work = self.commands();
+            work |= self.receive();
+            while self.shared.ready.pop().is_some() {
+                work = true;
+            }
+            work |= self.transmit();
+            work |= self.timers();
+            if work {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < SPIN_ITERATIONS {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Block until a packet, a doorbell or the next deadline.
+            let deadline = self.qps.values().filter_map(|q| q.poll_timeout()).min();
+            let timeout_ms = match deadline {
+                Some(t) => (t.0.saturating_sub(self.now().0))
+                    .div_ceil(1_000_000)
+                    .min(1000) as i32,
+                None => 1000,
+            };
+            self.shared.doorbell.set_sleeping(true);
+            if self.shared.ready.is_empty() && self.cmds.is_empty() {
+                self.port.wait(&self.shared.doorbell, timeout_ms);
+            }
+            self.shared.doorbell.set_sleeping(false);
+            self.shared.doorbell.drain();
+            idle = 0;
+        }
+    }
+
+    fn commands(&mut self) -> bool {
+        let mut any = false;
+        while let Ok(cmd) = self.cmds.try_recv() {
+            any = true;
+            match cmd {
+                Command::AddQp(qp, tx) => {
+                    self.qps.insert(qp.qpn(), qp);
+                    let _ = tx.send(());
+                }
+                Command::Modify(qpn, attr, mask, tx) => {
+                    let r = match self.qps.get_mut(&qpn) {
+                        Some(qp) => qp
+                            .modify(&attr, mask)
+                            .map(|()| qp.attr())
+                            .map_err(EngineError::from),
+                        None => Err(EngineError::NoQp(qpn)),
+                    };
+                    let _ = tx.send(r);
+                }
+                Command::Query(qpn, tx) => {
+                    let r = self
+                        .qps
+                        .get(&qpn)
+                        .map(|q| q.attr())
+                        .ok_or(EngineError::NoQp(qpn));
+                    let _ = tx.send(r);
+                }
+                Command::Destroy(qpn, tx) => {
+                    let r = self
+                        .qps
+                        .remove(&qpn)
+                        .map(|_| ())
+                        .ok_or(EngineError::NoQp(qpn));
+                    let _ = tx.send(r);
+                }
+                Command::Sync(tx) => {
+                    let _ = tx.send(());
+                }
+            }
+        }
+        any
+    }
+
+    /// Receives a batch of datagrams and hands each to its QP.
+    fn receive(&mut self) -> bool {
+        let mut any = false;
+        for _ in 0..64 {
+            let Some((len, from)) = self.port.recv(&mut self.rbuf) else {
+                break;
+            };
+            any = true;
+            let now = self.now();
+            let bytes = &self.rbuf[..len];
+            let pkt = match packet::parse(bytes) {
+                Ok(p) => p,
+                Err(_) => {
+                    Counters::inc(&self.counters.malformed_pkts);
+                    continue;
+                }
+            };
+            let ctx = icrc_context(from, self.local_ip);
+            if pkt.verify_icrc_socket(&ctx).is_err() {
+                Counters::inc(&self.counters.icrc_errors);
+                continue;
+            }
+            if pkt.info.operation == uroce_wire::Operation::Cnp {
+                Counters::inc(&self.counters.cnp_rcvd);
+                continue;
+            }
+            match self.qps.get_mut(&pkt.headers.bth.dest_qp) {
+                Some(qp) => qp.handle_packet(now, from.ip(), &pkt),
+                None => Counters::inc(&self.counters.dropped_pkts),
+            }
+        }
+        any
+    }
+
+    fn transmit(&mut self) -> bool {
+        let mut any = false;
+        let now = self.now();
+        for qp in self.qps.values_mut() {
+            for _ in 0..32 {
+                let Some(t) = qp.poll_transmit(now, &mut self.buf) else {
+                    break;
+                };
+                any = true;
+                let dst = SocketAddr::new(t.dst, uroce_wire::ROCEV2_UDP_PORT);
+                self.port.send(&self.buf[..t.len], dst);
+            }
+        }
+        any
+    }
+
+    fn timers(&mut self) -> bool {
+        let now = self.now();
+        let mut any = false;
+        for qp in self.qps.values_mut() {
+            if qp.poll_timeout().is_some_and(|t| t <= now) {
+                qp.handle_timeout(now);
+                any = true;
+            }
+        }
+        any
+    }
+}
+
+/// The ICRC context of a datagram from `from` to our `local` address on
+/// port 4791 (the IPv4 identification is solved for; see `wire::icrc`).
+fn icrc_context(from: SocketAddr, local: IpAddr) -> IpContext {
+    match (from.ip(), local) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            IpContext::for_socket_v4(s, d, from.port(), uroce_wire::ROCEV2_UDP_PORT)
+        }
+        (s, d) => IpContext::v6(v6(s), v6(d), from.port(), uroce_wire::ROCEV2_UDP_PORT),
+    }
+}
+
+fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+/// Whether a QP state lets the application post send WRs.
+pub fn can_post_send(state: QpState) -> bool {
+    matches!(
+        state,
+        QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe
+    )
+}

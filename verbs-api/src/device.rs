@@ -1,0 +1,271 @@
+//! Devices, contexts and their attributes.
+
+use crate::cq::CompletionQueue;
+use crate::error::{Error, Result};
+use crate::pd::ProtectionDomain;
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use uroce_provider::counters::CounterSnapshot;
+use uroce_provider::engine::device::{active_mtu, devices_from_env, interface_mtu, DeviceConfig};
+use uroce_provider::engine::Engine;
+use uroce_provider::memory::KeyTable;
+use uroce_provider::qp_attr::{gid_of, ModifyLimits};
+use uroce_provider::types::Mtu;
+
+/// Device limits (reported by `query_device`, enforced at creation).
+pub(crate) const MAX_QP_WR: u32 = 16384;
+pub(crate) const MAX_SGE: u32 = 32;
+pub(crate) const MAX_CQE: u32 = 1 << 20;
+pub(crate) const MAX_INLINE: u32 = 256;
+pub(crate) const MAX_RD_ATOM: u8 = 128;
+
+/// A configured device (not yet opened).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    cfg: DeviceConfig,
+}
+
+/// The devices `UROCE_DEVICES` names (default: `uroce0` on 127.0.0.1).
+pub fn devices() -> Result<Vec<Device>> {
+    let list = devices_from_env().map_err(|e| Error::Invalid(e.to_string()))?;
+    Ok(list.into_iter().map(|cfg| Device { cfg }).collect())
+}
+
+impl Device {
+    /// A device on an address, outside the configuration.
+    pub fn new(name: &str, ip: IpAddr) -> Device {
+        Device {
+            cfg: DeviceConfig {
+                name: name.into(),
+                ip,
+            },
+        }
+    }
+    /// Finds a configured device by name.
+    pub fn by_name(name: &str) -> Result<Device> {
+        devices()?
+            .into_iter()
+            .find(|d| d.name() == name)
+            .ok_or_else(|| Error::NoDevice(name.into()))
+    }
+    /// Name.
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+    /// Local IP address.
+    pub fn ip(&self) -> IpAddr {
+        self.cfg.ip
+    }
+    /// Node GUID: EUI-64 style from the address (stable per device).
+    pub fn guid(&self) -> u64 {
+        let g = gid_of(self.cfg.ip);
+        u64::from_be_bytes([0x02, 0x75, 0x72, 0xff, 0xfe, g[13], g[14], g[15]])
+    }
+    /// Opens the device: binds UDP 4791 on its address and starts its
+    /// engine thread.
+    pub fn open(&self) -> Result<Context> {
+        let keys = Arc::new(KeyTable::new());
+        let engine = Engine::start(self.cfg.ip, keys.clone())?;
+        let mtu = active_mtu(self.cfg.ip);
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                device: self.clone(),
+                engine,
+                keys,
+                active_mtu: mtu,
+                next_pd: AtomicU32::new(1),
+                qpns: parking_lot::Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+}
+
+pub(crate) struct ContextInner {
+    pub device: Device,
+    pub engine: Engine,
+    pub keys: Arc<KeyTable>,
+    pub active_mtu: Mtu,
+    next_pd: AtomicU32,
+    qpns: parking_lot::Mutex<HashSet<u32>>,
+}
+
+impl ContextInner {
+    pub fn limits(&self) -> ModifyLimits {
+        ModifyLimits {
+            max_rd_atom: MAX_RD_ATOM,
+            active_mtu: self.active_mtu,
+        }
+    }
+    /// A random unused 24-bit QP number (never 0 or 1, the special QPs).
+    pub fn alloc_qpn(&self) -> u32 {
+        let mut used = self.qpns.lock();
+        loop {
+            let q = rand::random::<u32>() & 0xff_ffff;
+            if q > 1 && used.insert(q) {
+                return q;
+            }
+        }
+    }
+    pub fn free_qpn(&self, qpn: u32) {
+        self.qpns.lock().remove(&qpn);
+    }
+}
+
+/// An open device (`struct ibv_context`). Clones share it; the engine stops
+/// when the last clone and every object made from it are dropped.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Context({} on {})",
+            self.inner.device.name(),
+            self.inner.device.ip()
+        )
+    }
+}
+
+/// Device attributes (`ibv_device_attr`, the fields RoCE uses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct DeviceAttr {
+    pub fw_ver: String,
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_qp_rd_atom: u32,
+    pub max_qp_init_rd_atom: u32,
+    pub max_res_rd_atom: u32,
+    /// `IBV_ATOMIC_HCA`: atomics are atomic with respect to this device's
+    /// own accesses (local and remote), as a NIC's are.
+    pub atomic_cap: u32,
+    pub max_srq: u32,
+    pub max_pkeys: u16,
+    pub phys_port_cnt: u8,
+    pub max_inline_data: u32,
+}
+
+/// Port attributes (`ibv_port_attr`, the fields RoCE uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct PortAttr {
+    /// 4 = IBV_PORT_ACTIVE.
+    pub state: u32,
+    pub max_mtu: Mtu,
+    pub active_mtu: Mtu,
+    pub gid_tbl_len: u32,
+    pub max_msg_sz: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    /// 2 = IBV_LINK_LAYER_ETHERNET.
+    pub link_layer: u8,
+    /// The interface MTU behind the address.
+    pub netdev_mtu: u32,
+}
+
+/// A GID table entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID: the device's IP as IPv6 (IPv4-mapped for IPv4).
+    pub gid: [u8; 16],
+    /// "RoCE v2".
+    pub gid_type: &'static str,
+}
+
+impl Context {
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        let guid = self.inner.device.guid();
+        DeviceAttr {
+            fw_ver: env!("CARGO_PKG_VERSION").into(),
+            node_guid: guid,
+            sys_image_guid: guid,
+            max_mr_size: u64::MAX,
+            page_size_cap: 4096,
+            vendor_id: 0xffffff,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            max_qp: 1 << 16,
+            max_qp_wr: MAX_QP_WR,
+            max_sge: MAX_SGE,
+            max_cq: 1 << 16,
+            max_cqe: MAX_CQE,
+            max_mr: 1 << 20,
+            max_pd: 1 << 16,
+            max_qp_rd_atom: MAX_RD_ATOM as u32,
+            max_qp_init_rd_atom: MAX_RD_ATOM as u32,
+            max_res_rd_atom: MAX_RD_ATOM as u32 * (1 << 16),
+            atomic_cap: 1,
+            max_srq: 0,
+            max_pkeys: 1,
+            phys_port_cnt: 1,
+            max_inline_data: MAX_INLINE,
+        }
+    }
+    /// `ibv_query_port` (port 1 only).
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(Error::Invalid(format!("port {port}: the only port is 1")));
+        }
+        Ok(PortAttr {
+            state: 4,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.inner.active_mtu,
+            gid_tbl_len: 1,
+            max_msg_sz: 1 << 31,
+            pkey_tbl_len: 1,
+            lid: 0,
+            link_layer: 2,
+            netdev_mtu: interface_mtu(self.inner.device.ip()),
+        })
+    }
+    /// `ibv_query_gid` (index 0: the RoCEv2 GID).
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+        if port != 1 || index != 0 {
+            return Err(Error::Invalid(format!(
+                "port {port} GID index {index}: the table has one entry, 1/0"
+            )));
+        }
+        Ok(GidEntry {
+            gid: gid_of(self.inner.device.ip()),
+            gid_type: "RoCE v2",
+        })
+    }
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        let id = self.inner.next_pd.fetch_add(1, Ordering::Relaxed);
+        Ok(ProtectionDomain::new(self.clone(), id))
+    }
+    /// `ibv_create_cq` with at least `cqe` entries.
+    pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {
+        if cqe == 0 || cqe > MAX_CQE {
+            return Err(Error::Invalid(format!("cqe {cqe}: must be 1..={MAX_CQE}")));
+        }
+        Ok(CompletionQueue::new(self.clone(), cqe))
+    }
+    /// The device's counters (like rxe's hw_counters).
+    pub fn counters(&self) -> CounterSnapshot {
+        self.inner.engine.counters().snapshot()
+    }
+}

@@ -1,0 +1,67 @@
+//! The API's errors, with the errno verbs would return.
+
+use uroce_provider::engine::EngineError;
+use uroce_provider::transport::PostError;
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What went wrong, in verbs' terms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// Invalid argument (EINVAL), with what is wrong.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The object is still in use (EBUSY): destroy its dependents first.
+    #[error("resource busy: {0}")]
+    Busy(&'static str),
+    /// Out of resources (ENOMEM), e.g. a full work queue.
+    #[error("out of resources: {0}")]
+    NoMemory(&'static str),
+    /// No such device (ENODEV).
+    #[error("no such device: {0}")]
+    NoDevice(String),
+    /// The engine could not start or has stopped (EIO).
+    #[error("engine: {0}")]
+    Engine(String),
+}
+
+impl Error {
+    /// The errno value libibverbs would return.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Invalid(_) => libc_errno::EINVAL,
+            Error::Busy(_) => libc_errno::EBUSY,
+            Error::NoMemory(_) => libc_errno::ENOMEM,
+            Error::NoDevice(_) => libc_errno::ENODEV,
+            Error::Engine(_) => libc_errno::EIO,
+        }
+    }
+}
+
+mod libc_errno {
+    pub const EIO: i32 = 5;
+    pub const ENOMEM: i32 = 12;
+    pub const EBUSY: i32 = 16;
+    pub const ENODEV: i32 = 19;
+    pub const EINVAL: i32 = 22;
+}
+
+impl From<EngineError> for Error {
+    fn from(e: EngineError) -> Error {
+        match e {
+            EngineError::Modify(m) => Error::Invalid(m.to_string()),
+            EngineError::NoQp(_) => Error::Invalid(e.to_string()),
+            other => Error::Engine(other.to_string()),
+        }
+    }
+}
+
+impl From<PostError> for Error {
+    fn from(e: PostError) -> Error {
+        match e {
+            PostError::QueueFull => Error::NoMemory("work queue full"),
+            other => Error::Invalid(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Queue pairs.
+
+use crate::cq::CompletionQueue;
+use crate::device::{Context, MAX_INLINE, MAX_QP_WR, MAX_SGE};
+use crate::error::{Error, Result};
+use crate::pd::ProtectionDomain;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use uroce_provider::engine::can_post_send;
+use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
+use uroce_provider::transport::rc::{QpConfig, RcQp};
+use uroce_provider::transport::{RecvQueue, SendQueue};
+use uroce_provider::types::{QpState, QpType, RecvWr, SendFlags, SendWr};
+
+/// `ibv_qp_init_attr`.
+#[derive(Debug, Clone, Copy)]
+pub struct QpInitAttr<'a> {
+    /// Send completions go here.
+    pub send_cq: &'a CompletionQueue,
+    /// Receive completions go here.
+    pub recv_cq: &'a CompletionQueue,
+    /// Capacities.
+    pub cap: QpCap,
+    /// Transport.
+    pub qp_type: QpType,
+    /// Every send WR generates a completion.
+    pub sq_sig_all: bool,
+}
+
+/// A queue pair (`struct ibv_qp`).
+#[derive(Debug)]
+pub struct QueuePair {
+    ctx: Context,
+    qpn: u32,
+    qp_type: QpType,
+    cap: QpCap,
+    sq: Arc<SendQueue>,
+    rq: Arc<RecvQueue>,
+    /// The state as far as posting is concerned (mirrors modify calls).
+    state: AtomicU32,
+    _pd: Arc<()>,
+    _send_cq: Arc<uroce_provider::cq::CqInner>,
+    _recv_cq: Arc<uroce_provider::cq::CqInner>,
+}
+
+impl QueuePair {
+    pub(crate) fn create(pd: &ProtectionDomain, init: &QpInitAttr<'_>) -> Result<QueuePair> {
+        let ctx = pd.ctx.clone();
+        if init.qp_type != QpType::Rc {
+            return Err(Error::Invalid(format!(
+                "{:?} QPs are not supported yet",
+                init.qp_type
+            )));
+        }
+        let c = init.cap;
+        for (what, v, max) in [
+            ("max_send_wr", c.max_send_wr, MAX_QP_WR),
+            ("max_recv_wr", c.max_recv_wr, MAX_QP_WR),
+            ("max_send_sge", c.max_send_sge, MAX_SGE),
+            ("max_recv_sge", c.max_recv_sge, MAX_SGE),
+            ("max_inline_data", c.max_inline_data, MAX_INLINE),
+        ] {
+            if v > max {
+                return Err(Error::Invalid(format!(
+                    "{what} {v} exceeds the device's {max}"
+                )));
+            }
+        }
+        let qpn = ctx.inner.alloc_qpn();
+        let sq = Arc::new(SendQueue::new(c.max_send_wr.max(1)));
+        let rq = Arc::new(RecvQueue::new(c.max_recv_wr.max(1)));
+        let cfg = QpConfig {
+            qpn,
+            pd: pd.id,
+            keys: ctx.inner.keys.clone(),
+            send_cq: init.send_cq.inner.clone(),
+            recv_cq: init.recv_cq.inner.clone(),
+            sq: sq.clone(),
+            rq: rq.clone(),
+            sq_sig_all: init.sq_sig_all,
+            cap: c,
+            local_ip: ctx.device().ip(),
+            src_port: uroce_wire::ROCEV2_UDP_PORT,
+            counters: ctx.inner.engine.counters().clone(),
+            limits: ctx.inner.limits(),
+        };
+        if let Err(e) = ctx.inner.engine.add_qp(RcQp::new(cfg)) {
+            ctx.inner.free_qpn(qpn);
+            return Err(e.into());
+        }
+        Ok(QueuePair {
+            ctx,
+            qpn,
+            qp_type: init.qp_type,
+            cap: c,
+            sq,
+            rq,
+            state: AtomicU32::new(QpState::Reset as u32),
+            _pd: pd.users.clone(),
+            _send_cq: init.send_cq.inner.clone(),
+            _recv_cq: init.recv_cq.inner.clone(),
+        })
+    }
+
+    /// QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+    /// Transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// Capacities.
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+
+    /// `ibv_modify_qp`: errors name the attribute that is wrong.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        let a = self.ctx.inner.engine.modify_qp(self.qpn, attr, mask)?;
+        self.state.store(a.qp_state as u32, Ordering::Release);
+        Ok(())
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpAttr> {
+        Ok(self.ctx.inner.engine.query_qp(self.qpn)?)
+    }
+
+    fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// `ibv_post_send`. On error, the WRs before the failing one were
+    /// posted; returns the failing index with the error (like `bad_wr`).
+    pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), (usize, Error)> {
+        let st = self.state();
+        if !can_post_send(state_of(st)) {
+            return Err((
+                0,
+                Error::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()),
+            ));
+        }
+        for (i, wr) in wrs.iter().enumerate() {
+            if wr.sg_list.len() > self.cap.max_send_sge as usize {
+                return Err((
+                    i,
+                    Error::Invalid(format!("{} SGEs exceed max_send_sge", wr.sg_list.len())),
+                ));
+            }
+            if wr.flags.contains(SendFlags::INLINE)
+                && wr.inline_data.len() > self.cap.max_inline_data as usize
+            {
+                return Err((
+                    i,
+                    Error::Invalid("inline data exceeds max_inline_data".into()),
+                ));
+            }
+            self.sq.post(wr.clone()).map_err(|e| (i, e.into()))?;
+        }
+        self.ctx.inner.engine.kick(self.qpn);
+        Ok(())
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, Error)> {
+        if state_of(self.state()) == QpState::Reset {
+            return Err((0, Error::Invalid("QP is in RESET".into())));
+        }
+        for (i, wr) in wrs.iter().enumerate() {
+            if wr.sg_list.len() > self.cap.max_recv_sge as usize {
+                return Err((
+                    i,
+                    Error::Invalid(format!("{} SGEs exceed max_recv_sge", wr.sg_list.len())),
+                ));
+            }
+            self.rq.post(wr.clone()).map_err(|e| (i, e.into()))?;
+        }
+        self.ctx.inner.engine.kick(self.qpn);
+        Ok(())
+    }
+}
+
+fn state_of(v: u32) -> QpState {
+    match v {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        _ => QpState::Err,
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let _ = self.ctx.inner.engine.destroy_qp(self.qpn);
+        self.ctx.inner.free_qpn(self.qpn);
+    }
+}

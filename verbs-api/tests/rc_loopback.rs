@@ -1,0 +1,248 @@
+//! RC over real UDP between two devices on loopback addresses, in one
+//! process: every operation, data verified byte for byte.
+
+use std::net::IpAddr;
+use std::time::Duration;
+use uroce_verbs::*;
+
+const ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+const T: Duration = Duration::from_secs(20);
+
+struct End {
+    ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    qp: QueuePair,
+}
+
+fn end(ip: &str) -> End {
+    let ctx = Device::new("t", ip.parse().unwrap())
+        .open()
+        .expect("open device");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(1024).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap: QpCap {
+                max_send_wr: 256,
+                max_recv_wr: 256,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 128,
+            },
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    End { ctx, pd, cq, qp }
+}
+
+fn connect(e: &End, peer_ip: IpAddr, peer_qpn: u32, my_psn: u32, peer_psn: u32) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: ALL,
+        ..QpAttr::default()
+    };
+    e.qp.modify(
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
+    a.qp_state = QpState::Rtr;
+    a.ah_attr = AddressVector::to_ip(peer_ip);
+    a.path_mtu = Mtu::Mtu1024;
+    a.dest_qp_num = peer_qpn;
+    a.rq_psn = peer_psn;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    e.qp.modify(
+        &a,
+        AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN
+            | AttrMask::MAX_DEST_RD_ATOMIC
+            | AttrMask::MIN_RNR_TIMER,
+    )
+    .unwrap();
+    a.qp_state = QpState::Rts;
+    a.sq_psn = my_psn;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    e.qp.modify(
+        &a,
+        AttrMask::STATE
+            | AttrMask::TIMEOUT
+            | AttrMask::RETRY_CNT
+            | AttrMask::RNR_RETRY
+            | AttrMask::SQ_PSN
+            | AttrMask::MAX_QP_RD_ATOMIC,
+    )
+    .unwrap();
+}
+
+fn pair(a_ip: &str, b_ip: &str) -> (End, End) {
+    let a = end(a_ip);
+    let b = end(b_ip);
+    connect(&a, b_ip.parse().unwrap(), b.qp.qp_num(), 100, 5000);
+    connect(&b, a_ip.parse().unwrap(), a.qp.qp_num(), 5000, 100);
+    (a, b)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect()
+}
+
+fn signaled(id: u64, op: WrOpcode, sges: &[Sge]) -> SendWr {
+    let mut w = SendWr::new(id, op);
+    w.flags = SendFlags::SIGNALED;
+    w.sg_list = sges.iter().copied().collect();
+    w
+}
+
+#[test]
+fn every_rc_operation_over_udp() {
+    let (a, b) = pair("127.10.0.1", "127.10.0.2");
+    assert_eq!(a.ctx.query_port(1).unwrap().active_mtu, Mtu::Mtu4096);
+    for len in [0usize, 1, 1023, 1024, 1025, 1 << 20] {
+        let src = a.pd.alloc_mr(len.max(1), ALL).unwrap();
+        let dst = b.pd.alloc_mr(len + 8, ALL).unwrap();
+        let data = pattern(len, len as u8);
+        src.write(0, &data).unwrap();
+        // SEND / RECV
+        b.qp.post_recv(&[RecvWr {
+            wr_id: 7,
+            sg_list: [dst.sge(0, len as u32 + 8)].into_iter().collect(),
+        }])
+        .unwrap();
+        a.qp.post_send(&[signaled(1, WrOpcode::Send, &[src.sge(0, len as u32)])])
+            .unwrap();
+        let s = a.cq.wait(1, T);
+        let r = b.cq.wait(1, T);
+        assert_eq!(s[0].status, WcStatus::Success, "send {len}");
+        assert_eq!(
+            (r[0].status, r[0].byte_len, r[0].opcode),
+            (WcStatus::Success, len as u32, WcOpcode::Recv)
+        );
+        assert_eq!(dst.to_vec(0, len).unwrap(), data);
+        // RDMA WRITE
+        let back = b.pd.alloc_mr(len.max(1), ALL).unwrap();
+        let mut w = signaled(2, WrOpcode::RdmaWrite, &[src.sge(0, len as u32)]);
+        w.remote_addr = back.addr();
+        w.rkey = back.rkey();
+        a.qp.post_send(&[w]).unwrap();
+        assert_eq!(a.cq.wait(1, T)[0].status, WcStatus::Success, "write {len}");
+        assert_eq!(back.to_vec(0, len).unwrap(), data);
+        // RDMA READ
+        let readback = a.pd.alloc_mr(len.max(1), ALL).unwrap();
+        let mut w = signaled(3, WrOpcode::RdmaRead, &[readback.sge(0, len as u32)]);
+        w.remote_addr = back.addr();
+        w.rkey = back.rkey();
+        a.qp.post_send(&[w]).unwrap();
+        let s = a.cq.wait(1, T);
+        assert_eq!(
+            (s[0].status, s[0].opcode),
+            (WcStatus::Success, WcOpcode::RdmaRead),
+            "read {len}"
+        );
+        assert_eq!(readback.to_vec(0, len).unwrap(), data);
+    }
+    // Atomics.
+    let word = b.pd.alloc_mr(8, ALL).unwrap();
+    let res = a.pd.alloc_mr(16, ALL).unwrap();
+    word.atomic_u64(0)
+        .unwrap()
+        .store(40, std::sync::atomic::Ordering::SeqCst);
+    let mut fa = signaled(4, WrOpcode::AtomicFetchAndAdd, &[res.sge(0, 8)]);
+    fa.remote_addr = word.addr();
+    fa.rkey = word.rkey();
+    fa.compare_add = 2;
+    let mut cs = signaled(5, WrOpcode::AtomicCmpAndSwp, &[res.sge(8, 8)]);
+    cs.remote_addr = word.addr();
+    cs.rkey = word.rkey();
+    cs.compare_add = 42;
+    cs.swap = 1000;
+    a.qp.post_send(&[fa, cs]).unwrap();
+    let s = a.cq.wait(2, T);
+    assert!(s.iter().all(|w| w.status == WcStatus::Success), "{s:?}");
+    assert_eq!(
+        res.atomic_u64(0)
+            .unwrap()
+            .load(std::sync::atomic::Ordering::SeqCst),
+        40
+    );
+    assert_eq!(
+        res.atomic_u64(8)
+            .unwrap()
+            .load(std::sync::atomic::Ordering::SeqCst),
+        42
+    );
+    assert_eq!(
+        word.atomic_u64(0)
+            .unwrap()
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1000
+    );
+}
+
+#[test]
+fn bad_rkey_over_udp_errors_and_flushes() {
+    let (a, b) = pair("127.10.1.1", "127.10.1.2");
+    let src = a.pd.alloc_mr(64, ALL).unwrap();
+    let dst = b.pd.alloc_mr(64, ALL).unwrap();
+    let mut w = signaled(1, WrOpcode::RdmaWrite, &[src.sge(0, 8)]);
+    w.remote_addr = dst.addr();
+    w.rkey = dst.rkey().wrapping_add(1);
+    a.qp.post_send(&[w, signaled(2, WrOpcode::Send, &[])])
+        .unwrap();
+    let s = a.cq.wait(2, T);
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(a.qp.query().unwrap().qp_state, QpState::Err);
+}
+
+#[test]
+fn lifetimes_and_misuse() {
+    let a = end("127.10.2.1");
+    // modify misuse names the attribute
+    let e =
+        a.qp.modify(
+            &QpAttr {
+                qp_state: QpState::Rtr,
+                ..QpAttr::default()
+            },
+            AttrMask::STATE,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("invalid QP state transition"), "{e}");
+    // posting before RTS is refused
+    assert!(a.qp.post_send(&[SendWr::new(1, WrOpcode::Send)]).is_err());
+    // remote write without local write is refused at registration
+    assert!(a.pd.alloc_mr(8, Access::REMOTE_WRITE).is_err());
+    // a PD with a QP and MR is busy
+    let mr = a.pd.alloc_mr(8, Access::LOCAL_WRITE).unwrap();
+    let End { ctx, pd, cq, qp } = a;
+    let (pd, err) = pd.destroy().unwrap_err();
+    assert_eq!(err.errno(), 16);
+    let (cq, _) = cq.destroy().unwrap_err();
+    drop(qp);
+    drop(mr);
+    cq.destroy().unwrap();
+    pd.destroy().unwrap();
+    drop(ctx);
+    // The address is free again: the engine thread stopped and closed its socket.
+    let again = Device::new("t", "127.10.2.1".parse().unwrap()).open();
+    assert!(again.is_ok());
+}
