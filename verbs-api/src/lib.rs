@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 mod cq;
+pub mod demo;
 mod device;
 mod error;
 mod pd;

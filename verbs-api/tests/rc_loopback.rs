@@ -246,3 +246,16 @@ fn lifetimes_and_misuse() {
     let again = Device::new("t", "127.10.2.1".parse().unwrap()).open();
     assert!(again.is_ok());
 }
+
+#[test]
+fn demo_runs_and_verifies() {
+    let opts = uroce_verbs::demo::DemoOptions {
+        addrs: ("127.10.3.1".parse().unwrap(), "127.10.3.2".parse().unwrap()),
+        iters: 50,
+        bulk_bytes: 8 << 20,
+        msg_size: 1 << 20,
+    };
+    let rows = uroce_verbs::demo::run(&opts).expect("demo");
+    assert_eq!(rows.len(), 6);
+    assert!(rows.iter().all(|r| r.verified), "{}", uroce_verbs::demo::format_table(&rows));
+}

@@ -34,8 +34,9 @@ use uroce_wire::packet;
 
 pub use device::DeviceConfig;
 
-/// Iterations without work before the engine blocks.
-const SPIN_ITERATIONS: u32 = 2000;
+/// How long the engine spins without work before it blocks. Short: on a
+/// 2-core machine the application and a peer engine need the CPU.
+const SPIN_NS: u64 = 20_000;
 /// Largest datagram the engine handles.
 const MAX_DATAGRAM: usize = 4096 + 256;
 
@@ -222,7 +223,7 @@ impl Worker {
     }
 
     fn run(&mut self) {
-        let mut idle = 0u32;
+        let mut idle_since: Option<Nanos> = None;
         while !self.shared.stop.load(Ordering::Acquire) {
             let mut work = self.commands();
             work |= self.receive();
@@ -232,11 +233,12 @@ impl Worker {
             work |= self.transmit();
             work |= self.timers();
             if work {
-                idle = 0;
+                idle_since = None;
                 continue;
             }
-            idle += 1;
-            if idle < SPIN_ITERATIONS {
+            let now = self.now();
+            let since = *idle_since.get_or_insert(now);
+            if now.0 - since.0 < SPIN_NS {
                 std::hint::spin_loop();
                 continue;
             }
@@ -254,7 +256,7 @@ impl Worker {
             }
             self.shared.doorbell.set_sleeping(false);
             self.shared.doorbell.drain();
-            idle = 0;
+            idle_since = None;
         }
     }
 

@@ -1,0 +1,281 @@
+//! `uroce demo`: two devices in one process, an RC QP pair between them,
+//! and every RC operation, verified byte for byte and timed.
+
+use crate::*;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// The two device addresses.
+    pub addrs: (IpAddr, IpAddr),
+    /// Ping-pong iterations.
+    pub iters: u32,
+    /// Bytes moved by the WRITE and READ throughput runs.
+    pub bulk_bytes: usize,
+    /// Message size of the throughput runs.
+    pub msg_size: usize,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            addrs: ("127.0.0.1".parse().expect("ip"), "127.0.0.2".parse().expect("ip")),
+            iters: 1000,
+            bulk_bytes: 256 << 20,
+            msg_size: 1 << 20,
+        }
+    }
+}
+
+/// One line of the result table.
+#[derive(Debug, Clone)]
+pub struct DemoRow {
+    /// Operation.
+    pub op: &'static str,
+    /// Message size.
+    pub size: usize,
+    /// Messages.
+    pub count: u64,
+    /// Mean latency per operation (µs), for ping-pong style rows.
+    pub latency_us: Option<f64>,
+    /// Throughput (MB/s = 10^6 bytes/s), for bulk rows.
+    pub mbytes_per_s: Option<f64>,
+    /// Data verified.
+    pub verified: bool,
+}
+
+struct End {
+    ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    qp: QueuePair,
+}
+
+fn open(ip: IpAddr, name: &str) -> Result<End> {
+    let ctx = Device::new(name, ip).open()?;
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(4096)?;
+    let qp = pd.create_qp(&QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap: QpCap {
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        },
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+    })?;
+    Ok(End { ctx, pd, cq, qp })
+}
+
+/// Brings `qp` to RTS towards `peer_ip`/`peer_qpn` with rc_pingpong's
+/// attributes (timeout 14, retry 7, rnr_retry 7, min_rnr_timer 12).
+pub fn connect_rc(qp: &QueuePair, peer_ip: IpAddr, peer_qpn: u32, my_psn: u32, peer_psn: u32, mtu: Mtu, rd_atomic: u8) -> Result<()> {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: ALL,
+        ..QpAttr::default()
+    };
+    qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+    a.qp_state = QpState::Rtr;
+    a.ah_attr = AddressVector::to_ip(peer_ip);
+    a.path_mtu = mtu;
+    a.dest_qp_num = peer_qpn;
+    a.rq_psn = peer_psn;
+    a.max_dest_rd_atomic = rd_atomic;
+    a.min_rnr_timer = 12;
+    qp.modify(
+        &a,
+        AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN
+            | AttrMask::MAX_DEST_RD_ATOMIC
+            | AttrMask::MIN_RNR_TIMER,
+    )?;
+    a.qp_state = QpState::Rts;
+    a.sq_psn = my_psn;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = rd_atomic;
+    qp.modify(
+        &a,
+        AttrMask::STATE
+            | AttrMask::TIMEOUT
+            | AttrMask::RETRY_CNT
+            | AttrMask::RNR_RETRY
+            | AttrMask::SQ_PSN
+            | AttrMask::MAX_QP_RD_ATOMIC,
+    )?;
+    Ok(())
+}
+
+fn expect(cq: &CompletionQueue, n: usize, what: &str) -> Result<Vec<Wc>> {
+    let wcs = cq.wait(n, TIMEOUT);
+    if wcs.len() < n {
+        return Err(Error::Engine(format!("{what}: {} of {n} completions within {TIMEOUT:?}", wcs.len())));
+    }
+    if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
+        return Err(Error::Engine(format!("{what}: wr {} completed with {}", bad.wr_id, bad.status)));
+    }
+    Ok(wcs)
+}
+
+fn wr(id: u64, op: WrOpcode, sge: Sge, signaled: bool) -> SendWr {
+    let mut w = SendWr::new(id, op);
+    if signaled {
+        w.flags = SendFlags::SIGNALED;
+    }
+    w.sg_list.push(sge);
+    w
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed)).collect()
+}
+
+/// Runs the demo; returns the table rows.
+pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
+    let a = open(opts.addrs.0, "uroce0")?;
+    let b = open(opts.addrs.1, "uroce1")?;
+    let mtu = a.ctx.query_port(1)?.active_mtu.min(b.ctx.query_port(1)?.active_mtu);
+    let (pa, pb) = (rand::random::<u32>() & 0xff_ffff, rand::random::<u32>() & 0xff_ffff);
+    connect_rc(&a.qp, opts.addrs.1, b.qp.qp_num(), pa, pb, mtu, 16)?;
+    connect_rc(&b.qp, opts.addrs.0, a.qp.qp_num(), pb, pa, mtu, 16)?;
+    let mut rows = Vec::new();
+
+    // SEND/RECV ping-pong at 2 bytes and 4 KiB.
+    for size in [2usize, 4096] {
+        let ma = a.pd.alloc_mr(size, ALL)?;
+        let mb = b.pd.alloc_mr(size, ALL)?;
+        let mut ok = true;
+        let start = Instant::now();
+        for i in 0..opts.iters {
+            let data = pattern(size, i as u8);
+            ma.write(0, &data).map_err(|e| Error::Invalid(e.to_string()))?;
+            b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: [mb.sge(0, size as u32)].into_iter().collect() }]).map_err(|e| e.1)?;
+            a.qp.post_recv(&[RecvWr { wr_id: 2, sg_list: [ma.sge(0, size as u32)].into_iter().collect() }]).map_err(|e| e.1)?;
+            a.qp.post_send(&[wr(3, WrOpcode::Send, ma.sge(0, size as u32), false)]).map_err(|e| e.1)?;
+            expect(&b.cq, 1, "ping")?;
+            ok &= mb.to_vec(0, size).map_err(|e| Error::Invalid(e.to_string()))? == data;
+            b.qp.post_send(&[wr(4, WrOpcode::Send, mb.sge(0, size as u32), false)]).map_err(|e| e.1)?;
+            expect(&a.cq, 1, "pong")?;
+        }
+        let el = start.elapsed();
+        rows.push(DemoRow {
+            op: "SEND/RECV ping-pong",
+            size,
+            count: opts.iters as u64,
+            latency_us: Some(el.as_secs_f64() * 1e6 / opts.iters as f64 / 2.0),
+            mbytes_per_s: None,
+            verified: ok,
+        });
+        // Unsignaled sends retire with later signaled ones; drain stray CQEs.
+        while a.cq.poll_one().is_some() {}
+        while b.cq.poll_one().is_some() {}
+    }
+
+    // RDMA WRITE and READ throughput.
+    let size = opts.msg_size.max(1);
+    let count = (opts.bulk_bytes / size).max(1);
+    let src = a.pd.alloc_mr(size, ALL)?;
+    let remote = b.pd.alloc_mr(size, ALL)?;
+    let back = a.pd.alloc_mr(size, ALL)?;
+    let data = pattern(size, 99);
+    src.write(0, &data).map_err(|e| Error::Invalid(e.to_string()))?;
+    for (op, name, local) in [(WrOpcode::RdmaWrite, "RDMA WRITE", &src), (WrOpcode::RdmaRead, "RDMA READ", &back)] {
+        let depth = 16usize;
+        let start = Instant::now();
+        let mut posted = 0usize;
+        let mut done = 0usize;
+        while done < count {
+            while posted < count && posted - done < depth {
+                let mut w = wr(posted as u64, op, local.sge(0, size as u32), true);
+                w.remote_addr = remote.addr();
+                w.rkey = remote.rkey();
+                a.qp.post_send(&[w]).map_err(|e| e.1)?;
+                posted += 1;
+            }
+            done += expect(&a.cq, 1, name)?.len();
+        }
+        let el = start.elapsed();
+        let verified = if op == WrOpcode::RdmaWrite {
+            remote.to_vec(0, size).map_err(|e| Error::Invalid(e.to_string()))? == data
+        } else {
+            back.to_vec(0, size).map_err(|e| Error::Invalid(e.to_string()))? == data
+        };
+        rows.push(DemoRow {
+            op: name,
+            size,
+            count: count as u64,
+            latency_us: None,
+            mbytes_per_s: Some((count * size) as f64 / el.as_secs_f64() / 1e6),
+            verified,
+        });
+    }
+
+    // Atomics: fetch-add then compare-swap, checked against a local model.
+    let word = b.pd.alloc_mr(8, ALL)?;
+    let res = a.pd.alloc_mr(8, ALL)?;
+    let w = word.atomic_u64(0).map_err(|e| Error::Invalid(e.to_string()))?;
+    w.store(0, Ordering::SeqCst);
+    for (op, name) in [(WrOpcode::AtomicFetchAndAdd, "ATOMIC FETCH_AND_ADD"), (WrOpcode::AtomicCmpAndSwp, "ATOMIC CMP_AND_SWP")] {
+        let n = opts.iters as u64;
+        let mut ok = true;
+        let start = Instant::now();
+        for i in 0..n {
+            let mut x = wr(i, op, res.sge(0, 8), true);
+            x.remote_addr = word.addr();
+            x.rkey = word.rkey();
+            let before = w.load(Ordering::SeqCst);
+            x.compare_add = if op == WrOpcode::AtomicFetchAndAdd { 3 } else { before };
+            x.swap = before ^ 0x5555;
+            a.qp.post_send(&[x]).map_err(|e| e.1)?;
+            expect(&a.cq, 1, name)?;
+            let got = res.atomic_u64(0).map_err(|e| Error::Invalid(e.to_string()))?.load(Ordering::SeqCst);
+            let after = w.load(Ordering::SeqCst);
+            let want_after = if op == WrOpcode::AtomicFetchAndAdd { before + 3 } else { before ^ 0x5555 };
+            ok &= got == before && after == want_after;
+        }
+        rows.push(DemoRow {
+            op: name,
+            size: 8,
+            count: n,
+            latency_us: Some(start.elapsed().as_secs_f64() * 1e6 / n as f64),
+            mbytes_per_s: None,
+            verified: ok,
+        });
+    }
+    Ok(rows)
+}
+
+/// The table as text.
+pub fn format_table(rows: &[DemoRow]) -> String {
+    let mut s = format!("{:<22} {:>9} {:>7} {:>13} {:>12} {:>9}\n", "operation", "size", "count", "latency(us)", "MB/s", "verified");
+    for r in rows {
+        s += &format!(
+            "{:<22} {:>9} {:>7} {:>13} {:>12} {:>9}\n",
+            r.op,
+            r.size,
+            r.count,
+            r.latency_us.map_or("-".into(), |v| format!("{v:.2}")),
+            r.mbytes_per_s.map_or("-".into(), |v| format!("{v:.0}")),
+            if r.verified { "yes" } else { "NO" }
+        );
+    }
+    s
+}
