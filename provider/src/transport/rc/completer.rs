@@ -1,7 +1,6 @@
 //! The completer: ACKs, NAKs, READ responses and atomic ACKs
 //! (IBA 9.7.5.1.x requester side, 9.9.2 requester errors).
 
-use super::requester::position;
 use super::RcQp;
 use crate::counters::Counters;
 use crate::transport::status::requester_status;
@@ -51,6 +50,14 @@ impl RcQp {
                         if self.state == crate::types::QpState::Err {
                             return;
                         }
+                        // A NAK for the PSN we are already resending from,
+                        // caused by packets sent before that resend began
+                        // (reordering), asks for nothing new.
+                        if let Some((p, h)) = self.req.nak_resend {
+                            if p == psn && h.is_after(self.req.next_psn) {
+                                return;
+                            }
+                        }
                         if self.req.una == before {
                             // No progress: counts against the retry budget.
                             if self.req.retry_left == 0 {
@@ -60,6 +67,7 @@ impl RcQp {
                             self.req.retry_left -= 1;
                         }
                         self.req.go_back(psn);
+                        self.req.nak_resend = Some((psn, self.req.hwm));
                     }
                     AethSyndrome::Nak(code) => {
                         self.ack_before(psn);
@@ -175,12 +183,13 @@ impl RcQp {
             Counters::inc(&self.cfg.counters.dropped_pkts);
             return;
         }
-        let sub_n = e.npkts - e.read_sub_start;
-        let sub_k = e.read_done - e.read_sub_start;
-        let want_pos = position(sub_k, sub_n);
+        // The PSN and the offset fix the length; the position may be
+        // relative to the original request or to any re-request of the
+        // remainder, so only "ends the message or not" is checked.
         let off = e.read_done as u64 * mtu;
         let want_len = (e.len - off.min(e.len)).min(mtu) as usize;
-        if pkt.info.position != want_pos || pkt.payload.len() != want_len {
+        let is_last = e.read_done + 1 == e.npkts;
+        if pkt.info.position.ends_message() != is_last || pkt.payload.len() != want_len {
             e.error = Some(WcStatus::BadRespErr);
             return;
         }

@@ -28,8 +28,6 @@ pub(super) struct SqEntry {
     pub started: bool,
     /// READ: response packets placed so far.
     pub read_done: u32,
-    /// READ: response index the latest request asked for first.
-    pub read_sub_start: u32,
     /// Finished successfully (waits to be retired in order).
     pub done: bool,
     /// Finished with an error.
@@ -71,6 +69,9 @@ pub(super) struct Requester {
     pub rnr_until: Option<Nanos>,
     /// Packets sent since the last AckReq.
     pub since_ack_req: u32,
+    /// The PSN of the last sequence-error resend and the highest PSN sent
+    /// when it began.
+    pub nak_resend: Option<(Psn, Psn)>,
 }
 
 impl Requester {
@@ -169,7 +170,6 @@ impl RcQp {
             first_psn: Psn::default(),
             started: false,
             read_done: 0,
-            read_sub_start: 0,
             done: false,
             error: None,
             wr,

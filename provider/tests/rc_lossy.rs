@@ -1,0 +1,175 @@
+//! RC under a lossy simulated network: loss, reordering (jitter) and
+//! duplication, over several seeds. Everything completes exactly once, in
+//! order, with the data of a loss-free run.
+
+use std::sync::atomic::Ordering;
+use uroce_provider::net::sim::Faults;
+use uroce_provider::testing::{PairParams, RcPair};
+use uroce_provider::types::*;
+
+const ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+
+/// Runs the workload; returns the responder's memory and the requester's READ buffer.
+fn run(seed: u64, faults: Faults) -> (Vec<u8>, Vec<u8>) {
+    let mut p = RcPair::new(
+        seed,
+        faults,
+        PairParams {
+            timeout: 8,
+            retry_cnt: 7,
+            ..Default::default()
+        },
+    );
+    let src = p.mr(true, 64 << 10, ALL);
+    let back = p.mr(true, 64 << 10, ALL);
+    let dst = p.mr(false, 64 << 10, ALL);
+    let recv = p.mr(false, 64 << 10, ALL);
+    let word = p.mr(false, 8, ALL);
+    let res = p.mr(true, 8 * 64, ALL);
+    let data: Vec<u8> = (0..64 << 10).map(|i| (i * 7) as u8).collect();
+    src.write(0, &data).unwrap();
+    let n = 60u64;
+    let mut expect_add = 0u64;
+    for i in 0..n {
+        let len = [0u32, 1, 1000, 1024, 5000, 20000][(i % 6) as usize];
+        let off = (i % 3) * 20000;
+        let mut w = SendWr::new(
+            i,
+            match i % 4 {
+                0 => WrOpcode::Send,
+                1 => WrOpcode::RdmaWrite,
+                2 => WrOpcode::RdmaRead,
+                _ => WrOpcode::AtomicFetchAndAdd,
+            },
+        );
+        w.flags = SendFlags::SIGNALED;
+        match w.opcode {
+            WrOpcode::Send => {
+                p.post_recv(
+                    false,
+                    i,
+                    &[Sge {
+                        addr: recv.iova(),
+                        length: 64 << 10,
+                        lkey: recv.lkey(),
+                    }],
+                );
+                w.sg_list.push(Sge {
+                    addr: src.iova() + off,
+                    length: len,
+                    lkey: src.lkey(),
+                });
+            }
+            WrOpcode::RdmaWrite => {
+                w.sg_list.push(Sge {
+                    addr: src.iova() + off,
+                    length: len,
+                    lkey: src.lkey(),
+                });
+                w.remote_addr = dst.iova() + off;
+                w.rkey = dst.rkey();
+            }
+            WrOpcode::RdmaRead => {
+                w.sg_list.push(Sge {
+                    addr: back.iova() + off,
+                    length: len,
+                    lkey: back.lkey(),
+                });
+                w.remote_addr = dst.iova() + off;
+                w.rkey = dst.rkey();
+            }
+            _ => {
+                w.sg_list.push(Sge {
+                    addr: res.iova() + 8 * (i % 64),
+                    length: 8,
+                    lkey: res.lkey(),
+                });
+                w.remote_addr = word.iova();
+                w.rkey = word.rkey();
+                w.compare_add = i;
+                expect_add += i;
+            }
+        }
+        p.post_send(true, w);
+    }
+    let s = p.wait(true, true, n as usize, 600_000_000_000);
+    if std::env::var("DEBUG_RC").is_ok() {
+        eprintln!(
+            "a: {:?}\nb: {:?}",
+            p.a.counters.snapshot(),
+            p.b.counters.snapshot()
+        );
+        eprintln!("{:#?}", p.net.qp(p.a.id));
+    }
+    assert_eq!(
+        s.len(),
+        n as usize,
+        "seed {seed}: {} of {n} completions",
+        s.len()
+    );
+    for (i, wc) in s.iter().enumerate() {
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (i as u64, WcStatus::Success),
+            "seed {seed}"
+        );
+    }
+    let r = p.wait(false, false, (n / 4) as usize, 10_000_000_000);
+    assert_eq!(r.len(), (n / 4) as usize, "seed {seed}");
+    assert!(r.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(
+        word.atomic_u64(0).unwrap().load(Ordering::SeqCst),
+        expect_add,
+        "seed {seed}: atomics executed once"
+    );
+    let mut remote = vec![0u8; 64 << 10];
+    dst.read(0, &mut remote).unwrap();
+    let mut readback = vec![0u8; 64 << 10];
+    back.read(0, &mut readback).unwrap();
+    (remote, readback)
+}
+
+/// Work in progress for issue 4 (RC reliability under loss): seeds 0..=6
+/// pass; seed 7 ends in RETRY_EXC_ERR after a storm of go-back-N resends
+/// under 20 us jitter (34 sequence NAKs without progress). Run with
+/// `cargo test -p uroce-provider --test rc_lossy -- --ignored`;
+/// `DEBUG_RC=1 SEED=7` prints the QP state.
+#[test]
+#[ignore = "issue 4: go-back-N under heavy reordering exhausts retries (seed 7)"]
+fn loss_reorder_duplicate_many_seeds() {
+    let reference = run(1, Faults::default());
+    for seed in 0..20 {
+        let f = Faults {
+            loss: 0.05,
+            duplicate: 0.02,
+            corrupt: 0.01,
+            delay_ns: 5_000,
+            jitter_ns: 20_000,
+        };
+        let got = run(seed, f);
+        assert!(
+            got == reference,
+            "seed {seed}: memory differs from the loss-free run"
+        );
+    }
+}
+
+#[test]
+#[ignore]
+fn debug_seed() {
+    let seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
+    let f = Faults {
+        loss: 0.05,
+        duplicate: 0.02,
+        corrupt: 0.01,
+        delay_ns: 5_000,
+        jitter_ns: 20_000,
+    };
+    run(seed, f);
+}
