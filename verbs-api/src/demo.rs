@@ -28,7 +28,10 @@ pub struct DemoOptions {
 impl Default for DemoOptions {
     fn default() -> Self {
         DemoOptions {
-            addrs: ("127.0.0.1".parse().expect("ip"), "127.0.0.2".parse().expect("ip")),
+            addrs: (
+                "127.0.0.1".parse().expect("ip"),
+                "127.0.0.2".parse().expect("ip"),
+            ),
             iters: 1000,
             bulk_bytes: 256 << 20,
             msg_size: 1 << 20,
@@ -82,13 +85,24 @@ fn open(ip: IpAddr, name: &str) -> Result<End> {
 
 /// Brings `qp` to RTS towards `peer_ip`/`peer_qpn` with rc_pingpong's
 /// attributes (timeout 14, retry 7, rnr_retry 7, min_rnr_timer 12).
-pub fn connect_rc(qp: &QueuePair, peer_ip: IpAddr, peer_qpn: u32, my_psn: u32, peer_psn: u32, mtu: Mtu, rd_atomic: u8) -> Result<()> {
+pub fn connect_rc(
+    qp: &QueuePair,
+    peer_ip: IpAddr,
+    peer_qpn: u32,
+    my_psn: u32,
+    peer_psn: u32,
+    mtu: Mtu,
+    rd_atomic: u8,
+) -> Result<()> {
     let mut a = QpAttr {
         qp_state: QpState::Init,
         qp_access_flags: ALL,
         ..QpAttr::default()
     };
-    qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+    qp.modify(
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )?;
     a.qp_state = QpState::Rtr;
     a.ah_attr = AddressVector::to_ip(peer_ip);
     a.path_mtu = mtu;
@@ -127,10 +141,16 @@ pub fn connect_rc(qp: &QueuePair, peer_ip: IpAddr, peer_qpn: u32, my_psn: u32, p
 fn expect(cq: &CompletionQueue, n: usize, what: &str) -> Result<Vec<Wc>> {
     let wcs = cq.wait(n, TIMEOUT);
     if wcs.len() < n {
-        return Err(Error::Engine(format!("{what}: {} of {n} completions within {TIMEOUT:?}", wcs.len())));
+        return Err(Error::Engine(format!(
+            "{what}: {} of {n} completions within {TIMEOUT:?}",
+            wcs.len()
+        )));
     }
     if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
-        return Err(Error::Engine(format!("{what}: wr {} completed with {}", bad.wr_id, bad.status)));
+        return Err(Error::Engine(format!(
+            "{what}: wr {} completed with {}",
+            bad.wr_id, bad.status
+        )));
     }
     Ok(wcs)
 }
@@ -145,15 +165,24 @@ fn wr(id: u64, op: WrOpcode, sge: Sge, signaled: bool) -> SendWr {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect()
 }
 
 /// Runs the demo; returns the table rows.
 pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
     let a = open(opts.addrs.0, "uroce0")?;
     let b = open(opts.addrs.1, "uroce1")?;
-    let mtu = a.ctx.query_port(1)?.active_mtu.min(b.ctx.query_port(1)?.active_mtu);
-    let (pa, pb) = (rand::random::<u32>() & 0xff_ffff, rand::random::<u32>() & 0xff_ffff);
+    let mtu = a
+        .ctx
+        .query_port(1)?
+        .active_mtu
+        .min(b.ctx.query_port(1)?.active_mtu);
+    let (pa, pb) = (
+        rand::random::<u32>() & 0xff_ffff,
+        rand::random::<u32>() & 0xff_ffff,
+    );
     connect_rc(&a.qp, opts.addrs.1, b.qp.qp_num(), pa, pb, mtu, 16)?;
     connect_rc(&b.qp, opts.addrs.0, a.qp.qp_num(), pb, pa, mtu, 16)?;
     let mut rows = Vec::new();
@@ -166,13 +195,27 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
         let start = Instant::now();
         for i in 0..opts.iters {
             let data = pattern(size, i as u8);
-            ma.write(0, &data).map_err(|e| Error::Invalid(e.to_string()))?;
-            b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: [mb.sge(0, size as u32)].into_iter().collect() }]).map_err(|e| e.1)?;
-            a.qp.post_recv(&[RecvWr { wr_id: 2, sg_list: [ma.sge(0, size as u32)].into_iter().collect() }]).map_err(|e| e.1)?;
-            a.qp.post_send(&[wr(3, WrOpcode::Send, ma.sge(0, size as u32), false)]).map_err(|e| e.1)?;
+            ma.write(0, &data)
+                .map_err(|e| Error::Invalid(e.to_string()))?;
+            b.qp.post_recv(&[RecvWr {
+                wr_id: 1,
+                sg_list: [mb.sge(0, size as u32)].into_iter().collect(),
+            }])
+            .map_err(|e| e.1)?;
+            a.qp.post_recv(&[RecvWr {
+                wr_id: 2,
+                sg_list: [ma.sge(0, size as u32)].into_iter().collect(),
+            }])
+            .map_err(|e| e.1)?;
+            a.qp.post_send(&[wr(3, WrOpcode::Send, ma.sge(0, size as u32), false)])
+                .map_err(|e| e.1)?;
             expect(&b.cq, 1, "ping")?;
-            ok &= mb.to_vec(0, size).map_err(|e| Error::Invalid(e.to_string()))? == data;
-            b.qp.post_send(&[wr(4, WrOpcode::Send, mb.sge(0, size as u32), false)]).map_err(|e| e.1)?;
+            ok &= mb
+                .to_vec(0, size)
+                .map_err(|e| Error::Invalid(e.to_string()))?
+                == data;
+            b.qp.post_send(&[wr(4, WrOpcode::Send, mb.sge(0, size as u32), false)])
+                .map_err(|e| e.1)?;
             expect(&a.cq, 1, "pong")?;
         }
         let el = start.elapsed();
@@ -196,8 +239,12 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
     let remote = b.pd.alloc_mr(size, ALL)?;
     let back = a.pd.alloc_mr(size, ALL)?;
     let data = pattern(size, 99);
-    src.write(0, &data).map_err(|e| Error::Invalid(e.to_string()))?;
-    for (op, name, local) in [(WrOpcode::RdmaWrite, "RDMA WRITE", &src), (WrOpcode::RdmaRead, "RDMA READ", &back)] {
+    src.write(0, &data)
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    for (op, name, local) in [
+        (WrOpcode::RdmaWrite, "RDMA WRITE", &src),
+        (WrOpcode::RdmaRead, "RDMA READ", &back),
+    ] {
         let depth = 16usize;
         let start = Instant::now();
         let mut posted = 0usize;
@@ -214,9 +261,14 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
         }
         let el = start.elapsed();
         let verified = if op == WrOpcode::RdmaWrite {
-            remote.to_vec(0, size).map_err(|e| Error::Invalid(e.to_string()))? == data
+            remote
+                .to_vec(0, size)
+                .map_err(|e| Error::Invalid(e.to_string()))?
+                == data
         } else {
-            back.to_vec(0, size).map_err(|e| Error::Invalid(e.to_string()))? == data
+            back.to_vec(0, size)
+                .map_err(|e| Error::Invalid(e.to_string()))?
+                == data
         };
         rows.push(DemoRow {
             op: name,
@@ -231,9 +283,14 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
     // Atomics: fetch-add then compare-swap, checked against a local model.
     let word = b.pd.alloc_mr(8, ALL)?;
     let res = a.pd.alloc_mr(8, ALL)?;
-    let w = word.atomic_u64(0).map_err(|e| Error::Invalid(e.to_string()))?;
+    let w = word
+        .atomic_u64(0)
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     w.store(0, Ordering::SeqCst);
-    for (op, name) in [(WrOpcode::AtomicFetchAndAdd, "ATOMIC FETCH_AND_ADD"), (WrOpcode::AtomicCmpAndSwp, "ATOMIC CMP_AND_SWP")] {
+    for (op, name) in [
+        (WrOpcode::AtomicFetchAndAdd, "ATOMIC FETCH_AND_ADD"),
+        (WrOpcode::AtomicCmpAndSwp, "ATOMIC CMP_AND_SWP"),
+    ] {
         let n = opts.iters as u64;
         let mut ok = true;
         let start = Instant::now();
@@ -242,13 +299,24 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
             x.remote_addr = word.addr();
             x.rkey = word.rkey();
             let before = w.load(Ordering::SeqCst);
-            x.compare_add = if op == WrOpcode::AtomicFetchAndAdd { 3 } else { before };
+            x.compare_add = if op == WrOpcode::AtomicFetchAndAdd {
+                3
+            } else {
+                before
+            };
             x.swap = before ^ 0x5555;
             a.qp.post_send(&[x]).map_err(|e| e.1)?;
             expect(&a.cq, 1, name)?;
-            let got = res.atomic_u64(0).map_err(|e| Error::Invalid(e.to_string()))?.load(Ordering::SeqCst);
+            let got = res
+                .atomic_u64(0)
+                .map_err(|e| Error::Invalid(e.to_string()))?
+                .load(Ordering::SeqCst);
             let after = w.load(Ordering::SeqCst);
-            let want_after = if op == WrOpcode::AtomicFetchAndAdd { before + 3 } else { before ^ 0x5555 };
+            let want_after = if op == WrOpcode::AtomicFetchAndAdd {
+                before + 3
+            } else {
+                before ^ 0x5555
+            };
             ok &= got == before && after == want_after;
         }
         rows.push(DemoRow {
@@ -265,7 +333,10 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
 
 /// The table as text.
 pub fn format_table(rows: &[DemoRow]) -> String {
-    let mut s = format!("{:<22} {:>9} {:>7} {:>13} {:>12} {:>9}\n", "operation", "size", "count", "latency(us)", "MB/s", "verified");
+    let mut s = format!(
+        "{:<22} {:>9} {:>7} {:>13} {:>12} {:>9}\n",
+        "operation", "size", "count", "latency(us)", "MB/s", "verified"
+    );
     for r in rows {
         s += &format!(
             "{:<22} {:>9} {:>7} {:>13} {:>12} {:>9}\n",

@@ -257,5 +257,9 @@ fn demo_runs_and_verifies() {
     };
     let rows = uroce_verbs::demo::run(&opts).expect("demo");
     assert_eq!(rows.len(), 6);
-    assert!(rows.iter().all(|r| r.verified), "{}", uroce_verbs::demo::format_table(&rows));
+    assert!(
+        rows.iter().all(|r| r.verified),
+        "{}",
+        uroce_verbs::demo::format_table(&rows)
+    );
 }

@@ -5,7 +5,11 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "uroce", version, about = "Userspace RoCEv2: RDMA verbs without hardware or root")]
+#[command(
+    name = "uroce",
+    version,
+    about = "Userspace RoCEv2: RDMA verbs without hardware or root"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -39,7 +43,13 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Demo { a, b, iters, mib, stats } => {
+        Cmd::Demo {
+            a,
+            b,
+            iters,
+            mib,
+            stats,
+        } => {
             let opts = uroce_verbs::demo::DemoOptions {
                 addrs: (a, b),
                 iters,
@@ -69,7 +79,12 @@ fn main() -> ExitCode {
                 for d in list {
                     let gid = uroce_verbs::provider::qp_attr::gid_of(d.ip());
                     let hex: String = gid.iter().map(|b| format!("{b:02x}")).collect();
-                    println!("{:<10} {:<16} guid {:016x} gid[0] {hex} (RoCE v2)", d.name(), d.ip(), d.guid());
+                    println!(
+                        "{:<10} {:<16} guid {:016x} gid[0] {hex} (RoCE v2)",
+                        d.name(),
+                        d.ip(),
+                        d.guid()
+                    );
                 }
                 ExitCode::SUCCESS
             }
