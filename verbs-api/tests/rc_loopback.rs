@@ -42,58 +42,30 @@ fn end(ip: &str) -> End {
     End { ctx, pd, cq, qp }
 }
 
-fn connect(e: &End, peer_ip: IpAddr, peer_qpn: u32, my_psn: u32, peer_psn: u32) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: ALL,
-        ..QpAttr::default()
-    };
-    e.qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.ah_attr = AddressVector::to_ip(peer_ip);
-    a.path_mtu = Mtu::Mtu1024;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = peer_psn;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    e.qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = my_psn;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    e.qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::SQ_PSN
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
-}
-
 fn pair(a_ip: &str, b_ip: &str) -> (End, End) {
     let a = end(a_ip);
     let b = end(b_ip);
-    connect(&a, b_ip.parse().unwrap(), b.qp.qp_num(), 100, 5000);
-    connect(&b, a_ip.parse().unwrap(), a.qp.qp_num(), 5000, 100);
+    let connect = uroce_verbs::demo::connect_rc;
+    connect(
+        &a.qp,
+        b_ip.parse().unwrap(),
+        b.qp.qp_num(),
+        100,
+        5000,
+        Mtu::Mtu1024,
+        4,
+    )
+    .unwrap();
+    connect(
+        &b.qp,
+        a_ip.parse().unwrap(),
+        a.qp.qp_num(),
+        5000,
+        100,
+        Mtu::Mtu1024,
+        4,
+    )
+    .unwrap();
     (a, b)
 }
 
