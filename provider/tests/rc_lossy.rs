@@ -102,6 +102,12 @@ fn run(seed: u64, faults: Faults) -> (Vec<u8>, Vec<u8>) {
             p.a.counters.snapshot(),
             p.b.counters.snapshot()
         );
+        eprintln!(
+            "net: {:?} sent {} now {:?}",
+            p.net.counters().snapshot(),
+            p.net.packets_sent(),
+            p.net.now()
+        );
         eprintln!("{:#?}", p.net.qp(p.a.id));
     }
     assert_eq!(
@@ -132,13 +138,9 @@ fn run(seed: u64, faults: Faults) -> (Vec<u8>, Vec<u8>) {
     (remote, readback)
 }
 
-/// Work in progress for issue 4 (RC reliability under loss): seeds 0..=6
-/// pass; seed 7 ends in RETRY_EXC_ERR after a storm of go-back-N resends
-/// under 20 us jitter (34 sequence NAKs without progress). Run with
-/// `cargo test -p uroce-provider --test rc_lossy -- --ignored`;
-/// `DEBUG_RC=1 SEED=7` prints the QP state.
+/// A failing seed prints itself; replay it with
+/// `DEBUG_RC=1 SEED=n cargo test -p uroce-provider --test rc_lossy debug_seed -- --ignored`.
 #[test]
-#[ignore = "issue 4: go-back-N under heavy reordering exhausts retries (seed 7)"]
 fn loss_reorder_duplicate_many_seeds() {
     let reference = run(1, Faults::default());
     for seed in 0..20 {

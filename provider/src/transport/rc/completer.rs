@@ -58,14 +58,11 @@ impl RcQp {
                                 return;
                             }
                         }
-                        if self.req.una == before {
-                            // No progress: counts against the retry budget.
-                            if self.req.retry_left == 0 {
-                                self.fail_at(psn, WcStatus::RetryExcErr);
-                                return;
-                            }
-                            self.req.retry_left -= 1;
-                        }
+                        // Unlike a timeout, a sequence NAK proves the path
+                        // and the responder alive: it resends without
+                        // spending the retry budget (which detects dead
+                        // paths). Under heavy reordering go-back-N would
+                        // otherwise exhaust it while making progress.
                         self.req.go_back(psn);
                         self.req.nak_resend = Some((psn, self.req.hwm));
                     }
