@@ -28,8 +28,14 @@ impl CompletionQueue {
     /// overflow (the CQ is then in error, as in verbs).
     pub fn poll(&self, out: &mut [Wc]) -> crate::Result<usize> {
         let n = self.inner.poll(out);
-        if n == 0 && self.inner.overflowed() {
-            return Err(crate::Error::Invalid("completion queue overflowed".into()));
+        if n == 0 {
+            if self.inner.overflowed() {
+                return Err(crate::Error::Invalid("completion queue overflowed".into()));
+            }
+            // An empty poll gives the CPU away: busy-polling applications
+            // would otherwise starve the engine threads that produce their
+            // completions when threads outnumber cores.
+            std::thread::yield_now();
         }
         Ok(n)
     }

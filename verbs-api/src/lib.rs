@@ -23,6 +23,7 @@ pub mod demo;
 mod device;
 mod error;
 mod pd;
+pub mod pingpong;
 mod qp;
 
 pub use cq::CompletionQueue;

@@ -36,7 +36,7 @@ pub use device::DeviceConfig;
 
 /// How long the engine spins without work before it blocks. Short: on a
 /// 2-core machine the application and a peer engine need the CPU.
-const SPIN_NS: u64 = 20_000;
+const SPIN_NS: u64 = 200_000;
 /// Largest datagram the engine handles.
 const MAX_DATAGRAM: usize = 4096 + 256;
 
@@ -239,7 +239,9 @@ impl Worker {
             let now = self.now();
             let since = *idle_since.get_or_insert(now);
             if now.0 - since.0 < SPIN_NS {
-                std::hint::spin_loop();
+                // Yielding while spinning lets the application (and a peer
+                // engine) run when threads outnumber cores.
+                std::thread::yield_now();
                 continue;
             }
             // Block until a packet, a doorbell or the next deadline.

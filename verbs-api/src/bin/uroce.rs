@@ -38,6 +38,104 @@ enum Cmd {
     },
     /// List the configured devices (UROCE_DEVICES) with their GIDs.
     Devices,
+    /// rdma-core's ibv_rc_pingpong on uroce: same options, exchange and output.
+    #[command(name = "rc-pingpong")]
+    RcPingpong(PingPongArgs),
+}
+
+#[derive(clap::Args)]
+struct PingPongArgs {
+    /// Connect to the server at this host (no host: be the server).
+    server: Option<String>,
+    /// Listen on/connect to this TCP port.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    /// Use this device (default: the first one).
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Use this port of the device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// Size of the message to exchange.
+    #[arg(short = 's', long, default_value_t = 4096)]
+    size: usize,
+    /// Path MTU.
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    mtu: u32,
+    /// Number of receives to post at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    rx_depth: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long, default_value_t = 1000)]
+    iters: u32,
+    /// Service level.
+    #[arg(short = 'l', long, default_value_t = 0)]
+    sl: u8,
+    /// Sleep while waiting for completions (default: poll).
+    #[arg(short = 'e', long)]
+    events: bool,
+    /// Local port GID index.
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u32>,
+    /// Validate the received buffer.
+    #[arg(short = 'c', long)]
+    chk: bool,
+    /// On-demand paging (not supported).
+    #[arg(short = 'o', long)]
+    odp: bool,
+    /// Implicit on-demand paging (not supported).
+    #[arg(short = 'O', long)]
+    iodp: bool,
+    /// Prefetch an ODP MR (not supported).
+    #[arg(short = 'P', long)]
+    prefetch: bool,
+    /// Completion timestamps (not supported).
+    #[arg(short = 't', long)]
+    ts: bool,
+    /// Device memory (not supported).
+    #[arg(short = 'j', long)]
+    dm: bool,
+    /// New post-send API (not supported).
+    #[arg(short = 'N', long = "new_send")]
+    new_send: bool,
+}
+
+fn rc_pingpong(a: PingPongArgs) -> ExitCode {
+    for (set, what) in [
+        (a.odp, "-o (on-demand paging)"),
+        (a.iodp, "-O (implicit on-demand paging)"),
+        (a.prefetch, "-P (ODP prefetch)"),
+        (a.ts, "-t (completion timestamps)"),
+        (a.dm, "-j (device memory)"),
+        (a.new_send, "-N (new post send API)"),
+    ] {
+        if set {
+            eprintln!("uroce rc-pingpong: {what} is not supported by uroce");
+            return ExitCode::FAILURE;
+        }
+    }
+    let o = uroce_verbs::pingpong::PingPongOptions {
+        server: a.server,
+        port: a.port,
+        ib_dev: a.ib_dev,
+        ib_port: a.ib_port,
+        size: a.size,
+        mtu: a.mtu,
+        rx_depth: a.rx_depth,
+        iters: a.iters,
+        sl: a.sl,
+        events: a.events,
+        gid_idx: a.gid_idx,
+        chk: a.chk,
+    };
+    match uroce_verbs::pingpong::run(&o) {
+        Ok(r) if r.invalid_pages == 0 => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -74,6 +172,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::RcPingpong(a) => rc_pingpong(a),
         Cmd::Devices => match uroce_verbs::devices() {
             Ok(list) => {
                 for d in list {
