@@ -1,0 +1,375 @@
+//! Scripted loss scenarios on the simulated network (IBA 9.7 reliability
+//! rules), each read as a script: what is dropped, what must happen.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use uroce_provider::memory::MrInner;
+use uroce_provider::net::sim::{Faults, Verdict, Wire};
+use uroce_provider::testing::{PairParams, RcPair};
+use uroce_provider::types::*;
+use uroce_wire::{Opcode, Operation};
+
+const SEC: u64 = 1_000_000_000;
+const ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+
+fn pair() -> RcPair {
+    RcPair::new(
+        1,
+        Faults::default(),
+        PairParams {
+            timeout: 10,
+            ..Default::default()
+        },
+    )
+}
+
+fn sge(mr: &Arc<MrInner>, off: u64, len: u32) -> Sge {
+    Sge {
+        addr: mr.iova() + off,
+        length: len,
+        lkey: mr.lkey(),
+    }
+}
+
+fn wr(id: u64, op: WrOpcode, sges: &[Sge]) -> SendWr {
+    let mut w = SendWr::new(id, op);
+    w.flags = SendFlags::SIGNALED;
+    w.sg_list = sges.iter().copied().collect();
+    w
+}
+
+fn data(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 13 + 1) as u8).collect()
+}
+
+/// Drops the `nth` (0-based) packet with opcode `op`, once; records every
+/// packet's opcode.
+fn drop_nth(p: &mut RcPair, op: Opcode, nth: usize) -> Arc<Mutex<Vec<Opcode>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let mut count = 0;
+    p.net.set_filter(move |w: &Wire<'_>| {
+        let o = w.pkt.headers.bth.opcode;
+        s.lock().unwrap().push(o);
+        if o == op {
+            count += 1;
+            if count == nth + 1 {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    });
+    seen
+}
+
+fn send_5_packets(p: &mut RcPair) -> (Arc<MrInner>, Vec<u8>) {
+    let src = p.mr(true, 5000, ALL);
+    let dst = p.mr(false, 5000, ALL);
+    let d = data(5000);
+    src.write(0, &d).unwrap();
+    p.post_recv(false, 9, &[sge(&dst, 0, 5000)]);
+    p.post_send(true, wr(1, WrOpcode::Send, &[sge(&src, 0, 5000)]));
+    (dst, d)
+}
+
+fn assert_one_success(p: &mut RcPair) {
+    let s = p.wait(true, true, 1, 10 * SEC);
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].status, WcStatus::Success);
+    let r = p.wait(false, false, 1, SEC);
+    assert_eq!(r.len(), 1, "exactly one receive completion");
+    assert_eq!(r[0].status, WcStatus::Success);
+    p.settle(SEC);
+    assert!(
+        p.a.send_cq.is_empty() && p.b.recv_cq.is_empty(),
+        "nothing completes twice"
+    );
+}
+
+#[test]
+fn lost_first_middle_last_packet() {
+    for (op, nth) in [
+        (Opcode::RC_SEND_FIRST, 0),
+        (Opcode::RC_SEND_MIDDLE, 1),
+        (Opcode::RC_SEND_LAST, 0),
+    ] {
+        let mut p = pair();
+        drop_nth(&mut p, op, nth);
+        let (dst, d) = send_5_packets(&mut p);
+        assert_one_success(&mut p);
+        let mut got = vec![0u8; 5000];
+        dst.read(0, &mut got).unwrap();
+        assert_eq!(got, d, "{op}");
+        let b = p.b.counters.snapshot();
+        if op != Opcode::RC_SEND_LAST {
+            // The packet after the gap is out of sequence: exactly one NAK.
+            assert_eq!(b.seq_naks_sent, 1, "{op}: one NAK per gap");
+            assert_eq!(p.a.counters.snapshot().seq_naks_rcvd, 1);
+        } else {
+            // Nothing follows a lost LAST: the requester times out.
+            assert_eq!(p.a.counters.snapshot().retry_timeouts, 1);
+        }
+    }
+}
+
+#[test]
+fn lost_ack_resend_is_acked_without_executing_again() {
+    let mut p = pair();
+    drop_nth(&mut p, Opcode::RC_ACKNOWLEDGE, 0);
+    let (_dst, _) = send_5_packets(&mut p);
+    assert_one_success(&mut p);
+    assert!(p.b.counters.snapshot().duplicate_requests >= 1);
+    assert_eq!(p.a.counters.snapshot().retry_timeouts, 1);
+}
+
+#[test]
+fn retransmissions_are_byte_identical() {
+    let mut p = pair();
+    let sent: Arc<Mutex<Vec<(u32, Vec<u8>)>>> = Arc::default();
+    let s = sent.clone();
+    let mut dropped = false;
+    p.net.set_filter(move |w: &Wire<'_>| {
+        if w.pkt.info.is_request {
+            s.lock()
+                .unwrap()
+                .push((w.pkt.headers.bth.psn.value(), w.pkt.bytes.to_vec()));
+        }
+        if w.pkt.headers.bth.opcode == Opcode::RC_ACKNOWLEDGE && !dropped {
+            dropped = true;
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    });
+    send_5_packets(&mut p);
+    assert_one_success(&mut p);
+    let sent = sent.lock().unwrap();
+    assert!(sent.len() > 5, "something was resent");
+    for (psn, bytes) in sent.iter() {
+        let first = sent.iter().find(|(q, _)| q == psn).unwrap();
+        assert_eq!(&first.1, bytes, "resend of PSN {psn:#x} differs");
+    }
+}
+
+#[test]
+fn lost_read_response_is_rerequested_for_the_rest() {
+    let mut p = pair();
+    let remote = p.mr(false, 5000, ALL);
+    let local = p.mr(true, 5000, ALL);
+    let d = data(5000);
+    remote.write(0, &d).unwrap();
+    let reads = Arc::new(Mutex::new(Vec::new()));
+    let r2 = reads.clone();
+    let mut n = 0;
+    p.net.set_filter(move |w: &Wire<'_>| {
+        let h = &w.pkt.headers;
+        if h.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
+            r2.lock()
+                .unwrap()
+                .push((h.bth.psn.value(), h.reth.unwrap().dma_len));
+        }
+        if w.pkt.info.operation == Operation::RdmaReadResponse {
+            n += 1;
+            if n == 3 {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    });
+    let mut w = wr(1, WrOpcode::RdmaRead, &[sge(&local, 0, 5000)]);
+    w.remote_addr = remote.iova();
+    w.rkey = remote.rkey();
+    p.post_send(true, w);
+    let s = p.wait(true, true, 1, 10 * SEC);
+    assert_eq!(s[0].status, WcStatus::Success);
+    let mut got = vec![0u8; 5000];
+    local.read(0, &mut got).unwrap();
+    assert_eq!(got, d);
+    let reads = reads.lock().unwrap();
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    // The second request asks for what is missing: from the 3rd response on.
+    assert_eq!(reads[1].0, (reads[0].0 + 2) & 0xff_ffff);
+    assert_eq!(reads[1].1, 5000 - 2 * 1024);
+}
+
+#[test]
+fn duplicate_atomic_is_answered_from_the_replay_cache() {
+    let mut p = pair();
+    let word = p.mr(false, 8, ALL);
+    let res = p.mr(true, 8, ALL);
+    word.atomic_u64(0).unwrap().store(10, Ordering::SeqCst);
+    // Lose the first atomic ACK: the requester resends the request, the
+    // responder must answer from its cache and not add again.
+    drop_nth(&mut p, Opcode::RC_ATOMIC_ACKNOWLEDGE, 0);
+    let mut w = wr(1, WrOpcode::AtomicFetchAndAdd, &[sge(&res, 0, 8)]);
+    w.remote_addr = word.iova();
+    w.rkey = word.rkey();
+    w.compare_add = 5;
+    p.post_send(true, w);
+    let s = p.wait(true, true, 1, 10 * SEC);
+    assert_eq!(s[0].status, WcStatus::Success);
+    assert_eq!(
+        word.atomic_u64(0).unwrap().load(Ordering::SeqCst),
+        15,
+        "executed once"
+    );
+    assert_eq!(
+        res.atomic_u64(0).unwrap().load(Ordering::SeqCst),
+        10,
+        "original value replayed"
+    );
+    assert_eq!(p.b.counters.snapshot().duplicate_requests, 1);
+}
+
+#[test]
+fn duplicated_packets_change_nothing() {
+    let mut p = pair();
+    p.net.set_filter(|_: &Wire<'_>| Verdict::Duplicate);
+    let word = p.mr(false, 8, ALL);
+    let res = p.mr(true, 8, ALL);
+    let (dst, d) = send_5_packets(&mut p);
+    let mut w = wr(2, WrOpcode::AtomicFetchAndAdd, &[sge(&res, 0, 8)]);
+    w.remote_addr = word.iova();
+    w.rkey = word.rkey();
+    w.compare_add = 1;
+    p.post_send(true, w);
+    let s = p.wait(true, true, 2, 10 * SEC);
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(p.wait(false, false, 1, SEC).len(), 1);
+    p.settle(SEC);
+    assert!(p.b.recv_cq.is_empty() && p.a.send_cq.is_empty());
+    assert_eq!(word.atomic_u64(0).unwrap().load(Ordering::SeqCst), 1);
+    let mut got = vec![0u8; 5000];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got, d);
+}
+
+#[test]
+fn rnr_retry_exhausted() {
+    let mut p = RcPair::new(
+        1,
+        Faults::default(),
+        PairParams {
+            rnr_retry: 2,
+            min_rnr_timer: 1,
+            ..Default::default()
+        },
+    );
+    let src = p.mr(true, 8, ALL);
+    p.post_send(true, wr(1, WrOpcode::Send, &[sge(&src, 0, 8)]));
+    p.post_send(true, wr(2, WrOpcode::Send, &[sge(&src, 0, 8)]));
+    let s = p.wait(true, true, 2, 10 * SEC);
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(
+        p.b.counters.snapshot().rnr_naks_sent,
+        3,
+        "first try + 2 retries"
+    );
+}
+
+#[test]
+fn rnr_waits_the_coded_time() {
+    // min_rnr_timer 14 = 1.28 ms: the resend comes no earlier.
+    let mut p = RcPair::new(
+        1,
+        Faults::default(),
+        PairParams {
+            min_rnr_timer: 14,
+            ..Default::default()
+        },
+    );
+    let src = p.mr(true, 8, ALL);
+    let dst = p.mr(false, 8, ALL);
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let t2 = times.clone();
+    p.post_send(true, wr(1, WrOpcode::Send, &[sge(&src, 0, 8)]));
+    p.net.set_filter(move |w: &Wire<'_>| {
+        if w.pkt.info.is_request {
+            t2.lock().unwrap().push(w.index);
+        }
+        Verdict::Pass
+    });
+    p.net.run_until(1_000_000, |_| false); // 1 ms: RNR NAKed, not resent yet
+    assert_eq!(times.lock().unwrap().len(), 1, "no resend before 1.28 ms");
+    p.post_recv(false, 1, &[sge(&dst, 0, 8)]);
+    assert_eq!(p.wait(true, true, 1, SEC)[0].status, WcStatus::Success);
+    assert_eq!(times.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn retry_exhausted_on_a_dead_path() {
+    let mut p = RcPair::new(
+        1,
+        Faults::default(),
+        PairParams {
+            retry_cnt: 3,
+            timeout: 8,
+            ..Default::default()
+        },
+    );
+    p.net.set_filter(|w: &Wire<'_>| {
+        if w.pkt.info.is_request {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+    let src = p.mr(true, 8, ALL);
+    p.post_send(true, wr(1, WrOpcode::Send, &[sge(&src, 0, 8)]));
+    p.post_send(true, wr(2, WrOpcode::Send, &[sge(&src, 0, 8)]));
+    let start = p.net.now();
+    let s = p.wait(true, true, 2, 10 * SEC);
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    let a = p.a.counters.snapshot();
+    assert_eq!(a.retry_timeouts, 4, "first try + 3 retries");
+    // 4 timeouts of 4.096 us * 2^8 each.
+    let elapsed = p.net.now().0 - start.0;
+    assert!(elapsed >= 4 * 4096 * 256, "{elapsed}");
+}
+
+#[test]
+fn psn_wrap_under_loss() {
+    let mut p = RcPair::new(
+        3,
+        Faults {
+            loss: 0.05,
+            ..Faults::default()
+        },
+        PairParams {
+            psn: 0xff_ffe0,
+            timeout: 8,
+            ..Default::default()
+        },
+    );
+    let src = p.mr(true, 4096, ALL);
+    let dst = p.mr(false, 4096 * 100, ALL);
+    src.write(0, &data(4096)).unwrap();
+    for i in 0..100u64 {
+        let mut w = wr(i, WrOpcode::RdmaWrite, &[sge(&src, 0, 4096)]);
+        w.remote_addr = dst.iova() + i * 4096;
+        w.rkey = dst.rkey();
+        p.post_send(true, w);
+    }
+    let s = p.wait(true, true, 100, 100 * SEC);
+    assert_eq!(s.len(), 100);
+    assert!(s
+        .iter()
+        .enumerate()
+        .all(|(i, w)| w.wr_id == i as u64 && w.status == WcStatus::Success));
+    for i in 0..100 {
+        let mut got = vec![0u8; 4096];
+        dst.read(i * 4096, &mut got).unwrap();
+        assert_eq!(got, data(4096));
+    }
+}
