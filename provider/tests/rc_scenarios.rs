@@ -373,3 +373,134 @@ fn psn_wrap_under_loss() {
         assert_eq!(got, data(4096));
     }
 }
+
+/// A valid RC SEND_ONLY to `dqpn` from `src` to `dst` with the given PSN
+/// and P_Key, ICRC computed as our engine's socket header.
+fn forged_send(
+    src: std::net::IpAddr,
+    dst: std::net::IpAddr,
+    dqpn: u32,
+    psn: u32,
+    pkey: u16,
+) -> Vec<u8> {
+    use uroce_wire::icrc::IpContext;
+    use uroce_wire::packet::{emit, Headers};
+    use uroce_wire::{BthRepr, Psn};
+    let h = Headers::new(BthRepr {
+        opcode: Opcode::RC_SEND_ONLY,
+        pkey,
+        dest_qp: dqpn,
+        psn: Psn::new(psn),
+        ack_req: true,
+        ..BthRepr::default()
+    });
+    let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (src, dst) else {
+        unreachable!()
+    };
+    let mut buf = vec![0u8; 128];
+    let n = emit(
+        &h,
+        b"evil",
+        &mut buf,
+        &IpContext::for_socket_v4(s, d, 4791, 4791),
+    )
+    .unwrap();
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn bad_packets_are_dropped_and_counted_never_acted_on() {
+    let mut p = pair();
+    let dst = p.mr(false, 64, ALL);
+    p.post_recv(false, 1, &[sge(&dst, 0, 64)]);
+    let (a, b) = (p.a.ip, p.b.ip);
+    let epsn = p.net.qp(p.b.id).attr().rq_psn;
+    let bqpn = p.b.qpn;
+    // Bad ICRC.
+    let mut bad = forged_send(a, b, bqpn, epsn, 0xffff);
+    let n = bad.len();
+    bad[n - 1] ^= 0x40;
+    p.net.inject(a, b, bad);
+    // Unknown destination QP.
+    p.net
+        .inject(a, b, forged_send(a, b, bqpn ^ 0x5a5a, epsn, 0xffff));
+    // Wrong P_Key.
+    p.net.inject(a, b, forged_send(a, b, bqpn, epsn, 0x1234));
+    // Right everything, but from an address that is not the connected peer.
+    let stranger: std::net::IpAddr = "10.0.0.9".parse().unwrap();
+    p.net
+        .inject(stranger, b, forged_send(stranger, b, bqpn, epsn, 0xffff));
+    p.settle(SEC);
+    let net = p.net.counters().snapshot();
+    assert_eq!(net.icrc_errors, 1);
+    assert_eq!(net.dropped_pkts, 1, "unknown QP");
+    assert_eq!(
+        p.b.counters.snapshot().dropped_pkts,
+        2,
+        "wrong P_Key, wrong peer"
+    );
+    assert!(p.b.recv_cq.is_empty(), "nothing was executed");
+    assert_eq!(p.net.qp(p.b.id).attr().rq_psn, epsn);
+    // The real peer's SEND still lands in the untouched receive WR.
+    let src = p.mr(true, 8, ALL);
+    src.write(0, b"goodgood").unwrap();
+    p.post_send(true, wr(1, WrOpcode::Send, &[sge(&src, 0, 8)]));
+    assert_eq!(p.wait(false, false, 1, SEC)[0].byte_len, 8);
+}
+
+#[test]
+fn wrong_state_drops() {
+    let mut p = pair();
+    let (a, b) = (p.a.ip, p.b.ip);
+    let epsn = p.net.qp(p.b.id).attr().rq_psn;
+    let bqpn = p.b.qpn;
+    let err = uroce_provider::qp_attr::QpAttr {
+        qp_state: QpState::Err,
+        ..Default::default()
+    };
+    p.net
+        .qp(p.b.id)
+        .modify(&err, uroce_provider::qp_attr::AttrMask::STATE)
+        .unwrap();
+    p.net.inject(a, b, forged_send(a, b, bqpn, epsn, 0xffff));
+    p.settle(SEC);
+    assert_eq!(p.b.counters.snapshot().dropped_pkts, 1);
+}
+
+#[test]
+fn reset_and_reuse_after_error() {
+    use uroce_provider::qp_attr::{AttrMask, QpAttr};
+    use uroce_provider::testing::connect;
+    let mut p = pair();
+    let src = p.mr(true, 64, ALL);
+    let dst = p.mr(false, 64, ALL);
+    // A bad rkey puts both QPs in ERR.
+    let mut w = wr(1, WrOpcode::RdmaWrite, &[sge(&src, 0, 8)]);
+    w.remote_addr = dst.iova();
+    w.rkey = 0x1234_5678;
+    p.post_send(true, w);
+    assert_eq!(p.wait(true, true, 1, SEC)[0].status, WcStatus::RemAccessErr);
+    p.settle(SEC);
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    let params = PairParams::default();
+    let (aip, bip, aqpn, bqpn) = (p.a.ip, p.b.ip, p.a.qpn, p.b.qpn);
+    for (id, peer, dq, rq, sq) in [(p.a.id, bip, bqpn, 500, 700), (p.b.id, aip, aqpn, 700, 500)] {
+        let qp = p.net.qp(id);
+        qp.modify(&reset, AttrMask::STATE).unwrap();
+        assert_eq!(qp.state(), QpState::Reset);
+        connect(qp, peer, dq, rq, sq, &params);
+    }
+    p.post_recv(false, 3, &[sge(&dst, 0, 64)]);
+    src.write(0, b"again!!!").unwrap();
+    p.post_send(true, wr(2, WrOpcode::Send, &[sge(&src, 0, 8)]));
+    assert_eq!(p.wait(true, true, 1, SEC)[0].status, WcStatus::Success);
+    let r = p.wait(false, false, 1, SEC);
+    assert_eq!((r[0].wr_id, r[0].status), (3, WcStatus::Success));
+    let mut got = [0u8; 8];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"again!!!");
+}

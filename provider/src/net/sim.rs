@@ -149,6 +149,12 @@ impl SimNet {
     pub fn qp(&mut self, id: QpId) -> &mut RcQp {
         &mut self.qps[id].1
     }
+    /// Puts a packet of our own making on the wire (a hostile or broken
+    /// peer), delivered after the usual delay.
+    pub fn inject(&mut self, src: IpAddr, dst: IpAddr, bytes: Vec<u8>) {
+        self.launch(src, dst, bytes);
+    }
+
     /// Packets sent so far.
     pub fn packets_sent(&self) -> u64 {
         self.sent
