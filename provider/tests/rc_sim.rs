@@ -515,3 +515,34 @@ fn many_messages_in_order_with_wrap() {
     }
     assert_eq!(p.wait(false, false, 100, SEC).len(), 100);
 }
+
+#[test]
+fn read_never_sees_a_later_write() {
+    // A READ and a WRITE to the same bytes, posted back to back (no fence):
+    // the responder executes in order, so the READ returns the old bytes
+    // even though its responses are still going out when the WRITE arrives.
+    let mut p = RcPair::new(15, Faults::default(), PairParams::default());
+    // 8 KiB: small enough that the WRITE goes out at once behind the READ.
+    const N: usize = 8 << 10;
+    let remote = p.mr(false, N, ALL);
+    let local = p.mr(true, N, ALL);
+    let src = p.mr(true, N, ALL);
+    fill(&remote, &pattern(N, 1));
+    fill(&src, &pattern(N, 2));
+    let mut r = wr(1, WrOpcode::RdmaRead, &[sge(&local, 0, N as u32)]);
+    r.remote_addr = remote.iova();
+    r.rkey = remote.rkey();
+    let mut w = wr(2, WrOpcode::RdmaWrite, &[sge(&src, 0, N as u32)]);
+    w.remote_addr = remote.iova();
+    w.rkey = remote.rkey();
+    p.post_send(true, r);
+    p.post_send(true, w);
+    let s = p.wait(true, true, 2, 10 * SEC);
+    assert!(s.iter().all(|w| w.status == WcStatus::Success), "{s:?}");
+    assert_eq!(
+        contents(&local, 0, N),
+        pattern(N, 1),
+        "READ saw the later WRITE"
+    );
+    assert_eq!(contents(&remote, 0, N), pattern(N, 2));
+}

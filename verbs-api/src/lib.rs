@@ -25,6 +25,7 @@ mod error;
 mod pd;
 pub mod pingpong;
 mod qp;
+pub mod stress;
 
 pub use cq::CompletionQueue;
 pub use device::{devices, Context, Device, DeviceAttr, GidEntry, PortAttr};

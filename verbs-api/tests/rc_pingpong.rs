@@ -124,3 +124,47 @@ fn unsupported_options_are_refused() {
         );
     }
 }
+
+#[test]
+fn rc_stress_two_processes_every_operation_verified() {
+    let port = 19150u16;
+    let server = uroce()
+        .env("UROCE_DEVICES", "srv=127.10.6.2")
+        .args(["rc-stress", "-p", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(port);
+    let client = uroce()
+        .env("UROCE_DEVICES", "cli=127.10.6.1")
+        .args([
+            "rc-stress",
+            "-p",
+            &port.to_string(),
+            "-n",
+            "3000",
+            "-m",
+            "1024",
+            "127.10.6.2",
+        ])
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    let c = String::from_utf8_lossy(&client.stdout);
+    let s = String::from_utf8_lossy(&server.stdout);
+    assert!(
+        client.status.success(),
+        "{c}{}",
+        String::from_utf8_lossy(&client.stderr)
+    );
+    assert!(
+        server.status.success(),
+        "{s}{}",
+        String::from_utf8_lossy(&server.stderr)
+    );
+    assert!(
+        c.contains(", 0 errors") && s.contains(", 0 errors"),
+        "{c}{s}"
+    );
+}

@@ -38,6 +38,29 @@ enum Cmd {
     },
     /// List the configured devices (UROCE_DEVICES) with their GIDs.
     Devices,
+    /// Every RC operation between two processes or hosts, every byte
+    /// verified: run the server first, then the client with the server's
+    /// address.
+    #[command(name = "rc-stress")]
+    RcStress {
+        /// Server to connect to (no host: be the server).
+        server: Option<String>,
+        /// TCP port of the exchange.
+        #[arg(short = 'p', long, default_value_t = 18516)]
+        port: u16,
+        /// Device (default: the first configured).
+        #[arg(short = 'd', long = "ib-dev")]
+        ib_dev: Option<String>,
+        /// Messages to send (client).
+        #[arg(short = 'n', long, default_value_t = 10000)]
+        messages: u64,
+        /// Seed of the operation mix (client).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Path MTU.
+        #[arg(short = 'm', long, default_value_t = 1024)]
+        mtu: u32,
+    },
     /// rdma-core's ibv_rc_pingpong on uroce: same options, exchange and output.
     #[command(name = "rc-pingpong")]
     RcPingpong(PingPongArgs),
@@ -173,6 +196,52 @@ fn main() -> ExitCode {
             }
         }
         Cmd::RcPingpong(a) => rc_pingpong(a),
+        Cmd::RcStress {
+            server,
+            port,
+            ib_dev,
+            messages,
+            seed,
+            mtu,
+        } => {
+            let o = uroce_verbs::stress::StressOptions {
+                server,
+                port,
+                ib_dev,
+                messages,
+                seed,
+                mtu,
+            };
+            let start = std::time::Instant::now();
+            let r = if o.server.is_some() {
+                uroce_verbs::stress::drive(&o)
+            } else {
+                uroce_verbs::stress::serve(&o)
+            };
+            match r {
+                Ok(r) => {
+                    println!(
+                        "rc-stress: {} sends, {} writes, {} reads, {} atomics, {} bytes in {:.2} s, {} errors",
+                        r.sends,
+                        r.writes,
+                        r.reads,
+                        r.atomics,
+                        r.bytes,
+                        start.elapsed().as_secs_f64(),
+                        r.errors
+                    );
+                    if r.errors == 0 {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("uroce rc-stress: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Cmd::Devices => match uroce_verbs::devices() {
             Ok(list) => {
                 for d in list {

@@ -189,6 +189,8 @@ impl RcQp {
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if self.state == QpState::Err {
             self.flush_new();
+        } else {
+            self.run_deferred(now);
         }
         let t = match self.transmit_response(buf) {
             Some(len) => Some(len),

@@ -69,6 +69,10 @@ pub(super) struct Responder {
     nak_sent: bool,
     /// Recent atomic results by request PSN.
     atomics: VecDeque<(Psn, u64)>,
+    /// Requests that arrived while READ responses were still being sent:
+    /// executed after them, so that a READ never sees a later WRITE or
+    /// atomic (the responder executes in order, as rxe does).
+    deferred: VecDeque<Vec<u8>>,
 }
 
 impl Responder {
@@ -76,7 +80,11 @@ impl Responder {
         self.epsn = psn;
     }
     pub fn has_output(&self) -> bool {
-        !self.out.is_empty()
+        !self.out.is_empty() || (!self.deferred.is_empty() && !self.reads_pending())
+    }
+    /// READ responses still to be sent.
+    fn reads_pending(&self) -> bool {
+        self.out.iter().any(|i| matches!(i, RespItem::Read { .. }))
     }
     /// Drops the message in progress; returns its receive WR, if any.
     pub fn abort_current(&mut self) -> Option<u64> {
@@ -89,6 +97,7 @@ impl Responder {
     /// ACKs and NAKs so the peer still learns what happened.
     pub fn drop_reads(&mut self) {
         self.out.retain(|i| matches!(i, RespItem::Ack { .. }));
+        self.deferred.clear();
     }
     fn push_ack(&mut self, psn: Psn, syndrome: AethSyndrome, msn: u32) {
         // Coalesce: a newer positive ACK replaces an older one at the tail.
@@ -109,11 +118,22 @@ impl Responder {
 const ACK: AethSyndrome = AethSyndrome::Ack {
     credits: CREDITS_INVALID,
 };
+/// Requests held back behind READ responses at most (more are dropped and
+/// resent by the requester).
+const MAX_DEFERRED: usize = 1024;
 
 impl RcQp {
     pub(super) fn handle_request(&mut self, _now: Nanos, pkt: &ParsedPacket<'_>) {
         if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             Counters::inc(&self.cfg.counters.dropped_pkts);
+            return;
+        }
+        if self.resp.reads_pending() || !self.resp.deferred.is_empty() {
+            if self.resp.deferred.len() < MAX_DEFERRED {
+                self.resp.deferred.push_back(pkt.bytes.to_vec());
+            } else {
+                Counters::inc(&self.cfg.counters.dropped_pkts);
+            }
             return;
         }
         let psn = pkt.headers.bth.psn;
@@ -473,6 +493,23 @@ impl RcQp {
     fn complete_recv_error(&mut self, wr_id: u64, status: WcStatus) {
         let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.cfg.qpn);
         self.complete(false, wc);
+    }
+
+    /// Executes requests held back behind READ responses, once those are
+    /// all sent (until another READ holds the rest back).
+    pub(super) fn run_deferred(&mut self, now: Nanos) {
+        while !self.resp.reads_pending() {
+            let Some(bytes) = self.resp.deferred.pop_front() else {
+                break;
+            };
+            if let Ok(pkt) = uroce_wire::packet::parse(&bytes) {
+                // Already checked (ICRC, peer, P_Key) when it arrived.
+                let rest = std::mem::take(&mut self.resp.deferred);
+                self.handle_request(now, &pkt);
+                // handle_request deferred nothing: no READ was pending.
+                self.resp.deferred = rest;
+            }
+        }
     }
 
     /// Produces the next response packet (ACK/NAK, READ response, atomic
