@@ -150,6 +150,7 @@ fn loss_reorder_duplicate_many_seeds() {
             corrupt: 0.01,
             delay_ns: 5_000,
             jitter_ns: 20_000,
+            ..Faults::default()
         };
         let got = run(seed, f);
         assert!(
@@ -172,6 +173,7 @@ fn debug_seed() {
         corrupt: 0.01,
         delay_ns: 5_000,
         jitter_ns: 20_000,
+        ..Faults::default()
     };
     run(seed, f);
 }

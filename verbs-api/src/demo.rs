@@ -170,8 +170,17 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Runs the demo; returns the table rows.
-pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
+/// What the demo measured.
+#[derive(Debug, Clone)]
+pub struct DemoReport {
+    /// The table.
+    pub rows: Vec<DemoRow>,
+    /// Counters of the two devices at the end.
+    pub counters: [(String, CounterSnapshot); 2],
+}
+
+/// Runs the demo.
+pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
     let a = open(opts.addrs.0, "uroce0")?;
     let b = open(opts.addrs.1, "uroce1")?;
     let mtu = a
@@ -328,7 +337,22 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<DemoRow>> {
             verified: ok,
         });
     }
-    Ok(rows)
+    Ok(DemoReport {
+        rows,
+        counters: [
+            ("uroce0".into(), a.ctx.counters()),
+            ("uroce1".into(), b.ctx.counters()),
+        ],
+    })
+}
+
+/// The counters of both devices side by side.
+pub fn format_counters(c: &[(String, CounterSnapshot); 2]) -> String {
+    let mut s = format!("{:<20} {:>12} {:>12}\n", "counter", c[0].0, c[1].0);
+    for ((name, a), (_, b)) in c[0].1.entries().into_iter().zip(c[1].1.entries()) {
+        s += &format!("{name:<20} {a:>12} {b:>12}\n");
+    }
+    s
 }
 
 /// The table as text.

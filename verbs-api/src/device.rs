@@ -268,4 +268,10 @@ impl Context {
     pub fn counters(&self) -> CounterSnapshot {
         self.inner.engine.counters().snapshot()
     }
+    /// Injects loss, duplication, corruption, delay and reordering into
+    /// everything this device sends (`None`: a clean network). The
+    /// environment variable `UROCE_FAULTS` does the same from the start.
+    pub fn set_faults(&self, faults: Option<uroce_provider::net::faults::Faults>) -> Result<()> {
+        Ok(self.inner.engine.set_faults(faults)?)
+    }
 }

@@ -33,6 +33,8 @@ pub use error::{Error, Result};
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{QpInitAttr, QueuePair};
 pub use uroce_provider as provider;
+pub use uroce_provider::counters::CounterSnapshot;
+pub use uroce_provider::net::faults::Faults;
 pub use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
 pub use uroce_provider::types::{
     Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Wc, WcFlags, WcOpcode, WcStatus,

@@ -1,7 +1,6 @@
 //! RC over real UDP between two devices on loopback addresses, in one
 //! process: every operation, data verified byte for byte.
 
-use std::net::IpAddr;
 use std::time::Duration;
 use uroce_verbs::*;
 
@@ -227,11 +226,48 @@ fn demo_runs_and_verifies() {
         bulk_bytes: 8 << 20,
         msg_size: 1 << 20,
     };
-    let rows = uroce_verbs::demo::run(&opts).expect("demo");
+    let rows = uroce_verbs::demo::run(&opts).expect("demo").rows;
     assert_eq!(rows.len(), 6);
     assert!(
         rows.iter().all(|r| r.verified),
         "{}",
         uroce_verbs::demo::format_table(&rows)
+    );
+}
+
+#[test]
+fn injected_faults_over_udp_are_recovered() {
+    let (a, b) = pair("127.10.7.1", "127.10.7.2");
+    let f = Faults {
+        loss: 0.05,
+        duplicate: 0.02,
+        corrupt: 0.01,
+        reorder: 0.1,
+        reorder_ns: 50_000,
+        seed: 3,
+        ..Faults::default()
+    };
+    a.ctx.set_faults(Some(f)).unwrap();
+    b.ctx.set_faults(Some(Faults { seed: 4, ..f })).unwrap();
+    let src = a.pd.alloc_mr(1 << 20, ALL).unwrap();
+    let dst = b.pd.alloc_mr(1 << 20, ALL).unwrap();
+    let back = a.pd.alloc_mr(1 << 20, ALL).unwrap();
+    let data = pattern(1 << 20, 5);
+    src.write(0, &data).unwrap();
+    let mut w = signaled(1, WrOpcode::RdmaWrite, &[src.sge(0, 1 << 20)]);
+    w.remote_addr = dst.addr();
+    w.rkey = dst.rkey();
+    let mut r = signaled(2, WrOpcode::RdmaRead, &[back.sge(0, 1 << 20)]);
+    r.remote_addr = dst.addr();
+    r.rkey = dst.rkey();
+    a.qp.post_send(&[w, r]).unwrap();
+    let s = a.cq.wait(2, T);
+    assert!(s.iter().all(|w| w.status == WcStatus::Success), "{s:?}");
+    assert_eq!(back.to_vec(0, 1 << 20).unwrap(), data);
+    let (ca, cb) = (a.ctx.counters(), b.ctx.counters());
+    assert!(ca.retransmits > 0, "{ca:?}");
+    assert!(
+        ca.icrc_errors + cb.icrc_errors > 0,
+        "corrupted packets were caught: {ca:?} {cb:?}"
     );
 }

@@ -16,6 +16,7 @@ mod socket;
 
 use crate::counters::Counters;
 use crate::memory::KeyTable;
+use crate::net::faults::{FaultInjector, Faults};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
 use crate::transport::rc::RcQp;
 use crate::transport::Nanos;
@@ -23,7 +24,8 @@ use crate::types::QpState;
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::SegQueue;
 use socket::{Doorbell, UdpPort};
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,6 +49,7 @@ enum Command {
     Query(u32, Sender<Result<QpAttr, EngineError>>),
     Destroy(u32, Sender<Result<(), EngineError>>),
     Sync(Sender<()>),
+    SetFaults(Option<Faults>, Sender<()>),
 }
 
 /// Errors of engine control operations.
@@ -94,8 +97,13 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Binds UDP 4791 on `ip` and starts the engine thread.
+    /// Binds UDP 4791 on `ip` and starts the engine thread. Faults named by
+    /// `UROCE_FAULTS` apply to everything it sends.
     pub fn start(ip: IpAddr, keys: Arc<KeyTable>) -> Result<Engine, EngineError> {
+        let faults = Faults::from_env().map_err(|e| EngineError::Bind {
+            addr: ip,
+            msg: e.to_string(),
+        })?;
         let port = UdpPort::bind(ip).map_err(|e| EngineError::Bind {
             addr: ip,
             msg: e.to_string(),
@@ -121,6 +129,9 @@ impl Engine {
             epoch: Instant::now(),
             buf: vec![0u8; MAX_DATAGRAM],
             rbuf: vec![0u8; MAX_DATAGRAM],
+            faults: faults.filter(|f| !f.is_none()).map(FaultInjector::new),
+            delayed: BinaryHeap::new(),
+            delayed_seq: 0,
         };
         let thread = std::thread::Builder::new()
             .name(format!("uroce-engine-{ip}"))
@@ -187,6 +198,12 @@ impl Engine {
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), EngineError> {
         self.call(|tx| Command::Destroy(qpn, tx))?
     }
+    /// Injects faults into everything this device sends from now on
+    /// (`None`: a clean network again).
+    pub fn set_faults(&self, faults: Option<Faults>) -> Result<(), EngineError> {
+        self.call(|tx| Command::SetFaults(faults, tx))
+    }
+
     /// Returns once the engine has finished whatever packet it was
     /// processing: after a region's keys are removed, no copy into it is
     /// in progress when this returns.
@@ -215,6 +232,10 @@ struct Worker {
     epoch: Instant,
     buf: Vec<u8>,
     rbuf: Vec<u8>,
+    faults: Option<FaultInjector>,
+    /// Packets held back by the fault injector: (due, order, destination, bytes).
+    delayed: BinaryHeap<Reverse<(Nanos, u64, SocketAddr, Vec<u8>)>>,
+    delayed_seq: u64,
 }
 
 impl Worker {
@@ -245,7 +266,12 @@ impl Worker {
                 continue;
             }
             // Block until a packet, a doorbell or the next deadline.
-            let deadline = self.qps.values().filter_map(|q| q.poll_timeout()).min();
+            let deadline = self
+                .qps
+                .values()
+                .filter_map(|q| q.poll_timeout())
+                .chain(self.delayed.peek().map(|Reverse((due, ..))| *due))
+                .min();
             let timeout_ms = match deadline {
                 Some(t) => (t.0.saturating_sub(self.now().0))
                     .div_ceil(1_000_000)
@@ -300,6 +326,10 @@ impl Worker {
                 Command::Sync(tx) => {
                     let _ = tx.send(());
                 }
+                Command::SetFaults(f, tx) => {
+                    self.faults = f.filter(|f| !f.is_none()).map(FaultInjector::new);
+                    let _ = tx.send(());
+                }
             }
         }
         any
@@ -349,7 +379,38 @@ impl Worker {
                 };
                 any = true;
                 let dst = SocketAddr::new(t.dst, uroce_wire::ROCEV2_UDP_PORT);
-                self.port.send(&self.buf[..t.len], dst);
+                match self.faults.as_mut() {
+                    None => self.port.send(&self.buf[..t.len], dst),
+                    Some(inj) => {
+                        let plan = inj.plan(t.len, 1);
+                        for i in 0..plan.copies as usize {
+                            let mut b = self.buf[..t.len].to_vec();
+                            if let Some(bit) = plan.flip_bit {
+                                b[bit / 8] ^= 1 << (bit % 8);
+                            }
+                            self.delayed_seq += 1;
+                            let due = now.plus(plan.delay_ns[i.min(1)]);
+                            self.delayed.push(Reverse((due, self.delayed_seq, dst, b)));
+                        }
+                    }
+                }
+            }
+        }
+        any |= self.send_delayed();
+        any
+    }
+
+    /// Sends the fault injector's held-back packets that are due.
+    fn send_delayed(&mut self) -> bool {
+        let now = self.now();
+        let mut any = false;
+        while let Some(Reverse((due, _, _, _))) = self.delayed.peek() {
+            if *due > now {
+                break;
+            }
+            if let Some(Reverse((_, _, dst, b))) = self.delayed.pop() {
+                self.port.send(&b, dst);
+                any = true;
             }
         }
         any

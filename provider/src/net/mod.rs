@@ -2,4 +2,5 @@
 //! with virtual time and fault injection (tests), and the UDP engine's
 //! socket (see `engine`).
 
+pub mod faults;
 pub mod sim;

@@ -8,43 +8,16 @@
 //! next QP deadline. A run is a pure function of its seed.
 
 use crate::counters::Counters;
+use crate::net::faults::FaultInjector;
+pub use crate::net::faults::Faults;
 use crate::transport::rc::RcQp;
 use crate::transport::Nanos;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use uroce_wire::icrc::IpContext;
 use uroce_wire::packet::{self, ParsedPacket};
-
-/// Random faults applied to every packet.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Faults {
-    /// Probability a packet is lost.
-    pub loss: f64,
-    /// Probability a packet is delivered twice.
-    pub duplicate: f64,
-    /// Probability one bit of a packet is flipped.
-    pub corrupt: f64,
-    /// Fixed one-way delay.
-    pub delay_ns: u64,
-    /// Uniform extra delay in 0..jitter (reorders packets).
-    pub jitter_ns: u64,
-}
-
-impl Default for Faults {
-    fn default() -> Self {
-        Faults {
-            loss: 0.0,
-            duplicate: 0.0,
-            corrupt: 0.0,
-            delay_ns: 2_000,
-            jitter_ns: 0,
-        }
-    }
-}
 
 /// What a scripted filter does with a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,8 +59,7 @@ pub type QpId = usize;
 /// The simulated network.
 pub struct SimNet {
     now: Nanos,
-    rng: SmallRng,
-    faults: Faults,
+    faults: FaultInjector,
     filter: Option<Filter>,
     qps: Vec<(IpAddr, RcQp)>,
     queue: BinaryHeap<Reverse<(Nanos, u64, usize)>>,
@@ -102,12 +74,16 @@ pub struct SimNet {
 }
 
 impl SimNet {
-    /// A network with a seed and random faults.
+    /// A network with a seed and random faults. The links have at least
+    /// 2 µs of delay.
     pub fn new(seed: u64, faults: Faults) -> SimNet {
+        let faults = Faults {
+            delay_ns: faults.delay_ns.max(2_000),
+            ..faults
+        };
         SimNet {
             now: Nanos(0),
-            rng: SmallRng::seed_from_u64(seed),
-            faults,
+            faults: FaultInjector::new(Faults { seed, ..faults }),
             filter: None,
             qps: Vec::new(),
             queue: BinaryHeap::new(),
@@ -130,7 +106,8 @@ impl SimNet {
     }
     /// Changes the random faults.
     pub fn set_faults(&mut self, f: Faults) {
-        self.faults = f;
+        let seed = self.faults.faults().seed;
+        self.faults = FaultInjector::new(Faults { seed, ..f });
     }
     /// Installs a scripted filter (replacing any other).
     pub fn set_filter(&mut self, f: impl FnMut(&Wire<'_>) -> Verdict + Send + 'static) {
@@ -245,28 +222,18 @@ impl SimNet {
                 });
             }
         }
-        let f = self.faults;
-        let mut copies = match verdict {
+        let copies = match verdict {
             Verdict::Drop => 0,
             Verdict::Duplicate => 2,
             _ => 1,
         };
-        if copies > 0 && f.loss > 0.0 && self.rng.random_bool(f.loss.min(1.0)) {
-            copies = 0;
-        }
-        if copies == 1 && f.duplicate > 0.0 && self.rng.random_bool(f.duplicate.min(1.0)) {
-            copies = 2;
-        }
-        for _ in 0..copies {
+        let plan = self.faults.plan(bytes.len(), copies);
+        for i in 0..plan.copies as usize {
             let mut b = bytes.clone();
-            if f.corrupt > 0.0 && self.rng.random_bool(f.corrupt.min(1.0)) && !b.is_empty() {
-                let bit = self.rng.random_range(0..b.len() * 8);
+            if let Some(bit) = plan.flip_bit {
                 b[bit / 8] ^= 1 << (bit % 8);
             }
-            let mut delay = f.delay_ns;
-            if f.jitter_ns > 0 {
-                delay += self.rng.random_range(0..f.jitter_ns);
-            }
+            let mut delay = plan.delay_ns[i.min(1)];
             if let Verdict::Delay(d) = verdict {
                 delay += d;
             }

@@ -179,10 +179,12 @@ fn main() -> ExitCode {
             };
             println!("uroce demo: RC between uroce0 ({a}) and uroce1 ({b}) over UDP 4791");
             match uroce_verbs::demo::run(&opts) {
-                Ok(rows) => {
-                    print!("{}", uroce_verbs::demo::format_table(&rows));
-                    let _ = stats;
-                    if rows.iter().all(|r| r.verified) {
+                Ok(report) => {
+                    print!("{}", uroce_verbs::demo::format_table(&report.rows));
+                    if stats {
+                        print!("\n{}", uroce_verbs::demo::format_counters(&report.counters));
+                    }
+                    if report.rows.iter().all(|r| r.verified) {
                         ExitCode::SUCCESS
                     } else {
                         eprintln!("uroce demo: data verification FAILED");

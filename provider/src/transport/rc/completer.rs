@@ -172,8 +172,11 @@ impl RcQp {
         }
         let expected = e.first_psn.add(e.read_done);
         if psn != expected {
-            if psn.is_after(expected) {
-                // Lost responses: ask again for the rest.
+            // Lost responses: ask again for the rest, once per hole (the
+            // responses still arriving from the first request would
+            // otherwise each ask again); the timer covers a lost re-request.
+            if psn.is_after(expected) && self.req.read_rerequest != Some(expected) {
+                self.req.read_rerequest = Some(expected);
                 self.req.una = expected;
                 self.req.go_back(expected);
             }

@@ -72,6 +72,9 @@ pub(super) struct Requester {
     /// The PSN of the last sequence-error resend and the highest PSN sent
     /// when it began.
     pub nak_resend: Option<(Psn, Psn)>,
+    /// The PSN a READ was last re-requested from after a hole in its
+    /// responses.
+    pub read_rerequest: Option<Psn>,
 }
 
 impl Requester {
@@ -419,6 +422,7 @@ impl RcQp {
         }
         self.req.retry_left -= 1;
         let una = self.req.una;
+        self.req.read_rerequest = None;
         self.req.go_back(una);
     }
 

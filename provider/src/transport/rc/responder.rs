@@ -128,7 +128,11 @@ impl RcQp {
             Counters::inc(&self.cfg.counters.dropped_pkts);
             return;
         }
-        if self.resp.reads_pending() || !self.resp.deferred.is_empty() {
+        let psn = pkt.headers.bth.psn;
+        let duplicate = psn.classify(self.resp.epsn) == PsnClass::Duplicate;
+        // New requests wait behind READ responses; duplicates change no
+        // memory and are answered at once.
+        if !duplicate && (self.resp.reads_pending() || !self.resp.deferred.is_empty()) {
             if self.resp.deferred.len() < MAX_DEFERRED {
                 self.resp.deferred.push_back(pkt.bytes.to_vec());
             } else {
@@ -136,7 +140,6 @@ impl RcQp {
             }
             return;
         }
-        let psn = pkt.headers.bth.psn;
         match psn.classify(self.resp.epsn) {
             PsnClass::Ahead => {
                 // One NAK per gap (C9-... "PSN sequence error").
@@ -448,6 +451,14 @@ impl RcQp {
                 match self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ) {
                     Ok((mr, offset)) => {
                         let n = npkts(len, self.mtu());
+                        // The requester asks again: responses still queued
+                        // for any of the same PSNs are superseded.
+                        self.resp.out.retain(|i| match i {
+                            RespItem::Read {
+                                psn: p, npkts: m, ..
+                            } => psn.distance_from(*p) >= *m && p.distance_from(psn) >= n,
+                            _ => true,
+                        });
                         self.resp.out.push_back(RespItem::Read {
                             psn,
                             mr,
