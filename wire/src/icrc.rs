@@ -33,7 +33,9 @@
 //! those bits that depends only on how many bytes follow the field, and
 //! `L` is injective (CRC-32 detects every burst of 32 bits or fewer). So
 //! from the received ICRC we solve `L(id) = icrc_received ^ icrc(id = 0)`
-//! by Gaussian elimination over 16 unknowns ([`verify_unknown_ipv4_id`]).
+//! ([`verify_unknown_ipv4_id`]): `L` multiplies the ID, as a polynomial,
+//! by a power of x modulo the CRC polynomial, so one multiplication by the
+//! inverse power gives the ID back, or shows there is none.
 //! A solution exists for the true ID; for a corrupted packet the target is
 //! a uniformly random 32-bit value, which lies in the 2^16-element image
 //! with probability 2^-16 per flags hypothesis. We try two (DF set, as rxe
@@ -50,6 +52,7 @@ use core::net::{Ipv4Addr, Ipv6Addr};
 /// IPv4 "don't fragment" flag in the flags/fragment-offset field.
 pub const IPV4_DF: u16 = 0x4000;
 const IPV4_HDR: usize = 20;
+const IPV4_HDR_MAX: usize = 60;
 const IPV6_HDR: usize = 40;
 const UDP_HDR: usize = 8;
 const LRH_ONES: [u8; 8] = [0xff; 8];
@@ -130,7 +133,8 @@ pub fn compute(ctx: &IpContext, udp_payload: &[u8]) -> Result<u32> {
     let udp_len = UDP_HDR + udp_payload.len();
     let udp_len16 = u16::try_from(udp_len).map_err(|_| Error::OutOfRange("UDP length"))?;
     let udp = udp_header(ctx.src_port, ctx.dst_port, udp_len16);
-    match ctx.ip {
+    let mut prefix = [0u8; PREFIX_MAX];
+    let ip_end = match ctx.ip {
         IpFields::V4 {
             src,
             dst,
@@ -140,13 +144,13 @@ pub fn compute(ctx: &IpContext, udp_payload: &[u8]) -> Result<u32> {
             let total =
                 u16::try_from(IPV4_HDR + udp_len).map_err(|_| Error::OutOfRange("IPv4 length"))?;
             let ip = ipv4_header(src, dst, total, ident, flags_frag);
-            compute_with_ip_header(&ip, &udp, udp_payload)
+            put_masked_ipv4(&mut prefix, &ip)
         }
         IpFields::V6 { src, dst } => {
-            let ip = ipv6_header(src, dst, udp_len16);
-            compute_with_ip_header(&ip, &udp, udp_payload)
+            put_masked_ipv6(&mut prefix, &ipv6_header(src, dst, udp_len16))
         }
-    }
+    };
+    Ok(finish_crc(&mut prefix, ip_end, &udp, udp_payload))
 }
 
 /// Computes the ICRC given the IP header as it is on the wire (IPv4 with
@@ -161,44 +165,75 @@ pub fn compute_with_ip_header(
     crate::error::check_len("UDP header", udp_header, UDP_HDR)?;
     crate::error::check_len("BTH+ICRC", udp_payload, BTH_LEN + ICRC_LEN)?;
     let version = ip_header.first().map(|b| b >> 4);
-    // Masked copy of IP (<= 60 bytes) + UDP + BTH on the stack.
-    let mut pseudo = [0u8; 60 + UDP_HDR + BTH_LEN];
-    let ip_len = ip_header.len();
-    match version {
-        Some(4) if (IPV4_HDR..=60).contains(&ip_len) => {
-            pseudo[..ip_len].copy_from_slice(ip_header);
-            pseudo[1] = 0xff; // TOS
-            pseudo[8] = 0xff; // TTL
-            pseudo[10] = 0xff; // header checksum
-            pseudo[11] = 0xff;
+    let mut prefix = [0u8; PREFIX_MAX];
+    let ip_end = match version {
+        Some(4) if (IPV4_HDR..=IPV4_HDR_MAX).contains(&ip_header.len()) => {
+            put_masked_ipv4(&mut prefix, ip_header)
         }
-        Some(6) if ip_len == IPV6_HDR => {
-            pseudo[..ip_len].copy_from_slice(ip_header);
-            pseudo[0] |= 0x0f; // traffic class + flow label
-            pseudo[1] = 0xff;
-            pseudo[2] = 0xff;
-            pseudo[3] = 0xff;
-            pseudo[7] = 0xff; // hop limit
-        }
+        Some(6) if ip_header.len() == IPV6_HDR => put_masked_ipv6(&mut prefix, ip_header),
         _ => {
             return Err(Error::NotRoce(
                 "IP header is neither IPv4 (20..=60 bytes) nor IPv6 (40)",
             ))
         }
-    }
-    let mut n = ip_len;
-    pseudo[n..n + UDP_HDR].copy_from_slice(&udp_header[..UDP_HDR]);
-    pseudo[n + 6] = 0xff; // UDP checksum
-    pseudo[n + 7] = 0xff;
+    };
+    Ok(finish_crc(&mut prefix, ip_end, udp_header, udp_payload))
+}
+
+/// Longest CRC input before the extension headers: LRH stand-in, IPv4
+/// header with options, UDP header, BTH.
+const PREFIX_MAX: usize = LRH_ONES.len() + IPV4_HDR_MAX + UDP_HDR + BTH_LEN;
+
+/// Writes the LRH stand-in and an IPv4 header (20..=60 bytes) with TOS,
+/// TTL and header checksum set to all 1s at the start of `prefix`;
+/// returns where the IP header ends.
+fn put_masked_ipv4(prefix: &mut [u8; PREFIX_MAX], ip: &[u8]) -> usize {
+    let at = LRH_ONES.len();
+    prefix[..at].copy_from_slice(&LRH_ONES);
+    prefix[at..at + ip.len()].copy_from_slice(ip);
+    prefix[at + 1] = 0xff; // TOS
+    prefix[at + 8] = 0xff; // TTL
+    prefix[at + 10] = 0xff; // header checksum
+    prefix[at + 11] = 0xff;
+    at + ip.len()
+}
+
+/// Writes the LRH stand-in and a 40-byte IPv6 header with traffic class,
+/// flow label and hop limit set to all 1s; returns where it ends.
+fn put_masked_ipv6(prefix: &mut [u8; PREFIX_MAX], ip: &[u8]) -> usize {
+    let at = LRH_ONES.len();
+    prefix[..at].copy_from_slice(&LRH_ONES);
+    prefix[at..at + IPV6_HDR].copy_from_slice(&ip[..IPV6_HDR]);
+    prefix[at] |= 0x0f; // traffic class + flow label
+    prefix[at + 1] = 0xff;
+    prefix[at + 2] = 0xff;
+    prefix[at + 3] = 0xff;
+    prefix[at + 7] = 0xff; // hop limit
+    at + IPV6_HDR
+}
+
+/// Appends the UDP header (checksum set to all 1s) and the BTH (byte 4 set
+/// to all 1s) to the LRH + IP prefix ending at `ip_end`, and hashes the
+/// prefix and then the rest of the UDP payload up to the ICRC: two calls
+/// into crc32fast, the second one over the bulk of the packet.
+fn finish_crc(
+    prefix: &mut [u8; PREFIX_MAX],
+    ip_end: usize,
+    udp_header: &[u8],
+    udp_payload: &[u8],
+) -> u32 {
+    let mut n = ip_end;
+    prefix[n..n + UDP_HDR].copy_from_slice(&udp_header[..UDP_HDR]);
+    prefix[n + 6] = 0xff; // UDP checksum
+    prefix[n + 7] = 0xff;
     n += UDP_HDR;
-    pseudo[n..n + BTH_LEN].copy_from_slice(&udp_payload[..BTH_LEN]);
-    pseudo[n + 4] = 0xff; // FECN, BECN, Resv6a
+    prefix[n..n + BTH_LEN].copy_from_slice(&udp_payload[..BTH_LEN]);
+    prefix[n + 4] = 0xff; // FECN, BECN, Resv6a
     n += BTH_LEN;
     let mut h = crc32fast::Hasher::new();
-    h.update(&LRH_ONES);
-    h.update(&pseudo[..n]);
+    h.update(&prefix[..n]);
     h.update(&udp_payload[BTH_LEN..udp_payload.len() - ICRC_LEN]);
-    Ok(h.finalize())
+    h.finalize()
 }
 
 /// Writes the ICRC into the last four bytes of `udp_payload`.
@@ -252,25 +287,20 @@ pub fn verify_unknown_ipv4_id(ctx: &IpContext, udp_payload: &[u8]) -> Result<Ipv
             flags_frag: IPV4_DF,
         });
     }
-    // Bytes of the CRC input after the first ID byte / the flags byte:
-    // total = 8 (LRH) + 20 (IP) + udp_len(8 + payload) - 4 (ICRC).
+    // The ID's 16 bits enter the CRC as m(x) * x^32 * x^(8 * after) mod P,
+    // where m is the ID as a polynomial (its first bit on the wire the
+    // highest term) and `after` the number of CRC input bytes that follow
+    // the ID: total = 8 (LRH) + 20 (IP) + udp_len(8 + payload) - 4 (ICRC).
+    // So m = (found ^ c_df) * x^-(32 + 8 * after) mod P, and an ID exists
+    // iff that remainder has degree < 16 (the map is injective).
     let total = LRH_ONES.len() + IPV4_HDR + UDP_HDR + udp_payload.len() - ICRC_LEN;
     let id_hi_at = LRH_ONES.len() + 4;
-    let after_id_lo = (total - id_hi_at - 2) as u64;
-    let s_lo = gf2::x8n(after_id_lo);
-    let s_hi = gf2::mul(s_lo, gf2::X8);
-    let mut basis = [0u32; 16];
-    for (j, slot) in basis.iter_mut().enumerate() {
-        *slot = if j < 8 {
-            gf2::mul(gf2::byte_crc(1 << j), s_lo)
-        } else {
-            gf2::mul(gf2::byte_crc(1 << (j - 8)), s_hi)
-        };
-    }
-    // The DF bit is bit 6 of the byte right after the ID.
-    let df_delta = gf2::mul(gf2::byte_crc(0x40), gf2::x8n(after_id_lo - 1));
-    for (flags_frag, c0) in [(IPV4_DF, c_df), (0, c_df ^ df_delta)] {
-        if let Some(ident) = gf2::solve(&basis, found ^ c0) {
+    let after_id = (total - id_hi_at - 2) as u64;
+    let m_df = gf2::mul(found ^ c_df, gf2::x_inv8n(after_id + 4));
+    // The DF flag (bit 6 of the byte after the ID) is the term x^-7 of m:
+    // assuming no flags instead adds it.
+    for (flags_frag, m) in [(IPV4_DF, m_df), (0, m_df ^ gf2::X_INV7)] {
+        if let Some(ident) = gf2::id_from_poly(m) {
             return Ok(Ipv4IdSolution { ident, flags_frag });
         }
     }
@@ -320,11 +350,27 @@ fn ipv6_header(src: Ipv6Addr, dst: Ipv6Addr, payload_len: u16) -> [u8; IPV6_HDR]
 /// reflected representation (bit 31 is x^0), as zlib's `crc32_combine`.
 mod gf2 {
     const POLY: u32 = 0xedb8_8320;
+    /// x^0.
+    const ONE: u32 = 1 << 31;
     /// x^8 mod P.
+    #[cfg(test)]
     pub const X8: u32 = 1 << 23;
+    /// x^-7 mod P.
+    pub const X_INV7: u32 = div_x_n(ONE, 7);
+    /// x^-(8 * 2^k) mod P for k = 0..64.
+    const X_INV8_POW2: [u32; 64] = {
+        let mut t = [0u32; 64];
+        t[0] = div_x_n(ONE, 8);
+        let mut k = 1;
+        while k < 64 {
+            t[k] = mul(t[k - 1], t[k - 1]);
+            k += 1;
+        }
+        t
+    };
 
     /// a * b mod P.
-    pub fn mul(a: u32, mut b: u32) -> u32 {
+    pub const fn mul(a: u32, mut b: u32) -> u32 {
         let mut m: u32 = 1 << 31;
         let mut p = 0;
         loop {
@@ -343,9 +389,49 @@ mod gf2 {
         p
     }
 
+    /// a * x^-n mod P (x is invertible: P has a constant term).
+    const fn div_x_n(mut a: u32, n: u32) -> u32 {
+        let mut i = 0;
+        while i < n {
+            // The inverse of a * x: undo the shift and the reduction by P
+            // (whose x^0 term, bit 31, marks that it happened).
+            a = if a & ONE != 0 {
+                ((a ^ POLY) << 1) | 1
+            } else {
+                a << 1
+            };
+            i += 1;
+        }
+        a
+    }
+
+    /// x^-(8n) mod P: undoes the effect of n zero bytes on a CRC register.
+    pub fn x_inv8n(mut n: u64) -> u32 {
+        let mut p = ONE;
+        let mut k = 0;
+        while n != 0 {
+            if n & 1 != 0 {
+                p = mul(p, X_INV8_POW2[k]);
+            }
+            n >>= 1;
+            k += 1;
+        }
+        p
+    }
+
+    /// The 16-bit value whose two bytes, as a CRC message, are the
+    /// polynomial `m` (first bit on the wire the x^15 term), if `m` has
+    /// degree < 16.
+    pub fn id_from_poly(m: u32) -> Option<u16> {
+        // Byte 0 bit j is x^(15 - j), at reflected bit 16 + j; byte 1 bit j
+        // is x^(7 - j), at bit 24 + j; degrees 16..=31 are bits 0..=15.
+        (m & 0xffff == 0).then_some((((m >> 16) & 0xff) << 8 | (m >> 24)) as u16)
+    }
+
     /// x^(8n) mod P: the effect of n zero bytes on a CRC register.
+    #[cfg(test)]
     pub fn x8n(mut n: u64) -> u32 {
-        let mut p: u32 = 1 << 31; // x^0
+        let mut p: u32 = ONE; // x^0
         let mut sq = X8; // x^(8 * 2^k)
         while n != 0 {
             if n & 1 != 0 {
@@ -358,6 +444,7 @@ mod gf2 {
     }
 
     /// Register contribution of one byte fed into a zero register.
+    #[cfg(test)]
     pub fn byte_crc(b: u8) -> u32 {
         let mut c = b as u32;
         for _ in 0..8 {
@@ -367,7 +454,9 @@ mod gf2 {
     }
 
     /// Finds `x` with XOR of `basis[j]` over set bits `j` of `x` equal to
-    /// `target`, or `None`.
+    /// `target`, or `None`, by Gaussian elimination: the solver this
+    /// module used before [`id_from_poly`], kept to check it against.
+    #[cfg(test)]
     pub fn solve(basis: &[u32; 16], target: u32) -> Option<u16> {
         // Reduced rows: (vector, combination of basis bits).
         let mut rows = [(0u32, 0u16); 16];
@@ -385,10 +474,10 @@ mod gf2 {
                 n += 1;
                 // keep earlier rows reduced by the new pivot
                 let pivot = top_bit(v);
-                for i in 0..n - 1 {
-                    if rows[i].0 & pivot != 0 {
-                        rows[i].0 ^= v;
-                        rows[i].1 ^= c;
+                for row in &mut rows[..n - 1] {
+                    if row.0 & pivot != 0 {
+                        row.0 ^= v;
+                        row.1 ^= c;
                     }
                 }
             }
@@ -403,6 +492,7 @@ mod gf2 {
         (t == 0).then_some(x)
     }
 
+    #[cfg(test)]
     fn top_bit(v: u32) -> u32 {
         if v == 0 {
             0
@@ -540,6 +630,65 @@ mod tests {
             let msg_0: Vec<u8> = std::iter::repeat(0).take(n as usize + 1).collect();
             let d = crc32fast::hash(&msg_a) ^ crc32fast::hash(&msg_0);
             assert_eq!(d, gf2::mul(gf2::byte_crc(0x5a), gf2::x8n(n)), "n={n}");
+        }
+    }
+
+    #[test]
+    fn inverse_powers_of_x() {
+        for n in [0u64, 1, 2, 3, 8, 100, 4100, 65_535, 1 << 40] {
+            assert_eq!(gf2::mul(gf2::x8n(n), gf2::x_inv8n(n)), 1 << 31, "n={n}");
+        }
+        // x^-7 * x^7 = 1; x^7 is 1 << (31 - 7).
+        assert_eq!(gf2::mul(gf2::X_INV7, 1 << 24), 1 << 31);
+    }
+
+    /// The direct ID solver agrees with Gaussian elimination over the basis
+    /// the 16 ID bits span (the solver it replaced), on solvable targets
+    /// under both flag hypotheses and on random ones.
+    #[test]
+    fn direct_solver_matches_elimination() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for after in [1u64, 2, 5, 31, 64, 1000, 4100, 9000, 65_000] {
+            let s_lo = gf2::x8n(after);
+            let s_hi = gf2::mul(s_lo, gf2::X8);
+            let mut basis = [0u32; 16];
+            for (j, slot) in basis.iter_mut().enumerate() {
+                *slot = if j < 8 {
+                    gf2::mul(gf2::byte_crc(1 << j), s_lo)
+                } else {
+                    gf2::mul(gf2::byte_crc(1 << (j - 8)), s_hi)
+                };
+            }
+            let df_delta = gf2::mul(gf2::byte_crc(0x40), gf2::x8n(after - 1));
+            let inv = gf2::x_inv8n(after + 4);
+            for i in 0..2000 {
+                let target = if i % 2 == 0 {
+                    let id = rnd() as u16;
+                    let t = (0..16)
+                        .filter(|j| (id >> j) & 1 == 1)
+                        .fold(0, |t, j| t ^ basis[j]);
+                    assert_eq!(gf2::solve(&basis, t), Some(id));
+                    if i % 4 == 0 {
+                        t ^ df_delta
+                    } else {
+                        t
+                    }
+                } else {
+                    rnd() as u32
+                };
+                let m = gf2::mul(target, inv);
+                assert_eq!(gf2::id_from_poly(m), gf2::solve(&basis, target));
+                assert_eq!(
+                    gf2::id_from_poly(m ^ gf2::X_INV7),
+                    gf2::solve(&basis, target ^ df_delta)
+                );
+            }
         }
     }
 

@@ -32,6 +32,8 @@ pub mod deth;
 pub mod error;
 pub mod fields;
 pub mod frame;
+#[doc(hidden)]
+pub mod harness;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;

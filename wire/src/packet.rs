@@ -8,16 +8,18 @@
 //! [`finish`] split that in two so that a sender can place the payload
 //! straight from registered memory between them.
 
-use crate::aeth::{Aeth, AethRepr};
-use crate::atomic::{AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr};
+use crate::aeth::{Aeth, AethRepr, AETH_LEN};
+use crate::atomic::{
+    AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr, ATOMIC_ACK_ETH_LEN, ATOMIC_ETH_LEN,
+};
 use crate::bth::{Bth, BthRepr, BTH_LEN};
-use crate::deth::{Deth, DethRepr};
+use crate::deth::{Deth, DethRepr, DETH_LEN};
 use crate::error::{check_len, Error, Result};
 use crate::icrc::{self, IpContext, Ipv4IdSolution};
-use crate::ieth::{Ieth, IethRepr};
-use crate::immdt::{ImmDt, ImmDtRepr};
+use crate::ieth::{Ieth, IethRepr, IETH_LEN};
+use crate::immdt::{ImmDt, ImmDtRepr, IMMDT_LEN};
 use crate::opcode::{Ext, OpcodeInfo};
-use crate::reth::{Reth, RethRepr};
+use crate::reth::{Reth, RethRepr, RETH_LEN};
 use crate::ICRC_LEN;
 
 /// Every header of a packet, as plain values. Extension headers the opcode
@@ -140,31 +142,62 @@ impl ParsedPacket<'_> {
     }
 }
 
+/// The `N` bytes at `off` as an array reference. Handing the header
+/// decoders fixed-size views lets the compiler drop their per-field bounds
+/// checks. The callers have checked the length already, so the error is
+/// unreachable in practice.
+#[inline(always)]
+fn chunk<const N: usize>(buf: &[u8], off: usize) -> Result<&[u8; N]> {
+    buf.get(off..)
+        .and_then(<[u8]>::first_chunk)
+        .ok_or(Error::Truncated {
+            what: "header",
+            need: off + N,
+            have: buf.len(),
+        })
+}
+
 /// Parses a UDP payload holding one RoCEv2 packet (BTH .. ICRC). Checks the
 /// length of every header, that TVer is 0, that the opcode is one RoCE
 /// uses, the pad count and the length rules; does not check the ICRC.
 pub fn parse(buf: &[u8]) -> Result<ParsedPacket<'_>> {
     check_len("BTH+ICRC", buf, BTH_LEN + ICRC_LEN)?;
-    let bth = BthRepr::parse(&Bth::new_unchecked(&buf[..BTH_LEN]))?;
+    let bth = BthRepr::parse(&Bth::new_unchecked(chunk::<BTH_LEN>(buf, 0)?))?;
     let info = bth.opcode.checked_info()?;
     let hdr_len = BTH_LEN + info.ext_len();
     check_len(info.name, buf, hdr_len + ICRC_LEN)?;
     let mut h = Headers::new(bth);
     let mut off = BTH_LEN;
     for &ext in info.headers {
-        let b = &buf[off..off + ext.len()];
         match ext {
-            Ext::Deth => h.deth = Some(DethRepr::parse(&Deth::new_unchecked(b))?),
-            Ext::Reth => h.reth = Some(RethRepr::parse(&Reth::new_unchecked(b))?),
+            Ext::Deth => {
+                let b = chunk::<DETH_LEN>(buf, off)?;
+                h.deth = Some(DethRepr::parse(&Deth::new_unchecked(b))?);
+            }
+            Ext::Reth => {
+                let b = chunk::<RETH_LEN>(buf, off)?;
+                h.reth = Some(RethRepr::parse(&Reth::new_unchecked(b))?);
+            }
             Ext::AtomicEth => {
-                h.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_unchecked(b))?)
+                let b = chunk::<ATOMIC_ETH_LEN>(buf, off)?;
+                h.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_unchecked(b))?);
             }
-            Ext::Aeth => h.aeth = Some(AethRepr::parse(&Aeth::new_unchecked(b))?),
+            Ext::Aeth => {
+                let b = chunk::<AETH_LEN>(buf, off)?;
+                h.aeth = Some(AethRepr::parse(&Aeth::new_unchecked(b))?);
+            }
             Ext::AtomicAckEth => {
-                h.atomic_ack = Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(b))?)
+                let b = chunk::<ATOMIC_ACK_ETH_LEN>(buf, off)?;
+                h.atomic_ack = Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(b))?);
             }
-            Ext::ImmDt => h.imm = Some(ImmDtRepr::parse(&ImmDt::new_unchecked(b))?.imm),
-            Ext::Ieth => h.ieth = Some(IethRepr::parse(&Ieth::new_unchecked(b))?.rkey),
+            Ext::ImmDt => {
+                let b = chunk::<IMMDT_LEN>(buf, off)?;
+                h.imm = Some(ImmDtRepr::parse(&ImmDt::new_unchecked(b))?.imm);
+            }
+            Ext::Ieth => {
+                let b = chunk::<IETH_LEN>(buf, off)?;
+                h.ieth = Some(IethRepr::parse(&Ieth::new_unchecked(b))?.rkey);
+            }
             Ext::CnpReserved => {}
         }
         off += ext.len();
