@@ -18,6 +18,7 @@
 //! memory model in [`provider::memory`].
 #![warn(missing_docs)]
 
+pub mod cli;
 mod cq;
 pub mod demo;
 mod device;

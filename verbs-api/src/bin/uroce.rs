@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -64,6 +65,25 @@ enum Cmd {
     /// rdma-core's ibv_rc_pingpong on uroce: same options, exchange and output.
     #[command(name = "rc-pingpong")]
     RcPingpong(PingPongArgs),
+    /// Print every RoCEv2 packet (UDP port 4791) of a pcap or pcapng
+    /// capture as one JSON object per line, ICRC checked.
+    Decode {
+        /// The capture file.
+        file: PathBuf,
+    },
+    /// Write a pcap holding one packet of every RoCEv2 opcode (IPv4 and
+    /// IPv6 unless one is chosen), e.g. for `uroce decode`.
+    #[command(name = "sample-pcap")]
+    SamplePcap {
+        /// The capture file to write.
+        file: PathBuf,
+        /// IPv4 packets only.
+        #[arg(long, conflicts_with = "ipv6")]
+        ipv4: bool,
+        /// IPv6 packets only.
+        #[arg(long)]
+        ipv6: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -198,6 +218,8 @@ fn main() -> ExitCode {
             }
         }
         Cmd::RcPingpong(a) => rc_pingpong(a),
+        Cmd::Decode { file } => uroce_verbs::cli::decode::run(&file),
+        Cmd::SamplePcap { file, ipv4, ipv6 } => uroce_verbs::cli::sample::run(&file, ipv4, ipv6),
         Cmd::RcStress {
             server,
             port,

@@ -1,0 +1,516 @@
+//! `uroce decode FILE`: every RoCEv2 packet (UDP port 4791, either
+//! direction) of a pcap or pcapng capture as one JSON object per line.
+//!
+//! Keys are omitted when the packet has no such header; a malformed packet
+//! still gets a line with what could be read (frame, addresses and ports
+//! always, the BTH when its 12 bytes are there, the extension headers that
+//! fit before the last four bytes) and an `error`. `icrc_ok` is exact: the
+//! ICRC is recomputed over the frame's own IP and UDP headers. A bad ICRC
+//! alone is not an `error`: the packet is well formed, `icrc_ok` is false.
+
+use serde::Serialize;
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use uroce_wire::bth::{Bth, BTH_LEN};
+use uroce_wire::frame::{parse_frame, Frame, LinkType};
+use uroce_wire::pcap::{CaptureError, CaptureReader};
+use uroce_wire::{
+    icrc, packet, Aeth, AethRepr, AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr, Deth,
+    DethRepr, Ext, Headers, Ieth, ImmDt, Opcode, Reth, RethRepr, ICRC_LEN,
+};
+
+/// At most this many per-frame warnings are printed.
+const MAX_WARNINGS: u64 = 20;
+
+/// RETH fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RethJson {
+    /// Virtual address.
+    pub va: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// DMA length.
+    pub dma_len: u32,
+}
+
+/// AETH fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AethJson {
+    /// The raw syndrome byte.
+    pub syndrome: u8,
+    /// "ack", "rnr_nak", "nak" (or "reserved").
+    pub kind: &'static str,
+    /// Credit count, RNR timer code or NAK code.
+    pub value: u8,
+    /// Message sequence number.
+    pub msn: u32,
+}
+
+/// AtomicETH fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AtomicEthJson {
+    /// Virtual address.
+    pub va: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Swap (compare-swap) or add (fetch-add) data.
+    pub swap_add: u64,
+    /// Compare data.
+    pub compare: u64,
+}
+
+/// AtomicAckETH fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AtomicAckJson {
+    /// The original remote value.
+    pub orig: u64,
+}
+
+/// DETH fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DethJson {
+    /// Queue key.
+    pub qkey: u32,
+    /// Source QP.
+    pub src_qp: u32,
+}
+
+/// IETH fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct IethJson {
+    /// The R_Key to invalidate.
+    pub rkey: u32,
+}
+
+/// One output line: a RoCEv2 packet as `uroce decode` prints it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PacketLine {
+    /// Frame number in the capture, from 1.
+    pub frame: u64,
+    /// Source IP address.
+    pub src: String,
+    /// Destination IP address.
+    pub dst: String,
+    /// UDP source port.
+    pub sport: u16,
+    /// UDP destination port.
+    pub dport: u16,
+    /// BTH opcode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opcode: Option<u8>,
+    /// The opcode's name in the table (absent for unknown opcodes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opcode_name: Option<&'static str>,
+    /// Solicited event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub se: Option<bool>,
+    /// Migration request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migreq: Option<bool>,
+    /// Pad count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pad: Option<u8>,
+    /// Transport header version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tver: Option<u8>,
+    /// Partition key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pkey: Option<u16>,
+    /// FECN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fecn: Option<bool>,
+    /// BECN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub becn: Option<bool>,
+    /// Destination QP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dest_qp: Option<u32>,
+    /// AckReq.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ack_req: Option<bool>,
+    /// PSN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psn: Option<u32>,
+    /// RETH.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reth: Option<RethJson>,
+    /// AETH.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aeth: Option<AethJson>,
+    /// AtomicETH.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub atomic_eth: Option<AtomicEthJson>,
+    /// AtomicAckETH.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub atomic_ack: Option<AtomicAckJson>,
+    /// DETH.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deth: Option<DethJson>,
+    /// Immediate data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imm: Option<u32>,
+    /// IETH.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ieth: Option<IethJson>,
+    /// Payload length, pad excluded (well-formed packets only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_len: Option<usize>,
+    /// The stored ICRC as the spec defines it ([`packet::ParsedPacket::icrc`]:
+    /// the last four bytes read little-endian).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icrc: Option<u32>,
+    /// Whether the ICRC matches the frame's own IP and UDP headers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icrc_ok: Option<bool>,
+    /// Why the packet is malformed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl PacketLine {
+    fn set_headers(&mut self, h: &Headers) {
+        self.reth = h.reth.map(reth_json);
+        self.aeth = h.aeth.map(aeth_json);
+        self.atomic_eth = h.atomic_eth.map(atomic_json);
+        self.atomic_ack = h.atomic_ack.map(|a| AtomicAckJson { orig: a.orig });
+        self.deth = h.deth.map(deth_json);
+        self.imm = h.imm;
+        self.ieth = h.ieth.map(|rkey| IethJson { rkey });
+    }
+}
+
+fn reth_json(r: RethRepr) -> RethJson {
+    RethJson {
+        va: r.va,
+        rkey: r.rkey,
+        dma_len: r.dma_len,
+    }
+}
+
+fn aeth_json(a: AethRepr) -> AethJson {
+    AethJson {
+        syndrome: a.syndrome.to_byte(),
+        kind: a.syndrome.kind(),
+        value: a.syndrome.value(),
+        msn: a.msn,
+    }
+}
+
+fn atomic_json(a: AtomicEthRepr) -> AtomicEthJson {
+    AtomicEthJson {
+        va: a.va,
+        rkey: a.rkey,
+        swap_add: a.swap_add,
+        compare: a.compare,
+    }
+}
+
+fn deth_json(d: DethRepr) -> DethJson {
+    DethJson {
+        qkey: d.qkey,
+        src_qp: d.src_qp,
+    }
+}
+
+/// Decodes the RoCEv2 packet a frame carries into an output line.
+pub fn packet_line(frame_no: u64, f: &Frame<'_>) -> PacketLine {
+    let bytes = f.payload;
+    let mut line = PacketLine {
+        frame: frame_no,
+        src: f.src.to_string(),
+        dst: f.dst.to_string(),
+        sport: f.src_port,
+        dport: f.dst_port,
+        ..PacketLine::default()
+    };
+    if let Ok(bth) = Bth::new_checked(bytes) {
+        line.opcode = Some(bth.opcode().0);
+        line.opcode_name = bth.opcode().info().map(|i| i.name);
+        line.se = Some(bth.se());
+        line.migreq = Some(bth.migreq());
+        line.pad = Some(bth.pad());
+        line.tver = Some(bth.tver());
+        line.pkey = Some(bth.pkey());
+        line.fecn = Some(bth.fecn());
+        line.becn = Some(bth.becn());
+        line.dest_qp = Some(bth.dest_qp());
+        line.ack_req = Some(bth.ack_req());
+        line.psn = Some(bth.psn().value());
+    }
+    if let Some(stored) = icrc::stored(bytes).filter(|_| bytes.len() >= BTH_LEN + ICRC_LEN) {
+        line.icrc = Some(stored);
+        line.icrc_ok = f.compute_icrc().ok().map(|c| c == stored);
+    }
+    match packet::parse(bytes) {
+        Ok(p) => {
+            line.set_headers(&p.headers);
+            line.payload_len = Some(p.payload.len());
+        }
+        Err(e) => {
+            line.error = Some(e.to_string());
+            if let Some(op) = line.opcode {
+                line.set_headers(&readable_extensions(Opcode(op), bytes));
+            }
+        }
+    }
+    line
+}
+
+/// The extension headers of a malformed packet that lie whole before its
+/// last four bytes (which may or may not be an ICRC).
+fn readable_extensions(op: Opcode, bytes: &[u8]) -> Headers {
+    let mut h = Headers::default();
+    let Some(info) = op.info() else {
+        return h;
+    };
+    let limit = bytes.len().saturating_sub(ICRC_LEN);
+    let mut off = BTH_LEN;
+    for &ext in info.headers {
+        let Some(b) = bytes
+            .get(off..off + ext.len())
+            .filter(|_| off + ext.len() <= limit)
+        else {
+            break;
+        };
+        match ext {
+            Ext::Deth => h.deth = DethRepr::parse(&Deth::new_unchecked(b)).ok(),
+            Ext::Reth => h.reth = RethRepr::parse(&Reth::new_unchecked(b)).ok(),
+            Ext::AtomicEth => {
+                h.atomic_eth = AtomicEthRepr::parse(&AtomicEth::new_unchecked(b)).ok()
+            }
+            Ext::Aeth => h.aeth = AethRepr::parse(&Aeth::new_unchecked(b)).ok(),
+            Ext::AtomicAckEth => {
+                h.atomic_ack = AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(b)).ok()
+            }
+            Ext::ImmDt => h.imm = Some(ImmDt::new_unchecked(b).imm()),
+            Ext::Ieth => h.ieth = Some(Ieth::new_unchecked(b).rkey()),
+            Ext::CnpReserved => {}
+        }
+        off += ext.len();
+    }
+    h
+}
+
+/// What a decode run saw.
+#[derive(Debug, Default)]
+pub struct DecodeReport {
+    /// Frames read.
+    pub frames: u64,
+    /// RoCEv2 packets printed.
+    pub packets: u64,
+    /// Of those, malformed (with an `error`).
+    pub malformed: u64,
+    /// Of those, with a wrong ICRC.
+    pub bad_icrc: u64,
+    /// Frames that are not UDP to or from port 4791.
+    pub skipped: u64,
+    /// Frames that could not be parsed down to UDP (warned about).
+    pub undecodable: u64,
+    /// The error that stopped reading before the end of the file, if any.
+    pub read_error: Option<CaptureError>,
+}
+
+/// Decodes every frame of `reader`, writing one JSON line per RoCEv2
+/// packet to `out` and calling `warn` for frames that cannot be parsed.
+/// Fails only when writing to `out` fails; a capture that stops being
+/// readable ends the run with [`DecodeReport::read_error`] set.
+pub fn decode<R: Read, W: Write>(
+    reader: &mut CaptureReader<R>,
+    out: &mut W,
+    warn: &mut dyn FnMut(String),
+) -> io::Result<DecodeReport> {
+    let mut rep = DecodeReport::default();
+    while let Some(rec) = reader.next_record() {
+        let rec = match rec {
+            Ok(rec) => rec,
+            Err(e @ CaptureError::UnknownInterface { .. }) => {
+                rep.frames += 1;
+                rep.undecodable += 1;
+                warn(e.to_string());
+                continue;
+            }
+            Err(e) => {
+                rep.read_error = Some(e);
+                break;
+            }
+        };
+        rep.frames += 1;
+        match parse_frame(rec.link, rec.data) {
+            Ok(Some(f)) => {
+                let line = packet_line(rec.index, &f);
+                rep.packets += 1;
+                rep.malformed += u64::from(line.error.is_some());
+                rep.bad_icrc += u64::from(line.icrc_ok == Some(false));
+                serde_json::to_writer(&mut *out, &line)?;
+                out.write_all(b"\n")?;
+            }
+            Ok(None) => rep.skipped += 1,
+            Err(e) => {
+                rep.undecodable += 1;
+                warn(format!("frame {}: not decoded: {e}", rec.index));
+            }
+        }
+    }
+    Ok(rep)
+}
+
+/// The `uroce decode` command. Exit status 0 when the whole file was read,
+/// whatever its packets held; 1 when it cannot be read.
+pub fn run(path: &Path) -> ExitCode {
+    let name = path.display();
+    let mut reader = match CaptureReader::open(path) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("uroce decode: {name}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(LinkType::Other(n)) = reader.pcap_link_type() {
+        eprintln!(
+            "uroce decode: {name}: link type {n} is not supported \
+             (Ethernet, Linux SLL, Linux SLL2 and raw IP are)"
+        );
+        return ExitCode::FAILURE;
+    }
+    let mut warned = 0u64;
+    let mut warn = |m: String| {
+        if warned < MAX_WARNINGS {
+            eprintln!("uroce decode: {m}");
+        } else if warned == MAX_WARNINGS {
+            eprintln!("uroce decode: (further warnings not shown)");
+        }
+        warned += 1;
+    };
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let rep = match decode(&mut reader, &mut out, &mut warn).and_then(|r| out.flush().map(|()| r)) {
+        Ok(rep) => rep,
+        // `uroce decode x.pcap | head`: not an error.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("uroce decode: writing the output: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "uroce decode: {} frames: {} RoCEv2 packets ({} malformed, {} with a bad ICRC), \
+         {} other frames, {} not decodable",
+        rep.frames, rep.packets, rep.malformed, rep.bad_icrc, rep.skipped, rep.undecodable
+    );
+    match rep.read_error {
+        Some(e) => {
+            eprintln!(
+                "uroce decode: {name}: stopped after frame {}: {e}",
+                rep.frames
+            );
+            ExitCode::FAILURE
+        }
+        None => ExitCode::SUCCESS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use uroce_wire::frame::{build_roce_frame, FrameParams};
+    use uroce_wire::{AethSyndrome, BthRepr, NakCode, Psn};
+
+    fn frame_of(h: &Headers, payload: &[u8]) -> Vec<u8> {
+        let p = FrameParams::v4(
+            [2, 0, 0, 0, 0, 1],
+            [2, 0, 0, 0, 0, 2],
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            0x1234,
+            0xc001,
+        );
+        let mut buf = vec![0u8; 256];
+        let n = build_roce_frame(&p, h, payload, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    fn line_of(bytes: &[u8]) -> PacketLine {
+        let f = parse_frame(LinkType::Ethernet, bytes).unwrap().unwrap();
+        packet_line(3, &f)
+    }
+
+    #[test]
+    fn nak_line() {
+        let mut h = Headers::new(BthRepr {
+            opcode: Opcode::RC_ACKNOWLEDGE,
+            pkey: 0xffff,
+            dest_qp: 0xabcdef,
+            psn: Psn::new(0xffffff),
+            ..BthRepr::default()
+        });
+        h.aeth = Some(AethRepr {
+            syndrome: AethSyndrome::Nak(NakCode::RemoteAccessError),
+            msn: 77,
+        });
+        let l = line_of(&frame_of(&h, &[]));
+        assert_eq!(
+            l.aeth,
+            Some(AethJson {
+                syndrome: 0x62,
+                kind: "nak",
+                value: 2,
+                msn: 77
+            })
+        );
+        assert_eq!(l.icrc_ok, Some(true));
+        assert_eq!(l.payload_len, Some(0));
+        assert_eq!(l.error, None);
+        let v = serde_json::to_value(&l).unwrap();
+        assert_eq!(v["psn"], 0xffffff);
+        assert!(v.get("reth").is_none());
+    }
+
+    #[test]
+    fn malformed_keeps_what_it_can() {
+        let mut h = Headers::new(BthRepr {
+            opcode: Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+            pkey: 0xffff,
+            dest_qp: 5,
+            ..BthRepr::default()
+        });
+        h.reth = Some(RethRepr {
+            va: u64::MAX,
+            rkey: 9,
+            dma_len: 3,
+        });
+        h.imm = Some(0xfeed);
+        let f = frame_of(&h, &[1, 2, 3]);
+        // one more byte before the ICRC: headers all there, payload area
+        // not a multiple of 4
+        let mut udp = f[42..].to_vec();
+        udp.insert(udp.len() - 4, 0);
+        let p = FrameParams::v4(
+            [0; 6],
+            [0; 6],
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::LOCALHOST,
+            0,
+            4791,
+        );
+        let mut buf = vec![0u8; 128];
+        let n = uroce_wire::frame::build_frame(&p, &udp, &mut buf).unwrap();
+        let l = line_of(&buf[..n]);
+        assert!(l.error.as_deref().unwrap_or("").contains("pad"), "{l:?}");
+        assert_eq!(l.reth.map(|r| r.va), Some(u64::MAX));
+        assert_eq!(l.imm, Some(0xfeed));
+        assert_eq!(l.payload_len, None);
+        assert_eq!(l.icrc_ok, Some(false));
+        // 10 bytes of UDP payload: no BTH
+        let n = uroce_wire::frame::build_frame(&p, &[4; 10], &mut buf).unwrap();
+        let l = line_of(&buf[..n]);
+        assert_eq!(l.opcode, None);
+        assert_eq!(l.icrc, None);
+        assert!(l.error.is_some());
+        let v = serde_json::to_value(&l).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(keys.len(), 6, "{keys:?}");
+    }
+}
