@@ -83,17 +83,39 @@ fn open(ip: IpAddr, name: &str) -> Result<End> {
     Ok(End { ctx, pd, cq, qp })
 }
 
-/// Brings `qp` to RTS towards `peer_ip`/`peer_qpn` with rc_pingpong's
-/// attributes (timeout 14, retry 7, rnr_retry 7, min_rnr_timer 12).
+/// How [`connect_rc`] sets up the connection.
+#[derive(Debug, Clone, Copy)]
+pub struct RcParams {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// max_rd_atomic and max_dest_rd_atomic.
+    pub rd_atomic: u8,
+    /// Local ACK timeout exponent (4.096 us x 2^timeout).
+    pub timeout: u8,
+}
+
+impl Default for RcParams {
+    /// rc_pingpong's values, with 16 outstanding READs/atomics.
+    fn default() -> Self {
+        RcParams {
+            mtu: Mtu::Mtu1024,
+            rd_atomic: 16,
+            timeout: 14,
+        }
+    }
+}
+
+/// Brings `qp` through INIT and RTR to RTS towards `peer_ip`/`peer_qpn`
+/// (retry 7, rnr_retry 7, min_rnr_timer 12, as rc_pingpong).
 pub fn connect_rc(
     qp: &QueuePair,
     peer_ip: IpAddr,
     peer_qpn: u32,
     my_psn: u32,
     peer_psn: u32,
-    mtu: Mtu,
-    rd_atomic: u8,
+    p: RcParams,
 ) -> Result<()> {
+    let (mtu, rd_atomic) = (p.mtu, p.rd_atomic);
     let mut a = QpAttr {
         qp_state: QpState::Init,
         qp_access_flags: ALL,
@@ -122,7 +144,7 @@ pub fn connect_rc(
     )?;
     a.qp_state = QpState::Rts;
     a.sq_psn = my_psn;
-    a.timeout = 14;
+    a.timeout = p.timeout;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.max_rd_atomic = rd_atomic;
@@ -192,8 +214,12 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
         rand::random::<u32>() & 0xff_ffff,
         rand::random::<u32>() & 0xff_ffff,
     );
-    connect_rc(&a.qp, opts.addrs.1, b.qp.qp_num(), pa, pb, mtu, 16)?;
-    connect_rc(&b.qp, opts.addrs.0, a.qp.qp_num(), pb, pa, mtu, 16)?;
+    let p = RcParams {
+        mtu,
+        ..RcParams::default()
+    };
+    connect_rc(&a.qp, opts.addrs.1, b.qp.qp_num(), pa, pb, p)?;
+    connect_rc(&b.qp, opts.addrs.0, a.qp.qp_num(), pb, pa, p)?;
     let mut rows = Vec::new();
 
     // SEND/RECV ping-pong at 2 bytes and 4 KiB.

@@ -122,6 +122,16 @@ impl QueuePair {
         Ok(())
     }
 
+    /// The engine's whole view of this QP (requester, completer and
+    /// responder state), for debugging.
+    pub fn debug_state(&self) -> String {
+        self.ctx
+            .inner
+            .engine
+            .dump_qp(self.qpn)
+            .unwrap_or_else(|e| e.to_string())
+    }
+
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr> {
         Ok(self.ctx.inner.engine.query_qp(self.qpn)?)

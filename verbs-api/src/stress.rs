@@ -32,7 +32,8 @@ const RECV_SLOTS: usize = 128;
 /// WRs in flight on the client.
 const DEPTH: usize = 16;
 const END_MARK: u64 = u64::MAX;
-const TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest wait for any completion before giving up.
+const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Options.
 #[derive(Debug, Clone)]
@@ -49,6 +50,8 @@ pub struct StressOptions {
     pub seed: u64,
     /// Path MTU bytes.
     pub mtu: u32,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
 }
 
 impl Default for StressOptions {
@@ -60,6 +63,7 @@ impl Default for StressOptions {
             messages: 10_000,
             seed: 1,
             mtu: 1024,
+            timeout: 14,
         }
     }
 }
@@ -83,6 +87,15 @@ pub struct StressReport {
 
 fn err(m: impl Into<String>) -> Error {
     Error::Engine(m.into())
+}
+
+/// No completion for too long: the error, and with `UROCE_DEBUG` set the
+/// QP's internal state on stderr.
+fn stuck(qp: &QueuePair, who: &str) -> Error {
+    if std::env::var_os("UROCE_DEBUG").is_some() {
+        eprintln!("{}", qp.debug_state());
+    }
+    err(format!("{who}: no completion for {TIMEOUT:?}"))
 }
 
 /// SEND payload byte `i` of message `seq`.
@@ -159,7 +172,12 @@ pub fn serve(o: &StressOptions) -> Result<StressReport> {
     let mtu = Mtu::from_bytes(mtu).ok_or_else(|| err("bad MTU"))?;
     // The client's device address (its TCP source address may differ).
     let ip: IpAddr = v.get(3).and_then(|a| a.parse().ok()).unwrap_or(peer.ip());
-    demo::connect_rc(&s.qp, ip, qpn, s.psn, psn, mtu, 16)?;
+    let params = demo::RcParams {
+        mtu,
+        rd_atomic: 16,
+        timeout: o.timeout,
+    };
+    demo::connect_rc(&s.qp, ip, qpn, s.psn, psn, params)?;
     // Receives go up before the client learns our address.
     for i in 0..RECV_SLOTS {
         let wr = RecvWr {
@@ -181,16 +199,17 @@ pub fn serve(o: &StressOptions) -> Result<StressReport> {
     )
     .map_err(|e| err(e.to_string()))?;
     let mut rep = StressReport::default();
-    let deadline = Instant::now() + TIMEOUT;
+    let mut last_progress = Instant::now();
     let mut buf = vec![0u8; MAX_SEND];
     'outer: loop {
-        if Instant::now() > deadline {
-            return Err(err("server: timed out"));
-        }
         let Some(wc) = s.cq.poll_one() else {
+            if last_progress.elapsed() > TIMEOUT {
+                return Err(stuck(&s.qp, "server"));
+            }
             std::thread::yield_now();
             continue;
         };
+        last_progress = Instant::now();
         if wc.status != WcStatus::Success {
             return Err(err(format!(
                 "server: wr {} completed with {}",
@@ -239,6 +258,10 @@ pub fn serve(o: &StressOptions) -> Result<StressReport> {
         s.qp.post_recv(&[wr]).map_err(|e| e.1)?;
     }
     writeln!(w, "{} {} {}", rep.sends, rep.writes, rep.errors).map_err(|e| err(e.to_string()))?;
+    // Stay up (our engine still has to acknowledge the end marker) until
+    // the client has its completion and closes the connection.
+    let mut rest = String::new();
+    let _ = rd.read_line(&mut rest);
     drop(s.ctx);
     Ok(rep)
 }
@@ -282,14 +305,19 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
         num(&v, 2)? as u32,
         num(&v, 3)?,
     );
-    demo::connect_rc(&s.qp, peer, rqpn, s.psn, rpsn, mtu, 16)?;
+    let rip: IpAddr = v.get(4).and_then(|a| a.parse().ok()).unwrap_or(peer);
+    let params = demo::RcParams {
+        mtu,
+        rd_atomic: 16,
+        timeout: o.timeout,
+    };
+    demo::connect_rc(&s.qp, rip, rqpn, s.psn, rpsn, params)?;
 
     let mut rng = rand::rngs::SmallRng::seed_from_u64(o.seed);
     let mut shadow = vec![0u8; DATA + 8 * WORDS];
     let mut rep = StressReport::default();
     let mut inflight: VecDeque<(u64, Expect)> = VecDeque::new();
     let mut free_slots: Vec<usize> = (0..DEPTH).collect();
-    let start = Instant::now();
     let check = |wc: &Wc, e: Expect, rep: &mut StressReport, free: &mut Vec<usize>| -> Result<()> {
         if wc.status != WcStatus::Success {
             return Err(err(format!(
@@ -333,6 +361,7 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
     };
     let mut seq = 0u64;
     let mut write_imms = 0u64;
+    let mut last_progress = Instant::now();
     while seq < o.messages || !inflight.is_empty() {
         // Reap.
         while let Some(wc) = s.cq.poll_one() {
@@ -346,12 +375,10 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
                 )));
             }
             check(&wc, e, &mut rep, &mut free_slots)?;
+            last_progress = Instant::now();
         }
-        if start.elapsed() > TIMEOUT {
-            return Err(err(format!(
-                "client: timed out with {} in flight",
-                inflight.len()
-            )));
+        if last_progress.elapsed() > TIMEOUT {
+            return Err(stuck(&s.qp, "client"));
         }
         if seq >= o.messages || inflight.len() >= DEPTH || free_slots.is_empty() {
             std::thread::yield_now();
@@ -394,6 +421,11 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
                     WrOpcode::RdmaWrite
                 };
                 write_imms += u64::from(kind == 5);
+                // READs still in flight may read these bytes, and a READ
+                // that is retried re-reads memory: without the fence it
+                // could return this WRITE's data. (IBA: a fenced WR waits
+                // for earlier READs and atomics to complete.)
+                wr.flags |= SendFlags::FENCE;
                 wr.imm_data = seq as u32;
                 wr.sg_list.push(src.sge(off, len as u32));
                 wr.remote_addr = raddr + off as u64;
@@ -467,8 +499,11 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
                             )));
                         }
                         check(&wc, e, &mut rep, &mut free_slots)?;
+                        last_progress = Instant::now();
                     }
-                    None if start.elapsed() > TIMEOUT => return Err(err("client: timed out")),
+                    None if last_progress.elapsed() > TIMEOUT => {
+                        return Err(stuck(&s.qp, "client"))
+                    }
                     None => std::thread::yield_now(),
                 }
             }

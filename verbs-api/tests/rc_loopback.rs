@@ -45,26 +45,13 @@ fn pair(a_ip: &str, b_ip: &str) -> (End, End) {
     let a = end(a_ip);
     let b = end(b_ip);
     let connect = uroce_verbs::demo::connect_rc;
-    connect(
-        &a.qp,
-        b_ip.parse().unwrap(),
-        b.qp.qp_num(),
-        100,
-        5000,
-        Mtu::Mtu1024,
-        4,
-    )
-    .unwrap();
-    connect(
-        &b.qp,
-        a_ip.parse().unwrap(),
-        a.qp.qp_num(),
-        5000,
-        100,
-        Mtu::Mtu1024,
-        4,
-    )
-    .unwrap();
+    let p = uroce_verbs::demo::RcParams {
+        mtu: Mtu::Mtu1024,
+        rd_atomic: 4,
+        timeout: 14,
+    };
+    connect(&a.qp, b_ip.parse().unwrap(), b.qp.qp_num(), 100, 5000, p).unwrap();
+    connect(&b.qp, a_ip.parse().unwrap(), a.qp.qp_num(), 5000, 100, p).unwrap();
     (a, b)
 }
 

@@ -50,6 +50,7 @@ enum Command {
     Destroy(u32, Sender<Result<(), EngineError>>),
     Sync(Sender<()>),
     SetFaults(Option<Faults>, Sender<()>),
+    Dump(u32, Sender<String>),
 }
 
 /// Errors of engine control operations.
@@ -204,6 +205,11 @@ impl Engine {
         self.call(|tx| Command::SetFaults(faults, tx))
     }
 
+    /// A QP's whole internal state, for debugging.
+    pub fn dump_qp(&self, qpn: u32) -> Result<String, EngineError> {
+        self.call(|tx| Command::Dump(qpn, tx))
+    }
+
     /// Returns once the engine has finished whatever packet it was
     /// processing: after a region's keys are removed, no copy into it is
     /// in progress when this returns.
@@ -325,6 +331,13 @@ impl Worker {
                 }
                 Command::Sync(tx) => {
                     let _ = tx.send(());
+                }
+                Command::Dump(qpn, tx) => {
+                    let _ = tx.send(
+                        self.qps
+                            .get(&qpn)
+                            .map_or_else(|| "no such QP".into(), |q| format!("{q:#?}")),
+                    );
                 }
                 Command::SetFaults(f, tx) => {
                     self.faults = f.filter(|f| !f.is_none()).map(FaultInjector::new);

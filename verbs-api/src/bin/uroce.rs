@@ -61,6 +61,9 @@ enum Cmd {
         /// Path MTU.
         #[arg(short = 'm', long, default_value_t = 1024)]
         mtu: u32,
+        /// Local ACK timeout exponent (4.096 us x 2^t).
+        #[arg(short = 't', long, default_value_t = 14)]
+        timeout: u8,
     },
     /// rdma-core's ibv_rc_pingpong on uroce: same options, exchange and output.
     #[command(name = "rc-pingpong")]
@@ -227,6 +230,7 @@ fn main() -> ExitCode {
             messages,
             seed,
             mtu,
+            timeout,
         } => {
             let o = uroce_verbs::stress::StressOptions {
                 server,
@@ -235,6 +239,7 @@ fn main() -> ExitCode {
                 messages,
                 seed,
                 mtu,
+                timeout,
             };
             let start = std::time::Instant::now();
             let r = if o.server.is_some() {

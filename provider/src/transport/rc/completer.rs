@@ -130,27 +130,7 @@ impl RcQp {
             }
         }
         self.req.una = psn.next();
-        self.skip_acked();
-    }
-
-    /// After a go-back, a late ACK may cover packets not yet resent: resume
-    /// sending after them.
-    fn skip_acked(&mut self) {
-        let una = self.req.una;
-        let old_una_to_next = self.req.next_psn.distance_from(una);
-        if old_una_to_next < (1 << 23) {
-            return; // next_psn is at or after una
-        }
-        if !self.req.go_back(una) {
-            self.req.send_idx = self
-                .req
-                .wqes
-                .iter()
-                .position(|e| !e.started)
-                .unwrap_or(self.req.wqes.len());
-            self.req.send_pkt = 0;
-            self.req.next_psn = una;
-        }
+        self.req.resume_after_una();
     }
 
     fn read_response(&mut self, psn: Psn, pkt: &ParsedPacket<'_>) {

@@ -116,6 +116,33 @@ impl Requester {
         self.next_psn = psn;
         true
     }
+    /// The front WR was retired: indexes shift down by one, and if it was
+    /// the one being (re)sent, sending moves on to the next one.
+    pub fn pop_adjust(&mut self) {
+        if self.send_idx == 0 {
+            self.send_pkt = 0;
+        } else {
+            self.send_idx -= 1;
+        }
+    }
+
+    /// If sending is positioned before `una` (a go-back overtaken by
+    /// acknowledgements), skips to `una`.
+    pub fn resume_after_una(&mut self) {
+        if self.next_psn.distance_from(self.una) < (1 << 23) {
+            return; // next_psn is at or after una
+        }
+        if !self.go_back(self.una) {
+            self.send_idx = self
+                .wqes
+                .iter()
+                .position(|e| !e.started)
+                .unwrap_or(self.wqes.len());
+            self.send_pkt = 0;
+            self.next_psn = self.una;
+        }
+    }
+
     /// Incomplete READ/atomic WRs before the one being sent.
     fn rd_atomic_outstanding(&self) -> usize {
         self.wqes
@@ -372,7 +399,7 @@ impl RcQp {
         while let Some(front) = self.req.wqes.front() {
             if let Some(status) = front.error {
                 let e = self.req.wqes.pop_front().expect("front exists");
-                self.req.send_idx = self.req.send_idx.saturating_sub(1);
+                self.req.pop_adjust();
                 self.cfg.sq.retire(1);
                 let mut wc = Wc::new(e.wr.wr_id, status, e.wr.opcode.wc_opcode(), self.cfg.qpn);
                 wc.byte_len = 0;
@@ -384,7 +411,7 @@ impl RcQp {
                 break;
             }
             let e = self.req.wqes.pop_front().expect("front exists");
-            self.req.send_idx = self.req.send_idx.saturating_sub(1);
+            self.req.pop_adjust();
             self.cfg.sq.retire(1);
             if e.signaled(self.cfg.sq_sig_all) {
                 let mut wc = Wc::new(
@@ -397,6 +424,7 @@ impl RcQp {
                 self.complete(true, wc);
             }
         }
+        self.req.resume_after_una();
     }
 
     /// The retransmission timer or the RNR wait ran out.
