@@ -23,6 +23,8 @@ pub struct DemoOptions {
     pub bulk_bytes: usize,
     /// Message size of the throughput runs.
     pub msg_size: usize,
+    /// Capture uroce0's traffic (both directions) to this pcap file.
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 impl Default for DemoOptions {
@@ -35,6 +37,7 @@ impl Default for DemoOptions {
             iters: 1000,
             bulk_bytes: 256 << 20,
             msg_size: 1 << 20,
+            pcap: None,
         }
     }
 }
@@ -205,6 +208,9 @@ pub struct DemoReport {
 pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
     let a = open(opts.addrs.0, "uroce0")?;
     let b = open(opts.addrs.1, "uroce1")?;
+    if let Some(p) = &opts.pcap {
+        a.ctx.start_capture(p)?;
+    }
     let mtu = a
         .ctx
         .query_port(1)?
@@ -362,6 +368,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
             mbytes_per_s: None,
             verified: ok,
         });
+    }
+    if opts.pcap.is_some() {
+        a.ctx.stop_capture()?;
     }
     Ok(DemoReport {
         rows,

@@ -14,6 +14,17 @@ use uroce_provider::memory::KeyTable;
 use uroce_provider::qp_attr::{gid_of, ModifyLimits};
 use uroce_provider::types::Mtu;
 
+/// The environment variable that makes every device write a capture:
+/// `UROCE_PCAP=/tmp/{dev}.pcap` (`{dev}` becomes the device name).
+pub const PCAP_ENV: &str = "UROCE_PCAP";
+
+fn capture_path_from_env(dev: &str) -> Option<std::path::PathBuf> {
+    let v = std::env::var(PCAP_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())?;
+    Some(v.replace("{dev}", dev).into())
+}
+
 /// Device limits (reported by `query_device`, enforced at creation).
 pub(crate) const MAX_QP_WR: u32 = 16384;
 pub(crate) const MAX_SGE: u32 = 32;
@@ -69,6 +80,9 @@ impl Device {
         let keys = Arc::new(KeyTable::new());
         let engine = Engine::start(self.cfg.ip, keys.clone())?;
         let mtu = active_mtu(self.cfg.ip);
+        if let Some(path) = capture_path_from_env(&self.cfg.name) {
+            engine.capture(Some(&path))?;
+        }
         Ok(Context {
             inner: Arc::new(ContextInner {
                 device: self.clone(),
@@ -267,6 +281,16 @@ impl Context {
     /// The device's counters (like rxe's hw_counters).
     pub fn counters(&self) -> CounterSnapshot {
         self.inner.engine.counters().snapshot()
+    }
+    /// Writes every packet this device sends and receives, as whole
+    /// Ethernet/IP/UDP frames, to a pcap file (replacing a capture in
+    /// progress). `UROCE_PCAP` does the same from the start.
+    pub fn start_capture(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
+        Ok(self.inner.engine.capture(Some(path.as_ref()))?)
+    }
+    /// Stops capturing and closes the file.
+    pub fn stop_capture(&self) -> Result<()> {
+        Ok(self.inner.engine.capture(None)?)
     }
     /// Injects loss, duplication, corruption, delay and reordering into
     /// everything this device sends (`None`: a clean network). The

@@ -212,6 +212,7 @@ fn demo_runs_and_verifies() {
         iters: 50,
         bulk_bytes: 8 << 20,
         msg_size: 1 << 20,
+        pcap: None,
     };
     let rows = uroce_verbs::demo::run(&opts).expect("demo").rows;
     assert_eq!(rows.len(), 6);

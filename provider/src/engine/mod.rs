@@ -11,6 +11,7 @@
 //! and an eventfd doorbell, with the next QP deadline as the timeout, so
 //! two processes on a 2-core machine do not starve each other.
 
+mod capture;
 pub mod device;
 mod socket;
 
@@ -51,6 +52,7 @@ enum Command {
     Sync(Sender<()>),
     SetFaults(Option<Faults>, Sender<()>),
     Dump(u32, Sender<String>),
+    Capture(Option<std::path::PathBuf>, Sender<Result<(), String>>),
 }
 
 /// Errors of engine control operations.
@@ -65,6 +67,9 @@ pub enum EngineError {
     /// The engine thread is gone.
     #[error("the device's engine has stopped")]
     Stopped,
+    /// The capture file could not be written.
+    #[error("capture: {0}")]
+    Capture(String),
     /// The socket could not be set up.
     #[error("cannot bind UDP port 4791 on {addr}: {msg}")]
     Bind {
@@ -131,6 +136,7 @@ impl Engine {
             buf: vec![0u8; MAX_DATAGRAM],
             rbuf: vec![0u8; MAX_DATAGRAM],
             faults: faults.filter(|f| !f.is_none()).map(FaultInjector::new),
+            capture: None,
             delayed: BinaryHeap::new(),
             delayed_seq: 0,
         };
@@ -205,6 +211,13 @@ impl Engine {
         self.call(|tx| Command::SetFaults(faults, tx))
     }
 
+    /// Starts writing every packet this device sends and receives to a
+    /// pcap file (replacing any capture in progress), or stops (`None`).
+    pub fn capture(&self, path: Option<&std::path::Path>) -> Result<(), EngineError> {
+        self.call(|tx| Command::Capture(path.map(|p| p.to_path_buf()), tx))?
+            .map_err(|msg| EngineError::Capture(msg))
+    }
+
     /// A QP's whole internal state, for debugging.
     pub fn dump_qp(&self, qpn: u32) -> Result<String, EngineError> {
         self.call(|tx| Command::Dump(qpn, tx))
@@ -242,6 +255,7 @@ struct Worker {
     /// Packets held back by the fault injector: (due, order, destination, bytes).
     delayed: BinaryHeap<Reverse<(Nanos, u64, SocketAddr, Vec<u8>)>>,
     delayed_seq: u64,
+    capture: Option<capture::Capture>,
 }
 
 impl Worker {
@@ -292,6 +306,9 @@ impl Worker {
             self.shared.doorbell.drain();
             idle_since = None;
         }
+        if let Some(c) = self.capture.take() {
+            let _ = c.finish();
+        }
     }
 
     fn commands(&mut self) -> bool {
@@ -332,6 +349,16 @@ impl Worker {
                 Command::Sync(tx) => {
                     let _ = tx.send(());
                 }
+                Command::Capture(path, tx) => {
+                    if let Some(c) = self.capture.take() {
+                        let _ = c.finish();
+                    }
+                    let r = match path {
+                        Some(p) => capture::Capture::create(&p).map(|c| self.capture = Some(c)),
+                        None => Ok(()),
+                    };
+                    let _ = tx.send(r);
+                }
                 Command::Dump(qpn, tx) => {
                     let _ = tx.send(
                         self.qps
@@ -361,12 +388,32 @@ impl Worker {
             let pkt = match packet::parse(bytes) {
                 Ok(p) => p,
                 Err(_) => {
+                    if let Some(c) = self.capture.as_mut() {
+                        c.record(
+                            from,
+                            SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT),
+                            (0, true),
+                            bytes,
+                        );
+                    }
                     Counters::inc(&self.counters.malformed_pkts);
                     continue;
                 }
             };
             let ctx = icrc_context(from, self.local_ip);
-            if pkt.verify_icrc_socket(&ctx).is_err() {
+            let verified = pkt.verify_icrc_socket(&ctx);
+            if let Some(c) = self.capture.as_mut() {
+                let id = verified.map_or((0, true), |s| {
+                    (s.ident, s.flags_frag & uroce_wire::icrc::IPV4_DF != 0)
+                });
+                c.record(
+                    from,
+                    SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT),
+                    id,
+                    bytes,
+                );
+            }
+            if verified.is_err() {
                 Counters::inc(&self.counters.icrc_errors);
                 continue;
             }
@@ -393,7 +440,13 @@ impl Worker {
                 any = true;
                 let dst = SocketAddr::new(t.dst, uroce_wire::ROCEV2_UDP_PORT);
                 match self.faults.as_mut() {
-                    None => self.port.send(&self.buf[..t.len], dst),
+                    None => {
+                        if let Some(c) = self.capture.as_mut() {
+                            let src = SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT);
+                            c.record(src, dst, (0, true), &self.buf[..t.len]);
+                        }
+                        self.port.send(&self.buf[..t.len], dst)
+                    }
                     Some(inj) => {
                         let plan = inj.plan(t.len, 1);
                         for i in 0..plan.copies as usize {
@@ -422,6 +475,14 @@ impl Worker {
                 break;
             }
             if let Some(Reverse((_, _, dst, b))) = self.delayed.pop() {
+                if let Some(c) = self.capture.as_mut() {
+                    c.record(
+                        SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT),
+                        dst,
+                        (0, true),
+                        &b,
+                    );
+                }
                 self.port.send(&b, dst);
                 any = true;
             }

@@ -36,6 +36,9 @@ enum Cmd {
         /// Also print the devices' counters.
         #[arg(long)]
         stats: bool,
+        /// Write uroce0's traffic (both directions) to this pcap file.
+        #[arg(long)]
+        pcap: Option<std::path::PathBuf>,
     },
     /// List the configured devices (UROCE_DEVICES) with their GIDs.
     Devices,
@@ -193,11 +196,13 @@ fn main() -> ExitCode {
             iters,
             mib,
             stats,
+            pcap,
         } => {
             let opts = uroce_verbs::demo::DemoOptions {
                 addrs: (a, b),
                 iters,
                 bulk_bytes: mib << 20,
+                pcap,
                 ..Default::default()
             };
             println!("uroce demo: RC between uroce0 ({a}) and uroce1 ({b}) over UDP 4791");

@@ -1,0 +1,108 @@
+//! The capture tap: every packet a device sends and receives, written to
+//! a pcap file as the whole Ethernet/IP/UDP frame it was (or would be on
+//! an Ethernet link), so that Wireshark and `shared/roce-check/check_pcap`
+//! can read it.
+//!
+//! Sent packets carry the header our socket produces (DF, IPv4 ID 0, TTL
+//! 64). For received IPv4 packets the sender's identification is the one
+//! the ICRC check solved for, so a capture of a kernel rxe peer's packets
+//! still verifies exactly. MAC addresses are made up from the IP
+//! addresses (locally administered).
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+use uroce_wire::frame::{build_frame, FrameParams, IpParams};
+use uroce_wire::pcap::CaptureWriter;
+
+/// An open capture file.
+pub struct Capture {
+    writer: CaptureWriter<BufWriter<File>>,
+    buf: Vec<u8>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Capture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Capture({})", self.path.display())
+    }
+}
+
+fn mac_of(ip: IpAddr) -> [u8; 6] {
+    let o = match ip {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => {
+            let b = v6.octets();
+            [b[12], b[13], b[14], b[15]]
+        }
+    };
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+impl Capture {
+    /// Creates (truncates) the file.
+    pub fn create(path: &Path) -> Result<Capture, String> {
+        let writer = CaptureWriter::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Capture {
+            writer,
+            buf: vec![0u8; 4096 + 512],
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Records one RoCEv2 UDP payload from `src` to `dst`; for IPv4, with
+    /// the given identification and DF flag.
+    pub fn record(
+        &mut self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        ipv4_id: (u16, bool),
+        udp_payload: &[u8],
+    ) {
+        let ip = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => IpParams::V4 {
+                src: s,
+                dst: d,
+                ident: ipv4_id.0,
+                dont_fragment: ipv4_id.1,
+                tos: 0,
+                ttl: 64,
+            },
+            (s, d) => IpParams::V6 {
+                src: v6(s),
+                dst: v6(d),
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            },
+        };
+        let p = FrameParams {
+            src_mac: mac_of(src.ip()),
+            dst_mac: mac_of(dst.ip()),
+            ip,
+            src_port: src.port(),
+            dst_port: dst.port(),
+            udp_checksum: true,
+        };
+        if let Ok(n) = build_frame(&p, udp_payload, &mut self.buf) {
+            let ts = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            let _ = self.writer.write(ts, &self.buf[..n]);
+        }
+    }
+
+    /// Flushes and closes the file.
+    pub fn finish(self) -> Result<(), String> {
+        self.writer.finish().map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
