@@ -195,7 +195,7 @@ fn bench_udp(c: &mut Criterion) {
         while !s2.load(std::sync::atomic::Ordering::Relaxed) {
             if sb.recv(&mut buf).is_ok() {
                 count += 1;
-                if count % 8 == 0 {
+                if count.is_multiple_of(8) {
                     let _ = sb.send(&count.to_le_bytes());
                 }
             } else {

@@ -128,7 +128,8 @@ fn lost_ack_resend_is_acked_without_executing_again() {
 #[test]
 fn retransmissions_are_byte_identical() {
     let mut p = pair();
-    let sent: Arc<Mutex<Vec<(u32, Vec<u8>)>>> = Arc::default();
+    type Sent = Arc<Mutex<Vec<(u32, Vec<u8>)>>>;
+    let sent: Sent = Arc::default();
     let s = sent.clone();
     let mut dropped = false;
     p.net.set_filter(move |w: &Wire<'_>| {

@@ -625,9 +625,9 @@ mod tests {
         // Shifting by n zero bytes as crc32fast sees it.
         for n in [0u64, 1, 2, 7, 100, 4100] {
             let msg_a: Vec<u8> = std::iter::once(0x5a)
-                .chain(std::iter::repeat(0).take(n as usize))
+                .chain(std::iter::repeat_n(0, n as usize))
                 .collect();
-            let msg_0: Vec<u8> = std::iter::repeat(0).take(n as usize + 1).collect();
+            let msg_0: Vec<u8> = std::iter::repeat_n(0, n as usize + 1).collect();
             let d = crc32fast::hash(&msg_a) ^ crc32fast::hash(&msg_0);
             assert_eq!(d, gf2::mul(gf2::byte_crc(0x5a), gf2::x8n(n)), "n={n}");
         }

@@ -215,7 +215,7 @@ impl Engine {
     /// pcap file (replacing any capture in progress), or stops (`None`).
     pub fn capture(&self, path: Option<&std::path::Path>) -> Result<(), EngineError> {
         self.call(|tx| Command::Capture(path.map(|p| p.to_path_buf()), tx))?
-            .map_err(|msg| EngineError::Capture(msg))
+            .map_err(EngineError::Capture)
     }
 
     /// A QP's whole internal state, for debugging.
@@ -241,6 +241,9 @@ impl Drop for Engine {
     }
 }
 
+/// A packet the fault injector holds back: (due, order, destination, bytes).
+type Delayed = (Nanos, u64, SocketAddr, Vec<u8>);
+
 struct Worker {
     shared: Arc<Shared>,
     cmds: Receiver<Command>,
@@ -252,8 +255,8 @@ struct Worker {
     buf: Vec<u8>,
     rbuf: Vec<u8>,
     faults: Option<FaultInjector>,
-    /// Packets held back by the fault injector: (due, order, destination, bytes).
-    delayed: BinaryHeap<Reverse<(Nanos, u64, SocketAddr, Vec<u8>)>>,
+    /// Packets held back by the fault injector.
+    delayed: BinaryHeap<Reverse<Delayed>>,
     delayed_seq: u64,
     capture: Option<capture::Capture>,
 }

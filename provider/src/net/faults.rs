@@ -80,7 +80,7 @@ fn duration_ns(v: &str) -> Option<u64> {
         (v, 1.0)
     };
     let x: f64 = num.parse().ok()?;
-    (x >= 0.0).then(|| (x * mult) as u64)
+    (x >= 0.0).then_some((x * mult) as u64)
 }
 
 impl Faults {

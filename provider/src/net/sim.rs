@@ -53,6 +53,9 @@ struct InFlight {
     bytes: Vec<u8>,
 }
 
+/// A delivered packet: (time, source, destination, UDP payload).
+pub type Traced = (Nanos, IpAddr, IpAddr, Vec<u8>);
+
 /// Identifies a QP in the network.
 pub type QpId = usize;
 
@@ -69,8 +72,8 @@ pub struct SimNet {
     sent: u64,
     buf: Vec<u8>,
     counters: Arc<Counters>,
-    /// Every packet delivered or dropped, for captures: (time, src, dst, bytes).
-    pub trace: Option<Vec<(Nanos, IpAddr, IpAddr, Vec<u8>)>>,
+    /// Every packet delivered, for captures.
+    pub trace: Option<Vec<Traced>>,
 }
 
 impl SimNet {
