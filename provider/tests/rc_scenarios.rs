@@ -505,3 +505,104 @@ fn reset_and_reuse_after_error() {
     dst.read(0, &mut got).unwrap();
     assert_eq!(&got, b"again!!!");
 }
+
+#[test]
+fn per_link_faults_mtu_and_black_holes() {
+    // One direction lossy, the other clean.
+    let mut p = RcPair::new(
+        5,
+        Faults::default(),
+        PairParams {
+            timeout: 10,
+            ..Default::default()
+        },
+    );
+    let (a, b) = (p.a.ip, p.b.ip);
+    p.net
+        .set_link_faults(a, b, Faults::parse("loss=0.3,seed=9").unwrap());
+    let (dst, d) = send_5_packets(&mut p);
+    assert_one_success(&mut p);
+    let mut got = vec![0u8; 5000];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got, d);
+    assert!(p.a.counters.snapshot().retransmits > 0);
+
+    // A black hole shorter than the retry budget is survived.
+    let mut p = RcPair::new(
+        6,
+        Faults::default(),
+        PairParams {
+            timeout: 12,
+            ..Default::default()
+        },
+    );
+    let (a, b) = (p.a.ip, p.b.ip);
+    p.net.black_hole(a, b, 0, 50_000_000);
+    send_5_packets(&mut p);
+    assert_one_success(&mut p);
+    assert!(
+        p.net.now().0 >= 50_000_000,
+        "delivered only after the black hole"
+    );
+    assert!(p.a.counters.snapshot().retry_timeouts >= 2);
+
+    // A link MTU below the path MTU's packets loses them: retries run out.
+    let mut p = RcPair::new(
+        7,
+        Faults::default(),
+        PairParams {
+            timeout: 8,
+            retry_cnt: 2,
+            mtu: Mtu::Mtu2048,
+            ..Default::default()
+        },
+    );
+    let (a, b) = (p.a.ip, p.b.ip);
+    p.net.set_link_mtu(a, b, 1500);
+    send_5_packets(&mut p);
+    let s = p.wait(true, true, 1, 10 * SEC);
+    assert_eq!(s[0].status, WcStatus::RetryExcErr);
+    // With a path MTU that fits, the same link works.
+    let mut p = RcPair::new(
+        8,
+        Faults::default(),
+        PairParams {
+            mtu: Mtu::Mtu1024,
+            ..Default::default()
+        },
+    );
+    let (a, b) = (p.a.ip, p.b.ip);
+    p.net.set_link_mtu(a, b, 1500);
+    send_5_packets(&mut p);
+    assert_one_success(&mut p);
+}
+
+#[test]
+fn solicited_event_bit_on_the_last_packet_only() {
+    let mut p = pair();
+    let se: Arc<Mutex<Vec<(Opcode, bool)>>> = Arc::default();
+    let s2 = se.clone();
+    p.net.set_filter(move |w: &Wire<'_>| {
+        if w.pkt.info.is_request {
+            s2.lock()
+                .unwrap()
+                .push((w.pkt.headers.bth.opcode, w.pkt.headers.bth.se));
+        }
+        Verdict::Pass
+    });
+    let src = p.mr(true, 3000, ALL);
+    let dst = p.mr(false, 3000, ALL);
+    p.post_recv(false, 1, &[sge(&dst, 0, 3000)]);
+    let mut w = wr(1, WrOpcode::Send, &[sge(&src, 0, 3000)]);
+    w.flags |= SendFlags::SOLICITED;
+    p.post_send(true, w);
+    assert_one_success(&mut p);
+    assert_eq!(
+        *se.lock().unwrap(),
+        vec![
+            (Opcode::RC_SEND_FIRST, false),
+            (Opcode::RC_SEND_MIDDLE, false),
+            (Opcode::RC_SEND_LAST, true)
+        ]
+    );
+}

@@ -259,3 +259,45 @@ fn injected_faults_over_udp_are_recovered() {
         "corrupted packets were caught: {ca:?} {cb:?}"
     );
 }
+
+#[test]
+fn one_large_message_each_way() {
+    // 256 MiB (or UROCE_LARGE_MIB): a SEND, an RDMA WRITE and an RDMA
+    // READ, verified.
+    let n: usize = std::env::var("UROCE_LARGE_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+        << 20;
+    let (a, b) = pair("127.10.9.1", "127.10.9.2");
+    let src = a.pd.alloc_mr(n, ALL).unwrap();
+    let dst = b.pd.alloc_mr(n, ALL).unwrap();
+    let data = pattern(n, 77);
+    src.write(0, &data).unwrap();
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: [dst.sge(0, n as u32)].into_iter().collect(),
+    }])
+    .unwrap();
+    a.qp.post_send(&[signaled(1, WrOpcode::Send, &[src.sge(0, n as u32)])])
+        .unwrap();
+    let big = Duration::from_secs(120);
+    assert_eq!(a.cq.wait(1, big)[0].status, WcStatus::Success);
+    let r = b.cq.wait(1, big);
+    assert_eq!((r[0].status, r[0].byte_len), (WcStatus::Success, n as u32));
+    assert!(dst.to_vec(0, n).unwrap() == data, "SEND data");
+    dst.write(0, &vec![0u8; n]).unwrap();
+    let mut w = signaled(2, WrOpcode::RdmaWrite, &[src.sge(0, n as u32)]);
+    w.remote_addr = dst.addr();
+    w.rkey = dst.rkey();
+    a.qp.post_send(&[w]).unwrap();
+    assert_eq!(a.cq.wait(1, big)[0].status, WcStatus::Success);
+    assert!(dst.to_vec(0, n).unwrap() == data, "WRITE data");
+    src.write(0, &vec![0u8; n]).unwrap();
+    let mut r = signaled(3, WrOpcode::RdmaRead, &[src.sge(0, n as u32)]);
+    r.remote_addr = dst.addr();
+    r.rkey = dst.rkey();
+    a.qp.post_send(&[r]).unwrap();
+    assert_eq!(a.cq.wait(1, big)[0].status, WcStatus::Success);
+    assert!(src.to_vec(0, n).unwrap() == data, "READ data");
+}

@@ -56,6 +56,17 @@ struct InFlight {
 /// A delivered packet: (time, source, destination, UDP payload).
 pub type Traced = (Nanos, IpAddr, IpAddr, Vec<u8>);
 
+/// One direction of a link with settings of its own.
+struct Link {
+    src: IpAddr,
+    dst: IpAddr,
+    faults: Option<FaultInjector>,
+    /// Largest UDP payload + IP/UDP headers the link carries (IP MTU).
+    mtu: Option<usize>,
+    /// Everything sent in `[from, until)` is lost.
+    black_holes: Vec<(Nanos, Nanos)>,
+}
+
 /// Identifies a QP in the network.
 pub type QpId = usize;
 
@@ -63,6 +74,9 @@ pub type QpId = usize;
 pub struct SimNet {
     now: Nanos,
     faults: FaultInjector,
+    /// Per-link settings, by (source, destination); links not named here
+    /// use `faults`.
+    links: Vec<Link>,
     filter: Option<Filter>,
     qps: Vec<(IpAddr, RcQp)>,
     queue: BinaryHeap<Reverse<(Nanos, u64, usize)>>,
@@ -86,6 +100,7 @@ impl SimNet {
         };
         SimNet {
             now: Nanos(0),
+            links: Vec::new(),
             faults: FaultInjector::new(Faults { seed, ..faults }),
             filter: None,
             qps: Vec::new(),
@@ -116,6 +131,48 @@ impl SimNet {
     pub fn set_filter(&mut self, f: impl FnMut(&Wire<'_>) -> Verdict + Send + 'static) {
         self.filter = Some(Box::new(f));
     }
+    fn link(&mut self, src: IpAddr, dst: IpAddr) -> &mut Link {
+        let i = match self.links.iter().position(|l| l.src == src && l.dst == dst) {
+            Some(i) => i,
+            None => {
+                self.links.push(Link {
+                    src,
+                    dst,
+                    faults: None,
+                    mtu: None,
+                    black_holes: Vec::new(),
+                });
+                self.links.len() - 1
+            }
+        };
+        &mut self.links[i]
+    }
+
+    /// Gives the link from `src` to `dst` faults of its own (the seed is
+    /// taken from `f`).
+    pub fn set_link_faults(&mut self, src: IpAddr, dst: IpAddr, f: Faults) {
+        let f = Faults {
+            delay_ns: f.delay_ns.max(2_000),
+            ..f
+        };
+        self.link(src, dst).faults = Some(FaultInjector::new(f));
+    }
+
+    /// Limits the IP packets the link from `src` to `dst` carries to
+    /// `mtu` bytes (IP + UDP headers + RoCE packet); larger ones are lost,
+    /// as on a link with DF set.
+    pub fn set_link_mtu(&mut self, src: IpAddr, dst: IpAddr, mtu: usize) {
+        self.link(src, dst).mtu = Some(mtu);
+    }
+
+    /// Loses everything sent from `src` to `dst` between `from_ns` and
+    /// `until_ns` (virtual time).
+    pub fn black_hole(&mut self, src: IpAddr, dst: IpAddr, from_ns: u64, until_ns: u64) {
+        self.link(src, dst)
+            .black_holes
+            .push((Nanos(from_ns), Nanos(until_ns)));
+    }
+
     /// Removes the scripted filter.
     pub fn clear_filter(&mut self) {
         self.filter = None;
@@ -225,12 +282,26 @@ impl SimNet {
                 });
             }
         }
-        let copies = match verdict {
+        let mut copies = match verdict {
             Verdict::Drop => 0,
             Verdict::Duplicate => 2,
             _ => 1,
         };
-        let plan = self.faults.plan(bytes.len(), copies);
+        let now = self.now;
+        let link = self.links.iter_mut().find(|l| l.src == src && l.dst == dst);
+        let ip_udp = if src.is_ipv4() { 28 } else { 48 };
+        if let Some(l) = &link {
+            if l.mtu.is_some_and(|m| bytes.len() + ip_udp > m)
+                || l.black_holes.iter().any(|(a, b)| *a <= now && now < *b)
+            {
+                copies = 0;
+                Counters::inc(&self.counters.dropped_pkts);
+            }
+        }
+        let plan = match link.and_then(|l| l.faults.as_mut()) {
+            Some(inj) => inj.plan(bytes.len(), copies),
+            None => self.faults.plan(bytes.len(), copies),
+        };
         for i in 0..plan.copies as usize {
             let mut b = bytes.clone();
             if let Some(bit) = plan.flip_bit {

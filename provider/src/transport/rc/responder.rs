@@ -73,6 +73,9 @@ pub(super) struct Responder {
     /// executed after them, so that a READ never sees a later WRITE or
     /// atomic (the responder executes in order, as rxe does).
     deferred: VecDeque<Vec<u8>>,
+    /// Buffers of executed deferred requests, reused (no allocation per
+    /// packet once warm).
+    spare: Vec<Vec<u8>>,
 }
 
 impl Responder {
@@ -134,7 +137,10 @@ impl RcQp {
         // memory and are answered at once.
         if !duplicate && (self.resp.reads_pending() || !self.resp.deferred.is_empty()) {
             if self.resp.deferred.len() < MAX_DEFERRED {
-                self.resp.deferred.push_back(pkt.bytes.to_vec());
+                let mut b = self.resp.spare.pop().unwrap_or_default();
+                b.clear();
+                b.extend_from_slice(pkt.bytes);
+                self.resp.deferred.push_back(b);
             } else {
                 Counters::inc(&self.cfg.counters.dropped_pkts);
             }
@@ -519,6 +525,9 @@ impl RcQp {
                 self.handle_request(now, &pkt);
                 // handle_request deferred nothing: no READ was pending.
                 self.resp.deferred = rest;
+            }
+            if self.resp.spare.len() < MAX_DEFERRED {
+                self.resp.spare.push(bytes);
             }
         }
     }
