@@ -109,7 +109,8 @@ impl Default for RcParams {
 }
 
 /// Brings `qp` through INIT and RTR to RTS towards `peer_ip`/`peer_qpn`
-/// (retry 7, rnr_retry 7, min_rnr_timer 12, as rc_pingpong).
+/// (retry 7, rnr_retry 7, min_rnr_timer 12, as rc_pingpong), allowing
+/// remote WRITE, READ and atomics.
 pub fn connect_rc(
     qp: &QueuePair,
     peer_ip: IpAddr,
@@ -118,8 +119,7 @@ pub fn connect_rc(
     peer_psn: u32,
     p: RcParams,
 ) -> Result<()> {
-    let (mtu, rd_atomic) = (p.mtu, p.rd_atomic);
-    let mut a = QpAttr {
+    let a = QpAttr {
         qp_state: QpState::Init,
         qp_access_flags: ALL,
         ..QpAttr::default()
@@ -128,13 +128,36 @@ pub fn connect_rc(
         &a,
         AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
     )?;
-    a.qp_state = QpState::Rtr;
-    a.ah_attr = AddressVector::to_ip(peer_ip);
-    a.path_mtu = mtu;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = peer_psn;
-    a.max_dest_rd_atomic = rd_atomic;
-    a.min_rnr_timer = 12;
+    rtr_rts(
+        qp,
+        AddressVector::to_ip(peer_ip),
+        peer_qpn,
+        my_psn,
+        peer_psn,
+        p,
+    )
+}
+
+/// INIT -> RTR -> RTS with the given address vector (the rest as
+/// [`connect_rc`]). Errors say which step failed.
+pub fn rtr_rts(
+    qp: &QueuePair,
+    av: AddressVector,
+    peer_qpn: u32,
+    my_psn: u32,
+    peer_psn: u32,
+    p: RcParams,
+) -> Result<()> {
+    let mut a = QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr: av,
+        path_mtu: p.mtu,
+        dest_qp_num: peer_qpn,
+        rq_psn: peer_psn,
+        max_dest_rd_atomic: p.rd_atomic,
+        min_rnr_timer: 12,
+        ..QpAttr::default()
+    };
     qp.modify(
         &a,
         AttrMask::STATE
@@ -144,13 +167,14 @@ pub fn connect_rc(
             | AttrMask::RQ_PSN
             | AttrMask::MAX_DEST_RD_ATOMIC
             | AttrMask::MIN_RNR_TIMER,
-    )?;
+    )
+    .map_err(|e| Error::Invalid(format!("Failed to modify QP to RTR: {e}")))?;
     a.qp_state = QpState::Rts;
     a.sq_psn = my_psn;
     a.timeout = p.timeout;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
-    a.max_rd_atomic = rd_atomic;
+    a.max_rd_atomic = p.rd_atomic;
     qp.modify(
         &a,
         AttrMask::STATE
@@ -159,8 +183,8 @@ pub fn connect_rc(
             | AttrMask::RNR_RETRY
             | AttrMask::SQ_PSN
             | AttrMask::MAX_QP_RD_ATOMIC,
-    )?;
-    Ok(())
+    )
+    .map_err(|e| Error::Invalid(format!("Failed to modify QP to RTS: {e}")))
 }
 
 fn expect(cq: &CompletionQueue, n: usize, what: &str) -> Result<Vec<Wc>> {

@@ -221,48 +221,18 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
         } else {
             provider::qp_attr::ip_of_gid(&rem.gid)
         };
-        let mut a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: rem.qpn,
-            rq_psn: rem.psn,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ah_attr: AddressVector {
-                hop_limit: 1,
-                sl: o.sl,
-                port_num: o.ib_port,
-                ..AddressVector::to_ip(ip)
-            },
-            ..QpAttr::default()
+        let av = AddressVector {
+            hop_limit: 1,
+            sl: o.sl,
+            port_num: o.ib_port,
+            ..AddressVector::to_ip(ip)
         };
-        qp.modify(
-            &a,
-            AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER,
-        )
-        .map_err(|e| fail(format!("Failed to modify QP to RTR: {e}")))?;
-        a.qp_state = QpState::Rts;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.sq_psn = me.psn;
-        a.max_rd_atomic = 1;
-        qp.modify(
-            &a,
-            AttrMask::STATE
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::SQ_PSN
-                | AttrMask::MAX_QP_RD_ATOMIC,
-        )
-        .map_err(|e| fail(format!("Failed to modify QP to RTS: {e}")))
+        let params = crate::demo::RcParams {
+            mtu,
+            rd_atomic: 1,
+            timeout: 14,
+        };
+        crate::demo::rtr_rts(&qp, av, rem.qpn, me.psn, rem.psn, params)
     };
     let rem = match &o.server {
         Some(host) => client_exchange(host, o.port, &me)?,
