@@ -362,7 +362,7 @@ impl KeyTable {
 
     /// The region with this rkey, if registered.
     pub fn find_rkey(&self, rkey: u32) -> Option<Arc<MrInner>> {
-        self.by_rkey.get(&rkey).map(|e| e.value().clone())
+        Self::lookup(&self.by_rkey, rkey).ok()
     }
 
     /// Removes a region's keys at once and marks it invalid.
@@ -397,12 +397,7 @@ impl KeyTable {
         len: u64,
         need: Access,
     ) -> Result<(Arc<MrInner>, usize), KeyError> {
-        let mr = self
-            .by_lkey
-            .get(&lkey)
-            .map(|e| e.value().clone())
-            .ok_or(KeyError::BadKey(lkey))?;
-        Self::check(mr, pd, addr, len, need)
+        Self::check(Self::lookup(&self.by_lkey, lkey)?, pd, addr, len, need)
     }
 
     /// Remote check of an R_Key (IBA 10.6.3.2 / C9-...): key, PD, access
@@ -415,12 +410,13 @@ impl KeyTable {
         len: u64,
         need: Access,
     ) -> Result<(Arc<MrInner>, usize), KeyError> {
-        let mr = self
-            .by_rkey
-            .get(&rkey)
+        Self::check(Self::lookup(&self.by_rkey, rkey)?, pd, addr, len, need)
+    }
+
+    fn lookup(map: &DashMap<u32, Arc<MrInner>>, key: u32) -> Result<Arc<MrInner>, KeyError> {
+        map.get(&key)
             .map(|e| e.value().clone())
-            .ok_or(KeyError::BadKey(rkey))?;
-        Self::check(mr, pd, addr, len, need)
+            .ok_or(KeyError::BadKey(key))
     }
 
     fn check(

@@ -8,7 +8,7 @@ use crate::net::sim::{Faults, QpId, SimNet};
 use crate::qp_attr::{AddressVector, AttrMask, ModifyLimits, QpAttr, QpCap};
 use crate::transport::rc::{QpConfig, RcQp};
 use crate::transport::{RecvQueue, SendQueue};
-use crate::types::{Access, Mtu, QpState, RecvWr, SendWr, Sge, Wc};
+use crate::types::{Access, Mtu, QpState, RecvWr, SendFlags, SendWr, Sge, Wc, WrOpcode};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -246,4 +246,21 @@ impl RcPair {
     pub fn settle(&mut self, limit_ns: u64) {
         self.net.run_until(limit_ns, |_| false);
     }
+}
+
+/// An SGE covering `len` bytes at offset `off` of a region.
+pub fn sge(mr: &MrInner, off: u64, len: u32) -> Sge {
+    Sge {
+        addr: mr.iova() + off,
+        length: len,
+        lkey: mr.lkey(),
+    }
+}
+
+/// A signaled send WR over the given SGEs.
+pub fn signaled_wr(id: u64, op: WrOpcode, sges: &[Sge]) -> SendWr {
+    let mut w = SendWr::new(id, op);
+    w.flags = SendFlags::SIGNALED;
+    w.sg_list = sges.iter().copied().collect();
+    w
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use uroce_provider::memory::MrInner;
 use uroce_provider::net::sim::{Faults, Verdict, Wire};
-use uroce_provider::testing::{PairParams, RcPair};
+use uroce_provider::testing::{sge, signaled_wr as wr, PairParams, RcPair};
 use uroce_provider::types::*;
 use uroce_wire::{Opcode, Operation};
 
@@ -24,21 +24,6 @@ fn pair() -> RcPair {
             ..Default::default()
         },
     )
-}
-
-fn sge(mr: &Arc<MrInner>, off: u64, len: u32) -> Sge {
-    Sge {
-        addr: mr.iova() + off,
-        length: len,
-        lkey: mr.lkey(),
-    }
-}
-
-fn wr(id: u64, op: WrOpcode, sges: &[Sge]) -> SendWr {
-    let mut w = SendWr::new(id, op);
-    w.flags = SendFlags::SIGNALED;
-    w.sg_list = sges.iter().copied().collect();
-    w
 }
 
 fn data(len: usize) -> Vec<u8> {

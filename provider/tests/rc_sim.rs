@@ -1,9 +1,8 @@
 //! RC operations end to end on the simulated network (no faults).
 
-use std::sync::Arc;
 use uroce_provider::memory::MrInner;
 use uroce_provider::net::sim::Faults;
-use uroce_provider::testing::{PairParams, RcPair};
+use uroce_provider::testing::{sge, signaled_wr as wr, PairParams, RcPair};
 use uroce_provider::types::*;
 
 const SEC: u64 = 1_000_000_000;
@@ -26,21 +25,6 @@ fn contents(mr: &MrInner, off: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     mr.read(off, &mut v).unwrap();
     v
-}
-
-fn sge(mr: &Arc<MrInner>, off: u64, len: u32) -> Sge {
-    Sge {
-        addr: mr.iova() + off,
-        length: len,
-        lkey: mr.lkey(),
-    }
-}
-
-fn wr(id: u64, op: WrOpcode, sges: &[Sge]) -> SendWr {
-    let mut w = SendWr::new(id, op);
-    w.flags = SendFlags::SIGNALED;
-    w.sg_list = sges.iter().copied().collect();
-    w
 }
 
 fn sizes(mtu: u32) -> Vec<usize> {
