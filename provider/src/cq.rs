@@ -1,9 +1,15 @@
 //! Completion queues: a fixed-depth lock-free queue the engine pushes to
 //! and applications poll without taking any engine lock.
 
-use crate::types::Wc;
+use crate::events::{AsyncEvent, AsyncEvents, CompChannel, EventElement, EventType};
+use crate::types::{Wc, WcStatus};
 use crossbeam::queue::ArrayQueue;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
+
+const DISARMED: u8 = 0;
+const ARMED_NEXT: u8 = 1;
+const ARMED_SOLICITED: u8 = 2;
 
 /// A completion queue's shared state.
 #[derive(Debug)]
@@ -11,17 +17,101 @@ pub struct CqInner {
     handle: u32,
     queue: ArrayQueue<Wc>,
     overflowed: AtomicBool,
+    /// The completion channel armed notifications go to.
+    channel: Option<Arc<CompChannel>>,
+    /// `req_notify_cq` state.
+    armed: AtomicU8,
+    /// The application's `cq_context`.
+    context: u64,
+    /// Where a CQ error (overflow) is reported.
+    events: Option<Arc<AsyncEvents>>,
+    /// Completion events delivered by `get_cq_event`, and acknowledged.
+    events_got: AtomicU32,
+    events_acked: AtomicU32,
+    me: Weak<CqInner>,
 }
 
 impl CqInner {
-    /// A CQ that holds `depth` completions (at least 1).
+    /// A CQ that holds `depth` completions (at least 1), with no channel.
     pub fn new(depth: usize) -> CqInner {
+        CqInner::build(depth, None, 0, None, Weak::new())
+    }
+
+    /// A CQ with a completion channel, the application's context value,
+    /// and the device's asynchronous event queue (for overflow).
+    pub fn with_channel(
+        depth: usize,
+        channel: Option<Arc<CompChannel>>,
+        context: u64,
+        events: Option<Arc<AsyncEvents>>,
+    ) -> Arc<CqInner> {
+        Arc::new_cyclic(|me| CqInner::build(depth, channel, context, events, me.clone()))
+    }
+
+    fn build(
+        depth: usize,
+        channel: Option<Arc<CompChannel>>,
+        context: u64,
+        events: Option<Arc<AsyncEvents>>,
+        me: Weak<CqInner>,
+    ) -> CqInner {
         static NEXT: AtomicU32 = AtomicU32::new(1);
         CqInner {
             handle: NEXT.fetch_add(1, Ordering::Relaxed),
             queue: ArrayQueue::new(depth.max(1)),
             overflowed: AtomicBool::new(false),
+            channel,
+            armed: AtomicU8::new(DISARMED),
+            context,
+            events,
+            events_got: AtomicU32::new(0),
+            events_acked: AtomicU32::new(0),
+            me,
         }
+    }
+    /// The application's `cq_context`.
+    pub fn context(&self) -> u64 {
+        self.context
+    }
+    /// True when the CQ has a completion channel.
+    pub fn has_channel(&self) -> bool {
+        self.channel.is_some()
+    }
+    /// `ibv_req_notify_cq`: the next completion (or, with
+    /// `solicited_only`, the next solicited or unsuccessful one) queues a
+    /// completion event on the channel. Returns false without a channel.
+    pub fn req_notify(&self, solicited_only: bool) -> bool {
+        if self.channel.is_none() {
+            return false;
+        }
+        let want = if solicited_only {
+            ARMED_SOLICITED
+        } else {
+            ARMED_NEXT
+        };
+        // Arming for "next" while armed for "solicited" widens it; the
+        // reverse keeps "next" (IBA 11.4.2.2).
+        let _ = self
+            .armed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| match a {
+                ARMED_NEXT => None,
+                _ => Some(want),
+            });
+        true
+    }
+    /// The channel handed one of this CQ's events to the application.
+    pub fn note_event_delivered(&self) {
+        self.events_got.fetch_add(1, Ordering::AcqRel);
+    }
+    /// `ibv_ack_cq_events`.
+    pub fn ack_events(&self, n: u32) {
+        self.events_acked.fetch_add(n, Ordering::AcqRel);
+    }
+    /// Completion events delivered and not yet acknowledged.
+    pub fn unacked_events(&self) -> u32 {
+        self.events_got
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.events_acked.load(Ordering::Acquire))
     }
     /// Process-unique identifier.
     pub fn handle(&self) -> u32 {
@@ -43,9 +133,36 @@ impl CqInner {
     /// goes to error and an asynchronous CQ error is reported): the
     /// completion is lost, the CQ is marked overflowed and `false` returned.
     pub fn push(&self, wc: Wc) -> bool {
+        self.push_notify(wc, false)
+    }
+    /// Adds a completion; `solicited` marks a receive completion of a
+    /// message whose last packet had the solicited-event bit. An armed
+    /// CQ queues a completion event on its channel (solicited-only arming:
+    /// for solicited or unsuccessful completions).
+    pub fn push_notify(&self, wc: Wc, solicited: bool) -> bool {
         if self.queue.push(wc).is_err() {
-            self.overflowed.store(true, Ordering::Release);
+            if !self.overflowed.swap(true, Ordering::AcqRel) {
+                if let Some(ev) = &self.events {
+                    ev.push(AsyncEvent {
+                        event_type: EventType::CqErr,
+                        element: EventElement::Cq(self.handle),
+                    });
+                }
+            }
             return false;
+        }
+        if let Some(ch) = &self.channel {
+            let armed = self.armed.load(Ordering::Acquire);
+            let fire = armed == ARMED_NEXT
+                || (armed == ARMED_SOLICITED && (solicited || wc.status != WcStatus::Success));
+            if fire
+                && self
+                    .armed
+                    .compare_exchange(armed, DISARMED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                ch.push(self.me.clone());
+            }
         }
         true
     }
@@ -76,7 +193,54 @@ impl CqInner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{WcOpcode, WcStatus};
+    use crate::types::WcOpcode;
+    use std::time::Duration;
+
+    #[test]
+    fn arming_next_and_solicited() {
+        let ch = Arc::new(CompChannel::new().unwrap());
+        let cq = CqInner::with_channel(8, Some(ch.clone()), 77, None);
+        let ok = Wc::new(1, WcStatus::Success, WcOpcode::Recv, 5);
+        // Not armed: no event.
+        cq.push_notify(ok, true);
+        assert!(ch.get(Some(Duration::ZERO)).is_none());
+        // Armed for next: one event, then disarmed.
+        assert!(cq.req_notify(false));
+        cq.push_notify(ok, false);
+        cq.push_notify(ok, false);
+        let ev = ch.get(Some(Duration::ZERO)).unwrap().upgrade().unwrap();
+        assert_eq!(ev.context(), 77);
+        assert!(ch.get(Some(Duration::ZERO)).is_none());
+        // Solicited only: an unsolicited success does not fire; a solicited
+        // one does; so does an error.
+        cq.req_notify(true);
+        cq.push_notify(ok, false);
+        assert!(ch.get(Some(Duration::ZERO)).is_none());
+        cq.push_notify(ok, true);
+        assert!(ch.get(Some(Duration::ZERO)).is_some());
+        cq.req_notify(true);
+        cq.push_notify(Wc::new(2, WcStatus::WrFlushErr, WcOpcode::Recv, 5), false);
+        assert!(ch.get(Some(Duration::ZERO)).is_some());
+        cq.note_event_delivered();
+        cq.note_event_delivered();
+        assert_eq!(cq.unacked_events(), 2);
+        cq.ack_events(2);
+        assert_eq!(cq.unacked_events(), 0);
+    }
+
+    #[test]
+    fn overflow_reports_cq_error_once() {
+        let ev = Arc::new(AsyncEvents::new().unwrap());
+        let cq = CqInner::with_channel(1, None, 0, Some(ev.clone()));
+        let wc = Wc::new(1, WcStatus::Success, WcOpcode::Send, 5);
+        assert!(cq.push(wc));
+        assert!(!cq.push(wc));
+        assert!(!cq.push(wc));
+        let e = ev.get(Some(Duration::ZERO)).unwrap();
+        assert_eq!(e.event_type, EventType::CqErr);
+        assert_eq!(e.element, EventElement::Cq(cq.handle()));
+        assert!(ev.get(Some(Duration::ZERO)).is_none());
+    }
 
     #[test]
     fn fifo_and_overflow() {

@@ -7,6 +7,7 @@
 pub mod counters;
 pub mod cq;
 pub mod engine;
+pub mod events;
 pub mod memory;
 pub mod net;
 pub mod qp_attr;

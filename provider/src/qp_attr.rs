@@ -359,7 +359,15 @@ pub struct ModifyLimits {
     pub max_rd_atom: u8,
     /// The port's active MTU (path MTU may not exceed it).
     pub active_mtu: Mtu,
+    /// The caller may set a controlled Q_Key (high bit set), as a
+    /// CAP_NET_RAW process may with the kernel's verbs.
+    pub privileged_qkey: bool,
 }
+
+/// The high bit of a Q_Key: controlled Q_Keys (IBA 10.2.4) may only be
+/// set on a QP by privileged callers; in a UD send WR it means "use the
+/// QP's Q_Key".
+pub const QKEY_CONTROLLED: u32 = 0x8000_0000;
 
 /// Checks a modify-QP call against the spec's rules; returns the state
 /// the QP will be in.
@@ -431,6 +439,13 @@ fn check_values(a: &QpAttr, mask: AttrMask, l: &ModifyLimits) -> Result<(), Modi
     let bad = |attr, value: u64, why| Err(ModifyError::BadValue { attr, value, why });
     if mask.contains(AttrMask::PORT) && a.port_num != 1 {
         return bad("IBV_QP_PORT", a.port_num as u64, "the only port is 1");
+    }
+    if mask.contains(AttrMask::QKEY) && a.qkey & QKEY_CONTROLLED != 0 && !l.privileged_qkey {
+        return bad(
+            "IBV_QP_QKEY",
+            a.qkey as u64,
+            "a Q_Key with the high bit set is controlled: only privileged callers may set it",
+        );
     }
     if mask.contains(AttrMask::PKEY_INDEX) && a.pkey_index != 0 {
         return bad(
@@ -518,6 +533,7 @@ mod tests {
     const L: ModifyLimits = ModifyLimits {
         max_rd_atom: 16,
         active_mtu: Mtu::Mtu4096,
+        privileged_qkey: false,
     };
 
     fn to(state: QpState) -> QpAttr {

@@ -3,11 +3,12 @@
 
 use crate::counters::Counters;
 use crate::cq::CqInner;
+use crate::events::AsyncEvents;
 use crate::memory::{KeyTable, MrInner};
 use crate::net::sim::{Faults, QpId, SimNet};
 use crate::qp_attr::{AddressVector, AttrMask, ModifyLimits, QpAttr, QpCap};
 use crate::transport::rc::{QpConfig, RcQp};
-use crate::transport::{RecvQueue, SendQueue};
+use crate::transport::{QpMachine, RecvQueue, SendQueue};
 use crate::types::{Access, Mtu, QpState, RecvWr, SendFlags, SendWr, Sge, Wc, WrOpcode};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub struct Side {
     pub qpn: u32,
     /// Device counters.
     pub counters: Arc<Counters>,
+    /// The side's asynchronous events.
+    pub events: Arc<AsyncEvents>,
 }
 
 /// Connection parameters of a pair.
@@ -83,12 +86,26 @@ pub struct RcPair {
 const PD: u32 = 1;
 
 fn side(net: &mut SimNet, ip: IpAddr, qpn: u32, p: &PairParams) -> Side {
+    side_with(net, ip, qpn, p, |cfg| Box::new(RcQp::new(cfg)))
+}
+
+/// One endpoint at `ip` with QP number `qpn`, its own key table, CQs
+/// (4 x depth), queues, counters and event queue; `make` builds the QP
+/// (any type) from the configuration, which is then attached to `net`.
+pub fn side_with(
+    net: &mut SimNet,
+    ip: IpAddr,
+    qpn: u32,
+    p: &PairParams,
+    make: impl FnOnce(QpConfig) -> Box<dyn QpMachine>,
+) -> Side {
     let keys = Arc::new(KeyTable::new());
     let send_cq = Arc::new(CqInner::new(4 * p.depth as usize));
     let recv_cq = Arc::new(CqInner::new(4 * p.depth as usize));
     let sq = Arc::new(SendQueue::new(p.depth));
     let rq = Arc::new(RecvQueue::new(p.depth));
     let counters = Arc::new(Counters::default());
+    let events = Arc::new(AsyncEvents::new().expect("eventfd"));
     let cfg = QpConfig {
         qpn,
         pd: PD,
@@ -111,9 +128,11 @@ fn side(net: &mut SimNet, ip: IpAddr, qpn: u32, p: &PairParams) -> Side {
         limits: ModifyLimits {
             max_rd_atom: 128,
             active_mtu: Mtu::Mtu4096,
+            privileged_qkey: false,
         },
+        events: events.clone(),
     };
-    let id = net.add(ip, RcQp::new(cfg));
+    let id = net.add_boxed(ip, make(cfg));
     Side {
         ip,
         keys,
@@ -124,12 +143,13 @@ fn side(net: &mut SimNet, ip: IpAddr, qpn: u32, p: &PairParams) -> Side {
         id,
         qpn,
         counters,
+        events,
     }
 }
 
 /// Brings an RC QP through RESET -> INIT -> RTR -> RTS towards a peer.
 pub fn connect(
-    qp: &mut RcQp,
+    qp: &mut dyn QpMachine,
     peer: IpAddr,
     dest_qpn: u32,
     rq_psn: u32,

@@ -110,6 +110,7 @@ impl ContextInner {
         ModifyLimits {
             max_rd_atom: MAX_RD_ATOM,
             active_mtu: self.active_mtu,
+            privileged_qkey: false,
         }
     }
     /// A random unused 24-bit QP number (never 0 or 1, the special QPs).

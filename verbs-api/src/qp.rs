@@ -83,6 +83,7 @@ impl QueuePair {
             src_port: uroce_wire::ROCEV2_UDP_PORT,
             counters: ctx.inner.engine.counters().clone(),
             limits: ctx.inner.limits(),
+            events: ctx.inner.engine.events().clone(),
         };
         if let Err(e) = ctx.inner.engine.add_qp(RcQp::new(cfg)) {
             ctx.inner.free_qpn(qpn);

@@ -16,11 +16,11 @@ pub mod device;
 mod socket;
 
 use crate::counters::Counters;
+use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
-use crate::transport::rc::RcQp;
-use crate::transport::Nanos;
+use crate::transport::{Nanos, QpMachine, RxMeta};
 use crate::types::QpState;
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::SegQueue;
@@ -45,7 +45,7 @@ const MAX_DATAGRAM: usize = 4096 + 256;
 
 /// A request to the engine thread.
 enum Command {
-    AddQp(Box<RcQp>, Sender<()>),
+    AddQp(Box<dyn QpMachine>, Sender<()>),
     Modify(u32, QpAttr, AttrMask, Sender<Result<QpAttr, EngineError>>),
     Query(u32, Sender<Result<QpAttr, EngineError>>),
     Destroy(u32, Sender<Result<(), EngineError>>),
@@ -94,6 +94,7 @@ pub struct Engine {
     counters: Arc<Counters>,
     keys: Arc<KeyTable>,
     local_ip: IpAddr,
+    events: Arc<AsyncEvents>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -118,6 +119,15 @@ impl Engine {
             addr: ip,
             msg: format!("eventfd: {e}"),
         })?;
+        let events = Arc::new(AsyncEvents::new().map_err(|e| EngineError::Bind {
+            addr: ip,
+            msg: format!("eventfd: {e}"),
+        })?);
+        // The socket is bound: the port is up.
+        events.push(AsyncEvent {
+            event_type: EventType::PortActive,
+            element: EventElement::Port(1),
+        });
         let shared = Arc::new(Shared {
             doorbell,
             stop: AtomicBool::new(false),
@@ -154,7 +164,13 @@ impl Engine {
             counters,
             keys,
             local_ip: ip,
+            events,
         })
+    }
+
+    /// The device's asynchronous event queue.
+    pub fn events(&self) -> &Arc<AsyncEvents> {
+        &self.events
     }
 
     /// The device address.
@@ -185,7 +201,7 @@ impl Engine {
     }
 
     /// Hands a QP to the engine.
-    pub fn add_qp(&self, qp: RcQp) -> Result<(), EngineError> {
+    pub fn add_qp(&self, qp: impl QpMachine + 'static) -> Result<(), EngineError> {
         self.call(|tx| Command::AddQp(Box::new(qp), tx))
     }
     /// Modifies a QP; returns its attributes afterwards.
@@ -249,7 +265,7 @@ struct Worker {
     cmds: Receiver<Command>,
     port: UdpPort,
     local_ip: IpAddr,
-    qps: HashMap<u32, Box<RcQp>>,
+    qps: HashMap<u32, Box<dyn QpMachine>>,
     counters: Arc<Counters>,
     epoch: Instant,
     buf: Vec<u8>,
@@ -425,7 +441,15 @@ impl Worker {
                 continue;
             }
             match self.qps.get_mut(&pkt.headers.bth.dest_qp) {
-                Some(qp) => qp.handle_packet(now, from.ip(), &pkt),
+                Some(qp) => {
+                    let mut meta = RxMeta::new(from.ip(), self.local_ip);
+                    meta.src_port = from.port();
+                    if let Ok(id) = verified {
+                        meta.ipv4_id = id.ident;
+                        meta.ipv4_flags_frag = id.flags_frag;
+                    }
+                    qp.handle_packet(now, &meta, &pkt)
+                }
                 None => Counters::inc(&self.counters.dropped_pkts),
             }
         }

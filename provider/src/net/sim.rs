@@ -10,8 +10,7 @@
 use crate::counters::Counters;
 use crate::net::faults::FaultInjector;
 pub use crate::net::faults::Faults;
-use crate::transport::rc::RcQp;
-use crate::transport::Nanos;
+use crate::transport::{Nanos, QpMachine, RxMeta};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::IpAddr;
@@ -78,7 +77,7 @@ pub struct SimNet {
     /// use `faults`.
     links: Vec<Link>,
     filter: Option<Filter>,
-    qps: Vec<(IpAddr, RcQp)>,
+    qps: Vec<(IpAddr, Box<dyn QpMachine>)>,
     queue: BinaryHeap<Reverse<(Nanos, u64, usize)>>,
     slots: Vec<Option<InFlight>>,
     free: Vec<usize>,
@@ -178,13 +177,18 @@ impl SimNet {
         self.filter = None;
     }
     /// Attaches a QP at address `ip`.
-    pub fn add(&mut self, ip: IpAddr, qp: RcQp) -> QpId {
+    pub fn add(&mut self, ip: IpAddr, qp: impl QpMachine + 'static) -> QpId {
+        self.qps.push((ip, Box::new(qp)));
+        self.qps.len() - 1
+    }
+    /// Attaches a boxed QP at address `ip`.
+    pub fn add_boxed(&mut self, ip: IpAddr, qp: Box<dyn QpMachine>) -> QpId {
         self.qps.push((ip, qp));
         self.qps.len() - 1
     }
     /// A QP.
-    pub fn qp(&mut self, id: QpId) -> &mut RcQp {
-        &mut self.qps[id].1
+    pub fn qp(&mut self, id: QpId) -> &mut dyn QpMachine {
+        &mut *self.qps[id].1
     }
     /// Puts a packet of our own making on the wire (a hostile or broken
     /// peer), delivered after the usual delay.
@@ -348,7 +352,7 @@ impl SimNet {
             .iter_mut()
             .find(|(ip, qp)| *ip == p.dst && qp.qpn() == qpn)
         {
-            Some((_, qp)) => qp.handle_packet(now, p.src, &pkt),
+            Some((_, qp)) => qp.handle_packet(now, &RxMeta::new(p.src, p.dst), &pkt),
             None => Counters::inc(&self.counters.dropped_pkts),
         }
     }

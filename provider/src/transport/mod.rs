@@ -19,10 +19,29 @@ pub mod rc;
 pub mod sgl;
 pub mod status;
 
-use crate::types::{RecvWr, SendWr};
+use crate::counters::Counters;
+use crate::cq::CqInner;
+use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
+use crate::memory::{KeyTable, PdId};
+use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
+use crate::qp_attr::{ModifyLimits, QpCap};
+use crate::types::Wc;
+use crate::types::{QpState, QpType, RecvWr, SendWr};
+use uroce_wire::icrc::IpContext;
+use uroce_wire::packet::{self, Headers};
+
+/// `ip` as an IPv6 address (IPv4-mapped for IPv4).
+pub fn to_v6(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
 use crossbeam::queue::ArrayQueue;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use uroce_wire::packet::ParsedPacket;
 
 /// Monotonic time in nanoseconds (real or virtual).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -43,6 +62,163 @@ pub struct Transmit {
     pub dst: IpAddr,
     /// Bytes written.
     pub len: usize,
+}
+
+/// What the receive path knows about a packet besides its bytes: the IP
+/// header fields a UD receive buffer's GRH area reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxMeta {
+    /// Sender's IP address.
+    pub src: IpAddr,
+    /// Our address the packet came to.
+    pub dst: IpAddr,
+    /// Sender's UDP source port.
+    pub src_port: u16,
+    /// IPv4 identification (as solved while checking the ICRC; 0 when
+    /// unknown or IPv6).
+    pub ipv4_id: u16,
+    /// IPv4 flags and fragment offset field (DF: 0x4000).
+    pub ipv4_flags_frag: u16,
+    /// TTL / hop limit as received (64 when the socket does not say).
+    pub hop_limit: u8,
+    /// Traffic class / TOS as received.
+    pub tclass: u8,
+    /// IPv6 flow label.
+    pub flow_label: u32,
+}
+
+impl RxMeta {
+    /// Metadata for a packet from `src` to `dst` with defaults for the
+    /// fields a plain UDP socket does not report.
+    pub fn new(src: IpAddr, dst: IpAddr) -> RxMeta {
+        RxMeta {
+            src,
+            dst,
+            src_port: uroce_wire::ROCEV2_UDP_PORT,
+            ipv4_id: 0,
+            ipv4_flags_frag: uroce_wire::icrc::IPV4_DF,
+            hop_limit: 64,
+            tclass: 0,
+            flow_label: 0,
+        }
+    }
+}
+
+/// A QP's transport state machine, whatever its type. The engine and the
+/// simulated network drive every QP through this.
+pub trait QpMachine: Send + std::fmt::Debug {
+    /// QP number.
+    fn qpn(&self) -> u32;
+    /// Transport type.
+    fn qp_type(&self) -> QpType;
+    /// Current state.
+    fn state(&self) -> QpState;
+    /// Current attributes (as `ibv_query_qp` reports them).
+    fn attr(&self) -> QpAttr;
+    /// Applies a modify-QP call (checked against the spec's table).
+    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError>;
+    /// Takes one parsed, ICRC-checked packet addressed to this QP.
+    fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>);
+    /// Writes the next packet to send into `buf` (at least path MTU + 128
+    /// bytes), or returns `None` when there is nothing to send now.
+    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;
+    /// True when `poll_transmit` may produce a packet without new input.
+    fn wants_transmit(&self) -> bool;
+    /// The next deadline.
+    fn poll_timeout(&self) -> Option<Nanos>;
+    /// Handles the passing of time (safe to call spuriously).
+    fn handle_timeout(&mut self, now: Nanos);
+}
+
+/// What a QP is built from.
+#[derive(Debug, Clone)]
+pub struct QpConfig {
+    /// The QP number.
+    pub qpn: u32,
+    /// Its protection domain.
+    pub pd: PdId,
+    /// The context's key table.
+    pub keys: Arc<KeyTable>,
+    /// Send completions go here.
+    pub send_cq: Arc<CqInner>,
+    /// Receive completions go here.
+    pub recv_cq: Arc<CqInner>,
+    /// Posted send WRs.
+    pub sq: Arc<SendQueue>,
+    /// Posted receive WRs (or the SRQ's).
+    pub rq: Arc<RecvQueue>,
+    /// Every send WR generates a completion.
+    pub sq_sig_all: bool,
+    /// Capacities.
+    pub cap: QpCap,
+    /// The device's address.
+    pub local_ip: IpAddr,
+    /// UDP source port of our packets.
+    pub src_port: u16,
+    /// Device counters.
+    pub counters: Arc<Counters>,
+    /// Device limits for modify checks.
+    pub limits: ModifyLimits,
+    /// The device's asynchronous event queue.
+    pub events: Arc<AsyncEvents>,
+}
+
+impl QpConfig {
+    /// The ICRC context of packets we send to `dst` (UDP from our port to
+    /// 4791; for IPv4 the header our socket produces: DF, ID 0).
+    pub fn ip_context(&self, dst: IpAddr) -> IpContext {
+        match (self.local_ip, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                IpContext::for_socket_v4(s, d, self.src_port, uroce_wire::ROCEV2_UDP_PORT)
+            }
+            (s, d) => IpContext::v6(
+                to_v6(s),
+                to_v6(d),
+                self.src_port,
+                uroce_wire::ROCEV2_UDP_PORT,
+            ),
+        }
+    }
+
+    /// Writes headers + payload (filled by `fill`, which may refuse) + pad
+    /// + ICRC for `dst` into `buf`; returns the length.
+    pub fn emit(
+        &self,
+        dst: IpAddr,
+        h: &Headers,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Option<usize> {
+        let hdr = packet::emit_headers(h, payload_len, buf).ok()?;
+        if !fill(&mut buf[hdr..hdr + payload_len]) {
+            return None;
+        }
+        packet::finish(buf, hdr, payload_len, &self.ip_context(dst)).ok()
+    }
+
+    /// Adds a completion to the send or the receive CQ (`solicited`: a
+    /// receive completion of a message with the SE bit). Returns false if
+    /// the CQ overflowed: the QP must then go to ERR, and QP_FATAL has been
+    /// reported here (the CQ reports CQ_ERR itself).
+    #[must_use]
+    pub fn complete(&self, send: bool, wc: Wc, solicited: bool) -> bool {
+        let cq = if send { &self.send_cq } else { &self.recv_cq };
+        if cq.push_notify(wc, solicited) {
+            return true;
+        }
+        Counters::inc(&self.counters.cq_overflows);
+        self.event(EventType::QpFatal);
+        false
+    }
+
+    /// Reports an asynchronous event about this QP.
+    pub fn event(&self, event_type: EventType) {
+        self.events.push(AsyncEvent {
+            event_type,
+            element: EventElement::Qp(self.qpn),
+        });
+    }
 }
 
 /// Why posting a work request failed (errno-like, as verbs reports it).
@@ -115,6 +291,17 @@ impl SendQueue {
 #[derive(Debug)]
 pub struct RecvQueue {
     queue: ArrayQueue<RecvWr>,
+    srq: Option<SrqHook>,
+}
+
+/// What makes a receive queue a shared receive queue: its handle, its
+/// limit, and where the limit event goes.
+#[derive(Debug)]
+struct SrqHook {
+    handle: u32,
+    /// `srq_limit`: 0 when disarmed.
+    limit: AtomicU32,
+    events: Arc<AsyncEvents>,
 }
 
 impl RecvQueue {
@@ -122,7 +309,48 @@ impl RecvQueue {
     pub fn new(max: u32) -> RecvQueue {
         RecvQueue {
             queue: ArrayQueue::new(max.max(1) as usize),
+            srq: None,
         }
+    }
+    /// A shared receive queue of `max` WRs with handle `handle`; when armed
+    /// (see [`RecvQueue::arm_limit`]) it reports `SRQ_LIMIT_REACHED` to
+    /// `events`.
+    pub fn new_srq(max: u32, handle: u32, events: Arc<AsyncEvents>) -> RecvQueue {
+        RecvQueue {
+            queue: ArrayQueue::new(max.max(1) as usize),
+            srq: Some(SrqHook {
+                handle,
+                limit: AtomicU32::new(0),
+                events,
+            }),
+        }
+    }
+    /// True for a shared receive queue.
+    pub fn is_srq(&self) -> bool {
+        self.srq.is_some()
+    }
+    /// The SRQ's handle (0 for a QP's own receive queue).
+    pub fn srq_handle(&self) -> u32 {
+        self.srq.as_ref().map_or(0, |h| h.handle)
+    }
+    /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; 0
+    /// disarms): once the engine takes a WR that leaves fewer than `limit`
+    /// waiting, one `SRQ_LIMIT_REACHED` event is reported and the limit
+    /// disarms. Returns false for a QP's own receive queue.
+    pub fn arm_limit(&self, limit: u32) -> bool {
+        match &self.srq {
+            Some(h) => {
+                h.limit.store(limit, Ordering::Release);
+                true
+            }
+            None => false,
+        }
+    }
+    /// The armed limit (0: disarmed).
+    pub fn limit(&self) -> u32 {
+        self.srq
+            .as_ref()
+            .map_or(0, |h| h.limit.load(Ordering::Acquire))
     }
     /// Depth.
     pub fn capacity(&self) -> usize {
@@ -134,7 +362,22 @@ impl RecvQueue {
     }
     /// The engine takes the next receive WR.
     pub fn take(&self) -> Option<RecvWr> {
-        self.queue.pop()
+        let wr = self.queue.pop()?;
+        if let Some(h) = &self.srq {
+            let limit = h.limit.load(Ordering::Acquire);
+            if limit != 0
+                && (self.queue.len() as u32) < limit
+                && h.limit
+                    .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                h.events.push(AsyncEvent {
+                    event_type: EventType::SrqLimitReached,
+                    element: EventElement::Srq(h.handle),
+                });
+            }
+        }
+        Some(wr)
     }
     /// Receive WRs waiting.
     pub fn len(&self) -> usize {
@@ -143,5 +386,35 @@ impl RecvQueue {
     /// True when none waits.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn srq_limit_fires_once_when_count_drops_below() {
+        let ev = Arc::new(AsyncEvents::new().unwrap());
+        let q = RecvQueue::new_srq(8, 42, ev.clone());
+        for i in 0..4 {
+            q.post(RecvWr {
+                wr_id: i,
+                ..RecvWr::default()
+            })
+            .unwrap();
+        }
+        assert!(q.arm_limit(3));
+        q.take().unwrap(); // 3 left: not below 3
+        assert!(ev.get(Some(Duration::ZERO)).is_none());
+        q.take().unwrap(); // 2 left: fires, disarms
+        let e = ev.get(Some(Duration::ZERO)).unwrap();
+        assert_eq!(e.event_type, EventType::SrqLimitReached);
+        assert_eq!(e.element, EventElement::Srq(42));
+        assert_eq!(q.limit(), 0);
+        q.take().unwrap();
+        assert!(ev.get(Some(Duration::ZERO)).is_none());
+        assert!(!RecvQueue::new(4).arm_limit(1));
     }
 }

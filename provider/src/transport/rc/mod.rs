@@ -13,18 +13,17 @@ mod completer;
 mod requester;
 mod responder;
 
-use super::{Nanos, RecvQueue, SendQueue, Transmit};
+use super::{Nanos, Transmit};
 use crate::counters::Counters;
-use crate::cq::CqInner;
-use crate::memory::{KeyTable, PdId};
-use crate::qp_attr::{check_modify, AttrMask, ModifyError, ModifyLimits, QpAttr, QpCap};
+use crate::events::EventType;
+use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
+pub use crate::transport::QpConfig;
+use crate::transport::{QpMachine, RxMeta};
 use crate::types::{QpState, QpType, Wc, WcStatus};
 use requester::Requester;
 use responder::Responder;
 use std::net::IpAddr;
-use std::sync::Arc;
-use uroce_wire::icrc::IpContext;
-use uroce_wire::packet::{self, Headers, ParsedPacket};
+use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::{BthRepr, Opcode, Psn, Transport};
 
 /// The P_Key every QP uses (the default partition, full membership).
@@ -36,37 +35,6 @@ pub const ACK_REQ_EVERY: u32 = 16;
 /// Atomic results remembered for duplicate atomics.
 pub const ATOMIC_REPLAY_DEPTH: usize = 64;
 
-/// What a QP is built from.
-#[derive(Debug, Clone)]
-pub struct QpConfig {
-    /// The QP number.
-    pub qpn: u32,
-    /// Its protection domain.
-    pub pd: PdId,
-    /// The context's key table.
-    pub keys: Arc<KeyTable>,
-    /// Send completions go here.
-    pub send_cq: Arc<CqInner>,
-    /// Receive completions go here.
-    pub recv_cq: Arc<CqInner>,
-    /// Posted send WRs.
-    pub sq: Arc<SendQueue>,
-    /// Posted receive WRs (or the SRQ's).
-    pub rq: Arc<RecvQueue>,
-    /// Every send WR generates a completion.
-    pub sq_sig_all: bool,
-    /// Capacities.
-    pub cap: QpCap,
-    /// The device's address.
-    pub local_ip: IpAddr,
-    /// UDP source port of our packets.
-    pub src_port: u16,
-    /// Device counters.
-    pub counters: Arc<Counters>,
-    /// Device limits for modify checks.
-    pub limits: ModifyLimits,
-}
-
 /// An RC QP.
 #[derive(Debug)]
 pub struct RcQp {
@@ -75,6 +43,8 @@ pub struct RcQp {
     attr: QpAttr,
     req: Requester,
     resp: Responder,
+    /// COMM_EST was reported (first packet received in RTR).
+    comm_est: bool,
 }
 
 impl RcQp {
@@ -86,6 +56,7 @@ impl RcQp {
             attr: QpAttr::default(),
             req: Requester::default(),
             resp: Responder::default(),
+            comm_est: false,
         }
     }
     /// QP number.
@@ -148,13 +119,35 @@ impl RcQp {
         if mask.contains(AttrMask::RNR_RETRY) {
             self.req.rnr_left = attr.rnr_retry;
         }
+        let from = self.state;
         match to {
-            QpState::Err if self.state != QpState::Err => self.enter_error(),
+            QpState::Err if from != QpState::Err => self.enter_error(),
             QpState::Reset => self.reset(),
             _ => {}
         }
         self.state = to;
+        if to == QpState::Sqd && from != QpState::Sqd {
+            self.attr.sq_draining = true;
+            self.check_drained();
+        }
+        if to != QpState::Sqd {
+            self.attr.sq_draining = false;
+        }
         Ok(())
+    }
+
+    /// In SQD: once no started WR is outstanding, the send queue is
+    /// drained (reported as SQ_DRAINED when asked for at RTS->SQD).
+    fn check_drained(&mut self) {
+        if self.state == QpState::Sqd
+            && self.attr.sq_draining
+            && self.req.wqes.iter().all(|e| !e.started)
+        {
+            self.attr.sq_draining = false;
+            if self.attr.en_sqd_async_notify {
+                self.cfg.event(EventType::SqDrained);
+            }
+        }
     }
 
     /// Takes one packet addressed to this QP (parsed and ICRC-checked)
@@ -175,10 +168,15 @@ impl RcQp {
             return;
         }
         Counters::inc(&c.rcvd_pkts);
+        if self.state == QpState::Rtr && !self.comm_est {
+            self.comm_est = true;
+            self.cfg.event(EventType::CommEst);
+        }
         if pkt.info.is_request {
             self.handle_request(now, pkt);
         } else if self.state != QpState::Rtr {
             self.handle_response(now, pkt);
+            self.check_drained();
         } else {
             Counters::inc(&c.dropped_pkts);
         }
@@ -194,7 +192,8 @@ impl RcQp {
         }
         let t = match self.transmit_response(buf) {
             Some(len) => Some(len),
-            None if matches!(self.state, QpState::Rts) => self.transmit_request(now, buf),
+            None if self.state == QpState::Rts => self.transmit_request(now, buf, true),
+            None if self.state == QpState::Sqd => self.transmit_request(now, buf, false),
             None => None,
         }?;
         Counters::inc(&self.cfg.counters.sent_pkts);
@@ -209,13 +208,15 @@ impl RcQp {
     pub fn wants_transmit(&self) -> bool {
         self.resp.has_output()
             || (self.state == QpState::Rts && self.req.can_progress(self.cfg.sq.has_pending()))
+            || (self.state == QpState::Sqd && self.req.can_progress(false))
             || (self.state == QpState::Err
-                && (self.cfg.sq.has_pending() || !self.cfg.rq.is_empty()))
+                && (self.cfg.sq.has_pending()
+                    || (!self.cfg.rq.is_srq() && !self.cfg.rq.is_empty())))
     }
 
     /// The next deadline.
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        if self.state != QpState::Rts {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
         self.req.poll_timeout()
@@ -223,23 +224,9 @@ impl RcQp {
 
     /// Handles the passing of time (safe to call spuriously).
     pub fn handle_timeout(&mut self, now: Nanos) {
-        if self.state == QpState::Rts {
+        if matches!(self.state, QpState::Rts | QpState::Sqd) {
             self.requester_timeout(now);
-        }
-    }
-
-    fn ip_context(&self) -> IpContext {
-        let dst = self.attr.ah_attr.ip();
-        match (self.cfg.local_ip, dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                IpContext::for_socket_v4(s, d, self.cfg.src_port, uroce_wire::ROCEV2_UDP_PORT)
-            }
-            (s, d) => IpContext::v6(
-                to_v6(s),
-                to_v6(d),
-                self.cfg.src_port,
-                uroce_wire::ROCEV2_UDP_PORT,
-            ),
+            self.check_drained();
         }
     }
 
@@ -259,25 +246,21 @@ impl RcQp {
         buf: &mut [u8],
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> Option<usize> {
-        let hdr = packet::emit_headers(h, payload_len, buf).ok()?;
-        if !fill(&mut buf[hdr..hdr + payload_len]) {
-            return None;
-        }
-        packet::finish(buf, hdr, payload_len, &self.ip_context()).ok()
+        self.cfg
+            .emit(self.attr.ah_attr.ip(), h, payload_len, buf, fill)
     }
 
     fn complete(&mut self, cq_is_send: bool, wc: Wc) {
-        let cq = if cq_is_send {
-            &self.cfg.send_cq
-        } else {
-            &self.cfg.recv_cq
-        };
-        if !cq.push(wc) {
-            Counters::inc(&self.cfg.counters.cq_overflows);
-            if self.state != QpState::Err {
-                self.state = QpState::Err;
-                self.enter_error();
-            }
+        self.complete_notify(cq_is_send, wc, false);
+    }
+
+    /// Adds a completion; `solicited` marks a receive completion whose
+    /// message asked for a solicited event. A full CQ (overflow) is a
+    /// catastrophic error for the QP (IBA 11.4.2.1, QP_FATAL).
+    fn complete_notify(&mut self, cq_is_send: bool, wc: Wc, solicited: bool) {
+        if !self.cfg.complete(cq_is_send, wc, solicited) && self.state != QpState::Err {
+            self.state = QpState::Err;
+            self.enter_error();
         }
     }
 
@@ -308,6 +291,10 @@ impl RcQp {
         }
         self.resp.drop_reads();
         self.flush_new();
+        if self.cfg.rq.is_srq() {
+            // No more WQEs will be taken from the SRQ for this QP.
+            self.cfg.event(EventType::QpLastWqeReached);
+        }
     }
 
     /// In ERR: WRs posted since complete with WR_FLUSH_ERR.
@@ -322,7 +309,11 @@ impl RcQp {
             );
             self.complete(true, wc);
         }
-        while let Some(wr) = self.cfg.rq.take() {
+        // An SRQ's WRs belong to every QP attached to it: they stay.
+        while let Some(wr) = (!self.cfg.rq.is_srq())
+            .then(|| self.cfg.rq.take())
+            .flatten()
+        {
             let wc = Wc::new(
                 wr.wr_id,
                 WcStatus::WrFlushErr,
@@ -340,7 +331,10 @@ impl RcQp {
         while self.cfg.sq.take().is_some() {
             self.cfg.sq.retire(1);
         }
-        while self.cfg.rq.take().is_some() {}
+        if !self.cfg.rq.is_srq() {
+            while self.cfg.rq.take().is_some() {}
+        }
+        self.comm_est = false;
         self.req = Requester::default();
         self.resp = Responder::default();
         self.attr = QpAttr::default();
@@ -358,14 +352,40 @@ fn bth(dest_qp: u32, opcode: Opcode, psn: Psn) -> BthRepr {
     }
 }
 
-fn to_v6(ip: IpAddr) -> std::net::Ipv6Addr {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    }
-}
-
 /// Number of packets (PSNs) a message of `len` bytes takes at `mtu`.
 pub(crate) fn npkts(len: u64, mtu: u32) -> u32 {
     len.div_ceil(mtu as u64).max(1) as u32
+}
+
+impl QpMachine for RcQp {
+    fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+    fn qp_type(&self) -> QpType {
+        QpType::Rc
+    }
+    fn state(&self) -> QpState {
+        self.state
+    }
+    fn attr(&self) -> QpAttr {
+        RcQp::attr(self)
+    }
+    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        RcQp::modify(self, attr, mask)
+    }
+    fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        RcQp::handle_packet(self, now, meta.src, pkt)
+    }
+    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        RcQp::poll_transmit(self, now, buf)
+    }
+    fn wants_transmit(&self) -> bool {
+        RcQp::wants_transmit(self)
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        RcQp::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: Nanos) {
+        RcQp::handle_timeout(self, now)
+    }
 }

@@ -243,12 +243,28 @@ impl RcQp {
     }
 
     /// Produces the next request packet, if any may go now.
-    pub(super) fn transmit_request(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+    /// With `allow_new` false (SQD), only WRs already started are sent
+    /// (resent); the queue drains.
+    pub(super) fn transmit_request(
+        &mut self,
+        now: Nanos,
+        buf: &mut [u8],
+        allow_new: bool,
+    ) -> Option<usize> {
         if let Some(t) = self.req.rnr_until {
             if now < t {
                 return None;
             }
             self.req.rnr_until = None;
+        }
+        if !allow_new
+            && self
+                .req
+                .wqes
+                .get(self.req.send_idx)
+                .is_none_or(|e| !e.started)
+        {
+            return None;
         }
         if self.req.send_idx == self.req.wqes.len() {
             let wr = self.cfg.sq.take()?;

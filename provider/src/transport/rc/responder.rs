@@ -4,6 +4,7 @@
 
 use super::{npkts, RcQp, ATOMIC_REPLAY_DEPTH};
 use crate::counters::Counters;
+use crate::events::EventType;
 use crate::memory::MrInner;
 use crate::transport::sgl::Resolved;
 use crate::transport::status::RespError;
@@ -357,7 +358,7 @@ impl RcQp {
                 wc.wc_flags |= WcFlags::WITH_INV;
             }
             self.resp.msn = self.resp.msn.wrapping_add(1);
-            self.complete(false, wc);
+            self.complete_notify(false, wc, pkt.headers.bth.se);
         }
         Ok(())
     }
@@ -426,7 +427,7 @@ impl RcQp {
                 wc.src_qp = self.attr.dest_qp_num;
                 wc.imm_data = pkt.headers.imm.unwrap_or(0);
                 wc.wc_flags |= WcFlags::WITH_IMM;
-                self.complete(false, wc);
+                self.complete_notify(false, wc, pkt.headers.bth.se);
             }
         }
         Ok(true)
@@ -499,6 +500,11 @@ impl RcQp {
             return;
         }
         Counters::inc(&self.cfg.counters.err_naks_sent);
+        // IBA 11.6.3.1: affiliated asynchronous errors of the responder.
+        self.cfg.event(match err {
+            RespError::RemoteAccess => EventType::QpAccessErr,
+            _ => EventType::QpReqErr,
+        });
         let (psn, msn) = (self.resp.epsn, self.resp.msn);
         self.resp.push_ack(psn, AethSyndrome::Nak(err.nak()), msn);
         if let Some(wr_id) = self.resp.abort_current() {
