@@ -65,6 +65,13 @@ counters! {
     cnp_rcvd,
     /// Completions lost to a full CQ.
     cq_overflows,
+    /// UD datagrams dropped for a Q_Key mismatch.
+    qkey_violations,
+    /// UD datagrams dropped because no receive WR was posted.
+    ud_no_recv_drops,
+    /// UC messages dropped (a PSN gap, an out-of-sequence packet, a bad
+    /// R_Key): reception resumes at the next FIRST/ONLY packet.
+    uc_dropped_msgs,
 }
 
 impl Counters {

@@ -18,6 +18,8 @@
 pub mod rc;
 pub mod sgl;
 pub mod status;
+pub mod uc;
+pub mod ud;
 
 use crate::counters::Counters;
 use crate::cq::CqInner;

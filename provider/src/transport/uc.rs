@@ -1,0 +1,1 @@
+//! Unreliable connected QPs (being written).

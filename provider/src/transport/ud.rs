@@ -1,0 +1,1 @@
+//! Unreliable datagram QPs (being written).
