@@ -46,6 +46,7 @@ fn end(ip: &str) -> End {
             },
             qp_type: QpType::Rc,
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     End {

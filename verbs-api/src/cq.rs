@@ -13,11 +13,45 @@ pub struct CompletionQueue {
 }
 
 impl CompletionQueue {
-    pub(crate) fn new(ctx: Context, cqe: u32) -> CompletionQueue {
-        CompletionQueue {
-            _ctx: ctx,
-            inner: Arc::new(CqInner::new(cqe as usize)),
+    pub(crate) fn new(
+        ctx: Context,
+        cqe: u32,
+        cq_context: u64,
+        channel: Option<&crate::CompChannel>,
+    ) -> CompletionQueue {
+        let inner = CqInner::with_channel(
+            cqe as usize,
+            channel.map(|c| c.inner.clone()),
+            cq_context,
+            Some(ctx.inner.engine.events().clone()),
+        );
+        CompletionQueue { _ctx: ctx, inner }
+    }
+    /// Process-unique handle (what [`crate::CqEvent`] and CQ_ERR events
+    /// name).
+    pub fn handle(&self) -> u32 {
+        self.inner.handle()
+    }
+    /// The `cq_context` given at creation.
+    pub fn cq_context(&self) -> u64 {
+        self.inner.context()
+    }
+    /// `ibv_req_notify_cq`: the next completion (with `solicited_only`:
+    /// the next solicited or unsuccessful one) queues one event on the
+    /// CQ's completion channel. Completions already in the CQ do not count:
+    /// poll after arming to close the race, as with verbs.
+    pub fn req_notify(&self, solicited_only: bool) -> crate::Result<()> {
+        if self.inner.req_notify(solicited_only) {
+            Ok(())
+        } else {
+            Err(crate::Error::Invalid(
+                "the CQ has no completion channel".into(),
+            ))
         }
+    }
+    /// `ibv_ack_cq_events`.
+    pub fn ack_events(&self, n: u32) {
+        self.inner.ack_events(n);
     }
     /// Capacity.
     pub fn cqe(&self) -> usize {
@@ -61,9 +95,17 @@ impl CompletionQueue {
     }
     /// `ibv_destroy_cq`: fails with [`crate::Error::Busy`] (giving the CQ
     /// back) while a QP uses it.
+    /// Also fails while completion events it delivered are not
+    /// acknowledged (where `ibv_destroy_cq` would block).
     pub fn destroy(self) -> std::result::Result<(), (CompletionQueue, crate::Error)> {
         if Arc::strong_count(&self.inner) > 1 {
             return Err((self, crate::Error::Busy("completion queue is used by a QP")));
+        }
+        if self.inner.unacked_events() != 0 {
+            return Err((
+                self,
+                crate::Error::Busy("completion events not acknowledged (ack_events)"),
+            ));
         }
         Ok(())
     }

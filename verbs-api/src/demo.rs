@@ -82,6 +82,7 @@ fn open(ip: IpAddr, name: &str) -> Result<End> {
         },
         qp_type: QpType::Rc,
         sq_sig_all: false,
+        srq: None,
     })?;
     Ok(End { ctx, pd, cq, qp })
 }

@@ -274,10 +274,20 @@ impl Context {
     }
     /// `ibv_create_cq` with at least `cqe` entries.
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {
+        self.create_cq_with(cqe, 0, None)
+    }
+    /// `ibv_create_cq` with a `cq_context` value (returned with completion
+    /// events) and a completion channel.
+    pub fn create_cq_with(
+        &self,
+        cqe: u32,
+        cq_context: u64,
+        channel: Option<&crate::CompChannel>,
+    ) -> Result<CompletionQueue> {
         if cqe == 0 || cqe > MAX_CQE {
             return Err(Error::Invalid(format!("cqe {cqe}: must be 1..={MAX_CQE}")));
         }
-        Ok(CompletionQueue::new(self.clone(), cqe))
+        Ok(CompletionQueue::new(self.clone(), cqe, cq_context, channel))
     }
     /// The device's counters (like rxe's hw_counters).
     pub fn counters(&self) -> CounterSnapshot {

@@ -24,6 +24,12 @@ pub enum Error {
     /// The engine could not start or has stopped (EIO).
     #[error("engine: {0}")]
     Engine(String),
+    /// The device does not do this (EOPNOTSUPP), with why.
+    #[error("not supported: {0}")]
+    NotSupported(&'static str),
+    /// Nothing to return without blocking (EAGAIN).
+    #[error("would block")]
+    WouldBlock,
 }
 
 impl Error {
@@ -35,12 +41,16 @@ impl Error {
             Error::NoMemory(_) => libc_errno::ENOMEM,
             Error::NoDevice(_) => libc_errno::ENODEV,
             Error::Engine(_) => libc_errno::EIO,
+            Error::NotSupported(_) => libc_errno::EOPNOTSUPP,
+            Error::WouldBlock => libc_errno::EAGAIN,
         }
     }
 }
 
 mod libc_errno {
     pub const EIO: i32 = 5;
+    pub const EAGAIN: i32 = 11;
+    pub const EOPNOTSUPP: i32 = 95;
     pub const ENOMEM: i32 = 12;
     pub const EBUSY: i32 = 16;
     pub const ENODEV: i32 = 19;

@@ -23,22 +23,26 @@ mod cq;
 pub mod demo;
 mod device;
 mod error;
+mod events;
 mod pd;
 pub mod pingpong;
 mod qp;
+mod srq;
 pub mod stress;
 
 pub use cq::CompletionQueue;
 pub use device::{devices, Context, Device, DeviceAttr, GidEntry, PortAttr};
 pub use error::{Error, Result};
+pub use events::{AsyncEvent, CompChannel, CqEvent, EventElement, EventType};
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{QpInitAttr, QueuePair};
+pub use srq::{SharedReceiveQueue, SrqAttr, SrqAttrMask};
 pub use uroce_provider as provider;
 pub use uroce_provider::counters::CounterSnapshot;
 pub use uroce_provider::net::faults::Faults;
 pub use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
 pub use uroce_provider::types::{
-    Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Wc, WcFlags, WcOpcode, WcStatus,
-    WrOpcode,
+    Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcFlags, WcOpcode,
+    WcStatus, WrOpcode,
 };
 pub use uroce_wire as wire;

@@ -165,6 +165,7 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
         },
         qp_type: QpType::Rc,
         sq_sig_all: false,
+        srq: None,
     })?;
     let init = QpAttr {
         qp_state: QpState::Init,

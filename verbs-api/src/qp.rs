@@ -4,13 +4,15 @@ use crate::cq::CompletionQueue;
 use crate::device::{Context, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
+use crate::srq::SharedReceiveQueue;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use uroce_provider::engine::can_post_send;
+use uroce_provider::engine::{can_post_send, EngineError};
 use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
 use uroce_provider::transport::rc::{QpConfig, RcQp};
+
 use uroce_provider::transport::{RecvQueue, SendQueue};
-use uroce_provider::types::{QpState, QpType, RecvWr, SendFlags, SendWr};
+use uroce_provider::types::{QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
 
 /// `ibv_qp_init_attr`.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +27,9 @@ pub struct QpInitAttr<'a> {
     pub qp_type: QpType,
     /// Every send WR generates a completion.
     pub sq_sig_all: bool,
+    /// Receive WRs come from this shared receive queue (RC, UC, UD); the
+    /// QP then has no receive queue of its own.
+    pub srq: Option<&'a SharedReceiveQueue>,
 }
 
 /// A queue pair (`struct ibv_qp`).
@@ -41,18 +46,25 @@ pub struct QueuePair {
     _pd: Arc<()>,
     _send_cq: Arc<uroce_provider::cq::CqInner>,
     _recv_cq: Arc<uroce_provider::cq::CqInner>,
+    has_srq: bool,
+    /// The port's active MTU: the largest UD message.
+    ud_max: u32,
 }
 
 impl QueuePair {
     pub(crate) fn create(pd: &ProtectionDomain, init: &QpInitAttr<'_>) -> Result<QueuePair> {
         let ctx = pd.ctx.clone();
-        if init.qp_type != QpType::Rc {
-            return Err(Error::Invalid(format!(
-                "{:?} QPs are not supported yet",
-                init.qp_type
-            )));
+        let mut c = init.cap;
+        if let Some(srq) = init.srq {
+            if srq.pd != pd.id {
+                return Err(Error::Invalid(
+                    "the SRQ belongs to another protection domain".into(),
+                ));
+            }
+            // As verbs: a QP with an SRQ has no receive queue of its own.
+            c.max_recv_wr = 0;
+            c.max_recv_sge = 0;
         }
-        let c = init.cap;
         for (what, v, max) in [
             ("max_send_wr", c.max_send_wr, MAX_QP_WR),
             ("max_recv_wr", c.max_recv_wr, MAX_QP_WR),
@@ -68,7 +80,10 @@ impl QueuePair {
         }
         let qpn = ctx.inner.alloc_qpn();
         let sq = Arc::new(SendQueue::new(c.max_send_wr.max(1)));
-        let rq = Arc::new(RecvQueue::new(c.max_recv_wr.max(1)));
+        let rq = match init.srq {
+            Some(srq) => srq.rq.clone(),
+            None => Arc::new(RecvQueue::new(c.max_recv_wr.max(1))),
+        };
         let cfg = QpConfig {
             qpn,
             pd: pd.id,
@@ -85,10 +100,16 @@ impl QueuePair {
             limits: ctx.inner.limits(),
             events: ctx.inner.engine.events().clone(),
         };
-        if let Err(e) = ctx.inner.engine.add_qp(RcQp::new(cfg)) {
+        let added = match init.qp_type {
+            QpType::Rc => ctx.inner.engine.add_qp(RcQp::new(cfg)),
+            // The UC and UD machines land in the next commits.
+            QpType::Uc | QpType::Ud => Err(EngineError::Stopped),
+        };
+        if let Err(e) = added {
             ctx.inner.free_qpn(qpn);
             return Err(e.into());
         }
+        let ud_max = ctx.inner.active_mtu.bytes();
         Ok(QueuePair {
             ctx,
             qpn,
@@ -100,6 +121,8 @@ impl QueuePair {
             _pd: pd.users.clone(),
             _send_cq: init.send_cq.inner.clone(),
             _recv_cq: init.recv_cq.inner.clone(),
+            has_srq: init.srq.is_some(),
+            ud_max,
         })
     }
 
@@ -153,6 +176,9 @@ impl QueuePair {
             ));
         }
         for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self.check_opcode(wr) {
+                return Err((i, e));
+            }
             if wr.sg_list.len() > self.cap.max_send_sge as usize {
                 return Err((
                     i,
@@ -173,8 +199,65 @@ impl QueuePair {
         Ok(())
     }
 
+    /// What a QP of this type may send (`ibv_post_send` returns EINVAL
+    /// for the rest), and for UD, a destination and a length within the
+    /// path MTU.
+    fn check_opcode(&self, wr: &SendWr) -> Result<()> {
+        use WrOpcode::*;
+        let ok = match self.qp_type {
+            QpType::Rc => !matches!(wr.opcode, LocalInv | BindMw),
+            QpType::Uc => matches!(wr.opcode, Send | SendWithImm | RdmaWrite | RdmaWriteWithImm),
+            QpType::Ud => matches!(wr.opcode, Send | SendWithImm),
+        };
+        if !ok {
+            return Err(Error::Invalid(format!(
+                "{:?} is not a {:?} operation",
+                wr.opcode, self.qp_type
+            )));
+        }
+        if self.qp_type == QpType::Ud {
+            if wr.ud.is_none() {
+                return Err(Error::Invalid(
+                    "a UD send needs a destination (wr.ud: address handle, QPN, Q_Key)".into(),
+                ));
+            }
+            let len = if wr.flags.contains(SendFlags::INLINE) {
+                wr.inline_data.len() as u64
+            } else {
+                wr.total_len()
+            };
+            if len > self.ud_max as u64 {
+                return Err(Error::Invalid(format!(
+                    "a UD message of {len} bytes exceeds the path MTU ({} bytes)",
+                    self.ud_max
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_attach_mcast`: not supported (each device binds one unicast
+    /// address; IP multicast does not fit that cleanly).
+    pub fn attach_mcast(&self, _gid: &[u8; 16], _lid: u16) -> Result<()> {
+        Err(Error::NotSupported(
+            "UD multicast: devices bind one unicast address, so IP multicast does not fit",
+        ))
+    }
+    /// `ibv_detach_mcast`: not supported (see [`QueuePair::attach_mcast`]).
+    pub fn detach_mcast(&self, _gid: &[u8; 16], _lid: u16) -> Result<()> {
+        Err(Error::NotSupported(
+            "UD multicast: devices bind one unicast address, so IP multicast does not fit",
+        ))
+    }
+
     /// `ibv_post_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, Error)> {
+        if self.has_srq {
+            return Err((
+                0,
+                Error::Invalid("the QP receives from an SRQ: post to the SRQ".into()),
+            ));
+        }
         if state_of(self.state()) == QpState::Reset {
             return Err((0, Error::Invalid("QP is in RESET".into())));
         }

@@ -134,6 +134,7 @@ fn open(o: &StressOptions, recv_wr: u32) -> Result<Side> {
         },
         qp_type: QpType::Rc,
         sq_sig_all: true,
+        srq: None,
     })?;
     Ok(Side {
         ctx,

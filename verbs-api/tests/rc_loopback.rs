@@ -36,6 +36,7 @@ fn end(ip: &str) -> End {
             },
             qp_type: QpType::Rc,
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     End { ctx, pd, cq, qp }
