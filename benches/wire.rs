@@ -85,6 +85,14 @@ fn bench(c: &mut Criterion) {
             })
         });
 
+        // Breakdown of (a): parsing alone, and the ICRC alone.
+        g.bench_with_input(BenchmarkId::new("parse_only", len), &pkt, |b, pkt| {
+            b.iter(|| black_box(packet::parse(black_box(pkt)).unwrap().payload.len()))
+        });
+        g.bench_with_input(BenchmarkId::new("icrc_only", len), &pkt, |b, pkt| {
+            b.iter(|| uroce_wire::icrc::compute(black_box(&ctx), black_box(pkt)).unwrap())
+        });
+
         // (b) parse + socket verification: the packet carries ID 0xb7e3,
         // the receiver assumes 0, so the CRC mismatches and the ID solver
         // runs.
