@@ -10,6 +10,7 @@ use std::sync::Arc;
 use uroce_provider::engine::{can_post_send, EngineError};
 use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
 use uroce_provider::transport::rc::{QpConfig, RcQp};
+use uroce_provider::transport::uc::UcQp;
 
 use uroce_provider::transport::{RecvQueue, SendQueue};
 use uroce_provider::types::{QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
@@ -102,8 +103,9 @@ impl QueuePair {
         };
         let added = match init.qp_type {
             QpType::Rc => ctx.inner.engine.add_qp(RcQp::new(cfg)),
-            // The UC and UD machines land in the next commits.
-            QpType::Uc | QpType::Ud => Err(EngineError::Stopped),
+            QpType::Uc => ctx.inner.engine.add_qp(UcQp::new(cfg)),
+            // The UD machine lands in the next commit.
+            QpType::Ud => Err(EngineError::Stopped),
         };
         if let Err(e) = added {
             ctx.inner.free_qpn(qpn);
