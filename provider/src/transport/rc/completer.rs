@@ -81,7 +81,12 @@ impl RcQp {
             Operation::AtomicAcknowledge => self.atomic_ack(psn, pkt),
             _ => Counters::inc(&self.cfg.counters.dropped_pkts),
         }
-        if self.req.una != before && self.state == crate::types::QpState::Rts {
+        if self.req.una != before
+            && matches!(
+                self.state,
+                crate::types::QpState::Rts | crate::types::QpState::Sqd
+            )
+        {
             // Progress: fresh retry budget and timer.
             self.req.retry_left = self.attr.retry_cnt;
             self.req.rnr_left = self.attr.rnr_retry;
