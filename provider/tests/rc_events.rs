@@ -609,7 +609,6 @@ fn recv_cq_overflow_raises_cq_err_and_qp_fatal() {
 /// The same with a third receive WR, flushed (into the overflowed CQ)
 /// when the QP goes to ERR: QP_FATAL must still be reported once.
 #[test]
-#[ignore = "bug: QpConfig::complete (transport/mod.rs) raises QP_FATAL for every completion lost to a full CQ, also for the flush completions of a QP already in ERR: QP_FATAL is reported twice"]
 fn recv_cq_overflow_then_flush_reports_qp_fatal_once() {
     recv_cq_overflow(1);
 }
@@ -675,7 +674,6 @@ fn send_cq_overflow_raises_cq_err_and_qp_fatal() {
 /// The same with a third WR, flushed (into the overflowed CQ) when the QP
 /// goes to ERR: QP_FATAL must still be reported once.
 #[test]
-#[ignore = "bug: QpConfig::complete (transport/mod.rs) raises QP_FATAL for every completion lost to a full CQ, also for the flush completions of a QP already in ERR: QP_FATAL is reported twice"]
 fn send_cq_overflow_then_flush_reports_qp_fatal_once() {
     send_cq_overflow(3);
 }

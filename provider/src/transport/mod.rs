@@ -201,8 +201,8 @@ impl QpConfig {
 
     /// Adds a completion to the send or the receive CQ (`solicited`: a
     /// receive completion of a message with the SE bit). Returns false if
-    /// the CQ overflowed: the QP must then go to ERR, and QP_FATAL has been
-    /// reported here (the CQ reports CQ_ERR itself).
+    /// the CQ overflowed: the QP must then go to ERR and report QP_FATAL
+    /// (once: not when already in ERR); the CQ reports CQ_ERR itself.
     #[must_use]
     pub fn complete(&self, send: bool, wc: Wc, solicited: bool) -> bool {
         let cq = if send { &self.send_cq } else { &self.recv_cq };
@@ -210,7 +210,6 @@ impl QpConfig {
             return true;
         }
         Counters::inc(&self.counters.cq_overflows);
-        self.event(EventType::QpFatal);
         false
     }
 

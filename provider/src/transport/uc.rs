@@ -269,6 +269,7 @@ impl UcQp {
     /// (IBA 11.4.2.1, QP_FATAL).
     fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
         if !self.cfg.complete(send, wc, solicited) && self.state != QpState::Err {
+            self.cfg.event(EventType::QpFatal);
             self.enter_error();
         }
     }

@@ -259,6 +259,7 @@ impl RcQp {
     /// catastrophic error for the QP (IBA 11.4.2.1, QP_FATAL).
     fn complete_notify(&mut self, cq_is_send: bool, wc: Wc, solicited: bool) {
         if !self.cfg.complete(cq_is_send, wc, solicited) && self.state != QpState::Err {
+            self.cfg.event(EventType::QpFatal);
             self.state = QpState::Err;
             self.enter_error();
         }
