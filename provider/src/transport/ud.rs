@@ -1,1 +1,809 @@
-//! Unreliable datagram QPs (being written).
+//! Unreliable datagram QPs (IBA vol. 1 ch. 9-11: the UD service, Q_Keys,
+//! the SQ Error state, the GRH area of a UD receive buffer; kernel rxe as
+//! the behavioural reference), as one sans-IO state machine.
+//!
+//! UD is connectionless: every send WR names its destination (address,
+//! QP number, Q_Key) and becomes exactly one packet, `UD_SEND_ONLY` or
+//! `UD_SEND_ONLY_WITH_IMMEDIATE`, with a DETH carrying the Q_Key and our QP
+//! number. Nothing is acknowledged or resent.
+//!
+//! * requester: a WR completes once its packet has been produced. A local
+//!   error (an opcode other than SEND/SEND with immediate, no destination,
+//!   a destination of the other IP version, a bad SGE, a message longer
+//!   than the port's active MTU) completes the WR in error and moves the QP
+//!   to SQE, where later WRs are flushed until SQE -> RTS; the receive
+//!   queue keeps working (IBA ch. 10, the SQ Error state).
+//! * responder: checks transport and opcode, P_Key and Q_Key (a mismatch
+//!   is dropped silently and counted, as IBA 10.2.4 and rxe do), drops
+//!   exact duplicates (see [`DUP_WINDOW`]), takes a receive WR (none:
+//!   dropped and counted), writes the 40-byte GRH area ([`build_grh`]) and
+//!   then the payload, and completes the WR. A receive WR whose buffers
+//!   are bad completes with LOC_PROT_ERR and moves the QP to ERR (rxe: a
+//!   malformed WQE); one too small for GRH + payload completes with
+//!   LOC_LEN_ERR and the QP stays up.
+//!
+//! Where uroce differs from rxe: rxe delivers a datagram the network
+//! duplicated twice; uroce remembers the last [`DUP_WINDOW`] PSNs of up to
+//! [`MAX_DUP_SOURCES`] senders (source address and QP) and drops repeats,
+//! counted in `duplicate_requests`.
+
+use super::sgl::Resolved;
+use super::{to_v6, Nanos, QpConfig, QpMachine, RxMeta, Transmit};
+use crate::counters::Counters;
+use crate::events::EventType;
+use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr, QKEY_CONTROLLED};
+use crate::transport::rc::PKEY;
+use crate::types::{
+    Access, QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
+};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use uroce_wire::packet::{Headers, ParsedPacket};
+use uroce_wire::{BthRepr, DethRepr, Opcode, Operation, Psn, Transport};
+
+/// Bytes a UD receive buffer gives the GRH area before the payload.
+pub const GRH_LEN: usize = 40;
+/// How many PSNs per sender the duplicate filter remembers (a power of
+/// two dividing 2^24): a datagram overtaken by more than this many later
+/// ones from the same sender is no longer recognised as a repeat.
+pub const DUP_WINDOW: u32 = 1024;
+/// How many senders the duplicate filter remembers; the one heard from
+/// least recently is forgotten first.
+pub const MAX_DUP_SOURCES: usize = 256;
+
+const IPPROTO_UDP: u8 = 17;
+const UDP_HDR_LEN: usize = 8;
+const IPV4_HDR_LEN: usize = 20;
+
+/// A UD QP.
+#[derive(Debug)]
+pub struct UdQp {
+    cfg: QpConfig,
+    state: QpState,
+    attr: QpAttr,
+    /// PSN of the next packet.
+    next_psn: Psn,
+    /// Datagrams seen recently, per sender.
+    seen: DupFilter,
+}
+
+impl UdQp {
+    /// A QP in the RESET state.
+    pub fn new(cfg: QpConfig) -> UdQp {
+        UdQp {
+            cfg,
+            state: QpState::Reset,
+            attr: QpAttr::default(),
+            next_psn: Psn::default(),
+            seen: DupFilter::default(),
+        }
+    }
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+    /// The configuration.
+    pub fn config(&self) -> &QpConfig {
+        &self.cfg
+    }
+    /// Current attributes (as `ibv_query_qp` reports them): a UD QP's path
+    /// MTU is the port's active MTU.
+    pub fn attr(&self) -> QpAttr {
+        let mut a = self.attr;
+        a.qp_state = self.state;
+        a.cur_qp_state = self.state;
+        a.cap = self.cfg.cap;
+        a.sq_psn = self.next_psn.value();
+        a.path_mtu = self.cfg.limits.active_mtu;
+        a.port_num = 1;
+        a
+    }
+
+    /// Applies a modify-QP call (checked against the spec's table for UD,
+    /// including the controlled Q_Key rule).
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        let to = check_modify(QpType::Ud, self.state, attr, mask, &self.cfg.limits)?;
+        macro_rules! take {
+            ($($bit:ident => $field:ident),*) => {
+                $( if mask.contains(AttrMask::$bit) { self.attr.$field = attr.$field; } )*
+            };
+        }
+        take!(PKEY_INDEX => pkey_index, PORT => port_num, QKEY => qkey,
+              EN_SQD_ASYNC_NOTIFY => en_sqd_async_notify);
+        if mask.contains(AttrMask::SQ_PSN) {
+            self.next_psn = Psn::new(attr.sq_psn);
+        }
+        let from = self.state;
+        // WRs posted while in SQE are flushed, even if the engine has not
+        // come round to them before the QP leaves SQE.
+        if from == QpState::Sqe && to == QpState::Rts {
+            self.flush_sends();
+            if self.state == QpState::Err {
+                return Ok(());
+            }
+        }
+        match to {
+            QpState::Err if from != QpState::Err => self.enter_error(),
+            QpState::Reset => self.reset(),
+            _ => {}
+        }
+        self.state = to;
+        // Every WR goes out whole as soon as it is taken, so the send
+        // queue is drained the moment the QP reaches SQD.
+        if to == QpState::Sqd && from != QpState::Sqd && self.attr.en_sqd_async_notify {
+            self.cfg.event(EventType::SqDrained);
+        }
+        self.attr.sq_draining = false;
+        Ok(())
+    }
+
+    /// Takes one packet addressed to this QP (parsed and ICRC-checked).
+    pub fn handle_packet(&mut self, _now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        let c = &self.cfg.counters;
+        let bth = &pkt.headers.bth;
+        let receiving = matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        let deth = match pkt.headers.deth {
+            Some(d)
+                if receiving
+                    && pkt.info.transport == Transport::Ud
+                    && pkt.info.operation == Operation::Send
+                    && pkt.info.is_request
+                    && bth.pkey & 0x7fff == PKEY & 0x7fff =>
+            {
+                d
+            }
+            _ => {
+                Counters::inc(&c.dropped_pkts);
+                return;
+            }
+        };
+        Counters::inc(&c.rcvd_pkts);
+        // IBA 10.2.4: a datagram whose Q_Key differs from the QP's is
+        // discarded.
+        if deth.qkey != self.attr.qkey {
+            Counters::inc(&c.qkey_violations);
+            return;
+        }
+        let src = meta.src.to_canonical();
+        let src_qp = deth.src_qp & 0xff_ffff;
+        if self.seen.is_duplicate(src, src_qp, bth.psn) {
+            Counters::inc(&c.duplicate_requests);
+            return;
+        }
+        // No RNR for UD: without a receive WR the datagram is lost.
+        let Some(wr) = self.cfg.rq.take() else {
+            Counters::inc(&c.ud_no_recv_drops);
+            return;
+        };
+        // The datagram consumed a WR: a repeat of it is a duplicate from
+        // now on (one lost for want of a WR may still come again).
+        self.seen.record(src, src_qp, bth.psn);
+        let Ok(sgl) = Resolved::resolve(
+            &self.cfg.keys,
+            self.cfg.pd,
+            &wr.sg_list,
+            Access::LOCAL_WRITE,
+        ) else {
+            self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
+            return;
+        };
+        let len = GRH_LEN + pkt.payload.len();
+        if len as u64 > sgl.total() {
+            // The buffer cannot hold GRH + payload: the WR completes with
+            // LOC_LEN_ERR and the datagram is lost; the QP stays up.
+            let wc = Wc::new(wr.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, self.cfg.qpn);
+            self.complete(false, wc, false);
+            return;
+        }
+        let mut grh = [0u8; GRH_LEN];
+        build_grh(meta, pkt.bytes.len(), &mut grh);
+        if sgl.scatter(0, &grh).is_err() || sgl.scatter(GRH_LEN as u64, pkt.payload).is_err() {
+            // Memory deregistered under the WR.
+            self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
+            return;
+        }
+        let mut wc = Wc::new(wr.wr_id, WcStatus::Success, WcOpcode::Recv, self.cfg.qpn);
+        wc.byte_len = len as u32;
+        wc.src_qp = src_qp;
+        wc.wc_flags = WcFlags::GRH;
+        if let Some(imm) = pkt.headers.imm {
+            wc.imm_data = imm;
+            wc.wc_flags |= WcFlags::WITH_IMM;
+        }
+        self.complete(false, wc, bth.se);
+    }
+
+    /// Writes the next packet to send into `buf` (at least active MTU + 128
+    /// bytes), or returns `None` when there is nothing to send now.
+    pub fn poll_transmit(&mut self, _now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        match self.state {
+            QpState::Err => {
+                self.flush_new();
+                None
+            }
+            QpState::Sqe => {
+                self.flush_sends();
+                None
+            }
+            QpState::Rts => self.transmit(buf),
+            // SQD: no new WR starts (and none is ever half sent).
+            _ => None,
+        }
+    }
+
+    /// True when `poll_transmit` may produce a packet (or completions)
+    /// without new input.
+    pub fn wants_transmit(&self) -> bool {
+        match self.state {
+            QpState::Rts | QpState::Sqe => self.cfg.sq.has_pending(),
+            QpState::Err => {
+                self.cfg.sq.has_pending() || (!self.cfg.rq.is_srq() && !self.cfg.rq.is_empty())
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds a completion; a full CQ is a catastrophic error for the QP
+    /// (IBA 11.4.2.1, QP_FATAL).
+    fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
+        if !self.cfg.complete(send, wc, solicited) && self.state != QpState::Err {
+            self.cfg.event(EventType::QpFatal);
+            self.enter_error();
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Requester
+    // ---------------------------------------------------------------
+
+    /// Takes the next send WR and produces its packet.
+    fn transmit(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        let wr = self.cfg.sq.take()?;
+        let (dst, len, msg_len) = match self.build(&wr, buf) {
+            Ok(x) => x,
+            Err(status) => {
+                self.send_error(&wr, status);
+                return None;
+            }
+        };
+        self.next_psn = self.next_psn.next();
+        Counters::inc(&self.cfg.counters.sent_pkts);
+        self.cfg.sq.retire(1);
+        if self.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
+            let mut wc = Wc::new(wr.wr_id, WcStatus::Success, WcOpcode::Send, self.cfg.qpn);
+            wc.byte_len = msg_len as u32;
+            self.complete(true, wc, false);
+        }
+        Some(Transmit { dst, len })
+    }
+
+    /// Checks a send WR locally and writes its packet into `buf`: returns
+    /// the destination, the packet length and the message length.
+    fn build(&self, wr: &SendWr, buf: &mut [u8]) -> Result<(IpAddr, usize, u64), WcStatus> {
+        let opcode = match wr.opcode {
+            WrOpcode::Send => Opcode::UD_SEND_ONLY,
+            WrOpcode::SendWithImm => Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
+            _ => return Err(WcStatus::LocQpOpErr),
+        };
+        let ud = wr.ud.ok_or(WcStatus::LocQpOpErr)?;
+        let dst = ud.ip.to_canonical();
+        if dst.is_ipv4() != self.cfg.local_ip.is_ipv4() || dst.is_unspecified() {
+            return Err(WcStatus::LocQpOpErr);
+        }
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        let (data, len) = if inline {
+            (Resolved::default(), wr.inline_data.len() as u64)
+        } else {
+            let r = Resolved::resolve(&self.cfg.keys, self.cfg.pd, &wr.sg_list, Access::empty())
+                .map_err(|_| WcStatus::LocProtErr)?;
+            let len = r.total();
+            (r, len)
+        };
+        // A UD message is one packet: at most the PMTU (the port's active
+        // MTU), as rxe checks at post time.
+        if len > self.cfg.limits.active_mtu.bytes() as u64 {
+            return Err(WcStatus::LocLenErr);
+        }
+        // IBA 10.2.4: a WR Q_Key with the high bit set means the QP's own.
+        let qkey = if ud.remote_qkey & QKEY_CONTROLLED != 0 {
+            self.attr.qkey
+        } else {
+            ud.remote_qkey
+        };
+        let mut h = Headers::new(BthRepr {
+            opcode,
+            se: wr.flags.contains(SendFlags::SOLICITED),
+            pkey: PKEY,
+            dest_qp: ud.remote_qpn & 0xff_ffff,
+            psn: self.next_psn,
+            ack_req: false,
+            ..BthRepr::default()
+        });
+        h.deth = Some(DethRepr {
+            qkey,
+            src_qp: self.cfg.qpn,
+        });
+        if wr.opcode == WrOpcode::SendWithImm {
+            h.imm = Some(wr.imm_data);
+        }
+        let n = self
+            .cfg
+            .emit(dst, &h, len as usize, buf, |out| {
+                if inline {
+                    match wr.inline_data.get(..out.len()) {
+                        Some(src) => {
+                            out.copy_from_slice(src);
+                            true
+                        }
+                        None => false,
+                    }
+                } else {
+                    data.gather(0, out).is_ok()
+                }
+            })
+            // The memory went away since it was resolved (or the caller's
+            // buffer is too small for the packet).
+            .ok_or(WcStatus::LocProtErr)?;
+        Ok((dst, n, len))
+    }
+
+    /// A send WR failed locally: it completes with `status` (signaled or
+    /// not) and the QP moves to SQE (IBA ch. 10: for UD a send queue
+    /// error leaves the receive queue running).
+    fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
+        self.cfg.sq.retire(1);
+        let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.cfg.qpn);
+        self.state = QpState::Sqe;
+        self.complete(true, wc, false);
+        if self.state == QpState::Sqe {
+            self.flush_sends();
+        }
+    }
+
+    /// WRs waiting in the send queue complete with WR_FLUSH_ERR.
+    fn flush_sends(&mut self) {
+        while let Some(wr) = self.cfg.sq.take() {
+            self.cfg.sq.retire(1);
+            let wc = Wc::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                wr.opcode.wc_opcode(),
+                self.cfg.qpn,
+            );
+            self.complete(true, wc, false);
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Errors and reset
+    // ---------------------------------------------------------------
+
+    /// A local error of the receive queue (a WR's buffers are bad): the WR
+    /// completes with `status` and the QP goes to ERR, as rxe does for a
+    /// malformed receive WQE.
+    fn recv_local_error(&mut self, wr_id: u64, status: WcStatus) {
+        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.cfg.qpn);
+        self.complete(false, wc, false);
+        if self.state != QpState::Err {
+            self.enter_error();
+        }
+    }
+
+    /// Moves to ERR: every outstanding WR completes with WR_FLUSH_ERR in
+    /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
+    /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
+    fn enter_error(&mut self) {
+        self.state = QpState::Err;
+        self.flush_new();
+        if self.cfg.rq.is_srq() {
+            self.cfg.event(EventType::QpLastWqeReached);
+        }
+    }
+
+    /// In ERR: WRs posted since complete with WR_FLUSH_ERR.
+    fn flush_new(&mut self) {
+        self.flush_sends();
+        // An SRQ's WRs belong to every QP attached to it: they stay.
+        while let Some(wr) = (!self.cfg.rq.is_srq())
+            .then(|| self.cfg.rq.take())
+            .flatten()
+        {
+            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
+            self.complete(false, wc, false);
+        }
+    }
+
+    /// To RESET: everything is discarded without completions.
+    fn reset(&mut self) {
+        while self.cfg.sq.take().is_some() {
+            self.cfg.sq.retire(1);
+        }
+        if !self.cfg.rq.is_srq() {
+            while self.cfg.rq.take().is_some() {}
+        }
+        self.next_psn = Psn::default();
+        self.seen = DupFilter::default();
+        self.attr = QpAttr::default();
+    }
+}
+
+impl QpMachine for UdQp {
+    fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+    fn qp_type(&self) -> QpType {
+        QpType::Ud
+    }
+    fn state(&self) -> QpState {
+        self.state
+    }
+    fn attr(&self) -> QpAttr {
+        UdQp::attr(self)
+    }
+    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        UdQp::modify(self, attr, mask)
+    }
+    fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        UdQp::handle_packet(self, now, meta, pkt)
+    }
+    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        UdQp::poll_transmit(self, now, buf)
+    }
+    fn wants_transmit(&self) -> bool {
+        UdQp::wants_transmit(self)
+    }
+    /// UD never waits for anything.
+    fn poll_timeout(&self) -> Option<Nanos> {
+        None
+    }
+    fn handle_timeout(&mut self, _now: Nanos) {}
+}
+
+// -------------------------------------------------------------------
+// Duplicate filter
+// -------------------------------------------------------------------
+
+const WORDS: usize = (DUP_WINDOW / 64) as usize;
+
+/// The PSNs seen from one sender: the highest, and a ring of
+/// [`DUP_WINDOW`] bits indexed by PSN modulo the window.
+#[derive(Debug, Clone)]
+struct SourceWindow {
+    top: Psn,
+    bits: [u64; WORDS],
+    /// When the sender was last heard from (the filter's clock).
+    used: u64,
+}
+
+impl SourceWindow {
+    fn new(psn: Psn, used: u64) -> SourceWindow {
+        let mut w = SourceWindow {
+            top: psn,
+            bits: [0; WORDS],
+            used,
+        };
+        w.set(psn);
+        w
+    }
+    fn slot(psn: Psn) -> (usize, u64) {
+        let i = psn.value() % DUP_WINDOW;
+        ((i / 64) as usize, 1u64 << (i % 64))
+    }
+    fn test(&self, psn: Psn) -> bool {
+        let (w, b) = Self::slot(psn);
+        self.bits[w] & b != 0
+    }
+    fn set(&mut self, psn: Psn) {
+        let (w, b) = Self::slot(psn);
+        self.bits[w] |= b;
+    }
+    fn clear(&mut self, psn: Psn) {
+        let (w, b) = Self::slot(psn);
+        self.bits[w] &= !b;
+    }
+    /// How far `psn` lies behind the highest PSN seen, if it is not ahead.
+    fn behind(&self, psn: Psn) -> Option<u32> {
+        let d = psn.diff(self.top);
+        (d <= 0).then_some(d.unsigned_abs())
+    }
+    fn contains(&self, psn: Psn) -> bool {
+        self.behind(psn)
+            .is_some_and(|b| b < DUP_WINDOW && self.test(psn))
+    }
+    fn insert(&mut self, psn: Psn) {
+        match self.behind(psn) {
+            Some(b) if b < DUP_WINDOW => self.set(psn),
+            // Far behind: a sender that started over (a new QP with the
+            // same number and another PSN) more likely than a datagram
+            // overtaken by DUP_WINDOW others. Start the window there.
+            Some(_) => *self = SourceWindow::new(psn, self.used),
+            None => {
+                let ahead = psn.diff(self.top) as u32;
+                if ahead >= DUP_WINDOW {
+                    self.bits = [0; WORDS];
+                } else {
+                    for k in 1..=ahead {
+                        self.clear(self.top.add(k));
+                    }
+                }
+                self.top = psn;
+                self.set(psn);
+            }
+        }
+    }
+}
+
+/// Recently seen datagrams per sender (address, QP number).
+#[derive(Debug, Default)]
+struct DupFilter {
+    sources: HashMap<(IpAddr, u32), SourceWindow>,
+    clock: u64,
+}
+
+impl DupFilter {
+    fn is_duplicate(&self, src: IpAddr, qpn: u32, psn: Psn) -> bool {
+        self.sources
+            .get(&(src, qpn))
+            .is_some_and(|w| w.contains(psn))
+    }
+    fn record(&mut self, src: IpAddr, qpn: u32, psn: Psn) {
+        self.clock += 1;
+        let now = self.clock;
+        if let Some(w) = self.sources.get_mut(&(src, qpn)) {
+            w.used = now;
+            w.insert(psn);
+            return;
+        }
+        if self.sources.len() >= MAX_DUP_SOURCES {
+            if let Some(k) = self
+                .sources
+                .iter()
+                .min_by_key(|(_, w)| w.used)
+                .map(|(k, _)| *k)
+            {
+                self.sources.remove(&k);
+            }
+        }
+        self.sources.insert((src, qpn), SourceWindow::new(psn, now));
+    }
+}
+
+// -------------------------------------------------------------------
+// The GRH area
+// -------------------------------------------------------------------
+
+/// The one's-complement sum of the 16-bit words of `b`, folded.
+fn ones_sum(b: &[u8]) -> u16 {
+    let mut s: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// Writes the 40-byte GRH area of a UD receive buffer for a datagram
+/// described by `meta` whose UDP payload (BTH to ICRC) was
+/// `udp_payload_len` bytes, as kernel rxe does (and libibverbs'
+/// `ibv_init_ah_from_wc` reads it):
+///
+/// * IPv4 sender: 20 zero bytes, then the IPv4 header as received
+///   (version 4, IHL 5, TOS, total length, identification, flags and
+///   fragment offset, TTL, protocol UDP, a valid header checksum, source,
+///   destination);
+/// * IPv6 sender: the IPv6 header (version 6, traffic class, flow label,
+///   payload length, next header UDP, hop limit, source, destination).
+pub fn build_grh(meta: &RxMeta, udp_payload_len: usize, out: &mut [u8; GRH_LEN]) {
+    *out = [0; GRH_LEN];
+    match meta.src.to_canonical() {
+        IpAddr::V4(s) => {
+            let d = match meta.dst.to_canonical() {
+                IpAddr::V4(d) => d,
+                IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+            };
+            let total = (IPV4_HDR_LEN + UDP_HDR_LEN)
+                .saturating_add(udp_payload_len)
+                .min(0xffff) as u16;
+            let h = &mut out[GRH_LEN - IPV4_HDR_LEN..];
+            h[0] = 0x45;
+            h[1] = meta.tclass;
+            h[2..4].copy_from_slice(&total.to_be_bytes());
+            h[4..6].copy_from_slice(&meta.ipv4_id.to_be_bytes());
+            h[6..8].copy_from_slice(&meta.ipv4_flags_frag.to_be_bytes());
+            h[8] = meta.hop_limit;
+            h[9] = IPPROTO_UDP;
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d.octets());
+            let csum = !ones_sum(h);
+            h[10..12].copy_from_slice(&csum.to_be_bytes());
+        }
+        IpAddr::V6(s) => {
+            let vtf = (6u32 << 28) | (u32::from(meta.tclass) << 20) | (meta.flow_label & 0xf_ffff);
+            let plen = UDP_HDR_LEN.saturating_add(udp_payload_len).min(0xffff) as u16;
+            out[0..4].copy_from_slice(&vtf.to_be_bytes());
+            out[4..6].copy_from_slice(&plen.to_be_bytes());
+            out[6] = IPPROTO_UDP;
+            out[7] = meta.hop_limit;
+            out[8..24].copy_from_slice(&s.octets());
+            out[24..40].copy_from_slice(&to_v6(meta.dst).octets());
+        }
+    }
+}
+
+/// The sender of a UD datagram, read from the GRH area at the start of
+/// its receive buffer (what `ibv_init_ah_from_wc` needs on RoCEv2): the
+/// source of the IPv4 header at bytes 20..40 if they hold a valid one
+/// (version 4, IHL 5, checksum verifies); else, if byte 0 says IP version
+/// 6, the IPv6 source (an IPv4-mapped one as IPv4); else `None`.
+pub fn grh_source(grh: &[u8]) -> Option<IpAddr> {
+    let g = grh.get(..GRH_LEN)?;
+    let v4 = &g[GRH_LEN - IPV4_HDR_LEN..];
+    if v4[0] == 0x45 && ones_sum(v4) == 0xffff {
+        return Some(IpAddr::V4(Ipv4Addr::new(v4[12], v4[13], v4[14], v4[15])));
+    }
+    if g[0] >> 4 == 6 {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&g[8..24]);
+        return Some(Ipv6Addr::from(a).to_canonical());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The IPv4 header checksum computed the textbook way (RFC 1071):
+    /// sum the ten words with the checksum field as zero, fold, invert.
+    fn rfc1071(h: &[u8]) -> u16 {
+        let mut sum = 0u32;
+        for i in 0..10 {
+            if i != 5 {
+                sum += (h[2 * i] as u32) << 8 | h[2 * i + 1] as u32;
+            }
+        }
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff) + (sum >> 16);
+        !(sum as u16)
+    }
+
+    fn meta_v4() -> RxMeta {
+        RxMeta::new(
+            "192.168.0.1".parse().unwrap(),
+            "192.168.0.199".parse().unwrap(),
+        )
+    }
+
+    #[test]
+    fn ipv4_grh_golden() {
+        // The header of the well-known checksum example
+        // 4500 0073 0000 4000 4011 b861 c0a8 0001 c0a8 00c7.
+        let mut out = [0xaau8; 40];
+        build_grh(&meta_v4(), 0x73 - 28, &mut out);
+        assert_eq!(out[..20], [0u8; 20]);
+        assert_eq!(
+            out[20..],
+            [
+                0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+                0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7
+            ]
+        );
+        assert_eq!(grh_source(&out), Some("192.168.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn ipv4_grh_fields_and_checksum() {
+        let mut m = meta_v4();
+        m.ipv4_id = 0xc0fa;
+        m.ipv4_flags_frag = 0x4000;
+        m.hop_limit = 1;
+        m.tclass = 0xb8;
+        for len in [0usize, 1, 33, 1000, 4200, 70_000] {
+            let mut out = [0u8; 40];
+            build_grh(&m, len, &mut out);
+            let h = &out[20..];
+            assert_eq!(h[0], 0x45);
+            assert_eq!(h[1], 0xb8);
+            let total = u16::from_be_bytes([h[2], h[3]]) as usize;
+            assert_eq!(total, (28 + len).min(0xffff));
+            assert_eq!(u16::from_be_bytes([h[4], h[5]]), 0xc0fa);
+            assert_eq!(u16::from_be_bytes([h[6], h[7]]), 0x4000);
+            assert_eq!((h[8], h[9]), (1, 17));
+            assert_eq!(u16::from_be_bytes([h[10], h[11]]), rfc1071(h), "len {len}");
+            assert_eq!(h[12..16], [192, 168, 0, 1]);
+            assert_eq!(h[16..20], [192, 168, 0, 199]);
+            assert_eq!(grh_source(&out), Some(m.src));
+            // A broken checksum is not IPv4 (and byte 0 is not 6).
+            out[31] ^= 1;
+            assert_eq!(grh_source(&out), None);
+        }
+        // An IPv4-mapped source is IPv4.
+        let mut mm = m;
+        mm.src = IpAddr::V6("::ffff:10.1.2.3".parse().unwrap());
+        let mut out = [0u8; 40];
+        build_grh(&mm, 10, &mut out);
+        assert_eq!(out[20], 0x45);
+        assert_eq!(grh_source(&out), Some("10.1.2.3".parse().unwrap()));
+    }
+
+    #[test]
+    fn ipv6_grh() {
+        let mut m = RxMeta::new("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+        m.tclass = 0xab;
+        m.flow_label = 0x1_2345;
+        m.hop_limit = 7;
+        let mut out = [0u8; 40];
+        build_grh(&m, 100, &mut out);
+        assert_eq!(out[..8], [0x6a, 0xb1, 0x23, 0x45, 0, 108, 17, 7]);
+        assert_eq!(out[8..24], "fd00::1".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(out[24..], "fd00::2".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(grh_source(&out), Some(m.src));
+        // IPv4-mapped IPv6 sources are reported as IPv4.
+        out[8..24].copy_from_slice(&"::ffff:10.0.0.9".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(grh_source(&out), Some("10.0.0.9".parse().unwrap()));
+        // Neither IPv4 nor IPv6, or too short.
+        assert_eq!(grh_source(&[0u8; 40]), None);
+        assert_eq!(grh_source(&[0x60u8; 39]), None);
+    }
+
+    #[test]
+    fn dup_window() {
+        let mut w = SourceWindow::new(Psn::new(0xff_fffe), 0);
+        assert!(w.contains(Psn::new(0xff_fffe)));
+        assert!(!w.contains(Psn::new(0xff_ffff)));
+        // Across the 24-bit wrap, with a gap and a late arrival.
+        w.insert(Psn::new(1));
+        assert!(w.contains(Psn::new(1)));
+        assert!(!w.contains(Psn::new(0)) && !w.contains(Psn::new(0xff_ffff)));
+        w.insert(Psn::new(0xff_ffff));
+        assert!(w.contains(Psn::new(0xff_ffff)));
+        assert!(!w.contains(Psn::new(0)));
+        // Advancing clears what the ring held for the new PSNs.
+        for p in 2..2 + DUP_WINDOW {
+            w.insert(Psn::new(p));
+        }
+        assert!(!w.contains(Psn::new(1)), "out of the window");
+        assert!(w.contains(Psn::new(2)) && w.contains(Psn::new(DUP_WINDOW + 1)));
+        w.insert(Psn::new(DUP_WINDOW + 5));
+        assert!(!w.contains(Psn::new(DUP_WINDOW + 3)));
+        assert!(w.contains(Psn::new(DUP_WINDOW + 1)));
+        // A jump of more than the window forgets everything.
+        w.insert(Psn::new(10 * DUP_WINDOW));
+        assert!(!w.contains(Psn::new(DUP_WINDOW + 5)));
+        assert!(w.contains(Psn::new(10 * DUP_WINDOW)));
+        // Far behind: a restarted sender, the window starts over there.
+        w.insert(Psn::new(5));
+        assert!(w.contains(Psn::new(5)));
+        assert!(!w.contains(Psn::new(4)) && !w.contains(Psn::new(10 * DUP_WINDOW)));
+        w.insert(Psn::new(6));
+        assert!(w.contains(Psn::new(5)) && w.contains(Psn::new(6)));
+    }
+
+    #[test]
+    fn dup_filter_per_source_and_bounded() {
+        let mut f = DupFilter::default();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        f.record(a, 1, Psn::new(7));
+        assert!(f.is_duplicate(a, 1, Psn::new(7)));
+        assert!(!f.is_duplicate(a, 2, Psn::new(7)));
+        assert!(!f.is_duplicate(b, 1, Psn::new(7)));
+        for q in 0..MAX_DUP_SOURCES as u32 + 10 {
+            f.record(b, 100 + q, Psn::new(1));
+            f.record(a, 1, Psn::new(8 + q)); // a stays recent
+        }
+        assert_eq!(f.sources.len(), MAX_DUP_SOURCES);
+        assert!(f.is_duplicate(a, 1, Psn::new(7)));
+        assert!(!f.is_duplicate(b, 100, Psn::new(1)), "oldest forgotten");
+        assert!(f.is_duplicate(b, 100 + MAX_DUP_SOURCES as u32 + 9, Psn::new(1)));
+    }
+}
