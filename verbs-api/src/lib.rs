@@ -18,6 +18,7 @@
 //! memory model in [`provider::memory`].
 #![warn(missing_docs)]
 
+mod ah;
 pub mod cli;
 mod cq;
 pub mod demo;
@@ -30,6 +31,7 @@ mod qp;
 mod srq;
 pub mod stress;
 
+pub use ah::AddressHandle;
 pub use cq::CompletionQueue;
 pub use device::{devices, Context, Device, DeviceAttr, GidEntry, PortAttr};
 pub use error::{Error, Result};

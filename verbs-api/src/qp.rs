@@ -7,10 +7,11 @@ use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use uroce_provider::engine::{can_post_send, EngineError};
+use uroce_provider::engine::can_post_send;
 use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
 use uroce_provider::transport::rc::{QpConfig, RcQp};
 use uroce_provider::transport::uc::UcQp;
+use uroce_provider::transport::ud::UdQp;
 
 use uroce_provider::transport::{RecvQueue, SendQueue};
 use uroce_provider::types::{QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
@@ -104,8 +105,7 @@ impl QueuePair {
         let added = match init.qp_type {
             QpType::Rc => ctx.inner.engine.add_qp(RcQp::new(cfg)),
             QpType::Uc => ctx.inner.engine.add_qp(UcQp::new(cfg)),
-            // The UD machine lands in the next commit.
-            QpType::Ud => Err(EngineError::Stopped),
+            QpType::Ud => ctx.inner.engine.add_qp(UdQp::new(cfg)),
         };
         if let Err(e) = added {
             ctx.inner.free_qpn(qpn);

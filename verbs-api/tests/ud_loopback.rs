@@ -1,0 +1,221 @@
+//! UD over real UDP between loopback devices, in one process.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+use uroce_verbs::*;
+
+const T: Duration = Duration::from_secs(20);
+const QKEY: u32 = 0x1111_1111;
+
+fn open(ip: &str) -> Context {
+    Device::new("t", ip.parse().unwrap())
+        .open()
+        .expect("open device")
+}
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    }
+}
+
+fn qp(pd: &ProtectionDomain, cq: &CompletionQueue, t: QpType) -> QueuePair {
+    pd.create_qp(&QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: cap(),
+        qp_type: t,
+        sq_sig_all: false,
+        srq: None,
+    })
+    .unwrap()
+}
+
+/// RESET -> INIT -> RTR -> RTS for a UD QP, as ibv_ud_pingpong does.
+fn ud_up(q: &QueuePair, qkey: u32) {
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        qkey,
+        ..QpAttr::default()
+    };
+    q.modify(
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
+    )
+    .unwrap();
+    q.modify(
+        &QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        },
+        AttrMask::STATE,
+    )
+    .unwrap();
+    q.modify(
+        &QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: 0x42,
+            ..QpAttr::default()
+        },
+        AttrMask::STATE | AttrMask::SQ_PSN,
+    )
+    .unwrap();
+}
+
+fn recv(id: u64, mr: &MemoryRegion, off: usize, len: u32) -> RecvWr {
+    RecvWr {
+        wr_id: id,
+        sg_list: [mr.sge(off, len)].into_iter().collect(),
+    }
+}
+
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for c in h.chunks(2) {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[test]
+fn ud_send_grh_reply_and_qkeys() {
+    let (ai, bi) = ("127.10.24.1", "127.10.24.2");
+    let (a, b) = (open(ai), open(bi));
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (aqp, bqp) = (qp(&apd, &acq, QpType::Ud), qp(&bpd, &bcq, QpType::Ud));
+    // A controlled Q_Key needs privilege.
+    let e = aqp
+        .modify(
+            &QpAttr {
+                qp_state: QpState::Init,
+                qkey: 0x8000_0001,
+                ..QpAttr::default()
+            },
+            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("IBV_QP_QKEY"), "{e}");
+    ud_up(&aqp, QKEY);
+    ud_up(&bqp, QKEY);
+    let smr = apd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
+    let rmr = bpd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
+    let amr = apd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
+    smr.write(0, b"hello over UD").unwrap();
+    bqp.post_recv(&[recv(7, &rmr, 0, 40 + 64)]).unwrap();
+    let ah = apd
+        .create_ah(&AddressVector::to_ip(bi.parse().unwrap()))
+        .unwrap();
+    let mut w = SendWr::new(1, WrOpcode::SendWithImm);
+    w.flags = SendFlags::SIGNALED;
+    w.imm_data = 0xdead_beef;
+    w.sg_list.push(smr.sge(0, 13));
+    w.ud = Some(ah.ud_dest(bqp.qp_num(), QKEY));
+    aqp.post_send(&[w]).unwrap();
+    assert_eq!(acq.wait(1, T)[0].status, WcStatus::Success);
+    let wc = bcq.wait(1, T);
+    assert_eq!(wc.len(), 1);
+    let wc = wc[0];
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(wc.wr_id, 7);
+    assert_eq!(wc.byte_len, 40 + 13);
+    assert_eq!(wc.src_qp, aqp.qp_num());
+    assert!(wc.wc_flags.contains(WcFlags::GRH | WcFlags::WITH_IMM));
+    assert_eq!(wc.imm_data, 0xdead_beef);
+    let grh = rmr.to_vec(0, 40).unwrap();
+    assert!(grh[..20].iter().all(|&b| b == 0));
+    let ip = &grh[20..40];
+    assert_eq!(ip[0], 0x45);
+    assert_eq!(ipv4_checksum(ip), 0, "valid IPv4 header checksum");
+    assert_eq!(ip[9], 17);
+    assert_eq!(&ip[12..16], &ai.parse::<Ipv4Addr>().unwrap().octets());
+    assert_eq!(&ip[16..20], &bi.parse::<Ipv4Addr>().unwrap().octets());
+    assert_eq!(rmr.to_vec(40, 13).unwrap(), b"hello over UD");
+
+    // Reply to the sender found from the completion and its GRH.
+    let back = bpd.create_ah_from_wc(&wc, &grh).unwrap();
+    assert_eq!(back.ip(), ai.parse::<IpAddr>().unwrap());
+    aqp.post_recv(&[recv(8, &amr, 0, 40 + 64)]).unwrap();
+    let bsmr = bpd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    bsmr.write(0, b"pong").unwrap();
+    let mut w = SendWr::new(2, WrOpcode::Send);
+    w.flags = SendFlags::SIGNALED;
+    w.sg_list.push(bsmr.sge(0, 4));
+    // The high bit: use the QP's own Q_Key.
+    w.ud = Some(back.ud_dest(wc.src_qp, 0x8000_0000));
+    bqp.post_send(&[w]).unwrap();
+    assert_eq!(bcq.wait(1, T)[0].status, WcStatus::Success);
+    let wc = acq.wait(1, T);
+    assert_eq!(wc[0].wr_id, 8);
+    assert_eq!(amr.to_vec(40, 4).unwrap(), b"pong");
+
+    // A wrong Q_Key is dropped and counted; nothing completes.
+    aqp.post_recv(&[recv(9, &amr, 0, 40 + 64)]).unwrap();
+    let mut w = SendWr::new(3, WrOpcode::Send);
+    w.flags = SendFlags::SIGNALED;
+    w.sg_list.push(bsmr.sge(0, 4));
+    w.ud = Some(back.ud_dest(aqp.qp_num(), 0x2222));
+    bqp.post_send(&[w]).unwrap();
+    assert_eq!(bcq.wait(1, T).len(), 1);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(acq.poll_one().is_none());
+    assert_eq!(a.counters().qkey_violations, 1);
+
+    // Larger than the path MTU: refused at post time.
+    let mut w = SendWr::new(4, WrOpcode::Send);
+    w.sg_list.push(smr.sge(0, 4097));
+    w.ud = Some(ah.ud_dest(bqp.qp_num(), QKEY));
+    let (i, e) = aqp.post_send(&[w]).unwrap_err();
+    assert_eq!(i, 0);
+    assert!(e.to_string().contains("path MTU"), "{e}");
+    // UD cannot WRITE; a UD send needs a destination.
+    let w = SendWr::new(5, WrOpcode::RdmaWrite);
+    assert!(aqp.post_send(&[w]).is_err());
+    let w = SendWr::new(6, WrOpcode::Send);
+    assert!(aqp.post_send(&[w]).is_err());
+    // Multicast is refused clearly.
+    assert!(matches!(
+        aqp.attach_mcast(&[0xff; 16], 0),
+        Err(Error::NotSupported(_))
+    ));
+}
+
+#[test]
+fn ud_without_receive_is_dropped_and_counted() {
+    let (ai, bi) = ("127.10.25.1", "127.10.25.2");
+    let (a, b) = (open(ai), open(bi));
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (aqp, bqp) = (qp(&apd, &acq, QpType::Ud), qp(&bpd, &bcq, QpType::Ud));
+    ud_up(&aqp, QKEY);
+    ud_up(&bqp, QKEY);
+    let smr = apd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let rmr = bpd.alloc_mr(256, Access::LOCAL_WRITE).unwrap();
+    let ah = apd
+        .create_ah(&AddressVector::to_ip(bi.parse().unwrap()))
+        .unwrap();
+    let send = |id: u64, byte: u8| {
+        smr.write(0, &[byte; 16]).unwrap();
+        let mut w = SendWr::new(id, WrOpcode::Send);
+        w.flags = SendFlags::SIGNALED;
+        w.sg_list.push(smr.sge(0, 16));
+        w.ud = Some(ah.ud_dest(bqp.qp_num(), QKEY));
+        aqp.post_send(&[w]).unwrap();
+        assert_eq!(acq.wait(1, T)[0].status, WcStatus::Success);
+    };
+    send(1, 0x11);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(b.counters().ud_no_recv_drops, 1);
+    bqp.post_recv(&[recv(1, &rmr, 0, 256)]).unwrap();
+    send(2, 0x22);
+    let wc = bcq.wait(1, T);
+    assert_eq!(wc[0].byte_len, 56);
+    assert_eq!(rmr.to_vec(40, 16).unwrap(), vec![0x22; 16]);
+}
