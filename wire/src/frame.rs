@@ -618,7 +618,41 @@ pub fn write_headers(p: &FrameParams, udp_payload_len: usize, buf: &mut [u8]) ->
         u.set_checksum(0);
     }
 
+    write_ip_header(&p.ip, udp_payload_len, &mut frame[ip_off..udp_off])?;
     match p.ip {
+        IpParams::V4 { src, dst, .. } => {
+            if p.udp_checksum {
+                let c = UdpPacket::new(&frame[udp_off..])
+                    .map(|u| udp::ipv4_checksum(&u, &src, &dst))
+                    .unwrap_or(0);
+                set_udp_checksum(frame, udp_off, c);
+            }
+        }
+        IpParams::V6 { src, dst, .. } => {
+            if !p.udp_checksum {
+                return Err(Error::OutOfRange("UDP checksum 0 is not allowed over IPv6"));
+            }
+            let c = UdpPacket::new(&frame[udp_off..])
+                .map(|u| udp::ipv6_checksum(&u, &src, &dst))
+                .unwrap_or(0);
+            set_udp_checksum(frame, udp_off, c);
+        }
+    }
+    Ok(need)
+}
+
+/// Writes the IP header alone (IPv4 with its header checksum, or IPv6) for
+/// a UDP datagram whose payload is `udp_payload_len` bytes, at the start
+/// of `out`. Returns the header length. (Also what a UD receive buffer's
+/// GRH area holds.)
+pub fn write_ip_header(ip: &IpParams, udp_payload_len: usize, out: &mut [u8]) -> Result<usize> {
+    let len = ip.header_len();
+    let have = out.len();
+    let out = out
+        .get_mut(..len)
+        .ok_or(Error::BufferTooSmall { need: len, have })?;
+    let too_small = Error::BufferTooSmall { need: len, have };
+    match *ip {
         IpParams::V4 {
             src,
             dst,
@@ -629,29 +663,22 @@ pub fn write_headers(p: &FrameParams, udp_payload_len: usize, buf: &mut [u8]) ->
         } => {
             let total = u16::try_from(IPV4_HDR_LEN + UDP_HDR_LEN + udp_payload_len)
                 .map_err(|_| Error::OutOfRange("IPv4 total length over 65535"))?;
-            let mut ip = MutableIpv4Packet::new(&mut frame[ip_off..udp_off])
-                .ok_or(Error::BufferTooSmall { need, have: 0 })?;
-            ip.set_version(4);
-            ip.set_header_length(5);
-            ip.set_dscp(tos >> 2);
-            ip.set_ecn(tos & 0x3);
-            ip.set_total_length(total);
-            ip.set_identification(ident);
-            ip.set_flags(if dont_fragment { 0b010 } else { 0 });
-            ip.set_fragment_offset(0);
-            ip.set_ttl(ttl);
-            ip.set_next_level_protocol(IpNextHeaderProtocols::Udp);
-            ip.set_checksum(0);
-            ip.set_source(src);
-            ip.set_destination(dst);
-            let c = ipv4::checksum(&ip.to_immutable());
-            ip.set_checksum(c);
-            if p.udp_checksum {
-                let c = UdpPacket::new(&frame[udp_off..])
-                    .map(|u| udp::ipv4_checksum(&u, &src, &dst))
-                    .unwrap_or(0);
-                set_udp_checksum(frame, udp_off, c);
-            }
+            let mut h = MutableIpv4Packet::new(out).ok_or(too_small)?;
+            h.set_version(4);
+            h.set_header_length(5);
+            h.set_dscp(tos >> 2);
+            h.set_ecn(tos & 0x3);
+            h.set_total_length(total);
+            h.set_identification(ident);
+            h.set_flags(if dont_fragment { 0b010 } else { 0 });
+            h.set_fragment_offset(0);
+            h.set_ttl(ttl);
+            h.set_next_level_protocol(IpNextHeaderProtocols::Udp);
+            h.set_checksum(0);
+            h.set_source(src);
+            h.set_destination(dst);
+            let c = ipv4::checksum(&h.to_immutable());
+            h.set_checksum(c);
         }
         IpParams::V6 {
             src,
@@ -663,26 +690,33 @@ pub fn write_headers(p: &FrameParams, udp_payload_len: usize, buf: &mut [u8]) ->
             if flow_label > 0x000f_ffff {
                 return Err(Error::OutOfRange("IPv6 flow label over 20 bits"));
             }
-            if !p.udp_checksum {
-                return Err(Error::OutOfRange("UDP checksum 0 is not allowed over IPv6"));
-            }
-            let mut ip = MutableIpv6Packet::new(&mut frame[ip_off..udp_off])
-                .ok_or(Error::BufferTooSmall { need, have: 0 })?;
-            ip.set_version(6);
-            ip.set_traffic_class(traffic_class);
-            ip.set_flow_label(flow_label);
-            ip.set_payload_length(udp_len);
-            ip.set_next_header(IpNextHeaderProtocols::Udp);
-            ip.set_hop_limit(hop_limit);
-            ip.set_source(src);
-            ip.set_destination(dst);
-            let c = UdpPacket::new(&frame[udp_off..])
-                .map(|u| udp::ipv6_checksum(&u, &src, &dst))
-                .unwrap_or(0);
-            set_udp_checksum(frame, udp_off, c);
+            let udp_len = u16::try_from(UDP_HDR_LEN + udp_payload_len)
+                .map_err(|_| Error::OutOfRange("UDP length over 65535"))?;
+            let mut h = MutableIpv6Packet::new(out).ok_or(too_small)?;
+            h.set_version(6);
+            h.set_traffic_class(traffic_class);
+            h.set_flow_label(flow_label);
+            h.set_payload_length(udp_len);
+            h.set_next_header(IpNextHeaderProtocols::Udp);
+            h.set_hop_limit(hop_limit);
+            h.set_source(src);
+            h.set_destination(dst);
         }
     }
-    Ok(need)
+    Ok(len)
+}
+
+/// True if `h` starts with an option-less IPv4 header whose header
+/// checksum verifies.
+pub fn ipv4_header_valid(h: &[u8]) -> bool {
+    match Ipv4Packet::new(h) {
+        Some(ip) => {
+            ip.get_version() == 4
+                && ip.get_header_length() == 5
+                && ipv4::checksum(&ip) == ip.get_checksum()
+        }
+        None => false,
+    }
 }
 
 /// Stores a computed UDP checksum; a computed 0 goes on the wire as

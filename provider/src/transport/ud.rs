@@ -38,6 +38,8 @@ use crate::types::{
 };
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use uroce_wire::frame::{ipv4_header_valid, write_ip_header, IpParams};
+use uroce_wire::icrc::IPV4_DF;
 use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::{BthRepr, DethRepr, Opcode, Operation, Psn, Transport};
 
@@ -51,9 +53,8 @@ pub const DUP_WINDOW: u32 = 1024;
 /// least recently is forgotten first.
 pub const MAX_DUP_SOURCES: usize = 256;
 
-const IPPROTO_UDP: u8 = 17;
-const UDP_HDR_LEN: usize = 8;
 const IPV4_HDR_LEN: usize = 20;
+const UDP_HDR_LEN: usize = 8;
 
 /// A UD QP.
 #[derive(Debug)]
@@ -579,18 +580,6 @@ impl DupFilter {
 // The GRH area
 // -------------------------------------------------------------------
 
-/// The one's-complement sum of the 16-bit words of `b`, folded.
-fn ones_sum(b: &[u8]) -> u16 {
-    let mut s: u32 = b
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
-
 /// Writes the 40-byte GRH area of a UD receive buffer for a datagram
 /// described by `meta` whose UDP payload (BTH to ICRC) was
 /// `udp_payload_len` bytes, as kernel rxe does (and libibverbs'
@@ -604,39 +593,35 @@ fn ones_sum(b: &[u8]) -> u16 {
 ///   payload length, next header UDP, hop limit, source, destination).
 pub fn build_grh(meta: &RxMeta, udp_payload_len: usize, out: &mut [u8; GRH_LEN]) {
     *out = [0; GRH_LEN];
-    match meta.src.to_canonical() {
-        IpAddr::V4(s) => {
-            let d = match meta.dst.to_canonical() {
+    let ip = match (meta.src.to_canonical(), meta.dst.to_canonical()) {
+        (IpAddr::V4(src), dst) => IpParams::V4 {
+            src,
+            dst: match dst {
                 IpAddr::V4(d) => d,
                 IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
-            };
-            let total = (IPV4_HDR_LEN + UDP_HDR_LEN)
-                .saturating_add(udp_payload_len)
-                .min(0xffff) as u16;
-            let h = &mut out[GRH_LEN - IPV4_HDR_LEN..];
-            h[0] = 0x45;
-            h[1] = meta.tclass;
-            h[2..4].copy_from_slice(&total.to_be_bytes());
-            h[4..6].copy_from_slice(&meta.ipv4_id.to_be_bytes());
-            h[6..8].copy_from_slice(&meta.ipv4_flags_frag.to_be_bytes());
-            h[8] = meta.hop_limit;
-            h[9] = IPPROTO_UDP;
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-            let csum = !ones_sum(h);
-            h[10..12].copy_from_slice(&csum.to_be_bytes());
-        }
-        IpAddr::V6(s) => {
-            let vtf = (6u32 << 28) | (u32::from(meta.tclass) << 20) | (meta.flow_label & 0xf_ffff);
-            let plen = UDP_HDR_LEN.saturating_add(udp_payload_len).min(0xffff) as u16;
-            out[0..4].copy_from_slice(&vtf.to_be_bytes());
-            out[4..6].copy_from_slice(&plen.to_be_bytes());
-            out[6] = IPPROTO_UDP;
-            out[7] = meta.hop_limit;
-            out[8..24].copy_from_slice(&s.octets());
-            out[24..40].copy_from_slice(&to_v6(meta.dst).octets());
-        }
-    }
+            },
+            ident: meta.ipv4_id,
+            dont_fragment: meta.ipv4_flags_frag & IPV4_DF != 0,
+            tos: meta.tclass,
+            ttl: meta.hop_limit,
+        },
+        (IpAddr::V6(src), dst) => IpParams::V6 {
+            src,
+            dst: to_v6(dst),
+            traffic_class: meta.tclass,
+            flow_label: meta.flow_label & 0xf_ffff,
+            hop_limit: meta.hop_limit,
+        },
+    };
+    let at = GRH_LEN - ip.header_len();
+    // Lengths saturate at the IP length fields' 65535 (a datagram from a
+    // UDP socket never gets there); with that and a 20-bit flow label the
+    // write cannot fail.
+    let room = match ip {
+        IpParams::V4 { .. } => 0xffff - IPV4_HDR_LEN - UDP_HDR_LEN,
+        IpParams::V6 { .. } => 0xffff - UDP_HDR_LEN,
+    };
+    let _ = write_ip_header(&ip, udp_payload_len.min(room), &mut out[at..]);
 }
 
 /// The sender of a UD datagram, read from the GRH area at the start of
@@ -647,7 +632,7 @@ pub fn build_grh(meta: &RxMeta, udp_payload_len: usize, out: &mut [u8; GRH_LEN])
 pub fn grh_source(grh: &[u8]) -> Option<IpAddr> {
     let g = grh.get(..GRH_LEN)?;
     let v4 = &g[GRH_LEN - IPV4_HDR_LEN..];
-    if v4[0] == 0x45 && ones_sum(v4) == 0xffff {
+    if ipv4_header_valid(v4) {
         return Some(IpAddr::V4(Ipv4Addr::new(v4[12], v4[13], v4[14], v4[15])));
     }
     if g[0] >> 4 == 6 {
