@@ -131,6 +131,39 @@ impl AddressVector {
     }
 }
 
+impl QpAttr {
+    /// Takes the attributes `mask` names from `from`, after
+    /// [`check_modify`] accepted the call (so every one named is one this
+    /// QP type has). An address vector must be of the device's IP version
+    /// (`local`); otherwise nothing is taken.
+    pub fn take_masked(
+        &mut self,
+        from: &QpAttr,
+        mask: AttrMask,
+        local: IpAddr,
+    ) -> Result<(), ModifyError> {
+        if mask.contains(AttrMask::AV) && local.is_ipv4() != from.ah_attr.ip().is_ipv4() {
+            return Err(ModifyError::BadValue {
+                attr: "IBV_QP_AV (dgid)",
+                value: 0,
+                why: "the destination's IP version differs from the device's",
+            });
+        }
+        macro_rules! take {
+            ($($bit:ident => $field:ident),*) => {
+                $( if mask.contains(AttrMask::$bit) { self.$field = from.$field; } )*
+            };
+        }
+        take!(ACCESS_FLAGS => qp_access_flags, PKEY_INDEX => pkey_index, PORT => port_num,
+              AV => ah_attr, PATH_MTU => path_mtu, DEST_QPN => dest_qp_num,
+              MAX_DEST_RD_ATOMIC => max_dest_rd_atomic, MIN_RNR_TIMER => min_rnr_timer,
+              TIMEOUT => timeout, RETRY_CNT => retry_cnt, RNR_RETRY => rnr_retry,
+              MAX_QP_RD_ATOMIC => max_rd_atomic, QKEY => qkey,
+              EN_SQD_ASYNC_NOTIFY => en_sqd_async_notify);
+        Ok(())
+    }
+}
+
 /// Queue capacities (`ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpCap {

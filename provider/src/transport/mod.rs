@@ -27,8 +27,8 @@ use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::{KeyTable, PdId};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
 use crate::qp_attr::{ModifyLimits, QpCap};
-use crate::types::Wc;
 use crate::types::{QpState, QpType, RecvWr, SendWr};
+use crate::types::{Wc, WcOpcode, WcStatus};
 use uroce_wire::icrc::IpContext;
 use uroce_wire::packet::{self, Headers};
 
@@ -197,6 +197,61 @@ impl QpConfig {
             return None;
         }
         packet::finish(buf, hdr, payload_len, &self.ip_context(dst)).ok()
+    }
+
+    /// Completes every WR waiting in the send queue with WR_FLUSH_ERR, in
+    /// posting order. Returns false if a completion was lost to a full CQ.
+    pub fn flush_sends(&self) -> bool {
+        let mut ok = true;
+        while let Some(wr) = self.sq.take() {
+            self.sq.retire(1);
+            let wc = Wc::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                wr.opcode.wc_opcode(),
+                self.qpn,
+            );
+            ok &= self.complete(true, wc, false);
+        }
+        ok
+    }
+
+    /// In ERR: every WR waiting in the send queue and in the QP's own
+    /// receive queue completes with WR_FLUSH_ERR, in posting order. An
+    /// SRQ's WRs belong to every QP attached to it: they stay.
+    pub fn flush_posted(&self) {
+        self.flush_sends();
+        if self.rq.is_srq() {
+            return;
+        }
+        while let Some(wr) = self.rq.take() {
+            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+            let _ = self.complete(false, wc, false);
+        }
+    }
+
+    /// True when [`QpConfig::flush_posted`] has WRs to flush.
+    pub fn has_posted(&self) -> bool {
+        self.sq.has_pending() || (!self.rq.is_srq() && !self.rq.is_empty())
+    }
+
+    /// To RESET: WRs waiting in the send queue and the QP's own receive
+    /// queue are discarded without completions (an SRQ keeps its WRs).
+    pub fn discard_posted(&self) {
+        while self.sq.take().is_some() {
+            self.sq.retire(1);
+        }
+        if !self.rq.is_srq() {
+            while self.rq.take().is_some() {}
+        }
+    }
+
+    /// Entering ERR: a QP on an SRQ reports that it takes no more WQEs
+    /// from it (LAST_WQE_REACHED).
+    pub fn report_last_wqe(&self) {
+        if self.rq.is_srq() {
+            self.event(EventType::QpLastWqeReached);
+        }
     }
 
     /// Adds a completion to the send or the receive CQ (`solicited`: a

@@ -29,7 +29,7 @@ use crate::counters::Counters;
 use crate::events::EventType;
 use crate::memory::MrInner;
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
-use crate::transport::rc::{npkts, PKEY};
+use crate::transport::rc::{npkts, position, MAX_MSG_SIZE, PKEY};
 use crate::types::{
     Access, QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
@@ -37,9 +37,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::{BthRepr, Opcode, Operation, Position, Psn, RethRepr, Transport};
-
-/// Largest message (as rxe: 2^31 bytes).
-pub const MAX_MSG_SIZE: u64 = 1 << 31;
 
 /// A UC QP.
 #[derive(Debug)]
@@ -148,22 +145,7 @@ impl UcQp {
     /// Applies a modify-QP call (checked against the spec's table for UC).
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
         let to = check_modify(QpType::Uc, self.state, attr, mask, &self.cfg.limits)?;
-        if mask.contains(AttrMask::AV) && self.cfg.local_ip.is_ipv4() != attr.ah_attr.ip().is_ipv4()
-        {
-            return Err(ModifyError::BadValue {
-                attr: "IBV_QP_AV (dgid)",
-                value: 0,
-                why: "the destination's IP version differs from the device's",
-            });
-        }
-        macro_rules! take {
-            ($($bit:ident => $field:ident),*) => {
-                $( if mask.contains(AttrMask::$bit) { self.attr.$field = attr.$field; } )*
-            };
-        }
-        take!(ACCESS_FLAGS => qp_access_flags, PKEY_INDEX => pkey_index, PORT => port_num,
-              AV => ah_attr, PATH_MTU => path_mtu, DEST_QPN => dest_qp_num,
-              EN_SQD_ASYNC_NOTIFY => en_sqd_async_notify);
+        self.attr.take_masked(attr, mask, self.cfg.local_ip)?;
         if mask.contains(AttrMask::RQ_PSN) {
             self.resp.epsn = Psn::new(attr.rq_psn);
         }
@@ -229,7 +211,7 @@ impl UcQp {
     pub fn poll_transmit(&mut self, _now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         let len = match self.state {
             QpState::Err => {
-                self.flush_new();
+                self.cfg.flush_posted();
                 None
             }
             QpState::Sqe => {
@@ -254,9 +236,7 @@ impl UcQp {
             QpState::Rts => self.req.cur.is_some() || self.cfg.sq.has_pending(),
             QpState::Sqd => self.req.cur.is_some(),
             QpState::Sqe => self.cfg.sq.has_pending(),
-            QpState::Err => {
-                self.cfg.sq.has_pending() || (!self.cfg.rq.is_srq() && !self.cfg.rq.is_empty())
-            }
+            QpState::Err => self.cfg.has_posted(),
             _ => false,
         }
     }
@@ -268,7 +248,14 @@ impl UcQp {
     /// Adds a completion; a full CQ is a catastrophic error for the QP
     /// (IBA 11.4.2.1, QP_FATAL).
     fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
-        if !self.cfg.complete(send, wc, solicited) && self.state != QpState::Err {
+        if !self.cfg.complete(send, wc, solicited) {
+            self.fatal();
+        }
+    }
+
+    /// A completion was lost to a full CQ: QP_FATAL and ERR (once).
+    fn fatal(&mut self) {
+        if self.state != QpState::Err {
             self.cfg.event(EventType::QpFatal);
             self.enter_error();
         }
@@ -419,17 +406,11 @@ impl UcQp {
         }
     }
 
-    /// WRs waiting in the send queue complete with WR_FLUSH_ERR.
+    /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
+    /// is fatal, as for any completion).
     fn flush_sends(&mut self) {
-        while let Some(wr) = self.cfg.sq.take() {
-            self.cfg.sq.retire(1);
-            let wc = Wc::new(
-                wr.wr_id,
-                WcStatus::WrFlushErr,
-                wr.opcode.wc_opcode(),
-                self.cfg.qpn,
-            );
-            self.complete(true, wc, false);
+        if !self.cfg.flush_sends() {
+            self.fatal();
         }
     }
 
@@ -762,23 +743,8 @@ impl UcQp {
             self.complete(false, wc, false);
         }
         self.resp.dropping = false;
-        self.flush_new();
-        if self.cfg.rq.is_srq() {
-            self.cfg.event(EventType::QpLastWqeReached);
-        }
-    }
-
-    /// In ERR: WRs posted since complete with WR_FLUSH_ERR.
-    fn flush_new(&mut self) {
-        self.flush_sends();
-        // An SRQ's WRs belong to every QP attached to it: they stay.
-        while let Some(wr) = (!self.cfg.rq.is_srq())
-            .then(|| self.cfg.rq.take())
-            .flatten()
-        {
-            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
-            self.complete(false, wc, false);
-        }
+        self.cfg.flush_posted();
+        self.cfg.report_last_wqe();
     }
 
     /// To RESET: everything is discarded without completions.
@@ -786,12 +752,7 @@ impl UcQp {
         if self.req.cur.take().is_some() {
             self.cfg.sq.retire(1);
         }
-        while self.cfg.sq.take().is_some() {
-            self.cfg.sq.retire(1);
-        }
-        if !self.cfg.rq.is_srq() {
-            while self.cfg.rq.take().is_some() {}
-        }
+        self.cfg.discard_posted();
         self.comm_est = false;
         self.req = Requester::default();
         self.resp = Responder::default();
@@ -819,16 +780,6 @@ fn request_opcode(op: WrOpcode, pos: Position) -> Option<Opcode> {
         (RdmaWriteWithImm, Only) => Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
         _ => return None,
     })
-}
-
-/// Position of packet `k` of `n`.
-fn position(k: u32, n: u32) -> Position {
-    match (k, n) {
-        (_, 1) => Position::Only,
-        (0, _) => Position::First,
-        (k, n) if k + 1 == n => Position::Last,
-        _ => Position::Middle,
-    }
 }
 
 impl QpMachine for UcQp {

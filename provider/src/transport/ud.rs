@@ -108,13 +108,7 @@ impl UdQp {
     /// including the controlled Q_Key rule).
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
         let to = check_modify(QpType::Ud, self.state, attr, mask, &self.cfg.limits)?;
-        macro_rules! take {
-            ($($bit:ident => $field:ident),*) => {
-                $( if mask.contains(AttrMask::$bit) { self.attr.$field = attr.$field; } )*
-            };
-        }
-        take!(PKEY_INDEX => pkey_index, PORT => port_num, QKEY => qkey,
-              EN_SQD_ASYNC_NOTIFY => en_sqd_async_notify);
+        self.attr.take_masked(attr, mask, self.cfg.local_ip)?;
         if mask.contains(AttrMask::SQ_PSN) {
             self.next_psn = Psn::new(attr.sq_psn);
         }
@@ -226,7 +220,7 @@ impl UdQp {
     pub fn poll_transmit(&mut self, _now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         match self.state {
             QpState::Err => {
-                self.flush_new();
+                self.cfg.flush_posted();
                 None
             }
             QpState::Sqe => {
@@ -244,9 +238,7 @@ impl UdQp {
     pub fn wants_transmit(&self) -> bool {
         match self.state {
             QpState::Rts | QpState::Sqe => self.cfg.sq.has_pending(),
-            QpState::Err => {
-                self.cfg.sq.has_pending() || (!self.cfg.rq.is_srq() && !self.cfg.rq.is_empty())
-            }
+            QpState::Err => self.cfg.has_posted(),
             _ => false,
         }
     }
@@ -254,7 +246,14 @@ impl UdQp {
     /// Adds a completion; a full CQ is a catastrophic error for the QP
     /// (IBA 11.4.2.1, QP_FATAL).
     fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
-        if !self.cfg.complete(send, wc, solicited) && self.state != QpState::Err {
+        if !self.cfg.complete(send, wc, solicited) {
+            self.fatal();
+        }
+    }
+
+    /// A completion was lost to a full CQ: QP_FATAL and ERR (once).
+    fn fatal(&mut self) {
+        if self.state != QpState::Err {
             self.cfg.event(EventType::QpFatal);
             self.enter_error();
         }
@@ -368,17 +367,11 @@ impl UdQp {
         }
     }
 
-    /// WRs waiting in the send queue complete with WR_FLUSH_ERR.
+    /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
+    /// is fatal, as for any completion).
     fn flush_sends(&mut self) {
-        while let Some(wr) = self.cfg.sq.take() {
-            self.cfg.sq.retire(1);
-            let wc = Wc::new(
-                wr.wr_id,
-                WcStatus::WrFlushErr,
-                wr.opcode.wc_opcode(),
-                self.cfg.qpn,
-            );
-            self.complete(true, wc, false);
+        if !self.cfg.flush_sends() {
+            self.fatal();
         }
     }
 
@@ -402,33 +395,13 @@ impl UdQp {
     /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
     fn enter_error(&mut self) {
         self.state = QpState::Err;
-        self.flush_new();
-        if self.cfg.rq.is_srq() {
-            self.cfg.event(EventType::QpLastWqeReached);
-        }
-    }
-
-    /// In ERR: WRs posted since complete with WR_FLUSH_ERR.
-    fn flush_new(&mut self) {
-        self.flush_sends();
-        // An SRQ's WRs belong to every QP attached to it: they stay.
-        while let Some(wr) = (!self.cfg.rq.is_srq())
-            .then(|| self.cfg.rq.take())
-            .flatten()
-        {
-            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
-            self.complete(false, wc, false);
-        }
+        self.cfg.flush_posted();
+        self.cfg.report_last_wqe();
     }
 
     /// To RESET: everything is discarded without completions.
     fn reset(&mut self) {
-        while self.cfg.sq.take().is_some() {
-            self.cfg.sq.retire(1);
-        }
-        if !self.cfg.rq.is_srq() {
-            while self.cfg.rq.take().is_some() {}
-        }
+        self.cfg.discard_posted();
         self.next_psn = Psn::default();
         self.seen = DupFilter::default();
         self.attr = QpAttr::default();

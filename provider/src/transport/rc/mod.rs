@@ -24,7 +24,7 @@ use requester::Requester;
 use responder::Responder;
 use std::net::IpAddr;
 use uroce_wire::packet::{Headers, ParsedPacket};
-use uroce_wire::{BthRepr, Opcode, Psn, Transport};
+use uroce_wire::{BthRepr, Opcode, Position, Psn, Transport};
 
 /// The P_Key every QP uses (the default partition, full membership).
 pub const PKEY: u16 = 0xffff;
@@ -85,28 +85,7 @@ impl RcQp {
     /// Applies a modify-QP call (checked against the spec's table).
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
         let to = check_modify(QpType::Rc, self.state, attr, mask, &self.cfg.limits)?;
-        if let (IpAddr::V4(_), IpAddr::V6(_)) | (IpAddr::V6(_), IpAddr::V4(_)) =
-            (self.cfg.local_ip, attr.ah_attr.ip())
-        {
-            if mask.contains(AttrMask::AV) {
-                return Err(ModifyError::BadValue {
-                    attr: "IBV_QP_AV (dgid)",
-                    value: 0,
-                    why: "the destination's IP version differs from the device's",
-                });
-            }
-        }
-        macro_rules! take {
-            ($($bit:ident => $field:ident),*) => {
-                $( if mask.contains(AttrMask::$bit) { self.attr.$field = attr.$field; } )*
-            };
-        }
-        take!(ACCESS_FLAGS => qp_access_flags, PKEY_INDEX => pkey_index, PORT => port_num,
-              AV => ah_attr, PATH_MTU => path_mtu, DEST_QPN => dest_qp_num,
-              MAX_DEST_RD_ATOMIC => max_dest_rd_atomic, MIN_RNR_TIMER => min_rnr_timer,
-              TIMEOUT => timeout, RETRY_CNT => retry_cnt, RNR_RETRY => rnr_retry,
-              MAX_QP_RD_ATOMIC => max_rd_atomic, QKEY => qkey,
-              EN_SQD_ASYNC_NOTIFY => en_sqd_async_notify);
+        self.attr.take_masked(attr, mask, self.cfg.local_ip)?;
         if mask.contains(AttrMask::RQ_PSN) {
             self.resp.reset_psn(Psn::new(attr.rq_psn));
         }
@@ -186,7 +165,7 @@ impl RcQp {
     /// bytes), or returns `None` when there is nothing to send now.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if self.state == QpState::Err {
-            self.flush_new();
+            self.cfg.flush_posted();
         } else {
             self.run_deferred(now);
         }
@@ -209,9 +188,7 @@ impl RcQp {
         self.resp.has_output()
             || (self.state == QpState::Rts && self.req.can_progress(self.cfg.sq.has_pending()))
             || (self.state == QpState::Sqd && self.req.can_progress(false))
-            || (self.state == QpState::Err
-                && (self.cfg.sq.has_pending()
-                    || (!self.cfg.rq.is_srq() && !self.cfg.rq.is_empty())))
+            || (self.state == QpState::Err && self.cfg.has_posted())
     }
 
     /// The next deadline.
@@ -291,50 +268,15 @@ impl RcQp {
             self.complete(false, wc);
         }
         self.resp.drop_reads();
-        self.flush_new();
-        if self.cfg.rq.is_srq() {
-            // No more WQEs will be taken from the SRQ for this QP.
-            self.cfg.event(EventType::QpLastWqeReached);
-        }
-    }
-
-    /// In ERR: WRs posted since complete with WR_FLUSH_ERR.
-    fn flush_new(&mut self) {
-        while let Some(wr) = self.cfg.sq.take() {
-            self.cfg.sq.retire(1);
-            let wc = Wc::new(
-                wr.wr_id,
-                WcStatus::WrFlushErr,
-                wr.opcode.wc_opcode(),
-                self.cfg.qpn,
-            );
-            self.complete(true, wc);
-        }
-        // An SRQ's WRs belong to every QP attached to it: they stay.
-        while let Some(wr) = (!self.cfg.rq.is_srq())
-            .then(|| self.cfg.rq.take())
-            .flatten()
-        {
-            let wc = Wc::new(
-                wr.wr_id,
-                WcStatus::WrFlushErr,
-                crate::types::WcOpcode::Recv,
-                self.cfg.qpn,
-            );
-            self.complete(false, wc);
-        }
+        self.cfg.flush_posted();
+        self.cfg.report_last_wqe();
     }
 
     /// To RESET: everything is discarded without completions.
     fn reset(&mut self) {
         let n = self.req.drain().len() as u32;
         self.cfg.sq.retire(n);
-        while self.cfg.sq.take().is_some() {
-            self.cfg.sq.retire(1);
-        }
-        if !self.cfg.rq.is_srq() {
-            while self.cfg.rq.take().is_some() {}
-        }
+        self.cfg.discard_posted();
         self.comm_est = false;
         self.req = Requester::default();
         self.resp = Responder::default();
@@ -350,6 +292,19 @@ fn bth(dest_qp: u32, opcode: Opcode, psn: Psn) -> BthRepr {
         dest_qp,
         psn,
         ..BthRepr::default()
+    }
+}
+
+/// Largest message (as rxe: 2^31 bytes), RC and UC.
+pub const MAX_MSG_SIZE: u64 = 1 << 31;
+
+/// Position of packet `k` of `n`.
+pub(crate) fn position(k: u32, n: u32) -> Position {
+    match (k, n) {
+        (_, 1) => Position::Only,
+        (0, _) => Position::First,
+        (k, n) if k + 1 == n => Position::Last,
+        _ => Position::Middle,
     }
 }
 

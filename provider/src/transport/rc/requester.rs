@@ -1,6 +1,6 @@
 //! The requester: send WRs to request packets (IBA 9.7.1-9.7.4).
 
-use super::{npkts, RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS};
+use super::{npkts, position, RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS, MAX_MSG_SIZE};
 use crate::counters::Counters;
 use crate::memory::KeyError;
 use crate::transport::sgl::Resolved;
@@ -9,9 +9,6 @@ use crate::types::{Access, SendFlags, SendWr, Wc, WcStatus, WrOpcode};
 use std::collections::VecDeque;
 use uroce_wire::packet::Headers;
 use uroce_wire::{AtomicEthRepr, Opcode, Position, Psn, RethRepr};
-
-/// Largest message (as rxe: 2^31 bytes).
-pub const MAX_MSG_SIZE: u64 = 1 << 31;
 
 /// A send WR the engine has taken from the send queue.
 #[derive(Debug)]
@@ -176,16 +173,6 @@ fn request_opcode(op: WrOpcode, pos: Position) -> Option<Opcode> {
         (AtomicFetchAndAdd, _) => Opcode::RC_FETCH_ADD,
         _ => return None,
     })
-}
-
-/// Position of packet `k` of `n`.
-pub(crate) fn position(k: u32, n: u32) -> Position {
-    match (k, n) {
-        (_, 1) => Position::Only,
-        (0, _) => Position::First,
-        (k, n) if k + 1 == n => Position::Last,
-        _ => Position::Middle,
-    }
 }
 
 impl RcQp {

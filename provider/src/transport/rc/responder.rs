@@ -572,7 +572,7 @@ impl RcQp {
                 msn,
             } => {
                 let k = *sent;
-                let opcode = match super::requester::position(k, *npkts) {
+                let opcode = match super::position(k, *npkts) {
                     Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
                     Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
                     Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
