@@ -124,8 +124,6 @@ pub trait QpMachine: Send + std::fmt::Debug {
     /// Writes the next packet to send into `buf` (at least path MTU + 128
     /// bytes), or returns `None` when there is nothing to send now.
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;
-    /// True when `poll_transmit` may produce a packet without new input.
-    fn wants_transmit(&self) -> bool;
     /// The next deadline.
     fn poll_timeout(&self) -> Option<Nanos>;
     /// Handles the passing of time (safe to call spuriously).

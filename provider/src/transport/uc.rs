@@ -229,18 +229,6 @@ impl UcQp {
         })
     }
 
-    /// True when `poll_transmit` may produce a packet (or completions)
-    /// without new input.
-    pub fn wants_transmit(&self) -> bool {
-        match self.state {
-            QpState::Rts => self.req.cur.is_some() || self.cfg.sq.has_pending(),
-            QpState::Sqd => self.req.cur.is_some(),
-            QpState::Sqe => self.cfg.sq.has_pending(),
-            QpState::Err => self.cfg.has_posted(),
-            _ => false,
-        }
-    }
-
     fn mtu(&self) -> u32 {
         self.attr.path_mtu.bytes()
     }
@@ -803,9 +791,6 @@ impl QpMachine for UcQp {
     }
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         UcQp::poll_transmit(self, now, buf)
-    }
-    fn wants_transmit(&self) -> bool {
-        UcQp::wants_transmit(self)
     }
     /// UC never waits for anything.
     fn poll_timeout(&self) -> Option<Nanos> {

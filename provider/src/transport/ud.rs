@@ -233,16 +233,6 @@ impl UdQp {
         }
     }
 
-    /// True when `poll_transmit` may produce a packet (or completions)
-    /// without new input.
-    pub fn wants_transmit(&self) -> bool {
-        match self.state {
-            QpState::Rts | QpState::Sqe => self.cfg.sq.has_pending(),
-            QpState::Err => self.cfg.has_posted(),
-            _ => false,
-        }
-    }
-
     /// Adds a completion; a full CQ is a catastrophic error for the QP
     /// (IBA 11.4.2.1, QP_FATAL).
     fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
@@ -429,9 +419,6 @@ impl QpMachine for UdQp {
     }
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         UdQp::poll_transmit(self, now, buf)
-    }
-    fn wants_transmit(&self) -> bool {
-        UdQp::wants_transmit(self)
     }
     /// UD never waits for anything.
     fn poll_timeout(&self) -> Option<Nanos> {

@@ -182,15 +182,6 @@ impl RcQp {
         })
     }
 
-    /// True when `poll_transmit` may produce a packet without new input
-    /// (besides timers).
-    pub fn wants_transmit(&self) -> bool {
-        self.resp.has_output()
-            || (self.state == QpState::Rts && self.req.can_progress(self.cfg.sq.has_pending()))
-            || (self.state == QpState::Sqd && self.req.can_progress(false))
-            || (self.state == QpState::Err && self.cfg.has_posted())
-    }
-
     /// The next deadline.
     pub fn poll_timeout(&self) -> Option<Nanos> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
@@ -334,9 +325,6 @@ impl QpMachine for RcQp {
     }
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         RcQp::poll_transmit(self, now, buf)
-    }
-    fn wants_transmit(&self) -> bool {
-        RcQp::wants_transmit(self)
     }
     fn poll_timeout(&self) -> Option<Nanos> {
         RcQp::poll_timeout(self)

@@ -91,11 +91,6 @@ impl Requester {
         self.rnr_until = None;
         self.wqes.drain(..).collect()
     }
-    pub fn can_progress(&self, sq_pending: bool) -> bool {
-        self.rnr_until.is_none()
-            && (self.send_idx < self.wqes.len() || sq_pending)
-            && self.inflight() < MAX_INFLIGHT_PSNS
-    }
     pub fn poll_timeout(&self) -> Option<Nanos> {
         match (self.timer, self.rnr_until) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -83,9 +83,6 @@ impl Responder {
     pub fn reset_psn(&mut self, psn: Psn) {
         self.epsn = psn;
     }
-    pub fn has_output(&self) -> bool {
-        !self.out.is_empty() || (!self.deferred.is_empty() && !self.reads_pending())
-    }
     /// READ responses still to be sent.
     fn reads_pending(&self) -> bool {
         self.out.iter().any(|i| matches!(i, RespItem::Read { .. }))
