@@ -156,6 +156,12 @@ pub fn connect(
     sq_psn: u32,
     p: &PairParams,
 ) {
+    to_rtr(qp, peer, dest_qpn, rq_psn, p);
+    to_rts(qp, sq_psn, p);
+}
+
+/// RESET -> INIT -> RTR towards a peer (RC attributes, every access).
+pub fn to_rtr(qp: &mut dyn QpMachine, peer: IpAddr, dest_qpn: u32, rq_psn: u32, p: &PairParams) {
     let mut a = QpAttr {
         qp_state: QpState::Init,
         qp_access_flags: Access::LOCAL_WRITE
@@ -187,12 +193,19 @@ pub fn connect(
             | AttrMask::MIN_RNR_TIMER,
     )
     .expect("INIT->RTR");
-    a.qp_state = QpState::Rts;
-    a.sq_psn = sq_psn;
-    a.timeout = p.timeout;
-    a.retry_cnt = p.retry_cnt;
-    a.rnr_retry = p.rnr_retry;
-    a.max_rd_atomic = p.rd_atomic;
+}
+
+/// RTR -> RTS (RC attributes).
+pub fn to_rts(qp: &mut dyn QpMachine, sq_psn: u32, p: &PairParams) {
+    let a = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn,
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt,
+        rnr_retry: p.rnr_retry,
+        max_rd_atomic: p.rd_atomic,
+        ..QpAttr::default()
+    };
     qp.modify(
         &a,
         AttrMask::STATE

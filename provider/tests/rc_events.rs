@@ -14,8 +14,10 @@ use uroce_provider::cq::CqInner;
 use uroce_provider::events::{AsyncEvent, AsyncEvents, CompChannel, EventElement, EventType};
 use uroce_provider::memory::{KeyTable, MrInner};
 use uroce_provider::net::sim::{Faults, QpId, SimNet, Verdict, Wire};
-use uroce_provider::qp_attr::{AddressVector, AttrMask, ModifyLimits, QpAttr, QpCap};
-use uroce_provider::testing::{connect, sge, signaled_wr as wr, PairParams, RcPair};
+use uroce_provider::qp_attr::{AttrMask, ModifyLimits, QpAttr, QpCap};
+use uroce_provider::testing::{
+    connect, sge, signaled_wr as wr, to_rtr, to_rts, PairParams, RcPair,
+};
 use uroce_provider::transport::rc::{QpConfig, RcQp};
 use uroce_provider::transport::{QpMachine, RecvQueue, SendQueue};
 use uroce_provider::types::*;
@@ -142,63 +144,6 @@ fn link(net: &mut SimNet, x: &Ep, y_ip: IpAddr, y: &Ep) {
     );
 }
 
-/// RESET -> INIT -> RTR only.
-fn to_rtr(qp: &mut dyn QpMachine, peer: IpAddr, dest_qpn: u32, rq_psn: u32) {
-    let p = PairParams::default();
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: ALL,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.ah_attr = AddressVector::to_ip(peer);
-    a.path_mtu = p.mtu;
-    a.dest_qp_num = dest_qpn;
-    a.rq_psn = rq_psn;
-    a.max_dest_rd_atomic = p.rd_atomic;
-    a.min_rnr_timer = p.min_rnr_timer;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-}
-
-/// RTR -> RTS.
-fn to_rts(qp: &mut dyn QpMachine, sq_psn: u32) {
-    let p = PairParams::default();
-    let a = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn,
-        timeout: p.timeout,
-        retry_cnt: p.retry_cnt,
-        rnr_retry: p.rnr_retry,
-        max_rd_atomic: p.rd_atomic,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::SQ_PSN
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
-}
-
 fn modify_state(qp: &mut dyn QpMachine, state: QpState) {
     let a = QpAttr {
         qp_state: state,
@@ -298,7 +243,13 @@ fn comm_est_once_when_the_first_request_reaches_a_qp_in_rtr() {
     let qa = a.qp(&mut net, 0x11);
     let qb = b.qp(&mut net, 0x22);
     link(&mut net, &qa, b.ip, &qb);
-    to_rtr(net.qp(qb.id), a.ip, qa.qpn, psn0(qa.qpn));
+    to_rtr(
+        net.qp(qb.id),
+        a.ip,
+        qa.qpn,
+        psn0(qa.qpn),
+        &PairParams::default(),
+    );
     assert_eq!(net.qp(qb.id).state(), QpState::Rtr);
     assert!(drain(&a.events).is_empty() && drain(&b.events).is_empty());
 
@@ -341,7 +292,7 @@ fn comm_est_once_when_the_first_request_reaches_a_qp_in_rtr() {
 
     // To RTS, and traffic both ways: nothing more on either side (a was
     // in RTS when its first packet came: no COMM_EST for it).
-    to_rts(net.qp(qb.id), psn0(qb.qpn));
+    to_rts(net.qp(qb.id), psn0(qb.qpn), &PairParams::default());
     qa.rq.post(recv_wr(3, &[sge(&src, 4096, 100)])).unwrap();
     qb.sq
         .post(wr(12, WrOpcode::Send, &[sge(&dst, 0, 100)]))

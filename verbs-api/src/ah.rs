@@ -9,6 +9,11 @@ use uroce_provider::qp_attr::AddressVector;
 use uroce_provider::transport::ud::grh_source;
 use uroce_provider::types::{UdDest, Wc, WcFlags};
 
+/// Why UD multicast is refused: each device binds one unicast address, and
+/// IP multicast does not fit that cleanly.
+pub(crate) const NO_MULTICAST: &str =
+    "UD multicast: devices bind one unicast address, so IP multicast does not fit";
+
 /// An address handle: a checked address vector to one peer.
 #[derive(Debug)]
 pub struct AddressHandle {
@@ -59,9 +64,7 @@ impl ProtectionDomain {
             return Err(Error::Invalid("dgid is zero".into()));
         }
         if ip.is_multicast() {
-            return Err(Error::NotSupported(
-                "UD multicast: devices bind one unicast address, so IP multicast does not fit",
-            ));
+            return Err(Error::NotSupported(NO_MULTICAST));
         }
         if ip.is_ipv4() != self.ctx.device().ip().is_ipv4() {
             return Err(Error::Invalid(format!(

@@ -12,7 +12,6 @@ use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
 use uroce_provider::transport::rc::{QpConfig, RcQp};
 use uroce_provider::transport::uc::UcQp;
 use uroce_provider::transport::ud::UdQp;
-
 use uroce_provider::transport::{RecvQueue, SendQueue};
 use uroce_provider::types::{QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
 
@@ -48,9 +47,6 @@ pub struct QueuePair {
     _pd: Arc<()>,
     _send_cq: Arc<uroce_provider::cq::CqInner>,
     _recv_cq: Arc<uroce_provider::cq::CqInner>,
-    has_srq: bool,
-    /// The port's active MTU: the largest UD message.
-    ud_max: u32,
 }
 
 impl QueuePair {
@@ -111,7 +107,6 @@ impl QueuePair {
             ctx.inner.free_qpn(qpn);
             return Err(e.into());
         }
-        let ud_max = ctx.inner.active_mtu.bytes();
         Ok(QueuePair {
             ctx,
             qpn,
@@ -123,8 +118,6 @@ impl QueuePair {
             _pd: pd.users.clone(),
             _send_cq: init.send_cq.inner.clone(),
             _recv_cq: init.recv_cq.inner.clone(),
-            has_srq: init.srq.is_some(),
-            ud_max,
         })
     }
 
@@ -228,10 +221,10 @@ impl QueuePair {
             } else {
                 wr.total_len()
             };
-            if len > self.ud_max as u64 {
+            let mtu = self.ctx.inner.active_mtu.bytes();
+            if len > mtu as u64 {
                 return Err(Error::Invalid(format!(
-                    "a UD message of {len} bytes exceeds the path MTU ({} bytes)",
-                    self.ud_max
+                    "a UD message of {len} bytes exceeds the path MTU ({mtu} bytes)"
                 )));
             }
         }
@@ -241,20 +234,16 @@ impl QueuePair {
     /// `ibv_attach_mcast`: not supported (each device binds one unicast
     /// address; IP multicast does not fit that cleanly).
     pub fn attach_mcast(&self, _gid: &[u8; 16], _lid: u16) -> Result<()> {
-        Err(Error::NotSupported(
-            "UD multicast: devices bind one unicast address, so IP multicast does not fit",
-        ))
+        Err(Error::NotSupported(crate::ah::NO_MULTICAST))
     }
     /// `ibv_detach_mcast`: not supported (see [`QueuePair::attach_mcast`]).
     pub fn detach_mcast(&self, _gid: &[u8; 16], _lid: u16) -> Result<()> {
-        Err(Error::NotSupported(
-            "UD multicast: devices bind one unicast address, so IP multicast does not fit",
-        ))
+        Err(Error::NotSupported(crate::ah::NO_MULTICAST))
     }
 
     /// `ibv_post_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, Error)> {
-        if self.has_srq {
+        if self.rq.is_srq() {
             return Err((
                 0,
                 Error::Invalid("the QP receives from an SRQ: post to the SRQ".into()),

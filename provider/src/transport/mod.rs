@@ -74,8 +74,6 @@ pub struct RxMeta {
     pub src: IpAddr,
     /// Our address the packet came to.
     pub dst: IpAddr,
-    /// Sender's UDP source port.
-    pub src_port: u16,
     /// IPv4 identification (as solved while checking the ICRC; 0 when
     /// unknown or IPv6).
     pub ipv4_id: u16,
@@ -96,7 +94,6 @@ impl RxMeta {
         RxMeta {
             src,
             dst,
-            src_port: uroce_wire::ROCEV2_UDP_PORT,
             ipv4_id: 0,
             ipv4_flags_frag: uroce_wire::icrc::IPV4_DF,
             hop_limit: 64,
