@@ -99,51 +99,54 @@ pub fn side_with(
     p: &PairParams,
     make: impl FnOnce(QpConfig) -> Box<dyn QpMachine>,
 ) -> Side {
-    let keys = Arc::new(KeyTable::new());
-    let send_cq = Arc::new(CqInner::new(4 * p.depth as usize));
-    let recv_cq = Arc::new(CqInner::new(4 * p.depth as usize));
-    let sq = Arc::new(SendQueue::new(p.depth));
-    let rq = Arc::new(RecvQueue::new(p.depth));
-    let counters = Arc::new(Counters::default());
-    let events = Arc::new(AsyncEvents::new().expect("eventfd"));
-    let cfg = QpConfig {
+    let cfg = config(ip, qpn, p.depth);
+    let side = Side {
+        ip,
+        keys: cfg.keys.clone(),
+        send_cq: cfg.send_cq.clone(),
+        recv_cq: cfg.recv_cq.clone(),
+        sq: cfg.sq.clone(),
+        rq: cfg.rq.clone(),
+        id: 0,
+        qpn,
+        counters: cfg.counters.clone(),
+        events: cfg.events.clone(),
+    };
+    Side {
+        id: net.add_boxed(ip, make(cfg)),
+        ..side
+    }
+}
+
+/// A QP configuration at `ip` with QP number `qpn` and everything of its
+/// own: key table, CQs of 4 x `depth`, queues of `depth`, counters, event
+/// queue. Tests replace what they share with struct update syntax.
+pub fn config(ip: IpAddr, qpn: u32, depth: u32) -> QpConfig {
+    QpConfig {
         qpn,
         pd: PD,
-        keys: keys.clone(),
-        send_cq: send_cq.clone(),
-        recv_cq: recv_cq.clone(),
-        sq: sq.clone(),
-        rq: rq.clone(),
+        keys: Arc::new(KeyTable::new()),
+        send_cq: Arc::new(CqInner::new(4 * depth as usize)),
+        recv_cq: Arc::new(CqInner::new(4 * depth as usize)),
+        sq: Arc::new(SendQueue::new(depth)),
+        rq: Arc::new(RecvQueue::new(depth)),
         sq_sig_all: false,
         cap: QpCap {
-            max_send_wr: p.depth,
-            max_recv_wr: p.depth,
+            max_send_wr: depth,
+            max_recv_wr: depth,
             max_send_sge: 16,
             max_recv_sge: 16,
             max_inline_data: 256,
         },
         local_ip: ip,
         src_port: uroce_wire::ROCEV2_UDP_PORT,
-        counters: counters.clone(),
+        counters: Arc::new(Counters::default()),
         limits: ModifyLimits {
             max_rd_atom: 128,
             active_mtu: Mtu::Mtu4096,
             privileged_qkey: false,
         },
-        events: events.clone(),
-    };
-    let id = net.add_boxed(ip, make(cfg));
-    Side {
-        ip,
-        keys,
-        send_cq,
-        recv_cq,
-        sq,
-        rq,
-        id,
-        qpn,
-        counters,
-        events,
+        events: Arc::new(AsyncEvents::new().expect("eventfd")),
     }
 }
 

@@ -14,9 +14,9 @@ use uroce_provider::cq::CqInner;
 use uroce_provider::events::{AsyncEvent, AsyncEvents, CompChannel, EventElement, EventType};
 use uroce_provider::memory::{KeyTable, MrInner};
 use uroce_provider::net::sim::{Faults, QpId, SimNet, Verdict, Wire};
-use uroce_provider::qp_attr::{AttrMask, ModifyLimits, QpAttr, QpCap};
+use uroce_provider::qp_attr::{AttrMask, QpAttr};
 use uroce_provider::testing::{
-    connect, sge, signaled_wr as wr, to_rtr, to_rts, PairParams, RcPair,
+    config, connect, sge, signaled_wr as wr, to_rtr, to_rts, PairParams, RcPair,
 };
 use uroce_provider::transport::rc::{QpConfig, RcQp};
 use uroce_provider::transport::{QpMachine, RecvQueue, SendQueue};
@@ -77,33 +77,16 @@ impl Dev {
         recv_cq: Arc<CqInner>,
         rq: Arc<RecvQueue>,
     ) -> Ep {
-        let sq = Arc::new(SendQueue::new(64));
         let cfg = QpConfig {
-            qpn,
-            pd: PD,
             keys: self.keys.clone(),
             send_cq: send_cq.clone(),
             recv_cq: recv_cq.clone(),
-            sq: sq.clone(),
             rq: rq.clone(),
-            sq_sig_all: false,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 16,
-                max_recv_sge: 16,
-                max_inline_data: 256,
-            },
-            local_ip: self.ip,
-            src_port: uroce_wire::ROCEV2_UDP_PORT,
             counters: self.counters.clone(),
-            limits: ModifyLimits {
-                max_rd_atom: 128,
-                active_mtu: Mtu::Mtu4096,
-                privileged_qkey: false,
-            },
             events: self.events.clone(),
+            ..config(self.ip, qpn, 64)
         };
+        let sq = cfg.sq.clone();
         let id = net.add(self.ip, RcQp::new(cfg));
         Ep {
             id,
