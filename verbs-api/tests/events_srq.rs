@@ -5,43 +5,13 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 use uroce_verbs::*;
 
+mod common;
+use common::{open, qp, recv, T};
+
 const ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
     .union(Access::REMOTE_READ)
     .union(Access::REMOTE_ATOMIC);
-const T: Duration = Duration::from_secs(20);
-
-fn open(ip: &str) -> Context {
-    Device::new("t", ip.parse().unwrap())
-        .open()
-        .expect("open device")
-}
-
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 64,
-    }
-}
-
-fn rc_qp(
-    pd: &ProtectionDomain,
-    cq: &CompletionQueue,
-    srq: Option<&SharedReceiveQueue>,
-) -> QueuePair {
-    pd.create_qp(&QpInitAttr {
-        send_cq: cq,
-        recv_cq: cq,
-        cap: cap(),
-        qp_type: QpType::Rc,
-        sq_sig_all: false,
-        srq,
-    })
-    .unwrap()
-}
 
 fn connect(a: &QueuePair, a_ip: &str, b: &QueuePair, b_ip: &str) {
     let p = demo::RcParams::default();
@@ -54,13 +24,6 @@ fn send(id: u64, mr: &MemoryRegion, len: u32, flags: SendFlags) -> SendWr {
     w.flags = flags | SendFlags::SIGNALED;
     w.sg_list.push(mr.sge(0, len));
     w
-}
-
-fn recv(id: u64, mr: &MemoryRegion, off: usize, len: u32) -> RecvWr {
-    RecvWr {
-        wr_id: id,
-        sg_list: [mr.sge(off, len)].into_iter().collect(),
-    }
 }
 
 fn readable(fd: RawFd, ms: i32) -> bool {
@@ -95,7 +58,10 @@ fn completion_channel_blocks_and_its_fd_polls() {
     let acq = a.create_cq(64).unwrap();
     let ch = b.create_comp_channel().unwrap();
     let bcq = b.create_cq_with(64, 0xfeed, Some(&ch)).unwrap();
-    let (aqp, bqp) = (rc_qp(&apd, &acq, None), rc_qp(&bpd, &bcq, None));
+    let (aqp, bqp) = (
+        qp(&apd, &acq, QpType::Rc, None),
+        qp(&bpd, &bcq, QpType::Rc, None),
+    );
     connect(&aqp, ai, &bqp, bi);
     let smr = apd.alloc_mr(64, ALL).unwrap();
     let rmr = bpd.alloc_mr(64, ALL).unwrap();
@@ -175,7 +141,10 @@ fn async_events_port_comm_est_access_error_and_cq_overflow() {
     let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let acq = a.create_cq(64).unwrap();
     let bcq = b.create_cq(1).unwrap();
-    let (aqp, bqp) = (rc_qp(&apd, &acq, None), rc_qp(&bpd, &bcq, None));
+    let (aqp, bqp) = (
+        qp(&apd, &acq, QpType::Rc, None),
+        qp(&bpd, &bcq, QpType::Rc, None),
+    );
     // b stays in RTR: the first packet it receives establishes
     // communication.
     let p = demo::RcParams::default();
@@ -246,7 +215,10 @@ fn access_error_reports_qp_access_err() {
     let (a, b) = (open(ai), open(bi));
     let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (aqp, bqp) = (rc_qp(&apd, &acq, None), rc_qp(&bpd, &bcq, None));
+    let (aqp, bqp) = (
+        qp(&apd, &acq, QpType::Rc, None),
+        qp(&bpd, &bcq, QpType::Rc, None),
+    );
     connect(&aqp, ai, &bqp, bi);
     let smr = apd.alloc_mr(64, ALL).unwrap();
     let rmr = bpd.alloc_mr(64, ALL).unwrap();
@@ -274,13 +246,16 @@ fn srq_shared_by_two_rc_qps_with_limit_and_last_wqe() {
             srq_limit: 0,
         })
         .unwrap();
-    let sq1 = rc_qp(&spd, &scq, Some(&srq));
-    let sq2 = rc_qp(&spd, &scq, Some(&srq));
+    let sq1 = qp(&spd, &scq, QpType::Rc, Some(&srq));
+    let sq2 = qp(&spd, &scq, QpType::Rc, Some(&srq));
     assert_eq!(sq1.cap().max_recv_wr, 0);
     assert!(sq1.post_recv(&[]).is_err(), "a QP with an SRQ has no RQ");
     let (xpd, ypd) = (x.alloc_pd().unwrap(), y.alloc_pd().unwrap());
     let (xcq, ycq) = (x.create_cq(64).unwrap(), y.create_cq(64).unwrap());
-    let (xqp, yqp) = (rc_qp(&xpd, &xcq, None), rc_qp(&ypd, &ycq, None));
+    let (xqp, yqp) = (
+        qp(&xpd, &xcq, QpType::Rc, None),
+        qp(&ypd, &ycq, QpType::Rc, None),
+    );
     connect(&xqp, c1, &sq1, si);
     connect(&yqp, c2, &sq2, si);
     let rmr = spd.alloc_mr(32 * 64, ALL).unwrap();
