@@ -49,6 +49,17 @@ fn ud_side(net: &mut SimNet, ip: IpAddr, qpn: u32, edit: impl FnOnce(&mut QpConf
     })
 }
 
+/// A network (seeded) with UD QPs 0x11 at 10.0.0.1 and 0x22 at 10.0.0.2,
+/// both in RTS with Q_Key [`QKEY`].
+fn pair(seed: u64) -> (SimNet, Side, Side) {
+    let mut net = SimNet::new(seed, Faults::default());
+    let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
+    let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, |_| {});
+    up(&mut net, &a, QKEY, 0);
+    up(&mut net, &b, QKEY, 0);
+    (net, a, b)
+}
+
 /// RESET -> INIT -> RTR -> RTS with the attributes UD takes.
 fn up(net: &mut SimNet, s: &Side, qkey: u32, sq_psn: u32) {
     let qp = net.qp(s.id);
@@ -476,11 +487,7 @@ fn one_qp_hears_two_senders_and_answers_each_from_the_grh() {
 
 #[test]
 fn a_qkey_mismatch_is_dropped_and_counted() {
-    let mut net = SimNet::new(3, Faults::default());
-    let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
-    let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, |_| {});
-    up(&mut net, &a, QKEY, 0);
-    up(&mut net, &b, QKEY, 0);
+    let (mut net, a, b) = pair(3);
     let src = mr(&a, 64);
     src.write(0, b"payload").unwrap();
     let dst = mr(&b, 256);
@@ -509,11 +516,7 @@ fn a_qkey_mismatch_is_dropped_and_counted() {
 
 #[test]
 fn a_wr_qkey_with_the_high_bit_sends_the_qps_own() {
-    let mut net = SimNet::new(4, Faults::default());
-    let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
-    let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, |_| {});
-    up(&mut net, &a, QKEY, 0);
-    up(&mut net, &b, QKEY, 0);
+    let (mut net, a, b) = pair(4);
     net.trace = Some(Vec::new());
     let src = mr(&a, 64);
     let dst = mr(&b, 1024);
@@ -571,11 +574,7 @@ fn a_wr_qkey_with_the_high_bit_sends_the_qps_own() {
 
 #[test]
 fn without_a_receive_wr_a_datagram_is_dropped_and_counted() {
-    let mut net = SimNet::new(5, Faults::default());
-    let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
-    let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, |_| {});
-    up(&mut net, &a, QKEY, 0);
-    up(&mut net, &b, QKEY, 0);
+    let (mut net, a, b) = pair(5);
     net.trace = Some(Vec::new());
     let src = mr(&a, 64);
     for i in 0..4u8 {
@@ -728,11 +727,7 @@ fn local_send_errors_complete_in_error_move_to_sqe_and_recover() {
 
 #[test]
 fn a_receive_buffer_too_small_completes_loc_len_err() {
-    let mut net = SimNet::new(7, Faults::default());
-    let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
-    let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, |_| {});
-    up(&mut net, &a, QKEY, 0);
-    up(&mut net, &b, QKEY, 0);
+    let (mut net, a, b) = pair(7);
     let src = mr(&a, 256);
     src.write(0, &pattern(256, 1)).unwrap();
     let dst = mr(&b, 1024);
@@ -772,11 +767,7 @@ fn a_receive_buffer_too_small_completes_loc_len_err() {
 
 #[test]
 fn a_bad_receive_lkey_is_a_local_protection_error_and_err() {
-    let mut net = SimNet::new(8, Faults::default());
-    let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
-    let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, |_| {});
-    up(&mut net, &a, QKEY, 0);
-    up(&mut net, &b, QKEY, 0);
+    let (mut net, a, b) = pair(8);
     let src = mr(&a, 64);
     let dst = mr(&b, 256);
     let mut bad = sge(&dst, 0, 256);
@@ -846,11 +837,7 @@ fn the_se_bit_wakes_a_cq_armed_for_solicited_completions() {
 
 #[test]
 fn err_flushes_in_order_and_reset_discards() {
-    let mut net = SimNet::new(10, Faults::default());
-    let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
-    let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, |_| {});
-    up(&mut net, &a, QKEY, 0);
-    up(&mut net, &b, QKEY, 0);
+    let (mut net, a, b) = pair(10);
     let src = mr(&a, 64);
     let buf = mr(&a, 1024);
     for i in 0..3u64 {
@@ -949,11 +936,7 @@ fn an_srqs_wrs_are_not_flushed_and_last_wqe_reached_is_reported() {
 
 #[test]
 fn sqd_starts_no_new_datagram_and_reports_drained() {
-    let mut net = SimNet::new(12, Faults::default());
-    let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
-    let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, |_| {});
-    up(&mut net, &a, QKEY, 0);
-    up(&mut net, &b, QKEY, 0);
+    let (mut net, a, b) = pair(12);
     let attr = QpAttr {
         qp_state: QpState::Sqd,
         en_sqd_async_notify: true,
@@ -1207,11 +1190,7 @@ fn datagrams_over_a_lossy_network_arrive_intact_and_once() {
 
 #[test]
 fn stray_and_malformed_packets_never_break_a_ud_qp() {
-    let mut net = SimNet::new(18, Faults::default());
-    let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
-    let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, |_| {});
-    up(&mut net, &a, QKEY, 0);
-    up(&mut net, &b, QKEY, 0);
+    let (mut net, a, b) = pair(18);
     let dst = mr(&b, 64 * 256);
     for i in 0..64 {
         let len = [0u32, 39, 40, 41, 100, 256][i as usize % 6];
