@@ -323,6 +323,26 @@ impl Wc {
             dlid_path_bits: 0,
         }
     }
+    /// A successful receive completion (`Recv` or `RecvRdmaWithImm`) of a
+    /// message of `byte_len` bytes from QP `src_qp`, with `WITH_IMM` and the
+    /// value when the message carried immediate data.
+    pub fn received(
+        wr_id: u64,
+        opcode: WcOpcode,
+        qp_num: u32,
+        byte_len: u32,
+        src_qp: u32,
+        imm: Option<u32>,
+    ) -> Wc {
+        let mut wc = Wc::new(wr_id, WcStatus::Success, opcode, qp_num);
+        wc.byte_len = byte_len;
+        wc.src_qp = src_qp;
+        if let Some(imm) = imm {
+            wc.imm_data = imm;
+            wc.wc_flags = WcFlags::WITH_IMM;
+        }
+        wc
+    }
 }
 
 /// QP transport type (`ibv_qp_type`).

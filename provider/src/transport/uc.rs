@@ -30,9 +30,7 @@ use crate::events::EventType;
 use crate::memory::MrInner;
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
 use crate::transport::rc::{npkts, position, MAX_MSG_SIZE, PKEY};
-use crate::types::{
-    Access, QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
-};
+use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
 use std::net::IpAddr;
 use std::sync::Arc;
 use uroce_wire::packet::{Headers, ParsedPacket};
@@ -540,13 +538,14 @@ impl UcQp {
             let Some(Current::Send { recv, written }) = self.resp.cur.take() else {
                 return false;
             };
-            let mut wc = Wc::new(recv.wr_id, WcStatus::Success, WcOpcode::Recv, self.cfg.qpn);
-            wc.byte_len = written as u32;
-            wc.src_qp = self.attr.dest_qp_num;
-            if let Some(imm) = pkt.headers.imm {
-                wc.imm_data = imm;
-                wc.wc_flags |= WcFlags::WITH_IMM;
-            }
+            let wc = Wc::received(
+                recv.wr_id,
+                WcOpcode::Recv,
+                self.cfg.qpn,
+                written as u32,
+                self.attr.dest_qp_num,
+                pkt.headers.imm,
+            );
             self.complete(false, wc, pkt.headers.bth.se);
         }
         true
@@ -638,16 +637,14 @@ impl UcQp {
         if ends {
             self.resp.cur = None;
             if let Some(r) = recv {
-                let mut wc = Wc::new(
+                let wc = Wc::received(
                     r.wr_id,
-                    WcStatus::Success,
                     WcOpcode::RecvRdmaWithImm,
                     self.cfg.qpn,
+                    total as u32,
+                    self.attr.dest_qp_num,
+                    Some(pkt.headers.imm.unwrap_or(0)),
                 );
-                wc.byte_len = total as u32;
-                wc.src_qp = self.attr.dest_qp_num;
-                wc.imm_data = pkt.headers.imm.unwrap_or(0);
-                wc.wc_flags |= WcFlags::WITH_IMM;
                 self.complete(false, wc, pkt.headers.bth.se);
             }
         }

@@ -204,14 +204,15 @@ impl UdQp {
             self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
             return;
         }
-        let mut wc = Wc::new(wr.wr_id, WcStatus::Success, WcOpcode::Recv, self.cfg.qpn);
-        wc.byte_len = len as u32;
-        wc.src_qp = src_qp;
-        wc.wc_flags = WcFlags::GRH;
-        if let Some(imm) = pkt.headers.imm {
-            wc.imm_data = imm;
-            wc.wc_flags |= WcFlags::WITH_IMM;
-        }
+        let mut wc = Wc::received(
+            wr.wr_id,
+            WcOpcode::Recv,
+            self.cfg.qpn,
+            len as u32,
+            src_qp,
+            pkt.headers.imm,
+        );
+        wc.wc_flags |= WcFlags::GRH;
         self.complete(false, wc, bth.se);
     }
 

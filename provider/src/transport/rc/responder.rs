@@ -330,13 +330,14 @@ impl RcQp {
             let Some(Current::Send { wr_id, written, .. }) = self.resp.cur.take() else {
                 return Err(RespError::InvalidRequest);
             };
-            let mut wc = Wc::new(wr_id, WcStatus::Success, WcOpcode::Recv, self.cfg.qpn);
-            wc.byte_len = written as u32;
-            wc.src_qp = self.attr.dest_qp_num;
-            if let Some(imm) = pkt.headers.imm {
-                wc.imm_data = imm;
-                wc.wc_flags |= WcFlags::WITH_IMM;
-            }
+            let mut wc = Wc::received(
+                wr_id,
+                WcOpcode::Recv,
+                self.cfg.qpn,
+                written as u32,
+                self.attr.dest_qp_num,
+                pkt.headers.imm,
+            );
             if let Some(rkey) = pkt.headers.ieth {
                 // SEND with invalidate: the named region in our PD stops
                 // being usable at once.
@@ -414,16 +415,14 @@ impl RcQp {
             self.resp.cur = None;
             self.resp.msn = self.resp.msn.wrapping_add(1);
             if let Some(wr) = recv {
-                let mut wc = Wc::new(
+                let wc = Wc::received(
                     wr.wr_id,
-                    WcStatus::Success,
                     WcOpcode::RecvRdmaWithImm,
                     self.cfg.qpn,
+                    total as u32,
+                    self.attr.dest_qp_num,
+                    Some(pkt.headers.imm.unwrap_or(0)),
                 );
-                wc.byte_len = total as u32;
-                wc.src_qp = self.attr.dest_qp_num;
-                wc.imm_data = pkt.headers.imm.unwrap_or(0);
-                wc.wc_flags |= WcFlags::WITH_IMM;
                 self.complete_notify(false, wc, pkt.headers.bth.se);
             }
         }
