@@ -148,18 +148,16 @@ pub struct OpcodeInfo {
     pub has_payload: bool,
     /// Request (requester to responder) or response.
     pub is_request: bool,
+    /// Total length of `headers`, computed once when the table is built
+    /// (the parser reads it for every packet).
+    ext_bytes: u8,
 }
 
 impl OpcodeInfo {
     /// Total length of the extension headers.
+    #[inline]
     pub const fn ext_len(&self) -> usize {
-        let mut n = 0;
-        let mut i = 0;
-        while i < self.headers.len() {
-            n += self.headers[i].len();
-            i += 1;
-        }
-        n
+        self.ext_bytes as usize
     }
     /// Whether the opcode carries the given extension header.
     pub fn has(&self, ext: Ext) -> bool {
@@ -248,6 +246,7 @@ macro_rules! opcodes {
                 headers: &[$(Ext::$ext),*],
                 has_payload: $payload,
                 is_request: $req,
+                ext_bytes: sum_len(&[$(Ext::$ext),*]),
             }, )*
         ];
     };
@@ -292,6 +291,17 @@ opcodes! {
     UD_SEND_ONLY = 0x64, Ud, Send, Only, [Deth], true, true;
     UD_SEND_ONLY_WITH_IMMEDIATE = 0x65, Ud, Send, Only, [Deth, ImmDt], true, true;
     CNP = 0x81, Cnp, Cnp, Only, [CnpReserved], false, true;
+}
+
+/// Total length of a list of extension headers (at most 28 bytes).
+const fn sum_len(headers: &[Ext]) -> u8 {
+    let mut n = 0;
+    let mut i = 0;
+    while i < headers.len() {
+        n += headers[i].len();
+        i += 1;
+    }
+    n as u8
 }
 
 /// The table, indexed by the raw opcode.
