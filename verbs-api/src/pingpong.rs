@@ -1,13 +1,29 @@
-//! `uroce rc-pingpong`: rdma-core's `ibv_rc_pingpong`, on uroce.
+//! `uroce rc-pingpong`, `uc-pingpong`, `ud-pingpong` and `srq-pingpong`:
+//! rdma-core's `ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong` and
+//! `ibv_srq_pingpong`, on uroce, so that either side can be the real tool
+//! on kernel rxe or a NIC.
 //!
-//! Same options, same out-of-band exchange (TCP, default port 18515: the
-//! client sends `"%04x:%06x:%06x:%s\0"` = LID:QPN:PSN:GID with the GID as
-//! 32 hex digits of its bytes in order, the server answers in kind, the
-//! client sends `"done\0"`), same QP attributes (timeout 14, retry_cnt 7,
-//! rnr_retry 7, min_rnr_timer 12, max_(dest_)rd_atomic 1), same buffer
-//! content (0x7b, with `-c` a 0 at each page start from the client) and
-//! the same result lines, so either side can be the real tool on kernel
-//! rxe or a NIC.
+//! What the tools share, and uroce with them:
+//! - the out-of-band exchange over TCP (default port 18515): the client
+//!   sends `"%04x:%06x:%06x:%s\0"` = LID:QPN:PSN:GID (the GID as 32 hex
+//!   digits of its bytes in order), the server connects its QP and answers
+//!   in kind, the client sends `"done\0"`. `ibv_srq_pingpong` sends 256
+//!   such messages each way (its MAX_QP), the unused ones all zeros;
+//! - the QP attributes: RC timeout 14, retry_cnt 7, rnr_retry 7,
+//!   min_rnr_timer 12, max_(dest_)rd_atomic 1; UC only the path, PSNs and
+//!   QPN; UD Q_Key 0x11111111 and an address handle (hop limit 64);
+//! - the buffer: 0x7b (SRQ: zeros); with `-c` the client puts a 0 at each
+//!   page start and the server checks it. UD buffers are the message plus
+//!   the 40-byte GRH area in front: sends start at offset 40, and so does
+//!   the received data;
+//! - the loop: a send is posted once the previous send and a receive have
+//!   completed (per QP for SRQ), receives are reposted when one (SRQ:
+//!   `num_qp`) is left; `-e` sleeps on a completion channel (req_notify,
+//!   get_cq_event, ack_events at the end);
+//! - the result lines.
+//!
+//! When a side sends no GID (no `-g`), the QP is addressed to the IP the
+//! exchange came from: RoCE has no LIDs.
 
 use crate::*;
 use std::io::{Read, Write};
@@ -19,10 +35,64 @@ const SEND_WRID: u64 = 2;
 const PAGE: usize = 4096;
 /// The exchange message: "0000:000000:000000:" + 32 hex digits + NUL.
 const MSG_LEN: usize = 52;
+/// `ibv_ud_pingpong`'s Q_Key.
+pub const UD_QKEY: u32 = 0x1111_1111;
+/// The GRH area in front of every UD receive buffer.
+const GRH_LEN: usize = 40;
+/// `ibv_srq_pingpong` always exchanges this many addresses (its MAX_QP).
+pub const SRQ_MAX_QP: u32 = 256;
 
-/// Options, as `ibv_rc_pingpong` takes them.
+/// Which tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `ibv_rc_pingpong`.
+    Rc,
+    /// `ibv_uc_pingpong`.
+    Uc,
+    /// `ibv_ud_pingpong`.
+    Ud,
+    /// `ibv_srq_pingpong`: `num_qp` RC QPs sharing one SRQ.
+    Srq,
+}
+
+impl Kind {
+    /// The tool's default message size.
+    pub const fn default_size(self) -> usize {
+        match self {
+            Kind::Ud => 1024,
+            _ => 4096,
+        }
+    }
+    fn qp_type(self) -> QpType {
+        match self {
+            Kind::Rc | Kind::Srq => QpType::Rc,
+            Kind::Uc => QpType::Uc,
+            Kind::Ud => QpType::Ud,
+        }
+    }
+    /// Bytes in front of the message in the buffer.
+    fn offset(self) -> usize {
+        if self == Kind::Ud {
+            GRH_LEN
+        } else {
+            0
+        }
+    }
+    /// The byte the buffer is filled with.
+    fn fill(self) -> u8 {
+        if self == Kind::Srq {
+            0
+        } else {
+            0x7b
+        }
+    }
+}
+
+/// Options, as the tools take them.
 #[derive(Debug, Clone)]
 pub struct PingPongOptions {
+    /// Which tool.
+    pub kind: Kind,
     /// Server to connect to; `None` = be the server.
     pub server: Option<String>,
     /// TCP port of the exchange.
@@ -33,11 +103,11 @@ pub struct PingPongOptions {
     pub ib_port: u8,
     /// Message size.
     pub size: usize,
-    /// Path MTU in bytes.
+    /// Path MTU in bytes (RC, UC, SRQ; UD uses the port's active MTU).
     pub mtu: u32,
     /// Receives posted at a time.
     pub rx_depth: u32,
-    /// Exchanges.
+    /// Exchanges (SRQ: in all, over every QP).
     pub iters: u32,
     /// Service level.
     pub sl: u8,
@@ -47,16 +117,20 @@ pub struct PingPongOptions {
     pub gid_idx: Option<u32>,
     /// Validate the received buffer.
     pub chk: bool,
+    /// SRQ: number of QPs.
+    pub num_qp: u32,
 }
 
-impl Default for PingPongOptions {
-    fn default() -> Self {
+impl PingPongOptions {
+    /// The tool's defaults.
+    pub fn new(kind: Kind) -> Self {
         PingPongOptions {
+            kind,
             server: None,
             port: 18515,
             ib_dev: None,
             ib_port: 1,
-            size: 4096,
+            size: kind.default_size(),
             mtu: 1024,
             rx_depth: 500,
             iters: 1000,
@@ -64,12 +138,19 @@ impl Default for PingPongOptions {
             events: false,
             gid_idx: None,
             chk: false,
+            num_qp: 16,
         }
     }
 }
 
+impl Default for PingPongOptions {
+    fn default() -> Self {
+        PingPongOptions::new(Kind::Rc)
+    }
+}
+
 /// One side's address, as exchanged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Dest {
     /// LID (0 on RoCE).
     pub lid: u16,
@@ -121,6 +202,8 @@ pub struct PingPongResult {
     pub elapsed: Duration,
     /// Pages of the received buffer that failed `-c` validation.
     pub invalid_pages: usize,
+    /// Completion events taken (`-e`).
+    pub cq_events: u32,
 }
 
 fn fail(msg: impl Into<String>) -> Error {
@@ -129,6 +212,11 @@ fn fail(msg: impl Into<String>) -> Error {
 
 /// Runs one side; prints the tool's lines to stdout.
 pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
+    let kind = o.kind;
+    let nqp = if kind == Kind::Srq { o.num_qp } else { 1 };
+    if nqp == 0 || nqp > SRQ_MAX_QP {
+        return Err(fail(format!("num_qp {nqp}: must be 1..={SRQ_MAX_QP}")));
+    }
     let dev = match &o.ib_dev {
         Some(name) => {
             Device::by_name(name).map_err(|_| fail(format!("IB device {name} not found")))?
@@ -148,42 +236,100 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
     let ctx = dev
         .open()
         .map_err(|e| fail(format!("Couldn't get context for {}: {e}", dev.name())))?;
-    let pd = ctx.alloc_pd()?;
-    let mr = pd.alloc_mr(o.size.max(1), Access::LOCAL_WRITE)?;
-    mr.write(0, &vec![0x7b; o.size])
-        .map_err(|e| fail(e.to_string()))?;
-    let cq = ctx.create_cq(o.rx_depth + 1)?;
-    let qp = pd.create_qp(&QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        cap: QpCap {
-            max_send_wr: 1,
-            max_recv_wr: o.rx_depth,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: QpType::Rc,
-        sq_sig_all: false,
-        srq: None,
-    })?;
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: o.ib_port,
-        ..QpAttr::default()
+    let port = ctx.query_port(o.ib_port)?;
+    if kind == Kind::Ud && o.size > port.active_mtu.bytes() as usize {
+        return Err(fail(format!(
+            "Requested size larger than port MTU ({})",
+            port.active_mtu.bytes()
+        )));
+    }
+    let channel = if o.events {
+        Some(
+            ctx.create_comp_channel()
+                .map_err(|e| fail(format!("Couldn't create completion channel: {e}")))?,
+        )
+    } else {
+        None
     };
-    qp.modify(
-        &init,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .map_err(|e| fail(format!("Failed to modify QP to INIT: {e}")))?;
+    let pd = ctx.alloc_pd()?;
+    let off = kind.offset();
+    let buf_len = o.size + off;
+    let mr = pd.alloc_mr(buf_len.max(1), Access::LOCAL_WRITE)?;
+    mr.write(0, &vec![kind.fill(); buf_len])
+        .map_err(|e| fail(e.to_string()))?;
+    let cq = ctx
+        .create_cq_with(o.rx_depth + nqp, 0, channel.as_ref())
+        .map_err(|e| fail(format!("Couldn't create CQ: {e}")))?;
+    let srq = if kind == Kind::Srq {
+        Some(
+            pd.create_srq(&SrqAttr {
+                max_wr: o.rx_depth,
+                max_sge: 1,
+                srq_limit: 0,
+            })
+            .map_err(|e| fail(format!("Couldn't create SRQ: {e}")))?,
+        )
+    } else {
+        None
+    };
+    let mut qps = Vec::with_capacity(nqp as usize);
+    for _ in 0..nqp {
+        let qp = pd
+            .create_qp(&QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                cap: QpCap {
+                    max_send_wr: 1,
+                    max_recv_wr: if srq.is_some() { 0 } else { o.rx_depth },
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                qp_type: kind.qp_type(),
+                sq_sig_all: false,
+                srq: srq.as_ref(),
+            })
+            .map_err(|e| fail(format!("Couldn't create QP: {e}")))?;
+        let (init, last) = match kind {
+            Kind::Ud => (
+                QpAttr {
+                    qp_state: QpState::Init,
+                    port_num: o.ib_port,
+                    qkey: UD_QKEY,
+                    ..QpAttr::default()
+                },
+                AttrMask::QKEY,
+            ),
+            _ => (
+                QpAttr {
+                    qp_state: QpState::Init,
+                    port_num: o.ib_port,
+                    ..QpAttr::default()
+                },
+                AttrMask::ACCESS_FLAGS,
+            ),
+        };
+        qp.modify(
+            &init,
+            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | last,
+        )
+        .map_err(|e| fail(format!("Failed to modify QP to INIT: {e}")))?;
+        qps.push(qp);
+    }
     let recv_wr = RecvWr {
         wr_id: RECV_WRID,
-        sg_list: [mr.sge(0, o.size as u32)].into_iter().collect(),
+        sg_list: [mr.sge(0, buf_len as u32)].into_iter().collect(),
     };
     let post_recvs = |n: u32| -> u32 {
         let mut i = 0;
-        while i < n && qp.post_recv(std::slice::from_ref(&recv_wr)).is_ok() {
+        while i < n {
+            let posted = match &srq {
+                Some(srq) => srq.post_recv(std::slice::from_ref(&recv_wr)),
+                None => qps[0].post_recv(std::slice::from_ref(&recv_wr)),
+            };
+            if posted.is_err() {
+                break;
+            }
             i += 1;
         }
         i
@@ -192,92 +338,185 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
     if routs < o.rx_depth {
         return Err(fail(format!("Couldn't post receive ({routs})")));
     }
-    let port = ctx.query_port(o.ib_port)?;
+    if o.events {
+        cq.req_notify(false)
+            .map_err(|_| fail("Couldn't request CQ notification"))?;
+    }
     let gid = match o.gid_idx {
         Some(i) => {
             ctx.query_gid(o.ib_port, i)
-                .map_err(|_| fail(format!("can't read sgid of index {i}")))?
+                .map_err(|_| fail(format!("Could not get local gid for gid index {i}")))?
                 .gid
         }
         None => [0u8; 16],
     };
-    let me = Dest {
-        lid: port.lid,
-        qpn: qp.qp_num(),
-        psn: rand::random::<u32>() & 0xff_ffff,
-        gid,
-    };
-    println!(
-        "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-        me.lid,
-        me.qpn,
-        me.psn,
-        me.gid_string()
-    );
-    let connect = |rem: &Dest, peer: IpAddr| -> Result<()> {
-        // Without a GID (no -g on the other side) fall back to the address
-        // the exchange came from: RoCE has no LIDs.
-        let ip = if rem.gid == [0; 16] {
-            peer
-        } else {
-            provider::qp_attr::ip_of_gid(&rem.gid)
-        };
-        let av = AddressVector {
-            hop_limit: 1,
-            sl: o.sl,
-            port_num: o.ib_port,
-            ..AddressVector::to_ip(ip)
-        };
-        let params = crate::demo::RcParams {
-            mtu,
-            rd_atomic: 1,
-            timeout: 14,
-        };
-        crate::demo::rtr_rts(&qp, av, rem.qpn, me.psn, rem.psn, params)
-    };
-    let rem = match &o.server {
-        Some(host) => client_exchange(host, o.port, &me)?,
-        None => server_exchange(o.port, &me, |rem, peer| connect(rem, peer))?,
-    };
-    println!(
-        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-        rem.0.lid,
-        rem.0.qpn,
-        rem.0.psn,
-        rem.0.gid_string()
-    );
-    if o.server.is_some() {
-        connect(&rem.0, rem.1)?;
+    let me: Vec<Dest> = qps
+        .iter()
+        .map(|qp| Dest {
+            lid: port.lid,
+            qpn: qp.qp_num(),
+            psn: rand::random::<u32>() & 0xff_ffff,
+            gid,
+        })
+        .collect();
+    // ibv_ud_pingpong prints "PSN 0x...: GID" (sic).
+    let sep = if kind == Kind::Ud { ":" } else { "," };
+    for d in &me {
+        println!(
+            "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {}",
+            d.lid,
+            d.qpn,
+            d.psn,
+            d.gid_string()
+        );
+    }
+    // SRQ exchanges all 256 slots, the unused ones zero.
+    let mut slots = me.clone();
+    if kind == Kind::Srq {
+        slots.resize(SRQ_MAX_QP as usize, Dest::default());
     }
 
-    let mut send = SendWr::new(SEND_WRID, WrOpcode::Send);
-    send.flags = SendFlags::SIGNALED;
-    send.sg_list.push(mr.sge(0, o.size as u32));
-    let mut pending = RECV_WRID;
+    let mut ah: Option<AddressHandle> = None;
+    let mut connect = |rem: &[Dest], peer: IpAddr| -> Result<()> {
+        if rem.len() < qps.len() {
+            return Err(fail("too few remote addresses"));
+        }
+        for (i, qp) in qps.iter().enumerate() {
+            let r = &rem[i];
+            // Without a GID (no -g on the other side) fall back to the
+            // address the exchange came from.
+            let ip = if r.gid == [0; 16] {
+                peer
+            } else {
+                provider::qp_attr::ip_of_gid(&r.gid)
+            };
+            let av = AddressVector {
+                hop_limit: if kind == Kind::Ud { 64 } else { 1 },
+                sl: o.sl,
+                port_num: o.ib_port,
+                ..AddressVector::to_ip(ip)
+            };
+            match kind {
+                Kind::Rc | Kind::Srq => {
+                    let params = crate::demo::RcParams {
+                        mtu,
+                        rd_atomic: 1,
+                        timeout: 14,
+                    };
+                    crate::demo::rtr_rts(qp, av, r.qpn, me[i].psn, r.psn, params)?
+                }
+                Kind::Uc => {
+                    let mut a = QpAttr {
+                        qp_state: QpState::Rtr,
+                        ah_attr: av,
+                        path_mtu: mtu,
+                        dest_qp_num: r.qpn,
+                        rq_psn: r.psn,
+                        ..QpAttr::default()
+                    };
+                    let rtr = AttrMask::STATE
+                        | AttrMask::AV
+                        | AttrMask::PATH_MTU
+                        | AttrMask::DEST_QPN
+                        | AttrMask::RQ_PSN;
+                    qp.modify(&a, rtr)
+                        .map_err(|e| fail(format!("Failed to modify QP to RTR: {e}")))?;
+                    a.qp_state = QpState::Rts;
+                    a.sq_psn = me[i].psn;
+                    qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
+                        .map_err(|e| fail(format!("Failed to modify QP to RTS: {e}")))?;
+                }
+                Kind::Ud => {
+                    let mut a = QpAttr {
+                        qp_state: QpState::Rtr,
+                        ..QpAttr::default()
+                    };
+                    qp.modify(&a, AttrMask::STATE)
+                        .map_err(|e| fail(format!("Failed to modify QP to RTR: {e}")))?;
+                    a.qp_state = QpState::Rts;
+                    a.sq_psn = me[i].psn;
+                    qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
+                        .map_err(|e| fail(format!("Failed to modify QP to RTS: {e}")))?;
+                    ah = Some(
+                        pd.create_ah(&av)
+                            .map_err(|e| fail(format!("Failed to create AH: {e}")))?,
+                    );
+                }
+            }
+        }
+        Ok(())
+    };
+    let (rem, peer) = match &o.server {
+        Some(host) => client_exchange(host, o.port, dev.ip(), &slots)?,
+        None => server_exchange(o.port, &slots, &mut connect)?,
+    };
+    for r in &rem[..qps.len()] {
+        println!(
+            "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+            r.lid,
+            r.qpn,
+            r.psn,
+            r.gid_string()
+        );
+    }
+    if o.server.is_some() {
+        connect(&rem, peer)?;
+    }
+
+    let sends: Vec<SendWr> = (0..qps.len())
+        .map(|i| {
+            let mut send = SendWr::new(SEND_WRID, WrOpcode::Send);
+            send.flags = SendFlags::SIGNALED;
+            send.sg_list.push(mr.sge(off, o.size as u32));
+            send.ud = ah.as_ref().map(|ah| ah.ud_dest(rem[i].qpn, UD_QKEY));
+            send
+        })
+        .collect();
+    let post_send = |i: usize| -> Result<()> {
+        qps[i]
+            .post_send(std::slice::from_ref(&sends[i]))
+            .map_err(|_| fail("Couldn't post send"))
+    };
+    let mut pending = vec![RECV_WRID; qps.len()];
     if o.server.is_some() {
         if o.chk {
             for i in (0..o.size).step_by(PAGE) {
-                mr.write(i, &[0]).map_err(|e| fail(e.to_string()))?;
+                mr.write(off + i, &[0]).map_err(|e| fail(e.to_string()))?;
             }
         }
-        qp.post_send(std::slice::from_ref(&send))
-            .map_err(|_| fail("Couldn't post send"))?;
-        pending |= SEND_WRID;
+        for (i, p) in pending.iter_mut().enumerate() {
+            post_send(i)?;
+            *p |= SEND_WRID;
+        }
     }
+    // Receives are reposted when this many are left.
+    let low = if kind == Kind::Srq { nqp } else { 1 };
     let start = Instant::now();
-    let (mut rcnt, mut scnt) = (0u32, 0u32);
-    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 2];
+    let (mut rcnt, mut scnt, mut cq_events) = (0u32, 0u32, 0u32);
+    let nwc = if kind == Kind::Srq {
+        (nqp + o.rx_depth) as usize
+    } else {
+        2
+    };
+    let mut wc = vec![Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); nwc];
     while rcnt < o.iters || scnt < o.iters {
+        if let Some(ch) = &channel {
+            let ev = ch
+                .get_cq_event()
+                .map_err(|e| fail(format!("Failed to get cq_event: {e}")))?;
+            cq_events += 1;
+            if !ev.is_for(&cq) {
+                return Err(fail(format!("CQ event for unknown CQ {}", ev.cq_handle())));
+            }
+            cq.req_notify(false)
+                .map_err(|_| fail("Couldn't request CQ notification"))?;
+        }
         let ne = loop {
             let ne = cq.poll(&mut wc)?;
-            if ne > 0 {
+            if ne > 0 || o.events {
                 break ne;
             }
-            if o.events {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::hint::spin_loop();
-            }
+            std::hint::spin_loop();
         };
         for w in &wc[..ne] {
             if w.status != WcStatus::Success {
@@ -286,11 +525,15 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
                     w.status, w.status as u32, w.wr_id
                 )));
             }
+            let qi = qps
+                .iter()
+                .position(|q| q.qp_num() == w.qp_num)
+                .ok_or_else(|| fail(format!("Couldn't find QPN {:06x}", w.qp_num)))?;
             match w.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
                     routs -= 1;
-                    if routs <= 1 {
+                    if routs <= low {
                         routs += post_recvs(o.rx_depth - routs);
                         if routs < o.rx_depth {
                             return Err(fail(format!("Couldn't post receive ({routs})")));
@@ -300,11 +543,10 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
                 }
                 other => return Err(fail(format!("Completion for unknown wr_id {other}"))),
             }
-            pending &= !w.wr_id;
-            if scnt < o.iters && pending == 0 {
-                qp.post_send(std::slice::from_ref(&send))
-                    .map_err(|_| fail("Couldn't post send"))?;
-                pending = RECV_WRID | SEND_WRID;
+            pending[qi] &= !w.wr_id;
+            if scnt < o.iters && pending[qi] == 0 {
+                post_send(qi)?;
+                pending[qi] = RECV_WRID | SEND_WRID;
             }
         }
     }
@@ -325,49 +567,85 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
     );
     let mut invalid_pages = 0;
     if o.server.is_none() && o.chk {
-        // The tool's check (a 0 at each page start), plus: the rest of each
-        // page is the 0x7b fill both tools send.
-        let buf = mr.to_vec(0, o.size).map_err(|e| fail(e.to_string()))?;
+        // The tools' check (a 0 at each page start), plus: the rest of
+        // each page is the fill both tools send.
+        let buf = mr.to_vec(off, o.size).map_err(|e| fail(e.to_string()))?;
         for (p, page) in buf.chunks(PAGE).enumerate() {
-            if page[0] != 0 || page[1..].iter().any(|&b| b != 0x7b) {
+            if page[0] != 0 || page[1..].iter().any(|&b| b != kind.fill()) {
                 println!("invalid data in page {p}");
                 invalid_pages += 1;
             }
         }
     }
+    cq.ack_events(cq_events);
     Ok(PingPongResult {
         bytes,
         elapsed,
         invalid_pages,
+        cq_events,
     })
 }
 
-fn client_exchange(host: &str, port: u16, me: &Dest) -> Result<(Dest, IpAddr)> {
+fn read_dests(s: &mut TcpStream, n: usize, what: &str) -> Result<Vec<Dest>> {
+    let mut m = [0u8; MSG_LEN];
+    (0..n)
+        .map(|_| {
+            s.read_exact(&mut m)
+                .map_err(|_| fail(format!("Couldn't read {what}")))?;
+            Dest::from_wire(&m).ok_or_else(|| fail("malformed remote address"))
+        })
+        .collect()
+}
+
+fn write_dests(s: &mut TcpStream, me: &[Dest], what: &str) -> Result<()> {
+    let all: Vec<u8> = me.iter().flat_map(|d| d.to_wire()).collect();
+    s.write_all(&all)
+        .map_err(|_| fail(format!("Couldn't send {what}")))
+}
+
+/// Connects to the server from the device's own address where the family
+/// matches (so that a server that got no GID can address our QP by the
+/// IP the exchange came from), else from wherever the kernel chooses.
+fn connect_from(local: IpAddr, to: &SocketAddr) -> Option<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    if local.is_ipv4() == to.is_ipv4() {
+        let bound = Socket::new(Domain::for_address(*to), Type::STREAM, None)
+            .and_then(|s| s.bind(&SocketAddr::new(local, 0).into()).map(|()| s))
+            .and_then(|s| s.connect(&(*to).into()).map(|()| s));
+        if let Ok(s) = bound {
+            return Some(s.into());
+        }
+    }
+    TcpStream::connect(to).ok()
+}
+
+fn client_exchange(
+    host: &str,
+    port: u16,
+    local: IpAddr,
+    me: &[Dest],
+) -> Result<(Vec<Dest>, IpAddr)> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| fail(format!("{e} for {host}:{port}")))?
         .collect();
     let mut s = addrs
         .iter()
-        .find_map(|a| TcpStream::connect(a).ok())
+        .find_map(|a| connect_from(local, a))
         .ok_or_else(|| fail(format!("Couldn't connect to {host}:{port}")))?;
     let peer = s.peer_addr().map_err(|e| fail(e.to_string()))?.ip();
-    s.write_all(&me.to_wire())
-        .map_err(|_| fail("Couldn't send local address"))?;
-    let mut m = [0u8; MSG_LEN];
-    s.read_exact(&mut m)
-        .map_err(|_| fail("Couldn't read/write remote address"))?;
+    write_dests(&mut s, me, "local address")?;
+    let rem = read_dests(&mut s, me.len(), "remote address")?;
     s.write_all(b"done\0")
         .map_err(|_| fail("Couldn't read/write remote address"))?;
-    let rem = Dest::from_wire(&m).ok_or_else(|| fail("malformed remote address"))?;
     Ok((rem, peer))
 }
 
 fn server_exchange(
     port: u16,
-    me: &Dest,
-    connect: impl FnOnce(&Dest, IpAddr) -> Result<()>,
-) -> Result<(Dest, IpAddr)> {
+    me: &[Dest],
+    connect: &mut dyn FnMut(&[Dest], IpAddr) -> Result<()>,
+) -> Result<(Vec<Dest>, IpAddr)> {
     let l = TcpListener::bind(("::", port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
         .map_err(|_| fail(format!("Couldn't listen to port {port}")))?;
@@ -377,13 +655,9 @@ fn server_exchange(
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     };
-    let mut m = [0u8; MSG_LEN];
-    s.read_exact(&mut m)
-        .map_err(|_| fail("Couldn't read remote address"))?;
-    let rem = Dest::from_wire(&m).ok_or_else(|| fail("malformed remote address"))?;
+    let rem = read_dests(&mut s, me.len(), "remote address")?;
     connect(&rem, peer).map_err(|e| fail(format!("Couldn't connect to remote QP: {e}")))?;
-    s.write_all(&me.to_wire())
-        .map_err(|_| fail("Couldn't send/recv local address"))?;
+    write_dests(&mut s, me, "local address")?;
     let mut done = [0u8; 5];
     s.read_exact(&mut done)
         .map_err(|_| fail("Couldn't send/recv local address"))?;

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use uroce_verbs::pingpong::{Kind, PingPongOptions};
 
 #[derive(Parser)]
 #[command(
@@ -70,7 +71,39 @@ enum Cmd {
     },
     /// rdma-core's ibv_rc_pingpong on uroce: same options, exchange and output.
     #[command(name = "rc-pingpong")]
-    RcPingpong(PingPongArgs),
+    RcPingpong(RcPingPongArgs),
+    /// rdma-core's ibv_uc_pingpong on uroce: same options, exchange and output.
+    #[command(name = "uc-pingpong")]
+    UcPingpong {
+        #[command(flatten)]
+        common: PingPongArgs,
+        /// Path MTU.
+        #[arg(short = 'm', long, default_value_t = 1024)]
+        mtu: u32,
+    },
+    /// rdma-core's ibv_ud_pingpong on uroce: same options, exchange and
+    /// output (Q_Key 0x11111111, data after the 40-byte GRH area).
+    #[command(name = "ud-pingpong")]
+    UdPingpong {
+        #[command(flatten)]
+        common: PingPongArgs,
+    },
+    /// rdma-core's ibv_srq_pingpong on uroce: same options, exchange and
+    /// output (-q RC QPs sharing one SRQ).
+    #[command(name = "srq-pingpong")]
+    SrqPingpong {
+        #[command(flatten)]
+        common: PingPongArgs,
+        /// Path MTU.
+        #[arg(short = 'm', long, default_value_t = 1024)]
+        mtu: u32,
+        /// Number of QPs.
+        #[arg(short = 'q', long = "num-qp", default_value_t = 16)]
+        num_qp: u32,
+        /// On-demand paging (not supported).
+        #[arg(short = 'o', long)]
+        odp: bool,
+    },
     /// Print every RoCEv2 packet (UDP port 4791) of a pcap or pcapng
     /// capture as one JSON object per line, ICRC checked.
     Decode {
@@ -92,6 +125,7 @@ enum Cmd {
     },
 }
 
+/// The options every ping-pong tool takes.
 #[derive(clap::Args)]
 struct PingPongArgs {
     /// Connect to the server at this host (no host: be the server).
@@ -105,12 +139,9 @@ struct PingPongArgs {
     /// Use this port of the device.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     ib_port: u8,
-    /// Size of the message to exchange.
-    #[arg(short = 's', long, default_value_t = 4096)]
-    size: usize,
-    /// Path MTU.
-    #[arg(short = 'm', long, default_value_t = 1024)]
-    mtu: u32,
+    /// Size of the message to exchange (default 4096; UD 1024).
+    #[arg(short = 's', long)]
+    size: Option<usize>,
     /// Number of receives to post at a time.
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     rx_depth: u32,
@@ -129,6 +160,16 @@ struct PingPongArgs {
     /// Validate the received buffer.
     #[arg(short = 'c', long)]
     chk: bool,
+}
+
+/// ibv_rc_pingpong's options.
+#[derive(clap::Args)]
+struct RcPingPongArgs {
+    #[command(flatten)]
+    common: PingPongArgs,
+    /// Path MTU.
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    mtu: u32,
     /// On-demand paging (not supported).
     #[arg(short = 'o', long)]
     odp: bool,
@@ -149,7 +190,7 @@ struct PingPongArgs {
     new_send: bool,
 }
 
-fn rc_pingpong(a: PingPongArgs) -> ExitCode {
+fn rc_pingpong(a: RcPingPongArgs) -> ExitCode {
     for (set, what) in [
         (a.odp, "-o (on-demand paging)"),
         (a.iodp, "-O (implicit on-demand paging)"),
@@ -163,20 +204,26 @@ fn rc_pingpong(a: PingPongArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let o = uroce_verbs::pingpong::PingPongOptions {
+    pingpong(Kind::Rc, a.common, |o| o.mtu = a.mtu)
+}
+
+/// Runs one ping-pong tool; `extra` sets the tool's own options.
+fn pingpong(kind: Kind, a: PingPongArgs, extra: impl FnOnce(&mut PingPongOptions)) -> ExitCode {
+    let mut o = PingPongOptions {
         server: a.server,
         port: a.port,
         ib_dev: a.ib_dev,
         ib_port: a.ib_port,
-        size: a.size,
-        mtu: a.mtu,
+        size: a.size.unwrap_or(kind.default_size()),
         rx_depth: a.rx_depth,
         iters: a.iters,
         sl: a.sl,
         events: a.events,
         gid_idx: a.gid_idx,
         chk: a.chk,
+        ..PingPongOptions::new(kind)
     };
+    extra(&mut o);
     match uroce_verbs::pingpong::run(&o) {
         Ok(r) if r.invalid_pages == 0 => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
@@ -226,6 +273,23 @@ fn main() -> ExitCode {
             }
         }
         Cmd::RcPingpong(a) => rc_pingpong(a),
+        Cmd::UcPingpong { common, mtu } => pingpong(Kind::Uc, common, |o| o.mtu = mtu),
+        Cmd::UdPingpong { common } => pingpong(Kind::Ud, common, |_| {}),
+        Cmd::SrqPingpong {
+            common,
+            mtu,
+            num_qp,
+            odp,
+        } => {
+            if odp {
+                eprintln!("uroce srq-pingpong: -o (on-demand paging) is not supported by uroce");
+                return ExitCode::FAILURE;
+            }
+            pingpong(Kind::Srq, common, |o| {
+                o.mtu = mtu;
+                o.num_qp = num_qp;
+            })
+        }
         Cmd::Decode { file } => uroce_verbs::cli::decode::run(&file),
         Cmd::SamplePcap { file, ipv4, ipv6 } => uroce_verbs::cli::sample::run(&file, ipv4, ipv6),
         Cmd::RcStress {
