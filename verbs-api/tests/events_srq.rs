@@ -348,3 +348,73 @@ fn srq_shared_by_two_rc_qps_with_limit_and_last_wqe() {
     drop((sq1, sq2));
     srq.destroy().unwrap();
 }
+
+/// RTS -> SQD with `en_sqd_async_notify` through the verbs API: a thread
+/// blocked in `get_async_event` wakes with SQ_DRAINED once the WRITE
+/// started before the transition has completed; a WR posted in SQD is
+/// accepted but not started, and SQD -> RTS starts it.
+#[test]
+fn blocking_get_async_event_wakes_on_sq_drained() {
+    let (ai, bi) = ("127.10.24.101", "127.10.24.102");
+    let (a, b) = (open(ai), open(bi));
+    assert_eq!(a.get_async_event().event_type, EventType::PortActive);
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (aqp, bqp) = (
+        qp(&apd, &acq, QpType::Rc, None),
+        qp(&bpd, &bcq, QpType::Rc, None),
+    );
+    connect(&aqp, ai, &bqp, bi);
+    let smr = apd.alloc_mr(1 << 20, ALL).unwrap();
+    smr.write(0, &vec![0x5a; 1 << 20]).unwrap();
+    let rmr = bpd.alloc_mr(1 << 20, ALL).unwrap();
+    let write = |id: u64| {
+        let mut w = SendWr::new(id, WrOpcode::RdmaWrite);
+        w.flags = SendFlags::SIGNALED;
+        w.sg_list.push(smr.sge(0, 1 << 20));
+        w.remote_addr = rmr.addr();
+        w.rkey = rmr.rkey();
+        w
+    };
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| a.get_async_event());
+        // Nothing has happened yet: the waiter is still blocked.
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished());
+        aqp.post_send(&[write(1)]).unwrap();
+        // SQD finishes the WRs it has started and starts no new ones:
+        // move to SQD once WR 1's first packet has landed.
+        let end = std::time::Instant::now() + T;
+        while rmr.to_vec(0, 1).unwrap()[0] != 0x5a {
+            assert!(std::time::Instant::now() < end, "WRITE never started");
+            std::hint::spin_loop();
+        }
+        let sqd = QpAttr {
+            qp_state: QpState::Sqd,
+            en_sqd_async_notify: true,
+            ..QpAttr::default()
+        };
+        aqp.modify(&sqd, AttrMask::STATE | AttrMask::EN_SQD_ASYNC_NOTIFY)
+            .unwrap();
+        // In SQD a newly posted WR waits.
+        aqp.post_send(&[write(2)]).unwrap();
+        let ev = waiter.join().unwrap();
+        assert_eq!(ev.event_type, EventType::SqDrained);
+        assert_eq!(ev.element, EventElement::Qp(aqp.qp_num()));
+    });
+    let c = acq.wait(1, T);
+    assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::Success));
+    assert!(
+        acq.wait(1, Duration::from_millis(100)).is_empty(),
+        "WR 2 waits in SQD"
+    );
+    assert_eq!(aqp.query().unwrap().qp_state, QpState::Sqd);
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        ..QpAttr::default()
+    };
+    aqp.modify(&rts, AttrMask::STATE).unwrap();
+    let c = acq.wait(1, T);
+    assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::Success));
+    assert_eq!(rmr.to_vec(0, 1 << 20).unwrap(), vec![0x5a; 1 << 20]);
+}
