@@ -183,15 +183,29 @@ pub fn compute(ctx: &IpContext, udp_payload: &[u8]) -> Result<u32> {
             LRH_ONES.len() + IPV6_HDR + UDP_HDR + BTH_LEN
         }
     };
-    let mut prefix = [0u8; 72];
+    let body = &udp_payload[BTH_LEN..udp_payload.len() - ICRC_LEN];
+    // Small packets (ACKs, short messages) are hashed in one call from a
+    // stack copy: two short calls cost two serial reductions, about
+    // twice the time of one (measured by the wire_ratio bench). Larger
+    // ones hash the prefix and then the payload where it lies.
+    let mut buf = [0u8; SMALL_BODY + 72];
     for (i, word) in w.iter().enumerate() {
-        prefix[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
+        buf[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
     }
     let mut h = crc32fast::Hasher::new();
-    h.update(&prefix[..n]);
-    h.update(&udp_payload[BTH_LEN..udp_payload.len() - ICRC_LEN]);
+    if body.len() <= SMALL_BODY {
+        buf[n..n + body.len()].copy_from_slice(body);
+        h.update(&buf[..n + body.len()]);
+    } else {
+        h.update(&buf[..n]);
+        h.update(body);
+    }
     Ok(h.finalize())
 }
+
+/// Payloads (after the BTH) up to this long are copied behind the prefix
+/// and hashed in one call.
+const SMALL_BODY: usize = 184;
 
 /// Computes the ICRC given the IP header as it is on the wire (IPv4 with
 /// any options, or the 40-byte IPv6 header), the 8-byte UDP header and
