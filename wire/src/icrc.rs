@@ -300,8 +300,12 @@ pub fn write(ctx: &IpContext, udp_payload: &mut [u8]) -> Result<u32> {
 
 /// Verifies the ICRC of a UDP payload for a fully known IP context.
 pub fn verify(ctx: &IpContext, udp_payload: &[u8]) -> Result<()> {
-    let computed = compute(ctx, udp_payload)?;
-    let found = stored(udp_payload).unwrap_or(0);
+    check(compute(ctx, udp_payload)?, udp_payload)
+}
+
+/// Compares a computed ICRC with the one stored at the end of `bytes`.
+fn check(computed: u32, bytes: &[u8]) -> Result<()> {
+    let found = stored(bytes).unwrap_or(0);
     if cfg!(fuzzing) || computed == found {
         Ok(())
     } else {
@@ -335,6 +339,13 @@ pub fn verify_unknown_ipv4_id(ctx: &IpContext, udp_payload: &[u8]) -> Result<Ipv
     let base_ctx = IpContext::for_socket_v4(src, dst, ctx.src_port, ctx.dst_port);
     // CRC with ID 0 and DF: our own engine's header, the common case.
     let c_df = compute(&base_ctx, udp_payload)?;
+    solve_ipv4_id(found, c_df, udp_payload.len())
+}
+
+/// Given the stored ICRC and the one computed with ID 0 and DF for a
+/// UDP payload of `udp_payload_len` bytes, finds the ID (and flags) the
+/// sender used, if one exists.
+fn solve_ipv4_id(found: u32, c_df: u32, udp_payload_len: usize) -> Result<Ipv4IdSolution> {
     if cfg!(fuzzing) || c_df == found {
         return Ok(Ipv4IdSolution {
             ident: 0,
@@ -347,7 +358,7 @@ pub fn verify_unknown_ipv4_id(ctx: &IpContext, udp_payload: &[u8]) -> Result<Ipv
     // the ID: total = 8 (LRH) + 20 (IP) + udp_len(8 + payload) - 4 (ICRC).
     // So m = (found ^ c_df) * x^-(32 + 8 * after) mod P, and an ID exists
     // iff that remainder has degree < 16 (the map is injective).
-    let total = LRH_ONES.len() + IPV4_HDR + UDP_HDR + udp_payload.len() - ICRC_LEN;
+    let total = LRH_ONES.len() + IPV4_HDR + UDP_HDR + udp_payload_len - ICRC_LEN;
     let id_hi_at = LRH_ONES.len() + 4;
     let after_id = (total - id_hi_at - 2) as u64;
     let m_df = gf2::mul(found ^ c_df, gf2::x_inv8n(after_id + 4));
@@ -362,6 +373,107 @@ pub fn verify_unknown_ipv4_id(ctx: &IpContext, udp_payload: &[u8]) -> Result<Ipv
         found,
         computed: c_df,
     })
+}
+
+/// Bytes a receive buffer keeps in front of the UDP payload for
+/// [`compute_in_place`]: the 8-byte LRH stand-in, an IPv6 header and the
+/// UDP header.
+pub const HEADROOM: usize = LRH_ONES.len() + IPV6_HDR + UDP_HDR;
+
+/// [`compute`] for a UDP payload that sits at `buf[HEADROOM..]`: writes
+/// the masked LRH/IP/UDP prefix into the headroom and masks BTH byte 4 in
+/// place for the duration, so that the ICRC is one pass of crc32fast over
+/// contiguous bytes (no separate pass, and no serial CRC reduction, for
+/// the prefix). `buf[HEADROOM..]` is unchanged afterwards; the headroom is
+/// scratch.
+pub fn compute_in_place(ctx: &IpContext, buf: &mut [u8]) -> Result<u32> {
+    let payload_len = buf.len().saturating_sub(HEADROOM);
+    crate::error::check_len(
+        "BTH+ICRC",
+        buf.get(HEADROOM..).unwrap_or_default(),
+        BTH_LEN + ICRC_LEN,
+    )?;
+    let udp_len = UDP_HDR + payload_len;
+    let ulen = u16::try_from(udp_len)
+        .map_err(|_| Error::OutOfRange("UDP length"))?
+        .to_be_bytes();
+    let (sport, dport) = (ctx.src_port.to_be_bytes(), ctx.dst_port.to_be_bytes());
+    let start = match ctx.ip {
+        IpFields::V4 {
+            src,
+            dst,
+            ident,
+            flags_frag,
+        } => {
+            let total = u16::try_from(IPV4_HDR + udp_len)
+                .map_err(|_| Error::OutOfRange("IPv4 length"))?
+                .to_be_bytes();
+            let (id, ff) = (ident.to_be_bytes(), flags_frag.to_be_bytes());
+            let (s, d) = (src.octets(), dst.octets());
+            // 36 bytes: LRH stand-in, IPv4 (TOS, TTL, checksum masked),
+            // UDP (checksum masked); written as words (see `compute`).
+            let at = HEADROOM - 36;
+            let w = [
+                u64::MAX,
+                u64::from_le_bytes([0x45, 0xff, total[0], total[1], id[0], id[1], ff[0], ff[1]]),
+                u64::from_le_bytes([0xff, 17, 0xff, 0xff, s[0], s[1], s[2], s[3]]),
+                u64::from_le_bytes([
+                    d[0], d[1], d[2], d[3], sport[0], sport[1], dport[0], dport[1],
+                ]),
+            ];
+            for (i, word) in w.iter().enumerate() {
+                buf[at + 8 * i..at + 8 * i + 8].copy_from_slice(&word.to_le_bytes());
+            }
+            buf[HEADROOM - 4..HEADROOM].copy_from_slice(&[ulen[0], ulen[1], 0xff, 0xff]);
+            at
+        }
+        IpFields::V6 { src, dst } => {
+            // 56 bytes: LRH stand-in, IPv6 (traffic class, flow label, hop
+            // limit masked), UDP (checksum masked).
+            let (s, d) = (src.octets(), dst.octets());
+            let w = [
+                u64::MAX,
+                u64::from_le_bytes([0x6f, 0xff, 0xff, 0xff, ulen[0], ulen[1], 17, 0xff]),
+                u64::from_le_bytes(s[..8].try_into().unwrap_or_default()),
+                u64::from_le_bytes(s[8..].try_into().unwrap_or_default()),
+                u64::from_le_bytes(d[..8].try_into().unwrap_or_default()),
+                u64::from_le_bytes(d[8..].try_into().unwrap_or_default()),
+                u64::from_le_bytes([
+                    sport[0], sport[1], dport[0], dport[1], ulen[0], ulen[1], 0xff, 0xff,
+                ]),
+            ];
+            for (i, word) in w.iter().enumerate() {
+                buf[8 * i..8 * i + 8].copy_from_slice(&word.to_le_bytes());
+            }
+            0
+        }
+    };
+    // BTH byte 4 (FECN, BECN, Resv6a) counts as all ones.
+    let b4 = std::mem::replace(&mut buf[HEADROOM + 4], 0xff);
+    let crc = crc32fast::hash(&buf[start..buf.len() - ICRC_LEN]);
+    buf[HEADROOM + 4] = b4;
+    Ok(crc)
+}
+
+/// [`verify`] for a UDP payload at `buf[HEADROOM..]` ([`compute_in_place`]).
+pub fn verify_in_place(ctx: &IpContext, buf: &mut [u8]) -> Result<()> {
+    check(compute_in_place(ctx, buf)?, buf)
+}
+
+/// [`verify_unknown_ipv4_id`] for a UDP payload at `buf[HEADROOM..]`
+/// ([`compute_in_place`]): what the engine runs on every received packet.
+pub fn verify_unknown_ipv4_id_in_place(ctx: &IpContext, buf: &mut [u8]) -> Result<Ipv4IdSolution> {
+    let IpFields::V4 { src, dst, .. } = ctx.ip else {
+        verify_in_place(ctx, buf)?;
+        return Ok(Ipv4IdSolution {
+            ident: 0,
+            flags_frag: 0,
+        });
+    };
+    let base_ctx = IpContext::for_socket_v4(src, dst, ctx.src_port, ctx.dst_port);
+    let c_df = compute_in_place(&base_ctx, buf)?;
+    let found = stored(buf).unwrap_or(0);
+    solve_ipv4_id(found, c_df, buf.len() - HEADROOM)
 }
 
 #[cfg(test)]
@@ -588,10 +700,9 @@ mod tests {
         assert_eq!(stored(&p), Some(0x8847_ddea));
     }
 
-    #[test]
-    fn example1_from_context() {
-        let p = ex1_udp_payload();
-        let ctx = IpContext {
+    /// Example 1's addresses and ports, with its ID and DF.
+    fn ex1_ctx() -> IpContext {
+        IpContext {
             ip: IpFields::V4 {
                 src: Ipv4Addr::new(192, 168, 10, 1),
                 dst: Ipv4Addr::new(192, 168, 10, 2),
@@ -600,7 +711,13 @@ mod tests {
             },
             src_port: 0xc113,
             dst_port: 4791,
-        };
+        }
+    }
+
+    #[test]
+    fn example1_from_context() {
+        let p = ex1_udp_payload();
+        let ctx = ex1_ctx();
         assert_eq!(compute(&ctx, &p).unwrap(), 0x8847_ddea);
         verify(&ctx, &p).unwrap();
         // The ID is solved for when unknown.
@@ -680,11 +797,56 @@ mod tests {
                 let ctx = IpContext::v6(src, dst, sport, dport);
                 (ctx, ipv6_header(src, dst, ulen).to_vec())
             };
+            let c = compute(&ctx, &p).unwrap();
             assert_eq!(
-                compute(&ctx, &p).unwrap(),
+                c,
                 compute_with_ip_header(&ip, &udp, &p).unwrap(),
                 "round {round}"
             );
+            // In place: the same CRC, and the packet bytes unchanged.
+            let mut buf = vec![next() as u8; HEADROOM];
+            buf.extend_from_slice(&p);
+            assert_eq!(
+                compute_in_place(&ctx, &mut buf).unwrap(),
+                c,
+                "round {round}"
+            );
+            assert_eq!(&buf[HEADROOM..], &p[..]);
+        }
+    }
+
+    #[test]
+    fn in_place_socket_verification_solves_the_same_id() {
+        let p = ex1_udp_payload();
+        let IpFields::V4 { src, dst, .. } = ex1_ctx().ip else {
+            unreachable!()
+        };
+        for (ident, ff) in [(0u16, IPV4_DF), (0xb7e3, IPV4_DF), (0x1234, 0)] {
+            let ctx = IpContext {
+                ip: IpFields::V4 {
+                    src,
+                    dst,
+                    ident,
+                    flags_frag: ff,
+                },
+                ..ex1_ctx()
+            };
+            let mut pkt = p.clone();
+            let n = pkt.len();
+            let c = compute(&ctx, &pkt).unwrap();
+            pkt[n - 4..].copy_from_slice(&c.to_le_bytes());
+            let mut buf = vec![0u8; HEADROOM];
+            buf.extend_from_slice(&pkt);
+            let sol = verify_unknown_ipv4_id_in_place(&ex1_ctx(), &mut buf).unwrap();
+            assert_eq!(sol, verify_unknown_ipv4_id(&ex1_ctx(), &pkt).unwrap());
+            assert_eq!((sol.ident, sol.flags_frag), (ident, ff));
+            verify_in_place(&ctx, &mut buf).unwrap();
+            buf[HEADROOM + 13] ^= 1;
+            assert!(verify_unknown_ipv4_id_in_place(&ex1_ctx(), &mut buf).is_err());
+        }
+        // Too short for a BTH and an ICRC after the headroom: an error.
+        for len in [0, HEADROOM, HEADROOM + 15] {
+            assert!(compute_in_place(&ex1_ctx(), &mut vec![0u8; len]).is_err());
         }
     }
 

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
-use uroce_wire::icrc::IpContext;
+use uroce_wire::icrc::{verify_unknown_ipv4_id_in_place, IpContext, HEADROOM};
 use uroce_wire::packet;
 
 pub use device::DeviceConfig;
@@ -144,7 +144,7 @@ impl Engine {
             counters: counters.clone(),
             epoch: Instant::now(),
             buf: vec![0u8; MAX_DATAGRAM],
-            rbuf: vec![0u8; MAX_DATAGRAM],
+            rbuf: vec![0u8; HEADROOM + MAX_DATAGRAM],
             faults: faults.filter(|f| !f.is_none()).map(FaultInjector::new),
             capture: None,
             delayed: BinaryHeap::new(),
@@ -398,12 +398,16 @@ impl Worker {
     fn receive(&mut self) -> bool {
         let mut any = false;
         for _ in 0..64 {
-            let Some((len, from)) = self.port.recv(&mut self.rbuf) else {
+            // Datagrams land after HEADROOM bytes: the ICRC is computed in
+            // place, in one pass over contiguous bytes.
+            let Some((len, from)) = self.port.recv(&mut self.rbuf[HEADROOM..]) else {
                 break;
             };
             any = true;
             let now = self.now();
-            let bytes = &self.rbuf[..len];
+            let ctx = icrc_context(from, self.local_ip);
+            let verified = verify_unknown_ipv4_id_in_place(&ctx, &mut self.rbuf[..HEADROOM + len]);
+            let bytes = &self.rbuf[HEADROOM..HEADROOM + len];
             let pkt = match packet::parse(bytes) {
                 Ok(p) => p,
                 Err(_) => {
@@ -419,8 +423,6 @@ impl Worker {
                     continue;
                 }
             };
-            let ctx = icrc_context(from, self.local_ip);
-            let verified = pkt.verify_icrc_socket(&ctx);
             if let Some(c) = self.capture.as_mut() {
                 let id = verified.map_or((0, true), |s| {
                     (s.ident, s.flags_frag & uroce_wire::icrc::IPV4_DF != 0)
