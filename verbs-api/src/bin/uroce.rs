@@ -43,6 +43,9 @@ enum Cmd {
     },
     /// List the configured devices (UROCE_DEVICES) with their GIDs.
     Devices,
+    /// The directory holding uroce's libibverbs.so.1:
+    /// `LD_LIBRARY_PATH=$(uroce libdir) ibv_devinfo`.
+    Libdir,
     /// Every RC operation between two processes or hosts, every byte
     /// verified: run the server first, then the client with the server's
     /// address.
@@ -340,6 +343,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Libdir => match uroce_verbs::cli::libdir::run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("uroce libdir: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Devices => match uroce_verbs::devices() {
             Ok(list) => {
                 for d in list {

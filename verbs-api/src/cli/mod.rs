@@ -3,4 +3,5 @@
 //! parses the command line and dispatches here.
 
 pub mod decode;
+pub mod libdir;
 pub mod sample;

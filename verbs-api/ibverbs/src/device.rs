@@ -1,0 +1,549 @@
+//! Devices and contexts: the device list (`UROCE_DEVICES`), opening,
+//! queries, asynchronous events.
+
+use crate::ffi::*;
+use crate::objects::{ctx, errno, Ctx, CtxInner};
+use crate::{errno_result, guard, minus_one_result, ptr_result};
+use libc::{c_char, c_int, size_t, ssize_t};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ptr::null_mut;
+use std::sync::OnceLock;
+use uroce_verbs::{Device, EventElement};
+
+crate::symbol_versions! {
+    "IBVERBS_1.1": [ibv_get_device_list, ibv_free_device_list, ibv_get_device_name,
+                    ibv_get_device_guid, ibv_open_device, ibv_close_device,
+                    ibv_get_async_event, ibv_ack_async_event, ibv_query_device,
+                    ibv_query_port, ibv_query_gid, ibv_query_pkey]
+    "IBVERBS_1.5": [ibv_get_pkey_index]
+    "IBVERBS_1.9": [ibv_get_device_index]
+    "IBVERBS_1.11": [_ibv_query_gid_ex, _ibv_query_gid_table]
+    "IBVERBS_PRIVATE_34": [ibv_query_gid_type]
+}
+
+/// A device in the list (`struct ibv_device` first).
+#[repr(C)]
+pub(crate) struct Dev {
+    pub c: ibv_device,
+    pub rust: Device,
+}
+
+/// `*mut Dev` of every configured device, made once and kept for the
+/// process's life (as libibverbs keeps its devices).
+struct DevList(Vec<usize>);
+
+fn device_list() -> Result<&'static [usize], i32> {
+    static LIST: OnceLock<Result<DevList, i32>> = OnceLock::new();
+    let list = LIST.get_or_init(|| {
+        let devs = uroce_verbs::devices().map_err(|e| errno(&e))?;
+        Ok(DevList(
+            devs.into_iter()
+                .map(|d| Box::into_raw(Box::new(new_dev(d))) as usize)
+                .collect(),
+        ))
+    });
+    match list {
+        Ok(l) => Ok(&l.0),
+        Err(e) => Err(*e),
+    }
+}
+
+fn copy_str(dst: &mut [c_char], s: &str) {
+    let room = dst.len().saturating_sub(1);
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(room)) {
+        *d = b as c_char;
+    }
+}
+
+fn new_dev(rust: Device) -> Dev {
+    let mut c = ibv_device {
+        _ops: _ibv_device_ops {
+            _dummy1: null_mut(),
+            _dummy2: null_mut(),
+        },
+        node_type: 1,      // IBV_NODE_CA
+        transport_type: 0, // IBV_TRANSPORT_IB (RoCE is IB transport)
+        name: [0; 64],
+        dev_name: [0; 64],
+        dev_path: [0; 256],
+        ibdev_path: [0; 256],
+    };
+    copy_str(&mut c.name, rust.name());
+    copy_str(&mut c.dev_name, &format!("uverbs-{}", rust.name()));
+    // No sysfs: paths that name the device and exist nowhere.
+    copy_str(&mut c.dev_path, &format!("/uroce/{}", rust.name()));
+    copy_str(&mut c.ibdev_path, &format!("/uroce/{}", rust.name()));
+    Dev { c, rust }
+}
+
+/// # Safety
+/// `num` is NULL or writable.
+#[no_mangle]
+unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    ptr_result(|| {
+        let list = device_list()?;
+        let mut v: Vec<*mut ibv_device> = list.iter().map(|&p| p as *mut ibv_device).collect();
+        let n = v.len();
+        v.push(null_mut());
+        if !num.is_null() {
+            // SAFETY: the caller's out-parameter.
+            unsafe { *num = n as c_int };
+        }
+        // The array is freed by ibv_free_device_list, which needs its
+        // length: it is found from the NULL terminator.
+        Ok(Box::into_raw(v.into_boxed_slice()).cast())
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    guard((), || {
+        if list.is_null() {
+            return;
+        }
+        let mut n = 0;
+        // SAFETY: an array from ibv_get_device_list, NULL-terminated.
+        while !unsafe { *list.add(n) }.is_null() {
+            n += 1;
+        }
+        // SAFETY: that array was a boxed slice of n + 1 pointers.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+    })
+}
+
+/// The uroce device behind a listed `ibv_device`.
+///
+/// # Safety
+/// `d` is NULL or a device from `ibv_get_device_list`.
+unsafe fn dev<'a>(d: *mut ibv_device) -> Result<&'a Dev, i32> {
+    if d.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: devices live for the process; their fields are never
+    // written after creation.
+    Ok(unsafe { &*d.cast::<Dev>() })
+}
+
+#[no_mangle]
+unsafe extern "C" fn ibv_get_device_name(d: *mut ibv_device) -> *const c_char {
+    // SAFETY: the caller's device.
+    match unsafe { dev(d) } {
+        Ok(d) => d.c.name.as_ptr(),
+        Err(e) => {
+            crate::set_errno(e);
+            std::ptr::null()
+        }
+    }
+}
+
+/// The node GUID in network byte order (`__be64`).
+#[no_mangle]
+unsafe extern "C" fn ibv_get_device_guid(d: *mut ibv_device) -> u64 {
+    // SAFETY: the caller's device.
+    unsafe { dev(d) }.map_or(0, |d| d.rust.guid().to_be())
+}
+
+#[no_mangle]
+unsafe extern "C" fn ibv_get_device_index(d: *mut ibv_device) -> c_int {
+    let Ok(list) = device_list() else { return -1 };
+    list.iter()
+        .position(|&p| p == d as usize)
+        .map_or(-1, |i| i as c_int)
+}
+
+#[no_mangle]
+unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
+    ptr_result(|| {
+        // SAFETY: the caller's device.
+        let dv = unsafe { dev(d)? };
+        let rust = dv.rust.open().map_err(|e| errno(&e))?;
+        let async_fd = rust.async_fd();
+        // SAFETY: every field of verbs_context is a nullable function
+        // pointer, a pointer, an integer or a pthread mutex, for all of
+        // which all-zero is valid (NULL, 0, PTHREAD_MUTEX_INITIALIZER).
+        let mut v: verbs_context = unsafe { std::mem::zeroed() };
+        v.query_port = Some(query_port_ex);
+        v.query_device_ex = Some(query_device_ex);
+        v.create_cq_ex = Some(crate::objects::create_cq_ex);
+        v.create_qp_ex = Some(crate::objects::create_qp_ex);
+        v.get_srq_num = Some(get_srq_num);
+        v.sz = std::mem::size_of::<verbs_context>();
+        v.context.device = d;
+        v.context.cmd_fd = -1;
+        v.context.async_fd = async_fd;
+        v.context.num_comp_vectors = 1;
+        v.context.abi_compat = usize::MAX as *mut libc::c_void; // __VERBS_ABI_IS_EXTENDED
+        let ops = &mut v.context.ops;
+        ops.poll_cq = Some(crate::post::poll_cq);
+        ops.req_notify_cq = Some(crate::post::req_notify_cq);
+        ops.post_send = Some(crate::post::post_send);
+        ops.post_recv = Some(crate::post::post_recv);
+        ops.post_srq_recv = Some(crate::post::post_srq_recv);
+        let obj = Box::new(Ctx {
+            v,
+            inner: CtxInner {
+                rust,
+                qps: Mutex::new(HashMap::new()),
+                cqs: Mutex::new(HashMap::new()),
+                srqs: Mutex::new(HashMap::new()),
+            },
+        });
+        let p = Box::into_raw(obj);
+        // SAFETY: just made; the ibv_context is its last field.
+        Ok(unsafe { std::ptr::addr_of_mut!((*p).v.context) })
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
+    minus_one_result(|| {
+        if c.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: made by Box::into_raw in ibv_open_device. Objects the
+        // program did not destroy keep the device's engine alive.
+        drop(unsafe { Box::from_raw(crate::objects::ctx_ptr(c)) });
+        Ok(())
+    })
+}
+
+fn device_attr(ctx: &CtxInner) -> ibv_device_attr {
+    let a = ctx.rust.query_device();
+    // SAFETY: all-zero is a valid ibv_device_attr (integers and chars).
+    let mut o: ibv_device_attr = unsafe { std::mem::zeroed() };
+    copy_str(&mut o.fw_ver, &a.fw_ver);
+    let int = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
+    o.node_guid = a.node_guid.to_be();
+    o.sys_image_guid = a.sys_image_guid.to_be();
+    o.max_mr_size = a.max_mr_size;
+    o.page_size_cap = a.page_size_cap;
+    o.vendor_id = a.vendor_id;
+    o.vendor_part_id = a.vendor_part_id;
+    o.hw_ver = a.hw_ver;
+    o.max_qp = int(a.max_qp);
+    o.max_qp_wr = int(a.max_qp_wr);
+    // IBV_DEVICE_PORT_ACTIVE_EVENT | SYS_IMAGE_GUID | RC_RNR_NAK_GEN
+    // (SRQ_RESIZE is not claimed: resizing is not supported).
+    o.device_cap_flags = (1 << 10) | (1 << 11) | (1 << 12);
+    o.max_sge = int(a.max_sge);
+    o.max_sge_rd = int(a.max_sge);
+    o.max_cq = int(a.max_cq);
+    o.max_cqe = int(a.max_cqe);
+    o.max_mr = int(a.max_mr);
+    o.max_pd = int(a.max_pd);
+    o.max_qp_rd_atom = int(a.max_qp_rd_atom);
+    o.max_res_rd_atom = int(a.max_res_rd_atom);
+    o.max_qp_init_rd_atom = int(a.max_qp_init_rd_atom);
+    o.atomic_cap = int(a.atomic_cap);
+    o.max_ah = int(a.max_qp);
+    // SRQs are supported (uroce's DeviceAttr reports max_srq 0).
+    o.max_srq = int(a.max_qp);
+    o.max_srq_wr = int(a.max_qp_wr);
+    o.max_srq_sge = int(a.max_sge);
+    o.max_pkeys = a.max_pkeys;
+    o.local_ca_ack_delay = 15;
+    o.phys_port_cnt = a.phys_port_cnt;
+    o
+}
+
+#[no_mangle]
+unsafe extern "C" fn ibv_query_device(c: *mut ibv_context, out: *mut ibv_device_attr) -> c_int {
+    errno_result(|| {
+        // SAFETY: a context from ibv_open_device.
+        let ctx = unsafe { ctx(c)? };
+        if out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's output struct.
+        unsafe { *out = device_attr(ctx) };
+        Ok(())
+    })
+}
+
+/// `verbs_context::query_device_ex`: writes the first `size` bytes of
+/// `ibv_device_attr_ex` (older programs pass a shorter struct).
+unsafe extern "C" fn query_device_ex(
+    c: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    out: *mut ibv_device_attr_ex,
+    size: size_t,
+) -> c_int {
+    errno_result(|| {
+        // SAFETY: a context from ibv_open_device.
+        let ctx = unsafe { ctx(c)? };
+        // SAFETY: the caller's input, if any.
+        if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+            return Err(libc::EINVAL);
+        }
+        if out.is_null() || size < std::mem::size_of::<ibv_device_attr>() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: all-zero is valid for this plain-data struct.
+        let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        x.orig_attr = device_attr(ctx);
+        x.phys_port_cnt_ex = 1;
+        let n = size.min(std::mem::size_of::<ibv_device_attr_ex>());
+        // SAFETY: the caller's buffer holds `size` bytes; n <= size.
+        unsafe { std::ptr::copy_nonoverlapping((&raw const x).cast::<u8>(), out.cast(), n) };
+        Ok(())
+    })
+}
+
+fn port_attr(ctx: &CtxInner, port: u8) -> Result<ibv_port_attr, i32> {
+    let p = ctx.rust.query_port(port).map_err(|e| errno(&e))?;
+    // SAFETY: all-zero is valid for this plain-data struct.
+    let mut o: ibv_port_attr = unsafe { std::mem::zeroed() };
+    o.state = p.state as c_int;
+    o.max_mtu = p.max_mtu as c_int;
+    o.active_mtu = p.active_mtu as c_int;
+    o.gid_tbl_len = p.gid_tbl_len as c_int;
+    // IBV_PORT_CM_SUP.
+    o.port_cap_flags = 1 << 16;
+    o.max_msg_sz = p.max_msg_sz;
+    o.pkey_tbl_len = p.pkey_tbl_len;
+    o.lid = p.lid;
+    o.max_vl_num = 1;
+    o.active_width = 1; // 1X
+    o.active_speed = 1; // 2.5 Gb/s (a software device has no line rate)
+    o.phys_state = 5; // LinkUp
+    o.link_layer = p.link_layer;
+    Ok(o)
+}
+
+/// `ibv_query_port`, the exported (compat) entry: programs compiled
+/// against verbs.h reach `query_port_ex` through the verbs_context
+/// instead; this one writes the whole struct as libibverbs 44's does.
+#[no_mangle]
+unsafe extern "C" fn ibv_query_port(
+    c: *mut ibv_context,
+    port: u8,
+    out: *mut ibv_port_attr,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { query_port_ex(c, port, out, std::mem::size_of::<ibv_port_attr>()) }
+}
+
+unsafe extern "C" fn query_port_ex(
+    c: *mut ibv_context,
+    port: u8,
+    out: *mut ibv_port_attr,
+    size: size_t,
+) -> c_int {
+    errno_result(|| {
+        // SAFETY: a context from ibv_open_device.
+        let ctx = unsafe { ctx(c)? };
+        if out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let a = port_attr(ctx, port)?;
+        let n = size.min(std::mem::size_of::<ibv_port_attr>());
+        // SAFETY: the caller's buffer holds `size` bytes; n <= size.
+        unsafe { std::ptr::copy_nonoverlapping((&raw const a).cast::<u8>(), out.cast(), n) };
+        Ok(())
+    })
+}
+
+fn gid(ctx: &CtxInner, port: u32, index: u32) -> Result<[u8; 16], i32> {
+    let port = u8::try_from(port).map_err(|_| libc::EINVAL)?;
+    ctx.rust
+        .query_gid(port, index)
+        .map(|g| g.gid)
+        .map_err(|e| errno(&e))
+}
+
+#[no_mangle]
+unsafe extern "C" fn ibv_query_gid(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    out: *mut ibv_gid,
+) -> c_int {
+    minus_one_result(|| {
+        // SAFETY: a context from ibv_open_device.
+        let ctx = unsafe { ctx(c)? };
+        let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
+        let g = gid(ctx, port as u32, index)?;
+        if out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's output.
+        unsafe { (*out).raw = g };
+        Ok(())
+    })
+}
+
+/// `IBV_GID_TYPE_SYSFS_ROCE_V2` (1) for the one GID (rdma-core private).
+#[no_mangle]
+unsafe extern "C" fn ibv_query_gid_type(
+    c: *mut ibv_context,
+    port: u8,
+    index: u32,
+    out: *mut c_int,
+) -> c_int {
+    minus_one_result(|| {
+        // SAFETY: a context from ibv_open_device.
+        let ctx = unsafe { ctx(c)? };
+        gid(ctx, port as u32, index)?;
+        if out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's output.
+        unsafe { *out = 1 };
+        Ok(())
+    })
+}
+
+fn gid_entry(ctx: &CtxInner, port: u32, index: u32) -> Result<ibv_gid_entry, i32> {
+    Ok(ibv_gid_entry {
+        gid: ibv_gid {
+            raw: gid(ctx, port, index)?,
+        },
+        gid_index: index,
+        port_num: port,
+        gid_type: 2, // IBV_GID_TYPE_ROCE_V2
+        ndev_ifindex: 0,
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn _ibv_query_gid_ex(
+    c: *mut ibv_context,
+    port: u32,
+    index: u32,
+    out: *mut ibv_gid_entry,
+    flags: u32,
+    size: size_t,
+) -> c_int {
+    errno_result(|| {
+        // SAFETY: a context from ibv_open_device.
+        let ctx = unsafe { ctx(c)? };
+        if flags != 0 || out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let e = gid_entry(ctx, port, index)?;
+        let n = size.min(std::mem::size_of::<ibv_gid_entry>());
+        // SAFETY: the caller's buffer holds `size` bytes; n <= size.
+        unsafe { std::ptr::copy_nonoverlapping((&raw const e).cast::<u8>(), out.cast(), n) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn _ibv_query_gid_table(
+    c: *mut ibv_context,
+    out: *mut ibv_gid_entry,
+    max: size_t,
+    flags: u32,
+    size: size_t,
+) -> ssize_t {
+    guard(-(libc::EIO as ssize_t), || {
+        // SAFETY: a context from ibv_open_device.
+        let Ok(ctx) = (unsafe { ctx(c) }) else {
+            return -(libc::EINVAL as ssize_t);
+        };
+        if flags != 0 || size < std::mem::size_of::<ibv_gid_entry>() {
+            return -(libc::EINVAL as ssize_t);
+        }
+        if max == 0 || out.is_null() {
+            return -(libc::EINVAL as ssize_t);
+        }
+        let Ok(e) = gid_entry(ctx, 1, 0) else {
+            return -(libc::EINVAL as ssize_t);
+        };
+        // SAFETY: the caller's array of `max` entries of `size` bytes.
+        unsafe { std::ptr::write_unaligned(out, e) };
+        1
+    })
+}
+
+/// The one P_Key, 0xffff (network order).
+#[no_mangle]
+unsafe extern "C" fn ibv_query_pkey(
+    c: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    out: *mut u16,
+) -> c_int {
+    minus_one_result(|| {
+        // SAFETY: a context from ibv_open_device.
+        let ctx = unsafe { ctx(c)? };
+        port_attr(ctx, port)?;
+        if index != 0 || out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's output.
+        unsafe { *out = 0xffff };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn ibv_get_pkey_index(c: *mut ibv_context, port: u8, pkey: u16) -> c_int {
+    minus_one_result(|| {
+        // SAFETY: a context from ibv_open_device.
+        let ctx = unsafe { ctx(c)? };
+        port_attr(ctx, port)?;
+        if pkey | 0x8000 != 0xffff {
+            return Err(libc::ENOENT);
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn get_srq_num(s: *mut ibv_srq, num: *mut u32) -> c_int {
+    errno_result(|| {
+        // SAFETY: an SRQ from ibv_create_srq.
+        let q = unsafe { crate::objects::srq(s)? };
+        if num.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's output.
+        unsafe { *num = q.rust.handle() };
+        Ok(())
+    })
+}
+
+/// Blocks for the next asynchronous event (or, on a non-blocking
+/// `async_fd`, returns -1 with EAGAIN). Events about objects already
+/// destroyed are skipped.
+#[no_mangle]
+unsafe extern "C" fn ibv_get_async_event(c: *mut ibv_context, out: *mut ibv_async_event) -> c_int {
+    minus_one_result(|| {
+        // SAFETY: a context from ibv_open_device.
+        let ctx = unsafe { ctx(c)? };
+        if out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let nonblock = crate::post::is_nonblocking(ctx.rust.async_fd());
+        loop {
+            let ev = if nonblock {
+                ctx.rust.try_get_async_event().map_err(|e| errno(&e))?
+            } else {
+                ctx.rust.get_async_event()
+            };
+            let element = match ev.element {
+                EventElement::Qp(n) => ctx.qps.lock().get(&n).copied(),
+                EventElement::Cq(h) => ctx.cqs.lock().get(&h).copied(),
+                EventElement::Srq(h) => ctx.srqs.lock().get(&h).copied(),
+                EventElement::Port(p) => Some(p as usize),
+                EventElement::Device => Some(0),
+            };
+            if let Some(e) = element {
+                // SAFETY: the caller's output.
+                unsafe {
+                    *out = ibv_async_event {
+                        element: e as *mut libc::c_void,
+                        event_type: ev.event_type as c_int,
+                    }
+                };
+                return Ok(());
+            }
+        }
+    })
+}
+
+/// Nothing to count: uroce's destroy calls do not wait for acks of
+/// asynchronous events.
+#[no_mangle]
+unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}

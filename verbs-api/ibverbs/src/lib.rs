@@ -1,0 +1,120 @@
+//! # uroce as `libibverbs.so.1`
+//!
+//! A drop-in replacement for rdma-core's libibverbs: programs compiled
+//! against Debian's `<infiniband/verbs.h>` (ibverbs-utils, perftest, your
+//! own) run unmodified on uroce when the dynamic linker finds this library
+//! first:
+//!
+//! ```sh
+//! LD_LIBRARY_PATH=$(uroce libdir) ibv_devinfo
+//! ```
+//!
+//! What it reproduces, and why each part matters to an unmodified binary:
+//!
+//! * **symbol versions**: every function is exported at the version node
+//!   rdma-core gives it (`ibv_get_device_list@@IBVERBS_1.1`,
+//!   `ibv_query_gid_type@@IBVERBS_PRIVATE_34`, ...), since binaries bind
+//!   by version and the loader refuses a library that lacks a node they
+//!   need (`libibverbs.map` declares the nodes, [`symbol_versions`] places
+//!   each symbol);
+//! * **structure layouts** ([`ffi`]): `ibv_post_send`, `ibv_post_recv`,
+//!   `ibv_poll_cq`, `ibv_req_notify_cq` and `ibv_post_srq_recv` are inline
+//!   in `verbs.h` and call through `ibv_context::ops`; `ibv_query_port`,
+//!   `ibv_query_device_ex`, `ibv_create_cq_ex` and `ibv_create_qp_ex` go
+//!   through `struct verbs_context`, which sits before `ibv_context`; the
+//!   `ibv_wr_*` and `ibv_start_poll`/`ibv_next_poll` calls go through
+//!   function pointers in `ibv_qp_ex` and `ibv_cq_ex`. The layout test
+//!   compiles C against the installed header and compares;
+//! * **errors** as libibverbs reports them: NULL with `errno` for
+//!   constructors, the errno value for most calls, -1 with `errno` where
+//!   libibverbs returns -1.
+//!
+//! Each C object is a `#[repr(C)]` Rust struct whose first field is the C
+//! structure, followed by the uroce object it stands for; the pointer the
+//! program holds is the address of both. No panic crosses the boundary:
+//! every entry point runs under [`guard`].
+
+pub mod ffi;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(e: i32) {
+    // SAFETY: __errno_location returns the calling thread's errno slot,
+    // valid for the thread's life.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs `f`, turning a panic into `fail` (with errno EIO): unwinding into C
+/// is undefined behaviour.
+pub(crate) fn guard<T>(fail: T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            set_errno(libc::EIO);
+            fail
+        }
+    }
+}
+
+/// A constructor's result: the object, or NULL with `errno` set.
+pub(crate) fn ptr_result<T>(f: impl FnOnce() -> Result<*mut T, i32>) -> *mut T {
+    guard(std::ptr::null_mut(), || match f() {
+        Ok(p) => p,
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+    })
+}
+
+/// A call that returns 0 or the errno value (and sets `errno` too, as
+/// some callers read it).
+pub(crate) fn errno_result(f: impl FnOnce() -> Result<(), i32>) -> libc::c_int {
+    guard(libc::EIO, || match f() {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            e
+        }
+    })
+}
+
+/// A call that returns 0, or -1 with `errno` set.
+pub(crate) fn minus_one_result(f: impl FnOnce() -> Result<(), i32>) -> libc::c_int {
+    guard(-1, || match f() {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    })
+}
+
+/// Which symbol is exported at which version node (rdma-core's
+/// `libibverbs.map.in`). A `.symver name, name@@NODE` directive makes
+/// `NODE` the symbol's default version; the nodes themselves are declared
+/// in `libibverbs.map`, which build.rs passes to the linker. The assembler
+/// needs each symbol defined in the object the directive is in, so every
+/// module states the versions of its own functions (a module's items stay
+/// in one codegen unit).
+macro_rules! symbol_versions {
+    ($($node:literal: [$($sym:ident),* $(,)?])*) => {
+        #[cfg(not(test))]
+        std::arch::global_asm!(concat!($($(
+            ".symver ", stringify!($sym), ", ", stringify!($sym), "@@", $node, "\n",
+        )*)*));
+        /// This module's exported symbols with their version nodes.
+        #[cfg(test)]
+        pub(crate) const EXPORTS: &[(&str, &str)] = &[$($(($node, stringify!($sym)),)*)*];
+    };
+}
+pub(crate) use symbol_versions;
+
+mod device;
+mod misc;
+mod objects;
+mod post;
+
+#[cfg(test)]
+mod layout_test;

@@ -1,0 +1,55 @@
+//! `uroce libdir`: the directory holding uroce's `libibverbs.so.1`, for
+//! `LD_LIBRARY_PATH=$(uroce libdir) ibv_devinfo`.
+//!
+//! `cargo build` puts the library (`liburoce_ibverbs.so`, package
+//! `uroce-ibverbs`) next to the `uroce` binary, and its build script a
+//! `uroce-ibverbs/libibverbs.so.1` symlink to it; this finds that
+//! directory (making the link if it is missing).
+
+use std::path::{Path, PathBuf};
+
+/// The subdirectory of the binary's directory that holds the link.
+pub const SUBDIR: &str = "uroce-ibverbs";
+
+/// The directory for `exe_dir` (the directory of the `uroce` binary).
+pub fn find(exe_dir: &Path) -> Result<PathBuf, String> {
+    let lib = exe_dir.join("liburoce_ibverbs.so");
+    if !lib.exists() {
+        return Err(format!(
+            "{} is missing: build it with `cargo build --release` (package uroce-ibverbs)",
+            lib.display()
+        ));
+    }
+    let dir = exe_dir.join(SUBDIR);
+    let link = dir.join("libibverbs.so.1");
+    if !link.exists() {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("../liburoce_ibverbs.so", &link)
+            .map_err(|e| format!("{}: {e}", link.display()))?;
+    }
+    Ok(dir)
+}
+
+/// Prints the directory for the running binary.
+pub fn run() -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe.parent().ok_or("the binary has no directory")?;
+    println!("{}", find(dir)?.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn makes_the_link_and_refuses_without_the_library() {
+        let d = std::env::temp_dir().join(format!("uroce-libdir-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        assert!(super::find(&d).is_err());
+        std::fs::write(d.join("liburoce_ibverbs.so"), b"").unwrap();
+        let dir = super::find(&d).unwrap();
+        assert_eq!(dir, d.join(super::SUBDIR));
+        assert!(dir.join("libibverbs.so.1").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
