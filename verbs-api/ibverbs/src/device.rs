@@ -22,10 +22,15 @@ crate::symbol_versions! {
     "IBVERBS_PRIVATE_34": [ibv_query_gid_type]
 }
 
-/// A device in the list (`struct ibv_device` first).
+/// A device in the list: laid out as rdma-core's `struct verbs_device`
+/// (`ibv_device`, then a NULL driver ops pointer and zeroed private
+/// fields), since provider libraries such as libmlx5 recognise their own
+/// devices by reading that ops pointer.
 #[repr(C)]
 pub(crate) struct Dev {
     pub c: ibv_device,
+    /// `verbs_device::ops`, refcount, list node, sysfs, core_support.
+    verbs_device_tail: [usize; 6],
     pub rust: Device,
 }
 
@@ -74,7 +79,11 @@ fn new_dev(rust: Device) -> Dev {
     // No sysfs: paths that name the device and exist nowhere.
     copy_str(&mut c.dev_path, &format!("/uroce/{}", rust.name()));
     copy_str(&mut c.ibdev_path, &format!("/uroce/{}", rust.name()));
-    Dev { c, rust }
+    Dev {
+        c,
+        verbs_device_tail: [0; 6],
+        rust,
+    }
 }
 
 /// # Safety

@@ -96,6 +96,7 @@ fn layouts_match_installed_verbs_h() {
 fn every_node_of_the_map_file_is_declared() {
     let map = include_str!("../libibverbs.map");
     let all = [
+        crate::compat::EXPORTS,
         crate::device::EXPORTS,
         crate::misc::EXPORTS,
         crate::objects::EXPORTS,

@@ -111,6 +111,7 @@ macro_rules! symbol_versions {
 }
 pub(crate) use symbol_versions;
 
+mod compat;
 mod device;
 mod misc;
 mod objects;

@@ -1,0 +1,94 @@
+//! Symbols other rdma-core libraries import from libibverbs, which must
+//! exist for them to load at all: perftest links librdmacm, libmlx5 and
+//! libefa, all built with BIND_NOW, so the loader resolves every symbol
+//! they import (the provider-driver interface of `IBVERBS_PRIVATE_34`,
+//! the kernel-struct copy helpers, ECE) before `main` runs.
+//!
+//! None of them is reached on uroce: `verbs_register_driver_34` (called by
+//! each provider library's constructor) ignores the driver, so no
+//! hardware provider ever opens a device, and librdmacm finds no kernel
+//! RDMA CM. The rest return EOPNOTSUPP (or NULL with errno EOPNOTSUPP).
+
+use libc::{c_char, c_int, c_void};
+
+/// A provider library registers its driver: uroce has its own devices.
+#[no_mangle]
+extern "C" fn verbs_register_driver_34(_ops: *const c_void) {}
+
+/// libmlx5 reads this flag (rdma-core's default: false).
+#[no_mangle]
+static verbs_allow_disassociate_destroy: bool = false;
+
+/// Functions that report "not supported".
+macro_rules! unsupported {
+    (int: $($name:ident),* ; ptr: $($pname:ident),*) => {
+        $(
+            #[no_mangle]
+            extern "C" fn $name() -> c_int {
+                crate::set_errno(libc::EOPNOTSUPP);
+                libc::EOPNOTSUPP
+            }
+        )*
+        $(
+            #[no_mangle]
+            extern "C" fn $pname() -> *mut c_void {
+                crate::set_errno(libc::EOPNOTSUPP);
+                std::ptr::null_mut()
+            }
+        )*
+    };
+}
+
+unsupported! {
+    int: __verbs_log, execute_ioctl, ibv_cmd_advise_mr, ibv_cmd_alloc_dm, ibv_cmd_alloc_mw,
+    ibv_cmd_alloc_pd, ibv_cmd_attach_mcast, ibv_cmd_close_xrcd, ibv_cmd_create_ah,
+    ibv_cmd_create_counters, ibv_cmd_create_cq_ex, ibv_cmd_create_flow,
+    ibv_cmd_create_flow_action_esp, ibv_cmd_create_qp_ex, ibv_cmd_create_qp_ex2,
+    ibv_cmd_create_rwq_ind_table, ibv_cmd_create_srq, ibv_cmd_create_srq_ex, ibv_cmd_create_wq,
+    ibv_cmd_dealloc_mw, ibv_cmd_dealloc_pd, ibv_cmd_dereg_mr, ibv_cmd_destroy_ah,
+    ibv_cmd_destroy_counters, ibv_cmd_destroy_cq, ibv_cmd_destroy_flow,
+    ibv_cmd_destroy_flow_action, ibv_cmd_destroy_qp, ibv_cmd_destroy_rwq_ind_table,
+    ibv_cmd_destroy_srq, ibv_cmd_destroy_wq, ibv_cmd_detach_mcast, ibv_cmd_free_dm,
+    ibv_cmd_get_context, ibv_cmd_modify_cq, ibv_cmd_modify_flow_action_esp, ibv_cmd_modify_qp,
+    ibv_cmd_modify_qp_ex, ibv_cmd_modify_srq, ibv_cmd_modify_wq, ibv_cmd_open_qp,
+    ibv_cmd_open_xrcd, ibv_cmd_query_context, ibv_cmd_query_device_any, ibv_cmd_query_mr,
+    ibv_cmd_query_port, ibv_cmd_query_qp, ibv_cmd_query_srq, ibv_cmd_read_counters,
+    ibv_cmd_reg_dm_mr, ibv_cmd_reg_dmabuf_mr, ibv_cmd_reg_mr, ibv_cmd_rereg_mr,
+    ibv_cmd_resize_cq, ibv_cmd_create_cq, ibv_cmd_create_qp, ibv_cmd_post_send,
+    ibv_cmd_post_recv, ibv_cmd_post_srq_recv, ibv_cmd_poll_cq, ibv_cmd_req_notify_cq,
+    ibv_cmd_create_srq_ex2, verbs_set_ops, verbs_init_cq, verbs_uninit_context,
+    ibv_resolve_eth_l2_from_gid, ibv_query_ece, ibv_set_ece,
+    ibv_copy_ah_attr_from_kern, ibv_copy_path_rec_from_kern, ibv_copy_qp_attr_from_kern;
+    ptr: _verbs_init_and_alloc_context, verbs_open_device
+}
+
+/// There is no sysfs device to point at.
+#[no_mangle]
+extern "C" fn ibv_get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}
+
+crate::symbol_versions! {
+    "IBVERBS_1.0": [ibv_copy_path_rec_from_kern, ibv_copy_qp_attr_from_kern, ibv_get_sysfs_path]
+    "IBVERBS_1.1": [ibv_copy_ah_attr_from_kern, ibv_resolve_eth_l2_from_gid]
+    "IBVERBS_1.10": [ibv_query_ece, ibv_set_ece]
+    "IBVERBS_PRIVATE_34": [verbs_register_driver_34, verbs_allow_disassociate_destroy,
+        __verbs_log, execute_ioctl, ibv_cmd_advise_mr, ibv_cmd_alloc_dm, ibv_cmd_alloc_mw,
+        ibv_cmd_alloc_pd, ibv_cmd_attach_mcast, ibv_cmd_close_xrcd, ibv_cmd_create_ah,
+        ibv_cmd_create_counters, ibv_cmd_create_cq_ex, ibv_cmd_create_flow,
+        ibv_cmd_create_flow_action_esp, ibv_cmd_create_qp_ex, ibv_cmd_create_qp_ex2,
+        ibv_cmd_create_rwq_ind_table, ibv_cmd_create_srq, ibv_cmd_create_srq_ex,
+        ibv_cmd_create_wq, ibv_cmd_dealloc_mw, ibv_cmd_dealloc_pd, ibv_cmd_dereg_mr,
+        ibv_cmd_destroy_ah, ibv_cmd_destroy_counters, ibv_cmd_destroy_cq, ibv_cmd_destroy_flow,
+        ibv_cmd_destroy_flow_action, ibv_cmd_destroy_qp, ibv_cmd_destroy_rwq_ind_table,
+        ibv_cmd_destroy_srq, ibv_cmd_destroy_wq, ibv_cmd_detach_mcast, ibv_cmd_free_dm,
+        ibv_cmd_get_context, ibv_cmd_modify_cq, ibv_cmd_modify_flow_action_esp,
+        ibv_cmd_modify_qp, ibv_cmd_modify_qp_ex, ibv_cmd_modify_srq, ibv_cmd_modify_wq,
+        ibv_cmd_open_qp, ibv_cmd_open_xrcd, ibv_cmd_query_context, ibv_cmd_query_device_any,
+        ibv_cmd_query_mr, ibv_cmd_query_port, ibv_cmd_query_qp, ibv_cmd_query_srq,
+        ibv_cmd_read_counters, ibv_cmd_reg_dm_mr, ibv_cmd_reg_dmabuf_mr, ibv_cmd_reg_mr,
+        ibv_cmd_rereg_mr, ibv_cmd_resize_cq, ibv_cmd_create_cq, ibv_cmd_create_qp,
+        ibv_cmd_post_send, ibv_cmd_post_recv, ibv_cmd_post_srq_recv, ibv_cmd_poll_cq,
+        ibv_cmd_req_notify_cq, ibv_cmd_create_srq_ex2, verbs_set_ops, verbs_init_cq,
+        verbs_uninit_context, _verbs_init_and_alloc_context, verbs_open_device]
+}
