@@ -1,0 +1,381 @@
+/*
+ * Error paths of uroce's libibverbs, through the C API as a program sees it
+ * (compiled against Debian's <infiniband/verbs.h>, run with
+ * LD_LIBRARY_PATH=$(uroce libdir)): every call must return what libibverbs
+ * returns -- NULL + errno, the errno value, -1 + errno, or a completion
+ * with the right status.
+ *
+ * Also the parts the ibverbs-utils and perftest matrix does not reach on
+ * uroce: the ibv_wr_* API on an ibv_qp_ex, ibv_cq_ex polling
+ * (ibv_start_poll/ibv_next_poll/ibv_end_poll), and a completion channel's
+ * descriptor in poll(2).
+ *
+ * Two devices in one process: UROCE_DEVICES names them (the script sets
+ * 127.40.2.1 and 127.40.2.2). Prints one line per check and
+ * "N passed, N failed".
+ */
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (cond) {                                                    \
+			passed++;                                              \
+			printf("ok    ");                                      \
+		} else {                                                       \
+			failed++;                                              \
+			printf("FAIL  ");                                      \
+		}                                                              \
+		printf(__VA_ARGS__);                                           \
+		printf("\n");                                                  \
+	} while (0)
+
+#define MUST(x)                                                                \
+	do {                                                                   \
+		if (!(x)) {                                                    \
+			fprintf(stderr, "setup failed: %s (errno %d)\n", #x,   \
+				errno);                                        \
+			exit(2);                                               \
+		}                                                              \
+	} while (0)
+
+enum { BUF = 4096 };
+
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	char *buf;
+	union ibv_gid gid;
+};
+
+static void open_side(struct side *s, struct ibv_device *dev)
+{
+	MUST(s->ctx = ibv_open_device(dev));
+	MUST(s->pd = ibv_alloc_pd(s->ctx));
+	MUST(s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0));
+	MUST(s->buf = aligned_alloc(4096, BUF));
+	memset(s->buf, 0, BUF);
+	MUST(s->mr = ibv_reg_mr(s->pd, s->buf, BUF,
+				IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					IBV_ACCESS_REMOTE_READ));
+	MUST(ibv_query_gid(s->ctx, 1, 0, &s->gid) == 0);
+}
+
+static struct ibv_qp *rc_qp(struct side *s)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = s->cq,
+		.recv_cq = s->cq,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	return ibv_create_qp(s->pd, &a);
+}
+
+static int to_init(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+				   IBV_ACCESS_REMOTE_READ,
+	};
+	return ibv_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				     IBV_QP_ACCESS_FLAGS);
+}
+
+static int to_rtr(struct ibv_qp *qp, uint32_t dqpn, union ibv_gid *dgid,
+		  int global)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = IBV_MTU_1024,
+		.dest_qp_num = dqpn,
+		.rq_psn = 0,
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 12,
+		.ah_attr = { .is_global = global, .port_num = 1,
+			     .grh = { .dgid = *dgid, .hop_limit = 1 } },
+	};
+	return ibv_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				     IBV_QP_MAX_DEST_RD_ATOMIC |
+				     IBV_QP_MIN_RNR_TIMER);
+}
+
+static int to_rts(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTS,
+		.timeout = 14,
+		.retry_cnt = 7,
+		.rnr_retry = 7,
+		.sq_psn = 0,
+		.max_rd_atomic = 1,
+	};
+	return ibv_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				     IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static void connect_pair(struct side *a, struct side *b)
+{
+	MUST(to_init(a->qp) == 0 && to_init(b->qp) == 0);
+	MUST(to_rtr(a->qp, b->qp->qp_num, &b->gid, 1) == 0);
+	MUST(to_rtr(b->qp, a->qp->qp_num, &a->gid, 1) == 0);
+	MUST(to_rts(a->qp) == 0 && to_rts(b->qp) == 0);
+}
+
+/* Waits up to 5 s for one completion. */
+static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	time_t end = time(NULL) + 5;
+	while (time(NULL) < end) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n)
+			return n;
+	}
+	return 0;
+}
+
+static int post_write(struct side *s, uint32_t lkey, uint64_t raddr,
+		      uint32_t rkey, uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)s->buf, .length = 64,
+			       .lkey = lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = id, .sg_list = &sge, .num_sge = 1,
+		.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+		.wr = { .rdma = { .remote_addr = raddr, .rkey = rkey } },
+	}, *bad = NULL;
+	return ibv_post_send(s->qp, &wr, &bad);
+}
+
+int main(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	MUST(list && n >= 2);
+	struct side a = { 0 }, b = { 0 };
+	open_side(&a, list[0]);
+	open_side(&b, list[1]);
+
+	/* ---- argument and state errors: NULL + errno, errno values */
+	errno = 0;
+	struct ibv_mr *mr = ibv_reg_mr(a.pd, a.buf, BUF, IBV_ACCESS_REMOTE_WRITE);
+	CHECK(!mr && errno == EINVAL,
+	      "reg_mr REMOTE_WRITE without LOCAL_WRITE: NULL, errno EINVAL (%d)", errno);
+	errno = 0;
+	CHECK(!ibv_create_cq(a.ctx, 0, NULL, NULL, 0) && errno == EINVAL,
+	      "create_cq with 0 entries: NULL, errno EINVAL (%d)", errno);
+	struct ibv_qp_init_attr xa = { .send_cq = a.cq, .recv_cq = a.cq,
+				       .cap = { 1, 1, 1, 1, 0 },
+				       .qp_type = IBV_QPT_RAW_PACKET };
+	errno = 0;
+	CHECK(!ibv_create_qp(a.pd, &xa) && errno == EOPNOTSUPP,
+	      "create_qp RAW_PACKET: NULL, errno EOPNOTSUPP (%d)", errno);
+	union ibv_gid g;
+	CHECK(ibv_query_gid(a.ctx, 1, 5, &g) == -1,
+	      "query_gid index 5 of a 1-entry table: -1");
+	struct ibv_port_attr pa;
+	CHECK(ibv_query_port(a.ctx, 2, &pa) == EINVAL,
+	      "query_port 2 of a 1-port device: EINVAL");
+
+	MUST(a.qp = rc_qp(&a));
+	MUST(b.qp = rc_qp(&b));
+	struct ibv_sge sge = { (uintptr_t)a.buf, 8, a.mr->lkey };
+	struct ibv_send_wr swr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND }, *bad = NULL;
+	int rc = ibv_post_send(a.qp, &swr, &bad);
+	CHECK(rc == EINVAL && bad == &swr,
+	      "post_send in RESET: EINVAL (%d), bad_wr = the WR", rc);
+	struct ibv_recv_wr rwr = { .wr_id = 2, .sg_list = &sge, .num_sge = 1 },
+			   *rbad = NULL;
+	rc = ibv_post_recv(a.qp, &rwr, &rbad);
+	CHECK(rc == EINVAL && rbad == &rwr, "post_recv in RESET: EINVAL (%d)", rc);
+	rc = to_rts(a.qp);
+	CHECK(rc == EINVAL, "modify RESET -> RTS: EINVAL (%d)", rc);
+	MUST(to_init(a.qp) == 0);
+	rc = to_rtr(a.qp, b.qp->qp_num, &b.gid, 0);
+	CHECK(rc == EINVAL, "modify to RTR without a GRH on RoCE: EINVAL (%d)", rc);
+	CHECK(a.qp->state == IBV_QPS_INIT, "qp->state follows modify (INIT)");
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	rc = ibv_query_qp(a.qp, &qa, IBV_QP_STATE, &qi);
+	CHECK(rc == 0 && qa.qp_state == IBV_QPS_INIT && qi.cap.max_send_wr >= 16,
+	      "query_qp: INIT, max_send_wr %u", qi.cap.max_send_wr);
+	struct ibv_sge many[2] = { sge, sge };
+	MUST(ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET },
+			   IBV_QP_STATE) == 0);
+
+	/* ---- busy objects */
+	rc = ibv_destroy_cq(a.cq);
+	CHECK(rc == EBUSY, "destroy_cq while a QP uses it: EBUSY (%d)", rc);
+	rc = ibv_dealloc_pd(a.pd);
+	CHECK(rc == EBUSY, "dealloc_pd with an MR and a QP: EBUSY (%d)", rc);
+
+	/* ---- a connected pair: completions with error statuses */
+	connect_pair(&a, &b);
+	swr.sg_list = many;
+	swr.num_sge = 2;
+	rc = ibv_post_send(a.qp, &swr, &bad);
+	CHECK(rc == EINVAL, "post_send with more SGEs than max_send_sge: EINVAL (%d)", rc);
+
+	struct ibv_wc wc;
+	strcpy(a.buf, "hello uroce");
+	MUST(post_write(&a, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey, 10) == 0);
+	CHECK(wait_wc(a.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+		      wc.opcode == IBV_WC_RDMA_WRITE && wc.wr_id == 10 &&
+		      strcmp(b.buf, "hello uroce") == 0,
+	      "RDMA WRITE: success, data arrived");
+
+	MUST(post_write(&a, a.mr->lkey ^ 0x5a5a5a5a, (uintptr_t)b.buf,
+			b.mr->rkey, 11) == 0);
+	CHECK(wait_wc(a.cq, &wc) == 1 && wc.wr_id == 11 &&
+		      wc.status == IBV_WC_LOC_PROT_ERR,
+	      "WRITE with a bad lkey: %s", ibv_wc_status_str(wc.status));
+
+	/* The QP is in error now: reset and reconnect (both sides). */
+	for (struct side *s = &a; s; s = s == &a ? &b : NULL) {
+		MUST(ibv_modify_qp(s->qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET },
+				   IBV_QP_STATE) == 0);
+		while (ibv_poll_cq(s->cq, 1, &wc) > 0)
+			;
+	}
+	connect_pair(&a, &b);
+	MUST(post_write(&a, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey ^ 0x1234, 12) == 0);
+	CHECK(wait_wc(a.cq, &wc) == 1 && wc.wr_id == 12 &&
+		      wc.status == IBV_WC_REM_ACCESS_ERR,
+	      "WRITE with a bad rkey: %s", ibv_wc_status_str(wc.status));
+	MUST(post_write(&a, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey, 13) == 0);
+	CHECK(wait_wc(a.cq, &wc) == 1 && wc.wr_id == 13 &&
+		      wc.status == IBV_WC_WR_FLUSH_ERR,
+	      "WR posted after the error: %s", ibv_wc_status_str(wc.status));
+	struct ibv_async_event ev;
+	rc = ibv_get_async_event(b.ctx, &ev); /* PORT_ACTIVE first */
+	while (rc == 0 && ev.event_type == IBV_EVENT_PORT_ACTIVE) {
+		ibv_ack_async_event(&ev);
+		rc = ibv_get_async_event(b.ctx, &ev);
+	}
+	CHECK(rc == 0 && ev.event_type == IBV_EVENT_QP_ACCESS_ERR &&
+		      ev.element.qp == b.qp,
+	      "responder's async event: %s on its QP",
+	      ibv_event_type_str(ev.event_type));
+	ibv_ack_async_event(&ev);
+
+	/* ---- the ibv_wr_* API and ibv_cq_ex polling */
+	struct ibv_cq_init_attr_ex cqa = { .cqe = 16,
+					   .wc_flags = IBV_WC_STANDARD_FLAGS };
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(a.ctx, &cqa);
+	CHECK(cqx != NULL, "create_cq_ex through verbs_context");
+	struct ibv_qp_init_attr_ex qxa = {
+		.send_cq = ibv_cq_ex_to_cq(cqx), .recv_cq = ibv_cq_ex_to_cq(cqx),
+		.cap = { 16, 16, 1, 1, 64 }, .qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = a.pd,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND,
+	};
+	struct ibv_qp *xqp = ibv_create_qp_ex(a.ctx, &qxa);
+	CHECK(xqp != NULL, "create_qp_ex with send_ops_flags");
+	struct ibv_qp *oldqp = a.qp;
+	a.qp = xqp;
+	MUST(ibv_modify_qp(b.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET },
+			   IBV_QP_STATE) == 0);
+	while (ibv_poll_cq(b.cq, 1, &wc) > 0)
+		;
+	connect_pair(&a, &b);
+	struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(xqp);
+	strcpy(a.buf + 100, "written by ibv_wr_rdma_write");
+	ibv_wr_start(qpx);
+	qpx->wr_id = 77;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 200);
+	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf + 100, 29);
+	qpx->wr_id = 78;
+	ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 300);
+	ibv_wr_set_inline_data(qpx, "inline!", 8);
+	rc = ibv_wr_complete(qpx);
+	CHECK(rc == 0, "ibv_wr_complete: %d", rc);
+	int got = 0, ok = 1;
+	time_t end = time(NULL) + 5;
+	while (got < 2 && time(NULL) < end) {
+		struct ibv_poll_cq_attr pca = { 0 };
+		if (ibv_start_poll(cqx, &pca) != 0)
+			continue;
+		do {
+			ok &= cqx->status == IBV_WC_SUCCESS &&
+			      cqx->wr_id == (uint64_t)(77 + got) &&
+			      ibv_wc_read_opcode(cqx) == IBV_WC_RDMA_WRITE &&
+			      ibv_wc_read_qp_num(cqx) == xqp->qp_num;
+			got++;
+		} while (ibv_next_poll(cqx) == 0);
+		ibv_end_poll(cqx);
+	}
+	CHECK(got == 2 && ok && strcmp(b.buf + 200, "written by ibv_wr_rdma_write") == 0 &&
+		      strcmp(b.buf + 300, "inline!") == 0,
+	      "two WRITEs by ibv_wr_*, completions by ibv_start_poll/next_poll, data arrived");
+	ibv_wr_start(qpx);
+	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8); /* no WR started */
+	rc = ibv_wr_complete(qpx);
+	CHECK(rc == EINVAL, "ibv_wr_set_sge before any WR: wr_complete EINVAL (%d)", rc);
+
+	/* ---- a completion channel's fd in poll(2) */
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(b.ctx);
+	MUST(ch);
+	struct ibv_cq *ccq = ibv_create_cq(b.ctx, 16, &ch, ch, 0);
+	MUST(ccq);
+	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 0) == 0, "channel fd not readable before an event");
+	MUST(ibv_req_notify_cq(ccq, 0) == 0);
+	struct ibv_qp_init_attr cqa2 = { .send_cq = ccq, .recv_cq = ccq,
+					 .cap = { 4, 4, 1, 1, 0 },
+					 .qp_type = IBV_QPT_RC };
+	struct ibv_qp *cqp;
+	MUST(cqp = ibv_create_qp(b.pd, &cqa2));
+	struct ibv_qp *bqp = b.qp;
+	b.qp = cqp;
+	MUST(ibv_modify_qp(xqp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET },
+			   IBV_QP_STATE) == 0);
+	connect_pair(&a, &b);
+	MUST(post_write(&b, b.mr->lkey, (uintptr_t)a.buf, a.mr->rkey, 90) == 0);
+	CHECK(poll(&pfd, 1, 5000) == 1 && (pfd.revents & POLLIN),
+	      "channel fd readable after a completion (poll)");
+	struct ibv_cq *evcq;
+	void *evctx;
+	rc = ibv_get_cq_event(ch, &evcq, &evctx);
+	CHECK(rc == 0 && evcq == ccq && evctx == &ch,
+	      "get_cq_event names the CQ and its cq_context");
+	rc = ibv_destroy_cq(ccq);
+	CHECK(rc == EBUSY, "destroy_cq with an unacknowledged event: EBUSY (%d)", rc);
+	ibv_ack_cq_events(ccq, 1);
+
+	/* ---- teardown in the right order succeeds */
+	MUST(ibv_destroy_qp(cqp) == 0 && ibv_destroy_qp(bqp) == 0);
+	MUST(ibv_destroy_qp(xqp) == 0 && ibv_destroy_qp(oldqp) == 0);
+	CHECK(ibv_destroy_cq(ccq) == 0, "destroy_cq once acknowledged and unused");
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel");
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0, "destroy the ibv_cq_ex");
+	for (struct side *s = &a; s; s = s == &a ? &b : NULL) {
+		MUST(ibv_dereg_mr(s->mr) == 0);
+		MUST(ibv_destroy_cq(s->cq) == 0);
+		MUST(ibv_dealloc_pd(s->pd) == 0);
+		MUST(ibv_close_device(s->ctx) == 0);
+	}
+	ibv_free_device_list(list);
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed != 0;
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Debian's own RDMA programs, unmodified, on uroce's libibverbs.so.1.
+#
+# Installs ibverbs-utils, perftest and libibverbs-dev if missing (as root),
+# builds uroce (release), then runs:
+#   * tests/ibverbs/errors.c: error paths through the C API, the ibv_wr_*
+#     API, ibv_cq_ex polling and a completion channel fd in poll(2);
+#   * ibv_devices and ibv_devinfo;
+#   * ibv_rc/uc/ud/srq_pingpong -c (data checked), server and client in
+#     their own processes;
+#   * perftest's ib_{send,write,read,atomic}_bw and ib_{send,write,read}_lat
+#     over RC, and UC/UD where the tool offers them.
+# Each pair gets its own devices (127.40.<n>.1 and .2, UDP 4791) and TCP
+# port (18700 + n). Prints each program's result line, then
+# "ibverbs matrix: N passed, N failed"; exits non-zero on a failure.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+
+need=()
+command -v ibv_rc_pingpong >/dev/null || need+=(ibverbs-utils)
+command -v ib_write_bw >/dev/null || need+=(perftest)
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+command -v ss >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null 2>&1 || true
+    apt-get install -y -q "${need[@]}" >/dev/null 2>&1
+  fi
+  for p in ibv_rc_pingpong ib_write_bw ss; do
+    command -v $p >/dev/null || { echo "ibverbs matrix: $p missing (apt-get install ${need[*]})"; exit 1; }
+  done
+fi
+
+cargo build --release -q -p uroce-ibverbs -p uroce-verbs || exit 1
+libdir=$("$root/target/release/uroce" libdir) || exit 1
+export LD_LIBRARY_PATH=$libdir
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"; }
+fail() {
+  failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "$2"
+  sed 's/^/      | /' "$tmp/out" | tail -20
+}
+
+# ---- the C error-path program
+cc -O1 -Wall -o "$tmp/errors" tests/ibverbs/errors.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.40.2.1,uroce1=127.40.2.2 timeout 60 "$tmp/errors" >"$tmp/out" 2>&1; then
+  pass "errors.c" "$(tail -1 "$tmp/out")"
+else
+  fail "errors.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- device listing
+export UROCE_DEVICES=uroce0=127.40.3.1,uroce1=127.40.3.2
+if timeout 20 ibv_devices >"$tmp/out" 2>&1 && grep -q "uroce1 .*027572fffe280302" "$tmp/out"; then
+  pass ibv_devices "$(grep uroce0 "$tmp/out" | tr -s ' \t' ' ')"
+else
+  fail ibv_devices "uroce0/uroce1 with their GUIDs not listed"
+fi
+if timeout 20 ibv_devinfo -v >"$tmp/out" 2>&1 && grep -q "PORT_ACTIVE" "$tmp/out" &&
+  grep -q "GID\[  0\]:.*::ffff:127.40.3.2, RoCE v2" "$tmp/out"; then
+  pass ibv_devinfo "$(grep -m1 -E 'active_mtu' "$tmp/out" | tr -s ' \t' ' '),$(grep -m1 'GID\[' "$tmp/out" | tr -s ' \t' ' ')"
+else
+  fail ibv_devinfo "no active port or RoCE v2 GID"
+fi
+
+# ---- server/client pairs
+n=10
+# pair NAME RESULT-REGEX COMMAND ARGS...: the server runs COMMAND ARGS -d
+# uroce0, the client COMMAND ARGS -d uroce1 127.0.0.1 (TCP to the server).
+pair() {
+  local name=$1 regex=$2
+  shift 2
+  n=$((n + 1))
+  local port=$((18700 + n))
+  export UROCE_DEVICES="uroce0=127.40.$n.1,uroce1=127.40.$n.2"
+  timeout 90 "$@" -d uroce0 -p "$port" >"$tmp/server" 2>&1 &
+  local spid=$!
+  for _ in $(seq 100); do
+    ss -Hltn "sport = :$port" | grep -q . && break
+    sleep 0.1
+  done
+  timeout 90 "$@" -d uroce1 -p "$port" 127.0.0.1 >"$tmp/client" 2>&1
+  local crc=$?
+  wait "$spid"
+  local src=$?
+  cat "$tmp/client" - "$tmp/server" <<<"---- server:" >"$tmp/out"
+  local line
+  line=$(grep -m1 -E "$regex" "$tmp/client" | tr -s ' \t' ' ')
+  if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$line" ]; then
+    pass "$name" "$line"
+  else
+    fail "$name" "client exit $crc, server exit $src"
+  fi
+}
+
+pp='iters in'
+for t in rc uc ud srq; do
+  pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
+done
+
+bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
+lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
+pair "ib_send_bw RC" "$bw" ib_send_bw -x 0
+pair "ib_send_bw UC" "$bw" ib_send_bw -x 0 -c UC
+pair "ib_send_bw UD" "$bw" ib_send_bw -x 0 -c UD
+pair "ib_write_bw RC" "$bw" ib_write_bw -x 0
+pair "ib_write_bw UC" "$bw" ib_write_bw -x 0 -c UC
+pair "ib_read_bw RC" "$bw" ib_read_bw -x 0
+pair "ib_atomic_bw RC" "$bw" ib_atomic_bw -x 0
+pair "ib_send_lat RC" "$lat" ib_send_lat -x 0
+pair "ib_send_lat UC" "$lat" ib_send_lat -x 0 -c UC
+pair "ib_send_lat UD" "$lat" ib_send_lat -x 0 -c UD
+pair "ib_write_lat RC" "$lat" ib_write_lat -x 0
+pair "ib_write_lat UC" "$lat" ib_write_lat -x 0 -c UC
+pair "ib_read_lat RC" "$lat" ib_read_lat -x 0
+
+echo "ibverbs matrix: $passed passed, $failed failed"
+[ "$failed" = 0 ]
