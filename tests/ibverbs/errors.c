@@ -15,6 +15,7 @@
  * "N passed, N failed".
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <stdio.h>
@@ -338,6 +339,8 @@ int main(void)
 	MUST(ch);
 	struct ibv_cq *ccq = ibv_create_cq(b.ctx, 16, &ch, ch, 0);
 	MUST(ccq);
+	CHECK(!(fcntl(ch->fd, F_GETFL) & O_NONBLOCK),
+	      "channel fd is blocking, as libibverbs hands it out");
 	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
 	CHECK(poll(&pfd, 1, 0) == 0, "channel fd not readable before an event");
 	MUST(ibv_req_notify_cq(ccq, 0) == 0);
@@ -362,6 +365,11 @@ int main(void)
 	rc = ibv_destroy_cq(ccq);
 	CHECK(rc == EBUSY, "destroy_cq with an unacknowledged event: EBUSY (%d)", rc);
 	ibv_ack_cq_events(ccq, 1);
+	MUST(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
+	errno = 0;
+	rc = ibv_get_cq_event(ch, &evcq, &evctx);
+	CHECK(rc == -1 && errno == EAGAIN,
+	      "get_cq_event on an O_NONBLOCK channel with no event: -1, EAGAIN (%d)", errno);
 
 	/* ---- teardown in the right order succeeds */
 	MUST(ibv_destroy_qp(cqp) == 0 && ibv_destroy_qp(bqp) == 0);

@@ -102,6 +102,8 @@ pp='iters in'
 for t in rc uc ud srq; do
   pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
 done
+# -e: sleep on the completion channel.
+pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
 
 bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
@@ -118,6 +120,8 @@ pair "ib_send_lat UD" "$lat" ib_send_lat -x 0 -c UD
 pair "ib_write_lat RC" "$lat" ib_write_lat -x 0
 pair "ib_write_lat UC" "$lat" ib_write_lat -x 0 -c UC
 pair "ib_read_lat RC" "$lat" ib_read_lat -x 0
+pair "ib_send_bw RC -e" "$bw" ib_send_bw -x 0 -e
+pair "ib_send_lat RC -e" "$lat" ib_send_lat -x 0 -e
 
 echo "ibverbs matrix: $passed passed, $failed failed"
 [ "$failed" = 0 ]

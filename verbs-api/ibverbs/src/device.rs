@@ -168,6 +168,7 @@ unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
         let dv = unsafe { dev(d)? };
         let rust = dv.rust.open().map_err(|e| errno(&e))?;
         let async_fd = rust.async_fd();
+        crate::post::make_blocking(async_fd);
         // SAFETY: every field of verbs_context is a nullable function
         // pointer, a pointer, an integer or a pthread mutex, for all of
         // which all-zero is valid (NULL, 0, PTHREAD_MUTEX_INITIALIZER).

@@ -279,6 +279,7 @@ unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut 
         // SAFETY: a context from ibv_open_device.
         let ctx = unsafe { crate::objects::ctx(context)? };
         let rust = ctx.rust.create_comp_channel().map_err(|e| errno(&e))?;
+        crate::post::make_blocking(rust.fd());
         let obj = Box::new(Chan {
             c: ibv_comp_channel {
                 context,

@@ -13,6 +13,24 @@ crate::symbol_versions! {
     "IBVERBS_1.1": [ibv_get_cq_event, ibv_ack_cq_events]
 }
 
+/// Clears `O_NONBLOCK` on an event descriptor uroce made (its eventfds
+/// start non-blocking). libibverbs hands programs blocking descriptors,
+/// and a program that wants `ibv_get_cq_event`/`ibv_get_async_event` not
+/// to block sets `O_NONBLOCK` itself, which [`is_nonblocking`] then sees.
+/// uroce's own waits poll before reading, and a blocking read with no
+/// event simply waits for the next one, which is what a blocking get
+/// wants.
+pub(crate) fn make_blocking(fd: c_int) {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor this library owns.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl != -1 {
+            libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+        }
+    }
+}
+
+/// True if the program made the descriptor non-blocking.
 pub(crate) fn is_nonblocking(fd: c_int) -> bool {
     // SAFETY: F_GETFL on a descriptor reads its flags; a bad descriptor
     // gives -1.
