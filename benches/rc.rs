@@ -6,6 +6,8 @@
 //!   of our packets at MTU 4096), sendto/recv one datagram per call.
 //! * `rc_pingpong/{2,4096}`: one SEND/RECV round trip per iteration.
 //! * `udp_pingpong/{2,4096}`: one UDP datagram round trip per iteration.
+//! * `rc_pingpong_idle_qps/{0,256,1024}`: the 2-byte round trip with that
+//!   many more connected, idle QP pairs on the same devices.
 //!
 //! Run: `cargo bench -p uroce-benches --bench rc`.
 
@@ -33,27 +35,30 @@ fn end(ip: &str) -> End {
         .expect("open");
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(4096).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: QpCap {
-                max_send_wr: 256,
-                max_recv_wr: 256,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
+    let qp = pd.create_qp(&qp_init(&cq)).unwrap();
     End {
         _ctx: ctx,
         pd,
         cq,
         qp,
+    }
+}
+
+/// An RC QP with both queues on `cq`.
+fn qp_init(cq: &CompletionQueue) -> QpInitAttr<'_> {
+    QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: QpCap {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+        srq: None,
     }
 }
 
@@ -118,29 +123,60 @@ fn bench_rc(c: &mut Criterion) {
         let ma = a.pd.alloc_mr(size, ALL).unwrap();
         let mb = b.pd.alloc_mr(size, ALL).unwrap();
         g.bench_function(BenchmarkId::from_parameter(size), |bch| {
-            bch.iter(|| {
-                b.qp.post_recv(&[RecvWr {
-                    wr_id: 1,
-                    sg_list: [mb.sge(0, size as u32)].into_iter().collect(),
-                }])
-                .unwrap();
-                a.qp.post_recv(&[RecvWr {
-                    wr_id: 2,
-                    sg_list: [ma.sge(0, size as u32)].into_iter().collect(),
-                }])
-                .unwrap();
-                let mut w = SendWr::new(3, WrOpcode::Send);
-                w.flags = SendFlags::SIGNALED;
-                w.sg_list.push(ma.sge(0, size as u32));
-                a.qp.post_send(&[w.clone()]).unwrap();
-                // b: receive, then answer
-                wait_recv(&b.cq);
-                w.sg_list[0] = mb.sge(0, size as u32);
-                b.qp.post_send(&[w]).unwrap();
-                wait_recv(&a.cq);
-            })
+            bch.iter(|| pingpong_once(&a, &b, &ma, &mb, size))
         });
         // Drain send completions left behind.
+        while a.cq.poll_one().is_some() {}
+        while b.cq.poll_one().is_some() {}
+    }
+    g.finish();
+}
+
+/// One SEND/RECV round trip of `size` bytes from a to b and back.
+fn pingpong_once(a: &End, b: &End, ma: &MemoryRegion, mb: &MemoryRegion, size: usize) {
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: [mb.sge(0, size as u32)].into_iter().collect(),
+    }])
+    .unwrap();
+    a.qp.post_recv(&[RecvWr {
+        wr_id: 2,
+        sg_list: [ma.sge(0, size as u32)].into_iter().collect(),
+    }])
+    .unwrap();
+    let mut w = SendWr::new(3, WrOpcode::Send);
+    w.flags = SendFlags::SIGNALED;
+    w.sg_list.push(ma.sge(0, size as u32));
+    a.qp.post_send(&[w.clone()]).unwrap();
+    // b: receive, then answer
+    wait_recv(&b.cq);
+    w.sg_list[0] = mb.sge(0, size as u32);
+    b.qp.post_send(&[w]).unwrap();
+    wait_recv(&a.cq);
+}
+
+/// The 2-byte ping-pong with `n` more connected QP pairs on the same two
+/// devices, all idle: what an idle QP costs the engine's loop.
+fn bench_idle_qps(c: &mut Criterion) {
+    let (a, b) = pair();
+    let ma = a.pd.alloc_mr(2, ALL).unwrap();
+    let mb = b.pd.alloc_mr(2, ALL).unwrap();
+    let mut idle = Vec::new();
+    let mut g = c.benchmark_group("rc_pingpong_idle_qps");
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1));
+    for n in [0usize, 256, 1024] {
+        while idle.len() < n {
+            let qa = a.pd.create_qp(&qp_init(&a.cq)).unwrap();
+            let qb = b.pd.create_qp(&qp_init(&b.cq)).unwrap();
+            let p = RcParams::default();
+            connect_rc(&qa, "127.20.0.2".parse().unwrap(), qb.qp_num(), 1, 2, p).unwrap();
+            connect_rc(&qb, "127.20.0.1".parse().unwrap(), qa.qp_num(), 2, 1, p).unwrap();
+            idle.push((qa, qb));
+        }
+        g.bench_function(BenchmarkId::from_parameter(n), |bch| {
+            bch.iter(|| pingpong_once(&a, &b, &ma, &mb, 2))
+        });
         while a.cq.poll_one().is_some() {}
         while b.cq.poll_one().is_some() {}
     }
@@ -268,5 +304,5 @@ fn bench_udp(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_rc, bench_udp);
+criterion_group!(benches, bench_rc, bench_idle_qps, bench_udp);
 criterion_main!(benches);

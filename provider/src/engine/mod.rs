@@ -26,7 +26,7 @@ use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::SegQueue;
 use socket::{Doorbell, UdpPort};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -141,6 +141,8 @@ impl Engine {
             port,
             local_ip: ip,
             qps: HashMap::new(),
+            dirty: VecDeque::new(),
+            timers: BinaryHeap::new(),
             counters: counters.clone(),
             epoch: Instant::now(),
             buf: vec![0u8; MAX_DATAGRAM],
@@ -257,6 +259,15 @@ impl Drop for Engine {
     }
 }
 
+/// A QP in the engine, with its scheduling state.
+struct Slot {
+    qp: Box<dyn QpMachine>,
+    /// Queued in `Worker::dirty`.
+    dirty: bool,
+    /// The deadline last entered in `Worker::timers`.
+    deadline: Option<Nanos>,
+}
+
 /// A packet the fault injector holds back: (due, order, destination, bytes).
 type Delayed = (Nanos, u64, SocketAddr, Vec<u8>);
 
@@ -265,7 +276,13 @@ struct Worker {
     cmds: Receiver<Command>,
     port: UdpPort,
     local_ip: IpAddr,
-    qps: HashMap<u32, Box<dyn QpMachine>>,
+    qps: HashMap<u32, Slot>,
+    /// QPs that may have packets to send, each once, in the order they
+    /// became so: only these are polled for output.
+    dirty: VecDeque<u32>,
+    /// (deadline, QPN) of every QP's next timer; entries a QP's later
+    /// reschedule made stale are skipped when they come up.
+    timers: BinaryHeap<Reverse<(Nanos, u32)>>,
     counters: Arc<Counters>,
     epoch: Instant,
     buf: Vec<u8>,
@@ -287,7 +304,8 @@ impl Worker {
         while !self.shared.stop.load(Ordering::Acquire) {
             let mut work = self.commands();
             work |= self.receive();
-            while self.shared.ready.pop().is_some() {
+            while let Some(qpn) = self.shared.ready.pop() {
+                self.mark(qpn);
                 work = true;
             }
             work |= self.transmit();
@@ -306,9 +324,10 @@ impl Worker {
             }
             // Block until a packet, a doorbell or the next deadline.
             let deadline = self
-                .qps
-                .values()
-                .filter_map(|q| q.poll_timeout())
+                .timers
+                .peek()
+                .map(|Reverse((t, _))| *t)
+                .into_iter()
                 .chain(self.delayed.peek().map(|Reverse((due, ..))| *due))
                 .min();
             let timeout_ms = match deadline {
@@ -336,24 +355,35 @@ impl Worker {
             any = true;
             match cmd {
                 Command::AddQp(qp, tx) => {
-                    self.qps.insert(qp.qpn(), qp);
+                    let qpn = qp.qpn();
+                    let slot = Slot {
+                        qp,
+                        dirty: false,
+                        deadline: None,
+                    };
+                    self.qps.insert(qpn, slot);
+                    self.mark(qpn);
                     let _ = tx.send(());
                 }
                 Command::Modify(qpn, attr, mask, tx) => {
                     let r = match self.qps.get_mut(&qpn) {
-                        Some(qp) => qp
+                        Some(s) => s
+                            .qp
                             .modify(&attr, mask)
-                            .map(|()| qp.attr())
+                            .map(|()| s.qp.attr())
                             .map_err(EngineError::from),
                         None => Err(EngineError::NoQp(qpn)),
                     };
+                    // A state change can start sending (SQD -> RTS) or
+                    // flushing, and moves timers.
+                    self.mark(qpn);
                     let _ = tx.send(r);
                 }
                 Command::Query(qpn, tx) => {
                     let r = self
                         .qps
                         .get(&qpn)
-                        .map(|q| q.attr())
+                        .map(|s| s.qp.attr())
                         .ok_or(EngineError::NoQp(qpn));
                     let _ = tx.send(r);
                 }
@@ -382,7 +412,7 @@ impl Worker {
                     let _ = tx.send(
                         self.qps
                             .get(&qpn)
-                            .map_or_else(|| "no such QP".into(), |q| format!("{q:#?}")),
+                            .map_or_else(|| "no such QP".into(), |s| format!("{:#?}", s.qp)),
                     );
                 }
                 Command::SetFaults(f, tx) => {
@@ -442,14 +472,19 @@ impl Worker {
                 Counters::inc(&self.counters.cnp_rcvd);
                 continue;
             }
-            match self.qps.get_mut(&pkt.headers.bth.dest_qp) {
-                Some(qp) => {
+            let qpn = pkt.headers.bth.dest_qp;
+            match self.qps.get_mut(&qpn) {
+                Some(s) => {
                     let mut meta = RxMeta::new(from.ip(), self.local_ip);
                     if let Ok(id) = verified {
                         meta.ipv4_id = id.ident;
                         meta.ipv4_flags_frag = id.flags_frag;
                     }
-                    qp.handle_packet(now, &meta, &pkt)
+                    s.qp.handle_packet(now, &meta, &pkt);
+                    if !s.dirty {
+                        s.dirty = true;
+                        self.dirty.push_back(qpn);
+                    }
                 }
                 None => Counters::inc(&self.counters.dropped_pkts),
             }
@@ -460,11 +495,22 @@ impl Worker {
     fn transmit(&mut self) -> bool {
         let mut any = false;
         let now = self.now();
-        for qp in self.qps.values_mut() {
-            for _ in 0..32 {
-                let Some(t) = qp.poll_transmit(now, &mut self.buf) else {
+        // Each QP queued now sends up to 32 packets, then goes to the back
+        // of the queue if it has more: no QP starves the others.
+        for _ in 0..self.dirty.len() {
+            let Some(qpn) = self.dirty.pop_front() else {
+                break;
+            };
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            slot.dirty = false;
+            let mut sent = 0;
+            while sent < 32 {
+                let Some(t) = slot.qp.poll_transmit(now, &mut self.buf) else {
                     break;
                 };
+                sent += 1;
                 any = true;
                 let dst = SocketAddr::new(t.dst, uroce_wire::ROCEV2_UDP_PORT);
                 match self.faults.as_mut() {
@@ -489,6 +535,11 @@ impl Worker {
                     }
                 }
             }
+            if sent == 32 {
+                slot.dirty = true;
+                self.dirty.push_back(qpn);
+            }
+            Self::schedule(&mut self.timers, qpn, slot);
         }
         any |= self.send_delayed();
         any
@@ -518,16 +569,55 @@ impl Worker {
         any
     }
 
+    /// Runs the timers that are due; their QPs are queued for output
+    /// (and rescheduled there).
     fn timers(&mut self) -> bool {
         let now = self.now();
         let mut any = false;
-        for qp in self.qps.values_mut() {
-            if qp.poll_timeout().is_some_and(|t| t <= now) {
-                qp.handle_timeout(now);
+        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            if slot.deadline != Some(t) {
+                continue; // stale: the QP was rescheduled since
+            }
+            slot.deadline = None;
+            if slot.qp.poll_timeout().is_some_and(|d| d <= now) {
+                slot.qp.handle_timeout(now);
                 any = true;
+            }
+            if !slot.dirty {
+                slot.dirty = true;
+                self.dirty.push_back(qpn);
             }
         }
         any
+    }
+
+    /// Queues a QP for output (once).
+    fn mark(&mut self, qpn: u32) {
+        if let Some(s) = self.qps.get_mut(&qpn) {
+            if !s.dirty {
+                s.dirty = true;
+                self.dirty.push_back(qpn);
+            }
+        }
+    }
+
+    /// Enters a QP's next deadline in the timer heap if it changed. Every
+    /// path that touches a QP ends in `transmit`, which calls this.
+    fn schedule(timers: &mut BinaryHeap<Reverse<(Nanos, u32)>>, qpn: u32, slot: &mut Slot) {
+        let d = slot.qp.poll_timeout();
+        if d != slot.deadline {
+            slot.deadline = d;
+            if let Some(t) = d {
+                timers.push(Reverse((t, qpn)));
+            }
+        }
     }
 }
 
