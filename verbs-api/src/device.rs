@@ -232,7 +232,7 @@ impl Context {
             max_qp_init_rd_atom: MAX_RD_ATOM as u32,
             max_res_rd_atom: MAX_RD_ATOM as u32 * (1 << 16),
             atomic_cap: 1,
-            max_srq: 0,
+            max_srq: 1 << 16,
             max_pkeys: 1,
             phys_port_cnt: 1,
             max_inline_data: MAX_INLINE,

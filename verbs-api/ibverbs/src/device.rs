@@ -247,8 +247,7 @@ fn device_attr(ctx: &CtxInner) -> ibv_device_attr {
     o.max_qp_init_rd_atom = int(a.max_qp_init_rd_atom);
     o.atomic_cap = int(a.atomic_cap);
     o.max_ah = int(a.max_qp);
-    // SRQs are supported (uroce's DeviceAttr reports max_srq 0).
-    o.max_srq = int(a.max_qp);
+    o.max_srq = int(a.max_srq);
     o.max_srq_wr = int(a.max_qp_wr);
     o.max_srq_sge = int(a.max_sge);
     o.max_pkeys = a.max_pkeys;
