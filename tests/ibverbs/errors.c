@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <endian.h>
 
 static int passed, failed;
 
@@ -174,6 +175,12 @@ int main(void)
 	struct side a = { 0 }, b = { 0 };
 	open_side(&a, list[0]);
 	open_side(&b, list[1]);
+
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(a.ctx, &da) == 0 && da.phys_port_cnt == 1 &&
+		      da.max_srq > 0 && da.max_qp_wr > 0 &&
+		      da.node_guid == ibv_get_device_guid(list[0]),
+	      "query_device: 1 port, SRQs, node_guid as ibv_get_device_guid");
 
 	/* ---- argument and state errors: NULL + errno, errno values */
 	errno = 0;
@@ -333,6 +340,90 @@ int main(void)
 	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8); /* no WR started */
 	rc = ibv_wr_complete(qpx);
 	CHECK(rc == EINVAL, "ibv_wr_set_sge before any WR: wr_complete EINVAL (%d)", rc);
+
+	/* ---- UD through the ibv_wr_* API: address handle, immediate data in
+	 * network order, the GRH area, an AH back to the sender */
+	{
+		struct ibv_qp_init_attr_ex ua = {
+			.send_cq = ibv_cq_ex_to_cq(cqx), .recv_cq = ibv_cq_ex_to_cq(cqx),
+			.cap = { 8, 8, 1, 1, 0 }, .qp_type = IBV_QPT_UD,
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+			.pd = a.pd, .send_ops_flags = IBV_QP_EX_WITH_SEND_WITH_IMM,
+		};
+		struct ibv_qp *us = ibv_create_qp_ex(a.ctx, &ua);
+		struct ibv_qp_init_attr ra = { .send_cq = b.cq, .recv_cq = b.cq,
+					       .cap = { 8, 8, 1, 1, 0 },
+					       .qp_type = IBV_QPT_UD };
+		struct ibv_qp *ur = ibv_create_qp(b.pd, &ra);
+		MUST(us && ur);
+		for (int i = 0; i < 2; i++) {
+			struct ibv_qp *q = i ? ur : us;
+			struct ibv_qp_attr x = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+						 .qkey = 0x11111111 };
+			MUST(ibv_modify_qp(q, &x, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+						       IBV_QP_PORT | IBV_QP_QKEY) == 0);
+			x.qp_state = IBV_QPS_RTR;
+			MUST(ibv_modify_qp(q, &x, IBV_QP_STATE) == 0);
+			x.qp_state = IBV_QPS_RTS;
+			x.sq_psn = 0;
+			MUST(ibv_modify_qp(q, &x, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+		}
+		struct ibv_ah_attr aha = { .is_global = 0, .port_num = 1 };
+		errno = 0;
+		CHECK(!ibv_create_ah(a.pd, &aha) && errno == EINVAL,
+		      "create_ah without a GRH on RoCE: NULL, EINVAL (%d)", errno);
+		aha.is_global = 1;
+		aha.grh.dgid = b.gid;
+		aha.grh.hop_limit = 64;
+		struct ibv_ah *ah = ibv_create_ah(a.pd, &aha);
+		CHECK(ah != NULL, "create_ah to the peer's GID");
+		struct ibv_sge rs = { (uintptr_t)b.buf + 1024, 40 + 16, b.mr->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 55, .sg_list = &rs, .num_sge = 1 },
+				   *rb;
+		MUST(ibv_post_recv(ur, &rw, &rb) == 0);
+		strcpy(a.buf + 512, "ud datagram");
+		struct ibv_qp_ex *ux = ibv_qp_to_qp_ex(us);
+		ibv_wr_start(ux);
+		ux->wr_id = 56;
+		ux->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send_imm(ux, htobe32(0x01020304));
+		ibv_wr_set_ud_addr(ux, ah, ur->qp_num, 0x11111111);
+		ibv_wr_set_sge(ux, a.mr->lkey, (uintptr_t)a.buf + 512, 12);
+		CHECK(ibv_wr_complete(ux) == 0, "UD SEND with immediate by ibv_wr_*");
+		struct ibv_wc rwc;
+		int got_r = wait_wc(b.cq, &rwc);
+		CHECK(got_r == 1 && rwc.status == IBV_WC_SUCCESS && rwc.wr_id == 55 &&
+			      rwc.opcode == IBV_WC_RECV && rwc.byte_len == 40 + 12 &&
+			      (rwc.wc_flags & IBV_WC_GRH) && (rwc.wc_flags & IBV_WC_WITH_IMM) &&
+			      be32toh(rwc.imm_data) == 0x01020304 &&
+			      rwc.src_qp == us->qp_num &&
+			      strcmp(b.buf + 1024 + 40, "ud datagram") == 0,
+		      "UD receive: GRH + data, imm_data in network order (%08x), src_qp",
+		      be32toh(rwc.imm_data));
+		struct ibv_ah_attr back;
+		rc = ibv_init_ah_from_wc(b.ctx, 1, &rwc,
+					 (struct ibv_grh *)(b.buf + 1024), &back);
+		CHECK(rc == 0 && back.is_global &&
+			      memcmp(&back.grh.dgid, &a.gid, 16) == 0,
+		      "init_ah_from_wc: the GRH names the sender's GID");
+		struct ibv_ah *bah = ibv_create_ah_from_wc(
+			b.pd, &rwc, (struct ibv_grh *)(b.buf + 1024), 1);
+		CHECK(bah != NULL, "create_ah_from_wc");
+		struct ibv_poll_cq_attr pca = { 0 };
+		time_t end2 = time(NULL) + 5;
+		int sc = 0;
+		while (!sc && time(NULL) < end2) {
+			if (ibv_start_poll(cqx, &pca) == 0) {
+				sc = cqx->wr_id == 56 && cqx->status == IBV_WC_SUCCESS ? 1 : -1;
+				ibv_end_poll(cqx);
+			}
+		}
+		CHECK(sc == 1, "UD send completion");
+		rc = ibv_dealloc_pd(b.pd);
+		CHECK(rc == EBUSY, "dealloc_pd with an AH: EBUSY (%d)", rc);
+		MUST(ibv_destroy_ah(bah) == 0 && ibv_destroy_ah(ah) == 0);
+		MUST(ibv_destroy_qp(us) == 0 && ibv_destroy_qp(ur) == 0);
+	}
 
 	/* ---- a completion channel's fd in poll(2) */
 	struct ibv_comp_channel *ch = ibv_create_comp_channel(b.ctx);
