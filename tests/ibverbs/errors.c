@@ -176,6 +176,10 @@ int main(void)
 	open_side(&a, list[0]);
 	open_side(&b, list[1]);
 
+	struct ibv_context *twice = ibv_open_device(list[0]);
+	struct ibv_pd *tpd = twice ? ibv_alloc_pd(twice) : NULL;
+	CHECK(twice && tpd && ibv_dealloc_pd(tpd) == 0 && ibv_close_device(twice) == 0,
+	      "a device opened twice in one process (shares its engine)");
 	struct ibv_device_attr da;
 	CHECK(ibv_query_device(a.ctx, &da) == 0 && da.phys_port_cnt == 1 &&
 		      da.max_srq > 0 && da.max_qp_wr > 0 &&

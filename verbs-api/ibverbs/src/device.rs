@@ -2,14 +2,13 @@
 //! queries, asynchronous events.
 
 use crate::ffi::*;
-use crate::objects::{ctx, errno, Ctx, CtxInner};
+use crate::objects::{ctx, errno, Ctx, CtxInner, Handles};
 use crate::{errno_result, guard, minus_one_result, ptr_result};
 use libc::{c_char, c_int, size_t, ssize_t};
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::ptr::null_mut;
-use std::sync::OnceLock;
-use uroce_verbs::{Device, EventElement};
+use std::sync::{Arc, OnceLock};
+use uroce_verbs::{Context, Device, EventElement};
 
 crate::symbol_versions! {
     "IBVERBS_1.1": [ibv_get_device_list, ibv_free_device_list, ibv_get_device_name,
@@ -32,6 +31,10 @@ pub(crate) struct Dev {
     /// `verbs_device::ops`, refcount, list node, sysfs, core_support.
     verbs_device_tail: [usize; 6],
     pub rust: Device,
+    /// The open uroce context and its handle maps, shared by every
+    /// `ibv_open_device` of this device in the process (a device binds
+    /// its UDP address once), with the number of contexts open.
+    open: Mutex<Option<(Context, Arc<Handles>, usize)>>,
 }
 
 /// `*mut Dev` of every configured device, made once and kept for the
@@ -83,6 +86,7 @@ fn new_dev(rust: Device) -> Dev {
         c,
         verbs_device_tail: [0; 6],
         rust,
+        open: Mutex::new(None),
     }
 }
 
@@ -166,9 +170,23 @@ unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
     ptr_result(|| {
         // SAFETY: the caller's device.
         let dv = unsafe { dev(d)? };
-        let rust = dv.rust.open().map_err(|e| errno(&e))?;
+        let (rust, handles) = {
+            let mut open = dv.open.lock();
+            match &mut *open {
+                Some((c, h, n)) => {
+                    *n += 1;
+                    (c.clone(), h.clone())
+                }
+                None => {
+                    let c = dv.rust.open().map_err(|e| errno(&e))?;
+                    crate::post::make_blocking(c.async_fd());
+                    let h = Arc::new(Handles::default());
+                    *open = Some((c.clone(), h.clone(), 1));
+                    (c, h)
+                }
+            }
+        };
         let async_fd = rust.async_fd();
-        crate::post::make_blocking(async_fd);
         // SAFETY: every field of verbs_context is a nullable function
         // pointer, a pointer, an integer or a pthread mutex, for all of
         // which all-zero is valid (NULL, 0, PTHREAD_MUTEX_INITIALIZER).
@@ -192,12 +210,7 @@ unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
         ops.post_srq_recv = Some(crate::post::post_srq_recv);
         let obj = Box::new(Ctx {
             v,
-            inner: CtxInner {
-                rust,
-                qps: Mutex::new(HashMap::new()),
-                cqs: Mutex::new(HashMap::new()),
-                srqs: Mutex::new(HashMap::new()),
-            },
+            inner: CtxInner { rust, handles },
         });
         let p = Box::into_raw(obj);
         // SAFETY: just made; the ibv_context is its last field.
@@ -213,7 +226,17 @@ unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
         }
         // SAFETY: made by Box::into_raw in ibv_open_device. Objects the
         // program did not destroy keep the device's engine alive.
-        drop(unsafe { Box::from_raw(crate::objects::ctx_ptr(c)) });
+        let ctx = unsafe { Box::from_raw(crate::objects::ctx_ptr(c)) };
+        // SAFETY: the context's device, from the list.
+        if let Ok(dv) = unsafe { dev(ctx.v.context.device) } {
+            let mut open = dv.open.lock();
+            if let Some((_, _, n)) = &mut *open {
+                *n -= 1;
+                if *n == 0 {
+                    *open = None;
+                }
+            }
+        }
         Ok(())
     })
 }
@@ -532,9 +555,9 @@ unsafe extern "C" fn ibv_get_async_event(c: *mut ibv_context, out: *mut ibv_asyn
                 ctx.rust.get_async_event()
             };
             let element = match ev.element {
-                EventElement::Qp(n) => ctx.qps.lock().get(&n).copied(),
-                EventElement::Cq(h) => ctx.cqs.lock().get(&h).copied(),
-                EventElement::Srq(h) => ctx.srqs.lock().get(&h).copied(),
+                EventElement::Qp(n) => ctx.handles.qps.lock().get(&n).copied(),
+                EventElement::Cq(h) => ctx.handles.cqs.lock().get(&h).copied(),
+                EventElement::Srq(h) => ctx.handles.srqs.lock().get(&h).copied(),
                 EventElement::Port(p) => Some(p as usize),
                 EventElement::Device => Some(0),
             };

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::mem::{offset_of, ManuallyDrop};
 use std::ptr::{addr_of, addr_of_mut};
+use std::sync::Arc;
 use uroce_verbs::provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
 use uroce_verbs::{
     Access, AddressHandle, CompChannel, CompletionQueue, Context, Error, MemoryRegion, Mtu,
@@ -51,8 +52,15 @@ pub(crate) struct Ctx {
 
 pub(crate) struct CtxInner {
     pub rust: Context,
-    /// QP number -> `*mut Qp`, CQ handle -> `*mut Cq`, SRQ handle ->
-    /// `*mut Srq`: what asynchronous events name.
+    pub handles: Arc<Handles>,
+}
+
+/// QP number -> `*mut Qp`, CQ handle -> `*mut Cq`, SRQ handle -> `*mut
+/// Srq`: what asynchronous events name. Shared by the contexts of one
+/// device (they share its engine and event queue) and held by every
+/// object, so destroying one after `ibv_close_device` is still sound.
+#[derive(Default)]
+pub(crate) struct Handles {
     pub qps: Mutex<HashMap<u32, usize>>,
     pub cqs: Mutex<HashMap<u32, usize>>,
     pub srqs: Mutex<HashMap<u32, usize>>,
@@ -329,15 +337,10 @@ pub(crate) struct Cq {
 }
 pub(crate) struct CqInner {
     pub rust: ManuallyDrop<CompletionQueue>,
-    pub ctx: *mut Ctx,
+    pub handles: Arc<Handles>,
     /// The completion `ibv_start_poll`/`ibv_next_poll` made current.
     pub cur: Mutex<Wc>,
 }
-// SAFETY: `ctx` is only used to reach the context's Sync half; everything
-// else is Sync.
-unsafe impl Sync for CqInner {}
-// SAFETY: as above.
-unsafe impl Send for CqInner {}
 accessor!(cq, ibv_cq, Cq, CqInner);
 
 fn create_cq(
@@ -403,13 +406,13 @@ fn create_cq(
         },
         inner: CqInner {
             rust: ManuallyDrop::new(rust),
-            ctx: ctx_ptr(context),
+            handles: ctx.handles.clone(),
             cur: Mutex::new(Wc::new(0, WcStatus::Success, WcOpcode::Send, 0)),
         },
     });
     // SAFETY: fully initialised by the write above.
     let p = Box::into_raw(unsafe { b.assume_init() });
-    ctx.cqs.lock().insert(handle, p as usize);
+    ctx.handles.cqs.lock().insert(handle, p as usize);
     Ok(p)
 }
 
@@ -466,10 +469,7 @@ unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
         let handle = rust.handle();
         match rust.destroy() {
             Ok(()) => {
-                // SAFETY: the context outlives its CQs.
-                if let Ok(ctx) = unsafe { ctx(addr_of_mut!((*inner.ctx).v.context)) } {
-                    ctx.cqs.lock().remove(&handle);
-                }
+                inner.handles.cqs.lock().remove(&handle);
                 // SAFETY: as in ibv_dealloc_pd.
                 drop(unsafe { Box::from_raw(obj) });
                 Ok(())
@@ -491,12 +491,8 @@ pub(crate) struct Srq {
 }
 pub(crate) struct SrqInner {
     pub rust: ManuallyDrop<SharedReceiveQueue>,
-    pub ctx: *mut Ctx,
+    pub handles: Arc<Handles>,
 }
-// SAFETY: as for CqInner.
-unsafe impl Sync for SrqInner {}
-// SAFETY: as for CqInner.
-unsafe impl Send for SrqInner {}
 accessor!(srq, ibv_srq, Srq, SrqInner);
 
 #[no_mangle]
@@ -539,11 +535,11 @@ unsafe extern "C" fn ibv_create_srq(p: *mut ibv_pd, attr: *mut ibv_srq_init_attr
             },
             inner: SrqInner {
                 rust: ManuallyDrop::new(rust),
-                ctx: ctx_ptr(context),
+                handles: ctx.handles.clone(),
             },
         });
         let ptr = Box::into_raw(obj);
-        ctx.srqs.lock().insert(handle, ptr as usize);
+        ctx.handles.srqs.lock().insert(handle, ptr as usize);
         Ok(ptr.cast())
     })
 }
@@ -611,10 +607,7 @@ unsafe extern "C" fn ibv_destroy_srq(p: *mut ibv_srq) -> c_int {
         let handle = rust.handle();
         match rust.destroy() {
             Ok(()) => {
-                // SAFETY: the context outlives its SRQs.
-                if let Ok(ctx) = unsafe { ctx(addr_of_mut!((*inner.ctx).v.context)) } {
-                    ctx.srqs.lock().remove(&handle);
-                }
+                inner.handles.srqs.lock().remove(&handle);
                 // SAFETY: as in ibv_dealloc_pd.
                 drop(unsafe { Box::from_raw(obj) });
                 Ok(())
@@ -775,16 +768,12 @@ pub(crate) struct Qp {
 }
 pub(crate) struct QpInner {
     pub rust: QueuePair,
-    pub ctx: *mut Ctx,
+    pub handles: Arc<Handles>,
     pub sq_sig_all: bool,
     /// The WRs built by `ibv_wr_*` since `ibv_wr_start`, and the first
     /// error met while building them (reported by `ibv_wr_complete`).
     pub batch: Mutex<(Vec<SendWr>, i32)>,
 }
-// SAFETY: as for CqInner.
-unsafe impl Sync for QpInner {}
-// SAFETY: as for CqInner.
-unsafe impl Send for QpInner {}
 accessor!(qp, ibv_qp, Qp, QpInner);
 
 fn qp_type_of(t: c_int) -> Result<QpType, i32> {
@@ -883,13 +872,13 @@ fn create_qp(p: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp, i3
         },
         inner: QpInner {
             rust,
-            ctx: ctx_ptr(context),
+            handles: ctx.handles.clone(),
             sq_sig_all: a.sq_sig_all != 0,
             batch: Mutex::new((Vec::new(), 0)),
         },
     });
     let ptr = Box::into_raw(obj);
-    ctx.qps.lock().insert(qpn, ptr as usize);
+    ctx.handles.qps.lock().insert(qpn, ptr as usize);
     Ok(ptr.cast())
 }
 
@@ -1104,13 +1093,9 @@ unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
             return Err(libc::EINVAL);
         }
         let obj = p.cast::<Qp>();
-        // SAFETY: a live QP; the context outlives it.
-        unsafe {
-            let inner = &*addr_of!((*obj).inner);
-            if let Ok(ctx) = ctx(addr_of_mut!((*inner.ctx).v.context)) {
-                ctx.qps.lock().remove(&inner.rust.qp_num());
-            }
-        }
+        // SAFETY: a live QP made by this library.
+        let inner = unsafe { &*addr_of!((*obj).inner) };
+        inner.handles.qps.lock().remove(&inner.rust.qp_num());
         // SAFETY: made by Box::into_raw in create_qp; dropping the uroce QP
         // removes it from the engine.
         drop(unsafe { Box::from_raw(obj) });
