@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Debian's own RDMA programs, unmodified, on uroce's libibverbs.so.1.
 #
-# Installs ibverbs-utils, perftest and libibverbs-dev if missing (as root),
+# Installs ibverbs-utils, perftest, libibverbs-dev and python3-pyverbs if
+# missing (as root),
 # builds uroce (release), then runs:
 #   * tests/ibverbs/errors.c: error paths through the C API, the ibv_wr_*
 #     API, ibv_cq_ex polling and a completion channel fd in poll(2);
-#   * ibv_devices and ibv_devinfo;
+#   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs);
 #   * ibv_rc/uc/ud/srq_pingpong -c (data checked), server and client in
 #     their own processes;
 #   * perftest's ib_{send,write,read,atomic}_bw and ib_{send,write,read}_lat
@@ -21,6 +22,7 @@ need=()
 command -v ibv_rc_pingpong >/dev/null || need+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null || need+=(perftest)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+/usr/bin/python3 -c 'import pyverbs' 2>/dev/null || need+=(python3-pyverbs)
 command -v ss >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
@@ -66,6 +68,28 @@ if timeout 20 ibv_devinfo -v >"$tmp/out" 2>&1 && grep -q "PORT_ACTIVE" "$tmp/out
   pass ibv_devinfo "$(grep -m1 -E 'active_mtu' "$tmp/out" | tr -s ' \t' ' '),$(grep -m1 'GID\[' "$tmp/out" | tr -s ' \t' ' ')"
 else
   fail ibv_devinfo "no active port or RoCE v2 GID"
+fi
+
+# ---- pyverbs binds every libibverbs symbol, by version, at import
+if /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then
+  if timeout 30 /usr/bin/python3 - >"$tmp/out" 2>&1 <<'EOF'
+import pyverbs.device as d
+import pyverbs.enums as e
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+names = [x.name.decode() for x in d.get_device_list()]
+ctx = d.Context(name="uroce0")
+pd = PD(ctx)
+mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+mr.write(b"pyverbs", 7)
+assert mr.read(7, 0) == b"pyverbs"
+print(f"devices {names}, port state {ctx.query_port(1).state}, gid {ctx.query_gid(1, 0)}")
+EOF
+  then
+    pass pyverbs "$(tail -1 "$tmp/out")"
+  else
+    fail pyverbs "import or calls failed"
+  fi
 fi
 
 # ---- server/client pairs

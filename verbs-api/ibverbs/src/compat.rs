@@ -1,5 +1,9 @@
-//! Symbols other rdma-core libraries import from libibverbs, which must
-//! exist for them to load at all: perftest links librdmacm, libmlx5 and
+//! The rest of libibverbs' exported symbols, so that every program or
+//! library linked against rdma-core (up to IBVERBS_1.18) finds what it
+//! binds: the calls uroce does not do (importing objects, dma-bufs,
+//! device memory handles, completion counters, port speed) report
+//! EOPNOTSUPP. And the symbols other rdma-core libraries import, which
+//! must exist for them to load at all: perftest links librdmacm, libmlx5 and
 //! libefa, all built with BIND_NOW, so the loader resolves every symbol
 //! they import (the provider-driver interface of `IBVERBS_PRIVATE_34`,
 //! the kernel-struct copy helpers, ECE) before `main` runs.
@@ -58,9 +62,22 @@ unsupported! {
     ibv_cmd_post_recv, ibv_cmd_post_srq_recv, ibv_cmd_poll_cq, ibv_cmd_req_notify_cq,
     ibv_cmd_create_srq_ex2, verbs_set_ops, verbs_init_cq, verbs_uninit_context,
     ibv_resolve_eth_l2_from_gid, ibv_query_ece, ibv_set_ece,
-    ibv_copy_ah_attr_from_kern, ibv_copy_path_rec_from_kern, ibv_copy_qp_attr_from_kern;
-    ptr: _verbs_init_and_alloc_context, verbs_open_device
+    ibv_copy_ah_attr_from_kern, ibv_copy_path_rec_from_kern, ibv_copy_qp_attr_from_kern,
+    ibv_copy_path_rec_to_kern, __ioctl_final_num_attrs, ibv_read_ibdev_sysfs_file,
+    ibv_unimport_pd, ibv_unimport_mr, ibv_unimport_dm, ibv_dealloc_dmah,
+    ibv_dm_export_dmabuf_fd, ibv_query_port_speed, ibv_free_buf,
+    _ibv_query_comp_cntr_caps, ibv_destroy_comp_cntr, ibv_export_buf_dmabuf_fd,
+    ibv_inc_comp_cntr, ibv_inc_err_comp_cntr, ibv_qp_attach_comp_cntr, ibv_read_comp_cntr,
+    ibv_read_err_comp_cntr, ibv_set_comp_cntr, ibv_set_err_comp_cntr;
+    ptr: _verbs_init_and_alloc_context, verbs_open_device, ibv_import_device, ibv_import_pd,
+    ibv_import_mr, ibv_import_dm, ibv_reg_dmabuf_mr, ibv_alloc_dmah, ibv_reg_mr_ex,
+    ibv_alloc_buf, ibv_reg_buf_mr, ibv_create_comp_cntr
 }
+
+/// The pre-1.1 driver registration (a hidden version in rdma-core):
+/// ignored, as `verbs_register_driver_34`.
+#[no_mangle]
+extern "C" fn ibv_register_driver(_name: *const c_char, _init: *const c_void) {}
 
 /// There is no sysfs device to point at.
 #[no_mangle]
@@ -69,9 +86,20 @@ extern "C" fn ibv_get_sysfs_path() -> *const c_char {
 }
 
 crate::symbol_versions! {
-    "IBVERBS_1.0": [ibv_copy_path_rec_from_kern, ibv_copy_qp_attr_from_kern, ibv_get_sysfs_path]
-    "IBVERBS_1.1": [ibv_copy_ah_attr_from_kern, ibv_resolve_eth_l2_from_gid]
-    "IBVERBS_1.10": [ibv_query_ece, ibv_set_ece]
+    "IBVERBS_1.0": [ibv_copy_path_rec_from_kern, ibv_copy_qp_attr_from_kern, ibv_get_sysfs_path,
+                    ibv_copy_path_rec_to_kern]
+    "IBVERBS_1.1": [ibv_copy_ah_attr_from_kern, ibv_resolve_eth_l2_from_gid, ibv_register_driver]
+    "IBVERBS_1.10": [ibv_query_ece, ibv_set_ece, ibv_import_device, ibv_import_pd, ibv_import_mr,
+                     ibv_unimport_pd, ibv_unimport_mr]
+    "IBVERBS_1.12": [ibv_reg_dmabuf_mr]
+    "IBVERBS_1.13": [ibv_import_dm, ibv_unimport_dm]
+    "IBVERBS_1.15": [ibv_alloc_dmah, ibv_dealloc_dmah, ibv_reg_mr_ex]
+    "IBVERBS_1.16": [ibv_dm_export_dmabuf_fd, ibv_query_port_speed]
+    "IBVERBS_1.17": [ibv_alloc_buf, ibv_free_buf, ibv_reg_buf_mr]
+    "IBVERBS_1.18": [_ibv_query_comp_cntr_caps, ibv_create_comp_cntr, ibv_destroy_comp_cntr,
+                     ibv_export_buf_dmabuf_fd, ibv_inc_comp_cntr, ibv_inc_err_comp_cntr,
+                     ibv_qp_attach_comp_cntr, ibv_read_comp_cntr, ibv_read_err_comp_cntr,
+                     ibv_set_comp_cntr, ibv_set_err_comp_cntr]
     "IBVERBS_PRIVATE_34": [verbs_register_driver_34, verbs_allow_disassociate_destroy,
         __verbs_log, execute_ioctl, ibv_cmd_advise_mr, ibv_cmd_alloc_dm, ibv_cmd_alloc_mw,
         ibv_cmd_alloc_pd, ibv_cmd_attach_mcast, ibv_cmd_close_xrcd, ibv_cmd_create_ah,
@@ -90,5 +118,6 @@ crate::symbol_versions! {
         ibv_cmd_rereg_mr, ibv_cmd_resize_cq, ibv_cmd_create_cq, ibv_cmd_create_qp,
         ibv_cmd_post_send, ibv_cmd_post_recv, ibv_cmd_post_srq_recv, ibv_cmd_poll_cq,
         ibv_cmd_req_notify_cq, ibv_cmd_create_srq_ex2, verbs_set_ops, verbs_init_cq,
-        verbs_uninit_context, _verbs_init_and_alloc_context, verbs_open_device]
+        verbs_uninit_context, _verbs_init_and_alloc_context, verbs_open_device,
+        __ioctl_final_num_attrs, ibv_read_ibdev_sysfs_file]
 }
