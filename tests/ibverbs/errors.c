@@ -277,6 +277,9 @@ int main(void)
 	CHECK(wait_wc(a.cq, &wc) == 1 && wc.wr_id == 13 &&
 		      wc.status == IBV_WC_WR_FLUSH_ERR,
 	      "WR posted after the error: %s", ibv_wc_status_str(wc.status));
+	struct pollfd afd = { .fd = b.ctx->async_fd, .events = POLLIN };
+	CHECK(poll(&afd, 1, 5000) == 1 && (afd.revents & POLLIN),
+	      "async_fd readable while events wait (poll)");
 	struct ibv_async_event ev;
 	rc = ibv_get_async_event(b.ctx, &ev); /* PORT_ACTIVE first */
 	while (rc == 0 && ev.event_type == IBV_EVENT_PORT_ACTIVE) {
@@ -288,6 +291,15 @@ int main(void)
 	      "responder's async event: %s on its QP",
 	      ibv_event_type_str(ev.event_type));
 	ibv_ack_async_event(&ev);
+	MUST(fcntl(b.ctx->async_fd, F_SETFL,
+		   fcntl(b.ctx->async_fd, F_GETFL) | O_NONBLOCK) == 0);
+	int drained = 0;
+	while ((rc = ibv_get_async_event(b.ctx, &ev)) == 0 && drained < 100) {
+		ibv_ack_async_event(&ev);
+		drained++;
+	}
+	CHECK(rc == -1 && errno == EAGAIN,
+	      "O_NONBLOCK async_fd drained: -1, EAGAIN (%d) after %d more", errno, drained);
 
 	/* ---- the ibv_wr_* API and ibv_cq_ex polling */
 	struct ibv_cq_init_attr_ex cqa = { .cqe = 16,
