@@ -118,13 +118,13 @@ static int to_rtr(struct ibv_qp *qp, uint32_t dqpn, union ibv_gid *dgid,
 				     IBV_QP_MIN_RNR_TIMER);
 }
 
-static int to_rts(struct ibv_qp *qp)
+static int to_rts_rnr(struct ibv_qp *qp, int rnr_retry)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_RTS,
 		.timeout = 14,
 		.retry_cnt = 7,
-		.rnr_retry = 7,
+		.rnr_retry = rnr_retry,
 		.sq_psn = 0,
 		.max_rd_atomic = 1,
 	};
@@ -132,6 +132,11 @@ static int to_rts(struct ibv_qp *qp)
 			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 				     IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static int to_rts(struct ibv_qp *qp)
+{
+	return to_rts_rnr(qp, 7);
 }
 
 static void connect_pair(struct side *a, struct side *b)
@@ -239,6 +244,40 @@ int main(void)
 	CHECK(rc == EBUSY, "destroy_cq while a QP uses it: EBUSY (%d)", rc);
 	rc = ibv_dealloc_pd(a.pd);
 	CHECK(rc == EBUSY, "dealloc_pd with an MR and a QP: EBUSY (%d)", rc);
+
+	/* ---- SRQ errors; what uroce does not do */
+	struct ibv_srq_init_attr sia = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(a.pd, &sia);
+	CHECK(srq && sia.attr.max_wr >= 8, "create_srq");
+	MUST(srq);
+	struct ibv_srq_attr sa = { .srq_limit = 100 };
+	rc = ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT);
+	CHECK(rc == EINVAL, "modify_srq with a limit above max_wr: EINVAL (%d)", rc);
+	struct ibv_recv_wr srw = { .wr_id = 3, .sg_list = many, .num_sge = 2 },
+			   *sbad = NULL;
+	rc = ibv_post_srq_recv(srq, &srw, &sbad);
+	CHECK(rc == EINVAL && sbad == &srw,
+	      "post_srq_recv with more SGEs than max_sge: EINVAL (%d)", rc);
+	struct ibv_qp_init_attr sqa = { .send_cq = a.cq, .recv_cq = a.cq, .srq = srq,
+					.cap = { 4, 4, 1, 1, 0 },
+					.qp_type = IBV_QPT_RC };
+	struct ibv_qp *sqp = ibv_create_qp(a.pd, &sqa);
+	MUST(sqp && to_init(sqp) == 0);
+	srw.num_sge = 1;
+	rc = ibv_post_recv(sqp, &srw, &sbad);
+	CHECK(rc == EINVAL, "post_recv on a QP that receives from an SRQ: EINVAL (%d)", rc);
+	rc = ibv_destroy_srq(srq);
+	CHECK(rc == EBUSY, "destroy_srq while a QP uses it: EBUSY (%d)", rc);
+	MUST(ibv_destroy_qp(sqp) == 0);
+	CHECK(ibv_destroy_srq(srq) == 0, "destroy_srq once unused");
+	rc = ibv_resize_cq(a.cq, 128);
+	CHECK(rc == EOPNOTSUPP, "resize_cq: EOPNOTSUPP (%d)", rc);
+	rc = ibv_attach_mcast(a.qp, &a.gid, 0);
+	CHECK(rc == EOPNOTSUPP, "attach_mcast: EOPNOTSUPP (%d)", rc);
+	uint16_t pkey = 0;
+	CHECK(ibv_query_pkey(a.ctx, 1, 0, &pkey) == 0 && pkey == 0xffff &&
+		      ibv_query_pkey(a.ctx, 1, 1, &pkey) == -1,
+	      "query_pkey: 0xffff at index 0, -1 past the table");
 
 	/* ---- a connected pair: completions with error statuses */
 	connect_pair(&a, &b);
@@ -477,6 +516,28 @@ int main(void)
 	rc = ibv_get_cq_event(ch, &evcq, &evctx);
 	CHECK(rc == -1 && errno == EAGAIN,
 	      "get_cq_event on an O_NONBLOCK channel with no event: -1, EAGAIN (%d)", errno);
+
+	/* ---- RNR: a SEND that finds no receive, with rnr_retry 0 */
+	{
+		struct ibv_qp *s1 = rc_qp(&a), *r1 = rc_qp(&b);
+		MUST(s1 && r1 && to_init(s1) == 0 && to_init(r1) == 0);
+		MUST(to_rtr(s1, r1->qp_num, &b.gid, 1) == 0);
+		MUST(to_rtr(r1, s1->qp_num, &a.gid, 1) == 0);
+		MUST(to_rts_rnr(s1, 0) == 0 && to_rts(r1) == 0);
+		while (ibv_poll_cq(a.cq, 1, &wc) > 0)
+			;
+		struct ibv_sge ss = { (uintptr_t)a.buf, 8, a.mr->lkey };
+		struct ibv_send_wr sw = { .wr_id = 95, .sg_list = &ss, .num_sge = 1,
+					  .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED },
+				   *sb;
+		MUST(ibv_post_send(s1, &sw, &sb) == 0);
+		CHECK(wait_wc(a.cq, &wc) == 1 && wc.wr_id == 95 &&
+			      wc.status == IBV_WC_RNR_RETRY_EXC_ERR,
+		      "SEND without a receive, rnr_retry 0: %s",
+		      ibv_wc_status_str(wc.status));
+		MUST(ibv_destroy_qp(s1) == 0 && ibv_destroy_qp(r1) == 0);
+	}
 
 	/* ---- teardown in the right order succeeds */
 	MUST(ibv_destroy_qp(cqp) == 0 && ibv_destroy_qp(bqp) == 0);
