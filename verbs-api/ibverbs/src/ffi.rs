@@ -1,9 +1,9 @@
 //! rdma-core's structures, as `verbs.h` (libibverbs-dev 44) lays them out.
 //!
 //! Names and field order follow the header so a reader can check them side
-//! by side; the layout test (`tests` below, and `layout.c`) compiles C
-//! against the installed header and compares every size and offset used
-//! here.
+//! by side; the layout test (`layout_test.rs`) generates C from
+//! [`layout_table!`], compiles it against the installed header and
+//! compares every size and every listed offset with Rust's.
 #![allow(non_camel_case_types, missing_docs)]
 
 use libc::{c_char, c_int, c_uint, c_void, pthread_cond_t, pthread_mutex_t, size_t};

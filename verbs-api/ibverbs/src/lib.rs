@@ -32,7 +32,8 @@
 //! Each C object is a `#[repr(C)]` Rust struct whose first field is the C
 //! structure, followed by the uroce object it stands for; the pointer the
 //! program holds is the address of both. No panic crosses the boundary:
-//! every entry point runs under [`guard`].
+//! every entry point that could panic runs under [`guard`] (the others
+//! only read fields or return constants).
 
 pub mod ffi;
 
