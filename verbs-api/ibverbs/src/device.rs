@@ -399,8 +399,9 @@ unsafe extern "C" fn ibv_query_gid(
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: the caller's output.
-        unsafe { (*out).raw = g };
+        // SAFETY: the caller's 16-byte output (written unaligned: programs
+        // also pass plain byte arrays).
+        unsafe { out.cast::<[u8; 16]>().write_unaligned(g) };
         Ok(())
     })
 }
