@@ -367,11 +367,11 @@ impl Worker {
                 }
                 Command::Modify(qpn, attr, mask, tx) => {
                     let r = match self.qps.get_mut(&qpn) {
-                        Some(s) => s
-                            .qp
-                            .modify(&attr, mask)
-                            .map(|()| s.qp.attr())
-                            .map_err(EngineError::from),
+                        Some(s) => {
+                            s.qp.modify(&attr, mask)
+                                .map(|()| s.qp.attr())
+                                .map_err(EngineError::from)
+                        }
                         None => Err(EngineError::NoQp(qpn)),
                     };
                     // A state change can start sending (SQD -> RTS) or
