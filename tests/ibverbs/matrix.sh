@@ -8,7 +8,8 @@
 #     API, ibv_cq_ex polling and a completion channel fd in poll(2);
 #   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs);
 #   * ibv_rc/uc/ud/srq_pingpong -c (data checked), server and client in
-#     their own processes;
+#     their own processes; and each facing `uroce rc/uc/ud/srq-pingpong`,
+#     both ways;
 #   * perftest's ib_{send,write,read,atomic}_bw and ib_{send,write,read}_lat
 #     over RC, and UC/UD where the tool offers them.
 # Each pair gets its own devices (127.40.<n>.1 and .2, UDP 4791) and TCP
@@ -128,6 +129,46 @@ for t in rc uc ud srq; do
 done
 # -e: sleep on the completion channel.
 pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
+
+# cross NAME SERVER-COMMAND -- CLIENT-COMMAND: as `pair`, with a different
+# program on each side (each gets -d and -p; the client also the host).
+cross() {
+  local name=$1
+  shift
+  local server=() client=()
+  while [ "$1" != "--" ]; do server+=("$1"); shift; done
+  shift
+  client=("$@")
+  n=$((n + 1))
+  local port=$((18700 + n))
+  export UROCE_DEVICES="uroce0=127.40.$n.1,uroce1=127.40.$n.2"
+  timeout 90 "${server[@]}" -d uroce0 -p "$port" >"$tmp/server" 2>&1 &
+  local spid=$!
+  for _ in $(seq 100); do
+    ss -Hltn "sport = :$port" | grep -q . && break
+    sleep 0.1
+  done
+  timeout 90 "${client[@]}" -d uroce1 -p "$port" 127.40.$n.1 >"$tmp/client" 2>&1
+  local crc=$?
+  wait "$spid"
+  local src=$?
+  cat "$tmp/client" - "$tmp/server" <<<"---- server:" >"$tmp/out"
+  local line
+  line=$(grep -m1 -E "$pp" "$tmp/client" | tr -s ' \t' ' ')
+  if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$line" ] && ! grep -q "invalid data" "$tmp/out"; then
+    pass "$name" "$line"
+  else
+    fail "$name" "client exit $crc, server exit $src"
+  fi
+}
+
+# uroce's own ping-pong commands facing rdma-core's tools (exchange format,
+# options, buffer layout: UD data after the 40-byte GRH, SRQ's 256 slots).
+uroce=$root/target/release/uroce
+for t in rc uc ud srq; do
+  cross "srv ibv_${t}_pingpong, cli uroce" "ibv_${t}_pingpong" -g 0 -c -- "$uroce" "$t-pingpong" -g 0 -c
+  cross "srv uroce, cli ibv_${t}_pingpong" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
+done
 
 bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
