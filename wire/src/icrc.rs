@@ -125,25 +125,24 @@ pub fn stored(udp_payload: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-/// Computes the ICRC of a UDP payload whose last four bytes are (room for)
-/// the ICRC, for the given IP context. `udp_payload` must be at least
-/// BTH + ICRC long.
-pub fn compute(ctx: &IpContext, udp_payload: &[u8]) -> Result<u32> {
-    crate::error::check_len("BTH+ICRC", udp_payload, BTH_LEN + ICRC_LEN)?;
-    let udp_len = UDP_HDR + udp_payload.len();
+/// Length of the masked CRC input before the BTH over IPv4: LRH stand-in,
+/// IPv4 header, UDP header.
+const PRE_BTH_V4: usize = LRH_ONES.len() + IPV4_HDR + UDP_HDR;
+
+/// The masked CRC input before the BTH (the LRH stand-in, the IP header
+/// with TOS/TTL/checksum or traffic class/flow label/hop limit masked, the
+/// UDP header with its checksum masked) as little-endian 64-bit words, and
+/// its length in bytes (36 for IPv4, 56 for IPv6; the rest of the last
+/// word is zero). For a UDP payload of `payload_len` bytes.
+fn pre_bth(ctx: &IpContext, payload_len: usize) -> Result<([u64; 7], usize)> {
+    let udp_len = UDP_HDR + payload_len;
     let ulen = u16::try_from(udp_len)
         .map_err(|_| Error::OutOfRange("UDP length"))?
         .to_be_bytes();
-    let sport = ctx.src_port.to_be_bytes();
-    let dport = ctx.dst_port.to_be_bytes();
-    let b = &udp_payload[..BTH_LEN];
-    // The masked prefix (LRH stand-in, IP, UDP, BTH) is assembled as whole
-    // 64-bit words in registers and stored word by word: crc32fast then
-    // reads it back without store-forwarding stalls, which byte-wise
-    // assembly costs (about 40 ns per packet, measured).
-    let mut w = [0u64; 9];
+    let (sport, dport) = (ctx.src_port.to_be_bytes(), ctx.dst_port.to_be_bytes());
+    let mut w = [0u64; 7];
     w[0] = u64::MAX; // LRH stand-in
-    let n = match ctx.ip {
+    match ctx.ip {
         IpFields::V4 {
             src,
             dst,
@@ -155,22 +154,17 @@ pub fn compute(ctx: &IpContext, udp_payload: &[u8]) -> Result<u32> {
                 .to_be_bytes();
             let (id, ff) = (ident.to_be_bytes(), flags_frag.to_be_bytes());
             let (s, d) = (src.octets(), dst.octets());
-            // IPv4 with TOS, TTL and checksum masked; UDP checksum masked;
-            // BTH byte 4 (FECN, BECN, Resv6a) masked.
             w[1] = u64::from_le_bytes([0x45, 0xff, total[0], total[1], id[0], id[1], ff[0], ff[1]]);
             w[2] = u64::from_le_bytes([0xff, 17, 0xff, 0xff, s[0], s[1], s[2], s[3]]);
             w[3] = u64::from_le_bytes([
                 d[0], d[1], d[2], d[3], sport[0], sport[1], dport[0], dport[1],
             ]);
-            w[4] = u64::from_le_bytes([ulen[0], ulen[1], 0xff, 0xff, b[0], b[1], b[2], b[3]]);
-            w[5] = u64::from_le_bytes([0xff, b[5], b[6], b[7], b[8], b[9], b[10], b[11]]);
-            LRH_ONES.len() + IPV4_HDR + UDP_HDR + BTH_LEN
+            w[4] = u64::from_le_bytes([ulen[0], ulen[1], 0xff, 0xff, 0, 0, 0, 0]);
+            Ok((w, PRE_BTH_V4))
         }
         IpFields::V6 { src, dst } => {
-            let plen = ulen;
             let (s, d) = (src.octets(), dst.octets());
-            // IPv6 with traffic class, flow label and hop limit masked.
-            w[1] = u64::from_le_bytes([0x6f, 0xff, 0xff, 0xff, plen[0], plen[1], 17, 0xff]);
+            w[1] = u64::from_le_bytes([0x6f, 0xff, 0xff, 0xff, ulen[0], ulen[1], 17, 0xff]);
             w[2] = u64::from_le_bytes(s[..8].try_into().unwrap_or_default());
             w[3] = u64::from_le_bytes(s[8..].try_into().unwrap_or_default());
             w[4] = u64::from_le_bytes(d[..8].try_into().unwrap_or_default());
@@ -178,11 +172,33 @@ pub fn compute(ctx: &IpContext, udp_payload: &[u8]) -> Result<u32> {
             w[6] = u64::from_le_bytes([
                 sport[0], sport[1], dport[0], dport[1], ulen[0], ulen[1], 0xff, 0xff,
             ]);
-            w[7] = u64::from_le_bytes([b[0], b[1], b[2], b[3], 0xff, b[5], b[6], b[7]]);
-            w[8] = u64::from_le_bytes([b[8], b[9], b[10], b[11], 0, 0, 0, 0]);
-            LRH_ONES.len() + IPV6_HDR + UDP_HDR + BTH_LEN
+            Ok((w, LRH_ONES.len() + IPV6_HDR + UDP_HDR))
         }
-    };
+    }
+}
+
+/// Computes the ICRC of a UDP payload whose last four bytes are (room for)
+/// the ICRC, for the given IP context. `udp_payload` must be at least
+/// BTH + ICRC long.
+pub fn compute(ctx: &IpContext, udp_payload: &[u8]) -> Result<u32> {
+    crate::error::check_len("BTH+ICRC", udp_payload, BTH_LEN + ICRC_LEN)?;
+    let b = &udp_payload[..BTH_LEN];
+    // The masked prefix (LRH stand-in, IP, UDP, BTH) is assembled as whole
+    // 64-bit words in registers and stored word by word: crc32fast then
+    // reads it back without store-forwarding stalls, which byte-wise
+    // assembly costs (about 40 ns per packet, measured).
+    let (pre, pre_len) = pre_bth(ctx, udp_payload.len())?;
+    let mut w = [0u64; 9];
+    w[..7].copy_from_slice(&pre);
+    // BTH with byte 4 (FECN, BECN, Resv6a) masked, after the UDP header.
+    if pre_len == PRE_BTH_V4 {
+        w[4] |= u64::from_le_bytes([0, 0, 0, 0, b[0], b[1], b[2], b[3]]);
+        w[5] = u64::from_le_bytes([0xff, b[5], b[6], b[7], b[8], b[9], b[10], b[11]]);
+    } else {
+        w[7] = u64::from_le_bytes([b[0], b[1], b[2], b[3], 0xff, b[5], b[6], b[7]]);
+        w[8] = u64::from_le_bytes([b[8], b[9], b[10], b[11], 0, 0, 0, 0]);
+    }
+    let n = pre_len + BTH_LEN;
     let body = &udp_payload[BTH_LEN..udp_payload.len() - ICRC_LEN];
     // Small packets (ACKs, short messages) are hashed in one call from a
     // stack copy: two short calls cost two serial reductions, about
@@ -393,61 +409,14 @@ pub fn compute_in_place(ctx: &IpContext, buf: &mut [u8]) -> Result<u32> {
         buf.get(HEADROOM..).unwrap_or_default(),
         BTH_LEN + ICRC_LEN,
     )?;
-    let udp_len = UDP_HDR + payload_len;
-    let ulen = u16::try_from(udp_len)
-        .map_err(|_| Error::OutOfRange("UDP length"))?
-        .to_be_bytes();
-    let (sport, dport) = (ctx.src_port.to_be_bytes(), ctx.dst_port.to_be_bytes());
-    let start = match ctx.ip {
-        IpFields::V4 {
-            src,
-            dst,
-            ident,
-            flags_frag,
-        } => {
-            let total = u16::try_from(IPV4_HDR + udp_len)
-                .map_err(|_| Error::OutOfRange("IPv4 length"))?
-                .to_be_bytes();
-            let (id, ff) = (ident.to_be_bytes(), flags_frag.to_be_bytes());
-            let (s, d) = (src.octets(), dst.octets());
-            // 36 bytes: LRH stand-in, IPv4 (TOS, TTL, checksum masked),
-            // UDP (checksum masked); written as words (see `compute`).
-            let at = HEADROOM - 36;
-            let w = [
-                u64::MAX,
-                u64::from_le_bytes([0x45, 0xff, total[0], total[1], id[0], id[1], ff[0], ff[1]]),
-                u64::from_le_bytes([0xff, 17, 0xff, 0xff, s[0], s[1], s[2], s[3]]),
-                u64::from_le_bytes([
-                    d[0], d[1], d[2], d[3], sport[0], sport[1], dport[0], dport[1],
-                ]),
-            ];
-            for (i, word) in w.iter().enumerate() {
-                buf[at + 8 * i..at + 8 * i + 8].copy_from_slice(&word.to_le_bytes());
-            }
-            buf[HEADROOM - 4..HEADROOM].copy_from_slice(&[ulen[0], ulen[1], 0xff, 0xff]);
-            at
-        }
-        IpFields::V6 { src, dst } => {
-            // 56 bytes: LRH stand-in, IPv6 (traffic class, flow label, hop
-            // limit masked), UDP (checksum masked).
-            let (s, d) = (src.octets(), dst.octets());
-            let w = [
-                u64::MAX,
-                u64::from_le_bytes([0x6f, 0xff, 0xff, 0xff, ulen[0], ulen[1], 17, 0xff]),
-                u64::from_le_bytes(s[..8].try_into().unwrap_or_default()),
-                u64::from_le_bytes(s[8..].try_into().unwrap_or_default()),
-                u64::from_le_bytes(d[..8].try_into().unwrap_or_default()),
-                u64::from_le_bytes(d[8..].try_into().unwrap_or_default()),
-                u64::from_le_bytes([
-                    sport[0], sport[1], dport[0], dport[1], ulen[0], ulen[1], 0xff, 0xff,
-                ]),
-            ];
-            for (i, word) in w.iter().enumerate() {
-                buf[8 * i..8 * i + 8].copy_from_slice(&word.to_le_bytes());
-            }
-            0
-        }
-    };
+    let (pre, n) = pre_bth(ctx, payload_len)?;
+    // Written word by word, as in `compute`; the last word only in part.
+    let start = HEADROOM - n;
+    for (i, word) in pre.iter().enumerate().take(n.div_ceil(8)) {
+        let at = start + 8 * i;
+        let k = (n - 8 * i).min(8);
+        buf[at..at + k].copy_from_slice(&word.to_le_bytes()[..k]);
+    }
     // BTH byte 4 (FECN, BECN, Resv6a) counts as all ones.
     let b4 = std::mem::replace(&mut buf[HEADROOM + 4], 0xff);
     let crc = crc32fast::hash(&buf[start..buf.len() - ICRC_LEN]);
