@@ -134,6 +134,7 @@ const PRE_BTH_V4: usize = LRH_ONES.len() + IPV4_HDR + UDP_HDR;
 /// UDP header with its checksum masked) as little-endian 64-bit words, and
 /// its length in bytes (36 for IPv4, 56 for IPv6; the rest of the last
 /// word is zero). For a UDP payload of `payload_len` bytes.
+#[inline(always)]
 fn pre_bth(ctx: &IpContext, payload_len: usize) -> Result<([u64; 7], usize)> {
     let udp_len = UDP_HDR + payload_len;
     let ulen = u16::try_from(udp_len)
@@ -410,12 +411,16 @@ pub fn compute_in_place(ctx: &IpContext, buf: &mut [u8]) -> Result<u32> {
         BTH_LEN + ICRC_LEN,
     )?;
     let (pre, n) = pre_bth(ctx, payload_len)?;
-    // Written word by word, as in `compute`; the last word only in part.
+    // Written in whole words, as in `compute` (fixed-size stores), and
+    // IPv4's last four bytes (n is 36 or 56).
     let start = HEADROOM - n;
-    for (i, word) in pre.iter().enumerate().take(n.div_ceil(8)) {
-        let at = start + 8 * i;
-        let k = (n - 8 * i).min(8);
-        buf[at..at + k].copy_from_slice(&word.to_le_bytes()[..k]);
+    let full = n / 8;
+    for (i, word) in pre[..full].iter().enumerate() {
+        buf[start + 8 * i..start + 8 * i + 8].copy_from_slice(&word.to_le_bytes());
+    }
+    if n % 8 == 4 {
+        let at = start + 8 * full;
+        buf[at..at + 4].copy_from_slice(&pre[full].to_le_bytes()[..4]);
     }
     // BTH byte 4 (FECN, BECN, Resv6a) counts as all ones.
     let b4 = std::mem::replace(&mut buf[HEADROOM + 4], 0xff);
