@@ -95,46 +95,12 @@ fi
 
 # ---- server/client pairs
 n=10
-# pair NAME RESULT-REGEX COMMAND ARGS...: the server runs COMMAND ARGS -d
-# uroce0, the client COMMAND ARGS -d uroce1 127.0.0.1 (TCP to the server).
-pair() {
+# cross NAME RESULT-REGEX SERVER-COMMAND ARGS... -- CLIENT-COMMAND ARGS...:
+# the server runs with -d uroce0, the client with -d uroce1 and the
+# server's address (TCP); each pair gets its own devices and port.
+cross() {
   local name=$1 regex=$2
   shift 2
-  n=$((n + 1))
-  local port=$((18700 + n))
-  export UROCE_DEVICES="uroce0=127.40.$n.1,uroce1=127.40.$n.2"
-  timeout 90 "$@" -d uroce0 -p "$port" >"$tmp/server" 2>&1 &
-  local spid=$!
-  for _ in $(seq 100); do
-    ss -Hltn "sport = :$port" | grep -q . && break
-    sleep 0.1
-  done
-  timeout 90 "$@" -d uroce1 -p "$port" 127.0.0.1 >"$tmp/client" 2>&1
-  local crc=$?
-  wait "$spid"
-  local src=$?
-  cat "$tmp/client" - "$tmp/server" <<<"---- server:" >"$tmp/out"
-  local line
-  line=$(grep -m1 -E "$regex" "$tmp/client" | tr -s ' \t' ' ')
-  if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$line" ]; then
-    pass "$name" "$line"
-  else
-    fail "$name" "client exit $crc, server exit $src"
-  fi
-}
-
-pp='iters in'
-for t in rc uc ud srq; do
-  pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
-done
-# -e: sleep on the completion channel.
-pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
-
-# cross NAME SERVER-COMMAND -- CLIENT-COMMAND: as `pair`, with a different
-# program on each side (each gets -d and -p; the client also the host).
-cross() {
-  local name=$1
-  shift
   local server=() client=()
   while [ "$1" != "--" ]; do server+=("$1"); shift; done
   shift
@@ -154,20 +120,33 @@ cross() {
   local src=$?
   cat "$tmp/client" - "$tmp/server" <<<"---- server:" >"$tmp/out"
   local line
-  line=$(grep -m1 -E "$pp" "$tmp/client" | tr -s ' \t' ' ')
+  line=$(grep -m1 -E "$regex" "$tmp/client" | tr -s ' \t' ' ')
   if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$line" ] && ! grep -q "invalid data" "$tmp/out"; then
     pass "$name" "$line"
   else
     fail "$name" "client exit $crc, server exit $src"
   fi
 }
+# pair NAME RESULT-REGEX COMMAND ARGS...: the same program on both sides.
+pair() {
+  local name=$1 regex=$2
+  shift 2
+  cross "$name" "$regex" "$@" -- "$@"
+}
+
+pp='iters in'
+for t in rc uc ud srq; do
+  pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
+done
+# -e: sleep on the completion channel.
+pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
 
 # uroce's own ping-pong commands facing rdma-core's tools (exchange format,
 # options, buffer layout: UD data after the 40-byte GRH, SRQ's 256 slots).
 uroce=$root/target/release/uroce
 for t in rc uc ud srq; do
-  cross "srv ibv_${t}_pingpong, cli uroce" "ibv_${t}_pingpong" -g 0 -c -- "$uroce" "$t-pingpong" -g 0 -c
-  cross "srv uroce, cli ibv_${t}_pingpong" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
+  cross "srv ibv_${t}_pingpong, cli uroce" "$pp" "ibv_${t}_pingpong" -g 0 -c -- "$uroce" "$t-pingpong" -g 0 -c
+  cross "srv uroce, cli ibv_${t}_pingpong" "$pp" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
 done
 
 bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
