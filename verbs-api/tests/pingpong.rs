@@ -55,10 +55,24 @@ fn pingpong(
     port: u16,
     args: &[&str],
 ) -> (String, String) {
+    two_processes(tool, server_ip, client_ip, port, args, args)
+}
+
+/// `uroce <tool> -p port <server_args>` as server on `server_ip`, then
+/// `uroce <tool> -p port <client_args> <server_ip>` as client on
+/// `client_ip`; both must succeed. Returns (client stdout, server stdout).
+fn two_processes(
+    tool: &str,
+    server_ip: &str,
+    client_ip: &str,
+    port: u16,
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (String, String) {
     let server = uroce()
         .env("UROCE_DEVICES", format!("srv={server_ip}"))
         .args([tool, "-p", &port.to_string()])
-        .args(args)
+        .args(server_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -67,7 +81,7 @@ fn pingpong(
     let client = uroce()
         .env("UROCE_DEVICES", format!("cli={client_ip}"))
         .args([tool, "-p", &port.to_string()])
-        .args(args)
+        .args(client_args)
         .arg(server_ip)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -328,41 +342,13 @@ fn unsupported_options_are_refused() {
 
 #[test]
 fn rc_stress_two_processes_every_operation_verified() {
-    let port = 19150u16;
-    let server = uroce()
-        .env("UROCE_DEVICES", "srv=127.10.6.2")
-        .args(["rc-stress", "-p", &port.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_listening(port);
-    let client = uroce()
-        .env("UROCE_DEVICES", "cli=127.10.6.1")
-        .args([
-            "rc-stress",
-            "-p",
-            &port.to_string(),
-            "-n",
-            "3000",
-            "-m",
-            "1024",
-            "127.10.6.2",
-        ])
-        .output()
-        .unwrap();
-    let server = server.wait_with_output().unwrap();
-    let c = String::from_utf8_lossy(&client.stdout);
-    let s = String::from_utf8_lossy(&server.stdout);
-    assert!(
-        client.status.success(),
-        "{c}{}",
-        String::from_utf8_lossy(&client.stderr)
-    );
-    assert!(
-        server.status.success(),
-        "{s}{}",
-        String::from_utf8_lossy(&server.stderr)
+    let (c, s) = two_processes(
+        "rc-stress",
+        "127.10.6.2",
+        "127.10.6.1",
+        19150,
+        &[],
+        &["-n", "3000", "-m", "1024"],
     );
     assert!(
         c.contains(", 0 errors") && s.contains(", 0 errors"),
