@@ -103,6 +103,41 @@ macro_rules! accessor {
     };
 }
 
+/// Destroys a C object whose uroce half sits in a `ManuallyDrop` slot:
+/// takes the uroce object out and hands it to `destroy`; on success frees
+/// the C object (after `forget`, which unregisters it), on refusal (busy)
+/// puts the uroce object back and returns the errno.
+///
+/// # Safety
+/// `obj` is a live object made by `Box::into_raw` in this library, not used
+/// concurrently while it is destroyed (the caller's contract in
+/// libibverbs), and `slot` returns the address of its `ManuallyDrop`
+/// field (without reading anything).
+unsafe fn destroy_boxed<O, R>(
+    obj: *mut O,
+    slot: impl Fn(*mut O) -> *mut ManuallyDrop<R>,
+    destroy: fn(R) -> Result<(), (R, Error)>,
+    forget: impl FnOnce(),
+) -> Result<(), i32> {
+    // SAFETY: the caller's promise; the slot holds a value (it is emptied
+    // only here, and refilled on refusal below).
+    let rust = unsafe { ManuallyDrop::take(&mut *slot(obj)) };
+    match destroy(rust) {
+        Ok(()) => {
+            forget();
+            // SAFETY: made by Box::into_raw; the ManuallyDrop field was
+            // taken above and is not dropped again.
+            drop(unsafe { Box::from_raw(obj) });
+            Ok(())
+        }
+        Err((rust, e)) => {
+            // SAFETY: as above; the slot is empty.
+            unsafe { *slot(obj) = ManuallyDrop::new(rust) };
+            Err(errno(&e))
+        }
+    }
+}
+
 // ---------------------------------------------------------------- PD, MR
 
 #[repr(C)]
@@ -146,22 +181,15 @@ unsafe extern "C" fn ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
         if p.is_null() {
             return Err(libc::EINVAL);
         }
-        let obj = p.cast::<Pd>();
-        // SAFETY: a live PD (the caller's contract: no concurrent use while
-        // it is destroyed); the taken value is put back on refusal.
-        let rust = unsafe { ManuallyDrop::take(&mut (*addr_of_mut!((*obj).inner)).rust) };
-        match rust.destroy() {
-            Ok(()) => {
-                // SAFETY: made by Box::into_raw in ibv_alloc_pd; the
-                // ManuallyDrop field was taken above and is not dropped.
-                drop(unsafe { Box::from_raw(obj) });
-                Ok(())
-            }
-            Err((rust, e)) => {
-                // SAFETY: as above; the slot is empty.
-                unsafe { (*addr_of_mut!((*obj).inner)).rust = ManuallyDrop::new(rust) };
-                Err(errno(&e))
-            }
+        // SAFETY: a live PD from ibv_alloc_pd (the caller's contract); the
+        // closure only computes a field address in it.
+        unsafe {
+            destroy_boxed(
+                p.cast::<Pd>(),
+                |o| addr_of_mut!((*o).inner.rust),
+                ProtectionDomain::destroy,
+                || {},
+            )
         }
     })
 }
@@ -308,20 +336,14 @@ unsafe extern "C" fn ibv_destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int
         if p.is_null() {
             return Err(libc::EINVAL);
         }
-        let obj = p.cast::<Chan>();
-        // SAFETY: as in ibv_dealloc_pd.
-        let rust = unsafe { ManuallyDrop::take(&mut (*addr_of_mut!((*obj).inner)).rust) };
-        match rust.destroy() {
-            Ok(()) => {
-                // SAFETY: as in ibv_dealloc_pd.
-                drop(unsafe { Box::from_raw(obj) });
-                Ok(())
-            }
-            Err((rust, e)) => {
-                // SAFETY: as in ibv_dealloc_pd.
-                unsafe { (*addr_of_mut!((*obj).inner)).rust = ManuallyDrop::new(rust) };
-                Err(errno(&e))
-            }
+        // SAFETY: as in ibv_dealloc_pd, for a channel.
+        unsafe {
+            destroy_boxed(
+                p.cast::<Chan>(),
+                |o| addr_of_mut!((*o).inner.rust),
+                CompChannel::destroy,
+                || {},
+            )
         }
     })
 }
@@ -458,26 +480,19 @@ unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
 #[no_mangle]
 unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
     errno_result(|| {
-        if p.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let obj = p.cast::<Cq>();
-        // SAFETY: as in ibv_dealloc_pd.
-        let inner = unsafe { &mut *addr_of_mut!((*obj).inner) };
-        // SAFETY: as in ibv_dealloc_pd.
-        let rust = unsafe { ManuallyDrop::take(&mut inner.rust) };
-        let handle = rust.handle();
-        match rust.destroy() {
-            Ok(()) => {
-                inner.handles.cqs.lock().remove(&handle);
-                // SAFETY: as in ibv_dealloc_pd.
-                drop(unsafe { Box::from_raw(obj) });
-                Ok(())
-            }
-            Err((rust, e)) => {
-                inner.rust = ManuallyDrop::new(rust);
-                Err(errno(&e))
-            }
+        // SAFETY: a live CQ (the caller's contract).
+        let inner = unsafe { cq(p)? };
+        let (handle, handles) = (inner.rust.handle(), inner.handles.clone());
+        // SAFETY: as in ibv_dealloc_pd, for a CQ.
+        unsafe {
+            destroy_boxed(
+                p.cast::<Cq>(),
+                |o| addr_of_mut!((*o).inner.rust),
+                CompletionQueue::destroy,
+                || {
+                    handles.cqs.lock().remove(&handle);
+                },
+            )
         }
     })
 }
@@ -596,26 +611,19 @@ unsafe extern "C" fn ibv_query_srq(p: *mut ibv_srq, attr: *mut ibv_srq_attr) -> 
 #[no_mangle]
 unsafe extern "C" fn ibv_destroy_srq(p: *mut ibv_srq) -> c_int {
     errno_result(|| {
-        if p.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let obj = p.cast::<Srq>();
-        // SAFETY: as in ibv_dealloc_pd.
-        let inner = unsafe { &mut *addr_of_mut!((*obj).inner) };
-        // SAFETY: as in ibv_dealloc_pd.
-        let rust = unsafe { ManuallyDrop::take(&mut inner.rust) };
-        let handle = rust.handle();
-        match rust.destroy() {
-            Ok(()) => {
-                inner.handles.srqs.lock().remove(&handle);
-                // SAFETY: as in ibv_dealloc_pd.
-                drop(unsafe { Box::from_raw(obj) });
-                Ok(())
-            }
-            Err((rust, e)) => {
-                inner.rust = ManuallyDrop::new(rust);
-                Err(errno(&e))
-            }
+        // SAFETY: a live SRQ (the caller's contract).
+        let inner = unsafe { srq(p)? };
+        let (handle, handles) = (inner.rust.handle(), inner.handles.clone());
+        // SAFETY: as in ibv_dealloc_pd, for an SRQ.
+        unsafe {
+            destroy_boxed(
+                p.cast::<Srq>(),
+                |o| addr_of_mut!((*o).inner.rust),
+                SharedReceiveQueue::destroy,
+                || {
+                    handles.srqs.lock().remove(&handle);
+                },
+            )
         }
     })
 }
