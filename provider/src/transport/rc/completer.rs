@@ -127,7 +127,14 @@ impl RcQp {
                     break;
                 }
                 self.req.una = resume;
-                self.req.go_back(resume);
+                // Once per hole: every later response of the same READ
+                // implies the same NAK, and each re-request would make
+                // the responder replay the rest of the READ again. A lost
+                // re-request is covered by the ACK timer.
+                if self.req.read_rerequest != Some(resume) {
+                    self.req.read_rerequest = Some(resume);
+                    self.req.go_back(resume);
+                }
                 return;
             }
             if !e.last_psn().is_after(psn) {
