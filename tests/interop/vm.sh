@@ -15,7 +15,7 @@
 #
 # Nothing leaves the namespace; the host's own interfaces are not touched.
 
-VM_NS=${VM_NS:-uroce-interop}
+VM_NS=${VM_NS:-uroce-interop-$$}
 VM_TAP=${VM_TAP:-uroce-tap0}
 VM_HOST_IP=10.99.0.1
 VM_GUEST_IP=10.99.0.2
