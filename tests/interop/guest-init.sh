@@ -13,7 +13,8 @@ mount -t tmpfs tmpfs /dev/shm
 ulimit -l unlimited
 hostname rxe-guest 2>/dev/null
 ip link set lo up
-ip link set eth0 up || fail "no eth0"
+ip link set eth0 txqueuelen 20000 up || fail "no eth0"
+sysctl -qw net.core.netdev_max_backlog=20000 net.core.rmem_max=16777216 net.core.wmem_max=16777216
 ip addr add "$GIP" dev eth0 || fail "cannot set the address"
 modprobe rdma_rxe || fail "modprobe rdma_rxe"
 modprobe ib_uverbs || fail "modprobe ib_uverbs"
