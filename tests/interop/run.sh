@@ -120,8 +120,10 @@ wait \$p"
 }
 
 CAP_PID=""
+CAP_FILE=""
 cap_start() { # PCAP
-  ip netns exec "$VM_NS" tcpdump -q -n -i "$VM_TAP" -s 0 -U -w "$1" udp port 4791 2>"$1.log" &
+  CAP_FILE=$1
+  ip netns exec "$VM_NS" tcpdump -q -n --immediate-mode -i "$VM_TAP" -s 0 -U -w "$1" udp port 4791 2>"$1.log" &
   CAP_PID=$!
   local i
   for i in $(seq 100); do
@@ -129,12 +131,26 @@ cap_start() { # PCAP
     sleep 0.05
   done
 }
+# Stops the capture once tcpdump has written all it took (the file stops
+# growing); a capture that missed packets fails the scenario.
 cap_stop() {
   [ -n "$CAP_PID" ] || return 0
-  sleep 0.2
+  local i last=-1 now
+  for i in $(seq 50); do
+    sleep 0.2
+    now=$(stat -c %s "$CAP_FILE" 2>/dev/null || echo 0)
+    [ "$now" = "$last" ] && break
+    last=$now
+  done
   kill -INT "$CAP_PID" 2>/dev/null
   wait "$CAP_PID" 2>/dev/null
   CAP_PID=""
+}
+cap_complete() { # PCAP — every packet the filter took was written
+  local got took
+  got=$(sed -n 's/^\([0-9]*\) packets captured$/\1/p' "$1.log")
+  took=$(sed -n 's/^\([0-9]*\) packets received by filter$/\1/p' "$1.log")
+  [ -n "$got" ] && [ "$got" = "$took" ]
 }
 
 # scenario NAME FUNC ARGS... — runs FUNC ARGS with the tap captured, judges
@@ -162,6 +178,11 @@ scenario() {
   fi
   chk=$(timeout 600 "$check_pcap" "$d/tap.pcap" 2>&1)
   local crc=$?
+  if ! cap_complete "$d/tap.pcap"; then
+    chk="$chk
+capture incomplete: $(tr '\n' ' ' <"$d/tap.pcap.log")"
+    crc=1
+  fi
   echo "$chk" >"$d/check_pcap.log"
   if [ $crc -ne 0 ]; then
     [ $ok = 1 ] && why="check_pcap: $(echo "$chk" | grep -v '^\s*$' | tail -n 1)"
