@@ -123,7 +123,7 @@ CAP_PID=""
 CAP_FILE=""
 cap_start() { # PCAP
   CAP_FILE=$1
-  ip netns exec "$VM_NS" tcpdump -q -n --immediate-mode -B 131072 -i "$VM_TAP" -s 0 -U -w "$1" udp port 4791 2>"$1.log" &
+  nice -n -5 ip netns exec "$VM_NS" tcpdump -q -n --immediate-mode -B 131072 -i "$VM_TAP" -s 0 -U -w "$1" udp port 4791 2>"$1.log" &
   CAP_PID=$!
   local i
   for i in $(seq 100); do
