@@ -225,6 +225,80 @@ fn responses_after_a_hole_rerequest_once() {
     assert_eq!(reads[1], (reads[0] + 2) & 0xff_ffff);
 }
 
+/// A READ of `npkts` 1 KiB responses, the `n`th (1-based) response
+/// delivered after `verdict(n)`; returns the PSNs of the READ requests sent.
+fn read_with(
+    p: &mut RcPair,
+    npkts: usize,
+    mut verdict: impl FnMut(u64) -> Verdict + Send + 'static,
+) -> Vec<u32> {
+    let len = npkts * 1024;
+    let remote = p.mr(false, len, ALL);
+    let local = p.mr(true, len, ALL);
+    let d = data(len);
+    remote.write(0, &d).unwrap();
+    let reads = Arc::new(Mutex::new(Vec::new()));
+    let r2 = reads.clone();
+    let mut n = 0u64;
+    p.net.set_filter(move |w: &Wire<'_>| {
+        let h = &w.pkt.headers;
+        if h.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
+            r2.lock().unwrap().push(h.bth.psn.value());
+        }
+        if w.pkt.info.operation == Operation::RdmaReadResponse {
+            n += 1;
+            return verdict(n);
+        }
+        Verdict::Pass
+    });
+    let mut w = wr(1, WrOpcode::RdmaRead, &[sge(&local, 0, len as u32)]);
+    w.remote_addr = remote.iova();
+    w.rkey = remote.rkey();
+    p.post_send(true, w);
+    let s = p.wait(true, true, 1, 10 * SEC);
+    assert_eq!(s[0].status, WcStatus::Success);
+    let mut got = vec![0u8; len];
+    local.read(0, &mut got).unwrap();
+    assert!(got == d, "READ data differs");
+    let r = reads.lock().unwrap().clone();
+    r
+}
+
+#[test]
+fn reordered_read_responses_are_placed_without_a_rerequest() {
+    let mut p = pair();
+    // Responses 10 us apart; every 8th held back 25 us, so that the next
+    // two overtake it.
+    let reads = read_with(&mut p, 100, |n| {
+        Verdict::Delay(n * 10_000 + if n % 8 == 0 { 25_000 } else { 0 })
+    });
+    assert_eq!(
+        reads.len(),
+        1,
+        "reordering alone asks for nothing again: {reads:?}"
+    );
+    assert_eq!(p.a.counters.snapshot().retry_timeouts, 0);
+}
+
+#[test]
+fn a_lost_read_response_is_rerequested_once_when_later_ones_pass_it() {
+    let mut p = pair();
+    // The 5th of 200 responses is lost; the rest, 10 us apart, pass it:
+    // one re-request from its PSN (not one per later response, and
+    // without waiting for the ACK timer), and the packets placed after
+    // the hole are not asked for by a second one.
+    let reads = read_with(&mut p, 200, |n| {
+        if n == 5 {
+            Verdict::Drop
+        } else {
+            Verdict::Delay(n * 10_000)
+        }
+    });
+    assert_eq!(reads.len(), 2, "one re-request for one hole: {reads:?}");
+    assert_eq!(reads[1], (reads[0] + 4) & 0xff_ffff);
+    assert_eq!(p.a.counters.snapshot().retry_timeouts, 0);
+}
+
 #[test]
 fn duplicate_atomic_is_answered_from_the_replay_cache() {
     let mut p = pair();

@@ -172,9 +172,11 @@ fn responder(mode: &str, port: u16) -> Result<bool> {
     };
     let rnr = mode == "rnr";
     if !rnr {
-        s.qp.post_recv(std::slice::from_ref(&recv)).map_err(|e| e.1)?;
+        s.qp.post_recv(std::slice::from_ref(&recv))
+            .map_err(|e| e.1)?;
     }
-    let l = TcpListener::bind(("0.0.0.0", port)).map_err(|e| fail(format!("listen {port}: {e}")))?;
+    let l =
+        TcpListener::bind(("0.0.0.0", port)).map_err(|e| fail(format!("listen {port}: {e}")))?;
     let (tcp, _) = l.accept().map_err(fail)?;
     let mut t = Tcp::new(tcp)?;
     let line = t.line()?;
@@ -231,7 +233,8 @@ fn responder(mode: &str, port: u16) -> Result<bool> {
         let state = s.qp.query()?.qp_state;
         // IBA: the responder's QP goes to ERR (its receive flushed); the
         // affiliated event is reported, not required (rxe raises none).
-        let ok = state == QpState::Err && wc.as_ref().map(|w| w.status) == Some(WcStatus::WrFlushErr);
+        let ok =
+            state == QpState::Err && wc.as_ref().map(|w| w.status) == Some(WcStatus::WrFlushErr);
         (
             ok,
             format!(
@@ -257,7 +260,8 @@ fn responder(mode: &str, port: u16) -> Result<bool> {
 fn requester(mode: &str, port: u16, host: &str, op: &str) -> Result<bool> {
     let s = open()?;
     let mr = s.pd.alloc_mr(4096, ALL)?;
-    let tcp = TcpStream::connect((host, port)).map_err(|e| fail(format!("connect {host}:{port}: {e}")))?;
+    let tcp = TcpStream::connect((host, port))
+        .map_err(|e| fail(format!("connect {host}:{port}: {e}")))?;
     let peer = tcp.peer_addr().map_err(fail)?.ip();
     let mut t = Tcp::new(tcp)?;
     t.put(&format!(
@@ -274,7 +278,9 @@ fn requester(mode: &str, port: u16, host: &str, op: &str) -> Result<bool> {
     wr.flags = SendFlags::SIGNALED;
     wr.sg_list.push(mr.sge(0, 64));
     let (ok, res) = if mode == "rnr" {
-        let data: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(7).wrapping_add(1)).collect();
+        let data: Vec<u8> = (0..64u8)
+            .map(|i| i.wrapping_mul(7).wrapping_add(1))
+            .collect();
         mr.write(0, &data).map_err(fail)?;
         let t0 = Instant::now();
         s.qp.post_send(&[wr]).map_err(|e| e.1)?;
@@ -284,7 +290,11 @@ fn requester(mode: &str, port: u16, host: &str, op: &str) -> Result<bool> {
         let dt = t0.elapsed();
         (
             wc.status == WcStatus::Success && dt >= Duration::from_secs(1),
-            format!("SEND completed with {} after {} ms", wc.status, dt.as_millis()),
+            format!(
+                "SEND completed with {} after {} ms",
+                wc.status,
+                dt.as_millis()
+            ),
         )
     } else {
         let read = op == "read";

@@ -273,7 +273,7 @@ ops() {
   if [ "$who" = client ]; then
     guest_serve $t $PORT "$RXEPEER stress -p $PORT" || { vm_wait "$VM_JOB"; echo "rxe-peer did not start"; return 1; }
     local gj=$VM_JOB
-    ns timeout -k 3 $t "$UROCE" rc-stress -p $PORT -n $n -m "$mtu" "$VM_GUEST_IP" >"$S_DIR/uroce.out" 2>&1
+    ns env UROCE_DEBUG=1 timeout -k 3 $t "$UROCE" rc-stress -p $PORT -n $n -m "$mtu" "$VM_GUEST_IP" >"$S_DIR/uroce.out" 2>&1
     local urc=$?
     vm_wait "$gj" >"$S_DIR/rxe.out"
     local grc=$?
@@ -290,7 +290,8 @@ ops() {
   echo "--- rxe: rxe-peer stress (exit $grc)"
   cat "$S_DIR/rxe.out"
   [ $urc = 0 ] && [ $grc = 0 ] && return 0
-  echo "uroce exit $urc, rxe-peer exit $grc: $(grep -hi 'error\|differ\|fail\|expected\|completed with\|no completion' "$S_DIR/uroce.out" "$S_DIR/rxe.out" | head -n 2 | tr '\n' ' ')"
+  # Each side's last line says how it ended.
+  echo "uroce exit $urc: $(grep -v '^\s*$' "$S_DIR/uroce.out" | tail -n 1); rxe-peer exit $grc: $(grep -v '^\s*$' "$S_DIR/rxe.out" | tail -n 1)"
   return 1
 }
 

@@ -92,10 +92,16 @@ fn err(m: impl Into<String>) -> Error {
 /// No completion for too long: the error, and with `UROCE_DEBUG` set the
 /// QP's internal state on stderr.
 fn stuck(qp: &QueuePair, who: &str) -> Error {
+    failed(qp, format!("{who}: no completion for {TIMEOUT:?}"))
+}
+
+/// The error `m`, and with `UROCE_DEBUG` set the QP's internal state on
+/// stderr.
+fn failed(qp: &QueuePair, m: String) -> Error {
     if std::env::var_os("UROCE_DEBUG").is_some() {
         eprintln!("{}", qp.debug_state());
     }
-    err(format!("{who}: no completion for {TIMEOUT:?}"))
+    err(m)
 }
 
 /// SEND payload byte `i` of message `seq`.
@@ -520,7 +526,7 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
     s.qp.post_send(&[wr]).map_err(|e| e.1)?;
     let wc = s.cq.wait(1, TIMEOUT);
     if wc.first().map(|w| w.status) != Some(WcStatus::Success) {
-        return Err(err(format!("final READ: {wc:?}")));
+        return Err(failed(&s.qp, format!("final READ: {wc:?}")));
     }
     let got = whole
         .to_vec(0, DATA + 8 * WORDS)
@@ -543,7 +549,7 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
     s.qp.post_send(&[wr]).map_err(|e| e.1)?;
     let wc = s.cq.wait(1, TIMEOUT);
     if wc.first().map(|w| w.status) != Some(WcStatus::Success) {
-        return Err(err(format!("end marker: {wc:?}")));
+        return Err(failed(&s.qp, format!("end marker: {wc:?}")));
     }
     let v = line(&mut rd)?;
     let (srv_sends, srv_writes_imm, srv_errors) = (

@@ -77,7 +77,7 @@ impl RcQp {
                     }
                 }
             }
-            Operation::RdmaReadResponse => self.read_response(psn, pkt),
+            Operation::RdmaReadResponse => self.read_response(now, psn, pkt),
             Operation::AtomicAcknowledge => self.atomic_ack(psn, pkt),
             _ => Counters::inc(&self.cfg.counters.dropped_pkts),
         }
@@ -145,10 +145,19 @@ impl RcQp {
         self.req.resume_after_una();
     }
 
-    fn read_response(&mut self, psn: Psn, pkt: &ParsedPacket<'_>) {
+    fn read_response(&mut self, now: Nanos, psn: Psn, pkt: &ParsedPacket<'_>) {
         let mtu = self.mtu() as u64;
-        // Responses also acknowledge earlier requests.
-        self.ack_before(psn);
+        // Responses also acknowledge the requests before their READ (not
+        // the READ's own earlier PSNs: a hole in them is handled below).
+        let first = self
+            .req
+            .wqes
+            .iter()
+            .find(|e| e.wr.opcode == WrOpcode::RdmaRead && e.contains(psn))
+            .map_or(psn, |e| e.first_psn);
+        if first.is_after(self.req.una) {
+            self.ack_before(first);
+        }
         let Some(i) = self
             .req
             .wqes
@@ -157,6 +166,7 @@ impl RcQp {
         else {
             return;
         };
+        let reorder_ns = reorder_window_ns(self.attr.timeout);
         let e = &mut self.req.wqes[i];
         if e.wr.opcode != WrOpcode::RdmaRead || !e.contains(psn) {
             Counters::inc(&self.cfg.counters.dropped_pkts);
@@ -164,15 +174,51 @@ impl RcQp {
         }
         let expected = e.first_psn.add(e.read_done);
         if psn != expected {
-            // Lost responses: ask again for the rest, once per hole (the
-            // responses still arriving from the first request would
-            // otherwise each ask again); the timer covers a lost re-request.
-            if psn.is_after(expected) && self.req.read_rerequest != Some(expected) {
+            if !psn.is_after(expected) {
+                // A duplicate (from a re-request's replay).
+                Counters::inc(&self.cfg.counters.dropped_pkts);
+                return;
+            }
+            // Ahead of a hole: reordered, or the hole's packet was lost.
+            // Place it now if it fits the window (the PSN fixes its offset),
+            // so that reordering costs no resend; ask again for the rest
+            // only once the hole looks lost: it outlived the reorder
+            // window, or enough later packets passed it, or the last one
+            // came (nothing more would tell). Once per hole; the ACK timer
+            // covers a lost re-request.
+            let idx = psn.distance_from(e.first_psn);
+            let k = idx - e.read_done - 1;
+            let mut placed = false;
+            if k < 128 && e.read_ahead & (1u128 << k) == 0 {
+                let off = idx as u64 * mtu;
+                let want_len = (e.len - off.min(e.len)).min(mtu) as usize;
+                let is_last = idx + 1 == e.npkts;
+                if pkt.info.position.ends_message() == is_last
+                    && pkt.payload.len() == want_len
+                    && e.data.scatter(off, pkt.payload).is_ok()
+                {
+                    e.read_ahead |= 1u128 << k;
+                    placed = true;
+                }
+            }
+            if !placed {
+                Counters::inc(&self.cfg.counters.dropped_pkts);
+            }
+            let is_last = idx + 1 == e.npkts;
+            let (since, seen) = match self.req.read_hole {
+                Some((h, t, n)) if h == expected => (t, n + 1),
+                _ => (now, 1),
+            };
+            self.req.read_hole = Some((expected, since, seen));
+            let lost = k >= 128
+                || is_last
+                || seen >= REORDER_PKTS
+                || now.0.saturating_sub(since.0) >= reorder_ns;
+            if lost && self.req.read_rerequest != Some(expected) {
                 self.req.read_rerequest = Some(expected);
                 self.req.una = expected;
                 self.req.go_back(expected);
             }
-            Counters::inc(&self.cfg.counters.dropped_pkts);
             return;
         }
         // The PSN and the offset fix the length; the position may be
@@ -190,10 +236,18 @@ impl RcQp {
             return;
         }
         e.read_done += 1;
-        if e.read_done == e.npkts {
+        // Then whatever arrived ahead of it and now follows on.
+        while e.read_ahead & 1 != 0 {
+            e.read_ahead >>= 1;
+            e.read_done += 1;
+        }
+        e.read_ahead >>= 1;
+        if e.read_done >= e.npkts {
+            e.read_done = e.npkts;
             e.done = true;
         }
-        self.req.una = psn.next();
+        self.req.una = e.first_psn.add(e.read_done);
+        self.req.read_hole = None;
     }
 
     fn atomic_ack(&mut self, psn: Psn, pkt: &ParsedPacket<'_>) {
@@ -219,5 +273,19 @@ impl RcQp {
         }
         e.done = true;
         self.req.una = psn.next();
+    }
+}
+
+/// Later responses that must pass a hole in a READ's responses before it
+/// counts as lost (reordering moves a packet by fewer).
+const REORDER_PKTS: u32 = 32;
+
+/// How long a hole in a READ's responses may stay open before it counts
+/// as lost: a sixteenth of the ACK timeout (4 ms at the usual 14).
+fn reorder_window_ns(timeout: u8) -> u64 {
+    if timeout == 0 {
+        4_000_000
+    } else {
+        super::requester::ack_timeout_ns(timeout) / 16
     }
 }

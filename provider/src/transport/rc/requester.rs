@@ -23,8 +23,11 @@ pub(super) struct SqEntry {
     /// First PSN, once started.
     pub first_psn: Psn,
     pub started: bool,
-    /// READ: response packets placed so far.
+    /// READ: response packets placed so far, in order.
     pub read_done: u32,
+    /// READ: response packets placed ahead of a hole (arrived early, or
+    /// after a lost one): bit k is packet `read_done + 1 + k`.
+    pub read_ahead: u128,
     /// Finished successfully (waits to be retired in order).
     pub done: bool,
     /// Finished with an error.
@@ -72,6 +75,9 @@ pub(super) struct Requester {
     /// The PSN a READ was last re-requested from after a hole in its
     /// responses.
     pub read_rerequest: Option<Psn>,
+    /// A hole in a READ's responses: its PSN, when a later response first
+    /// showed it, and how many later responses have arrived since.
+    pub read_hole: Option<(Psn, Nanos, u32)>,
 }
 
 impl Requester {
@@ -182,6 +188,7 @@ impl RcQp {
             first_psn: Psn::default(),
             started: false,
             read_done: 0,
+            read_ahead: 0,
             done: false,
             error: None,
             wr,
@@ -449,6 +456,7 @@ impl RcQp {
         self.req.retry_left -= 1;
         let una = self.req.una;
         self.req.read_rerequest = None;
+        self.req.read_hole = None;
         self.req.go_back(una);
     }
 
