@@ -126,7 +126,7 @@ fn demo_traffic_capture_passes_the_checker() {
         seen.insert(
             uroce_wire::packet::parse(frame.payload)
                 .expect("packet")
-                .headers
+                .headers()
                 .bth
                 .opcode,
         );

@@ -204,7 +204,7 @@ fn log_requests(net: &mut SimNet) -> ReqLog {
     let l = log.clone();
     net.set_filter(move |w: &Wire<'_>| {
         if w.pkt.info.is_request {
-            let h = &w.pkt.headers;
+            let h = &w.pkt.headers();
             l.lock()
                 .unwrap()
                 .push((h.bth.opcode, h.bth.se, h.reth.map(|r| r.va)));
@@ -238,7 +238,7 @@ fn comm_est_once_when_the_first_request_reaches_a_qp_in_rtr() {
 
     // A 3-packet SEND whose later packets are held back: the event comes
     // with the first packet, before the message completes.
-    net.set_filter(|w: &Wire<'_>| match w.pkt.headers.bth.opcode {
+    net.set_filter(|w: &Wire<'_>| match w.pkt.bth.opcode {
         Opcode::RC_SEND_MIDDLE | Opcode::RC_SEND_LAST => Verdict::Delay(100_000),
         _ => Verdict::Pass,
     });
@@ -712,7 +712,7 @@ fn srq_shared_by_two_qps() {
     // p2 posts first but its packet is held back: p1's SEND arrives
     // first and takes the first WR. Arrival order, not posting order.
     net.set_filter(|w: &Wire<'_>| {
-        if w.pkt.info.is_request && w.pkt.headers.bth.dest_qp == 0x32 {
+        if w.pkt.info.is_request && w.pkt.bth.dest_qp == 0x32 {
             Verdict::Delay(50_000)
         } else {
             Verdict::Pass

@@ -37,7 +37,7 @@ fn drop_nth(p: &mut RcPair, op: Opcode, nth: usize) -> Arc<Mutex<Vec<Opcode>>> {
     let s = seen.clone();
     let mut count = 0;
     p.net.set_filter(move |w: &Wire<'_>| {
-        let o = w.pkt.headers.bth.opcode;
+        let o = w.pkt.bth.opcode;
         s.lock().unwrap().push(o);
         if o == op {
             count += 1;
@@ -121,9 +121,9 @@ fn retransmissions_are_byte_identical() {
         if w.pkt.info.is_request {
             s.lock()
                 .unwrap()
-                .push((w.pkt.headers.bth.psn.value(), w.pkt.bytes.to_vec()));
+                .push((w.pkt.bth.psn.value(), w.pkt.bytes.to_vec()));
         }
-        if w.pkt.headers.bth.opcode == Opcode::RC_ACKNOWLEDGE && !dropped {
+        if w.pkt.bth.opcode == Opcode::RC_ACKNOWLEDGE && !dropped {
             dropped = true;
             return Verdict::Drop;
         }
@@ -150,7 +150,7 @@ fn lost_read_response_is_rerequested_for_the_rest() {
     let r2 = reads.clone();
     let mut n = 0;
     p.net.set_filter(move |w: &Wire<'_>| {
-        let h = &w.pkt.headers;
+        let h = &w.pkt.headers();
         if h.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
             r2.lock()
                 .unwrap()
@@ -197,7 +197,7 @@ fn responses_after_a_hole_rerequest_once() {
     let r2 = reads.clone();
     let mut n = 0u64;
     p.net.set_filter(move |w: &Wire<'_>| {
-        let h = &w.pkt.headers;
+        let h = &w.pkt.headers();
         if h.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
             r2.lock().unwrap().push(h.bth.psn.value());
         }
@@ -241,7 +241,7 @@ fn read_with(
     let r2 = reads.clone();
     let mut n = 0u64;
     p.net.set_filter(move |w: &Wire<'_>| {
-        let h = &w.pkt.headers;
+        let h = &w.pkt.headers();
         if h.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
             r2.lock().unwrap().push(h.bth.psn.value());
         }
@@ -688,9 +688,7 @@ fn solicited_event_bit_on_the_last_packet_only() {
     let s2 = se.clone();
     p.net.set_filter(move |w: &Wire<'_>| {
         if w.pkt.info.is_request {
-            s2.lock()
-                .unwrap()
-                .push((w.pkt.headers.bth.opcode, w.pkt.headers.bth.se));
+            s2.lock().unwrap().push((w.pkt.bth.opcode, w.pkt.bth.se));
         }
         Verdict::Pass
     });

@@ -181,7 +181,7 @@ impl Uc {
             .iter()
             .map(|(_, s, d, b)| {
                 let p = packet::parse(b).expect("parses");
-                let h = &p.headers.bth;
+                let h = &p.bth;
                 (
                     *s,
                     *d,
@@ -478,7 +478,7 @@ fn inline_send_and_unsignaled_wrs() {
 fn drop_nth(p: &mut Uc, op: Opcode, nth: usize) {
     let mut count = 0;
     p.net.set_filter(move |w: &Wire<'_>| {
-        if w.pkt.headers.bth.opcode == op {
+        if w.pkt.bth.opcode == op {
             count += 1;
             if count == nth + 1 {
                 return Verdict::Drop;
@@ -927,7 +927,7 @@ fn err_flushes_in_order_and_reset_discards() {
     let id = p.a.id;
     let t = p.net.qp(id).poll_transmit(Nanos(0), &mut out).unwrap();
     let first = packet::parse(&out[..t.len]).unwrap();
-    assert_eq!(first.headers.bth.opcode, Opcode::UC_SEND_FIRST);
+    assert_eq!(first.bth.opcode, Opcode::UC_SEND_FIRST);
     p.modify_state(true, QpState::Err);
     let s = p.sends(true);
     assert_eq!(
@@ -1177,9 +1177,7 @@ fn many_messages_over_a_lossy_reordering_network() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     p.net.set_filter(move |w: &Wire<'_>| {
         let drop = rng.chance(0.05);
-        l.lock()
-            .unwrap()
-            .insert(w.pkt.headers.bth.psn.value(), drop);
+        l.lock().unwrap().insert(w.pkt.bth.psn.value(), drop);
         if drop {
             Verdict::Drop
         } else {

@@ -355,7 +355,7 @@ fn pair_roundtrip(v6: bool) {
     {
         assert_eq!((*s_ip, *d_ip), (a_ip, b_ip));
         let p = packet::parse(bytes).unwrap();
-        let h = &p.headers;
+        let h = &p.headers();
         let op = if *imm {
             Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
         } else {
@@ -553,7 +553,7 @@ fn a_wr_qkey_with_the_high_bit_sends_the_qps_own() {
     assert_eq!(n(&b.counters.qkey_violations), 1);
     let qkeys: Vec<u32> = delivered(&net)
         .iter()
-        .map(|(_, _, b)| packet::parse(b).unwrap().headers.deth.unwrap().qkey)
+        .map(|(_, _, b)| packet::parse(b).unwrap().deth().unwrap().qkey)
         .collect();
     assert_eq!(qkeys, vec![QKEY, 0x0bad_0bad, QKEY]);
     // Setting a controlled Q_Key on the QP is refused (unprivileged).
@@ -714,7 +714,7 @@ fn local_send_errors_complete_in_error_move_to_sqe_and_recover() {
         let from_a: Vec<u32> = delivered(&net)
             .iter()
             .filter(|(s, _, _)| *s == a.ip)
-            .map(|(_, _, b)| packet::parse(b).unwrap().headers.bth.psn.value())
+            .map(|(_, _, b)| packet::parse(b).unwrap().bth.psn.value())
             .collect();
         assert_eq!(from_a, (100..100 + good as u32).collect::<Vec<_>>());
     }
@@ -830,7 +830,7 @@ fn the_se_bit_wakes_a_cq_armed_for_solicited_completions() {
     assert_eq!(ch.len(), 1);
     let se: Vec<bool> = delivered(&net)
         .iter()
-        .map(|(_, _, b)| packet::parse(b).unwrap().headers.bth.se)
+        .map(|(_, _, b)| packet::parse(b).unwrap().bth.se)
         .collect();
     assert_eq!(se, vec![false, false, true, true, true]);
 }
@@ -1159,7 +1159,7 @@ fn datagrams_over_a_lossy_network_arrive_intact_and_once() {
             .ok()
             .filter(|p: &ParsedPacket<'_>| p.verify_icrc(&ctx(*s, *d)).is_ok());
         if let Some(p) = ok {
-            let psn = p.headers.bth.psn;
+            let psn = p.bth.psn;
             intact_copies += 1;
             // First arrivals from a behind an earlier arrival: reordered.
             if intact.insert((*s, psn.value())) && *s == a.ip {

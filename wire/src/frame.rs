@@ -781,7 +781,7 @@ mod tests {
         let p = ex1_params();
         let pkt = crate::packet::parse(&EX1_FRAME[42..]).unwrap();
         let mut buf = [0u8; 128];
-        let n = build_roce_frame(&p, &pkt.headers, pkt.payload, &mut buf).unwrap();
+        let n = build_roce_frame(&p, &pkt.headers(), pkt.payload, &mut buf).unwrap();
         assert_eq!(&buf[..n], &EX1_FRAME[..]);
         // and from a ready UDP payload
         let mut buf2 = [0u8; 128];

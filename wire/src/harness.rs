@@ -80,19 +80,19 @@ pub fn parse_never_panics(data: &[u8]) {
 /// What [`packet::parse`] promises about a packet it accepted.
 fn check_parsed(p: &ParsedPacket<'_>, data: &[u8]) {
     assert!(core::ptr::eq(p.bytes, data), "bytes is not the input");
-    assert_eq!(p.info.code, p.headers.bth.opcode.0);
+    assert_eq!(p.info.code, p.bth.opcode.0);
     assert_eq!(
-        p.headers.check(),
+        p.headers().check(),
         Ok(p.info),
         "headers disagree with opcode"
     );
-    assert_eq!(p.headers.bth.tver, 0);
+    assert_eq!(p.bth.tver, 0);
     assert_eq!(
-        p.header_len() + p.payload.len() + p.headers.bth.pad as usize + ICRC_LEN,
+        p.header_len() + p.payload.len() + p.bth.pad as usize + ICRC_LEN,
         data.len(),
         "lengths do not add up"
     );
-    assert_eq!(p.headers.bth.pad, pad_for(p.payload.len()));
+    assert_eq!(p.bth.pad, pad_for(p.payload.len()));
     assert!(p.info.has_payload || p.payload.is_empty());
     assert_eq!(
         p.payload.as_ptr(),
@@ -136,7 +136,7 @@ pub fn parse_emit_parse(data: &[u8]) {
     check_parsed(&p, data);
     let mask = ignored_bits(&p);
     for ctx in [&FUZZ_CTX_V4, &FUZZ_CTX_V6] {
-        let out = match emit_vec(&p.headers, p.payload, ctx, 0xa5) {
+        let out = match emit_vec(&p.headers(), p.payload, ctx, 0xa5) {
             Ok(out) => out,
             Err(Error::OutOfRange(_)) if data.len() > MAX_UDP_PAYLOAD => return,
             Err(e) => panic!("re-emitting parsed headers failed: {e}"),
@@ -150,11 +150,11 @@ pub fn parse_emit_parse(data: &[u8]) {
             );
         }
         let q = packet::parse(&out).expect("re-emitted packet does not parse");
-        assert_eq!(q.headers, p.headers, "headers changed in a round trip");
+        assert_eq!(q.headers(), p.headers(), "headers changed in a round trip");
         assert_eq!(q.payload, p.payload, "payload changed in a round trip");
         q.verify_icrc(ctx)
             .expect("re-emitted packet fails its ICRC check");
-        let again = emit_vec(&q.headers, q.payload, ctx, 0x5a).expect("second emit failed");
+        let again = emit_vec(&q.headers(), q.payload, ctx, 0x5a).expect("second emit failed");
         assert_eq!(again, out, "emit is not canonical");
     }
 }
@@ -193,7 +193,7 @@ pub fn emit_parse_roundtrip(h: &Headers, payload: &[u8], ctx: &IpContext) -> Vec
     check_parsed(&p, &pkt);
     let mut want = *h;
     want.bth.pad = pad_for(payload.len());
-    assert_eq!(p.headers, want, "headers changed in a round trip");
+    assert_eq!(p.headers(), want, "headers changed in a round trip");
     assert_eq!(p.payload, payload, "payload changed in a round trip");
     p.verify_icrc(ctx)
         .expect("emitted packet fails its ICRC check");

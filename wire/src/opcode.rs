@@ -10,8 +10,8 @@ use core::fmt;
 
 /// An extension header that may follow the BTH, in wire order.
 ///
-/// IBA 9.2: BTH, [RDETH], [DETH], [RETH], [AtomicETH], [AETH],
-/// [AtomicAckETH], [ImmDt], [IETH], payload. RD is not used by RoCE; the
+/// IBA 9.2: `BTH, [RDETH], [DETH], [RETH], [AtomicETH], [AETH],
+/// [AtomicAckETH], [ImmDt], [IETH], payload` (brackets: optional). RD is not used by RoCE; the
 /// CNP's 16 reserved bytes are modelled as one more "header".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Ext {
@@ -151,6 +151,10 @@ pub struct OpcodeInfo {
     /// Total length of `headers`, computed once when the table is built
     /// (the parser reads it for every packet).
     ext_bytes: u8,
+    /// Where each extension header starts, from the start of the BTH,
+    /// indexed by [`Ext`] (0: absent), so that reading one header of a
+    /// parsed packet is one lookup.
+    ext_at: [u8; 8],
 }
 
 impl OpcodeInfo {
@@ -158,6 +162,15 @@ impl OpcodeInfo {
     #[inline]
     pub const fn ext_len(&self) -> usize {
         self.ext_bytes as usize
+    }
+    /// Offset of the given extension header from the start of the BTH, if
+    /// the opcode carries it.
+    #[inline]
+    pub const fn ext_offset(&self, ext: Ext) -> Option<usize> {
+        match self.ext_at[ext as usize] {
+            0 => None,
+            at => Some(at as usize),
+        }
     }
     /// Whether the opcode carries the given extension header.
     pub fn has(&self, ext: Ext) -> bool {
@@ -247,6 +260,7 @@ macro_rules! opcodes {
                 has_payload: $payload,
                 is_request: $req,
                 ext_bytes: sum_len(&[$(Ext::$ext),*]),
+                ext_at: offsets(&[$(Ext::$ext),*]),
             }, )*
         ];
     };
@@ -304,6 +318,19 @@ const fn sum_len(headers: &[Ext]) -> u8 {
     n as u8
 }
 
+/// Where each of a list of extension headers starts after the BTH.
+const fn offsets(headers: &[Ext]) -> [u8; 8] {
+    let mut at = [0u8; 8];
+    let mut off = crate::bth::BTH_LEN;
+    let mut i = 0;
+    while i < headers.len() {
+        at[headers[i] as usize] = off as u8;
+        off += headers[i].len();
+        i += 1;
+    }
+    at
+}
+
 /// The table, indexed by the raw opcode.
 pub static TABLE: [Option<OpcodeInfo>; 256] = build_table();
 
@@ -340,6 +367,26 @@ mod tests {
             for w in info.headers.windows(2) {
                 assert!((w[0] as u8) < (w[1] as u8), "{}", info.name);
             }
+            // each header's offset is the BTH plus the headers before it
+            let mut off = crate::bth::BTH_LEN;
+            for ext in [
+                Ext::Deth,
+                Ext::Reth,
+                Ext::AtomicEth,
+                Ext::Aeth,
+                Ext::AtomicAckEth,
+                Ext::ImmDt,
+                Ext::Ieth,
+                Ext::CnpReserved,
+            ] {
+                if info.has(ext) {
+                    assert_eq!(info.ext_offset(ext), Some(off), "{} {ext}", info.name);
+                    off += ext.len();
+                } else {
+                    assert_eq!(info.ext_offset(ext), None, "{} {ext}", info.name);
+                }
+            }
+            assert_eq!(off, crate::bth::BTH_LEN + info.ext_len(), "{}", info.name);
         }
         assert!(Opcode(0x15).info().is_none());
         assert!(Opcode(0x40).info().is_none()); // RD: not RoCE

@@ -1,8 +1,10 @@
 //! Whole RoCEv2 packets: the UDP payload from the BTH to the ICRC.
 //!
 //! [`parse`] checks the lengths, the headers the opcode table says the
-//! opcode carries, the pad count, and hands back the headers, the payload
-//! (pad stripped) and the stored ICRC; [`ParsedPacket::verify_icrc`] checks
+//! opcode carries, the pad count, and hands back the BTH, the extension
+//! headers (read on demand: [`ParsedPacket::reth`], ..., or all at once,
+//! [`ParsedPacket::headers`]), the payload (pad stripped) and the stored
+//! ICRC; [`ParsedPacket::verify_icrc`] checks
 //! the ICRC against an IP context. [`emit`] writes a whole packet with the
 //! right pad and ICRC into a caller's buffer; [`emit_headers`] and
 //! [`finish`] split that in two so that a sender can place the payload
@@ -111,11 +113,15 @@ pub const fn pad_for(payload_len: usize) -> u8 {
     ((4 - (payload_len % 4)) % 4) as u8
 }
 
-/// A parsed packet borrowing the UDP payload it came from.
+/// A parsed packet borrowing the UDP payload it came from. The BTH is
+/// decoded; the extension headers are read when asked for (one table
+/// lookup and a few loads each), since most packets' handlers need one or
+/// none of them. [`parse`] has checked that every header the opcode
+/// carries is there, so the accessors cannot fail for those.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParsedPacket<'a> {
-    /// All headers.
-    pub headers: Headers,
+    /// Base transport header.
+    pub bth: BthRepr,
     /// The opcode's table row.
     pub info: &'static OpcodeInfo,
     /// The payload, pad stripped.
@@ -126,10 +132,64 @@ pub struct ParsedPacket<'a> {
     pub bytes: &'a [u8],
 }
 
-impl ParsedPacket<'_> {
+impl<'a> ParsedPacket<'a> {
     /// Length of BTH plus extension headers.
     pub fn header_len(&self) -> usize {
         BTH_LEN + self.info.ext_len()
+    }
+    /// The `N` bytes of extension header `ext`, if the opcode carries it.
+    #[inline]
+    fn ext<const N: usize>(&self, ext: Ext) -> Option<&'a [u8; N]> {
+        let at = self.info.ext_offset(ext)?;
+        self.bytes.get(at..)?.first_chunk()
+    }
+    /// Datagram ETH (UD).
+    pub fn deth(&self) -> Option<DethRepr> {
+        let b = self.ext::<DETH_LEN>(Ext::Deth)?;
+        DethRepr::parse(&Deth::new_unchecked(b)).ok()
+    }
+    /// RDMA ETH.
+    pub fn reth(&self) -> Option<RethRepr> {
+        let b = self.ext::<RETH_LEN>(Ext::Reth)?;
+        RethRepr::parse(&Reth::new_unchecked(b)).ok()
+    }
+    /// Atomic ETH.
+    pub fn atomic_eth(&self) -> Option<AtomicEthRepr> {
+        let b = self.ext::<ATOMIC_ETH_LEN>(Ext::AtomicEth)?;
+        AtomicEthRepr::parse(&AtomicEth::new_unchecked(b)).ok()
+    }
+    /// ACK ETH.
+    pub fn aeth(&self) -> Option<AethRepr> {
+        let b = self.ext::<AETH_LEN>(Ext::Aeth)?;
+        AethRepr::parse(&Aeth::new_unchecked(b)).ok()
+    }
+    /// Atomic ACK ETH.
+    pub fn atomic_ack(&self) -> Option<AtomicAckEthRepr> {
+        let b = self.ext::<ATOMIC_ACK_ETH_LEN>(Ext::AtomicAckEth)?;
+        AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(b)).ok()
+    }
+    /// Immediate data.
+    pub fn imm(&self) -> Option<u32> {
+        let b = self.ext::<IMMDT_LEN>(Ext::ImmDt)?;
+        Some(ImmDtRepr::parse(&ImmDt::new_unchecked(b)).ok()?.imm)
+    }
+    /// Invalidate ETH: the R_Key to invalidate.
+    pub fn ieth(&self) -> Option<u32> {
+        let b = self.ext::<IETH_LEN>(Ext::Ieth)?;
+        Some(IethRepr::parse(&Ieth::new_unchecked(b)).ok()?.rkey)
+    }
+    /// Every header as plain values.
+    pub fn headers(&self) -> Headers {
+        Headers {
+            bth: self.bth,
+            deth: self.deth(),
+            reth: self.reth(),
+            atomic_eth: self.atomic_eth(),
+            aeth: self.aeth(),
+            atomic_ack: self.atomic_ack(),
+            imm: self.imm(),
+            ieth: self.ieth(),
+        }
     }
     /// Verifies the ICRC for a fully known IP context.
     pub fn verify_icrc(&self, ctx: &IpContext) -> Result<()> {
@@ -142,66 +202,22 @@ impl ParsedPacket<'_> {
     }
 }
 
-/// The `N` bytes at `off` as an array reference. Handing the header
-/// decoders fixed-size views lets the compiler drop their per-field bounds
-/// checks. The callers have checked the length already, so the error is
-/// unreachable in practice.
-#[inline(always)]
-fn chunk<const N: usize>(buf: &[u8], off: usize) -> Result<&[u8; N]> {
-    buf.get(off..)
-        .and_then(<[u8]>::first_chunk)
-        .ok_or(Error::Truncated {
-            what: "header",
-            need: off + N,
-            have: buf.len(),
-        })
-}
-
 /// Parses a UDP payload holding one RoCEv2 packet (BTH .. ICRC). Checks the
 /// length of every header, that TVer is 0, that the opcode is one RoCE
 /// uses, the pad count and the length rules; does not check the ICRC.
 pub fn parse(buf: &[u8]) -> Result<ParsedPacket<'_>> {
+    let Some(b) = buf.first_chunk::<BTH_LEN>() else {
+        return Err(Error::Truncated {
+            what: "BTH+ICRC",
+            need: BTH_LEN + ICRC_LEN,
+            have: buf.len(),
+        });
+    };
     check_len("BTH+ICRC", buf, BTH_LEN + ICRC_LEN)?;
-    let bth = BthRepr::parse(&Bth::new_unchecked(chunk::<BTH_LEN>(buf, 0)?))?;
+    let bth = BthRepr::parse(&Bth::new_unchecked(b))?;
     let info = bth.opcode.checked_info()?;
     let hdr_len = BTH_LEN + info.ext_len();
     check_len(info.name, buf, hdr_len + ICRC_LEN)?;
-    let mut h = Headers::new(bth);
-    let mut off = BTH_LEN;
-    for &ext in info.headers {
-        match ext {
-            Ext::Deth => {
-                let b = chunk::<DETH_LEN>(buf, off)?;
-                h.deth = Some(DethRepr::parse(&Deth::new_unchecked(b))?);
-            }
-            Ext::Reth => {
-                let b = chunk::<RETH_LEN>(buf, off)?;
-                h.reth = Some(RethRepr::parse(&Reth::new_unchecked(b))?);
-            }
-            Ext::AtomicEth => {
-                let b = chunk::<ATOMIC_ETH_LEN>(buf, off)?;
-                h.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_unchecked(b))?);
-            }
-            Ext::Aeth => {
-                let b = chunk::<AETH_LEN>(buf, off)?;
-                h.aeth = Some(AethRepr::parse(&Aeth::new_unchecked(b))?);
-            }
-            Ext::AtomicAckEth => {
-                let b = chunk::<ATOMIC_ACK_ETH_LEN>(buf, off)?;
-                h.atomic_ack = Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(b))?);
-            }
-            Ext::ImmDt => {
-                let b = chunk::<IMMDT_LEN>(buf, off)?;
-                h.imm = Some(ImmDtRepr::parse(&ImmDt::new_unchecked(b))?.imm);
-            }
-            Ext::Ieth => {
-                let b = chunk::<IETH_LEN>(buf, off)?;
-                h.ieth = Some(IethRepr::parse(&Ieth::new_unchecked(b))?.rkey);
-            }
-            Ext::CnpReserved => {}
-        }
-        off += ext.len();
-    }
     let area = buf.len() - hdr_len - ICRC_LEN;
     let pad = bth.pad as usize;
     if !info.has_payload {
@@ -219,7 +235,7 @@ pub fn parse(buf: &[u8]) -> Result<ParsedPacket<'_>> {
     let payload = &buf[hdr_len..hdr_len + area - pad];
     let icrc = icrc::stored(buf).unwrap_or(0);
     Ok(ParsedPacket {
-        headers: h,
+        bth,
         info,
         payload,
         icrc,
@@ -375,7 +391,7 @@ mod tests {
         p.verify_icrc(&ctx).unwrap();
         // rebuild byte for byte
         let mut out = [0u8; 64];
-        let n = emit(&p.headers, p.payload, &mut out, &ctx).unwrap();
+        let n = emit(&p.headers(), p.payload, &mut out, &ctx).unwrap();
         assert_eq!(&out[..n], &pkt[..]);
     }
 
@@ -400,7 +416,7 @@ mod tests {
             ][..]
         );
         let p = parse_verified(&out[..n], &ctx()).unwrap();
-        assert_eq!(p.headers, h);
+        assert_eq!(p.headers(), h);
     }
 
     #[test]
@@ -452,7 +468,7 @@ mod tests {
         let n = emit(&h, &[], &mut out, &ctx()).unwrap();
         assert_eq!(n, 20);
         let p = parse_verified(&out[..n], &ctx()).unwrap();
-        assert_eq!(p.headers, h);
+        assert_eq!(p.headers(), h);
         // truncated AETH
         assert!(matches!(parse(&out[..15]), Err(Error::Truncated { .. })));
         // payload on ACK
@@ -509,6 +525,6 @@ mod tests {
         let mut out = [0u8; 64];
         let n = emit(&h, &[], &mut out, &ctx()).unwrap();
         assert_eq!(n, 12 + 16 + 4);
-        assert_eq!(parse_verified(&out[..n], &ctx()).unwrap().headers, h);
+        assert_eq!(parse_verified(&out[..n], &ctx()).unwrap().headers(), h);
     }
 }

@@ -93,9 +93,9 @@ fn scapy_icrcs_verify_exactly() {
         f.verify_icrc().expect("ICRC");
         // The same through the context built from the frame.
         let p = packet::parse_verified(f.payload, &f.ip_context()).expect("packet");
-        assert_eq!(p.headers.bth.opcode, op, "frame {n}");
+        assert_eq!(p.bth.opcode, op, "frame {n}");
         assert_eq!(p.payload.len(), len, "frame {n}");
-        assert_eq!(p.headers.bth.pad, pad, "frame {n}");
+        assert_eq!(p.bth.pad, pad, "frame {n}");
         assert_eq!(p.icrc, stored);
         if n == 1 {
             // shared/roce-check/ICRC.md example 1
@@ -130,7 +130,7 @@ fn scapy_icrcs_verify_exactly() {
         let params = params_of(rec.data, &f);
         assert_eq!(params.ip_context(), f.ip_context());
         let mut buf = [0u8; 256];
-        let m = build_roce_frame(&params, &p.headers, p.payload, &mut buf).expect("build");
+        let m = build_roce_frame(&params, &p.headers(), p.payload, &mut buf).expect("build");
         assert_eq!(&buf[..m], rec.data, "frame {n} rebuilt");
     }
     assert_eq!(n, EXPECTED.len());

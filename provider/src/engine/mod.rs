@@ -472,7 +472,7 @@ impl Worker {
                 Counters::inc(&self.counters.cnp_rcvd);
                 continue;
             }
-            let qpn = pkt.headers.bth.dest_qp;
+            let qpn = pkt.bth.dest_qp;
             match self.qps.get_mut(&qpn) {
                 Some(s) => {
                     let mut meta = RxMeta::new(from.ip(), self.local_ip);

@@ -345,7 +345,7 @@ impl SimNet {
             Counters::inc(&self.counters.icrc_errors);
             return;
         }
-        let qpn = pkt.headers.bth.dest_qp;
+        let qpn = pkt.bth.dest_qp;
         let now = self.now;
         match self
             .qps

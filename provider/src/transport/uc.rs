@@ -182,7 +182,7 @@ impl UcQp {
     /// from `src`.
     pub fn handle_packet(&mut self, _now: Nanos, src: IpAddr, pkt: &ParsedPacket<'_>) {
         let c = &self.cfg.counters;
-        let bth = &pkt.headers.bth;
+        let bth = &pkt.bth;
         let receiving = matches!(
             self.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
@@ -408,7 +408,7 @@ impl UcQp {
     /// validity, resources, length, R_Key; then execute.
     fn receive(&mut self, pkt: &ParsedPacket<'_>) {
         let info = pkt.info;
-        let psn = pkt.headers.bth.psn;
+        let psn = pkt.bth.psn;
         let starts = info.position.starts_message();
         // PSN (rxe check_psn for UC): a PSN other than the
         // expected one, or any packet while a message is being dropped,
@@ -544,9 +544,9 @@ impl UcQp {
                 self.cfg.qpn,
                 written as u32,
                 self.attr.dest_qp_num,
-                pkt.headers.imm,
+                pkt.imm(),
             );
-            self.complete(false, wc, pkt.headers.bth.se);
+            self.complete(false, wc, pkt.bth.se);
         }
         true
     }
@@ -561,7 +561,7 @@ impl UcQp {
                 self.drop_message();
                 return false;
             }
-            let Some(reth) = pkt.headers.reth else {
+            let Some(reth) = pkt.reth() else {
                 self.drop_message();
                 return false;
             };
@@ -606,7 +606,7 @@ impl UcQp {
         // WRITE with immediate consumes a receive WR at its last packet;
         // taken before memory is touched so that, without one, the last
         // packet changes nothing (rxe check_resource precedes execute).
-        let recv = if ends && pkt.headers.imm.is_some() {
+        let recv = if ends && pkt.imm().is_some() {
             match self.take_recv() {
                 Ok(Some(r)) => Some(r),
                 Ok(None) => {
@@ -643,9 +643,9 @@ impl UcQp {
                     self.cfg.qpn,
                     total as u32,
                     self.attr.dest_qp_num,
-                    Some(pkt.headers.imm.unwrap_or(0)),
+                    Some(pkt.imm().unwrap_or(0)),
                 );
-                self.complete(false, wc, pkt.headers.bth.se);
+                self.complete(false, wc, pkt.bth.se);
             }
         }
         true

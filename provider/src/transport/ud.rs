@@ -139,12 +139,12 @@ impl UdQp {
     /// Takes one packet addressed to this QP (parsed and ICRC-checked).
     pub fn handle_packet(&mut self, _now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
         let c = &self.cfg.counters;
-        let bth = &pkt.headers.bth;
+        let bth = &pkt.bth;
         let receiving = matches!(
             self.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         );
-        let deth = match pkt.headers.deth {
+        let deth = match pkt.deth() {
             Some(d)
                 if receiving
                     && pkt.info.transport == Transport::Ud
@@ -210,7 +210,7 @@ impl UdQp {
             self.cfg.qpn,
             len as u32,
             src_qp,
-            pkt.headers.imm,
+            pkt.imm(),
         );
         wc.wc_flags |= WcFlags::GRH;
         self.complete(false, wc, bth.se);

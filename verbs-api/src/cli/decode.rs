@@ -244,7 +244,7 @@ pub fn packet_line(frame_no: u64, f: &Frame<'_>) -> PacketLine {
     }
     match packet::parse(bytes) {
         Ok(p) => {
-            line.set_headers(&p.headers);
+            line.set_headers(&p.headers());
             line.payload_len = Some(p.payload.len());
         }
         Err(e) => {

@@ -326,9 +326,9 @@ mod tests {
                 fr.verify_icrc().unwrap();
                 let p = packet::parse_verified(fr.payload, &fr.ip_context()).unwrap();
                 assert_eq!(p.info.code, info.code);
-                pads[usize::from(p.headers.bth.pad)] += 1;
+                pads[usize::from(p.bth.pad)] += 1;
                 if matches!(info.position, Position::First | Position::Middle) {
-                    assert_eq!(p.headers.bth.pad, 0);
+                    assert_eq!(p.bth.pad, 0);
                 }
             }
         }

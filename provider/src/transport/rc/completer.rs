@@ -12,7 +12,7 @@ use uroce_wire::{Operation, Psn};
 
 impl RcQp {
     pub(super) fn handle_response(&mut self, now: Nanos, pkt: &ParsedPacket<'_>) {
-        let psn = pkt.headers.bth.psn;
+        let psn = pkt.bth.psn;
         // A response must be for a PSN we sent and that is not yet
         // acknowledged; anything else is stale (or a ghost) and dropped.
         let outstanding = self.req.hwm.distance_from(self.req.una);
@@ -24,7 +24,7 @@ impl RcQp {
         let before = self.req.una;
         match pkt.info.operation {
             Operation::Acknowledge => {
-                let Some(aeth) = pkt.headers.aeth else { return };
+                let Some(aeth) = pkt.aeth() else { return };
                 match aeth.syndrome {
                     AethSyndrome::Ack { .. } => self.ack_through(psn),
                     AethSyndrome::RnrNak { timer } => {
@@ -265,7 +265,7 @@ impl RcQp {
             Counters::inc(&self.cfg.counters.dropped_pkts);
             return;
         }
-        let orig = pkt.headers.atomic_ack.map(|a| a.orig).unwrap_or(0);
+        let orig = pkt.atomic_ack().map(|a| a.orig).unwrap_or(0);
         // The original value lands in local memory in host byte order.
         if e.data.scatter(0, &orig.to_ne_bytes()).is_err() {
             e.error = Some(WcStatus::LocProtErr);

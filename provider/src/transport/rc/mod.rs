@@ -133,7 +133,7 @@ impl RcQp {
     /// from `src`.
     pub fn handle_packet(&mut self, now: Nanos, src: IpAddr, pkt: &ParsedPacket<'_>) {
         let c = &self.cfg.counters;
-        let bth = &pkt.headers.bth;
+        let bth = &pkt.bth;
         let connected = matches!(
             self.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe

@@ -129,7 +129,7 @@ impl RcQp {
             Counters::inc(&self.cfg.counters.dropped_pkts);
             return;
         }
-        let psn = pkt.headers.bth.psn;
+        let psn = pkt.bth.psn;
         let duplicate = psn.classify(self.resp.epsn) == PsnClass::Duplicate;
         // New requests wait behind READ responses; duplicates change no
         // memory and are answered at once.
@@ -168,8 +168,7 @@ impl RcQp {
     /// Checks and executes the expected request.
     fn execute(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
         let info = pkt.info;
-        let h = &pkt.headers;
-        let psn = h.bth.psn;
+        let psn = pkt.bth.psn;
         let mtu = self.mtu() as usize;
         // Op sequence (C9-...): a message in progress continues with a
         // MIDDLE or LAST of the same operation; otherwise FIRST or ONLY.
@@ -215,7 +214,7 @@ impl RcQp {
                 }
             }
             Operation::RdmaReadRequest => {
-                let reth = h.reth.ok_or(RespError::InvalidRequest)?;
+                let reth = pkt.reth().ok_or(RespError::InvalidRequest)?;
                 let len = reth.dma_len as u64;
                 let (mr, offset) = self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ)?;
                 let n = npkts(len, self.mtu());
@@ -234,7 +233,7 @@ impl RcQp {
                 return Ok(());
             }
             Operation::CompareSwap | Operation::FetchAdd => {
-                let a = h.atomic_eth.ok_or(RespError::InvalidRequest)?;
+                let a = pkt.atomic_eth().ok_or(RespError::InvalidRequest)?;
                 if a.va % 8 != 0 {
                     return Err(RespError::InvalidRequest);
                 }
@@ -268,7 +267,7 @@ impl RcQp {
             _ => return Err(RespError::InvalidRequest),
         }
         self.resp.epsn = psn.next();
-        if h.bth.ack_req {
+        if pkt.bth.ack_req {
             let m = self.resp.msn;
             self.resp.push_ack(psn, ACK, m);
         }
@@ -297,7 +296,7 @@ impl RcQp {
         let info = pkt.info;
         if info.position.starts_message() {
             let Some(wr) = self.cfg.rq.take() else {
-                self.rnr_nak(pkt.headers.bth.psn);
+                self.rnr_nak(pkt.bth.psn);
                 return Err(RespError::Rnr);
             };
             match Resolved::resolve(
@@ -336,9 +335,9 @@ impl RcQp {
                 self.cfg.qpn,
                 written as u32,
                 self.attr.dest_qp_num,
-                pkt.headers.imm,
+                pkt.imm(),
             );
-            if let Some(rkey) = pkt.headers.ieth {
+            if let Some(rkey) = pkt.ieth() {
                 // SEND with invalidate: the named region in our PD stops
                 // being usable at once.
                 match self.cfg.keys.find_rkey(rkey) {
@@ -356,7 +355,7 @@ impl RcQp {
                 wc.wc_flags |= WcFlags::WITH_INV;
             }
             self.resp.msn = self.resp.msn.wrapping_add(1);
-            self.complete_notify(false, wc, pkt.headers.bth.se);
+            self.complete_notify(false, wc, pkt.bth.se);
         }
         Ok(())
     }
@@ -365,7 +364,7 @@ impl RcQp {
     fn exec_write(&mut self, pkt: &ParsedPacket<'_>) -> Result<bool, RespError> {
         let info = pkt.info;
         if info.position.starts_message() {
-            let reth = pkt.headers.reth.ok_or(RespError::InvalidRequest)?;
+            let reth = pkt.reth().ok_or(RespError::InvalidRequest)?;
             let total = reth.dma_len as u64;
             let (mr, offset) = self.check_rkey(reth.rkey, reth.va, total, Access::REMOTE_WRITE)?;
             self.resp.cur = Some(Current::Write {
@@ -391,11 +390,11 @@ impl RcQp {
         }
         // WRITE with immediate consumes a receive WR; check before touching
         // memory so that an RNR leaves nothing done.
-        let recv = if ends && pkt.headers.imm.is_some() {
+        let recv = if ends && pkt.imm().is_some() {
             match self.cfg.rq.take() {
                 Some(wr) => Some(wr),
                 None => {
-                    self.rnr_nak(pkt.headers.bth.psn);
+                    self.rnr_nak(pkt.bth.psn);
                     return Ok(false);
                 }
             }
@@ -421,9 +420,9 @@ impl RcQp {
                     self.cfg.qpn,
                     total as u32,
                     self.attr.dest_qp_num,
-                    Some(pkt.headers.imm.unwrap_or(0)),
+                    Some(pkt.imm().unwrap_or(0)),
                 );
-                self.complete_notify(false, wc, pkt.headers.bth.se);
+                self.complete_notify(false, wc, pkt.bth.se);
             }
         }
         Ok(true)
@@ -441,7 +440,7 @@ impl RcQp {
     /// from the replay cache and never executed twice.
     fn duplicate(&mut self, pkt: &ParsedPacket<'_>) {
         Counters::inc(&self.cfg.counters.duplicate_requests);
-        let psn = pkt.headers.bth.psn;
+        let psn = pkt.bth.psn;
         let msn = self.resp.msn;
         match pkt.info.operation {
             Operation::Send | Operation::RdmaWrite => {
@@ -449,7 +448,7 @@ impl RcQp {
                 self.resp.push_ack(last, ACK, msn);
             }
             Operation::RdmaReadRequest => {
-                let Some(reth) = pkt.headers.reth else { return };
+                let Some(reth) = pkt.reth() else { return };
                 let len = reth.dma_len as u64;
                 match self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ) {
                     Ok((mr, offset)) => {
