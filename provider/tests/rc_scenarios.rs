@@ -188,39 +188,15 @@ fn lost_read_response_is_rerequested_for_the_rest() {
 #[test]
 fn responses_after_a_hole_rerequest_once() {
     let mut p = pair();
-    let len = 20 * 1024;
-    let remote = p.mr(false, len, ALL);
-    let local = p.mr(true, len, ALL);
-    let d = data(len);
-    remote.write(0, &d).unwrap();
-    let reads = Arc::new(Mutex::new(Vec::new()));
-    let r2 = reads.clone();
-    let mut n = 0u64;
-    p.net.set_filter(move |w: &Wire<'_>| {
-        let h = &w.pkt.headers();
-        if h.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
-            r2.lock().unwrap().push(h.bth.psn.value());
+    // The 3rd of 20 responses is lost; the rest are spread out so that
+    // the requester runs between them.
+    let reads = read_with(&mut p, 20, |n| {
+        if n == 3 {
+            Verdict::Drop
+        } else {
+            Verdict::Delay(n * 20_000)
         }
-        if w.pkt.info.operation == Operation::RdmaReadResponse {
-            n += 1;
-            if n == 3 {
-                return Verdict::Drop;
-            }
-            // Spread the responses out: the requester runs between them.
-            return Verdict::Delay(n * 20_000);
-        }
-        Verdict::Pass
     });
-    let mut w = wr(1, WrOpcode::RdmaRead, &[sge(&local, 0, len as u32)]);
-    w.remote_addr = remote.iova();
-    w.rkey = remote.rkey();
-    p.post_send(true, w);
-    let s = p.wait(true, true, 1, 10 * SEC);
-    assert_eq!(s[0].status, WcStatus::Success);
-    let mut got = vec![0u8; len];
-    local.read(0, &mut got).unwrap();
-    assert_eq!(got, d);
-    let reads = reads.lock().unwrap();
     assert_eq!(reads.len(), 2, "one re-request for one hole: {reads:?}");
     assert_eq!(reads[1], (reads[0] + 2) & 0xff_ffff);
 }

@@ -34,6 +34,17 @@ pub enum Ext {
 }
 
 impl Ext {
+    /// Every extension header, in wire order.
+    pub const ALL: [Ext; 8] = [
+        Ext::Deth,
+        Ext::Reth,
+        Ext::AtomicEth,
+        Ext::Aeth,
+        Ext::AtomicAckEth,
+        Ext::ImmDt,
+        Ext::Ieth,
+        Ext::CnpReserved,
+    ];
     /// Length of the header in bytes.
     #[allow(clippy::len_without_is_empty)] // a header kind, not a container
     pub const fn len(self) -> usize {
@@ -369,16 +380,7 @@ mod tests {
             }
             // each header's offset is the BTH plus the headers before it
             let mut off = crate::bth::BTH_LEN;
-            for ext in [
-                Ext::Deth,
-                Ext::Reth,
-                Ext::AtomicEth,
-                Ext::Aeth,
-                Ext::AtomicAckEth,
-                Ext::ImmDt,
-                Ext::Ieth,
-                Ext::CnpReserved,
-            ] {
+            for ext in Ext::ALL {
                 if info.has(ext) {
                     assert_eq!(info.ext_offset(ext), Some(off), "{} {ext}", info.name);
                     off += ext.len();

@@ -72,16 +72,8 @@ impl Headers {
     /// carries are present.
     pub fn check(&self) -> Result<&'static OpcodeInfo> {
         let info = self.bth.opcode.checked_info()?;
-        const ALL: [Ext; 7] = [
-            Ext::Deth,
-            Ext::Reth,
-            Ext::AtomicEth,
-            Ext::Aeth,
-            Ext::AtomicAckEth,
-            Ext::ImmDt,
-            Ext::Ieth,
-        ];
-        for ext in ALL {
+        // The CNP's reserved bytes are not a field: nothing to compare.
+        for ext in Ext::ALL.into_iter().filter(|&e| e != Ext::CnpReserved) {
             match (info.has(ext), self.present(ext)) {
                 (true, false) => {
                     return Err(Error::MissingHeader {
