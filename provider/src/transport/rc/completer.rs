@@ -173,6 +173,7 @@ impl RcQp {
             return;
         }
         let expected = e.first_psn.add(e.read_done);
+        let ends = pkt.info.position.ends_message();
         if psn != expected {
             if !psn.is_after(expected) {
                 // A duplicate (from a re-request's replay).
@@ -188,20 +189,14 @@ impl RcQp {
             // covers a lost re-request.
             let idx = psn.distance_from(e.first_psn);
             let k = idx - e.read_done - 1;
-            let mut placed = false;
-            if k < 128 && e.read_ahead & (1u128 << k) == 0 {
-                let off = idx as u64 * mtu;
-                let want_len = (e.len - off.min(e.len)).min(mtu) as usize;
-                let is_last = idx + 1 == e.npkts;
-                if pkt.info.position.ends_message() == is_last
-                    && pkt.payload.len() == want_len
-                    && e.data.scatter(off, pkt.payload).is_ok()
-                {
-                    e.read_ahead |= 1u128 << k;
-                    placed = true;
-                }
-            }
-            if !placed {
+            // A packet that does not fit its place is dropped here; the
+            // in-order one will judge it.
+            if k < 128
+                && e.read_ahead & (1u128 << k) == 0
+                && e.place_read_response(idx, mtu, ends, pkt.payload).is_ok()
+            {
+                e.read_ahead |= 1u128 << k;
+            } else {
                 Counters::inc(&self.cfg.counters.dropped_pkts);
             }
             let is_last = idx + 1 == e.npkts;
@@ -221,18 +216,8 @@ impl RcQp {
             }
             return;
         }
-        // The PSN and the offset fix the length; the position may be
-        // relative to the original request or to any re-request of the
-        // remainder, so only "ends the message or not" is checked.
-        let off = e.read_done as u64 * mtu;
-        let want_len = (e.len - off.min(e.len)).min(mtu) as usize;
-        let is_last = e.read_done + 1 == e.npkts;
-        if pkt.info.position.ends_message() != is_last || pkt.payload.len() != want_len {
-            e.error = Some(WcStatus::BadRespErr);
-            return;
-        }
-        if e.data.scatter(off, pkt.payload).is_err() {
-            e.error = Some(WcStatus::LocProtErr);
+        if let Err(status) = e.place_read_response(e.read_done, mtu, ends, pkt.payload) {
+            e.error = Some(status);
             return;
         }
         e.read_done += 1;
@@ -242,8 +227,8 @@ impl RcQp {
             e.read_done += 1;
         }
         e.read_ahead >>= 1;
-        if e.read_done >= e.npkts {
-            e.read_done = e.npkts;
+        // (Bits are only set for packets of this READ: no overrun.)
+        if e.read_done == e.npkts {
             e.done = true;
         }
         self.req.una = e.first_psn.add(e.read_done);

@@ -35,6 +35,26 @@ pub(super) struct SqEntry {
 }
 
 impl SqEntry {
+    /// READ: writes response packet `idx` at its offset, once its length
+    /// and whether it ends the message fit that place. (Its position may be
+    /// relative to the original request or to any re-request of the
+    /// remainder, so only "ends the message or not" is checked.)
+    pub fn place_read_response(
+        &self,
+        idx: u32,
+        mtu: u64,
+        ends: bool,
+        payload: &[u8],
+    ) -> Result<(), WcStatus> {
+        let off = u64::from(idx) * mtu;
+        let want_len = (self.len - off.min(self.len)).min(mtu) as usize;
+        if ends != (idx + 1 == self.npkts) || payload.len() != want_len {
+            return Err(WcStatus::BadRespErr);
+        }
+        self.data
+            .scatter(off, payload)
+            .map_err(|_| WcStatus::LocProtErr)
+    }
     pub fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts - 1)
     }
