@@ -135,7 +135,8 @@ fn run_with(seed: u64, faults: Faults, fence: bool) -> (Vec<u8>, Vec<u8>) {
     assert_eq!(r.len(), (n / 4) as usize, "seed {seed}");
     assert!(r.iter().all(|w| w.status == WcStatus::Success));
     assert_eq!(
-        word.atomic_u64(0).unwrap().load(Ordering::SeqCst),
+        word.with_atomic_u64(0, |w| w.load(Ordering::SeqCst))
+            .unwrap(),
         expect_add,
         "seed {seed}: atomics executed once"
     );

@@ -280,7 +280,8 @@ fn duplicate_atomic_is_answered_from_the_replay_cache() {
     let mut p = pair();
     let word = p.mr(false, 8, ALL);
     let res = p.mr(true, 8, ALL);
-    word.atomic_u64(0).unwrap().store(10, Ordering::SeqCst);
+    word.with_atomic_u64(0, |w| w.store(10, Ordering::SeqCst))
+        .unwrap();
     // Lose the first atomic ACK: the requester resends the request, the
     // responder must answer from its cache and not add again.
     drop_nth(&mut p, Opcode::RC_ATOMIC_ACKNOWLEDGE, 0);
@@ -292,12 +293,14 @@ fn duplicate_atomic_is_answered_from_the_replay_cache() {
     let s = p.wait(true, true, 1, 10 * SEC);
     assert_eq!(s[0].status, WcStatus::Success);
     assert_eq!(
-        word.atomic_u64(0).unwrap().load(Ordering::SeqCst),
+        word.with_atomic_u64(0, |w| w.load(Ordering::SeqCst))
+            .unwrap(),
         15,
         "executed once"
     );
     assert_eq!(
-        res.atomic_u64(0).unwrap().load(Ordering::SeqCst),
+        res.with_atomic_u64(0, |w| w.load(Ordering::SeqCst))
+            .unwrap(),
         10,
         "original value replayed"
     );
@@ -324,7 +327,11 @@ fn duplicated_packets_change_nothing() {
     assert_eq!(p.wait(false, false, 1, SEC).len(), 1);
     p.settle(SEC);
     assert!(p.b.recv_cq.is_empty() && p.a.send_cq.is_empty());
-    assert_eq!(word.atomic_u64(0).unwrap().load(Ordering::SeqCst), 1);
+    assert_eq!(
+        word.with_atomic_u64(0, |w| w.load(Ordering::SeqCst))
+            .unwrap(),
+        1
+    );
     let mut got = vec![0u8; 5000];
     dst.read(0, &mut got).unwrap();
     assert_eq!(got, d);

@@ -201,9 +201,8 @@ fn atomics_and_local_coherence() {
     let remote = p.mr(false, 64, ALL);
     let local = p.mr(true, 64, ALL);
     remote
-        .atomic_u64(8)
-        .unwrap()
-        .store(100, std::sync::atomic::Ordering::SeqCst);
+        .with_atomic_u64(8, |w| w.store(100, std::sync::atomic::Ordering::SeqCst))
+        .unwrap();
     // fetch-add 5: old 100
     let mut w = wr(1, WrOpcode::AtomicFetchAndAdd, &[sge(&local, 0, 8)]);
     w.remote_addr = remote.iova() + 8;
@@ -237,17 +236,15 @@ fn atomics_and_local_coherence() {
     assert_eq!(s[1].opcode, WcOpcode::CompSwap);
     let get = |off| {
         local
-            .atomic_u64(off)
+            .with_atomic_u64(off, |w| w.load(std::sync::atomic::Ordering::SeqCst))
             .unwrap()
-            .load(std::sync::atomic::Ordering::SeqCst)
     };
     assert_eq!((get(0), get(8), get(16)), (100, 105, 7));
     // A local atomic on the same word sees the remote result.
     assert_eq!(
         remote
-            .atomic_u64(8)
-            .unwrap()
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+            .with_atomic_u64(8, |w| w.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+            .unwrap(),
         7
     );
 }

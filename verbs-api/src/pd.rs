@@ -181,7 +181,15 @@ impl MemoryRegion {
     /// The 8-byte-aligned word at `offset` as an atomic, coherent with
     /// remote atomics on it.
     pub fn atomic_u64(&self, offset: usize) -> std::result::Result<&AtomicU64, MemError> {
-        self.mr().atomic_u64(offset)
+        let p = self.mr().atomic_u64_ptr(offset)?;
+        // SAFETY: in bounds and aligned (checked). The bytes stay allocated
+        // while `self` is borrowed: owned backing lives until the last
+        // descriptor drops (this region holds one) and is handed back only
+        // by `dereg(self)`; memory registered with `reg_mr_raw` is valid
+        // until this region is dropped (its contract). A remote
+        // invalidation does not free it. Every other access to the word
+        // (engine copies, remote atomics) is atomic.
+        Ok(unsafe { p.as_ref() })
     }
     /// The raw start of the region.
     ///
@@ -192,7 +200,8 @@ impl MemoryRegion {
         unsafe { self.mr().as_ptr() }
     }
     /// `ibv_dereg_mr`: the keys stop working at once, and when this returns
-    /// the engine is not copying into the region. Gives back the buffer of
+    /// the engine is not copying into or out of the region and never will:
+    /// a message in progress that needs it fails. Gives back the buffer of
     /// a region made by [`ProtectionDomain::reg_mr`].
     pub fn dereg(mut self) -> Vec<u8> {
         self.release().unwrap_or_default()
@@ -200,10 +209,9 @@ impl MemoryRegion {
 
     fn release(&mut self) -> Option<Vec<u8>> {
         let inner = self.inner.take()?;
+        // Waits for copies in progress; none starts afterwards, even from
+        // descriptors the engine still holds (messages in progress).
         self.ctx.inner.keys.deregister(&inner);
-        let _ = self.ctx.inner.engine.sync();
-        // The engine may still hold a clone briefly (a resolved SGE of a
-        // WR in flight); the Vec comes back only when none is left.
         inner.take_vec().ok()
     }
 }

@@ -52,11 +52,6 @@ impl Resolved {
     pub fn total(&self) -> u64 {
         self.total
     }
-    /// True if any region was deregistered since resolution.
-    pub fn any_invalid(&self) -> bool {
-        self.segs.iter().any(|s| !s.mr.is_valid())
-    }
-    /// Copies `out.len()` bytes starting at message offset `at` out of the
     /// list.
     pub fn gather(&self, at: u64, out: &mut [u8]) -> Result<(), MemError> {
         self.walk(at, out.len(), |seg, off, range| {

@@ -5,7 +5,7 @@
 use super::{npkts, RcQp, ATOMIC_REPLAY_DEPTH};
 use crate::counters::Counters;
 use crate::events::EventType;
-use crate::memory::MrInner;
+use crate::memory::{MemError, MrInner};
 use crate::transport::sgl::Resolved;
 use crate::transport::status::RespError;
 use crate::transport::Nanos;
@@ -239,19 +239,22 @@ impl RcQp {
                 }
                 let (mr, offset) = self.check_rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
                 let mr = mr.ok_or(RespError::RemoteAccess)?;
-                let word = mr.atomic_u64(offset).map_err(|_| RespError::RemoteAccess)?;
-                let orig = if info.operation == Operation::CompareSwap {
-                    match word.compare_exchange(
-                        a.compare,
-                        a.swap_add,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    ) {
-                        Ok(v) | Err(v) => v,
-                    }
-                } else {
-                    word.fetch_add(a.swap_add, Ordering::SeqCst)
-                };
+                let orig = mr
+                    .with_atomic_u64(offset, |word| {
+                        if info.operation == Operation::CompareSwap {
+                            match word.compare_exchange(
+                                a.compare,
+                                a.swap_add,
+                                Ordering::SeqCst,
+                                Ordering::SeqCst,
+                            ) {
+                                Ok(v) | Err(v) => v,
+                            }
+                        } else {
+                            word.fetch_add(a.swap_add, Ordering::SeqCst)
+                        }
+                    })
+                    .map_err(|_| RespError::RemoteAccess)?;
                 if self.resp.atomics.len() == ATOMIC_REPLAY_DEPTH {
                     self.resp.atomics.pop_front();
                 }
@@ -321,8 +324,13 @@ impl RcQp {
         let Some(Current::Send { sgl, written, .. }) = &mut self.resp.cur else {
             return Err(RespError::InvalidRequest);
         };
-        if sgl.scatter(*written, pkt.payload).is_err() {
-            return Err(RespError::LengthError);
+        match sgl.scatter(*written, pkt.payload) {
+            Ok(()) => {}
+            // The message is longer than the receive WR's buffers.
+            Err(MemError::OutOfBounds { .. }) => return Err(RespError::LengthError),
+            // A buffer was deregistered under the WR: the WR's own fault
+            // (local protection error, NAK remote operational error).
+            Err(_) => return Err(RespError::RemoteOperational),
         }
         *written += pkt.payload.len() as u64;
         if info.position.ends_message() {
@@ -533,6 +541,25 @@ impl RcQp {
         }
     }
 
+    /// The region a READ is answered from was deregistered while its
+    /// responses were going out: the response at `psn` becomes a NAK
+    /// (remote access error), as for an R_Key violation found at that
+    /// point (rxe's read_reply does the same), and the QP goes to ERR.
+    fn read_source_lost(&mut self, psn: Psn, popped: bool) {
+        if !popped {
+            self.resp.out.pop_front();
+        }
+        Counters::inc(&self.cfg.counters.err_naks_sent);
+        self.cfg.event(EventType::QpAccessErr);
+        let msn = self.resp.msn;
+        self.resp.out.push_front(RespItem::Ack {
+            psn,
+            syndrome: AethSyndrome::Nak(NakCode::RemoteAccessError),
+            msn,
+        });
+        self.enter_error();
+    }
+
     /// Produces the next response packet (ACK/NAK, READ response, atomic
     /// ACK), in PSN order.
     pub(super) fn transmit_response(&mut self, buf: &mut [u8]) -> Option<usize> {
@@ -591,10 +618,15 @@ impl RcQp {
             self.resp.out.pop_front();
         }
         let plen = payload.as_ref().map_or(0, |p| p.2);
-        self.emit(&h, plen, buf, |dst| match &payload {
-            Some((Some(mr), off, _)) => mr.is_valid() && mr.read(*off, dst).is_ok(),
+        let res = self.emit(&h, plen, buf, |dst| match &payload {
+            Some((Some(mr), off, _)) => mr.read(*off, dst).is_ok(),
             Some((None, _, n)) => *n == 0,
             None => true,
-        })
+        });
+        if res.is_none() && payload.is_some() {
+            self.read_source_lost(h.bth.psn, done);
+            return self.transmit_response(buf);
+        }
+        res
     }
 }
