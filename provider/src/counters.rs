@@ -58,9 +58,35 @@ counters! {
     icrc_errors,
     /// Packets that failed to parse.
     malformed_pkts,
-    /// Packets dropped: unknown QP, wrong state, wrong P_Key, wrong peer,
-    /// ghost or stale responses.
+    /// Packets dropped, for any reason: unknown QP, wrong state, wrong
+    /// P_Key, wrong peer, ghost or stale responses, unmatched duplicates.
+    /// The `drop_*` counters below break most of these down.
     dropped_pkts,
+    /// Dropped: from an address (or, with strict source ports, a UDP
+    /// port) other than the connected peer's.
+    drop_wrong_source,
+    /// Dropped: a P_Key other than the QP's partition.
+    drop_bad_pkey,
+    /// Dropped: the QP's state does not take this packet (not yet RTR, in
+    /// ERR, a response in RTR), or the transport does not match the QP.
+    drop_bad_state,
+    /// Dropped: a duplicate RDMA READ or atomic request that matches none
+    /// of the QP's responder resources (not executed, not answered).
+    drop_unmatched_duplicate,
+    /// Dropped: a request that arrived while the QP's deferred-request
+    /// queue was full (the requester resends it).
+    drop_deferred_full,
+    /// Not sent: an ACK or RNR NAK while the QP's response queue was full
+    /// (the requester's timer recovers).
+    drop_response_queue_full,
+    /// RC/UC request packets whose PSN lies further than 2^14 from the
+    /// expected PSN, ahead or behind: beyond any real requester's window,
+    /// so a PSN sweep (an off-path attacker guessing the connection's
+    /// PSNs) or a badly broken peer.
+    psn_out_of_window,
+    /// Times a QP reported `PsnSweep` (more than 64 out-of-window packets
+    /// within one second).
+    psn_sweeps,
     /// Congestion notification packets received.
     cnp_rcvd,
     /// Completions lost to a full CQ.

@@ -39,9 +39,19 @@ pub enum EventType {
     QpLastWqeReached = 16,
     ClientReregister = 17,
     GidChange = 18,
+    /// uroce's own (no `ibv_event_type` has it; the C library does not
+    /// deliver it): a QP saw request packets with PSNs far outside any
+    /// real requester's window at a rate only a PSN sweep produces (see
+    /// the `psn_out_of_window` counter). Reported at most once a second.
+    PsnSweep = 0x100,
 }
 
 impl EventType {
+    /// True for the events libibverbs defines (the C library delivers only
+    /// these).
+    pub fn is_ibverbs(self) -> bool {
+        (self as u32) <= EventType::GidChange as u32
+    }
     /// The words `ibv_event_type_str` gives.
     pub fn as_str(self) -> &'static str {
         use EventType::*;
@@ -65,6 +75,7 @@ impl EventType {
             QpLastWqeReached => "last WQE reached",
             ClientReregister => "client reregistration",
             GidChange => "GID table change",
+            PsnSweep => "PSN sweep (uroce)",
         }
     }
 }

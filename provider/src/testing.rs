@@ -147,6 +147,7 @@ pub fn config(ip: IpAddr, qpn: u32, depth: u32) -> QpConfig {
             privileged_qkey: false,
         },
         events: Arc::new(AsyncEvents::new().expect("eventfd")),
+        strict_source_port: false,
     }
 }
 

@@ -84,6 +84,7 @@ impl Dev {
             rq: rq.clone(),
             counters: self.counters.clone(),
             events: self.events.clone(),
+            strict_source_port: false,
             ..config(self.ip, qpn, 64)
         };
         let sq = cfg.sq.clone();

@@ -97,6 +97,7 @@ impl QueuePair {
             counters: ctx.inner.engine.counters().clone(),
             limits: ctx.inner.limits(),
             events: ctx.inner.engine.events().clone(),
+            strict_source_port: strict_source_port(),
         };
         let added = match init.qp_type {
             QpType::Rc => ctx.inner.engine.add_qp(RcQp::new(cfg)),
@@ -283,4 +284,13 @@ impl Drop for QueuePair {
         let _ = self.ctx.inner.engine.destroy_qp(self.qpn);
         self.ctx.inner.free_qpn(self.qpn);
     }
+}
+
+/// The environment variable that turns on strict source ports for every
+/// RC and UC QP created afterwards (`1`): see
+/// [`QpConfig::strict_source_port`].
+pub const STRICT_SOURCE_PORT_ENV: &str = "UROCE_STRICT_SOURCE_PORT";
+
+fn strict_source_port() -> bool {
+    std::env::var(STRICT_SOURCE_PORT_ENV).is_ok_and(|v| v.trim() == "1")
 }

@@ -42,6 +42,13 @@ impl Psn {
     pub const fn new(v: u32) -> Psn {
         Psn(v & PSN_MASK)
     }
+    /// A random PSN: what a QP should start at (`sq_psn`), so that an
+    /// off-path attacker cannot guess the PSNs a connection uses and
+    /// inject packets into it (ReDMArk, USENIX Security 2021). rdma-core's
+    /// ping-pong tools do the same (`lrand48() & 0xffffff`).
+    pub fn random() -> Psn {
+        Psn::new(rand::random::<u32>())
+    }
     /// The raw 24-bit value.
     #[inline]
     pub const fn value(self) -> u32 {

@@ -476,6 +476,7 @@ impl Worker {
             match self.qps.get_mut(&qpn) {
                 Some(s) => {
                     let mut meta = RxMeta::new(from.ip(), self.local_ip);
+                    meta.src_port = from.port();
                     if let Ok(id) = verified {
                         meta.ipv4_id = id.ident;
                         meta.ipv4_flags_frag = id.flags_frag;

@@ -52,6 +52,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub mod shared;
+use shared::Shared;
 
 /// Identifies a protection domain within a context.
 pub type PdId = u32;
@@ -190,46 +191,41 @@ impl MrInner {
     /// The one place that touches the region's bytes: checks that
     /// `[offset, offset+len)` is inside the region, holds the registration
     /// gate shared, checks that the region is still registered, and calls
-    /// `f` with a pointer to byte `offset`. Deregistration waits for `f` to
-    /// return, and no `f` runs after it.
+    /// `f` with the region's bytes. Deregistration waits for `f` to return,
+    /// and no `f` runs after it.
     fn touch<R>(
         &self,
         offset: usize,
         len: usize,
-        f: impl FnOnce(*mut u8) -> R,
+        f: impl FnOnce(Shared) -> R,
     ) -> Result<R, MemError> {
         self.check(offset, len)?;
         let registered = self.gate.read();
         if !*registered {
             return Err(MemError::Invalid);
         }
-        // SAFETY: in bounds (checked), so `add` stays inside the
-        // allocation; the memory is valid while the gate is held shared and
-        // says registered (the registrant's promise for external backing,
-        // ours for owned backing, which is only given back or freed after
-        // deregistration).
-        Ok(f(unsafe { self.ptr.as_ptr().add(offset) }))
+        // SAFETY: the memory is valid while the gate is held shared and
+        // says registered (the registrant's promise for external backing;
+        // owned backing is only given back or freed after deregistration);
+        // `touch` is private and every caller uses the value only inside
+        // `f`, while the gate is held. Every access by uroce goes through
+        // `Shared` or `with_atomic_u64`.
+        Ok(f(unsafe { Shared::new(self.ptr.as_ptr(), self.len) }))
     }
 
     /// Copies `dst.len()` bytes starting at byte `offset` of the region.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
-        // SAFETY: `touch` hands a pointer valid for `dst.len()` bytes for
-        // the call; every other access to registered memory by uroce is
-        // atomic (this module), and `dst` is a distinct Rust allocation (no
-        // Rust reference points into registered memory).
-        self.touch(offset, dst.len(), |p| unsafe { shared::load(p, dst) })
+        self.touch(offset, dst.len(), |m| m.load(offset, dst))
     }
 
     /// Copies `src` into the region at byte `offset`.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemError> {
-        // SAFETY: as in `read`, with the direction reversed.
-        self.touch(offset, src.len(), |p| unsafe { shared::store(p, src) })
+        self.touch(offset, src.len(), |m| m.store(offset, src))
     }
 
     /// Fills `len` bytes at `offset` with `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), MemError> {
-        // SAFETY: as in `write`.
-        self.touch(offset, len, |p| unsafe { shared::fill(p, len, byte) })
+        self.touch(offset, len, |m| m.fill(offset, len, byte))
     }
 
     /// Runs `f` on the 64-bit word at byte `offset` as an atomic, while the
@@ -239,13 +235,15 @@ impl MrInner {
         offset: usize,
         f: impl FnOnce(&AtomicU64) -> R,
     ) -> Result<R, MemError> {
-        self.atomic_u64_ptr(offset)?;
-        self.touch(offset, 8, |p| {
-            // SAFETY: aligned (checked above), in bounds and valid while
-            // `touch` runs this closure, which bounds the reference;
+        let word = self.atomic_u64_ptr(offset)?;
+        self.touch(offset, 8, |_| {
+            // SAFETY: an aligned word inside the region (checked), valid
+            // while `touch` runs this closure, which bounds the reference;
             // AtomicU64 has the size of u64 and interior mutability, and
-            // every other access to the word is atomic.
-            f(unsafe { AtomicU64::from_ptr(p as *mut u64) })
+            // every other access to the word is a word-sized atomic
+            // (`shared` accesses whole aligned words inside a region as
+            // words).
+            f(unsafe { word.as_ref() })
         })
     }
 
@@ -619,8 +617,8 @@ mod tests {
     #[test]
     fn nothing_touches_memory_after_deregistration() {
         let t = Arc::new(KeyTable::new());
-        let mut owned = vec![0u8; 256];
-        let ptr = NonNull::new(owned.as_mut_ptr()).unwrap();
+        let mut owned = vec![0u64; 32]; // 256 bytes, 8-aligned
+        let ptr = NonNull::new(owned.as_mut_ptr() as *mut u8).unwrap();
         // SAFETY: `owned` outlives every access: it is only read again
         // after deregistration, and dropped at the end of the test.
         let m = unsafe { t.register(1, ptr, 256, 0x1000, Access::LOCAL_WRITE, Backing::External) };
@@ -656,7 +654,7 @@ mod tests {
             );
             w.join().unwrap();
         });
-        assert!(owned.iter().all(|&b| b == 0x5a));
+        assert!(owned.iter().all(|&w| w == u64::from_ne_bytes([0x5a; 8])));
         assert!(matches!(
             t.check_lkey(m.lkey(), 1, 0x1000, 1, Access::empty()),
             Err(KeyError::BadKey(_))

@@ -4,106 +4,162 @@
 //! Plain `copy_nonoverlapping` racing with another thread's copy of the
 //! same bytes is a data race in Rust's memory model, hence undefined
 //! behaviour, even when the program does not care which bytes it gets.
-//! These copies are instead made of relaxed atomic accesses: bytes up to
-//! the first 8-byte boundary of the shared side and after the last one
-//! one at a time, the words between them as `AtomicU64`. That is the
-//! "byte-wise atomic memcpy" of C++ proposal P1478 (the `atomic-memcpy`
-//! crate does the same for values of one fixed type; registered memory
-//! needs runtime lengths and offsets, so the loop is here).
+//! These copies are made of relaxed atomic accesses instead: the
+//! "byte-wise atomic memcpy" of C++ proposal P1478. (The `atomic-memcpy`
+//! crate does this for values of one fixed type; registered memory needs
+//! runtime lengths and offsets, and the fixed access size per byte below,
+//! so the loop is here.)
+//!
+//! Racing atomic accesses of *different sizes* to the same byte are not
+//! allowed either (std's atomic docs; Miri reports them), so every byte of
+//! a region is always accessed with the same size, whatever the copy:
+//! a byte that lies in an 8-byte-aligned word entirely inside the region
+//! is accessed through that word as an `AtomicU64` (a copy that covers
+//! only part of the word loads the whole word, or stores its bytes with a
+//! compare-exchange loop that leaves the others as they are); the few
+//! bytes at a region's unaligned edges are accessed as `AtomicU8`.
+//! [`MrInner::with_atomic_u64`](super::MrInner::with_atomic_u64) hands
+//! out exactly such words. (Two registrations of overlapping memory with
+//! different unaligned edges could still disagree at those edges.)
 //!
 //! What a racing reader sees: every byte holds a value some writer stored
-//! there (or the old one), and an aligned 8-byte word is never torn; a copy
-//! as a whole is not atomic, so a reader racing with a writer can see a
-//! mix of old and new words. Relaxed ordering: a completion (a CQ entry,
-//! published with release/acquire) is what orders data for the reader, as
-//! a NIC's DMA is ordered by its CQE write.
-//!
-//! Every function here takes a raw pointer to the shared side and a Rust
-//! slice for the private side; the private side uses plain accesses.
+//! there (or the old one), and an aligned 8-byte word written whole is
+//! never torn; a copy as a whole is not atomic, so a reader racing with a
+//! writer can see a mix of old and new words. The ordering is relaxed: a
+//! completion (a CQ entry, published with release/acquire) is what orders
+//! data for the reader, as a NIC's CQE write orders its DMA.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 const WORD: usize = std::mem::size_of::<u64>();
 
-/// Splits `len` bytes at `shared` into (head bytes, whole words, tail
-/// bytes) so that the words are 8-byte aligned on the shared side.
-fn split(shared: *const u8, len: usize) -> (usize, usize, usize) {
-    let head = shared.align_offset(WORD).min(len);
-    let words = (len - head) / WORD;
-    (head, words, len - head - words * WORD)
+/// A region's bytes: `len` bytes at `base`.
+#[derive(Debug, Clone, Copy)]
+pub struct Shared {
+    base: *mut u8,
+    len: usize,
 }
 
-/// Copies `dst.len()` bytes from `src` into `dst`.
-///
-/// # Safety
-/// `src` must be valid for reads of `dst.len()` bytes for the whole call,
-/// and every concurrent access to those bytes must be atomic (this module's
-/// copies or atomics).
-pub unsafe fn load(src: *const u8, dst: &mut [u8]) {
-    let (head, words, _) = split(src, dst.len());
-    let mut i = 0;
-    while i < dst.len() {
-        // SAFETY: `src + i` is in bounds (the caller's promise); the head
-        // and the tail are accessed bytewise (AtomicU8 has alignment 1),
-        // the middle as aligned words (`split` puts `src + head` on an
-        // 8-byte boundary and `i` advances by whole words there); all
-        // concurrent accesses are atomic (the caller's promise).
-        unsafe {
-            if i >= head && i < head + words * WORD {
-                let w = AtomicU64::from_ptr(src.add(i) as *mut u64).load(Relaxed);
-                dst[i..i + WORD].copy_from_slice(&w.to_ne_bytes());
-                i += WORD;
+/// How some bytes of a copy are accessed: through the aligned word at
+/// region offset `word` (bytes `lo..hi` of it), or as the single byte at
+/// region offset `.0`.
+enum Piece {
+    Word { word: usize, lo: usize, hi: usize },
+    Byte(usize),
+}
+
+impl Shared {
+    /// The region of `len` bytes at `base`.
+    ///
+    /// # Safety
+    /// `base` must be valid for reads and writes of `len` bytes for as
+    /// long as the value is used, and every concurrent access to those
+    /// bytes must go through this module (or be an `AtomicU64` on a word
+    /// this module accesses as a word).
+    pub unsafe fn new(base: *mut u8, len: usize) -> Shared {
+        Shared { base, len }
+    }
+
+    /// Calls `f` for the pieces that cover region offsets `[off, off+n)`
+    /// (in bounds: checked by the caller), in order, with the offset in
+    /// the copy where each piece starts.
+    fn pieces(&self, off: usize, n: usize, mut f: impl FnMut(usize, Piece)) {
+        // Region offsets of the words entirely inside the region:
+        // [first, words_end), `first` the first 8-aligned address.
+        let first = self.base.align_offset(WORD).min(self.len);
+        let words_end = first + (self.len - first) / WORD * WORD;
+        let (mut a, stop) = (off, off + n);
+        while a < stop {
+            if a >= first && a < words_end {
+                let w = a - (a - first) % WORD;
+                let hi = (w + WORD).min(stop);
+                f(
+                    a - off,
+                    Piece::Word {
+                        word: w,
+                        lo: a - w,
+                        hi: hi - w,
+                    },
+                );
+                a = hi;
             } else {
-                dst[i] = AtomicU8::from_ptr(src.add(i) as *mut u8).load(Relaxed);
-                i += 1;
+                f(a - off, Piece::Byte(a));
+                a += 1;
             }
         }
     }
-}
 
-/// Copies `src` to `dst`.
-///
-/// # Safety
-/// `dst` must be valid for writes of `src.len()` bytes for the whole call,
-/// and every concurrent access to those bytes must be atomic.
-pub unsafe fn store(dst: *mut u8, src: &[u8]) {
-    let (head, words, _) = split(dst, src.len());
-    let mut i = 0;
-    while i < src.len() {
-        // SAFETY: as in `load`, with the direction reversed.
-        unsafe {
-            if i >= head && i < head + words * WORD {
-                let mut w = [0u8; WORD];
-                w.copy_from_slice(&src[i..i + WORD]);
-                AtomicU64::from_ptr(dst.add(i) as *mut u64).store(u64::from_ne_bytes(w), Relaxed);
-                i += WORD;
-            } else {
-                AtomicU8::from_ptr(dst.add(i)).store(src[i], Relaxed);
-                i += 1;
-            }
-        }
+    /// The aligned word at region offset `w` (a word of `pieces`).
+    fn word(&self, w: usize) -> &AtomicU64 {
+        // SAFETY: `w` is the offset of an 8-aligned word entirely inside
+        // the region (`pieces`), valid for the value's life (the
+        // constructor's promise); every access to it is a word-sized
+        // atomic.
+        unsafe { AtomicU64::from_ptr(self.base.add(w) as *mut u64) }
     }
-}
 
-/// Stores `byte` into `len` bytes at `dst`.
-///
-/// # Safety
-/// As for [`store`], for `len` bytes.
-pub unsafe fn fill(dst: *mut u8, len: usize, byte: u8) {
-    let (head, words, _) = split(dst, len);
-    let word = u64::from_ne_bytes([byte; WORD]);
-    let mut i = 0;
-    while i < len {
-        // SAFETY: as in `store`.
-        unsafe {
-            if i >= head && i < head + words * WORD {
-                AtomicU64::from_ptr(dst.add(i) as *mut u64).store(word, Relaxed);
-                i += WORD;
-            } else {
-                AtomicU8::from_ptr(dst.add(i)).store(byte, Relaxed);
-                i += 1;
+    /// The byte at region offset `a` (a byte of `pieces`).
+    fn byte(&self, a: usize) -> &AtomicU8 {
+        // SAFETY: inside the region, valid (the constructor's promise);
+        // every access to it is a byte-sized atomic.
+        unsafe { AtomicU8::from_ptr(self.base.add(a)) }
+    }
+
+    /// Copies `dst.len()` bytes from region offset `off` into `dst`.
+    /// The range must be inside the region.
+    pub fn load(&self, off: usize, dst: &mut [u8]) {
+        debug_assert!(off <= self.len && dst.len() <= self.len - off);
+        self.pieces(off, dst.len(), |at, piece| match piece {
+            Piece::Word { word, lo, hi } => {
+                let v = self.word(word).load(Relaxed);
+                dst[at..at + hi - lo].copy_from_slice(&v.to_ne_bytes()[lo..hi]);
             }
-        }
+            Piece::Byte(a) => dst[at] = self.byte(a).load(Relaxed),
+        });
+    }
+
+    /// Copies `src` to region offset `off`. The range must be inside the
+    /// region.
+    pub fn store(&self, off: usize, src: &[u8]) {
+        debug_assert!(off <= self.len && src.len() <= self.len - off);
+        self.pieces(off, src.len(), |at, piece| match piece {
+            Piece::Word { word, lo, hi } => {
+                let w = self.word(word);
+                let part = &src[at..at + hi - lo];
+                if hi - lo == WORD {
+                    let mut b = [0u8; WORD];
+                    b.copy_from_slice(part);
+                    w.store(u64::from_ne_bytes(b), Relaxed);
+                } else {
+                    // Part of the word: the other bytes keep whatever
+                    // value they have, even if another thread stores them
+                    // meanwhile.
+                    let _ = w.fetch_update(Relaxed, Relaxed, |old| {
+                        let mut b = old.to_ne_bytes();
+                        b[lo..hi].copy_from_slice(part);
+                        Some(u64::from_ne_bytes(b))
+                    });
+                }
+            }
+            Piece::Byte(a) => self.byte(a).store(src[at], Relaxed),
+        });
+    }
+
+    /// Stores `byte` into `n` bytes at region offset `off`.
+    pub fn fill(&self, off: usize, n: usize, byte: u8) {
+        debug_assert!(off <= self.len && n <= self.len - off);
+        let run = [byte; WORD];
+        self.pieces(off, n, |_, piece| match piece {
+            Piece::Word { word, lo, hi } => {
+                let w = self.word(word);
+                let _ = w.fetch_update(Relaxed, Relaxed, |old| {
+                    let mut b = old.to_ne_bytes();
+                    b[lo..hi].copy_from_slice(&run[lo..hi]);
+                    Some(u64::from_ne_bytes(b))
+                });
+            }
+            Piece::Byte(a) => self.byte(a).store(byte, Relaxed),
+        });
     }
 }
 
@@ -113,24 +169,27 @@ mod tests {
 
     #[test]
     fn copies_at_every_alignment_and_length() {
-        let mut shared = vec![0u64; 8]; // 64 bytes, 8-aligned
-        let base = shared.as_mut_ptr() as *mut u8;
-        for off in 0..9 {
-            for len in 0..40 {
-                let src: Vec<u8> = (0..len as u8)
-                    .map(|b| b.wrapping_mul(7) ^ off as u8)
-                    .collect();
-                // SAFETY: off + len <= 48 < 64 bytes of `shared`; one thread.
-                unsafe {
-                    fill(base, 64, 0xee);
-                    store(base.add(off), &src);
-                    let mut out = vec![0u8; len];
-                    load(base.add(off), &mut out);
-                    assert_eq!(out, src, "off {off} len {len}");
-                    let mut around = [0u8; 64];
-                    load(base, &mut around);
-                    assert!(around[..off].iter().all(|&b| b == 0xee));
-                    assert!(around[off + len..].iter().all(|&b| b == 0xee));
+        // Regions with unaligned edges too, each over memory of its own
+        // (one byte is always accessed with one size per region).
+        for (start, len) in [(0usize, 80usize), (3, 70), (5, 13)] {
+            let mut backing = vec![0u64; 10]; // 80 bytes, 8-aligned
+            let base = backing.as_mut_ptr() as *mut u8;
+            // SAFETY: inside `backing`, which outlives `s`; one thread.
+            let s = unsafe { Shared::new(base.add(start), len) };
+            for off in 0..len.min(11) {
+                for n in 0..(len - off).min(if cfg!(miri) { 20 } else { 40 }) {
+                    let src: Vec<u8> = (0..n as u8)
+                        .map(|b| b.wrapping_mul(7) ^ off as u8)
+                        .collect();
+                    s.fill(0, len, 0xee);
+                    s.store(off, &src);
+                    let mut out = vec![0u8; n];
+                    s.load(off, &mut out);
+                    assert_eq!(out, src, "region {start}+{len} off {off} n {n}");
+                    let mut all = vec![0u8; len];
+                    s.load(0, &mut all);
+                    assert!(all[..off].iter().all(|&b| b == 0xee));
+                    assert!(all[off + n..].iter().all(|&b| b == 0xee));
                 }
             }
         }

@@ -44,6 +44,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use uroce_wire::packet::ParsedPacket;
+use uroce_wire::{Psn, Transport};
 
 /// Monotonic time in nanoseconds (real or virtual).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -72,6 +73,8 @@ pub struct Transmit {
 pub struct RxMeta {
     /// Sender's IP address.
     pub src: IpAddr,
+    /// Sender's UDP source port (0 when unknown: the simulated network).
+    pub src_port: u16,
     /// Our address the packet came to.
     pub dst: IpAddr,
     /// IPv4 identification (as solved while checking the ICRC; 0 when
@@ -93,6 +96,7 @@ impl RxMeta {
     pub fn new(src: IpAddr, dst: IpAddr) -> RxMeta {
         RxMeta {
             src,
+            src_port: 0,
             dst,
             ipv4_id: 0,
             ipv4_flags_frag: uroce_wire::icrc::IPV4_DF,
@@ -127,6 +131,132 @@ pub trait QpMachine: Send + std::fmt::Debug {
     fn handle_timeout(&mut self, now: Nanos);
 }
 
+/// Request PSNs further than this from the expected PSN, ahead or behind,
+/// are out of window: no real requester has that many PSNs in flight
+/// (rxe keeps at most 128 unacknowledged, uroce 64; 2^14 packets are 64 MiB
+/// at a 4 KiB MTU), so such packets come from a PSN sweep or a broken
+/// peer. They are still handled as the spec says (a sequence NAK once per
+/// gap, a duplicate acknowledged); they are counted, and a rate of them
+/// is reported.
+pub const PLAUSIBLE_PSN_WINDOW: u32 = 1 << 14;
+/// Out-of-window packets within [`SWEEP_PERIOD_NS`] that make a QP report
+/// [`EventType::PsnSweep`].
+pub const SWEEP_THRESHOLD: u32 = 64;
+/// The period over which out-of-window packets are counted (1 s).
+pub const SWEEP_PERIOD_NS: u64 = 1_000_000_000;
+
+/// Watches a QP's request PSNs for a sweep (see [`PLAUSIBLE_PSN_WINDOW`]).
+#[derive(Debug, Default, Clone)]
+pub struct SweepDetector {
+    since: Nanos,
+    count: u32,
+    reported: bool,
+}
+
+impl SweepDetector {
+    /// Notes a request at `psn` when `expected` was expected: counts it in
+    /// `psn_out_of_window` when it is out of window, and reports
+    /// `PsnSweep` for the QP the first time a period's count passes
+    /// [`SWEEP_THRESHOLD`].
+    pub fn note(&mut self, now: Nanos, psn: Psn, expected: Psn, cfg: &QpConfig) {
+        let d = psn.distance_from(expected).min(expected.distance_from(psn));
+        if d <= PLAUSIBLE_PSN_WINDOW {
+            return;
+        }
+        Counters::inc(&cfg.counters.psn_out_of_window);
+        if now.0.saturating_sub(self.since.0) >= SWEEP_PERIOD_NS {
+            self.since = now;
+            self.count = 0;
+            self.reported = false;
+        }
+        self.count += 1;
+        if self.count > SWEEP_THRESHOLD && !self.reported {
+            self.reported = true;
+            Counters::inc(&cfg.counters.psn_sweeps);
+            cfg.event(EventType::PsnSweep);
+        }
+    }
+}
+
+/// Why a packet was not admitted to a QP: dropped and counted, nothing
+/// else happens (IBA 9.6: packets failing header validation are silently
+/// dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drop {
+    /// The QP's state does not take it, or it is of another transport.
+    BadState,
+    /// Not from the connected peer's address (or, in strict mode, its
+    /// UDP source port).
+    WrongSource,
+    /// Not the QP's partition.
+    BadPkey,
+}
+
+impl Drop {
+    /// Counts the drop: `dropped_pkts` and the reason's own counter.
+    pub fn count(self, c: &Counters) {
+        Counters::inc(&c.dropped_pkts);
+        Counters::inc(match self {
+            Drop::BadState => &c.drop_bad_state,
+            Drop::WrongSource => &c.drop_wrong_source,
+            Drop::BadPkey => &c.drop_bad_pkey,
+        });
+    }
+}
+
+/// The partition every QP is in (the default P_Key, full membership).
+pub const PKEY: u16 = 0xffff;
+
+/// The P_Key check (IBA 9.6.1.2): the partition bits must match ours.
+pub fn pkey_matches(pkey: u16) -> bool {
+    pkey & 0x7fff == PKEY & 0x7fff
+}
+
+/// The connected peer of an RC or UC QP as admission sees it: its address,
+/// and in strict mode the UDP source port its first accepted packet came
+/// from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerPin {
+    /// The pinned source port, once a packet was accepted (strict mode).
+    pub port: Option<u16>,
+}
+
+impl PeerPin {
+    /// Admission of a packet to a connected QP (RC, UC): a state that
+    /// receives, the QP's transport, the connected peer's address (and,
+    /// pinned, its port), the QP's partition.
+    pub fn admit(
+        &self,
+        receiving: bool,
+        peer: IpAddr,
+        transport: Transport,
+        meta: &RxMeta,
+        pkt: &ParsedPacket<'_>,
+    ) -> Result<(), Drop> {
+        if !receiving || pkt.info.transport != transport {
+            return Err(Drop::BadState);
+        }
+        if meta.src.to_canonical() != peer.to_canonical()
+            || self.port.is_some_and(|p| p != meta.src_port)
+        {
+            return Err(Drop::WrongSource);
+        }
+        if !pkey_matches(pkt.bth.pkey) {
+            return Err(Drop::BadPkey);
+        }
+        Ok(())
+    }
+
+    /// After a packet that moved the QP forward (an expected request, a
+    /// response that acknowledged something): in strict mode, the peer's
+    /// source port is pinned from then on.
+    pub fn accepted(&mut self, strict: bool, meta: &RxMeta) {
+        if strict && self.port.is_none() {
+            self.port = Some(meta.src_port);
+        }
+    }
+}
+
 /// What a QP is built from.
 #[derive(Debug, Clone)]
 pub struct QpConfig {
@@ -158,6 +288,12 @@ pub struct QpConfig {
     pub limits: ModifyLimits,
     /// The device's asynchronous event queue.
     pub events: Arc<AsyncEvents>,
+    /// Strict mode: an RC or UC QP also pins the peer's UDP source port
+    /// after the first packet that moved it forward, and drops packets
+    /// from other ports (an on-path attacker must then also match it).
+    /// Off by default: RoCEv2 lets a peer pick any source port per QP, and
+    /// some change it (path migration, rate limiting by flow).
+    pub strict_source_port: bool,
 }
 
 impl QpConfig {

@@ -30,8 +30,8 @@ use crate::events::EventType;
 use crate::memory::MrInner;
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
 use crate::transport::rc::{npkts, position, MAX_MSG_SIZE, PKEY};
+use crate::transport::{PeerPin, SweepDetector};
 use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
-use std::net::IpAddr;
 use std::sync::Arc;
 use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::{BthRepr, Opcode, Operation, Position, Psn, RethRepr, Transport};
@@ -46,6 +46,10 @@ pub struct UcQp {
     resp: Responder,
     /// COMM_EST was reported (first packet received in RTR).
     comm_est: bool,
+    /// The peer as admission checks it.
+    pin: PeerPin,
+    /// Out-of-window request PSNs (a sweep).
+    sweep: SweepDetector,
 }
 
 /// A send WR being turned into packets.
@@ -115,6 +119,8 @@ impl UcQp {
             req: Requester::default(),
             resp: Responder::default(),
             comm_est: false,
+            pin: PeerPin::default(),
+            sweep: SweepDetector::default(),
         }
     }
     /// QP number.
@@ -178,22 +184,18 @@ impl UcQp {
         }
     }
 
-    /// Takes one packet addressed to this QP (parsed and ICRC-checked)
-    /// from `src`.
-    pub fn handle_packet(&mut self, _now: Nanos, src: IpAddr, pkt: &ParsedPacket<'_>) {
+    /// Takes one packet addressed to this QP (parsed and ICRC-checked).
+    pub fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
         let c = &self.cfg.counters;
-        let bth = &pkt.bth;
         let receiving = matches!(
             self.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        );
-        if !receiving
-            || src != self.attr.ah_attr.ip()
-            || bth.pkey & 0x7fff != PKEY & 0x7fff
-            || pkt.info.transport != Transport::Uc
-            || !pkt.info.is_request
+        ) && pkt.info.is_request;
+        if let Err(d) = self
+            .pin
+            .admit(receiving, self.attr.ah_attr.ip(), Transport::Uc, meta, pkt)
         {
-            Counters::inc(&c.dropped_pkts);
+            d.count(c);
             return;
         }
         Counters::inc(&c.rcvd_pkts);
@@ -201,7 +203,12 @@ impl UcQp {
             self.comm_est = true;
             self.cfg.event(EventType::CommEst);
         }
+        self.sweep.note(now, pkt.bth.psn, self.resp.epsn, &self.cfg);
+        let epsn = self.resp.epsn;
         self.receive(pkt);
+        if self.resp.epsn != epsn {
+            self.pin.accepted(self.cfg.strict_source_port, meta);
+        }
     }
 
     /// Writes the next packet to send into `buf` (at least path MTU + 128
@@ -739,6 +746,7 @@ impl UcQp {
         }
         self.cfg.discard_posted();
         self.comm_est = false;
+        self.pin = PeerPin::default();
         self.req = Requester::default();
         self.resp = Responder::default();
         self.attr = QpAttr::default();
@@ -784,7 +792,7 @@ impl QpMachine for UcQp {
         UcQp::modify(self, attr, mask)
     }
     fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
-        UcQp::handle_packet(self, now, meta.src, pkt)
+        UcQp::handle_packet(self, now, meta, pkt)
     }
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         UcQp::poll_transmit(self, now, buf)

@@ -32,7 +32,7 @@ use super::{to_v6, Nanos, QpConfig, QpMachine, RxMeta, Transmit};
 use crate::counters::Counters;
 use crate::events::EventType;
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr, QKEY_CONTROLLED};
-use crate::transport::rc::PKEY;
+use crate::transport::{pkey_matches, Drop, PKEY};
 use crate::types::{
     Access, QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
@@ -149,16 +149,15 @@ impl UdQp {
                 if receiving
                     && pkt.info.transport == Transport::Ud
                     && pkt.info.operation == Operation::Send
-                    && pkt.info.is_request
-                    && bth.pkey & 0x7fff == PKEY & 0x7fff =>
+                    && pkt.info.is_request =>
             {
                 d
             }
-            _ => {
-                Counters::inc(&c.dropped_pkts);
-                return;
-            }
+            _ => return Drop::BadState.count(c),
         };
+        if !pkey_matches(bth.pkey) {
+            return Drop::BadPkey.count(c);
+        }
         Counters::inc(&c.rcvd_pkts);
         // IBA 10.2.4: a datagram whose Q_Key differs from the QP's is
         // discarded.

@@ -18,22 +18,18 @@ use crate::counters::Counters;
 use crate::events::EventType;
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
 pub use crate::transport::QpConfig;
-use crate::transport::{QpMachine, RxMeta};
+use crate::transport::{PeerPin, QpMachine, RxMeta};
 use crate::types::{QpState, QpType, Wc, WcStatus};
 use requester::Requester;
 use responder::Responder;
-use std::net::IpAddr;
 use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::{BthRepr, Opcode, Position, Psn, Transport};
 
-/// The P_Key every QP uses (the default partition, full membership).
-pub const PKEY: u16 = 0xffff;
+pub use crate::transport::PKEY;
 /// How many PSNs may be outstanding (sent, unacknowledged) at once.
 pub const MAX_INFLIGHT_PSNS: u32 = 64;
 /// A request packet asks for an ACK at least this often within a message.
 pub const ACK_REQ_EVERY: u32 = 16;
-/// Atomic results remembered for duplicate atomics.
-pub const ATOMIC_REPLAY_DEPTH: usize = 64;
 
 /// An RC QP.
 #[derive(Debug)]
@@ -45,6 +41,8 @@ pub struct RcQp {
     resp: Responder,
     /// COMM_EST was reported (first packet received in RTR).
     comm_est: bool,
+    /// The peer as admission checks it.
+    pin: PeerPin,
 }
 
 impl RcQp {
@@ -57,6 +55,7 @@ impl RcQp {
             req: Requester::default(),
             resp: Responder::default(),
             comm_est: false,
+            pin: PeerPin::default(),
         }
     }
     /// QP number.
@@ -129,21 +128,20 @@ impl RcQp {
         }
     }
 
-    /// Takes one packet addressed to this QP (parsed and ICRC-checked)
-    /// from `src`.
-    pub fn handle_packet(&mut self, now: Nanos, src: IpAddr, pkt: &ParsedPacket<'_>) {
+    /// Takes one packet addressed to this QP (parsed and ICRC-checked).
+    pub fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
         let c = &self.cfg.counters;
-        let bth = &pkt.bth;
-        let connected = matches!(
+        let receiving = matches!(
             self.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         );
-        if !connected
-            || src != self.attr.ah_attr.ip()
-            || bth.pkey & 0x7fff != PKEY & 0x7fff
-            || pkt.info.transport != Transport::Rc
+        // A response needs a requester: not in RTR.
+        let receiving = receiving && (pkt.info.is_request || self.state != QpState::Rtr);
+        if let Err(d) = self
+            .pin
+            .admit(receiving, self.attr.ah_attr.ip(), Transport::Rc, meta, pkt)
         {
-            Counters::inc(&c.dropped_pkts);
+            d.count(c);
             return;
         }
         Counters::inc(&c.rcvd_pkts);
@@ -151,13 +149,15 @@ impl RcQp {
             self.comm_est = true;
             self.cfg.event(EventType::CommEst);
         }
+        let (epsn, una) = (self.resp.epsn, self.req.una);
         if pkt.info.is_request {
             self.handle_request(now, pkt);
-        } else if self.state != QpState::Rtr {
+        } else {
             self.handle_response(now, pkt);
             self.check_drained();
-        } else {
-            Counters::inc(&c.dropped_pkts);
+        }
+        if self.resp.epsn != epsn || self.req.una != una {
+            self.pin.accepted(self.cfg.strict_source_port, meta);
         }
     }
 
@@ -269,6 +269,7 @@ impl RcQp {
         self.cfg.sq.retire(n);
         self.cfg.discard_posted();
         self.comm_est = false;
+        self.pin = PeerPin::default();
         self.req = Requester::default();
         self.resp = Responder::default();
         self.attr = QpAttr::default();
@@ -321,7 +322,7 @@ impl QpMachine for RcQp {
         RcQp::modify(self, attr, mask)
     }
     fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
-        RcQp::handle_packet(self, now, meta.src, pkt)
+        RcQp::handle_packet(self, now, meta, pkt)
     }
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         RcQp::poll_transmit(self, now, buf)

@@ -2,14 +2,14 @@
 //! spec's checks: PSN, op sequence, op validity, resources, length, R_Key;
 //! execute; acknowledge.
 
-use super::{npkts, RcQp, ATOMIC_REPLAY_DEPTH};
+use super::{npkts, RcQp};
 use crate::counters::Counters;
 use crate::events::EventType;
 use crate::memory::{MemError, MrInner};
 use crate::transport::sgl::Resolved;
 use crate::transport::status::RespError;
-use crate::transport::Nanos;
-use crate::types::{Access, QpState, Wc, WcFlags, WcOpcode, WcStatus};
+use crate::transport::{Nanos, SweepDetector};
+use crate::types::{Access, QpState, Wc, WcOpcode, WcStatus};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -32,6 +32,94 @@ enum Current {
         total: u64,
         written: u64,
     },
+}
+
+/// An executed RDMA READ or atomic, kept so that a duplicate of it can be
+/// answered again: one of the QP's responder resources (IBA 9.7.5.1.4
+/// duplicate READs, 9.7.5.1.5 duplicate atomics; their number is the QP's
+/// `max_dest_rd_atomic`, o11-... "responder resources"). Only a duplicate
+/// that matches one of these is answered; the rest are dropped and
+/// counted, so that a forged duplicate executes nothing and tells an
+/// attacker nothing about keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RdAtomicRes {
+    /// First PSN of the request.
+    psn: Psn,
+    /// PSNs it occupies (a READ: one per response packet).
+    npkts: u32,
+    /// The request as executed.
+    kind: ResKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ResKind {
+    Read {
+        va: u64,
+        len: u64,
+        rkey: u32,
+    },
+    Atomic {
+        compare_swap: bool,
+        va: u64,
+        rkey: u32,
+        compare: u64,
+        swap_add: u64,
+        /// The value before the atomic: the answer to a duplicate.
+        orig: u64,
+    },
+}
+
+impl RdAtomicRes {
+    /// Whether a READ request at `psn` for `len` bytes at `va` with `rkey`
+    /// (`n` PSNs) repeats this READ or the rest of it: the same R_Key, a
+    /// range inside the original one (rxe's rule: a requester re-requests
+    /// the remainder after the last response it placed), and PSNs inside
+    /// the original ones.
+    fn repeats_read(&self, psn: Psn, va: u64, len: u64, rkey: u32, n: u32) -> bool {
+        let ResKind::Read {
+            va: ova,
+            len: olen,
+            rkey: orkey,
+        } = self.kind
+        else {
+            return false;
+        };
+        let k = psn.distance_from(self.psn);
+        rkey == orkey
+            && k < self.npkts
+            && n <= self.npkts - k
+            && va >= ova
+            && va
+                .checked_add(len)
+                .is_some_and(|end| end <= ova.saturating_add(olen))
+    }
+
+    /// The original value to answer a duplicate atomic with, if `a` at
+    /// `psn` is the same request as this one.
+    fn repeats_atomic(
+        &self,
+        psn: Psn,
+        compare_swap: bool,
+        a: &uroce_wire::AtomicEthRepr,
+    ) -> Option<u64> {
+        match self.kind {
+            ResKind::Atomic {
+                compare_swap: cs,
+                va,
+                rkey,
+                compare,
+                swap_add,
+                orig,
+            } if psn == self.psn
+                && cs == compare_swap
+                && (va, rkey, swap_add) == (a.va, a.rkey, a.swap_add)
+                && (!cs || compare == a.compare) =>
+            {
+                Some(orig)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Something the responder has to send, kept in PSN order.
@@ -68,8 +156,9 @@ pub(super) struct Responder {
     out: VecDeque<RespItem>,
     /// A sequence-error NAK was sent for the current gap.
     nak_sent: bool,
-    /// Recent atomic results by request PSN.
-    atomics: VecDeque<(Psn, u64)>,
+    /// Responder resources: executed READs and atomics, oldest first, at
+    /// most `max_dest_rd_atomic` (recycled oldest-first, as rxe does).
+    res: VecDeque<RdAtomicRes>,
     /// Requests that arrived while READ responses were still being sent:
     /// executed after them, so that a READ never sees a later WRITE or
     /// atomic (the responder executes in order, as rxe does).
@@ -77,6 +166,8 @@ pub(super) struct Responder {
     /// Buffers of executed deferred requests, reused (no allocation per
     /// packet once warm).
     spare: Vec<Vec<u8>>,
+    /// Out-of-window request PSNs (a sweep).
+    sweep: SweepDetector,
 }
 
 impl Responder {
@@ -100,7 +191,30 @@ impl Responder {
         self.out.retain(|i| matches!(i, RespItem::Ack { .. }));
         self.deferred.clear();
     }
-    fn push_ack(&mut self, psn: Psn, syndrome: AethSyndrome, msn: u32) {
+    /// Keeps an executed READ or atomic for duplicates, recycling the
+    /// oldest resource when all `max` are in use.
+    fn remember(&mut self, r: RdAtomicRes, max: u8) {
+        while self.res.len() >= usize::from(max.max(1)) {
+            self.res.pop_front();
+        }
+        self.res.push_back(r);
+    }
+    /// The resource a duplicate READ or atomic at `psn` repeats, if any.
+    fn resource(&self, psn: Psn) -> Option<RdAtomicRes> {
+        self.res
+            .iter()
+            .rev()
+            .find(|r| psn.distance_from(r.psn) < r.npkts)
+            .copied()
+    }
+    /// True when the output queue holds its maximum (a flood of requests
+    /// that each want an answer cannot grow it).
+    fn out_full(&self) -> bool {
+        self.out.len() >= MAX_QUEUED_RESPONSES
+    }
+    /// Queues an ACK or NAK; returns false (nothing queued) when the
+    /// output queue is full: the requester's timer recovers.
+    fn push_ack(&mut self, psn: Psn, syndrome: AethSyndrome, msn: u32) -> bool {
         // Coalesce: a newer positive ACK replaces an older one at the tail.
         if let (
             AethSyndrome::Ack { .. },
@@ -112,7 +226,11 @@ impl Responder {
         {
             self.out.pop_back();
         }
+        if self.out_full() {
+            return false;
+        }
         self.out.push_back(RespItem::Ack { psn, syndrome, msn });
+        true
     }
 }
 
@@ -120,48 +238,69 @@ const ACK: AethSyndrome = AethSyndrome::Ack {
     credits: CREDITS_INVALID,
 };
 /// Requests held back behind READ responses at most (more are dropped and
-/// resent by the requester).
-const MAX_DEFERRED: usize = 1024;
+/// resent by the requester). Above any requester's window (rxe keeps at
+/// most 128 PSNs unacknowledged; uroce 64).
+pub const MAX_DEFERRED: usize = 256;
+/// Responses (ACKs, NAKs, READ response streams, atomic ACKs) queued at
+/// most per QP.
+pub const MAX_QUEUED_RESPONSES: usize = 256;
 
 impl RcQp {
-    pub(super) fn handle_request(&mut self, _now: Nanos, pkt: &ParsedPacket<'_>) {
+    pub(super) fn handle_request(&mut self, now: Nanos, pkt: &ParsedPacket<'_>) {
+        let c = &self.cfg.counters;
         if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            Counters::inc(&self.cfg.counters.dropped_pkts);
+            Counters::inc(&c.dropped_pkts);
+            Counters::inc(&c.drop_bad_state);
             return;
         }
         let psn = pkt.bth.psn;
-        let duplicate = psn.classify(self.resp.epsn) == PsnClass::Duplicate;
+        self.resp.sweep.note(now, psn, self.resp.epsn, &self.cfg);
+        let class = psn.classify(self.resp.epsn);
         // New requests wait behind READ responses; duplicates change no
         // memory and are answered at once.
-        if !duplicate && (self.resp.reads_pending() || !self.resp.deferred.is_empty()) {
+        if class != PsnClass::Duplicate
+            && (self.resp.reads_pending() || !self.resp.deferred.is_empty())
+        {
             if self.resp.deferred.len() < MAX_DEFERRED {
                 let mut b = self.resp.spare.pop().unwrap_or_default();
                 b.clear();
                 b.extend_from_slice(pkt.bytes);
                 self.resp.deferred.push_back(b);
             } else {
-                Counters::inc(&self.cfg.counters.dropped_pkts);
+                Counters::inc(&c.dropped_pkts);
+                Counters::inc(&c.drop_deferred_full);
             }
             return;
         }
-        match psn.classify(self.resp.epsn) {
-            PsnClass::Ahead => {
-                // One NAK per gap (C9-... "PSN sequence error").
-                if !self.resp.nak_sent {
-                    self.resp.nak_sent = true;
-                    Counters::inc(&self.cfg.counters.seq_naks_sent);
-                    let (e, m) = (self.resp.epsn, self.resp.msn);
-                    self.resp
-                        .push_ack(e, AethSyndrome::Nak(NakCode::PsnSequenceError), m);
-                }
-            }
+        match class {
+            PsnClass::Ahead => self.sequence_error(),
             PsnClass::Duplicate => self.duplicate(pkt),
             PsnClass::Expected => {
                 self.resp.nak_sent = false;
                 if let Err(err) = self.execute(pkt) {
-                    self.responder_error(err);
+                    let epsn = self.resp.epsn;
+                    self.responder_error(err, epsn);
                 }
             }
+        }
+    }
+
+    /// A request ahead of the expected PSN (IBA 9.7.5.1.1: PSN sequence
+    /// error): one NAK per gap, naming the expected PSN.
+    fn sequence_error(&mut self) {
+        if self.resp.nak_sent {
+            return;
+        }
+        self.resp.nak_sent = true;
+        Counters::inc(&self.cfg.counters.seq_naks_sent);
+        let (e, m) = (self.resp.epsn, self.resp.msn);
+        self.queue_ack(e, AethSyndrome::Nak(NakCode::PsnSequenceError), m);
+    }
+
+    /// Queues an ACK or NAK, counting one the full queue refused.
+    fn queue_ack(&mut self, psn: Psn, syndrome: AethSyndrome, msn: u32) {
+        if !self.resp.push_ack(psn, syndrome, msn) {
+            Counters::inc(&self.cfg.counters.drop_response_queue_full);
         }
     }
 
@@ -194,6 +333,15 @@ impl RcQp {
         if !qp_access.contains(need) {
             return Err(RespError::InvalidRequest);
         }
+        // Responder resources: a QP that offers none (max_dest_rd_atomic
+        // 0) takes no READ or atomic (IBA 9.7.5.1.x: invalid request).
+        if matches!(
+            info.operation,
+            Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd
+        ) && self.attr.max_dest_rd_atomic == 0
+        {
+            return Err(RespError::InvalidRequest);
+        }
         // Length of a payload-carrying packet.
         let plen = pkt.payload.len();
         if info.has_payload {
@@ -218,6 +366,18 @@ impl RcQp {
                 let len = reth.dma_len as u64;
                 let (mr, offset) = self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ)?;
                 let n = npkts(len, self.mtu());
+                self.resp.remember(
+                    RdAtomicRes {
+                        psn,
+                        npkts: n,
+                        kind: ResKind::Read {
+                            va: reth.va,
+                            len,
+                            rkey: reth.rkey,
+                        },
+                    },
+                    self.attr.max_dest_rd_atomic,
+                );
                 self.resp.msn = self.resp.msn.wrapping_add(1);
                 let msn = self.resp.msn;
                 self.resp.out.push_back(RespItem::Read {
@@ -255,10 +415,21 @@ impl RcQp {
                         }
                     })
                     .map_err(|_| RespError::RemoteAccess)?;
-                if self.resp.atomics.len() == ATOMIC_REPLAY_DEPTH {
-                    self.resp.atomics.pop_front();
-                }
-                self.resp.atomics.push_back((psn, orig));
+                self.resp.remember(
+                    RdAtomicRes {
+                        psn,
+                        npkts: 1,
+                        kind: ResKind::Atomic {
+                            compare_swap: info.operation == Operation::CompareSwap,
+                            va: a.va,
+                            rkey: a.rkey,
+                            compare: a.compare,
+                            swap_add: a.swap_add,
+                            orig,
+                        },
+                    },
+                    self.attr.max_dest_rd_atomic,
+                );
                 self.resp.msn = self.resp.msn.wrapping_add(1);
                 let msn = self.resp.msn;
                 self.resp
@@ -272,7 +443,7 @@ impl RcQp {
         self.resp.epsn = psn.next();
         if pkt.bth.ack_req {
             let m = self.resp.msn;
-            self.resp.push_ack(psn, ACK, m);
+            self.queue_ack(psn, ACK, m);
         }
         Ok(())
     }
@@ -337,7 +508,7 @@ impl RcQp {
             let Some(Current::Send { wr_id, written, .. }) = self.resp.cur.take() else {
                 return Err(RespError::InvalidRequest);
             };
-            let mut wc = Wc::received(
+            let wc = Wc::received(
                 wr_id,
                 WcOpcode::Recv,
                 self.cfg.qpn,
@@ -345,22 +516,20 @@ impl RcQp {
                 self.attr.dest_qp_num,
                 pkt.imm(),
             );
-            if let Some(rkey) = pkt.ieth() {
-                // SEND with invalidate: the named region in our PD stops
-                // being usable at once.
-                match self.cfg.keys.find_rkey(rkey) {
-                    Some(mr) if mr.pd() == self.cfg.pd => self.cfg.keys.deregister(&mr),
-                    _ => {
-                        self.resp.cur = Some(Current::Send {
-                            wr_id,
-                            sgl: Resolved::default(),
-                            written,
-                        });
-                        return Err(RespError::InvalidRequest);
-                    }
-                }
-                wc.invalidated_rkey = rkey;
-                wc.wc_flags |= WcFlags::WITH_INV;
+            if pkt.ieth().is_some() {
+                // SEND with invalidate may invalidate only a memory window
+                // of type 2 or a region registered for remote
+                // invalidation (IBA 10.6.6, 11.4.1.1); uroce has neither,
+                // so the R_Key names nothing this QP may invalidate: the
+                // receive WR completes in error and the QP goes to ERR
+                // (IBA 9.9.3 class J; rxe: REM_INV_REQ_ERR), and no region
+                // is touched.
+                self.resp.cur = Some(Current::Send {
+                    wr_id,
+                    sgl: Resolved::default(),
+                    written,
+                });
+                return Err(RespError::InvalidRequest);
             }
             self.resp.msn = self.resp.msn.wrapping_add(1);
             self.complete_notify(false, wc, pkt.bth.se);
@@ -440,65 +609,91 @@ impl RcQp {
         Counters::inc(&self.cfg.counters.rnr_naks_sent);
         let m = self.resp.msn;
         let timer = self.attr.min_rnr_timer;
-        self.resp.push_ack(psn, AethSyndrome::RnrNak { timer }, m);
+        self.queue_ack(psn, AethSyndrome::RnrNak { timer }, m);
     }
 
-    /// A duplicate request (IBA 9.7.5.1.1.x): SEND/WRITE are acknowledged
-    /// again without executing; READ is answered again; atomics are answered
-    /// from the replay cache and never executed twice.
+    /// A duplicate request (IBA 9.7.5.1.4-5): SEND and WRITE are
+    /// acknowledged again without executing; a READ or atomic is answered
+    /// again only when it repeats one of the QP's responder resources (the
+    /// same R_Key, inside the same range; an atomic: the same request), with
+    /// the QP's access and the R_Key checked again; atomics are never
+    /// executed twice. Anything else is dropped and counted.
     fn duplicate(&mut self, pkt: &ParsedPacket<'_>) {
-        Counters::inc(&self.cfg.counters.duplicate_requests);
+        let c = &self.cfg.counters;
+        Counters::inc(&c.duplicate_requests);
         let psn = pkt.bth.psn;
         let msn = self.resp.msn;
-        match pkt.info.operation {
-            Operation::Send | Operation::RdmaWrite => {
+        let res = self.resp.resource(psn);
+        match (pkt.info.operation, res) {
+            (Operation::Send | Operation::RdmaWrite, _) => {
                 let last = self.resp.epsn.sub(1);
-                self.resp.push_ack(last, ACK, msn);
+                self.queue_ack(last, ACK, msn);
             }
-            Operation::RdmaReadRequest => {
+            (Operation::RdmaReadRequest, Some(r)) => {
                 let Some(reth) = pkt.reth() else { return };
-                let len = reth.dma_len as u64;
-                match self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ) {
-                    Ok((mr, offset)) => {
-                        let n = npkts(len, self.mtu());
-                        // The requester asks again: responses still queued
-                        // for any of the same PSNs are superseded.
-                        self.resp.out.retain(|i| match i {
-                            RespItem::Read {
-                                psn: p, npkts: m, ..
-                            } => psn.distance_from(*p) >= *m && p.distance_from(psn) >= n,
-                            _ => true,
-                        });
-                        self.resp.out.push_back(RespItem::Read {
-                            psn,
-                            mr,
-                            offset,
-                            len,
-                            sent: 0,
-                            npkts: n,
-                            msn,
-                        });
-                    }
-                    Err(_) => Counters::inc(&self.cfg.counters.dropped_pkts),
+                let len = u64::from(reth.dma_len);
+                let n = npkts(len, self.mtu());
+                if !r.repeats_read(psn, reth.va, len, reth.rkey, n) {
+                    return self.drop_unmatched();
+                }
+                if !self.attr.qp_access_flags.contains(Access::REMOTE_READ) {
+                    return self.responder_error(RespError::InvalidRequest, psn);
+                }
+                let (mr, offset) =
+                    match self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ) {
+                        Ok(v) => v,
+                        Err(e) => return self.responder_error(e, psn),
+                    };
+                // The requester asks again: responses still queued for
+                // any of the same PSNs are superseded.
+                self.resp.out.retain(|i| match i {
+                    RespItem::Read {
+                        psn: p, npkts: m, ..
+                    } => psn.distance_from(*p) >= *m && p.distance_from(psn) >= n,
+                    _ => true,
+                });
+                self.resp.out.push_back(RespItem::Read {
+                    psn,
+                    mr,
+                    offset,
+                    len,
+                    sent: 0,
+                    npkts: n,
+                    msn,
+                });
+            }
+            (Operation::CompareSwap | Operation::FetchAdd, Some(r)) => {
+                let Some(a) = pkt.atomic_eth() else { return };
+                let compare_swap = pkt.info.operation == Operation::CompareSwap;
+                let Some(orig) = r.repeats_atomic(psn, compare_swap, &a) else {
+                    return self.drop_unmatched();
+                };
+                let queued = self
+                    .resp
+                    .out
+                    .iter()
+                    .any(|i| matches!(i, RespItem::AtomicAck { psn: p, .. } if *p == psn));
+                if !queued && !self.resp.out_full() {
+                    self.resp
+                        .out
+                        .push_back(RespItem::AtomicAck { psn, orig, msn });
                 }
             }
-            Operation::CompareSwap | Operation::FetchAdd => {
-                match self.resp.atomics.iter().find(|(p, _)| *p == psn) {
-                    Some(&(_, orig)) => {
-                        self.resp
-                            .out
-                            .push_back(RespItem::AtomicAck { psn, orig, msn })
-                    }
-                    None => Counters::inc(&self.cfg.counters.dropped_pkts),
-                }
-            }
-            _ => Counters::inc(&self.cfg.counters.dropped_pkts),
+            _ => self.drop_unmatched(),
         }
+    }
+
+    fn drop_unmatched(&mut self) {
+        let c = &self.cfg.counters;
+        Counters::inc(&c.dropped_pkts);
+        Counters::inc(&c.drop_unmatched_duplicate);
     }
 
     /// A failed check: NAK, complete the receive WR in progress with the
     /// matching status, QP to ERR (IBA 9.9.3: responder class B/C/D errors).
-    fn responder_error(&mut self, err: RespError) {
+    /// The NAK names `psn`: the expected PSN for a new request, the
+    /// request's own for a duplicate.
+    fn responder_error(&mut self, err: RespError, psn: Psn) {
         if err == RespError::Rnr {
             return;
         }
@@ -508,8 +703,8 @@ impl RcQp {
             RespError::RemoteAccess => EventType::QpAccessErr,
             _ => EventType::QpReqErr,
         });
-        let (psn, msn) = (self.resp.epsn, self.resp.msn);
-        self.resp.push_ack(psn, AethSyndrome::Nak(err.nak()), msn);
+        let msn = self.resp.msn;
+        self.queue_ack(psn, AethSyndrome::Nak(err.nak()), msn);
         if let Some(wr_id) = self.resp.abort_current() {
             self.complete_recv_error(wr_id, err.recv_status());
         }
