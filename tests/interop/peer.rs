@@ -81,7 +81,7 @@ fn open() -> Result<Side> {
         pd,
         cq,
         qp,
-        psn: rand::random::<u32>() & 0xff_ffff,
+        psn: uroce_provider::wire::Psn::random().value(),
     })
 }
 

@@ -242,8 +242,8 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
         .active_mtu
         .min(b.ctx.query_port(1)?.active_mtu);
     let (pa, pb) = (
-        rand::random::<u32>() & 0xff_ffff,
-        rand::random::<u32>() & 0xff_ffff,
+        uroce_provider::wire::Psn::random().value(),
+        uroce_provider::wire::Psn::random().value(),
     );
     let p = RcParams {
         mtu,

@@ -355,7 +355,7 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
         .map(|qp| Dest {
             lid: port.lid,
             qpn: qp.qp_num(),
-            psn: rand::random::<u32>() & 0xff_ffff,
+            psn: uroce_provider::wire::Psn::random().value(),
             gid,
         })
         .collect();

@@ -147,7 +147,7 @@ fn open(o: &StressOptions, recv_wr: u32) -> Result<Side> {
         pd,
         cq,
         qp,
-        psn: rand::random::<u32>() & 0xff_ffff,
+        psn: uroce_provider::wire::Psn::random().value(),
     })
 }
 

@@ -40,6 +40,9 @@ pub use device::DeviceConfig;
 /// How long the engine spins without work before it blocks. Short: on a
 /// 2-core machine the application and a peer engine need the CPU.
 const SPIN_NS: u64 = 200_000;
+/// Stale timer entries allowed beyond two per QP before the heap is
+/// rebuilt.
+const TIMER_SLACK: usize = 64;
 /// Largest datagram the engine handles.
 const MAX_DATAGRAM: usize = 4096 + 256;
 
@@ -310,6 +313,7 @@ impl Worker {
             }
             work |= self.transmit();
             work |= self.timers();
+            self.compact_timers();
             if work {
                 idle_since = None;
                 continue;
@@ -597,6 +601,23 @@ impl Worker {
             }
         }
         any
+    }
+
+    /// Keeps the timer heap bounded: every reschedule leaves a stale entry
+    /// behind until its time comes (an ACK stream moves a QP's deadline
+    /// at every ACK, so stale entries would grow with ACK rate x timeout).
+    /// Once the heap holds more than twice the QPs (plus slack), it is
+    /// rebuilt from the QPs' current deadlines: O(QPs) work after at least
+    /// as many pushes, so O(1) per push, and at most 2 x QPs + 64 entries.
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 2 * self.qps.len() + TIMER_SLACK {
+            return;
+        }
+        self.timers = self
+            .qps
+            .iter()
+            .filter_map(|(&qpn, s)| s.deadline.map(|t| Reverse((t, qpn))))
+            .collect();
     }
 
     /// Queues a QP for output (once).

@@ -105,61 +105,122 @@ impl Shared {
         unsafe { AtomicU8::from_ptr(self.base.add(a)) }
     }
 
+    /// The run of whole aligned words inside `[off, stop)`: region
+    /// offsets `[w0, w1)`, both multiples of 8 from the first aligned
+    /// byte; what lies before `w0` or after `w1` goes through `pieces`.
+    fn whole_words(&self, off: usize, stop: usize) -> (usize, usize) {
+        let first = self.base.align_offset(WORD).min(self.len);
+        let words_end = first + (self.len - first) / WORD * WORD;
+        let w0 = off.max(first);
+        let w0 = first + (w0 - first).div_ceil(WORD) * WORD;
+        let w1 = first + (stop.min(words_end).max(first) - first) / WORD * WORD;
+        if w0 >= w1 {
+            (stop, stop)
+        } else {
+            (w0, w1)
+        }
+    }
+
     /// Copies `dst.len()` bytes from region offset `off` into `dst`.
     /// The range must be inside the region.
     pub fn load(&self, off: usize, dst: &mut [u8]) {
         debug_assert!(off <= self.len && dst.len() <= self.len - off);
-        self.pieces(off, dst.len(), |at, piece| match piece {
-            Piece::Word { word, lo, hi } => {
-                let v = self.word(word).load(Relaxed);
-                dst[at..at + hi - lo].copy_from_slice(&v.to_ne_bytes()[lo..hi]);
-            }
-            Piece::Byte(a) => dst[at] = self.byte(a).load(Relaxed),
-        });
+        let stop = off + dst.len();
+        let (w0, w1) = self.whole_words(off, stop);
+        let edge = |from: usize, to: usize, dst: &mut [u8]| {
+            self.pieces(from, to - from, |at, piece| {
+                let at = at + from - off;
+                match piece {
+                    Piece::Word { word, lo, hi } => {
+                        let v = self.word(word).load(Relaxed);
+                        dst[at..at + hi - lo].copy_from_slice(&v.to_ne_bytes()[lo..hi]);
+                    }
+                    Piece::Byte(a) => dst[at] = self.byte(a).load(Relaxed),
+                }
+            })
+        };
+        edge(off, w0.min(stop), dst);
+        let out = dst[w0 - off..w1 - off].as_mut_ptr();
+        let mut w = w0;
+        while w < w1 {
+            let v = self.word(w).load(Relaxed);
+            // SAFETY: `w - w0 + 8 <= w1 - w0`, inside the slice `out`
+            // points into; unaligned writes are allowed.
+            unsafe { out.add(w - w0).cast::<u64>().write_unaligned(v) };
+            w += WORD;
+        }
+        if w1 < stop {
+            edge(w1.max(off), stop, dst);
+        }
     }
 
     /// Copies `src` to region offset `off`. The range must be inside the
     /// region.
     pub fn store(&self, off: usize, src: &[u8]) {
         debug_assert!(off <= self.len && src.len() <= self.len - off);
-        self.pieces(off, src.len(), |at, piece| match piece {
-            Piece::Word { word, lo, hi } => {
-                let w = self.word(word);
-                let part = &src[at..at + hi - lo];
-                if hi - lo == WORD {
-                    let mut b = [0u8; WORD];
-                    b.copy_from_slice(part);
-                    w.store(u64::from_ne_bytes(b), Relaxed);
-                } else {
-                    // Part of the word: the other bytes keep whatever
-                    // value they have, even if another thread stores them
-                    // meanwhile.
-                    let _ = w.fetch_update(Relaxed, Relaxed, |old| {
-                        let mut b = old.to_ne_bytes();
-                        b[lo..hi].copy_from_slice(part);
-                        Some(u64::from_ne_bytes(b))
-                    });
+        let stop = off + src.len();
+        let (w0, w1) = self.whole_words(off, stop);
+        let edge = |from: usize, to: usize| {
+            self.pieces(from, to - from, |at, piece| {
+                let at = at + from - off;
+                match piece {
+                    Piece::Word { word, lo, hi } => {
+                        // Part of a word: the other bytes keep whatever
+                        // value they have, even if another thread stores
+                        // them meanwhile.
+                        let part = &src[at..at + hi - lo];
+                        let _ = self.word(word).fetch_update(Relaxed, Relaxed, |old| {
+                            let mut b = old.to_ne_bytes();
+                            b[lo..hi].copy_from_slice(part);
+                            Some(u64::from_ne_bytes(b))
+                        });
+                    }
+                    Piece::Byte(a) => self.byte(a).store(src[at], Relaxed),
                 }
-            }
-            Piece::Byte(a) => self.byte(a).store(src[at], Relaxed),
-        });
+            })
+        };
+        edge(off, w0.min(stop));
+        let inp = src[w0 - off..w1 - off].as_ptr();
+        let mut w = w0;
+        while w < w1 {
+            // SAFETY: inside the slice `inp` points into; unaligned reads
+            // are allowed.
+            let v = unsafe { inp.add(w - w0).cast::<u64>().read_unaligned() };
+            self.word(w).store(v, Relaxed);
+            w += WORD;
+        }
+        if w1 < stop {
+            edge(w1.max(off), stop);
+        }
     }
 
     /// Stores `byte` into `n` bytes at region offset `off`.
     pub fn fill(&self, off: usize, n: usize, byte: u8) {
         debug_assert!(off <= self.len && n <= self.len - off);
+        let stop = off + n;
+        let (w0, w1) = self.whole_words(off, stop);
         let run = [byte; WORD];
-        self.pieces(off, n, |_, piece| match piece {
-            Piece::Word { word, lo, hi } => {
-                let w = self.word(word);
-                let _ = w.fetch_update(Relaxed, Relaxed, |old| {
-                    let mut b = old.to_ne_bytes();
-                    b[lo..hi].copy_from_slice(&run[lo..hi]);
-                    Some(u64::from_ne_bytes(b))
-                });
-            }
-            Piece::Byte(a) => self.byte(a).store(byte, Relaxed),
-        });
+        let edge = |from: usize, to: usize| {
+            self.pieces(from, to - from, |_, piece| match piece {
+                Piece::Word { word, lo, hi } => {
+                    let _ = self.word(word).fetch_update(Relaxed, Relaxed, |old| {
+                        let mut b = old.to_ne_bytes();
+                        b[lo..hi].copy_from_slice(&run[lo..hi]);
+                        Some(u64::from_ne_bytes(b))
+                    });
+                }
+                Piece::Byte(a) => self.byte(a).store(byte, Relaxed),
+            })
+        };
+        edge(off, w0.min(stop));
+        let mut w = w0;
+        while w < w1 {
+            self.word(w).store(u64::from_ne_bytes(run), Relaxed);
+            w += WORD;
+        }
+        if w1 < stop {
+            edge(w1.max(off), stop);
+        }
     }
 }
 
