@@ -14,74 +14,15 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
+use uroce_benches::rc::*;
 use uroce_verbs::demo::{connect_rc, RcParams};
 use uroce_verbs::*;
-
-const ALL: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC);
-
-struct End {
-    _ctx: Context,
-    pd: ProtectionDomain,
-    cq: CompletionQueue,
-    qp: QueuePair,
-}
-
-fn end(ip: &str) -> End {
-    let ctx = Device::new("bench", ip.parse().unwrap())
-        .open()
-        .expect("open");
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(4096).unwrap();
-    let qp = pd.create_qp(&qp_init(&cq)).unwrap();
-    End {
-        _ctx: ctx,
-        pd,
-        cq,
-        qp,
-    }
-}
-
-/// An RC QP with both queues on `cq`.
-fn qp_init(cq: &CompletionQueue) -> QpInitAttr<'_> {
-    QpInitAttr {
-        send_cq: cq,
-        recv_cq: cq,
-        cap: QpCap {
-            max_send_wr: 256,
-            max_recv_wr: 256,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: QpType::Rc,
-        sq_sig_all: false,
-        srq: None,
-    }
-}
 
 fn pair() -> (End, End) {
     let (ai, bi) = ("127.20.0.1", "127.20.0.2");
     let (a, b) = (end(ai), end(bi));
-    let p = RcParams {
-        mtu: Mtu::Mtu4096,
-        ..RcParams::default()
-    };
-    connect_rc(&a.qp, bi.parse().unwrap(), b.qp.qp_num(), 1, 2, p).unwrap();
-    connect_rc(&b.qp, ai.parse().unwrap(), a.qp.qp_num(), 2, 1, p).unwrap();
+    connect(&a.qp, ai.parse().unwrap(), &b.qp, bi.parse().unwrap(), 1, 2);
     (a, b)
-}
-
-fn wait1(cq: &CompletionQueue) {
-    loop {
-        if let Some(wc) = cq.poll_one() {
-            assert_eq!(wc.status, WcStatus::Success);
-            return;
-        }
-        std::thread::yield_now();
-    }
 }
 
 fn bench_rc(c: &mut Criterion) {
@@ -132,29 +73,6 @@ fn bench_rc(c: &mut Criterion) {
     g.finish();
 }
 
-/// One SEND/RECV round trip of `size` bytes from a to b and back.
-fn pingpong_once(a: &End, b: &End, ma: &MemoryRegion, mb: &MemoryRegion, size: usize) {
-    b.qp.post_recv(&[RecvWr {
-        wr_id: 1,
-        sg_list: [mb.sge(0, size as u32)].into_iter().collect(),
-    }])
-    .unwrap();
-    a.qp.post_recv(&[RecvWr {
-        wr_id: 2,
-        sg_list: [ma.sge(0, size as u32)].into_iter().collect(),
-    }])
-    .unwrap();
-    let mut w = SendWr::new(3, WrOpcode::Send);
-    w.flags = SendFlags::SIGNALED;
-    w.sg_list.push(ma.sge(0, size as u32));
-    a.qp.post_send(&[w.clone()]).unwrap();
-    // b: receive, then answer
-    wait_recv(&b.cq);
-    w.sg_list[0] = mb.sge(0, size as u32);
-    b.qp.post_send(&[w]).unwrap();
-    wait_recv(&a.cq);
-}
-
 /// The 2-byte ping-pong with `n` more connected QP pairs on the same two
 /// devices, all idle: what an idle QP costs the engine's loop.
 fn bench_idle_qps(c: &mut Criterion) {
@@ -181,17 +99,6 @@ fn bench_idle_qps(c: &mut Criterion) {
         while b.cq.poll_one().is_some() {}
     }
     g.finish();
-}
-
-/// Waits for a receive completion, skipping send completions.
-fn wait_recv(cq: &CompletionQueue) {
-    loop {
-        match cq.poll_one() {
-            Some(wc) if wc.opcode == WcOpcode::Recv => return,
-            Some(_) => {}
-            None => std::thread::yield_now(),
-        }
-    }
 }
 
 fn udp_pair(a: &str, b: &str) -> (UdpSocket, UdpSocket) {
