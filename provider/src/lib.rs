@@ -8,6 +8,8 @@ pub mod counters;
 pub mod cq;
 pub mod engine;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod memory;
 pub mod net;
 pub mod qp_attr;
