@@ -555,6 +555,10 @@ unsafe extern "C" fn ibv_get_async_event(c: *mut ibv_context, out: *mut ibv_asyn
             } else {
                 ctx.rust.get_async_event()
             };
+            // uroce's own events (PsnSweep) have no ibv_event_type.
+            if !ev.event_type.is_ibverbs() {
+                continue;
+            }
             let element = match ev.element {
                 EventElement::Qp(n) => ctx.handles.qps.lock().get(&n).copied(),
                 EventElement::Cq(h) => ctx.handles.cqs.lock().get(&h).copied(),
