@@ -24,9 +24,6 @@ use crate::memory::MrInner;
 use crate::net::sim::{Faults, SimNet, Verdict, Wire};
 use crate::qp_attr::{AddressVector, AttrMask, QpAttr};
 use crate::testing::{config, connect, sge, side_with, PairParams, Side};
-use crate::transport::rc::RcQp;
-use crate::transport::uc::UcQp;
-use crate::transport::ud::UdQp;
 use crate::transport::QpConfig;
 use crate::types::{
     Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, UdDest, Wc, WcStatus, WrOpcode,
@@ -194,13 +191,7 @@ impl Pair {
             psn: (seed as u32) & 0xff_ffff,
             depth: 64,
         };
-        let make = |cfg: QpConfig| -> Box<dyn crate::transport::QpMachine> {
-            match kind {
-                QpType::Rc => Box::new(RcQp::new(cfg)),
-                QpType::Uc => Box::new(UcQp::new(cfg)),
-                QpType::Ud => Box::new(UdQp::new(cfg)),
-            }
-        };
+        let make = |cfg: QpConfig| crate::transport::new_qp(kind, cfg);
         let a = side_with(&mut net, ip(0), 0x11, &p, make);
         let b = side_with(&mut net, ip(1), 0x22, &p, make);
         let (pa, pb) = (p.psn, (p.psn + 0x1000) & 0xff_ffff);

@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use uroce_provider::engine::can_post_send;
 use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
-use uroce_provider::transport::rc::{QpConfig, RcQp};
-use uroce_provider::transport::uc::UcQp;
-use uroce_provider::transport::ud::UdQp;
+use uroce_provider::transport::QpConfig;
 use uroce_provider::transport::{RecvQueue, SendQueue};
 use uroce_provider::types::{QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
 
@@ -99,11 +97,10 @@ impl QueuePair {
             events: ctx.inner.engine.events().clone(),
             strict_source_port: strict_source_port(),
         };
-        let added = match init.qp_type {
-            QpType::Rc => ctx.inner.engine.add_qp(RcQp::new(cfg)),
-            QpType::Uc => ctx.inner.engine.add_qp(UcQp::new(cfg)),
-            QpType::Ud => ctx.inner.engine.add_qp(UdQp::new(cfg)),
-        };
+        let added = ctx
+            .inner
+            .engine
+            .add_boxed_qp(uroce_provider::transport::new_qp(init.qp_type, cfg));
         if let Err(e) = added {
             ctx.inner.free_qpn(qpn);
             return Err(e.into());

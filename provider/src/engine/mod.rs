@@ -207,7 +207,11 @@ impl Engine {
 
     /// Hands a QP to the engine.
     pub fn add_qp(&self, qp: impl QpMachine + 'static) -> Result<(), EngineError> {
-        self.call(|tx| Command::AddQp(Box::new(qp), tx))
+        self.add_boxed_qp(Box::new(qp))
+    }
+    /// Adds a QP made by [`crate::transport::new_qp`].
+    pub fn add_boxed_qp(&self, qp: Box<dyn QpMachine>) -> Result<(), EngineError> {
+        self.call(|tx| Command::AddQp(qp, tx))
     }
     /// Modifies a QP; returns its attributes afterwards.
     pub fn modify_qp(

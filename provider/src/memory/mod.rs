@@ -446,7 +446,7 @@ impl KeyTable {
         Self::check(Self::lookup(&self.by_lkey, lkey)?, pd, addr, len, need)
     }
 
-    /// Remote check of an R_Key (IBA 10.6.3.2 / C9-...): key, PD, access
+    /// Remote check of an R_Key (IBA ch. 10.6): key, PD, access
     /// and bounds.
     pub fn check_rkey(
         &self,

@@ -207,7 +207,8 @@ impl Drop {
 /// The partition every QP is in (the default P_Key, full membership).
 pub const PKEY: u16 = 0xffff;
 
-/// The P_Key check (IBA 9.6.1.2): the partition bits must match ours.
+/// The P_Key check (IBA 9.6, header validation): the partition bits
+/// must match ours.
 pub fn pkey_matches(pkey: u16) -> bool {
     pkey & 0x7fff == PKEY & 0x7fff
 }
@@ -254,6 +255,30 @@ impl PeerPin {
         if strict && self.port.is_none() {
             self.port = Some(meta.src_port);
         }
+    }
+}
+
+/// The one place a QP of a type is made: RC, UC or UD, in RESET, from its
+/// configuration. The verbs layer, the simulator tests and the fuzz
+/// harness all build QPs here.
+pub fn new_qp(qp_type: QpType, cfg: QpConfig) -> Box<dyn QpMachine> {
+    match qp_type {
+        QpType::Rc => Box::new(rc::RcQp::new(cfg)),
+        QpType::Uc => Box::new(uc::UcQp::new(cfg)),
+        QpType::Ud => Box::new(ud::UdQp::new(cfg)),
+    }
+}
+
+/// The payload length rule for a packet of a multi-packet message, the
+/// same for RC and UC requests and RC READ responses (IBA ch. 9.7,
+/// the responder's length checks: every packet but the last of a message carries exactly the path
+/// MTU; the last carries 1 to MTU bytes; an only packet 0 to MTU).
+pub fn payload_length_ok(position: uroce_wire::Position, len: usize, mtu: usize) -> bool {
+    use uroce_wire::Position;
+    match position {
+        Position::First | Position::Middle => len == mtu,
+        Position::Last => (1..=mtu).contains(&len),
+        Position::Only => len <= mtu,
     }
 }
 

@@ -25,7 +25,7 @@ pub struct Resolved {
 }
 
 impl Resolved {
-    /// Checks every SGE (lkey, PD, access `need`, bounds; IBA C10-...:
+    /// Checks every SGE (lkey, PD, access `need`, bounds; IBA ch. 10.6:
     /// a failure is a local protection error).
     pub fn resolve(
         keys: &KeyTable,

@@ -447,12 +447,7 @@ impl UcQp {
         // MTU, LAST 1..=MTU, ONLY up to the MTU (as the RC responder).
         let mtu = self.mtu() as usize;
         let plen = pkt.payload.len();
-        let len_ok = match info.position {
-            Position::First | Position::Middle => plen == mtu,
-            Position::Last => (1..=mtu).contains(&plen),
-            Position::Only => plen <= mtu,
-        };
-        if !len_ok {
+        if !crate::transport::payload_length_ok(info.position, plen, mtu) {
             self.drop_message();
             return;
         }

@@ -108,7 +108,7 @@ impl RcQp {
 
     /// Everything up to and including `psn` is acknowledged. A READ or
     /// atomic inside that range without its response means the response
-    /// was lost: resend it (an implied NAK, IBA 9.7.5.1.4... C9-107).
+    /// was lost: resend it (an implied NAK, IBA ch. 9.7).
     fn ack_through(&mut self, psn: Psn) {
         // All PSNs compared here lie within the send window (< 2^23 wide),
         // so the signed 24-bit order is exact.

@@ -8,7 +8,7 @@ use crate::events::EventType;
 use crate::memory::{MemError, MrInner};
 use crate::transport::sgl::Resolved;
 use crate::transport::status::RespError;
-use crate::transport::{Nanos, SweepDetector};
+use crate::transport::{payload_length_ok, Nanos, SweepDetector};
 use crate::types::{Access, QpState, Wc, WcOpcode, WcStatus};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -35,9 +35,9 @@ enum Current {
 }
 
 /// An executed RDMA READ or atomic, kept so that a duplicate of it can be
-/// answered again: one of the QP's responder resources (IBA 9.7.5.1.4
-/// duplicate READs, 9.7.5.1.5 duplicate atomics; their number is the QP's
-/// `max_dest_rd_atomic`, o11-... "responder resources"). Only a duplicate
+/// answered again: one of the QP's responder resources (IBA ch. 9.7,
+/// duplicate READs and atomics; their number is the QP's
+/// `max_dest_rd_atomic`, the verbs' "responder resources"). Only a duplicate
 /// that matches one of these is answered; the rest are dropped and
 /// counted, so that a forged duplicate executes nothing and tells an
 /// attacker nothing about keys.
@@ -285,7 +285,7 @@ impl RcQp {
         }
     }
 
-    /// A request ahead of the expected PSN (IBA 9.7.5.1.1: PSN sequence
+    /// A request ahead of the expected PSN (IBA ch. 9.7: PSN sequence
     /// error): one NAK per gap, naming the expected PSN.
     fn sequence_error(&mut self) {
         if self.resp.nak_sent {
@@ -309,7 +309,7 @@ impl RcQp {
         let info = pkt.info;
         let psn = pkt.bth.psn;
         let mtu = self.mtu() as usize;
-        // Op sequence (C9-...): a message in progress continues with a
+        // Op sequence (IBA ch. 9.7): a message in progress continues with a
         // MIDDLE or LAST of the same operation; otherwise FIRST or ONLY.
         let in_seq = match (&self.resp.cur, info.operation) {
             (Some(Current::Send { .. }), Operation::Send)
@@ -334,7 +334,7 @@ impl RcQp {
             return Err(RespError::InvalidRequest);
         }
         // Responder resources: a QP that offers none (max_dest_rd_atomic
-        // 0) takes no READ or atomic (IBA 9.7.5.1.x: invalid request).
+        // 0) takes no READ or atomic (IBA ch. 9.7: invalid request).
         if matches!(
             info.operation,
             Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd
@@ -344,15 +344,8 @@ impl RcQp {
         }
         // Length of a payload-carrying packet.
         let plen = pkt.payload.len();
-        if info.has_payload {
-            let ok = match info.position {
-                Position::First | Position::Middle => plen == mtu,
-                Position::Last => plen >= 1 && plen <= mtu,
-                Position::Only => plen <= mtu,
-            };
-            if !ok {
-                return Err(RespError::InvalidRequest);
-            }
+        if info.has_payload && !payload_length_ok(info.position, plen, mtu) {
+            return Err(RespError::InvalidRequest);
         }
         match info.operation {
             Operation::Send => self.exec_send(pkt)?,
@@ -448,7 +441,8 @@ impl RcQp {
         Ok(())
     }
 
-    /// R_Key check (C9-...): a zero-length access needs no valid key.
+    /// R_Key check (IBA ch. 9.7 and 10.6: key, PD, access rights,
+    /// bounds); an access of length zero needs no valid key.
     fn check_rkey(
         &self,
         rkey: u32,
@@ -519,7 +513,7 @@ impl RcQp {
             if pkt.ieth().is_some() {
                 // SEND with invalidate may invalidate only a memory window
                 // of type 2 or a region registered for remote
-                // invalidation (IBA 10.6.6, 11.4.1.1); uroce has neither,
+                // invalidation (IBA ch. 10.6 and 11.4); uroce has neither,
                 // so the R_Key names nothing this QP may invalidate: the
                 // receive WR completes in error and the QP goes to ERR
                 // (IBA 9.9.3 class J; rxe: REM_INV_REQ_ERR), and no region
@@ -612,7 +606,7 @@ impl RcQp {
         self.queue_ack(psn, AethSyndrome::RnrNak { timer }, m);
     }
 
-    /// A duplicate request (IBA 9.7.5.1.4-5): SEND and WRITE are
+    /// A duplicate request (IBA ch. 9.7): SEND and WRITE are
     /// acknowledged again without executing; a READ or atomic is answered
     /// again only when it repeats one of the QP's responder resources (the
     /// same R_Key, inside the same range; an atomic: the same request), with
