@@ -1,9 +1,37 @@
-//! The one place that maps a responder's failed check to its NAK and to
-//! the completion statuses on both sides (IBA 9.7.5.2.x, 9.9; rxe_resp.c's
+//! The one place that maps a responder's failed check to what it does:
+//! per transport ([`RespError::action`]: RC NAKs and may move the QP to
+//! ERR, UC drops the message, UD drops the datagram), the NAK code, and
+//! the completion statuses on both sides (IBA ch. 9.7-9.9; rxe_resp.c's
 //! error states).
 
-use crate::types::WcStatus;
+use crate::types::{QpType, WcStatus};
 use uroce_wire::NakCode;
+
+/// What a failed responder check does (see [`RespError::action`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorAction {
+    /// RC: this NAK goes to the requester; the receive WR of the message
+    /// in progress completes with `recv_status`; the QP goes to ERR.
+    NakAndError {
+        /// The NAK code.
+        nak: NakCode,
+        /// Status of a receive WR the message consumed.
+        recv_status: WcStatus,
+    },
+    /// RC, no receive WR for a SEND: an RNR NAK; nothing is consumed and
+    /// the QP stays up.
+    RnrNak,
+    /// UC: the message is dropped and reception resumes at the next FIRST
+    /// or ONLY packet; the QP stays up. A receive WR the message took is
+    /// kept for the next message, or, taken from an SRQ, completes with
+    /// `srq_status`.
+    DropMessage {
+        /// Status of a receive WR taken from an SRQ.
+        srq_status: WcStatus,
+    },
+    /// UD: the datagram is dropped; the QP stays up.
+    DropDatagram,
+}
 
 /// A responder check that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +53,21 @@ pub enum RespError {
 }
 
 impl RespError {
+    /// What the error does on a QP of type `t`: the one table of the
+    /// responder's error policy. A new transport is a new column here.
+    pub const fn action(self, t: QpType) -> ErrorAction {
+        match (t, self) {
+            (QpType::Rc, RespError::Rnr) => ErrorAction::RnrNak,
+            (QpType::Rc, e) => ErrorAction::NakAndError {
+                nak: e.nak(),
+                recv_status: e.recv_status(),
+            },
+            (QpType::Uc, e) => ErrorAction::DropMessage {
+                srq_status: e.recv_status(),
+            },
+            (QpType::Ud, _) => ErrorAction::DropDatagram,
+        }
+    }
     /// The NAK code sent.
     pub const fn nak(self) -> NakCode {
         match self {

@@ -24,11 +24,13 @@
 //!   receive WR consumed by a dropped SEND is reused for the next message.
 
 use super::sgl::Resolved;
+use super::status::{ErrorAction, RespError};
 use super::{Nanos, QpConfig, QpMachine, RxMeta, Transmit};
 use crate::counters::Counters;
 use crate::events::EventType;
 use crate::memory::MrInner;
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
+use crate::transport::rc::check_op_allowed;
 use crate::transport::rc::{npkts, position, MAX_MSG_SIZE, PKEY};
 use crate::transport::{PeerPin, SweepDetector};
 use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
@@ -557,10 +559,10 @@ impl UcQp {
     fn exec_write(&mut self, pkt: &ParsedPacket<'_>) -> bool {
         let pos = pkt.info.position;
         if pos.starts_message() {
-            // Op validity: the QP must allow remote writes (rxe
-            // check_op_valid for UC: drop the message).
-            if !self.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
-                self.drop_message();
+            // Op validity: the QP must allow remote writes (the same
+            // step as RC's; for UC the policy drops the message).
+            if let Err(e) = check_op_allowed(pkt.info.operation, self.attr.qp_access_flags) {
+                self.responder_error(e);
                 return false;
             }
             let Some(reth) = pkt.reth() else {
@@ -626,10 +628,12 @@ impl UcQp {
                 .is_some_and(|mr| mr.is_valid() && mr.write(at, pkt.payload).is_ok());
             if !ok {
                 // The region went away mid-message: as an R_Key violation.
-                if let Some(r) = recv {
-                    self.give_back(r, WcStatus::RemAccessErr);
+                if let (Some(r), ErrorAction::DropMessage { srq_status }) =
+                    (recv, RespError::RemoteAccess.action(QpType::Uc))
+                {
+                    self.give_back(r, srq_status);
                 }
-                self.drop_message();
+                self.responder_error(RespError::RemoteAccess);
                 return false;
             }
         }
@@ -657,25 +661,34 @@ impl UcQp {
     /// if any): counted once, then nothing is accepted until the next
     /// FIRST or ONLY.
     fn drop_message(&mut self) {
-        if self.resp.cur.is_some() {
-            self.abort_current();
-        } else {
-            Counters::inc(&self.cfg.counters.uc_dropped_msgs);
+        self.responder_error(RespError::InvalidRequest);
+    }
+
+    /// A failed check, as the one policy table says for UC
+    /// ([`RespError::action`]): the message is dropped (counted) and
+    /// reception resumes at the next FIRST or ONLY packet. A SEND's
+    /// receive WR does not complete and serves the next message (rxe
+    /// do_class_d1e_error resets the WQE); a WR taken from an SRQ cannot
+    /// go back: it completes with the table's SRQ status (class E, as
+    /// rxe).
+    fn responder_error(&mut self, err: RespError) {
+        let ErrorAction::DropMessage { srq_status } = err.action(QpType::Uc) else {
+            return;
+        };
+        Counters::inc(&self.cfg.counters.uc_dropped_msgs);
+        if let Some(Current::Send { recv, .. }) = self.resp.cur.take() {
+            self.give_back(recv, srq_status);
         }
         self.resp.dropping = true;
     }
 
-    /// Ends the message in progress unfinished: counted as dropped; a
-    /// SEND's receive WR does not complete and serves the next message
-    /// (rxe do_class_d1e_error resets the WQE). A WR taken from an SRQ
-    /// cannot go back: it completes with REM_INV_REQ_ERR (class E, as rxe).
+    /// Ends the message in progress unfinished (a FIRST or ONLY packet
+    /// while one is open): dropped as an invalid request, and the new
+    /// packet may start a valid message.
     fn abort_current(&mut self) {
-        let Some(cur) = self.resp.cur.take() else {
-            return;
-        };
-        Counters::inc(&self.cfg.counters.uc_dropped_msgs);
-        if let Current::Send { recv, .. } = cur {
-            self.give_back(recv, WcStatus::RemInvReqErr);
+        if self.resp.cur.is_some() {
+            self.responder_error(RespError::InvalidRequest);
+            self.resp.dropping = false;
         }
     }
 

@@ -21,6 +21,7 @@ pub use crate::transport::QpConfig;
 use crate::transport::{PeerPin, QpMachine, RxMeta};
 use crate::types::{QpState, QpType, Wc, WcStatus};
 use requester::Requester;
+pub(crate) use responder::check_op_allowed;
 use responder::Responder;
 use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::{BthRepr, Opcode, Position, Psn, Transport};

@@ -7,9 +7,9 @@ use crate::counters::Counters;
 use crate::events::EventType;
 use crate::memory::{MemError, MrInner};
 use crate::transport::sgl::Resolved;
-use crate::transport::status::RespError;
+use crate::transport::status::{ErrorAction, RespError};
 use crate::transport::{payload_length_ok, Nanos, SweepDetector};
-use crate::types::{Access, QpState, Wc, WcOpcode, WcStatus};
+use crate::types::{Access, QpState, QpType, Wc, WcOpcode, WcStatus};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -119,6 +119,47 @@ impl RdAtomicRes {
             }
             _ => None,
         }
+    }
+}
+
+/// Op validity (IBA ch. 9.7 and 10.6): the QP's access flags must allow
+/// the operation (remote write, read, atomic); SENDs need none. Else:
+/// invalid request.
+pub(crate) fn check_op_allowed(op: Operation, qp_access: Access) -> Result<(), RespError> {
+    let need = match op {
+        Operation::RdmaWrite => Access::REMOTE_WRITE,
+        Operation::RdmaReadRequest => Access::REMOTE_READ,
+        Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
+        _ => Access::empty(),
+    };
+    if qp_access.contains(need) {
+        Ok(())
+    } else {
+        Err(RespError::InvalidRequest)
+    }
+}
+
+/// Responder resources (IBA ch. 9.7, the QP's `max_dest_rd_atomic`): a QP
+/// that offers none takes no READ or atomic. Else: invalid request.
+fn check_responder_resources(op: Operation, max_dest_rd_atomic: u8) -> Result<(), RespError> {
+    let needs = matches!(
+        op,
+        Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd
+    );
+    if needs && max_dest_rd_atomic == 0 {
+        Err(RespError::InvalidRequest)
+    } else {
+        Ok(())
+    }
+}
+
+/// Packet length (IBA ch. 9.7, [`payload_length_ok`]): every packet of a
+/// message but the last carries the path MTU. Else: invalid request.
+pub(crate) fn check_payload_length(pkt: &ParsedPacket<'_>, mtu: usize) -> Result<(), RespError> {
+    if pkt.info.has_payload && !payload_length_ok(pkt.info.position, pkt.payload.len(), mtu) {
+        Err(RespError::InvalidRequest)
+    } else {
+        Ok(())
     }
 }
 
@@ -304,49 +345,18 @@ impl RcQp {
         }
     }
 
-    /// Checks and executes the expected request.
+    /// Checks and executes the expected request: the responder's checks in
+    /// rxe's order, each a step named after the rule it enforces and
+    /// returning the one [`RespError`] it detects (what an error then does
+    /// is [`RespError::action`], one table for every transport); then
+    /// execute.
     fn execute(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
         let info = pkt.info;
         let psn = pkt.bth.psn;
-        let mtu = self.mtu() as usize;
-        // Op sequence (IBA ch. 9.7): a message in progress continues with a
-        // MIDDLE or LAST of the same operation; otherwise FIRST or ONLY.
-        let in_seq = match (&self.resp.cur, info.operation) {
-            (Some(Current::Send { .. }), Operation::Send)
-            | (Some(Current::Write { .. }), Operation::RdmaWrite) => {
-                !info.position.starts_message()
-            }
-            (None, _) => info.position.starts_message(),
-            _ => false,
-        };
-        if !in_seq {
-            return Err(RespError::InvalidRequest);
-        }
-        // Op validity against the QP's access flags.
-        let qp_access = self.attr.qp_access_flags;
-        let need = match info.operation {
-            Operation::RdmaWrite => Access::REMOTE_WRITE,
-            Operation::RdmaReadRequest => Access::REMOTE_READ,
-            Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
-            _ => Access::empty(),
-        };
-        if !qp_access.contains(need) {
-            return Err(RespError::InvalidRequest);
-        }
-        // Responder resources: a QP that offers none (max_dest_rd_atomic
-        // 0) takes no READ or atomic (IBA ch. 9.7: invalid request).
-        if matches!(
-            info.operation,
-            Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd
-        ) && self.attr.max_dest_rd_atomic == 0
-        {
-            return Err(RespError::InvalidRequest);
-        }
-        // Length of a payload-carrying packet.
-        let plen = pkt.payload.len();
-        if info.has_payload && !payload_length_ok(info.position, plen, mtu) {
-            return Err(RespError::InvalidRequest);
-        }
+        self.check_op_sequence(pkt)?;
+        check_op_allowed(info.operation, self.attr.qp_access_flags)?;
+        check_responder_resources(info.operation, self.attr.max_dest_rd_atomic)?;
+        check_payload_length(pkt, self.mtu() as usize)?;
         match info.operation {
             Operation::Send => self.exec_send(pkt)?,
             Operation::RdmaWrite => {
@@ -439,6 +449,26 @@ impl RcQp {
             self.queue_ack(psn, ACK, m);
         }
         Ok(())
+    }
+
+    /// Op sequence (IBA ch. 9.7): a message in progress continues with a
+    /// MIDDLE or LAST packet of the same operation; with none in progress
+    /// only a FIRST or ONLY packet may come. Else: invalid request.
+    fn check_op_sequence(&self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
+        let info = pkt.info;
+        let in_seq = match (&self.resp.cur, info.operation) {
+            (Some(Current::Send { .. }), Operation::Send)
+            | (Some(Current::Write { .. }), Operation::RdmaWrite) => {
+                !info.position.starts_message()
+            }
+            (None, _) => info.position.starts_message(),
+            _ => false,
+        };
+        if in_seq {
+            Ok(())
+        } else {
+            Err(RespError::InvalidRequest)
+        }
     }
 
     /// R_Key check (IBA ch. 9.7 and 10.6: key, PD, access rights,
@@ -688,9 +718,9 @@ impl RcQp {
     /// The NAK names `psn`: the expected PSN for a new request, the
     /// request's own for a duplicate.
     fn responder_error(&mut self, err: RespError, psn: Psn) {
-        if err == RespError::Rnr {
-            return;
-        }
+        let ErrorAction::NakAndError { nak, recv_status } = err.action(QpType::Rc) else {
+            return; // RNR: the NAK is queued, nothing consumed
+        };
         Counters::inc(&self.cfg.counters.err_naks_sent);
         // IBA 11.6.3.1: affiliated asynchronous errors of the responder.
         self.cfg.event(match err {
@@ -698,9 +728,9 @@ impl RcQp {
             _ => EventType::QpReqErr,
         });
         let msn = self.resp.msn;
-        self.queue_ack(psn, AethSyndrome::Nak(err.nak()), msn);
+        self.queue_ack(psn, AethSyndrome::Nak(nak), msn);
         if let Some(wr_id) = self.resp.abort_current() {
-            self.complete_recv_error(wr_id, err.recv_status());
+            self.complete_recv_error(wr_id, recv_status);
         }
         self.enter_error();
     }
