@@ -85,6 +85,7 @@ impl Dev {
             counters: self.counters.clone(),
             events: self.events.clone(),
             strict_source_port: false,
+            state: Arc::default(),
             ..config(self.ip, qpn, 64)
         };
         let sq = cfg.sq.clone();

@@ -5,11 +5,10 @@ use crate::device::{Context, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use uroce_provider::engine::can_post_send;
 use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
-use uroce_provider::transport::QpConfig;
+use uroce_provider::transport::{QpConfig, StateCell};
 use uroce_provider::transport::{RecvQueue, SendQueue};
 use uroce_provider::types::{QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
 
@@ -40,8 +39,9 @@ pub struct QueuePair {
     cap: QpCap,
     sq: Arc<SendQueue>,
     rq: Arc<RecvQueue>,
-    /// The state as far as posting is concerned (mirrors modify calls).
-    state: AtomicU32,
+    /// The state as the engine's QP publishes it (it moves to ERR or SQE
+    /// on its own).
+    state: Arc<StateCell>,
     _pd: Arc<()>,
     _send_cq: Arc<uroce_provider::cq::CqInner>,
     _recv_cq: Arc<uroce_provider::cq::CqInner>,
@@ -96,7 +96,9 @@ impl QueuePair {
             limits: ctx.inner.limits(),
             events: ctx.inner.engine.events().clone(),
             strict_source_port: strict_source_port(),
+            state: Arc::default(),
         };
+        let state = cfg.state.clone();
         let added = ctx
             .inner
             .engine
@@ -112,7 +114,7 @@ impl QueuePair {
             cap: c,
             sq,
             rq,
-            state: AtomicU32::new(QpState::Reset as u32),
+            state,
             _pd: pd.users.clone(),
             _send_cq: init.send_cq.inner.clone(),
             _recv_cq: init.recv_cq.inner.clone(),
@@ -134,8 +136,7 @@ impl QueuePair {
 
     /// `ibv_modify_qp`: errors name the attribute that is wrong.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
-        let a = self.ctx.inner.engine.modify_qp(self.qpn, attr, mask)?;
-        self.state.store(a.qp_state as u32, Ordering::Release);
+        self.ctx.inner.engine.modify_qp(self.qpn, attr, mask)?;
         Ok(())
     }
 
@@ -154,15 +155,16 @@ impl QueuePair {
         Ok(self.ctx.inner.engine.query_qp(self.qpn)?)
     }
 
-    fn state(&self) -> u32 {
-        self.state.load(Ordering::Acquire)
+    /// The current state (as the engine's QP last set it).
+    pub fn state(&self) -> QpState {
+        self.state.get()
     }
 
     /// `ibv_post_send`. On error, the WRs before the failing one were
     /// posted; returns the failing index with the error (like `bad_wr`).
     pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), (usize, Error)> {
         let st = self.state();
-        if !can_post_send(state_of(st)) {
+        if !can_post_send(st) {
             return Err((
                 0,
                 Error::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()),
@@ -247,7 +249,7 @@ impl QueuePair {
                 Error::Invalid("the QP receives from an SRQ: post to the SRQ".into()),
             ));
         }
-        if state_of(self.state()) == QpState::Reset {
+        if self.state() == QpState::Reset {
             return Err((0, Error::Invalid("QP is in RESET".into())));
         }
         for (i, wr) in wrs.iter().enumerate() {
@@ -261,18 +263,6 @@ impl QueuePair {
         }
         self.ctx.inner.engine.kick(self.qpn);
         Ok(())
-    }
-}
-
-fn state_of(v: u32) -> QpState {
-    match v {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        _ => QpState::Err,
     }
 }
 

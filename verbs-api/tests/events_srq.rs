@@ -231,6 +231,10 @@ fn access_error_reports_qp_access_err() {
     let ev = wait_event(&b, EventType::QpAccessErr);
     assert_eq!(ev.element, EventElement::Qp(bqp.qp_num()));
     assert_eq!(acq.wait(1, T)[0].status, WcStatus::RemAccessErr);
+    // Both QPs went to ERR on their own (no modify call): the verbs layer
+    // sees the engine's state, not a mirror of the last modify.
+    assert_eq!(bqp.state(), QpState::Err);
+    assert_eq!(aqp.state(), QpState::Err);
 }
 
 #[test]

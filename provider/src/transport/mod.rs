@@ -282,6 +282,31 @@ pub fn payload_length_ok(position: uroce_wire::Position, len: usize, mtu: usize)
     }
 }
 
+/// A QP's state as the machine last set it, readable from any thread: the
+/// verbs layer checks posts against it instead of mirroring modify calls
+/// (the engine moves a QP to ERR or SQE on its own).
+#[derive(Debug, Default)]
+pub struct StateCell(AtomicU32);
+
+impl StateCell {
+    /// The state.
+    pub fn get(&self) -> QpState {
+        match self.0.load(Ordering::Acquire) {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqd,
+            5 => QpState::Sqe,
+            _ => QpState::Err,
+        }
+    }
+    /// Publishes a new state (the machine does, whenever it changes).
+    pub fn set(&self, s: QpState) {
+        self.0.store(s as u32, Ordering::Release);
+    }
+}
+
 /// What a QP is built from.
 #[derive(Debug, Clone)]
 pub struct QpConfig {
@@ -319,6 +344,8 @@ pub struct QpConfig {
     /// Off by default: RoCEv2 lets a peer pick any source port per QP, and
     /// some change it (path migration, rate limiting by flow).
     pub strict_source_port: bool,
+    /// Where the machine publishes its state.
+    pub state: Arc<StateCell>,
 }
 
 impl QpConfig {

@@ -125,6 +125,11 @@ impl UcQp {
             sweep: SweepDetector::default(),
         }
     }
+    /// Sets the state and publishes it ([`crate::transport::StateCell`]).
+    fn set_state(&mut self, s: QpState) {
+        self.state = s;
+        self.cfg.state.set(s);
+    }
     /// QP number.
     pub fn qpn(&self) -> u32 {
         self.cfg.qpn
@@ -164,7 +169,7 @@ impl UcQp {
             QpState::Reset => self.reset(),
             _ => {}
         }
-        self.state = to;
+        self.set_state(to);
         if to == QpState::Sqd && from != QpState::Sqd {
             self.attr.sq_draining = true;
             self.check_drained();
@@ -393,7 +398,7 @@ impl UcQp {
     fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
         self.cfg.sq.retire(1);
         let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.cfg.qpn);
-        self.state = QpState::Sqe;
+        self.set_state(QpState::Sqe);
         self.attr.sq_draining = false;
         self.complete(true, wc, false);
         if self.state == QpState::Sqe {
@@ -722,7 +727,7 @@ impl UcQp {
     /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
     /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
     fn enter_error(&mut self) {
-        self.state = QpState::Err;
+        self.set_state(QpState::Err);
         if let Some(w) = self.req.cur.take() {
             self.cfg.sq.retire(1);
             let wc = Wc::new(

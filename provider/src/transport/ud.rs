@@ -79,6 +79,11 @@ impl UdQp {
             seen: DupFilter::default(),
         }
     }
+    /// Sets the state and publishes it ([`crate::transport::StateCell`]).
+    fn set_state(&mut self, s: QpState) {
+        self.state = s;
+        self.cfg.state.set(s);
+    }
     /// QP number.
     pub fn qpn(&self) -> u32 {
         self.cfg.qpn
@@ -126,7 +131,7 @@ impl UdQp {
             QpState::Reset => self.reset(),
             _ => {}
         }
-        self.state = to;
+        self.set_state(to);
         // Every WR goes out whole as soon as it is taken, so the send
         // queue is drained the moment the QP reaches SQD.
         if to == QpState::Sqd && from != QpState::Sqd && self.attr.en_sqd_async_notify {
@@ -350,7 +355,7 @@ impl UdQp {
     fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
         self.cfg.sq.retire(1);
         let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.cfg.qpn);
-        self.state = QpState::Sqe;
+        self.set_state(QpState::Sqe);
         self.complete(true, wc, false);
         if self.state == QpState::Sqe {
             self.flush_sends();
@@ -384,7 +389,7 @@ impl UdQp {
     /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
     /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
     fn enter_error(&mut self) {
-        self.state = QpState::Err;
+        self.set_state(QpState::Err);
         self.cfg.flush_posted();
         self.cfg.report_last_wqe();
     }

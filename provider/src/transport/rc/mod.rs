@@ -59,6 +59,11 @@ impl RcQp {
             pin: PeerPin::default(),
         }
     }
+    /// Sets the state and publishes it ([`crate::transport::StateCell`]).
+    fn set_state(&mut self, s: QpState) {
+        self.state = s;
+        self.cfg.state.set(s);
+    }
     /// QP number.
     pub fn qpn(&self) -> u32 {
         self.cfg.qpn
@@ -104,7 +109,7 @@ impl RcQp {
             QpState::Reset => self.reset(),
             _ => {}
         }
-        self.state = to;
+        self.set_state(to);
         if to == QpState::Sqd && from != QpState::Sqd {
             self.attr.sq_draining = true;
             self.check_drained();
@@ -229,7 +234,7 @@ impl RcQp {
     fn complete_notify(&mut self, cq_is_send: bool, wc: Wc, solicited: bool) {
         if !self.cfg.complete(cq_is_send, wc, solicited) && self.state != QpState::Err {
             self.cfg.event(EventType::QpFatal);
-            self.state = QpState::Err;
+            self.set_state(QpState::Err);
             self.enter_error();
         }
     }
@@ -237,7 +242,7 @@ impl RcQp {
     /// Moves to ERR: every outstanding WR completes with WR_FLUSH_ERR in
     /// posting order, receive WRs too.
     fn enter_error(&mut self) {
-        self.state = QpState::Err;
+        self.set_state(QpState::Err);
         let flushed = self.req.drain();
         for e in flushed {
             let mut wc = Wc::new(
