@@ -22,8 +22,8 @@
 
 use crate::memory::MrInner;
 use crate::net::sim::{Faults, SimNet, Verdict, Wire};
-use crate::qp_attr::{AddressVector, AttrMask, QpAttr};
-use crate::testing::{config, connect, sge, side_with, PairParams, Side};
+use crate::qp_attr::{AttrMask, QpAttr};
+use crate::testing::{config, connect, sge, side_with, uc_connect, ud_up, PairParams, Side};
 use crate::transport::QpConfig;
 use crate::types::{
     Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, UdDest, Wc, WcStatus, WrOpcode,
@@ -199,8 +199,8 @@ impl Pair {
             let qp = net.qp(me.id);
             match kind {
                 QpType::Rc => connect(qp, peer.ip, peer.qpn, rq, sq, &p),
-                QpType::Uc => uc_connect(qp, peer.ip, peer.qpn, rq, sq, mtu),
-                QpType::Ud => ud_up(qp, sq),
+                QpType::Uc => uc_connect(qp, peer.ip, peer.qpn, rq, sq, mtu, true),
+                QpType::Ud => ud_up(qp, QKEY, sq),
             }
         }
         let verdicts: Arc<Mutex<VecDeque<Verdict>>> = Arc::default();
@@ -490,61 +490,6 @@ impl Pair {
             }
         }
     }
-}
-
-/// RESET -> INIT -> RTR -> RTS with the attributes UC takes.
-pub fn uc_connect(
-    qp: &mut dyn crate::transport::QpMachine,
-    peer: IpAddr,
-    dest_qpn: u32,
-    rq_psn: u32,
-    sq_psn: u32,
-    mtu: Mtu,
-) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .expect("RESET->INIT");
-    a.qp_state = QpState::Rtr;
-    a.ah_attr = AddressVector::to_ip(peer);
-    a.path_mtu = mtu;
-    a.dest_qp_num = dest_qpn;
-    a.rq_psn = rq_psn;
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN,
-    )
-    .expect("INIT->RTR");
-    a.qp_state = QpState::Rts;
-    a.sq_psn = sq_psn;
-    qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
-        .expect("RTR->RTS");
-}
-
-/// RESET -> INIT -> RTR -> RTS with the attributes UD takes.
-pub fn ud_up(qp: &mut dyn crate::transport::QpMachine, sq_psn: u32) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qkey: QKEY,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
-    )
-    .expect("RESET->INIT");
-    a.qp_state = QpState::Rtr;
-    qp.modify(&a, AttrMask::STATE).expect("INIT->RTR");
-    a.qp_state = QpState::Rts;
-    a.sq_psn = sq_psn;
-    qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
-        .expect("RTR->RTS");
 }
 
 /// Runs one fuzz case: a pair of `kind` QPs driven by `data`.

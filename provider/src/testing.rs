@@ -200,6 +200,66 @@ pub fn to_rtr(qp: &mut dyn QpMachine, peer: IpAddr, dest_qpn: u32, rq_psn: u32, 
     .expect("INIT->RTR");
 }
 
+/// RESET -> INIT -> RTR (-> RTS when `rts`) with only the attributes UC
+/// takes (`connect` sets RC-only ones, which UC refuses); remote write
+/// allowed.
+pub fn uc_connect(
+    qp: &mut dyn QpMachine,
+    peer: IpAddr,
+    dest_qpn: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    mtu: Mtu,
+    rts: bool,
+) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        ..QpAttr::default()
+    };
+    qp.modify(
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )
+    .expect("RESET->INIT");
+    a.qp_state = QpState::Rtr;
+    a.ah_attr = AddressVector::to_ip(peer);
+    a.path_mtu = mtu;
+    a.dest_qp_num = dest_qpn;
+    a.rq_psn = rq_psn;
+    qp.modify(
+        &a,
+        AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN,
+    )
+    .expect("INIT->RTR");
+    if rts {
+        a.qp_state = QpState::Rts;
+        a.sq_psn = sq_psn;
+        qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
+            .expect("RTR->RTS");
+    }
+}
+
+/// RESET -> INIT -> RTR -> RTS with the attributes UD takes.
+pub fn ud_up(qp: &mut dyn QpMachine, qkey: u32, sq_psn: u32) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        qkey,
+        ..QpAttr::default()
+    };
+    qp.modify(
+        &a,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
+    )
+    .expect("RESET->INIT");
+    a.qp_state = QpState::Rtr;
+    qp.modify(&a, AttrMask::STATE).expect("INIT->RTR");
+    a.qp_state = QpState::Rts;
+    a.sq_psn = sq_psn;
+    qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
+        .expect("RTR->RTS");
+}
+
 /// RTR -> RTS (RC attributes).
 pub fn to_rts(qp: &mut dyn QpMachine, sq_psn: u32, p: &PairParams) {
     let a = QpAttr {

@@ -369,6 +369,22 @@ pub enum QpState {
     Err = 6,
 }
 
+impl QpState {
+    /// The state with this `ibv_qp_state` value.
+    pub const fn from_u32(v: u32) -> Option<QpState> {
+        Some(match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqd,
+            5 => QpState::Sqe,
+            6 => QpState::Err,
+            _ => return None,
+        })
+    }
+}
+
 /// Path MTU (`ibv_mtu`): 256..4096 bytes.
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

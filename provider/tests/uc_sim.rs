@@ -12,9 +12,9 @@ use uroce_provider::events::{EventElement, EventType};
 use uroce_provider::memory::MrInner;
 use uroce_provider::net::sim::{Faults, SimNet, Verdict, Wire};
 use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr};
-use uroce_provider::testing::{sge, side_with, signaled_wr as wr, PairParams, Side};
+use uroce_provider::testing::{sge, side_with, signaled_wr as wr, uc_connect, PairParams, Side};
 use uroce_provider::transport::uc::UcQp;
-use uroce_provider::transport::{Nanos, QpMachine, RecvQueue};
+use uroce_provider::transport::{Nanos, RecvQueue};
 use uroce_provider::types::*;
 use uroce_wire::packet::{self, Headers};
 use uroce_wire::{BthRepr, IpContext, Opcode, Psn, RethRepr, Transport};
@@ -32,45 +32,6 @@ struct Uc {
     net: SimNet,
     a: Side,
     b: Side,
-}
-
-/// RESET -> INIT -> RTR (-> RTS) with only the attributes UC takes
-/// (`testing::connect` sets RC-only ones, which UC refuses).
-fn uc_connect(
-    qp: &mut dyn QpMachine,
-    peer: IpAddr,
-    dest_qpn: u32,
-    rq_psn: u32,
-    sq_psn: u32,
-    mtu: Mtu,
-    rts: bool,
-) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: RW,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .expect("RESET->INIT");
-    a.qp_state = QpState::Rtr;
-    a.ah_attr = AddressVector::to_ip(peer);
-    a.path_mtu = mtu;
-    a.dest_qp_num = dest_qpn;
-    a.rq_psn = rq_psn;
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN,
-    )
-    .expect("INIT->RTR");
-    if rts {
-        a.qp_state = QpState::Rts;
-        a.sq_psn = sq_psn;
-        qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
-            .expect("RTR->RTS");
-    }
 }
 
 fn ips(v6: bool) -> (IpAddr, IpAddr) {

@@ -14,7 +14,7 @@ use uroce_provider::events::{CompChannel, EventElement, EventType};
 use uroce_provider::memory::MrInner;
 use uroce_provider::net::sim::{Faults, SimNet, Verdict};
 use uroce_provider::qp_attr::{AddressVector, AttrMask, ModifyError, QpAttr, QKEY_CONTROLLED};
-use uroce_provider::testing::{sge, side_with, PairParams, Side};
+use uroce_provider::testing::{sge, side_with, ud_up, PairParams, Side};
 use uroce_provider::transport::ud::{grh_source, UdQp, GRH_LEN};
 use uroce_provider::transport::{Nanos, QpConfig, RecvQueue};
 use uroce_provider::types::*;
@@ -62,23 +62,7 @@ fn pair(seed: u64) -> (SimNet, Side, Side) {
 
 /// RESET -> INIT -> RTR -> RTS with the attributes UD takes.
 fn up(net: &mut SimNet, s: &Side, qkey: u32, sq_psn: u32) {
-    let qp = net.qp(s.id);
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qkey,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
-    )
-    .expect("RESET->INIT");
-    a.qp_state = QpState::Rtr;
-    qp.modify(&a, AttrMask::STATE).expect("INIT->RTR");
-    a.qp_state = QpState::Rts;
-    a.sq_psn = sq_psn;
-    qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
-        .expect("RTR->RTS");
+    ud_up(net.qp(s.id), qkey, sq_psn);
 }
 
 fn modify_state(net: &mut SimNet, s: &Side, to: QpState) {

@@ -291,15 +291,7 @@ pub struct StateCell(AtomicU32);
 impl StateCell {
     /// The state.
     pub fn get(&self) -> QpState {
-        match self.0.load(Ordering::Acquire) {
-            0 => QpState::Reset,
-            1 => QpState::Init,
-            2 => QpState::Rtr,
-            3 => QpState::Rts,
-            4 => QpState::Sqd,
-            5 => QpState::Sqe,
-            _ => QpState::Err,
-        }
+        QpState::from_u32(self.0.load(Ordering::Acquire)).unwrap_or(QpState::Err)
     }
     /// Publishes a new state (the machine does, whenever it changes).
     pub fn set(&self, s: QpState) {

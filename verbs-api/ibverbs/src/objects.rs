@@ -952,16 +952,10 @@ unsafe extern "C" fn ibv_qp_to_qp_ex(p: *mut ibv_qp) -> *mut ibv_qp_ex {
 }
 
 fn state_of(v: c_int) -> Result<QpState, i32> {
-    Ok(match v {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        6 => QpState::Err,
-        _ => return Err(libc::EINVAL),
-    })
+    u32::try_from(v)
+        .ok()
+        .and_then(QpState::from_u32)
+        .ok_or(libc::EINVAL)
 }
 
 fn qp_attr_of(a: &ibv_qp_attr, mask: AttrMask) -> Result<QpAttr, i32> {

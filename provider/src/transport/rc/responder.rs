@@ -248,6 +248,27 @@ impl Responder {
             .find(|r| psn.distance_from(r.psn) < r.npkts)
             .copied()
     }
+    /// Queues the `n` response packets of a READ of `len` bytes at
+    /// `offset` of `mr` (none for a zero-length READ), first PSN `psn`.
+    fn queue_read(
+        &mut self,
+        psn: Psn,
+        mr: Option<Arc<MrInner>>,
+        offset: usize,
+        len: u64,
+        n: u32,
+        msn: u32,
+    ) {
+        self.out.push_back(RespItem::Read {
+            psn,
+            mr,
+            offset,
+            len,
+            sent: 0,
+            npkts: n,
+            msn,
+        });
+    }
     /// True when the output queue holds its maximum (a flood of requests
     /// that each want an answer cannot grow it).
     fn out_full(&self) -> bool {
@@ -383,15 +404,7 @@ impl RcQp {
                 );
                 self.resp.msn = self.resp.msn.wrapping_add(1);
                 let msn = self.resp.msn;
-                self.resp.out.push_back(RespItem::Read {
-                    psn,
-                    mr,
-                    offset,
-                    len,
-                    sent: 0,
-                    npkts: n,
-                    msn,
-                });
+                self.resp.queue_read(psn, mr, offset, len, n, msn);
                 self.resp.epsn = psn.add(n);
                 return Ok(());
             }
@@ -676,15 +689,7 @@ impl RcQp {
                     } => psn.distance_from(*p) >= *m && p.distance_from(psn) >= n,
                     _ => true,
                 });
-                self.resp.out.push_back(RespItem::Read {
-                    psn,
-                    mr,
-                    offset,
-                    len,
-                    sent: 0,
-                    npkts: n,
-                    msn,
-                });
+                self.resp.queue_read(psn, mr, offset, len, n, msn);
             }
             (Operation::CompareSwap | Operation::FetchAdd, Some(r)) => {
                 let Some(a) = pkt.atomic_eth() else { return };
