@@ -149,6 +149,41 @@ pub enum WrOpcode {
 }
 
 impl WrOpcode {
+    /// The wire operation of a request WR and what its last packet carries
+    /// (the opcode table then gives each packet's opcode:
+    /// [`uroce_wire::Opcode::request`]); `None` for local operations.
+    pub const fn request_kind(self) -> Option<(uroce_wire::Operation, uroce_wire::RequestExtra)> {
+        use uroce_wire::{Operation as O, RequestExtra as X};
+        Some(match self {
+            WrOpcode::Send => (O::Send, X::None),
+            WrOpcode::SendWithImm => (O::Send, X::Immediate),
+            WrOpcode::SendWithInv => (O::Send, X::Invalidate),
+            WrOpcode::RdmaWrite => (O::RdmaWrite, X::None),
+            WrOpcode::RdmaWriteWithImm => (O::RdmaWrite, X::Immediate),
+            WrOpcode::RdmaRead => (O::RdmaReadRequest, X::None),
+            WrOpcode::AtomicCmpAndSwp => (O::CompareSwap, X::None),
+            WrOpcode::AtomicFetchAndAdd => (O::FetchAdd, X::None),
+            WrOpcode::LocalInv | WrOpcode::BindMw => return None,
+        })
+    }
+    /// The request opcode of packet `pos` of a WR on `transport`, from the
+    /// opcode table (a READ or an atomic is one request packet whatever
+    /// `pos` says); `None` when the transport has no such operation.
+    pub const fn request_opcode(
+        self,
+        transport: uroce_wire::Transport,
+        pos: uroce_wire::Position,
+    ) -> Option<uroce_wire::Opcode> {
+        use uroce_wire::Operation as O;
+        match self.request_kind() {
+            // One request packet, whatever the number of responses.
+            Some((op @ (O::RdmaReadRequest | O::CompareSwap | O::FetchAdd), extra)) => {
+                uroce_wire::Opcode::request(transport, op, uroce_wire::Position::Only, extra)
+            }
+            Some((op, extra)) => uroce_wire::Opcode::request(transport, op, pos, extra),
+            None => None,
+        }
+    }
     /// The completion opcode of a send WR with this opcode.
     pub const fn wc_opcode(self) -> WcOpcode {
         match self {

@@ -51,7 +51,7 @@ pub use error::{Error, Result};
 pub use icrc::IpContext;
 pub use ieth::{Ieth, IethRepr};
 pub use immdt::{ImmDt, ImmDtRepr};
-pub use opcode::{Ext, Opcode, OpcodeInfo, Operation, Position, Transport};
+pub use opcode::{Ext, Opcode, OpcodeInfo, Operation, Position, RequestExtra, Transport};
 pub use packet::{Headers, ParsedPacket};
 pub use psn::Psn;
 pub use reth::{Reth, RethRepr};

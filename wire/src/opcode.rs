@@ -318,6 +318,81 @@ opcodes! {
     CNP = 0x81, Cnp, Cnp, Only, [CnpReserved], false, true;
 }
 
+/// What a request carries besides its operation, on the last or only
+/// packet of its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestExtra {
+    /// Nothing.
+    None,
+    /// Immediate data (ImmDt).
+    Immediate,
+    /// An R_Key to invalidate (IETH).
+    Invalidate,
+}
+
+const N_TRANSPORT: usize = 4;
+const N_OPERATION: usize = 9;
+const N_POSITION: usize = 4;
+const N_EXTRA: usize = 3;
+
+const fn request_index(t: Transport, op: Operation, pos: Position, x: RequestExtra) -> usize {
+    ((t as usize * N_OPERATION + op as usize) * N_POSITION + pos as usize) * N_EXTRA + x as usize
+}
+
+const fn has_ext(headers: &[Ext], e: Ext) -> bool {
+    let mut i = 0;
+    while i < headers.len() {
+        if headers[i] as u8 == e as u8 {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Request opcodes by (transport, operation, position, extra), built from
+/// the table at compile time: the transports look their request opcodes
+/// up here instead of restating them.
+const REQUESTS: [Option<Opcode>; N_TRANSPORT * N_OPERATION * N_POSITION * N_EXTRA] = {
+    let mut out = [None; N_TRANSPORT * N_OPERATION * N_POSITION * N_EXTRA];
+    let mut i = 0;
+    while i < ROWS.len() {
+        let r = &ROWS[i];
+        if r.is_request {
+            let x = if has_ext(r.headers, Ext::ImmDt) {
+                RequestExtra::Immediate
+            } else if has_ext(r.headers, Ext::Ieth) {
+                RequestExtra::Invalidate
+            } else {
+                RequestExtra::None
+            };
+            out[request_index(r.transport, r.operation, r.position, x)] = Some(Opcode(r.code));
+        }
+        i += 1;
+    }
+    out
+};
+
+impl Opcode {
+    /// The request opcode of `transport` for packet `position` of an
+    /// `operation` message that carries `extra` (which only the last or
+    /// only packet shows), from the table; `None` when the transport has
+    /// no such packet (UC has no READ, UD only SEND ONLY, ...).
+    pub const fn request(
+        transport: Transport,
+        operation: Operation,
+        position: Position,
+        extra: RequestExtra,
+    ) -> Option<Opcode> {
+        let x = if position.ends_message() {
+            extra
+        } else {
+            RequestExtra::None
+        };
+        REQUESTS[request_index(transport, operation, position, x)]
+    }
+}
+
 /// Total length of a list of extension headers (at most 28 bytes).
 const fn sum_len(headers: &[Ext]) -> u8 {
     let mut n = 0;
@@ -408,5 +483,61 @@ mod tests {
         );
         assert_eq!(format!("{:?}", Opcode(0xff)), "Unknown(0xff)");
         assert_eq!(Opcode::CNP.to_string(), "CNP");
+    }
+
+    #[test]
+    fn request_lookup_covers_every_request_row() {
+        for info in Opcode::all().filter(|i| i.is_request && i.transport != Transport::Cnp) {
+            let extra = if info.has_imm() {
+                RequestExtra::Immediate
+            } else if info.has_ieth() {
+                RequestExtra::Invalidate
+            } else {
+                RequestExtra::None
+            };
+            assert_eq!(
+                Opcode::request(info.transport, info.operation, info.position, extra),
+                Some(Opcode(info.code)),
+                "{}",
+                info.name
+            );
+        }
+        // Extras show only at the end of a message; transports lack some.
+        assert_eq!(
+            Opcode::request(
+                Transport::Rc,
+                Operation::Send,
+                Position::First,
+                RequestExtra::Immediate
+            ),
+            Some(Opcode::RC_SEND_FIRST)
+        );
+        assert_eq!(
+            Opcode::request(
+                Transport::Uc,
+                Operation::RdmaReadRequest,
+                Position::Only,
+                RequestExtra::None
+            ),
+            None
+        );
+        assert_eq!(
+            Opcode::request(
+                Transport::Uc,
+                Operation::Send,
+                Position::Only,
+                RequestExtra::Invalidate
+            ),
+            None
+        );
+        assert_eq!(
+            Opcode::request(
+                Transport::Ud,
+                Operation::Send,
+                Position::First,
+                RequestExtra::None
+            ),
+            None
+        );
     }
 }

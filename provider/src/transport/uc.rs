@@ -766,26 +766,10 @@ impl UcQp {
     }
 }
 
-/// The UC opcode of packet `pos` of a WR, or `None` for operations UC does
-/// not have.
+/// The UC opcode of packet `pos` of a WR (from the opcode table), or
+/// `None` for operations UC does not have.
 fn request_opcode(op: WrOpcode, pos: Position) -> Option<Opcode> {
-    use Position::*;
-    use WrOpcode::*;
-    Some(match (op, pos) {
-        (Send | SendWithImm, First) => Opcode::UC_SEND_FIRST,
-        (Send | SendWithImm, Middle) => Opcode::UC_SEND_MIDDLE,
-        (Send, Last) => Opcode::UC_SEND_LAST,
-        (Send, Only) => Opcode::UC_SEND_ONLY,
-        (SendWithImm, Last) => Opcode::UC_SEND_LAST_WITH_IMMEDIATE,
-        (SendWithImm, Only) => Opcode::UC_SEND_ONLY_WITH_IMMEDIATE,
-        (RdmaWrite | RdmaWriteWithImm, First) => Opcode::UC_RDMA_WRITE_FIRST,
-        (RdmaWrite | RdmaWriteWithImm, Middle) => Opcode::UC_RDMA_WRITE_MIDDLE,
-        (RdmaWrite, Last) => Opcode::UC_RDMA_WRITE_LAST,
-        (RdmaWrite, Only) => Opcode::UC_RDMA_WRITE_ONLY,
-        (RdmaWriteWithImm, Last) => Opcode::UC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (RdmaWriteWithImm, Only) => Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        _ => return None,
-    })
+    op.request_opcode(Transport::Uc, pos)
 }
 
 impl QpMachine for UcQp {

@@ -41,7 +41,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use uroce_wire::frame::{ipv4_header_valid, write_ip_header, IpParams};
 use uroce_wire::icrc::IPV4_DF;
 use uroce_wire::packet::{Headers, ParsedPacket};
-use uroce_wire::{BthRepr, DethRepr, Opcode, Operation, Psn, Transport};
+use uroce_wire::{BthRepr, DethRepr, Operation, Psn, Transport};
 
 /// Bytes a UD receive buffer gives the GRH area before the payload.
 pub const GRH_LEN: usize = 40;
@@ -282,11 +282,11 @@ impl UdQp {
     /// Checks a send WR locally and writes its packet into `buf`: returns
     /// the destination, the packet length and the message length.
     fn build(&self, wr: &SendWr, buf: &mut [u8]) -> Result<(IpAddr, usize, u64), WcStatus> {
-        let opcode = match wr.opcode {
-            WrOpcode::Send => Opcode::UD_SEND_ONLY,
-            WrOpcode::SendWithImm => Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
-            _ => return Err(WcStatus::LocQpOpErr),
-        };
+        // From the opcode table: UD has SEND ONLY (with immediate) alone.
+        let opcode = wr
+            .opcode
+            .request_opcode(Transport::Ud, uroce_wire::Position::Only)
+            .ok_or(WcStatus::LocQpOpErr)?;
         let ud = wr.ud.ok_or(WcStatus::LocQpOpErr)?;
         let dst = ud.ip.to_canonical();
         if dst.is_ipv4() != self.cfg.local_ip.is_ipv4() || dst.is_unspecified() {

@@ -171,29 +171,9 @@ impl Requester {
     }
 }
 
+/// The RC opcode of packet `pos` of a WR (from the opcode table).
 fn request_opcode(op: WrOpcode, pos: Position) -> Option<Opcode> {
-    use Position::*;
-    use WrOpcode::*;
-    Some(match (op, pos) {
-        (Send | SendWithImm | SendWithInv, First) => Opcode::RC_SEND_FIRST,
-        (Send | SendWithImm | SendWithInv, Middle) => Opcode::RC_SEND_MIDDLE,
-        (Send, Last) => Opcode::RC_SEND_LAST,
-        (Send, Only) => Opcode::RC_SEND_ONLY,
-        (SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
-        (SendWithImm, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
-        (SendWithInv, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
-        (SendWithInv, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
-        (RdmaWrite | RdmaWriteWithImm, First) => Opcode::RC_RDMA_WRITE_FIRST,
-        (RdmaWrite | RdmaWriteWithImm, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
-        (RdmaWrite, Last) => Opcode::RC_RDMA_WRITE_LAST,
-        (RdmaWrite, Only) => Opcode::RC_RDMA_WRITE_ONLY,
-        (RdmaWriteWithImm, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (RdmaWriteWithImm, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        (RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
-        (AtomicCmpAndSwp, _) => Opcode::RC_COMPARE_SWAP,
-        (AtomicFetchAndAdd, _) => Opcode::RC_FETCH_ADD,
-        _ => return None,
-    })
+    op.request_opcode(uroce_wire::Transport::Rc, pos)
 }
 
 impl RcQp {
