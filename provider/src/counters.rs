@@ -79,6 +79,11 @@ counters! {
     /// Not sent: an ACK or RNR NAK while the QP's response queue was full
     /// (the requester's timer recovers).
     drop_response_queue_full,
+    /// Request packets out of opcode sequence (a MIDDLE or LAST with no
+    /// message open, another operation's packet inside a message, a FIRST
+    /// while one is open): RC answers with an invalid request NAK, UC
+    /// drops the message.
+    bad_opcode_sequence,
     /// RC/UC request packets whose PSN lies further than 2^14 from the
     /// expected PSN, ahead or behind: beyond any real requester's window,
     /// so a PSN sweep (an off-path attacker guessing the connection's

@@ -381,3 +381,22 @@ fn admission_drops_are_counted_by_reason() {
     assert_eq!((c.drop_wrong_source, c.drop_bad_pkey), (2, 1));
     assert_eq!(c.dropped_pkts, 3);
 }
+
+/// A MIDDLE packet with no message open is out of opcode sequence: an
+/// invalid request NAK, the QP to ERR, and the drop counted.
+#[test]
+fn bad_opcode_sequence_is_counted() {
+    let mut p = pair(4);
+    sends(&mut p, 1);
+    let epsn = Psn::new(p.net.qp(p.b.id).attr().rq_psn);
+    let bytes = forge(
+        &p,
+        Headers::new(bth(&p, Opcode::RC_SEND_MIDDLE, epsn)),
+        &[0u8; 1024],
+    );
+    p.net.inject(p.a.ip, p.b.ip, bytes);
+    p.settle(SEC);
+    let b = p.b.counters.snapshot();
+    assert_eq!((b.bad_opcode_sequence, b.err_naks_sent), (1, 1));
+    assert_eq!(b_state(&mut p), QpState::Err);
+}

@@ -442,10 +442,14 @@ impl UcQp {
         // dropped and the packet may start a valid new one.
         match (&self.resp.cur, info.operation, starts) {
             (None, _, true) => {}
-            (Some(_), _, true) => self.abort_current(),
+            (Some(_), _, true) => {
+                Counters::inc(&self.cfg.counters.bad_opcode_sequence);
+                self.abort_current();
+            }
             (Some(Current::Send { .. }), Operation::Send, false)
             | (Some(Current::Write { .. }), Operation::RdmaWrite, false) => {}
             _ => {
+                Counters::inc(&self.cfg.counters.bad_opcode_sequence);
                 self.drop_message();
                 return;
             }

@@ -480,6 +480,7 @@ impl RcQp {
         if in_seq {
             Ok(())
         } else {
+            Counters::inc(&self.cfg.counters.bad_opcode_sequence);
             Err(RespError::InvalidRequest)
         }
     }
