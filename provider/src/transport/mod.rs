@@ -15,12 +15,14 @@
 //!
 //! The same code runs under the UDP engine and the simulated network.
 
+pub mod core;
 pub mod rc;
 pub mod sgl;
 pub mod status;
 pub mod uc;
 pub mod ud;
 
+pub use self::core::QpCore;
 use crate::counters::Counters;
 use crate::cq::CqInner;
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};

@@ -29,10 +29,11 @@ use super::{Nanos, QpConfig, QpMachine, RxMeta, Transmit};
 use crate::counters::Counters;
 use crate::events::EventType;
 use crate::memory::MrInner;
-use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
+use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
 use crate::transport::rc::check_op_allowed;
 use crate::transport::rc::{npkts, position, MAX_MSG_SIZE, PKEY};
-use crate::transport::{PeerPin, SweepDetector};
+use crate::transport::QpCore;
+use crate::transport::SweepDetector;
 use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
 use std::sync::Arc;
 use uroce_wire::packet::{Headers, ParsedPacket};
@@ -41,15 +42,9 @@ use uroce_wire::{BthRepr, Opcode, Operation, Position, Psn, RethRepr, Transport}
 /// A UC QP.
 #[derive(Debug)]
 pub struct UcQp {
-    cfg: QpConfig,
-    state: QpState,
-    attr: QpAttr,
+    core: QpCore,
     req: Requester,
     resp: Responder,
-    /// COMM_EST was reported (first packet received in RTR).
-    comm_est: bool,
-    /// The peer as admission checks it.
-    pin: PeerPin,
     /// Out-of-window request PSNs (a sweep).
     sweep: SweepDetector,
 }
@@ -115,115 +110,94 @@ impl UcQp {
     /// A QP in the RESET state.
     pub fn new(cfg: QpConfig) -> UcQp {
         UcQp {
-            cfg,
-            state: QpState::Reset,
-            attr: QpAttr::default(),
+            core: QpCore::new(cfg),
             req: Requester::default(),
             resp: Responder::default(),
-            comm_est: false,
-            pin: PeerPin::default(),
             sweep: SweepDetector::default(),
         }
     }
-    /// Sets the state and publishes it ([`crate::transport::StateCell`]).
-    fn set_state(&mut self, s: QpState) {
-        self.state = s;
-        self.cfg.state.set(s);
-    }
     /// QP number.
     pub fn qpn(&self) -> u32 {
-        self.cfg.qpn
+        self.core.cfg.qpn
     }
     /// Current state.
     pub fn state(&self) -> QpState {
-        self.state
+        self.core.state
     }
     /// The configuration.
     pub fn config(&self) -> &QpConfig {
-        &self.cfg
+        &self.core.cfg
     }
     /// Current attributes (as `ibv_query_qp` reports them).
     pub fn attr(&self) -> QpAttr {
-        let mut a = self.attr;
-        a.qp_state = self.state;
-        a.cur_qp_state = self.state;
-        a.cap = self.cfg.cap;
-        a.sq_psn = self.req.next_psn.value();
-        a.rq_psn = self.resp.epsn.value();
-        a
+        self.core
+            .query(self.req.next_psn.value(), self.resp.epsn.value())
     }
 
     /// Applies a modify-QP call (checked against the spec's table for UC).
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
-        let to = check_modify(QpType::Uc, self.state, attr, mask, &self.cfg.limits)?;
-        self.attr.take_masked(attr, mask, self.cfg.local_ip)?;
+        let to = self.core.begin_modify(QpType::Uc, attr, mask)?;
         if mask.contains(AttrMask::RQ_PSN) {
             self.resp.epsn = Psn::new(attr.rq_psn);
         }
         if mask.contains(AttrMask::SQ_PSN) {
             self.req.next_psn = Psn::new(attr.sq_psn);
         }
-        let from = self.state;
+        let from = self.core.state;
         match to {
             QpState::Err if from != QpState::Err => self.enter_error(),
             QpState::Reset => self.reset(),
             _ => {}
         }
-        self.set_state(to);
-        if to == QpState::Sqd && from != QpState::Sqd {
-            self.attr.sq_draining = true;
-            self.check_drained();
-        }
-        if to != QpState::Sqd {
-            self.attr.sq_draining = false;
-        }
+        self.core.finish_modify(from, to);
+        self.check_drained();
         Ok(())
     }
 
     /// In SQD: once the WR being sent has gone out entirely, the send queue
     /// is drained (reported as SQ_DRAINED when asked for at RTS->SQD).
     fn check_drained(&mut self) {
-        if self.state == QpState::Sqd && self.attr.sq_draining && self.req.cur.is_none() {
-            self.attr.sq_draining = false;
-            if self.attr.en_sqd_async_notify {
-                self.cfg.event(EventType::SqDrained);
+        if self.core.state == QpState::Sqd && self.core.attr.sq_draining && self.req.cur.is_none() {
+            self.core.attr.sq_draining = false;
+            if self.core.attr.en_sqd_async_notify {
+                self.core.cfg.event(EventType::SqDrained);
             }
         }
     }
 
     /// Takes one packet addressed to this QP (parsed and ICRC-checked).
     pub fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
-        let c = &self.cfg.counters;
-        let receiving = matches!(
-            self.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        ) && pkt.info.is_request;
-        if let Err(d) = self
-            .pin
-            .admit(receiving, self.attr.ah_attr.ip(), Transport::Uc, meta, pkt)
-        {
+        let c = &self.core.cfg.counters;
+        let receiving = self.core.receiving() && pkt.info.is_request;
+        if let Err(d) = self.core.pin.admit(
+            receiving,
+            self.core.attr.ah_attr.ip(),
+            Transport::Uc,
+            meta,
+            pkt,
+        ) {
             d.count(c);
             return;
         }
         Counters::inc(&c.rcvd_pkts);
-        if self.state == QpState::Rtr && !self.comm_est {
-            self.comm_est = true;
-            self.cfg.event(EventType::CommEst);
-        }
-        self.sweep.note(now, pkt.bth.psn, self.resp.epsn, &self.cfg);
+        self.core.note_received();
+        self.sweep
+            .note(now, pkt.bth.psn, self.resp.epsn, &self.core.cfg);
         let epsn = self.resp.epsn;
         self.receive(pkt);
         if self.resp.epsn != epsn {
-            self.pin.accepted(self.cfg.strict_source_port, meta);
+            self.core
+                .pin
+                .accepted(self.core.cfg.strict_source_port, meta);
         }
     }
 
     /// Writes the next packet to send into `buf` (at least path MTU + 128
     /// bytes), or returns `None` when there is nothing to send now.
     pub fn poll_transmit(&mut self, _now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        let len = match self.state {
+        let len = match self.core.state {
             QpState::Err => {
-                self.cfg.flush_posted();
+                self.core.cfg.flush_posted();
                 None
             }
             QpState::Sqe => {
@@ -234,29 +208,29 @@ impl UcQp {
             QpState::Sqd => self.transmit_request(buf, false),
             _ => None,
         }?;
-        Counters::inc(&self.cfg.counters.sent_pkts);
+        Counters::inc(&self.core.cfg.counters.sent_pkts);
         Some(Transmit {
-            dst: self.attr.ah_attr.ip(),
+            dst: self.core.attr.ah_attr.ip(),
             len,
         })
     }
 
     fn mtu(&self) -> u32 {
-        self.attr.path_mtu.bytes()
+        self.core.attr.path_mtu.bytes()
     }
 
     /// Adds a completion; a full CQ is a catastrophic error for the QP
     /// (IBA 11.4.2.1, QP_FATAL).
     fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
-        if !self.cfg.complete(send, wc, solicited) {
+        if !self.core.cfg.complete(send, wc, solicited) {
             self.fatal();
         }
     }
 
     /// A completion was lost to a full CQ: QP_FATAL and ERR (once).
     fn fatal(&mut self) {
-        if self.state != QpState::Err {
-            self.cfg.event(EventType::QpFatal);
+        if self.core.state != QpState::Err {
+            self.core.cfg.event(EventType::QpFatal);
             self.enter_error();
         }
     }
@@ -280,8 +254,13 @@ impl UcQp {
         let (data, len) = if wr.flags.contains(SendFlags::INLINE) {
             (Resolved::default(), wr.inline_data.len() as u64)
         } else {
-            let r = Resolved::resolve(&self.cfg.keys, self.cfg.pd, &wr.sg_list, Access::empty())
-                .map_err(|_| WcStatus::LocProtErr)?;
+            let r = Resolved::resolve(
+                &self.core.cfg.keys,
+                self.core.cfg.pd,
+                &wr.sg_list,
+                Access::empty(),
+            )
+            .map_err(|_| WcStatus::LocProtErr)?;
             let len = r.total();
             (r, len)
         };
@@ -298,7 +277,7 @@ impl UcQp {
             if !allow_new {
                 return None;
             }
-            let wr = self.cfg.sq.take()?;
+            let wr = self.core.cfg.sq.take()?;
             match self.admit(&wr) {
                 Ok((data, len)) => {
                     self.req.cur = Some(SendWqe {
@@ -331,13 +310,13 @@ impl UcQp {
         w.sent += 1;
         if w.sent == w.npkts {
             let w = self.req.cur.take()?;
-            self.cfg.sq.retire(1);
-            if self.cfg.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED) {
+            self.core.cfg.sq.retire(1);
+            if self.core.cfg.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED) {
                 let mut wc = Wc::new(
                     w.wr.wr_id,
                     WcStatus::Success,
                     w.wr.opcode.wc_opcode(),
-                    self.cfg.qpn,
+                    self.core.cfg.qpn,
                 );
                 wc.byte_len = w.len as u32;
                 self.complete(true, wc, false);
@@ -358,7 +337,7 @@ impl UcQp {
         let mut h = Headers::new(BthRepr {
             opcode,
             pkey: PKEY,
-            dest_qp: self.attr.dest_qp_num,
+            dest_qp: self.core.attr.dest_qp_num,
             psn: self.req.next_psn,
             ..BthRepr::default()
         });
@@ -376,32 +355,34 @@ impl UcQp {
         let off = k as u64 * mtu;
         let plen = (w.len - off.min(w.len)).min(mtu) as usize;
         let inline = w.wr.flags.contains(SendFlags::INLINE);
-        self.cfg.emit(self.attr.ah_attr.ip(), &h, plen, buf, |dst| {
-            if inline {
-                let s = off as usize;
-                match w.wr.inline_data.get(s..s + dst.len()) {
-                    Some(src) => {
-                        dst.copy_from_slice(src);
-                        true
+        self.core
+            .cfg
+            .emit(self.core.attr.ah_attr.ip(), &h, plen, buf, |dst| {
+                if inline {
+                    let s = off as usize;
+                    match w.wr.inline_data.get(s..s + dst.len()) {
+                        Some(src) => {
+                            dst.copy_from_slice(src);
+                            true
+                        }
+                        None => false,
                     }
-                    None => false,
+                } else {
+                    w.data.gather(off, dst).is_ok()
                 }
-            } else {
-                w.data.gather(off, dst).is_ok()
-            }
-        })
+            })
     }
 
     /// A send WR failed locally: it completes with `status` and the QP
     /// moves to SQE (for UC, a send queue error does not stop the receive
     /// queue).
     fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
-        self.cfg.sq.retire(1);
-        let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.cfg.qpn);
-        self.set_state(QpState::Sqe);
-        self.attr.sq_draining = false;
+        self.core.cfg.sq.retire(1);
+        let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
+        self.core.set_state(QpState::Sqe);
+        self.core.attr.sq_draining = false;
         self.complete(true, wc, false);
-        if self.state == QpState::Sqe {
+        if self.core.state == QpState::Sqe {
             self.flush_sends();
         }
     }
@@ -409,7 +390,7 @@ impl UcQp {
     /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
     /// is fatal, as for any completion).
     fn flush_sends(&mut self) {
-        if !self.cfg.flush_sends() {
+        if !self.core.cfg.flush_sends() {
             self.fatal();
         }
     }
@@ -443,13 +424,13 @@ impl UcQp {
         match (&self.resp.cur, info.operation, starts) {
             (None, _, true) => {}
             (Some(_), _, true) => {
-                Counters::inc(&self.cfg.counters.bad_opcode_sequence);
+                Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
                 self.abort_current();
             }
             (Some(Current::Send { .. }), Operation::Send, false)
             | (Some(Current::Write { .. }), Operation::RdmaWrite, false) => {}
             _ => {
-                Counters::inc(&self.cfg.counters.bad_opcode_sequence);
+                Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
                 self.drop_message();
                 return;
             }
@@ -481,12 +462,12 @@ impl UcQp {
         if let Some(t) = self.resp.held.take() {
             return Ok(Some(t));
         }
-        let Some(wr) = self.cfg.rq.take() else {
+        let Some(wr) = self.core.cfg.rq.take() else {
             return Ok(None);
         };
         match Resolved::resolve(
-            &self.cfg.keys,
-            self.cfg.pd,
+            &self.core.cfg.keys,
+            self.core.cfg.pd,
             &wr.sg_list,
             Access::LOCAL_WRITE,
         ) {
@@ -534,8 +515,13 @@ impl UcQp {
             let wr_id = recv.wr_id;
             self.resp.cur = None;
             self.resp.dropping = true;
-            Counters::inc(&self.cfg.counters.uc_dropped_msgs);
-            let wc = Wc::new(wr_id, WcStatus::LocLenErr, WcOpcode::Recv, self.cfg.qpn);
+            Counters::inc(&self.core.cfg.counters.uc_dropped_msgs);
+            let wc = Wc::new(
+                wr_id,
+                WcStatus::LocLenErr,
+                WcOpcode::Recv,
+                self.core.cfg.qpn,
+            );
             self.complete(false, wc, false);
             return false;
         }
@@ -554,9 +540,9 @@ impl UcQp {
             let wc = Wc::received(
                 recv.wr_id,
                 WcOpcode::Recv,
-                self.cfg.qpn,
+                self.core.cfg.qpn,
                 written as u32,
-                self.attr.dest_qp_num,
+                self.core.attr.dest_qp_num,
                 pkt.imm(),
             );
             self.complete(false, wc, pkt.bth.se);
@@ -570,7 +556,7 @@ impl UcQp {
         if pos.starts_message() {
             // Op validity: the QP must allow remote writes (the same
             // step as RC's; for UC the policy drops the message).
-            if let Err(e) = check_op_allowed(pkt.info.operation, self.attr.qp_access_flags) {
+            if let Err(e) = check_op_allowed(pkt.info.operation, self.core.attr.qp_access_flags) {
                 self.responder_error(e);
                 return false;
             }
@@ -584,9 +570,16 @@ impl UcQp {
             let target = if total == 0 {
                 Ok((None, 0))
             } else {
-                self.cfg
+                self.core
+                    .cfg
                     .keys
-                    .check_rkey(reth.rkey, self.cfg.pd, reth.va, total, Access::REMOTE_WRITE)
+                    .check_rkey(
+                        reth.rkey,
+                        self.core.cfg.pd,
+                        reth.va,
+                        total,
+                        Access::REMOTE_WRITE,
+                    )
                     .map(|(mr, off)| (Some(mr), off))
             };
             let Ok((mr, offset)) = target else {
@@ -655,9 +648,9 @@ impl UcQp {
                 let wc = Wc::received(
                     r.wr_id,
                     WcOpcode::RecvRdmaWithImm,
-                    self.cfg.qpn,
+                    self.core.cfg.qpn,
                     total as u32,
-                    self.attr.dest_qp_num,
+                    self.core.attr.dest_qp_num,
                     Some(pkt.imm().unwrap_or(0)),
                 );
                 self.complete(false, wc, pkt.bth.se);
@@ -684,7 +677,7 @@ impl UcQp {
         let ErrorAction::DropMessage { srq_status } = err.action(QpType::Uc) else {
             return;
         };
-        Counters::inc(&self.cfg.counters.uc_dropped_msgs);
+        Counters::inc(&self.core.cfg.counters.uc_dropped_msgs);
         if let Some(Current::Send { recv, .. }) = self.resp.cur.take() {
             self.give_back(recv, srq_status);
         }
@@ -705,8 +698,8 @@ impl UcQp {
     /// next message (class D1), or, taken from an SRQ, completed with
     /// `srq_status` (class E).
     fn give_back(&mut self, recv: TakenRecv, srq_status: WcStatus) {
-        if self.cfg.rq.is_srq() {
-            let wc = Wc::new(recv.wr_id, srq_status, WcOpcode::Recv, self.cfg.qpn);
+        if self.core.cfg.rq.is_srq() {
+            let wc = Wc::new(recv.wr_id, srq_status, WcOpcode::Recv, self.core.cfg.qpn);
             self.complete(false, wc, false);
         } else {
             self.resp.held = Some(recv);
@@ -716,9 +709,9 @@ impl UcQp {
     /// A local error of the receive queue (class A): the WR completes with
     /// `status` and the QP goes to ERR.
     fn recv_local_error(&mut self, wr_id: u64, status: WcStatus) {
-        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.cfg.qpn);
+        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.core.cfg.qpn);
         self.complete(false, wc, false);
-        if self.state != QpState::Err {
+        if self.core.state != QpState::Err {
             self.enter_error();
         }
     }
@@ -731,14 +724,14 @@ impl UcQp {
     /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
     /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
     fn enter_error(&mut self) {
-        self.set_state(QpState::Err);
+        self.core.set_state(QpState::Err);
         if let Some(w) = self.req.cur.take() {
-            self.cfg.sq.retire(1);
+            self.core.cfg.sq.retire(1);
             let wc = Wc::new(
                 w.wr.wr_id,
                 WcStatus::WrFlushErr,
                 w.wr.opcode.wc_opcode(),
-                self.cfg.qpn,
+                self.core.cfg.qpn,
             );
             self.complete(true, wc, false);
         }
@@ -748,25 +741,28 @@ impl UcQp {
             _ => None,
         };
         for wr_id in held.into_iter().chain(open) {
-            let wc = Wc::new(wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
+            let wc = Wc::new(
+                wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                self.core.cfg.qpn,
+            );
             self.complete(false, wc, false);
         }
         self.resp.dropping = false;
-        self.cfg.flush_posted();
-        self.cfg.report_last_wqe();
+        self.core.cfg.flush_posted();
+        self.core.cfg.report_last_wqe();
     }
 
     /// To RESET: everything is discarded without completions.
     fn reset(&mut self) {
         if self.req.cur.take().is_some() {
-            self.cfg.sq.retire(1);
+            self.core.cfg.sq.retire(1);
         }
-        self.cfg.discard_posted();
-        self.comm_est = false;
-        self.pin = PeerPin::default();
+        self.core.cfg.discard_posted();
+        self.core.reset();
         self.req = Requester::default();
         self.resp = Responder::default();
-        self.attr = QpAttr::default();
     }
 }
 
@@ -778,13 +774,13 @@ fn request_opcode(op: WrOpcode, pos: Position) -> Option<Opcode> {
 
 impl QpMachine for UcQp {
     fn qpn(&self) -> u32 {
-        self.cfg.qpn
+        self.core.cfg.qpn
     }
     fn qp_type(&self) -> QpType {
         QpType::Uc
     }
     fn state(&self) -> QpState {
-        self.state
+        self.core.state
     }
     fn attr(&self) -> QpAttr {
         UcQp::attr(self)

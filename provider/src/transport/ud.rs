@@ -31,7 +31,8 @@ use super::sgl::Resolved;
 use super::{to_v6, Nanos, QpConfig, QpMachine, RxMeta, Transmit};
 use crate::counters::Counters;
 use crate::events::EventType;
-use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr, QKEY_CONTROLLED};
+use crate::qp_attr::{AttrMask, ModifyError, QpAttr, QKEY_CONTROLLED};
+use crate::transport::QpCore;
 use crate::transport::{pkey_matches, Drop, PKEY};
 use crate::types::{
     Access, QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
@@ -59,9 +60,7 @@ const UDP_HDR_LEN: usize = 8;
 /// A UD QP.
 #[derive(Debug)]
 pub struct UdQp {
-    cfg: QpConfig,
-    state: QpState,
-    attr: QpAttr,
+    core: QpCore,
     /// PSN of the next packet.
     next_psn: Psn,
     /// Datagrams seen recently, per sender.
@@ -72,39 +71,28 @@ impl UdQp {
     /// A QP in the RESET state.
     pub fn new(cfg: QpConfig) -> UdQp {
         UdQp {
-            cfg,
-            state: QpState::Reset,
-            attr: QpAttr::default(),
+            core: QpCore::new(cfg),
             next_psn: Psn::default(),
             seen: DupFilter::default(),
         }
     }
-    /// Sets the state and publishes it ([`crate::transport::StateCell`]).
-    fn set_state(&mut self, s: QpState) {
-        self.state = s;
-        self.cfg.state.set(s);
-    }
     /// QP number.
     pub fn qpn(&self) -> u32 {
-        self.cfg.qpn
+        self.core.cfg.qpn
     }
     /// Current state.
     pub fn state(&self) -> QpState {
-        self.state
+        self.core.state
     }
     /// The configuration.
     pub fn config(&self) -> &QpConfig {
-        &self.cfg
+        &self.core.cfg
     }
     /// Current attributes (as `ibv_query_qp` reports them): a UD QP's path
     /// MTU is the port's active MTU.
     pub fn attr(&self) -> QpAttr {
-        let mut a = self.attr;
-        a.qp_state = self.state;
-        a.cur_qp_state = self.state;
-        a.cap = self.cfg.cap;
-        a.sq_psn = self.next_psn.value();
-        a.path_mtu = self.cfg.limits.active_mtu;
+        let mut a = self.core.query(self.next_psn.value(), 0);
+        a.path_mtu = self.core.cfg.limits.active_mtu;
         a.port_num = 1;
         a
     }
@@ -112,17 +100,16 @@ impl UdQp {
     /// Applies a modify-QP call (checked against the spec's table for UD,
     /// including the controlled Q_Key rule).
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
-        let to = check_modify(QpType::Ud, self.state, attr, mask, &self.cfg.limits)?;
-        self.attr.take_masked(attr, mask, self.cfg.local_ip)?;
+        let to = self.core.begin_modify(QpType::Ud, attr, mask)?;
         if mask.contains(AttrMask::SQ_PSN) {
             self.next_psn = Psn::new(attr.sq_psn);
         }
-        let from = self.state;
+        let from = self.core.state;
         // WRs posted while in SQE are flushed, even if the engine has not
         // come round to them before the QP leaves SQE.
         if from == QpState::Sqe && to == QpState::Rts {
             self.flush_sends();
-            if self.state == QpState::Err {
+            if self.core.state == QpState::Err {
                 return Ok(());
             }
         }
@@ -131,24 +118,23 @@ impl UdQp {
             QpState::Reset => self.reset(),
             _ => {}
         }
-        self.set_state(to);
+        self.core.finish_modify(from, to);
         // Every WR goes out whole as soon as it is taken, so the send
         // queue is drained the moment the QP reaches SQD.
-        if to == QpState::Sqd && from != QpState::Sqd && self.attr.en_sqd_async_notify {
-            self.cfg.event(EventType::SqDrained);
+        if self.core.attr.sq_draining {
+            self.core.attr.sq_draining = false;
+            if self.core.attr.en_sqd_async_notify {
+                self.core.cfg.event(EventType::SqDrained);
+            }
         }
-        self.attr.sq_draining = false;
         Ok(())
     }
 
     /// Takes one packet addressed to this QP (parsed and ICRC-checked).
     pub fn handle_packet(&mut self, _now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
-        let c = &self.cfg.counters;
+        let c = &self.core.cfg.counters;
         let bth = &pkt.bth;
-        let receiving = matches!(
-            self.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        );
+        let receiving = self.core.receiving();
         let deth = match pkt.deth() {
             Some(d)
                 if receiving
@@ -166,7 +152,7 @@ impl UdQp {
         Counters::inc(&c.rcvd_pkts);
         // IBA 10.2.4: a datagram whose Q_Key differs from the QP's is
         // discarded.
-        if deth.qkey != self.attr.qkey {
+        if deth.qkey != self.core.attr.qkey {
             Counters::inc(&c.qkey_violations);
             return;
         }
@@ -177,7 +163,7 @@ impl UdQp {
             return;
         }
         // No RNR for UD: without a receive WR the datagram is lost.
-        let Some(wr) = self.cfg.rq.take() else {
+        let Some(wr) = self.core.cfg.rq.take() else {
             Counters::inc(&c.ud_no_recv_drops);
             return;
         };
@@ -185,8 +171,8 @@ impl UdQp {
         // now on (one lost for want of a WR may still come again).
         self.seen.record(src, src_qp, bth.psn);
         let Ok(sgl) = Resolved::resolve(
-            &self.cfg.keys,
-            self.cfg.pd,
+            &self.core.cfg.keys,
+            self.core.cfg.pd,
             &wr.sg_list,
             Access::LOCAL_WRITE,
         ) else {
@@ -197,7 +183,12 @@ impl UdQp {
         if len as u64 > sgl.total() {
             // The buffer cannot hold GRH + payload: the WR completes with
             // LOC_LEN_ERR and the datagram is lost; the QP stays up.
-            let wc = Wc::new(wr.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, self.cfg.qpn);
+            let wc = Wc::new(
+                wr.wr_id,
+                WcStatus::LocLenErr,
+                WcOpcode::Recv,
+                self.core.cfg.qpn,
+            );
             self.complete(false, wc, false);
             return;
         }
@@ -211,7 +202,7 @@ impl UdQp {
         let mut wc = Wc::received(
             wr.wr_id,
             WcOpcode::Recv,
-            self.cfg.qpn,
+            self.core.cfg.qpn,
             len as u32,
             src_qp,
             pkt.imm(),
@@ -223,9 +214,9 @@ impl UdQp {
     /// Writes the next packet to send into `buf` (at least active MTU + 128
     /// bytes), or returns `None` when there is nothing to send now.
     pub fn poll_transmit(&mut self, _now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        match self.state {
+        match self.core.state {
             QpState::Err => {
-                self.cfg.flush_posted();
+                self.core.cfg.flush_posted();
                 None
             }
             QpState::Sqe => {
@@ -241,15 +232,15 @@ impl UdQp {
     /// Adds a completion; a full CQ is a catastrophic error for the QP
     /// (IBA 11.4.2.1, QP_FATAL).
     fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
-        if !self.cfg.complete(send, wc, solicited) {
+        if !self.core.cfg.complete(send, wc, solicited) {
             self.fatal();
         }
     }
 
     /// A completion was lost to a full CQ: QP_FATAL and ERR (once).
     fn fatal(&mut self) {
-        if self.state != QpState::Err {
-            self.cfg.event(EventType::QpFatal);
+        if self.core.state != QpState::Err {
+            self.core.cfg.event(EventType::QpFatal);
             self.enter_error();
         }
     }
@@ -260,7 +251,7 @@ impl UdQp {
 
     /// Takes the next send WR and produces its packet.
     fn transmit(&mut self, buf: &mut [u8]) -> Option<Transmit> {
-        let wr = self.cfg.sq.take()?;
+        let wr = self.core.cfg.sq.take()?;
         let (dst, len, msg_len) = match self.build(&wr, buf) {
             Ok(x) => x,
             Err(status) => {
@@ -269,10 +260,15 @@ impl UdQp {
             }
         };
         self.next_psn = self.next_psn.next();
-        Counters::inc(&self.cfg.counters.sent_pkts);
-        self.cfg.sq.retire(1);
-        if self.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
-            let mut wc = Wc::new(wr.wr_id, WcStatus::Success, WcOpcode::Send, self.cfg.qpn);
+        Counters::inc(&self.core.cfg.counters.sent_pkts);
+        self.core.cfg.sq.retire(1);
+        if self.core.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
+            let mut wc = Wc::new(
+                wr.wr_id,
+                WcStatus::Success,
+                WcOpcode::Send,
+                self.core.cfg.qpn,
+            );
             wc.byte_len = msg_len as u32;
             self.complete(true, wc, false);
         }
@@ -289,26 +285,31 @@ impl UdQp {
             .ok_or(WcStatus::LocQpOpErr)?;
         let ud = wr.ud.ok_or(WcStatus::LocQpOpErr)?;
         let dst = ud.ip.to_canonical();
-        if dst.is_ipv4() != self.cfg.local_ip.is_ipv4() || dst.is_unspecified() {
+        if dst.is_ipv4() != self.core.cfg.local_ip.is_ipv4() || dst.is_unspecified() {
             return Err(WcStatus::LocQpOpErr);
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
         let (data, len) = if inline {
             (Resolved::default(), wr.inline_data.len() as u64)
         } else {
-            let r = Resolved::resolve(&self.cfg.keys, self.cfg.pd, &wr.sg_list, Access::empty())
-                .map_err(|_| WcStatus::LocProtErr)?;
+            let r = Resolved::resolve(
+                &self.core.cfg.keys,
+                self.core.cfg.pd,
+                &wr.sg_list,
+                Access::empty(),
+            )
+            .map_err(|_| WcStatus::LocProtErr)?;
             let len = r.total();
             (r, len)
         };
         // A UD message is one packet: at most the PMTU (the port's active
         // MTU), as rxe checks at post time.
-        if len > self.cfg.limits.active_mtu.bytes() as u64 {
+        if len > self.core.cfg.limits.active_mtu.bytes() as u64 {
             return Err(WcStatus::LocLenErr);
         }
         // IBA 10.2.4: a WR Q_Key with the high bit set means the QP's own.
         let qkey = if ud.remote_qkey & QKEY_CONTROLLED != 0 {
-            self.attr.qkey
+            self.core.attr.qkey
         } else {
             ud.remote_qkey
         };
@@ -323,12 +324,13 @@ impl UdQp {
         });
         h.deth = Some(DethRepr {
             qkey,
-            src_qp: self.cfg.qpn,
+            src_qp: self.core.cfg.qpn,
         });
         if wr.opcode == WrOpcode::SendWithImm {
             h.imm = Some(wr.imm_data);
         }
         let n = self
+            .core
             .cfg
             .emit(dst, &h, len as usize, buf, |out| {
                 if inline {
@@ -353,11 +355,11 @@ impl UdQp {
     /// not) and the QP moves to SQE (IBA ch. 10: for UD a send queue
     /// error leaves the receive queue running).
     fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
-        self.cfg.sq.retire(1);
-        let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.cfg.qpn);
-        self.set_state(QpState::Sqe);
+        self.core.cfg.sq.retire(1);
+        let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
+        self.core.set_state(QpState::Sqe);
         self.complete(true, wc, false);
-        if self.state == QpState::Sqe {
+        if self.core.state == QpState::Sqe {
             self.flush_sends();
         }
     }
@@ -365,7 +367,7 @@ impl UdQp {
     /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
     /// is fatal, as for any completion).
     fn flush_sends(&mut self) {
-        if !self.cfg.flush_sends() {
+        if !self.core.cfg.flush_sends() {
             self.fatal();
         }
     }
@@ -378,9 +380,9 @@ impl UdQp {
     /// completes with `status` and the QP goes to ERR, as rxe does for a
     /// malformed receive WQE.
     fn recv_local_error(&mut self, wr_id: u64, status: WcStatus) {
-        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.cfg.qpn);
+        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.core.cfg.qpn);
         self.complete(false, wc, false);
-        if self.state != QpState::Err {
+        if self.core.state != QpState::Err {
             self.enter_error();
         }
     }
@@ -389,29 +391,29 @@ impl UdQp {
     /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
     /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
     fn enter_error(&mut self) {
-        self.set_state(QpState::Err);
-        self.cfg.flush_posted();
-        self.cfg.report_last_wqe();
+        self.core.set_state(QpState::Err);
+        self.core.cfg.flush_posted();
+        self.core.cfg.report_last_wqe();
     }
 
     /// To RESET: everything is discarded without completions.
     fn reset(&mut self) {
-        self.cfg.discard_posted();
+        self.core.cfg.discard_posted();
         self.next_psn = Psn::default();
         self.seen = DupFilter::default();
-        self.attr = QpAttr::default();
+        self.core.reset();
     }
 }
 
 impl QpMachine for UdQp {
     fn qpn(&self) -> u32 {
-        self.cfg.qpn
+        self.core.cfg.qpn
     }
     fn qp_type(&self) -> QpType {
         QpType::Ud
     }
     fn state(&self) -> QpState {
-        self.state
+        self.core.state
     }
     fn attr(&self) -> QpAttr {
         UdQp::attr(self)

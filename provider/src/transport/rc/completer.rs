@@ -18,7 +18,7 @@ impl RcQp {
         let outstanding = self.req.hwm.distance_from(self.req.una);
         if psn.distance_from(self.req.una) >= outstanding {
             // An ACK for the PSN just before una re-acknowledges: harmless.
-            Counters::inc(&self.cfg.counters.dropped_pkts);
+            Counters::inc(&self.core.cfg.counters.dropped_pkts);
             return;
         }
         let before = self.req.una;
@@ -28,12 +28,12 @@ impl RcQp {
                 match aeth.syndrome {
                     AethSyndrome::Ack { .. } => self.ack_through(psn),
                     AethSyndrome::RnrNak { timer } => {
-                        Counters::inc(&self.cfg.counters.rnr_naks_rcvd);
+                        Counters::inc(&self.core.cfg.counters.rnr_naks_rcvd);
                         self.ack_before(psn);
-                        if self.state == crate::types::QpState::Err {
+                        if self.core.state == crate::types::QpState::Err {
                             return;
                         }
-                        if self.attr.rnr_retry != 7 {
+                        if self.core.attr.rnr_retry != 7 {
                             if self.req.rnr_left == 0 {
                                 self.fail_at(psn, WcStatus::RnrRetryExcErr);
                                 return;
@@ -45,9 +45,9 @@ impl RcQp {
                         self.req.rnr_until = Some(now.plus(rnr_timer_ns(timer)));
                     }
                     AethSyndrome::Nak(NakCode::PsnSequenceError) => {
-                        Counters::inc(&self.cfg.counters.seq_naks_rcvd);
+                        Counters::inc(&self.core.cfg.counters.seq_naks_rcvd);
                         self.ack_before(psn);
-                        if self.state == crate::types::QpState::Err {
+                        if self.core.state == crate::types::QpState::Err {
                             return;
                         }
                         // A NAK for the PSN we are already resending from,
@@ -68,30 +68,30 @@ impl RcQp {
                     }
                     AethSyndrome::Nak(code) => {
                         self.ack_before(psn);
-                        if self.state != crate::types::QpState::Err {
+                        if self.core.state != crate::types::QpState::Err {
                             self.fail_at(psn, requester_status(code));
                         }
                     }
                     AethSyndrome::Reserved(_) => {
-                        Counters::inc(&self.cfg.counters.dropped_pkts);
+                        Counters::inc(&self.core.cfg.counters.dropped_pkts);
                     }
                 }
             }
             Operation::RdmaReadResponse => self.read_response(now, psn, pkt),
             Operation::AtomicAcknowledge => self.atomic_ack(psn, pkt),
-            _ => Counters::inc(&self.cfg.counters.dropped_pkts),
+            _ => Counters::inc(&self.core.cfg.counters.dropped_pkts),
         }
         if self.req.una != before
             && matches!(
-                self.state,
+                self.core.state,
                 crate::types::QpState::Rts | crate::types::QpState::Sqd
             )
         {
             // Progress: fresh retry budget and timer.
-            self.req.retry_left = self.attr.retry_cnt;
-            self.req.rnr_left = self.attr.rnr_retry;
-            self.req.timer = if self.req.inflight() > 0 && self.attr.timeout != 0 {
-                Some(now.plus(super::requester::ack_timeout_ns(self.attr.timeout)))
+            self.req.retry_left = self.core.attr.retry_cnt;
+            self.req.rnr_left = self.core.attr.rnr_retry;
+            self.req.timer = if self.req.inflight() > 0 && self.core.attr.timeout != 0 {
+                Some(now.plus(super::requester::ack_timeout_ns(self.core.attr.timeout)))
             } else {
                 None
             };
@@ -166,10 +166,10 @@ impl RcQp {
         else {
             return;
         };
-        let reorder_ns = reorder_window_ns(self.attr.timeout);
+        let reorder_ns = reorder_window_ns(self.core.attr.timeout);
         let e = &mut self.req.wqes[i];
         if e.wr.opcode != WrOpcode::RdmaRead || !e.contains(psn) {
-            Counters::inc(&self.cfg.counters.dropped_pkts);
+            Counters::inc(&self.core.cfg.counters.dropped_pkts);
             return;
         }
         let expected = e.first_psn.add(e.read_done);
@@ -177,7 +177,7 @@ impl RcQp {
         if psn != expected {
             if !psn.is_after(expected) {
                 // A duplicate (from a re-request's replay).
-                Counters::inc(&self.cfg.counters.dropped_pkts);
+                Counters::inc(&self.core.cfg.counters.dropped_pkts);
                 return;
             }
             // Ahead of a hole: reordered, or the hole's packet was lost.
@@ -197,7 +197,7 @@ impl RcQp {
             {
                 e.read_ahead |= 1u128 << k;
             } else {
-                Counters::inc(&self.cfg.counters.dropped_pkts);
+                Counters::inc(&self.core.cfg.counters.dropped_pkts);
             }
             let is_last = idx + 1 == e.npkts;
             let (since, seen) = match self.req.read_hole {
@@ -247,7 +247,7 @@ impl RcQp {
         };
         let e = &mut self.req.wqes[i];
         if !e.wr.opcode.is_atomic() || e.first_psn != psn || !e.started {
-            Counters::inc(&self.cfg.counters.dropped_pkts);
+            Counters::inc(&self.core.cfg.counters.dropped_pkts);
             return;
         }
         let orig = pkt.atomic_ack().map(|a| a.orig).unwrap_or(0);

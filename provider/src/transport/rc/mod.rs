@@ -16,9 +16,10 @@ mod responder;
 use super::{Nanos, Transmit};
 use crate::counters::Counters;
 use crate::events::EventType;
-use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
+use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
 pub use crate::transport::QpConfig;
-use crate::transport::{PeerPin, QpMachine, RxMeta};
+use crate::transport::QpCore;
+use crate::transport::{QpMachine, RxMeta};
 use crate::types::{QpState, QpType, Wc, WcStatus};
 use requester::Requester;
 pub(crate) use responder::check_op_allowed;
@@ -35,62 +36,41 @@ pub const ACK_REQ_EVERY: u32 = 16;
 /// An RC QP.
 #[derive(Debug)]
 pub struct RcQp {
-    cfg: QpConfig,
-    state: QpState,
-    attr: QpAttr,
+    core: QpCore,
     req: Requester,
     resp: Responder,
-    /// COMM_EST was reported (first packet received in RTR).
-    comm_est: bool,
-    /// The peer as admission checks it.
-    pin: PeerPin,
 }
 
 impl RcQp {
     /// A QP in the RESET state.
     pub fn new(cfg: QpConfig) -> RcQp {
         RcQp {
-            cfg,
-            state: QpState::Reset,
-            attr: QpAttr::default(),
+            core: QpCore::new(cfg),
             req: Requester::default(),
             resp: Responder::default(),
-            comm_est: false,
-            pin: PeerPin::default(),
         }
-    }
-    /// Sets the state and publishes it ([`crate::transport::StateCell`]).
-    fn set_state(&mut self, s: QpState) {
-        self.state = s;
-        self.cfg.state.set(s);
     }
     /// QP number.
     pub fn qpn(&self) -> u32 {
-        self.cfg.qpn
+        self.core.cfg.qpn
     }
     /// Current state.
     pub fn state(&self) -> QpState {
-        self.state
+        self.core.state
     }
     /// Current attributes (as `ibv_query_qp` reports them).
     pub fn attr(&self) -> QpAttr {
-        let mut a = self.attr;
-        a.qp_state = self.state;
-        a.cur_qp_state = self.state;
-        a.cap = self.cfg.cap;
-        a.sq_psn = self.req.next_psn.value();
-        a.rq_psn = self.resp.epsn.value();
-        a
+        self.core
+            .query(self.req.next_psn.value(), self.resp.epsn.value())
     }
     /// The configuration.
     pub fn config(&self) -> &QpConfig {
-        &self.cfg
+        &self.core.cfg
     }
 
     /// Applies a modify-QP call (checked against the spec's table).
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
-        let to = check_modify(QpType::Rc, self.state, attr, mask, &self.cfg.limits)?;
-        self.attr.take_masked(attr, mask, self.cfg.local_ip)?;
+        let to = self.core.begin_modify(QpType::Rc, attr, mask)?;
         if mask.contains(AttrMask::RQ_PSN) {
             self.resp.reset_psn(Psn::new(attr.rq_psn));
         }
@@ -103,58 +83,49 @@ impl RcQp {
         if mask.contains(AttrMask::RNR_RETRY) {
             self.req.rnr_left = attr.rnr_retry;
         }
-        let from = self.state;
+        let from = self.core.state;
         match to {
             QpState::Err if from != QpState::Err => self.enter_error(),
             QpState::Reset => self.reset(),
             _ => {}
         }
-        self.set_state(to);
-        if to == QpState::Sqd && from != QpState::Sqd {
-            self.attr.sq_draining = true;
-            self.check_drained();
-        }
-        if to != QpState::Sqd {
-            self.attr.sq_draining = false;
-        }
+        self.core.finish_modify(from, to);
+        self.check_drained();
         Ok(())
     }
 
     /// In SQD: once no started WR is outstanding, the send queue is
     /// drained (reported as SQ_DRAINED when asked for at RTS->SQD).
     fn check_drained(&mut self) {
-        if self.state == QpState::Sqd
-            && self.attr.sq_draining
+        if self.core.state == QpState::Sqd
+            && self.core.attr.sq_draining
             && self.req.wqes.iter().all(|e| !e.started)
         {
-            self.attr.sq_draining = false;
-            if self.attr.en_sqd_async_notify {
-                self.cfg.event(EventType::SqDrained);
+            self.core.attr.sq_draining = false;
+            if self.core.attr.en_sqd_async_notify {
+                self.core.cfg.event(EventType::SqDrained);
             }
         }
     }
 
     /// Takes one packet addressed to this QP (parsed and ICRC-checked).
     pub fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
-        let c = &self.cfg.counters;
-        let receiving = matches!(
-            self.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        );
+        let c = &self.core.cfg.counters;
+        let receiving = self.core.receiving();
         // A response needs a requester: not in RTR.
-        let receiving = receiving && (pkt.info.is_request || self.state != QpState::Rtr);
-        if let Err(d) = self
-            .pin
-            .admit(receiving, self.attr.ah_attr.ip(), Transport::Rc, meta, pkt)
-        {
+        let receiving = receiving && (pkt.info.is_request || self.core.state != QpState::Rtr);
+        if let Err(d) = self.core.pin.admit(
+            receiving,
+            self.core.attr.ah_attr.ip(),
+            Transport::Rc,
+            meta,
+            pkt,
+        ) {
             d.count(c);
             return;
         }
         Counters::inc(&c.rcvd_pkts);
-        if self.state == QpState::Rtr && !self.comm_est {
-            self.comm_est = true;
-            self.cfg.event(EventType::CommEst);
-        }
+        self.core.note_received();
         let (epsn, una) = (self.resp.epsn, self.req.una);
         if pkt.info.is_request {
             self.handle_request(now, pkt);
@@ -163,34 +134,36 @@ impl RcQp {
             self.check_drained();
         }
         if self.resp.epsn != epsn || self.req.una != una {
-            self.pin.accepted(self.cfg.strict_source_port, meta);
+            self.core
+                .pin
+                .accepted(self.core.cfg.strict_source_port, meta);
         }
     }
 
     /// Writes the next packet to send into `buf` (at least path MTU + 128
     /// bytes), or returns `None` when there is nothing to send now.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        if self.state == QpState::Err {
-            self.cfg.flush_posted();
+        if self.core.state == QpState::Err {
+            self.core.cfg.flush_posted();
         } else {
             self.run_deferred(now);
         }
         let t = match self.transmit_response(buf) {
             Some(len) => Some(len),
-            None if self.state == QpState::Rts => self.transmit_request(now, buf, true),
-            None if self.state == QpState::Sqd => self.transmit_request(now, buf, false),
+            None if self.core.state == QpState::Rts => self.transmit_request(now, buf, true),
+            None if self.core.state == QpState::Sqd => self.transmit_request(now, buf, false),
             None => None,
         }?;
-        Counters::inc(&self.cfg.counters.sent_pkts);
+        Counters::inc(&self.core.cfg.counters.sent_pkts);
         Some(Transmit {
-            dst: self.attr.ah_attr.ip(),
+            dst: self.core.attr.ah_attr.ip(),
             len: t,
         })
     }
 
     /// The next deadline.
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+        if !matches!(self.core.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
         self.req.poll_timeout()
@@ -198,18 +171,18 @@ impl RcQp {
 
     /// Handles the passing of time (safe to call spuriously).
     pub fn handle_timeout(&mut self, now: Nanos) {
-        if matches!(self.state, QpState::Rts | QpState::Sqd) {
+        if matches!(self.core.state, QpState::Rts | QpState::Sqd) {
             self.requester_timeout(now);
             self.check_drained();
         }
     }
 
     fn mtu(&self) -> u32 {
-        self.attr.path_mtu.bytes()
+        self.core.attr.path_mtu.bytes()
     }
 
     fn bth(&self, opcode: Opcode, psn: Psn) -> BthRepr {
-        bth(self.attr.dest_qp_num, opcode, psn)
+        bth(self.core.attr.dest_qp_num, opcode, psn)
     }
 
     /// Writes headers + payload (filled by `fill`) + pad + ICRC into `buf`.
@@ -220,8 +193,9 @@ impl RcQp {
         buf: &mut [u8],
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> Option<usize> {
-        self.cfg
-            .emit(self.attr.ah_attr.ip(), h, payload_len, buf, fill)
+        self.core
+            .cfg
+            .emit(self.core.attr.ah_attr.ip(), h, payload_len, buf, fill)
     }
 
     fn complete(&mut self, cq_is_send: bool, wc: Wc) {
@@ -232,9 +206,9 @@ impl RcQp {
     /// message asked for a solicited event. A full CQ (overflow) is a
     /// catastrophic error for the QP (IBA 11.4.2.1, QP_FATAL).
     fn complete_notify(&mut self, cq_is_send: bool, wc: Wc, solicited: bool) {
-        if !self.cfg.complete(cq_is_send, wc, solicited) && self.state != QpState::Err {
-            self.cfg.event(EventType::QpFatal);
-            self.set_state(QpState::Err);
+        if !self.core.cfg.complete(cq_is_send, wc, solicited) && self.core.state != QpState::Err {
+            self.core.cfg.event(EventType::QpFatal);
+            self.core.set_state(QpState::Err);
             self.enter_error();
         }
     }
@@ -242,17 +216,17 @@ impl RcQp {
     /// Moves to ERR: every outstanding WR completes with WR_FLUSH_ERR in
     /// posting order, receive WRs too.
     fn enter_error(&mut self) {
-        self.set_state(QpState::Err);
+        self.core.set_state(QpState::Err);
         let flushed = self.req.drain();
         for e in flushed {
             let mut wc = Wc::new(
                 e.wr.wr_id,
                 WcStatus::WrFlushErr,
                 e.wr.opcode.wc_opcode(),
-                self.cfg.qpn,
+                self.core.cfg.qpn,
             );
             wc.byte_len = 0;
-            self.cfg.sq.retire(1);
+            self.core.cfg.sq.retire(1);
             self.complete(true, wc);
         }
         if let Some(wr_id) = self.resp.abort_current() {
@@ -260,25 +234,23 @@ impl RcQp {
                 wr_id,
                 WcStatus::WrFlushErr,
                 crate::types::WcOpcode::Recv,
-                self.cfg.qpn,
+                self.core.cfg.qpn,
             );
             self.complete(false, wc);
         }
         self.resp.drop_reads();
-        self.cfg.flush_posted();
-        self.cfg.report_last_wqe();
+        self.core.cfg.flush_posted();
+        self.core.cfg.report_last_wqe();
     }
 
     /// To RESET: everything is discarded without completions.
     fn reset(&mut self) {
         let n = self.req.drain().len() as u32;
-        self.cfg.sq.retire(n);
-        self.cfg.discard_posted();
-        self.comm_est = false;
-        self.pin = PeerPin::default();
+        self.core.cfg.sq.retire(n);
+        self.core.cfg.discard_posted();
+        self.core.reset();
         self.req = Requester::default();
         self.resp = Responder::default();
-        self.attr = QpAttr::default();
     }
 }
 
@@ -313,13 +285,13 @@ pub(crate) fn npkts(len: u64, mtu: u32) -> u32 {
 
 impl QpMachine for RcQp {
     fn qpn(&self) -> u32 {
-        self.cfg.qpn
+        self.core.cfg.qpn
     }
     fn qp_type(&self) -> QpType {
         QpType::Rc
     }
     fn state(&self) -> QpState {
-        self.state
+        self.core.state
     }
     fn attr(&self) -> QpAttr {
         RcQp::attr(self)

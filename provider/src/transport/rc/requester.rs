@@ -206,7 +206,7 @@ impl RcQp {
         if e.wr.flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic() {
             e.len = e.wr.inline_data.len() as u64;
         } else {
-            match Resolved::resolve(&self.cfg.keys, self.cfg.pd, &e.wr.sg_list, need) {
+            match Resolved::resolve(&self.core.cfg.keys, self.core.cfg.pd, &e.wr.sg_list, need) {
                 Ok(r) => {
                     e.len = r.total();
                     e.data = r;
@@ -256,7 +256,7 @@ impl RcQp {
             return None;
         }
         if self.req.send_idx == self.req.wqes.len() {
-            let wr = self.cfg.sq.take()?;
+            let wr = self.core.cfg.sq.take()?;
             let e = self.admit(wr);
             self.req.wqes.push_back(e);
         }
@@ -274,7 +274,7 @@ impl RcQp {
             let rd_atomic = e.wr.opcode.is_read_or_atomic();
             let fence = e.wr.flags.contains(SendFlags::FENCE);
             if (fence || rd_atomic) && self.req.rd_atomic_outstanding() > 0 {
-                let limit = (self.attr.max_rd_atomic as usize).max(1);
+                let limit = (self.core.attr.max_rd_atomic as usize).max(1);
                 if fence || self.req.rd_atomic_outstanding() >= limit {
                     return None;
                 }
@@ -289,7 +289,7 @@ impl RcQp {
         let e = &self.req.wqes[idx];
         let psn = self.req.next_psn;
         if psn.distance_from(self.req.una) < self.req.hwm.distance_from(self.req.una) {
-            Counters::inc(&self.cfg.counters.retransmits);
+            Counters::inc(&self.core.cfg.counters.retransmits);
         }
         if e.wr.opcode == WrOpcode::RdmaRead {
             self.req.next_psn = e.first_psn.add(e.npkts);
@@ -307,8 +307,8 @@ impl RcQp {
         {
             self.req.hwm = self.req.next_psn;
         }
-        if self.req.timer.is_none() && self.attr.timeout != 0 {
-            self.req.timer = Some(now.plus(ack_timeout_ns(self.attr.timeout)));
+        if self.req.timer.is_none() && self.core.attr.timeout != 0 {
+            self.req.timer = Some(now.plus(ack_timeout_ns(self.core.attr.timeout)));
         }
         Some(len)
     }
@@ -405,8 +405,13 @@ impl RcQp {
             if let Some(status) = front.error {
                 let e = self.req.wqes.pop_front().expect("front exists");
                 self.req.pop_adjust();
-                self.cfg.sq.retire(1);
-                let mut wc = Wc::new(e.wr.wr_id, status, e.wr.opcode.wc_opcode(), self.cfg.qpn);
+                self.core.cfg.sq.retire(1);
+                let mut wc = Wc::new(
+                    e.wr.wr_id,
+                    status,
+                    e.wr.opcode.wc_opcode(),
+                    self.core.cfg.qpn,
+                );
                 wc.byte_len = 0;
                 self.complete(true, wc);
                 self.enter_error();
@@ -417,13 +422,13 @@ impl RcQp {
             }
             let e = self.req.wqes.pop_front().expect("front exists");
             self.req.pop_adjust();
-            self.cfg.sq.retire(1);
-            if e.signaled(self.cfg.sq_sig_all) {
+            self.core.cfg.sq.retire(1);
+            if e.signaled(self.core.cfg.sq_sig_all) {
                 let mut wc = Wc::new(
                     e.wr.wr_id,
                     WcStatus::Success,
                     e.wr.opcode.wc_opcode(),
-                    self.cfg.qpn,
+                    self.core.cfg.qpn,
                 );
                 wc.byte_len = e.len as u32;
                 self.complete(true, wc);
@@ -448,7 +453,7 @@ impl RcQp {
         {
             return;
         }
-        Counters::inc(&self.cfg.counters.retry_timeouts);
+        Counters::inc(&self.core.cfg.counters.retry_timeouts);
         if self.req.retry_left == 0 {
             self.fail_at(self.req.una, WcStatus::RetryExcErr);
             return;

@@ -309,14 +309,16 @@ pub const MAX_QUEUED_RESPONSES: usize = 256;
 
 impl RcQp {
     pub(super) fn handle_request(&mut self, now: Nanos, pkt: &ParsedPacket<'_>) {
-        let c = &self.cfg.counters;
-        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        let c = &self.core.cfg.counters;
+        if !matches!(self.core.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             Counters::inc(&c.dropped_pkts);
             Counters::inc(&c.drop_bad_state);
             return;
         }
         let psn = pkt.bth.psn;
-        self.resp.sweep.note(now, psn, self.resp.epsn, &self.cfg);
+        self.resp
+            .sweep
+            .note(now, psn, self.resp.epsn, &self.core.cfg);
         let class = psn.classify(self.resp.epsn);
         // New requests wait behind READ responses; duplicates change no
         // memory and are answered at once.
@@ -354,7 +356,7 @@ impl RcQp {
             return;
         }
         self.resp.nak_sent = true;
-        Counters::inc(&self.cfg.counters.seq_naks_sent);
+        Counters::inc(&self.core.cfg.counters.seq_naks_sent);
         let (e, m) = (self.resp.epsn, self.resp.msn);
         self.queue_ack(e, AethSyndrome::Nak(NakCode::PsnSequenceError), m);
     }
@@ -362,7 +364,7 @@ impl RcQp {
     /// Queues an ACK or NAK, counting one the full queue refused.
     fn queue_ack(&mut self, psn: Psn, syndrome: AethSyndrome, msn: u32) {
         if !self.resp.push_ack(psn, syndrome, msn) {
-            Counters::inc(&self.cfg.counters.drop_response_queue_full);
+            Counters::inc(&self.core.cfg.counters.drop_response_queue_full);
         }
     }
 
@@ -375,8 +377,8 @@ impl RcQp {
         let info = pkt.info;
         let psn = pkt.bth.psn;
         self.check_op_sequence(pkt)?;
-        check_op_allowed(info.operation, self.attr.qp_access_flags)?;
-        check_responder_resources(info.operation, self.attr.max_dest_rd_atomic)?;
+        check_op_allowed(info.operation, self.core.attr.qp_access_flags)?;
+        check_responder_resources(info.operation, self.core.attr.max_dest_rd_atomic)?;
         check_payload_length(pkt, self.mtu() as usize)?;
         match info.operation {
             Operation::Send => self.exec_send(pkt)?,
@@ -400,7 +402,7 @@ impl RcQp {
                             rkey: reth.rkey,
                         },
                     },
-                    self.attr.max_dest_rd_atomic,
+                    self.core.attr.max_dest_rd_atomic,
                 );
                 self.resp.msn = self.resp.msn.wrapping_add(1);
                 let msn = self.resp.msn;
@@ -444,7 +446,7 @@ impl RcQp {
                             orig,
                         },
                     },
-                    self.attr.max_dest_rd_atomic,
+                    self.core.attr.max_dest_rd_atomic,
                 );
                 self.resp.msn = self.resp.msn.wrapping_add(1);
                 let msn = self.resp.msn;
@@ -480,7 +482,7 @@ impl RcQp {
         if in_seq {
             Ok(())
         } else {
-            Counters::inc(&self.cfg.counters.bad_opcode_sequence);
+            Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
             Err(RespError::InvalidRequest)
         }
     }
@@ -497,9 +499,10 @@ impl RcQp {
         if len == 0 {
             return Ok((None, 0));
         }
-        self.cfg
+        self.core
+            .cfg
             .keys
-            .check_rkey(rkey, self.cfg.pd, va, len, need)
+            .check_rkey(rkey, self.core.cfg.pd, va, len, need)
             .map(|(mr, off)| (Some(mr), off))
             .map_err(|_| RespError::RemoteAccess)
     }
@@ -507,13 +510,13 @@ impl RcQp {
     fn exec_send(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
         let info = pkt.info;
         if info.position.starts_message() {
-            let Some(wr) = self.cfg.rq.take() else {
+            let Some(wr) = self.core.cfg.rq.take() else {
                 self.rnr_nak(pkt.bth.psn);
                 return Err(RespError::Rnr);
             };
             match Resolved::resolve(
-                &self.cfg.keys,
-                self.cfg.pd,
+                &self.core.cfg.keys,
+                self.core.cfg.pd,
                 &wr.sg_list,
                 Access::LOCAL_WRITE,
             ) {
@@ -549,9 +552,9 @@ impl RcQp {
             let wc = Wc::received(
                 wr_id,
                 WcOpcode::Recv,
-                self.cfg.qpn,
+                self.core.cfg.qpn,
                 written as u32,
-                self.attr.dest_qp_num,
+                self.core.attr.dest_qp_num,
                 pkt.imm(),
             );
             if pkt.ieth().is_some() {
@@ -606,7 +609,7 @@ impl RcQp {
         // WRITE with immediate consumes a receive WR; check before touching
         // memory so that an RNR leaves nothing done.
         let recv = if ends && pkt.imm().is_some() {
-            match self.cfg.rq.take() {
+            match self.core.cfg.rq.take() {
                 Some(wr) => Some(wr),
                 None => {
                     self.rnr_nak(pkt.bth.psn);
@@ -632,9 +635,9 @@ impl RcQp {
                 let wc = Wc::received(
                     wr.wr_id,
                     WcOpcode::RecvRdmaWithImm,
-                    self.cfg.qpn,
+                    self.core.cfg.qpn,
                     total as u32,
-                    self.attr.dest_qp_num,
+                    self.core.attr.dest_qp_num,
                     Some(pkt.imm().unwrap_or(0)),
                 );
                 self.complete_notify(false, wc, pkt.bth.se);
@@ -644,9 +647,9 @@ impl RcQp {
     }
 
     fn rnr_nak(&mut self, psn: Psn) {
-        Counters::inc(&self.cfg.counters.rnr_naks_sent);
+        Counters::inc(&self.core.cfg.counters.rnr_naks_sent);
         let m = self.resp.msn;
-        let timer = self.attr.min_rnr_timer;
+        let timer = self.core.attr.min_rnr_timer;
         self.queue_ack(psn, AethSyndrome::RnrNak { timer }, m);
     }
 
@@ -657,7 +660,7 @@ impl RcQp {
     /// the QP's access and the R_Key checked again; atomics are never
     /// executed twice. Anything else is dropped and counted.
     fn duplicate(&mut self, pkt: &ParsedPacket<'_>) {
-        let c = &self.cfg.counters;
+        let c = &self.core.cfg.counters;
         Counters::inc(&c.duplicate_requests);
         let psn = pkt.bth.psn;
         let msn = self.resp.msn;
@@ -674,7 +677,7 @@ impl RcQp {
                 if !r.repeats_read(psn, reth.va, len, reth.rkey, n) {
                     return self.drop_unmatched();
                 }
-                if !self.attr.qp_access_flags.contains(Access::REMOTE_READ) {
+                if !self.core.attr.qp_access_flags.contains(Access::REMOTE_READ) {
                     return self.responder_error(RespError::InvalidRequest, psn);
                 }
                 let (mr, offset) =
@@ -714,7 +717,7 @@ impl RcQp {
     }
 
     fn drop_unmatched(&mut self) {
-        let c = &self.cfg.counters;
+        let c = &self.core.cfg.counters;
         Counters::inc(&c.dropped_pkts);
         Counters::inc(&c.drop_unmatched_duplicate);
     }
@@ -727,9 +730,9 @@ impl RcQp {
         let ErrorAction::NakAndError { nak, recv_status } = err.action(QpType::Rc) else {
             return; // RNR: the NAK is queued, nothing consumed
         };
-        Counters::inc(&self.cfg.counters.err_naks_sent);
+        Counters::inc(&self.core.cfg.counters.err_naks_sent);
         // IBA 11.6.3.1: affiliated asynchronous errors of the responder.
-        self.cfg.event(match err {
+        self.core.cfg.event(match err {
             RespError::RemoteAccess => EventType::QpAccessErr,
             _ => EventType::QpReqErr,
         });
@@ -742,7 +745,7 @@ impl RcQp {
     }
 
     fn complete_recv_error(&mut self, wr_id: u64, status: WcStatus) {
-        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.cfg.qpn);
+        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.core.cfg.qpn);
         self.complete(false, wc);
     }
 
@@ -774,8 +777,8 @@ impl RcQp {
         if !popped {
             self.resp.out.pop_front();
         }
-        Counters::inc(&self.cfg.counters.err_naks_sent);
-        self.cfg.event(EventType::QpAccessErr);
+        Counters::inc(&self.core.cfg.counters.err_naks_sent);
+        self.core.cfg.event(EventType::QpAccessErr);
         let msn = self.resp.msn;
         self.resp.out.push_front(RespItem::Ack {
             psn,
@@ -789,7 +792,7 @@ impl RcQp {
     /// ACK), in PSN order.
     pub(super) fn transmit_response(&mut self, buf: &mut [u8]) -> Option<usize> {
         let mtu = self.mtu() as u64;
-        let dqp = self.attr.dest_qp_num;
+        let dqp = self.core.attr.dest_qp_num;
         let item = self.resp.out.front_mut()?;
         let (h, payload, done) = match item {
             RespItem::Ack { psn, syndrome, msn } => {
