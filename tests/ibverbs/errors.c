@@ -23,6 +23,8 @@
 #include <string.h>
 #include <time.h>
 #include <endian.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static int passed, failed;
 
@@ -239,6 +241,68 @@ int main(void)
 	MUST(ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET },
 			   IBV_QP_STATE) == 0);
 
+	/* ---- careless input (issue #12): counts checked before the list is
+	 * read, NULL lists, bad ranges and vectors; rxe and the kernel answer
+	 * these with an errno, never a crash. The wild pointer (8) would fault
+	 * if it were read. */
+	struct ibv_send_wr hwr = { .wr_id = 9, .sg_list = (struct ibv_sge *)8,
+				   .num_sge = 1 << 20, .opcode = IBV_WR_SEND };
+	bad = NULL;
+	rc = ibv_post_send(a.qp, &hwr, &bad);
+	CHECK(rc == EINVAL && bad == &hwr,
+	      "post_send with num_sge 2^20 and a wild sg_list: EINVAL (%d), list not read", rc);
+	struct ibv_recv_wr hrwr = { .wr_id = 10, .sg_list = (struct ibv_sge *)8,
+				    .num_sge = 1 << 20 };
+	rbad = NULL;
+	rc = ibv_post_recv(a.qp, &hrwr, &rbad);
+	CHECK(rc == EINVAL && rbad == &hrwr,
+	      "post_recv with num_sge 2^20 and a wild sg_list: EINVAL (%d)", rc);
+	hrwr.num_sge = 1;
+	hrwr.sg_list = NULL;
+	rc = ibv_post_recv(a.qp, &hrwr, &rbad);
+	CHECK(rc == EINVAL && rbad == &hrwr, "post_recv with a NULL sg_list: EINVAL (%d)", rc);
+	hrwr.num_sge = -1;
+	rc = ibv_post_recv(a.qp, &hrwr, &rbad);
+	CHECK(rc == EINVAL, "post_recv with num_sge -1: EINVAL (%d)", rc);
+	rc = ibv_post_send(a.qp, NULL, &bad);
+	CHECK(rc == EINVAL, "post_send of a NULL list: EINVAL (%d)", rc);
+	rc = ibv_post_recv(a.qp, NULL, &rbad);
+	CHECK(rc == EINVAL, "post_recv of a NULL list: EINVAL (%d)", rc);
+	long page = sysconf(_SC_PAGESIZE);
+	char *gone = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	MUST(gone != MAP_FAILED);
+	MUST(munmap(gone + page, page) == 0); /* a hole in the middle */
+	errno = 0;
+	mr = ibv_reg_mr(a.pd, gone, 4 * page, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr && errno == EFAULT,
+	      "reg_mr over an unmapped page: NULL, errno EFAULT (%d)", errno);
+	MUST(mprotect(gone, page, PROT_READ) == 0);
+	errno = 0;
+	mr = ibv_reg_mr(a.pd, gone, page, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr && errno == EFAULT,
+	      "reg_mr for writing over read-only memory: NULL, errno EFAULT (%d)", errno);
+	mr = ibv_reg_mr(a.pd, gone, page, 0);
+	CHECK(mr && ibv_dereg_mr(mr) == 0, "reg_mr read-only over read-only memory");
+	errno = 0;
+	mr = ibv_reg_mr(a.pd, (void *)(uintptr_t)-4096, 8192, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr && errno == EINVAL,
+	      "reg_mr of a range that wraps the address space: NULL, errno EINVAL (%d)", errno);
+	errno = 0;
+	mr = ibv_reg_mr(a.pd, a.buf, 0, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr && errno == EINVAL, "reg_mr of 0 bytes: NULL, errno EINVAL (%d)", errno);
+	munmap(gone, page);
+	munmap(gone + 2 * page, 2 * page);
+	errno = 0;
+	struct ibv_cq *vcq = ibv_create_cq(a.ctx, 16, NULL, NULL, a.ctx->num_comp_vectors);
+	CHECK(!vcq && errno == EINVAL,
+	      "create_cq on vector num_comp_vectors (%d): NULL, errno EINVAL (%d)",
+	      a.ctx->num_comp_vectors, errno);
+	vcq = ibv_create_cq(a.ctx, 16, NULL, NULL, -1);
+	CHECK(!vcq && errno == EINVAL, "create_cq on vector -1: NULL, errno EINVAL");
+	vcq = ibv_create_cq(a.ctx, 16, NULL, NULL, a.ctx->num_comp_vectors - 1);
+	CHECK(vcq && ibv_destroy_cq(vcq) == 0, "create_cq on the last vector");
+
 	/* ---- busy objects */
 	rc = ibv_destroy_cq(a.cq);
 	CHECK(rc == EBUSY, "destroy_cq while a QP uses it: EBUSY (%d)", rc);
@@ -285,6 +349,13 @@ int main(void)
 	swr.num_sge = 2;
 	rc = ibv_post_send(a.qp, &swr, &bad);
 	CHECK(rc == EINVAL, "post_send with more SGEs than max_send_sge: EINVAL (%d)", rc);
+	swr.sg_list = &sge;
+	swr.num_sge = 1;
+	struct ibv_send_wr iwr = { .wr_id = 14, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_INLINE };
+	rc = ibv_post_send(a.qp, &iwr, &bad);
+	CHECK(rc == EINVAL && bad == &iwr,
+	      "inline send longer than max_inline_data (0): EINVAL (%d)", rc);
 
 	struct ibv_wc wc;
 	strcpy(a.buf, "hello uroce");

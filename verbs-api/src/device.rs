@@ -27,9 +27,11 @@ fn capture_path_from_env(dev: &str) -> Option<std::path::PathBuf> {
 
 /// Device limits (reported by `query_device`, enforced at creation).
 pub(crate) const MAX_QP_WR: u32 = 16384;
-pub(crate) const MAX_SGE: u32 = 32;
+/// Largest number of SGEs per work request (`max_sge`).
+pub const MAX_SGE: u32 = 32;
 pub(crate) const MAX_CQE: u32 = 1 << 20;
-pub(crate) const MAX_INLINE: u32 = 256;
+/// Largest inline data per send WR (`max_inline_data`).
+pub const MAX_INLINE: u32 = 256;
 pub(crate) const MAX_RD_ATOM: u8 = 128;
 
 /// A configured device (not yet opened).

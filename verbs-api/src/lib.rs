@@ -33,7 +33,7 @@ pub mod stress;
 
 pub use ah::AddressHandle;
 pub use cq::CompletionQueue;
-pub use device::{devices, Context, Device, DeviceAttr, GidEntry, PortAttr};
+pub use device::{devices, Context, Device, DeviceAttr, GidEntry, PortAttr, MAX_INLINE, MAX_SGE};
 pub use error::{Error, Result};
 pub use events::{AsyncEvent, CompChannel, CqEvent, EventElement, EventType};
 pub use pd::{MemoryRegion, ProtectionDomain};

@@ -213,6 +213,9 @@ fn reg_mr(
     // SAFETY: a PD from ibv_alloc_pd (the caller's contract).
     let pdi = unsafe { pd(p)? };
     let acc = access(bits)?;
+    let writable =
+        acc.intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC);
+    check_user_range(addr as usize, length, writable)?;
     if iova != addr as u64 {
         // uroce's regions are addressed by their virtual address.
         return Err(libc::EOPNOTSUPP);
@@ -236,6 +239,58 @@ fn reg_mr(
         inner: MrInner { _rust: mr },
     });
     Ok(Box::into_raw(obj).cast())
+}
+
+/// The checks the kernel makes before it pins a user range for a memory
+/// region (`ib_umem_get`): a zero length or a range that wraps around the
+/// address space is EINVAL; a range with a page the process has not mapped,
+/// or (for a region others may write) cannot write, is EFAULT (pinning it
+/// would fail). uroce pins nothing, so without these a bad range would only
+/// fault in the engine thread at the first remote WRITE. The mappings are
+/// read from /proc/self/maps (one pass, sorted by address); where it cannot
+/// be read the range is taken on trust. A program that unmaps the memory
+/// while it is registered breaks `ibv_reg_mr`'s contract, as with any
+/// provider.
+fn check_user_range(addr: usize, len: usize, writable: bool) -> Result<(), i32> {
+    if len == 0 {
+        return Err(libc::EINVAL);
+    }
+    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
+    if end.checked_next_multiple_of(4096).is_none() {
+        return Err(libc::EINVAL);
+    }
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Ok(());
+    };
+    let mut cur = addr;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
+        if hi <= cur {
+            continue;
+        }
+        if lo > cur {
+            return Err(libc::EFAULT); // a hole before `cur`
+        }
+        let p = perms.as_bytes();
+        if p.first() != Some(&b'r') || (writable && p.get(1) != Some(&b'w')) {
+            return Err(libc::EFAULT);
+        }
+        cur = hi;
+        if cur >= end {
+            return Ok(());
+        }
+    }
+    Err(libc::EFAULT)
 }
 
 #[no_mangle]
@@ -370,10 +425,17 @@ fn create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
+    comp_vector: i64,
 ) -> Result<*mut Cq, i32> {
     // SAFETY: a context from ibv_open_device.
     let ctx = unsafe { crate::objects::ctx(context)? };
     let cqe = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+    // The kernel refuses a completion vector the device does not have.
+    // SAFETY: a live context (checked just above).
+    let vectors = i64::from(unsafe { (*context).num_comp_vectors });
+    if !(0..vectors).contains(&comp_vector) {
+        return Err(libc::EINVAL);
+    }
     let ch = if channel.is_null() {
         None
     } else {
@@ -444,9 +506,11 @@ unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
-    ptr_result(|| create_cq(context, cqe, cq_context, channel).map(|p| p.cast()))
+    ptr_result(|| {
+        create_cq(context, cqe, cq_context, channel, i64::from(comp_vector)).map(|p| p.cast())
+    })
 }
 
 /// `verbs_context::create_cq_ex`: the standard completion fields are
@@ -467,7 +531,14 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             return Err(libc::EOPNOTSUPP);
         }
         let cqe = c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
-        create_cq(context, cqe, a.cq_context, a.channel).map(|p| p.cast())
+        create_cq(
+            context,
+            cqe,
+            a.cq_context,
+            a.channel,
+            i64::from(a.comp_vector),
+        )
+        .map(|p| p.cast())
     })
 }
 

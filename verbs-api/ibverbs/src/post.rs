@@ -7,7 +7,9 @@ use crate::objects::{ah, cq, errno, qp, srq, Cq};
 use crate::{errno_result, guard, minus_one_result};
 use libc::{c_int, c_uint, c_void, size_t};
 use uroce_verbs::provider::types::{InlineData, SgList};
-use uroce_verbs::{RecvWr, SendFlags, SendWr, Sge, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode};
+use uroce_verbs::{
+    QpCap, RecvWr, SendFlags, SendWr, Sge, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
+};
 
 crate::symbol_versions! {
     "IBVERBS_1.1": [ibv_get_cq_event, ibv_ack_cq_events]
@@ -224,19 +226,22 @@ unsafe extern "C" fn ibv_ack_cq_events(c: *mut ibv_cq, n: c_uint) {
 
 // ---------------------------------------------------------------- posting
 
-/// A C scatter/gather list as uroce's.
+/// A C scatter/gather list as uroce's. `n` is checked against `max` (the
+/// queue's max_sge) before the list is touched, as rxe's provider does: a
+/// careless count is EINVAL, not a read past the caller's array. A NULL
+/// list with a count is EINVAL too.
 ///
 /// # Safety
-/// `sg` points to `n` elements (or `n` is 0).
-unsafe fn sg_list(sg: *const ibv_sge, n: c_int) -> Result<SgList, i32> {
+/// `sg` points to `n` elements when `0 < n <= max`.
+unsafe fn sg_list(sg: *const ibv_sge, n: c_int, max: u32) -> Result<SgList, i32> {
     let n = usize::try_from(n).map_err(|_| libc::EINVAL)?;
     if n == 0 {
         return Ok(SgList::new());
     }
-    if sg.is_null() {
+    if n > max as usize || sg.is_null() {
         return Err(libc::EINVAL);
     }
-    // SAFETY: the caller's promise.
+    // SAFETY: the caller's promise, for a count within the queue's limit.
     let s = unsafe { std::slice::from_raw_parts(sg, n) };
     Ok(s.iter()
         .map(|e| Sge {
@@ -247,20 +252,32 @@ unsafe fn sg_list(sg: *const ibv_sge, n: c_int) -> Result<SgList, i32> {
         .collect())
 }
 
-/// The bytes of an inline send, copied now from the program's memory.
+/// The bytes of an inline send, copied now from the program's memory,
+/// after their total is checked against the QP's `max_inline` (EINVAL, as
+/// rdma-core's providers answer). Zero-length elements are skipped (a
+/// NULL address with length 0 is no slice); a NULL address with a length
+/// is EINVAL.
 ///
 /// # Safety
-/// Each element addresses `length` readable bytes (ibv_post_send's
-/// contract for IBV_SEND_INLINE: addresses, not keys, count).
-unsafe fn gather_inline(list: &[Sge]) -> InlineData {
+/// Each element with a non-zero length addresses `length` readable bytes
+/// (ibv_post_send's contract for IBV_SEND_INLINE: addresses, not keys,
+/// count).
+unsafe fn gather_inline(list: &[Sge], max_inline: u32) -> Result<InlineData, i32> {
+    let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
+    if total > u64::from(max_inline) {
+        return Err(libc::EINVAL);
+    }
     let mut d = InlineData::new();
-    for s in list {
-        // SAFETY: the caller's promise.
+    for s in list.iter().filter(|s| s.length > 0) {
+        if s.addr == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's promise, for a non-null address.
         let b =
             unsafe { std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize) };
         d.extend_from_slice(b);
     }
-    d
+    Ok(d)
 }
 
 fn wr_opcode_of(v: c_int) -> Result<WrOpcode, i32> {
@@ -284,16 +301,16 @@ fn wr_opcode_of(v: c_int) -> Result<WrOpcode, i32> {
 ///
 /// # Safety
 /// `w` is a valid WR whose pointers are valid (the caller's contract).
-unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool) -> Result<SendWr, i32> {
+unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, cap: &QpCap) -> Result<SendWr, i32> {
     let op = wr_opcode_of(w.opcode)?;
     let mut s = SendWr::new(w.wr_id, op);
     // IBV_SEND_IP_CSUM (16) has no meaning here; ignore it as rxe does.
     s.flags = SendFlags::from_bits_truncate(w.send_flags);
     // SAFETY: the WR's list (caller's contract).
-    s.sg_list = unsafe { sg_list(w.sg_list, w.num_sge)? };
+    s.sg_list = unsafe { sg_list(w.sg_list, w.num_sge, cap.max_send_sge)? };
     if s.flags.contains(SendFlags::INLINE) {
         // SAFETY: as above.
-        s.inline_data = unsafe { gather_inline(&s.sg_list) };
+        s.inline_data = unsafe { gather_inline(&s.sg_list, cap.max_inline_data)? };
     }
     match op {
         WrOpcode::SendWithInv => s.invalidate_rkey = w.imm_data,
@@ -343,14 +360,19 @@ pub(crate) unsafe extern "C" fn post_send(
                 return e;
             }
         };
+        if wr.is_null() {
+            set_bad(std::ptr::null_mut());
+            return libc::EINVAL;
+        }
         // SAFETY: the QP's C half.
         let ud = unsafe { (*p).qp_type } == 4;
+        let cap = q.rust.cap();
         let mut ptrs = Vec::new();
         let mut wrs = Vec::new();
         let mut failed = None;
         while !wr.is_null() {
             // SAFETY: the caller's WR list.
-            match unsafe { send_wr_of(&*wr, ud) } {
+            match unsafe { send_wr_of(&*wr, ud, &cap) } {
                 Ok(s) => {
                     wrs.push(s);
                     ptrs.push(wr);
@@ -363,9 +385,11 @@ pub(crate) unsafe extern "C" fn post_send(
             // SAFETY: as above.
             wr = unsafe { (*wr).next };
         }
-        if let Err((i, e)) = q.rust.post_send(&wrs) {
-            set_bad(ptrs[i]);
-            return errno(&e);
+        if !wrs.is_empty() {
+            if let Err((i, e)) = q.rust.post_send(&wrs) {
+                set_bad(ptrs.get(i).copied().unwrap_or(first));
+                return errno(&e);
+            }
         }
         match failed {
             Some((w, e)) => {
@@ -383,6 +407,7 @@ pub(crate) unsafe extern "C" fn post_send(
 /// The list is valid (the caller's contract).
 unsafe fn recv_wrs(
     mut wr: *mut ibv_recv_wr,
+    max_sge: u32,
 ) -> (
     Vec<RecvWr>,
     Vec<*mut ibv_recv_wr>,
@@ -393,7 +418,7 @@ unsafe fn recv_wrs(
         // SAFETY: the caller's promise.
         let w = unsafe { &*wr };
         // SAFETY: as above.
-        match unsafe { sg_list(w.sg_list, w.num_sge) } {
+        match unsafe { sg_list(w.sg_list, w.num_sge, max_sge) } {
             Ok(sg_list) => {
                 wrs.push(RecvWr {
                     wr_id: w.wr_id,
@@ -415,7 +440,10 @@ fn finish_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     let (w, e) = match (posted, failed) {
-        (Err((i, e)), _) => (ptrs[i], errno(&e)),
+        (Err((i, e)), _) => match ptrs.get(i) {
+            Some(&w) => (w, errno(&e)),
+            None => return errno(&e),
+        },
         (Ok(()), Some(f)) => f,
         (Ok(()), None) => return 0,
     };
@@ -438,9 +466,17 @@ pub(crate) unsafe extern "C" fn post_recv(
             Ok(q) => q,
             Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
         };
+        if wr.is_null() {
+            return finish_recv(Ok(()), &[], Some((wr, libc::EINVAL)), bad);
+        }
         // SAFETY: the caller's list.
-        let (wrs, ptrs, failed) = unsafe { recv_wrs(wr) };
-        finish_recv(q.rust.post_recv(&wrs), &ptrs, failed, bad)
+        let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, q.rust.cap().max_recv_sge) };
+        let posted = if wrs.is_empty() {
+            Ok(())
+        } else {
+            q.rust.post_recv(&wrs)
+        };
+        finish_recv(posted, &ptrs, failed, bad)
     })
 }
 
@@ -456,9 +492,17 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
             Ok(q) => q,
             Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
         };
+        if wr.is_null() {
+            return finish_recv(Ok(()), &[], Some((wr, libc::EINVAL)), bad);
+        }
         // SAFETY: the caller's list.
-        let (wrs, ptrs, failed) = unsafe { recv_wrs(wr) };
-        finish_recv(q.rust.post_recv(&wrs), &ptrs, failed, bad)
+        let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, q.rust.query().max_sge) };
+        let posted = if wrs.is_empty() {
+            Ok(())
+        } else {
+            q.rust.post_recv(&wrs)
+        };
+        finish_recv(posted, &ptrs, failed, bad)
     })
 }
 
@@ -725,8 +769,10 @@ pub(crate) unsafe extern "C" fn wr_set_sge(p: *mut ibv_qp_ex, lkey: u32, addr: u
 pub(crate) unsafe extern "C" fn wr_set_sge_list(p: *mut ibv_qp_ex, n: size_t, sg: *const ibv_sge) {
     last_wr(p, |w| {
         let n = c_int::try_from(n).map_err(|_| libc::EINVAL)?;
-        // SAFETY: the caller's array of n elements.
-        w.sg_list = unsafe { sg_list(sg, n)? };
+        // SAFETY: the caller's array of n elements (checked against the
+        // device's largest max_send_sge; the QP's own limit applies when
+        // the batch is posted).
+        w.sg_list = unsafe { sg_list(sg, n, uroce_verbs::MAX_SGE)? };
         Ok(())
     })
 }
@@ -740,11 +786,14 @@ pub(crate) unsafe extern "C" fn wr_set_inline_data(
         w.flags |= SendFlags::INLINE;
         // SAFETY: the caller's buffer of len bytes.
         w.inline_data = unsafe {
-            gather_inline(&[Sge {
-                addr: addr as u64,
-                length: len,
-                lkey: 0,
-            }])
+            gather_inline(
+                &[Sge {
+                    addr: addr as u64,
+                    length: len,
+                    lkey: 0,
+                }],
+                uroce_verbs::MAX_INLINE,
+            )?
         };
         Ok(())
     })
@@ -755,10 +804,16 @@ pub(crate) unsafe extern "C" fn wr_set_inline_data_list(
     bufs: *const ibv_data_buf,
 ) {
     last_wr(p, |w| {
-        if n > 0 && bufs.is_null() {
+        if n == 0 {
+            w.flags |= SendFlags::INLINE;
+            w.inline_data = InlineData::new();
+            return Ok(());
+        }
+        if bufs.is_null() || n > uroce_verbs::MAX_SGE as usize {
             return Err(libc::EINVAL);
         }
-        // SAFETY: the caller's array of n buffers.
+        // SAFETY: the caller's array of n buffers (non-null, a bounded
+        // count).
         let list = unsafe { std::slice::from_raw_parts(bufs, n) };
         let sges: Vec<Sge> = list
             .iter()
@@ -770,7 +825,7 @@ pub(crate) unsafe extern "C" fn wr_set_inline_data_list(
             .collect();
         w.flags |= SendFlags::INLINE;
         // SAFETY: each buffer is readable (the caller's contract).
-        w.inline_data = unsafe { gather_inline(&sges) };
+        w.inline_data = unsafe { gather_inline(&sges, uroce_verbs::MAX_INLINE)? };
         Ok(())
     })
 }
