@@ -167,24 +167,15 @@ pub fn connect(
 
 /// RESET -> INIT -> RTR towards a peer (RC attributes, every access).
 pub fn to_rtr(qp: &mut dyn QpMachine, peer: IpAddr, dest_qpn: u32, rq_psn: u32, p: &PairParams) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: Access::LOCAL_WRITE
-            | Access::REMOTE_WRITE
-            | Access::REMOTE_READ
-            | Access::REMOTE_ATOMIC,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .expect("RESET->INIT");
-    a.qp_state = QpState::Rtr;
-    a.ah_attr = AddressVector::to_ip(peer);
-    a.path_mtu = p.mtu;
-    a.dest_qp_num = dest_qpn;
-    a.rq_psn = rq_psn;
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mut a = to_init(
+        qp,
+        access | Access::REMOTE_ATOMIC,
+        peer,
+        dest_qpn,
+        rq_psn,
+        p.mtu,
+    );
     a.max_dest_rd_atomic = p.rd_atomic;
     a.min_rnr_timer = p.min_rnr_timer;
     qp.modify(
@@ -200,21 +191,20 @@ pub fn to_rtr(qp: &mut dyn QpMachine, peer: IpAddr, dest_qpn: u32, rq_psn: u32, 
     .expect("INIT->RTR");
 }
 
-/// RESET -> INIT -> RTR (-> RTS when `rts`) with only the attributes UC
-/// takes (`connect` sets RC-only ones, which UC refuses); remote write
-/// allowed.
-pub fn uc_connect(
+/// RESET -> INIT with `access`; returns the attributes for INIT -> RTR
+/// towards `peer` (state RTR, address, MTU, QPN, PSN), for the caller to
+/// complete and apply.
+fn to_init(
     qp: &mut dyn QpMachine,
+    access: Access,
     peer: IpAddr,
     dest_qpn: u32,
     rq_psn: u32,
-    sq_psn: u32,
     mtu: Mtu,
-    rts: bool,
-) {
+) -> QpAttr {
     let mut a = QpAttr {
         qp_state: QpState::Init,
-        qp_access_flags: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        qp_access_flags: access,
         ..QpAttr::default()
     };
     qp.modify(
@@ -227,6 +217,29 @@ pub fn uc_connect(
     a.path_mtu = mtu;
     a.dest_qp_num = dest_qpn;
     a.rq_psn = rq_psn;
+    a
+}
+
+/// RESET -> INIT -> RTR (-> RTS when `rts`) with only the attributes UC
+/// takes (`connect` sets RC-only ones, which UC refuses); remote write
+/// allowed.
+pub fn uc_connect(
+    qp: &mut dyn QpMachine,
+    peer: IpAddr,
+    dest_qpn: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    mtu: Mtu,
+    rts: bool,
+) {
+    let mut a = to_init(
+        qp,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        peer,
+        dest_qpn,
+        rq_psn,
+        mtu,
+    );
     qp.modify(
         &a,
         AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN,

@@ -376,6 +376,25 @@ impl QpConfig {
         packet::finish(buf, hdr, payload_len, &self.ip_context(dst)).ok()
     }
 
+    /// The local buffers of a send WR that reads only its own memory (UC
+    /// and UD sends; RC checks per opcode): the inline bytes, or the SGEs
+    /// resolved against the key table (a bad one is a local protection
+    /// error). Returns them with the message length.
+    pub fn send_buffers(&self, wr: &SendWr) -> Result<(sgl::Resolved, u64), WcStatus> {
+        if wr.flags.contains(crate::types::SendFlags::INLINE) {
+            return Ok((sgl::Resolved::default(), wr.inline_data.len() as u64));
+        }
+        let r = sgl::Resolved::resolve(
+            &self.keys,
+            self.pd,
+            &wr.sg_list,
+            crate::types::Access::empty(),
+        )
+        .map_err(|_| WcStatus::LocProtErr)?;
+        let len = r.total();
+        Ok((r, len))
+    }
+
     /// Completes every WR waiting in the send queue with WR_FLUSH_ERR, in
     /// posting order. Returns false if a completion was lost to a full CQ.
     pub fn flush_sends(&self) -> bool {

@@ -251,19 +251,7 @@ impl UcQp {
         ) {
             return Err(WcStatus::LocQpOpErr);
         }
-        let (data, len) = if wr.flags.contains(SendFlags::INLINE) {
-            (Resolved::default(), wr.inline_data.len() as u64)
-        } else {
-            let r = Resolved::resolve(
-                &self.core.cfg.keys,
-                self.core.cfg.pd,
-                &wr.sg_list,
-                Access::empty(),
-            )
-            .map_err(|_| WcStatus::LocProtErr)?;
-            let len = r.total();
-            (r, len)
-        };
+        let (data, len) = self.core.cfg.send_buffers(wr)?;
         if len > MAX_MSG_SIZE {
             return Err(WcStatus::LocLenErr);
         }

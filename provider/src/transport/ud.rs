@@ -289,19 +289,7 @@ impl UdQp {
             return Err(WcStatus::LocQpOpErr);
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
-        let (data, len) = if inline {
-            (Resolved::default(), wr.inline_data.len() as u64)
-        } else {
-            let r = Resolved::resolve(
-                &self.core.cfg.keys,
-                self.core.cfg.pd,
-                &wr.sg_list,
-                Access::empty(),
-            )
-            .map_err(|_| WcStatus::LocProtErr)?;
-            let len = r.total();
-            (r, len)
-        };
+        let (data, len) = self.core.cfg.send_buffers(wr)?;
         // A UD message is one packet: at most the PMTU (the port's active
         // MTU), as rxe checks at post time.
         if len > self.core.cfg.limits.active_mtu.bytes() as u64 {
