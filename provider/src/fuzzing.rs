@@ -191,7 +191,7 @@ impl Pair {
             psn: (seed as u32) & 0xff_ffff,
             depth: 64,
         };
-        let make = |cfg: QpConfig| crate::transport::new_qp(kind, cfg);
+        let make = |cfg: QpConfig| crate::transport::new_qp(kind, cfg).expect("capacities");
         let a = side_with(&mut net, ip(0), 0x11, &p, make);
         let b = side_with(&mut net, ip(1), 0x22, &p, make);
         let (pa, pb) = (p.psn, (p.psn + 0x1000) & 0xff_ffff);

@@ -179,6 +179,44 @@ pub struct QpCap {
     pub max_inline_data: u32,
 }
 
+/// The largest send or receive queue a QP (or SRQ) may ask for.
+pub const MAX_QP_WR: u32 = 16384;
+/// The largest number of SGEs per work request.
+pub const MAX_SGE: u32 = 32;
+/// The most inline data per send WR, in bytes.
+pub const MAX_INLINE: u32 = 256;
+
+/// A QP's requested capacities beyond what the device offers: the error
+/// names the attribute (EINVAL in verbs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{attr} {value} exceeds the device's {max}")]
+pub struct CapError {
+    /// The attribute (`max_send_wr`, ...).
+    pub attr: &'static str,
+    /// What was asked for.
+    pub value: u32,
+    /// The device's limit.
+    pub max: u32,
+}
+
+impl QpCap {
+    /// Checks every capacity against the device's limits.
+    pub fn check(&self) -> Result<(), CapError> {
+        for (attr, value, max) in [
+            ("max_send_wr", self.max_send_wr, MAX_QP_WR),
+            ("max_recv_wr", self.max_recv_wr, MAX_QP_WR),
+            ("max_send_sge", self.max_send_sge, MAX_SGE),
+            ("max_recv_sge", self.max_recv_sge, MAX_SGE),
+            ("max_inline_data", self.max_inline_data, MAX_INLINE),
+        ] {
+            if value > max {
+                return Err(CapError { attr, value, max });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// QP attributes (`ibv_qp_attr`); which ones a call sets is an [`AttrMask`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(missing_docs)]

@@ -25,13 +25,10 @@ fn capture_path_from_env(dev: &str) -> Option<std::path::PathBuf> {
     Some(v.replace("{dev}", dev).into())
 }
 
-/// Device limits (reported by `query_device`, enforced at creation).
-pub(crate) const MAX_QP_WR: u32 = 16384;
-/// Largest number of SGEs per work request (`max_sge`).
-pub const MAX_SGE: u32 = 32;
+/// Device limits (reported by `query_device`, enforced at creation; the QP
+/// ones are the provider's, checked by its QP factory).
+pub use uroce_provider::qp_attr::{MAX_INLINE, MAX_QP_WR, MAX_SGE};
 pub(crate) const MAX_CQE: u32 = 1 << 20;
-/// Largest inline data per send WR (`max_inline_data`).
-pub const MAX_INLINE: u32 = 256;
 pub(crate) const MAX_RD_ATOM: u8 = 128;
 
 /// A configured device (not yet opened).

@@ -1,7 +1,7 @@
 //! Queue pairs.
 
 use crate::cq::CompletionQueue;
-use crate::device::{Context, MAX_INLINE, MAX_QP_WR, MAX_SGE};
+use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
@@ -61,19 +61,9 @@ impl QueuePair {
             c.max_recv_wr = 0;
             c.max_recv_sge = 0;
         }
-        for (what, v, max) in [
-            ("max_send_wr", c.max_send_wr, MAX_QP_WR),
-            ("max_recv_wr", c.max_recv_wr, MAX_QP_WR),
-            ("max_send_sge", c.max_send_sge, MAX_SGE),
-            ("max_recv_sge", c.max_recv_sge, MAX_SGE),
-            ("max_inline_data", c.max_inline_data, MAX_INLINE),
-        ] {
-            if v > max {
-                return Err(Error::Invalid(format!(
-                    "{what} {v} exceeds the device's {max}"
-                )));
-            }
-        }
+        // Checked here too (the provider's factory checks again) so that
+        // no QP number is taken for a request that cannot succeed.
+        c.check().map_err(|e| Error::Invalid(e.to_string()))?;
         let qpn = ctx.inner.alloc_qpn();
         let sq = Arc::new(SendQueue::new(c.max_send_wr.max(1)));
         let rq = match init.srq {
@@ -99,10 +89,9 @@ impl QueuePair {
             state: Arc::default(),
         };
         let state = cfg.state.clone();
-        let added = ctx
-            .inner
-            .engine
-            .add_boxed_qp(uroce_provider::transport::new_qp(init.qp_type, cfg));
+        let added = uroce_provider::transport::new_qp(init.qp_type, cfg)
+            .map_err(|e| Error::Invalid(e.to_string()))
+            .and_then(|qp| Ok(ctx.inner.engine.add_boxed_qp(qp)?));
         if let Err(e) = added {
             ctx.inner.free_qpn(qpn);
             return Err(e.into());

@@ -27,7 +27,7 @@ use crate::counters::Counters;
 use crate::cq::CqInner;
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::{KeyTable, PdId};
-use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
+use crate::qp_attr::{AttrMask, CapError, ModifyError, QpAttr};
 use crate::qp_attr::{ModifyLimits, QpCap};
 use crate::types::{QpState, QpType, RecvWr, SendWr};
 use crate::types::{Wc, WcOpcode, WcStatus};
@@ -261,14 +261,16 @@ impl PeerPin {
 }
 
 /// The one place a QP of a type is made: RC, UC or UD, in RESET, from its
-/// configuration. The verbs layer, the simulator tests and the fuzz
-/// harness all build QPs here.
-pub fn new_qp(qp_type: QpType, cfg: QpConfig) -> Box<dyn QpMachine> {
-    match qp_type {
+/// configuration, once its capacities are checked against the device's
+/// limits. The verbs layer, the simulator tests and the fuzz harness all
+/// build QPs here.
+pub fn new_qp(qp_type: QpType, cfg: QpConfig) -> Result<Box<dyn QpMachine>, CapError> {
+    cfg.cap.check()?;
+    Ok(match qp_type {
         QpType::Rc => Box::new(rc::RcQp::new(cfg)),
         QpType::Uc => Box::new(uc::UcQp::new(cfg)),
         QpType::Ud => Box::new(ud::UdQp::new(cfg)),
-    }
+    })
 }
 
 /// The payload length rule for a packet of a multi-packet message, the
@@ -668,5 +670,26 @@ mod tests {
         q.take().unwrap();
         assert!(ev.get(Some(Duration::ZERO)).is_none());
         assert!(!RecvQueue::new(4).arm_limit(1));
+    }
+
+    #[test]
+    fn the_factory_checks_capacities() {
+        use crate::qp_attr::{CapError, MAX_SGE};
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
+            let mut cfg = crate::testing::config(ip, 0x10, 8);
+            assert!(new_qp(t, cfg.clone()).is_ok());
+            cfg.cap.max_send_sge = MAX_SGE + 1;
+            let e = new_qp(t, cfg).unwrap_err();
+            assert_eq!(
+                e,
+                CapError {
+                    attr: "max_send_sge",
+                    value: MAX_SGE + 1,
+                    max: MAX_SGE
+                }
+            );
+            assert_eq!(e.to_string(), "max_send_sge 33 exceeds the device's 32");
+        }
     }
 }
