@@ -94,7 +94,7 @@ impl QueuePair {
             .and_then(|qp| Ok(ctx.inner.engine.add_boxed_qp(qp)?));
         if let Err(e) = added {
             ctx.inner.free_qpn(qpn);
-            return Err(e.into());
+            return Err(e);
         }
         Ok(QueuePair {
             ctx,
