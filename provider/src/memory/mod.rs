@@ -173,8 +173,11 @@ impl MrInner {
     ///
     /// # Safety
     /// The caller must not create references to the memory that could
-    /// overlap an engine or remote access, and must not use the pointer
-    /// after the region is deregistered and dropped.
+    /// overlap an engine or remote access, must access it only atomically
+    /// while uroce may (any access racing with the engine's copies must be
+    /// atomic), and must not use the pointer after the region is
+    /// deregistered (a `Vec` backing is handed back then, and external
+    /// memory may be freed).
     pub unsafe fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
