@@ -264,10 +264,43 @@ int main(void)
 	hrwr.num_sge = -1;
 	rc = ibv_post_recv(a.qp, &hrwr, &rbad);
 	CHECK(rc == EINVAL, "post_recv with num_sge -1: EINVAL (%d)", rc);
+	hwr.num_sge = 1;
+	hwr.sg_list = NULL;
+	bad = NULL;
+	rc = ibv_post_send(a.qp, &hwr, &bad);
+	CHECK(rc == EINVAL && bad == &hwr, "post_send with a NULL sg_list: EINVAL (%d)", rc);
+	hwr.num_sge = -1;
+	bad = NULL;
+	rc = ibv_post_send(a.qp, &hwr, &bad);
+	CHECK(rc == EINVAL && bad == &hwr, "post_send with num_sge -1: EINVAL (%d)", rc);
+	hwr.num_sge = 1 << 20;
+	hwr.sg_list = (struct ibv_sge *)8;
+	hwr.send_flags = IBV_SEND_INLINE;
+	bad = NULL;
+	rc = ibv_post_send(a.qp, &hwr, &bad);
+	CHECK(rc == EINVAL && bad == &hwr,
+	      "inline post_send with num_sge 2^20 and a wild sg_list: EINVAL (%d)", rc);
+	bad = &hwr;
 	rc = ibv_post_send(a.qp, NULL, &bad);
-	CHECK(rc == EINVAL, "post_send of a NULL list: EINVAL (%d)", rc);
+	CHECK(rc == EINVAL && bad == NULL, "post_send of a NULL list: EINVAL (%d), bad_wr NULL", rc);
+	rbad = &hrwr;
 	rc = ibv_post_recv(a.qp, NULL, &rbad);
-	CHECK(rc == EINVAL, "post_recv of a NULL list: EINVAL (%d)", rc);
+	CHECK(rc == EINVAL && rbad == NULL, "post_recv of a NULL list: EINVAL (%d), bad_wr NULL", rc);
+	rc = ibv_post_send(a.qp, NULL, NULL);
+	CHECK(rc == EINVAL, "post_send of a NULL list, NULL bad_wr: EINVAL (%d)", rc);
+	hrwr.num_sge = 1 << 20;
+	hrwr.sg_list = (struct ibv_sge *)8;
+	rc = ibv_post_recv(a.qp, &hrwr, NULL);
+	CHECK(rc == EINVAL, "post_recv with num_sge 2^20, NULL bad_wr: EINVAL (%d)", rc);
+	MUST(to_init(a.qp) == 0);
+	rc = ibv_post_recv(a.qp, &rwr, &rbad);
+	CHECK(rc == 0, "a valid post_recv after the careless ones (%d)", rc);
+	rc = ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET },
+			   IBV_QP_STATE | IBV_QP_RATE_LIMIT);
+	CHECK(rc == EOPNOTSUPP && a.qp->state == IBV_QPS_INIT,
+	      "modify_qp with a mask bit past IBV_QP_DEST_QPN: EOPNOTSUPP (%d)", rc);
+	MUST(ibv_modify_qp(a.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET },
+			   IBV_QP_STATE) == 0);
 	long page = sysconf(_SC_PAGESIZE);
 	char *gone = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE,
 			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -284,6 +317,19 @@ int main(void)
 	      "reg_mr for writing over read-only memory: NULL, errno EFAULT (%d)", errno);
 	mr = ibv_reg_mr(a.pd, gone, page, 0);
 	CHECK(mr && ibv_dereg_mr(mr) == 0, "reg_mr read-only over read-only memory");
+	MUST(mprotect(gone + 2 * page, page, PROT_NONE) == 0);
+	errno = 0;
+	mr = ibv_reg_mr(a.pd, gone + 2 * page, page, 0);
+	CHECK(!mr && errno == EFAULT,
+	      "reg_mr over a PROT_NONE page: NULL, errno EFAULT (%d)", errno);
+	errno = 0;
+	mr = ibv_reg_mr(a.pd, a.buf, SIZE_MAX, 0);
+	CHECK(!mr && errno == EINVAL,
+	      "reg_mr of SIZE_MAX bytes (wraps): NULL, errno EINVAL (%d)", errno);
+	errno = 0;
+	mr = ibv_reg_mr_iova(a.pd, a.buf, BUF, (uintptr_t)a.buf + 1, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr && errno == EINVAL,
+	      "reg_mr_iova at another offset in the page: NULL, errno EINVAL (%d)", errno);
 	errno = 0;
 	mr = ibv_reg_mr(a.pd, (void *)(uintptr_t)-4096, 8192, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(!mr && errno == EINVAL,
@@ -291,6 +337,8 @@ int main(void)
 	errno = 0;
 	mr = ibv_reg_mr(a.pd, a.buf, 0, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(!mr && errno == EINVAL, "reg_mr of 0 bytes: NULL, errno EINVAL (%d)", errno);
+	mr = ibv_reg_mr(a.pd, a.buf, BUF, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && ibv_dereg_mr(mr) == 0, "a valid reg_mr after the refused ones");
 	munmap(gone, page);
 	munmap(gone + 2 * page, 2 * page);
 	errno = 0;
@@ -300,6 +348,11 @@ int main(void)
 	      a.ctx->num_comp_vectors, errno);
 	vcq = ibv_create_cq(a.ctx, 16, NULL, NULL, -1);
 	CHECK(!vcq && errno == EINVAL, "create_cq on vector -1: NULL, errno EINVAL");
+	struct ibv_cq_init_attr_ex vcqa = { .cqe = 16, .comp_vector = a.ctx->num_comp_vectors,
+					    .wc_flags = IBV_WC_STANDARD_FLAGS };
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(a.ctx, &vcqa) && errno == EINVAL,
+	      "create_cq_ex on vector num_comp_vectors: NULL, errno EINVAL (%d)", errno);
 	vcq = ibv_create_cq(a.ctx, 16, NULL, NULL, a.ctx->num_comp_vectors - 1);
 	CHECK(vcq && ibv_destroy_cq(vcq) == 0, "create_cq on the last vector");
 
@@ -322,6 +375,26 @@ int main(void)
 	rc = ibv_post_srq_recv(srq, &srw, &sbad);
 	CHECK(rc == EINVAL && sbad == &srw,
 	      "post_srq_recv with more SGEs than max_sge: EINVAL (%d)", rc);
+	struct ibv_recv_wr hsrw = { .wr_id = 4, .sg_list = (struct ibv_sge *)8,
+				    .num_sge = 1 << 20 };
+	sbad = NULL;
+	rc = ibv_post_srq_recv(srq, &hsrw, &sbad);
+	CHECK(rc == EINVAL && sbad == &hsrw,
+	      "post_srq_recv with num_sge 2^20 and a wild sg_list: EINVAL (%d)", rc);
+	hsrw.num_sge = 1;
+	hsrw.sg_list = NULL;
+	sbad = NULL;
+	rc = ibv_post_srq_recv(srq, &hsrw, &sbad);
+	CHECK(rc == EINVAL && sbad == &hsrw, "post_srq_recv with a NULL sg_list: EINVAL (%d)", rc);
+	hsrw.num_sge = -1;
+	rc = ibv_post_srq_recv(srq, &hsrw, &sbad);
+	CHECK(rc == EINVAL, "post_srq_recv with num_sge -1: EINVAL (%d)", rc);
+	sbad = &hsrw;
+	rc = ibv_post_srq_recv(srq, NULL, &sbad);
+	CHECK(rc == EINVAL && sbad == NULL, "post_srq_recv of a NULL list: EINVAL (%d)", rc);
+	srw.num_sge = 1;
+	rc = ibv_post_srq_recv(srq, &srw, &sbad);
+	CHECK(rc == 0, "a valid post_srq_recv after the careless ones (%d)", rc);
 	struct ibv_qp_init_attr sqa = { .send_cq = a.cq, .recv_cq = a.cq, .srq = srq,
 					.cap = { 4, 4, 1, 1, 0 },
 					.qp_type = IBV_QPT_RC };
@@ -356,6 +429,20 @@ int main(void)
 	rc = ibv_post_send(a.qp, &iwr, &bad);
 	CHECK(rc == EINVAL && bad == &iwr,
 	      "inline send longer than max_inline_data (0): EINVAL (%d)", rc);
+	hwr.send_flags = 0;
+	bad = NULL;
+	rc = ibv_post_send(a.qp, &hwr, &bad);
+	CHECK(rc == EINVAL && bad == &hwr,
+	      "post_send in RTS with num_sge 2^20 and a wild sg_list: EINVAL (%d)", rc);
+	/* Two WRs: the first posts, the second is refused (bad_wr = it). */
+	struct ibv_send_wr two = { .wr_id = 15, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IBV_WR_RDMA_WRITE, .next = &hwr,
+				   .wr = { .rdma = { .remote_addr = (uintptr_t)b.buf,
+						     .rkey = b.mr->rkey } } };
+	bad = NULL;
+	rc = ibv_post_send(a.qp, &two, &bad);
+	CHECK(rc == EINVAL && bad == &hwr,
+	      "a list whose second WR has num_sge 2^20: EINVAL (%d), bad_wr = the second", rc);
 
 	struct ibv_wc wc;
 	strcpy(a.buf, "hello uroce");
@@ -462,6 +549,42 @@ int main(void)
 	CHECK(got == 2 && ok && strcmp(b.buf + 200, "written by ibv_wr_rdma_write") == 0 &&
 		      strcmp(b.buf + 300, "inline!") == 0,
 	      "two WRITEs by ibv_wr_*, completions by ibv_start_poll/next_poll, data arrived");
+	/* rxe's provider: a list or inline data past the QP's capabilities
+	 * is ENOSPC from ibv_wr_complete, found before anything is read. */
+	ibv_wr_start(qpx);
+	ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 400);
+	ibv_wr_set_sge_list(qpx, qxa.cap.max_send_sge + 1, (struct ibv_sge *)8);
+	rc = ibv_wr_complete(qpx);
+	CHECK(rc == ENOSPC, "ibv_wr_set_sge_list past max_send_sge, wild list: ENOSPC (%d)", rc);
+	ibv_wr_start(qpx);
+	ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 400);
+	ibv_wr_set_inline_data(qpx, a.buf, qxa.cap.max_inline_data + 1);
+	rc = ibv_wr_complete(qpx);
+	CHECK(rc == ENOSPC, "ibv_wr_set_inline_data past max_inline_data (%u): ENOSPC (%d)",
+	      qxa.cap.max_inline_data, rc);
+	struct ibv_data_buf dbl[3] = { { a.buf, qxa.cap.max_inline_data },
+				       { a.buf, 1 }, { (void *)8, 1 << 30 } };
+	ibv_wr_start(qpx);
+	ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 400);
+	ibv_wr_set_inline_data_list(qpx, 3, dbl);
+	rc = ibv_wr_complete(qpx);
+	CHECK(rc == ENOSPC, "ibv_wr_set_inline_data_list past max_inline_data: ENOSPC (%d)", rc);
+	ibv_wr_start(qpx);
+	qpx->wr_id = 79;
+	ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 400);
+	ibv_wr_set_inline_data_list(qpx, 2, (struct ibv_data_buf[]){ { "aga", 3 }, { "in", 3 } });
+	rc = ibv_wr_complete(qpx);
+	got = 0;
+	end = time(NULL) + 5;
+	while (!got && time(NULL) < end) {
+		struct ibv_poll_cq_attr pca = { 0 };
+		if (ibv_start_poll(cqx, &pca) != 0)
+			continue;
+		got = cqx->wr_id == 79 && cqx->status == IBV_WC_SUCCESS ? 1 : -1;
+		ibv_end_poll(cqx);
+	}
+	CHECK(rc == 0 && got == 1 && strcmp(b.buf + 400, "again") == 0,
+	      "a valid ibv_wr_* batch after the refused ones (%d), data arrived", rc);
 	ibv_wr_start(qpx);
 	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8); /* no WR started */
 	rc = ibv_wr_complete(qpx);

@@ -212,10 +212,18 @@ fn reg_mr(
 ) -> Result<*mut ibv_mr, i32> {
     // SAFETY: a PD from ibv_alloc_pd (the caller's contract).
     let pdi = unsafe { pd(p)? };
+    let page = page_size();
+    // The kernel's ib_uverbs_reg_mr: an iova must sit at the same offset in
+    // its page as the address (EINVAL), checked before the access flags.
+    if (iova ^ addr as u64) & (page as u64 - 1) != 0 {
+        return Err(libc::EINVAL);
+    }
     let acc = access(bits)?;
-    let writable =
-        acc.intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC);
-    check_user_range(addr as usize, length, writable)?;
+    // The kernel's ib_access_writable: the pages are pinned for writing.
+    let writable = acc.intersects(
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC | Access::MW_BIND,
+    );
+    check_user_range(addr as usize, length, writable, page)?;
     if iova != addr as u64 {
         // uroce's regions are addressed by their virtual address.
         return Err(libc::EOPNOTSUPP);
@@ -241,22 +249,39 @@ fn reg_mr(
     Ok(Box::into_raw(obj).cast())
 }
 
-/// The checks the kernel makes before it pins a user range for a memory
-/// region (`ib_umem_get`): a zero length or a range that wraps around the
-/// address space is EINVAL; a range with a page the process has not mapped,
-/// or (for a region others may write) cannot write, is EFAULT (pinning it
-/// would fail). uroce pins nothing, so without these a bad range would only
-/// fault in the engine thread at the first remote WRITE. The mappings are
-/// read from /proc/self/maps (one pass, sorted by address); where it cannot
-/// be read the range is taken on trust. A program that unmaps the memory
-/// while it is registered breaks `ibv_reg_mr`'s contract, as with any
-/// provider.
-fn check_user_range(addr: usize, len: usize, writable: bool) -> Result<(), i32> {
-    if len == 0 {
+/// The system's page size (4096 where sysconf does not say).
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n)
+        .ok()
+        .filter(|n| n.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+/// The checks the kernel makes before and while it pins a user range for a
+/// memory region (`ib_umem_get`): a range that wraps around the address
+/// space, or whose end wraps when rounded up to a page, is EINVAL; so is a
+/// zero length (it spans no page: `npages == 0` is EINVAL there); a range
+/// with a page the process has not mapped, or cannot read, or (when the
+/// region is writable) cannot write, is EFAULT (`pin_user_pages_fast`
+/// fails with it). uroce pins nothing, so without these a bad range would
+/// only fault in the engine thread at the first remote WRITE.
+///
+/// The memory is never touched to find this out (a touch could fault, or
+/// allocate a page). The mappings come from /proc/self/maps, one pass over
+/// lines sorted by address, rather than from `mincore`: mincore tells
+/// mapped from unmapped (ENOMEM) but not the permissions, so a PROT_NONE
+/// or read-only page the kernel would refuse to pin would pass it. Where
+/// /proc is not mounted the range is taken on trust. A program that
+/// unmaps the memory while it is registered breaks `ibv_reg_mr`'s
+/// contract, as with any provider.
+fn check_user_range(addr: usize, len: usize, writable: bool, page: usize) -> Result<(), i32> {
+    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
+    if end.checked_next_multiple_of(page).is_none() {
         return Err(libc::EINVAL);
     }
-    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
-    if end.checked_next_multiple_of(4096).is_none() {
+    if len == 0 {
         return Err(libc::EINVAL);
     }
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
@@ -1077,7 +1102,10 @@ unsafe extern "C" fn ibv_modify_qp(p: *mut ibv_qp, attr: *mut ibv_qp_attr, mask:
         if attr.is_null() {
             return Err(libc::EINVAL);
         }
-        let m = AttrMask::from_bits(mask as u32).ok_or(libc::EINVAL)?;
+        // Bits past IBV_QP_DEST_QPN (or a negative mask) are EOPNOTSUPP,
+        // as libibverbs' ibv_cmd_modify_qp answers; AttrMask names them all
+        // up to DEST_QPN.
+        let m = AttrMask::from_bits(mask as u32).ok_or(libc::EOPNOTSUPP)?;
         // SAFETY: the caller's attributes.
         let a = qp_attr_of(unsafe { &*attr }, m)?;
         q.rust.modify(&a, m).map_err(|e| errno(&e))?;

@@ -602,19 +602,21 @@ pub(crate) unsafe extern "C" fn read_flow_tag(_c: *mut ibv_cq_ex) -> u32 {
 
 // ---------------------------------------------------------------- ibv_qp_ex
 
-/// Runs `f` on the QP's batch; errors are kept for `ibv_wr_complete`.
+/// Runs `f` on the QP's batch, with the QP's capabilities; errors are
+/// kept for `ibv_wr_complete`.
 fn with_batch(
     p: *mut ibv_qp_ex,
-    f: impl FnOnce(&mut Vec<SendWr>, *mut ibv_qp_ex) -> Result<(), i32>,
+    f: impl FnOnce(&mut Vec<SendWr>, *mut ibv_qp_ex, &QpCap) -> Result<(), i32>,
 ) {
     guard((), || {
         // SAFETY: a QP made by this library.
         let Ok(q) = (unsafe { qp(p.cast()) }) else {
             return;
         };
+        let cap = q.rust.cap();
         let mut b = q.batch.lock();
         let (wrs, err) = &mut *b;
-        if let Err(e) = f(wrs, p) {
+        if let Err(e) = f(wrs, p, &cap) {
             if *err == 0 {
                 *err = e;
             }
@@ -625,7 +627,7 @@ fn with_batch(
 /// Starts a WR with the `wr_id` and `wr_flags` the program set on the
 /// `ibv_qp_ex`.
 fn new_wr(p: *mut ibv_qp_ex, op: WrOpcode, set: impl FnOnce(&mut SendWr)) {
-    with_batch(p, |wrs, p| {
+    with_batch(p, |wrs, p, _| {
         // SAFETY: the C half of a live QP, owned by the posting thread.
         let (id, flags) = unsafe { ((*p).wr_id, (*p).wr_flags) };
         let mut w = SendWr::new(id, op);
@@ -636,13 +638,13 @@ fn new_wr(p: *mut ibv_qp_ex, op: WrOpcode, set: impl FnOnce(&mut SendWr)) {
     })
 }
 
-/// Edits the WR started last.
-fn last_wr(p: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr) -> Result<(), i32>) {
-    with_batch(p, |wrs, _| f(wrs.last_mut().ok_or(libc::EINVAL)?))
+/// Edits the WR started last (given the QP's capabilities).
+fn last_wr(p: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr, &QpCap) -> Result<(), i32>) {
+    with_batch(p, |wrs, _, cap| f(wrs.last_mut().ok_or(libc::EINVAL)?, cap))
 }
 
 pub(crate) unsafe extern "C" fn wr_start(p: *mut ibv_qp_ex) {
-    with_batch(p, |wrs, _| {
+    with_batch(p, |wrs, _, _| {
         wrs.clear();
         Ok(())
     });
@@ -749,7 +751,7 @@ pub(crate) unsafe extern "C" fn wr_set_ud_addr(
     qpn: u32,
     qkey: u32,
 ) {
-    last_wr(p, |w| {
+    last_wr(p, |w, _| {
         // SAFETY: an AH made by this library.
         let a = unsafe { ah(a)? };
         w.ud = Some(a.rust.ud_dest(qpn, qkey));
@@ -758,33 +760,45 @@ pub(crate) unsafe extern "C" fn wr_set_ud_addr(
 }
 /// XRC is not supported.
 pub(crate) unsafe extern "C" fn wr_set_xrc_srqn(p: *mut ibv_qp_ex, _srqn: u32) {
-    last_wr(p, |_| Err(libc::EOPNOTSUPP))
+    last_wr(p, |_, _| Err(libc::EOPNOTSUPP))
 }
 pub(crate) unsafe extern "C" fn wr_set_sge(p: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    last_wr(p, |w| {
+    last_wr(p, |w, _| {
         w.sg_list = SgList::from_slice(&[Sge { addr, length, lkey }]);
         Ok(())
     })
 }
+/// rxe's provider refuses a list longer than the QP's max_send_sge with
+/// ENOSPC (reported by `ibv_wr_complete`); the count is checked before the
+/// list is read.
 pub(crate) unsafe extern "C" fn wr_set_sge_list(p: *mut ibv_qp_ex, n: size_t, sg: *const ibv_sge) {
-    last_wr(p, |w| {
+    last_wr(p, |w, cap| {
+        if n > cap.max_send_sge as usize {
+            return Err(libc::ENOSPC);
+        }
         let n = c_int::try_from(n).map_err(|_| libc::EINVAL)?;
-        // SAFETY: the caller's array of n elements (checked against the
-        // device's largest max_send_sge; the QP's own limit applies when
-        // the batch is posted).
-        w.sg_list = unsafe { sg_list(sg, n, uroce_verbs::MAX_SGE)? };
+        // SAFETY: the caller's array of n elements, a count within the
+        // QP's max_send_sge (sg_list refuses NULL with a count).
+        w.sg_list = unsafe { sg_list(sg, n, cap.max_send_sge)? };
         Ok(())
     })
 }
+
+/// Inline data longer than the QP's max_inline_data is ENOSPC, as rxe's
+/// provider answers, found before anything is copied.
 pub(crate) unsafe extern "C" fn wr_set_inline_data(
     p: *mut ibv_qp_ex,
     addr: *mut c_void,
     len: size_t,
 ) {
-    last_wr(p, |w| {
+    last_wr(p, |w, cap| {
+        if len > cap.max_inline_data as usize {
+            return Err(libc::ENOSPC);
+        }
         let len = u32::try_from(len).map_err(|_| libc::EINVAL)?;
         w.flags |= SendFlags::INLINE;
-        // SAFETY: the caller's buffer of len bytes.
+        // SAFETY: the caller's buffer of len bytes (gather_inline refuses
+        // NULL with a length).
         w.inline_data = unsafe {
             gather_inline(
                 &[Sge {
@@ -792,40 +806,50 @@ pub(crate) unsafe extern "C" fn wr_set_inline_data(
                     length: len,
                     lkey: 0,
                 }],
-                uroce_verbs::MAX_INLINE,
+                cap.max_inline_data,
             )?
         };
         Ok(())
     })
 }
+
+/// As rxe's provider: the buffers are read one by one, and the list is
+/// ENOSPC as soon as their total passes the QP's max_inline_data (so
+/// nothing past that buffer is read, and no slice of `n` elements is
+/// formed from a count that may be careless). Zero-length buffers count
+/// for nothing, as there.
 pub(crate) unsafe extern "C" fn wr_set_inline_data_list(
     p: *mut ibv_qp_ex,
     n: size_t,
     bufs: *const ibv_data_buf,
 ) {
-    last_wr(p, |w| {
-        if n == 0 {
-            w.flags |= SendFlags::INLINE;
-            w.inline_data = InlineData::new();
-            return Ok(());
-        }
-        if bufs.is_null() || n > uroce_verbs::MAX_SGE as usize {
+    last_wr(p, |w, cap| {
+        if n > 0 && bufs.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: the caller's array of n buffers (non-null, a bounded
-        // count).
-        let list = unsafe { std::slice::from_raw_parts(bufs, n) };
-        let sges: Vec<Sge> = list
-            .iter()
-            .map(|b| Sge {
-                addr: b.addr as u64,
-                length: b.length as u32,
-                lkey: 0,
-            })
-            .collect();
+        let mut sges = Vec::new();
+        let mut total: usize = 0;
+        for i in 0..n {
+            // SAFETY: the caller's array of n buffers (non-null when n > 0),
+            // i < n; read_unaligned, so a misaligned pointer is no UB here.
+            let b = unsafe { bufs.add(i).read_unaligned() };
+            total = total.checked_add(b.length).ok_or(libc::ENOSPC)?;
+            if total > cap.max_inline_data as usize {
+                return Err(libc::ENOSPC);
+            }
+            if b.length > 0 {
+                sges.push(Sge {
+                    addr: b.addr as u64,
+                    // Within max_inline_data, so within u32.
+                    length: b.length as u32,
+                    lkey: 0,
+                });
+            }
+        }
         w.flags |= SendFlags::INLINE;
-        // SAFETY: each buffer is readable (the caller's contract).
-        w.inline_data = unsafe { gather_inline(&sges, uroce_verbs::MAX_INLINE)? };
+        // SAFETY: each buffer is readable for its length (the caller's
+        // contract); the total is within the QP's max_inline_data.
+        w.inline_data = unsafe { gather_inline(&sges, cap.max_inline_data)? };
         Ok(())
     })
 }
