@@ -138,8 +138,6 @@ fn duplicate_reads_match_responder_resources() {
     let remote = p.mr(false, 4096, ALL);
     remote.write(0, &[7u8; 4096]).unwrap();
     let local = p.mr(true, 4096, ALL);
-    let mut reads = Vec::new(); // (psn, va, len)
-    let b_ip: IpAddr = p.b.ip;
     let a_ip: IpAddr = p.a.ip;
     let rec = Arc::new(Mutex::new(Vec::new()));
     let r2 = rec.clone();
@@ -148,7 +146,6 @@ fn duplicate_reads_match_responder_resources() {
             let r = w.pkt.reth().unwrap();
             r2.lock().unwrap().push((w.pkt.bth.psn, r.va, r.dma_len));
         }
-        let _ = b_ip;
         Verdict::Pass
     });
     for i in 0..3u64 {
@@ -159,7 +156,7 @@ fn duplicate_reads_match_responder_resources() {
         let s = p.wait(true, true, 1, 5 * SEC);
         assert_eq!(s[0].status, WcStatus::Success);
     }
-    reads.extend(rec.lock().unwrap().iter().copied());
+    let reads: Vec<(Psn, u64, u32)> = rec.lock().unwrap().clone(); // (psn, va, len)
     assert_eq!(reads.len(), 3);
     let out = watch_b(&mut p);
     let replay = |p: &mut RcPair, psn: Psn, va: u64, len: u32, rkey: u32| {
@@ -399,4 +396,32 @@ fn bad_opcode_sequence_is_counted() {
     let b = p.b.counters.snapshot();
     assert_eq!((b.bad_opcode_sequence, b.err_naks_sent), (1, 1));
     assert_eq!(b_state(&mut p), QpState::Err);
+}
+
+/// Requests that arrive while READ responses are going out wait in a
+/// bounded queue (MAX_DEFERRED); the rest are dropped and counted, and the
+/// requester's retransmission recovers them.
+#[test]
+fn deferred_requests_are_bounded() {
+    use uroce_provider::transport::rc::MAX_DEFERRED;
+    let mut p = pair(4);
+    let remote = p.mr(false, 4096, ALL);
+    sends(&mut p, 1);
+    let epsn = Psn::new(p.net.qp(p.b.id).attr().rq_psn);
+    let mut h = Headers::new(bth(&p, Opcode::RC_RDMA_READ_REQUEST, epsn));
+    h.reth = Some(RethRepr {
+        va: remote.iova(),
+        rkey: remote.rkey(),
+        dma_len: 4096,
+    });
+    let read = forge(&p, h, &[]);
+    p.net.inject(p.a.ip, p.b.ip, read);
+    let extra = 50;
+    for i in 0..(MAX_DEFERRED + extra) as u32 {
+        let send = Headers::new(bth(&p, Opcode::RC_SEND_ONLY, epsn.add(4 + i)));
+        let bytes = forge(&p, send, b"x");
+        p.net.inject(p.a.ip, p.b.ip, bytes);
+    }
+    p.settle(SEC / 10);
+    assert_eq!(p.b.counters.snapshot().drop_deferred_full, extra as u64);
 }

@@ -614,14 +614,7 @@ impl Worker {
     /// rebuilt from the QPs' current deadlines: O(QPs) work after at least
     /// as many pushes, so O(1) per push, and at most 2 x QPs + 64 entries.
     fn compact_timers(&mut self) {
-        if self.timers.len() <= 2 * self.qps.len() + TIMER_SLACK {
-            return;
-        }
-        self.timers = self
-            .qps
-            .iter()
-            .filter_map(|(&qpn, s)| s.deadline.map(|t| Reverse((t, qpn))))
-            .collect();
+        compact_timers(&mut self.timers, &self.qps);
     }
 
     /// Queues a QP for output (once).
@@ -645,6 +638,17 @@ impl Worker {
             }
         }
     }
+}
+
+/// See [`Worker::compact_timers`].
+fn compact_timers(timers: &mut BinaryHeap<Reverse<(Nanos, u32)>>, qps: &HashMap<u32, Slot>) {
+    if timers.len() <= 2 * qps.len() + TIMER_SLACK {
+        return;
+    }
+    *timers = qps
+        .iter()
+        .filter_map(|(&qpn, s)| s.deadline.map(|t| Reverse((t, qpn))))
+        .collect();
 }
 
 /// The ICRC context of a datagram from `from` to our `local` address on
@@ -671,4 +675,44 @@ pub fn can_post_send(state: QpState) -> bool {
         state,
         QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::QpType;
+
+    /// A QP whose deadline moves at every ACK leaves a stale heap entry
+    /// each time; the heap is rebuilt before it holds more than 2 x QPs +
+    /// TIMER_SLACK entries, keeping each QP's current deadline.
+    #[test]
+    fn the_timer_heap_stays_bounded() {
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let mut qps = HashMap::new();
+        for qpn in [1u32, 2] {
+            let cfg = crate::testing::config(ip, qpn, 4);
+            let qp = crate::transport::new_qp(QpType::Rc, cfg).unwrap();
+            qps.insert(
+                qpn,
+                Slot {
+                    qp,
+                    dirty: false,
+                    deadline: None,
+                },
+            );
+        }
+        let mut timers = BinaryHeap::new();
+        for i in 0..10_000u64 {
+            let qpn = 1 + (i % 2) as u32;
+            let t = Nanos(i);
+            qps.get_mut(&qpn).unwrap().deadline = Some(t);
+            timers.push(Reverse((t, qpn)));
+            compact_timers(&mut timers, &qps);
+            assert!(timers.len() <= 2 * qps.len() + TIMER_SLACK);
+        }
+        let mut left: Vec<_> = timers.into_iter().map(|Reverse(e)| e).collect();
+        left.sort();
+        // Every QP's current deadline is still there.
+        assert!(left.contains(&(Nanos(9_998), 1)) && left.contains(&(Nanos(9_999), 2)));
+    }
 }

@@ -48,7 +48,9 @@ use crate::types::Access;
 use dashmap::DashMap;
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
+#[cfg(test)]
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub mod shared;
@@ -105,9 +107,6 @@ pub struct MrInner {
     access: Access,
     lkey: u32,
     rkey: u32,
-    /// True while registered: a lock-free hint for queries. The
-    /// authority is `gate`.
-    valid: AtomicBool,
     /// True while registered. Held shared by every access to the bytes,
     /// exclusively by deregistration.
     gate: parking_lot::RwLock<bool>,
@@ -165,9 +164,9 @@ impl MrInner {
     pub fn rkey(&self) -> u32 {
         self.rkey
     }
-    /// Still registered.
+    /// Still registered (false while a deregistration holds the gate).
     pub fn is_valid(&self) -> bool {
-        self.valid.load(Ordering::Acquire)
+        self.gate.try_read().is_some_and(|registered| *registered)
     }
     /// The region's start as a raw pointer.
     ///
@@ -273,12 +272,9 @@ impl MrInner {
     }
 
     /// Marks the region invalid (deregistered). Waits for accesses in
-    /// progress to finish; none starts afterwards. Returns false if it
-    /// was already invalid.
-    pub(crate) fn invalidate(&self) -> bool {
-        let mut registered = self.gate.write();
-        self.valid.store(false, Ordering::Release);
-        std::mem::replace(&mut *registered, false)
+    /// progress to finish; none starts afterwards.
+    pub(crate) fn invalidate(&self) {
+        *self.gate.write() = false;
     }
 
     /// After deregistration: gives back the `Vec` the region took over
@@ -379,7 +375,6 @@ impl KeyTable {
                 access,
                 lkey,
                 rkey,
-                valid: AtomicBool::new(true),
                 gate: parking_lot::RwLock::new(true),
                 backing: parking_lot::Mutex::new(Some(backing)),
             });

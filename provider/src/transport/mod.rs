@@ -192,6 +192,10 @@ pub enum Drop {
     WrongSource,
     /// Not the QP's partition.
     BadPkey,
+    /// A new request while the QP's deferred-request queue is full.
+    DeferredFull,
+    /// A duplicate READ or atomic that matches no responder resource.
+    UnmatchedDuplicate,
 }
 
 impl Drop {
@@ -202,6 +206,8 @@ impl Drop {
             Drop::BadState => &c.drop_bad_state,
             Drop::WrongSource => &c.drop_wrong_source,
             Drop::BadPkey => &c.drop_bad_pkey,
+            Drop::DeferredFull => &c.drop_deferred_full,
+            Drop::UnmatchedDuplicate => &c.drop_unmatched_duplicate,
         });
     }
 }
@@ -273,10 +279,9 @@ pub fn new_qp(qp_type: QpType, cfg: QpConfig) -> Result<Box<dyn QpMachine>, CapE
     })
 }
 
-/// The payload length rule for a packet of a multi-packet message, the
-/// same for RC and UC requests and RC READ responses (IBA ch. 9.7,
-/// the responder's length checks: every packet but the last of a message carries exactly the path
-/// MTU; the last carries 1 to MTU bytes; an only packet 0 to MTU).
+/// The payload length rule for a request packet, the same for RC and UC
+/// (IBA ch. 9.7, the responder's length checks): every packet but the last of a message carries exactly the
+/// path MTU; the last carries 1 to MTU bytes; an only packet 0 to MTU.
 pub fn payload_length_ok(position: uroce_wire::Position, len: usize, mtu: usize) -> bool {
     use uroce_wire::Position;
     match position {

@@ -52,6 +52,7 @@ impl Resolved {
     pub fn total(&self) -> u64 {
         self.total
     }
+    /// Copies `out.len()` bytes starting at message offset `at` out of the
     /// list.
     pub fn gather(&self, at: u64, out: &mut [u8]) -> Result<(), MemError> {
         self.walk(at, out.len(), |seg, off, range| {

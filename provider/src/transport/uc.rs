@@ -30,7 +30,7 @@ use crate::counters::Counters;
 use crate::events::EventType;
 use crate::memory::MrInner;
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
-use crate::transport::rc::check_op_allowed;
+use crate::transport::rc::{check_op_allowed, check_payload_length};
 use crate::transport::rc::{npkts, position, MAX_MSG_SIZE, PKEY};
 use crate::transport::QpCore;
 use crate::transport::SweepDetector;
@@ -423,12 +423,9 @@ impl UcQp {
                 return;
             }
         }
-        // Length of the packet: FIRST and MIDDLE carry exactly one path
-        // MTU, LAST 1..=MTU, ONLY up to the MTU (as the RC responder).
-        let mtu = self.mtu() as usize;
-        let plen = pkt.payload.len();
-        if !crate::transport::payload_length_ok(info.position, plen, mtu) {
-            self.drop_message();
+        // Length of the packet: the same step as RC's.
+        if let Err(e) = check_payload_length(pkt, self.mtu() as usize) {
+            self.responder_error(e);
             return;
         }
         let accepted = match info.operation {

@@ -454,6 +454,27 @@ fn finish_recv(
     e
 }
 
+/// Converts a C receive WR list (at most `max_sge` SGEs each) and posts
+/// what converted with `post`; the first failure goes to `*bad`. A NULL
+/// list is EINVAL.
+///
+/// # Safety
+/// The list is valid (the caller's contract).
+unsafe fn post_recv_list(
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    max_sge: u32,
+    post: impl FnOnce(&[RecvWr]) -> Result<(), (usize, uroce_verbs::Error)>,
+) -> c_int {
+    if wr.is_null() {
+        return finish_recv(Ok(()), &[], Some((wr, libc::EINVAL)), bad);
+    }
+    // SAFETY: the caller's promise.
+    let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, max_sge) };
+    let posted = if wrs.is_empty() { Ok(()) } else { post(&wrs) };
+    finish_recv(posted, &ptrs, failed, bad)
+}
+
 /// `ops.post_recv`.
 pub(crate) unsafe extern "C" fn post_recv(
     p: *mut ibv_qp,
@@ -466,17 +487,8 @@ pub(crate) unsafe extern "C" fn post_recv(
             Ok(q) => q,
             Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
         };
-        if wr.is_null() {
-            return finish_recv(Ok(()), &[], Some((wr, libc::EINVAL)), bad);
-        }
         // SAFETY: the caller's list.
-        let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, q.rust.cap().max_recv_sge) };
-        let posted = if wrs.is_empty() {
-            Ok(())
-        } else {
-            q.rust.post_recv(&wrs)
-        };
-        finish_recv(posted, &ptrs, failed, bad)
+        unsafe { post_recv_list(wr, bad, q.rust.cap().max_recv_sge, |w| q.rust.post_recv(w)) }
     })
 }
 
@@ -492,17 +504,8 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
             Ok(q) => q,
             Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
         };
-        if wr.is_null() {
-            return finish_recv(Ok(()), &[], Some((wr, libc::EINVAL)), bad);
-        }
         // SAFETY: the caller's list.
-        let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, q.rust.query().max_sge) };
-        let posted = if wrs.is_empty() {
-            Ok(())
-        } else {
-            q.rust.post_recv(&wrs)
-        };
-        finish_recv(posted, &ptrs, failed, bad)
+        unsafe { post_recv_list(wr, bad, q.rust.query().max_sge, |w| q.rust.post_recv(w)) }
     })
 }
 

@@ -22,8 +22,9 @@ use crate::transport::QpCore;
 use crate::transport::{QpMachine, RxMeta};
 use crate::types::{QpState, QpType, Wc, WcStatus};
 use requester::Requester;
-pub(crate) use responder::check_op_allowed;
 use responder::Responder;
+pub(crate) use responder::{check_op_allowed, check_payload_length};
+pub use responder::{MAX_DEFERRED, MAX_QUEUED_RESPONSES};
 use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::{BthRepr, Opcode, Position, Psn, Transport};
 

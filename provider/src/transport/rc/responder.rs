@@ -8,7 +8,7 @@ use crate::events::EventType;
 use crate::memory::{MemError, MrInner};
 use crate::transport::sgl::Resolved;
 use crate::transport::status::{ErrorAction, RespError};
-use crate::transport::{payload_length_ok, Nanos, SweepDetector};
+use crate::transport::{payload_length_ok, Drop, Nanos, SweepDetector};
 use crate::types::{Access, QpState, QpType, Wc, WcOpcode, WcStatus};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -288,7 +288,10 @@ impl Responder {
         {
             self.out.pop_back();
         }
-        if self.out_full() {
+        // An error NAK always goes (the QP then stops answering); ACKs,
+        // RNR and sequence NAKs wait for room (the requester retries).
+        let error_nak = matches!(syndrome, AethSyndrome::Nak(c) if c != NakCode::PsnSequenceError);
+        if self.out_full() && !error_nak {
             return false;
         }
         self.out.push_back(RespItem::Ack { psn, syndrome, msn });
@@ -311,9 +314,7 @@ impl RcQp {
     pub(super) fn handle_request(&mut self, now: Nanos, pkt: &ParsedPacket<'_>) {
         let c = &self.core.cfg.counters;
         if !matches!(self.core.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            Counters::inc(&c.dropped_pkts);
-            Counters::inc(&c.drop_bad_state);
-            return;
+            return Drop::BadState.count(c);
         }
         let psn = pkt.bth.psn;
         self.resp
@@ -331,8 +332,7 @@ impl RcQp {
                 b.extend_from_slice(pkt.bytes);
                 self.resp.deferred.push_back(b);
             } else {
-                Counters::inc(&c.dropped_pkts);
-                Counters::inc(&c.drop_deferred_full);
+                Drop::DeferredFull.count(c);
             }
             return;
         }
@@ -677,8 +677,10 @@ impl RcQp {
                 if !r.repeats_read(psn, reth.va, len, reth.rkey, n) {
                     return self.drop_unmatched();
                 }
-                if !self.core.attr.qp_access_flags.contains(Access::REMOTE_READ) {
-                    return self.responder_error(RespError::InvalidRequest, psn);
+                let allowed =
+                    check_op_allowed(Operation::RdmaReadRequest, self.core.attr.qp_access_flags);
+                if let Err(e) = allowed {
+                    return self.responder_error(e, psn);
                 }
                 let (mr, offset) =
                     match self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ) {
@@ -717,9 +719,7 @@ impl RcQp {
     }
 
     fn drop_unmatched(&mut self) {
-        let c = &self.core.cfg.counters;
-        Counters::inc(&c.dropped_pkts);
-        Counters::inc(&c.drop_unmatched_duplicate);
+        Drop::UnmatchedDuplicate.count(&self.core.cfg.counters);
     }
 
     /// A failed check: NAK, complete the receive WR in progress with the
@@ -856,5 +856,36 @@ impl RcQp {
             return self.transmit_response(buf);
         }
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The response queue holds at most MAX_QUEUED_RESPONSES: RNR and
+    /// sequence NAKs beyond it are refused (and counted by the caller),
+    /// positive ACKs coalesce, and an error NAK always goes.
+    #[test]
+    fn the_response_queue_is_bounded_but_error_naks_go() {
+        let mut r = Responder::default();
+        let rnr = AethSyndrome::RnrNak { timer: 1 };
+        let mut queued = 0;
+        for i in 0..MAX_QUEUED_RESPONSES as u32 + 50 {
+            queued += u32::from(r.push_ack(Psn::new(i), rnr, 0));
+        }
+        assert_eq!(queued as usize, MAX_QUEUED_RESPONSES);
+        assert_eq!(r.out.len(), MAX_QUEUED_RESPONSES);
+        let seq = AethSyndrome::Nak(NakCode::PsnSequenceError);
+        assert!(!r.push_ack(Psn::new(1), seq, 0));
+        let err = AethSyndrome::Nak(NakCode::RemoteAccessError);
+        assert!(r.push_ack(Psn::new(2), err, 0));
+        assert_eq!(r.out.len(), MAX_QUEUED_RESPONSES + 1);
+
+        let mut r = Responder::default();
+        for i in 0..1000 {
+            assert!(r.push_ack(Psn::new(i), ACK, 0));
+        }
+        assert_eq!(r.out.len(), 1, "positive ACKs coalesce");
     }
 }
