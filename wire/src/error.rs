@@ -72,6 +72,10 @@ pub enum Error {
     /// A field value cannot be encoded (e.g. a QPN over 24 bits).
     #[error("value out of range: {0}")]
     OutOfRange(&'static str),
+    /// A MAD that is not a CM MAD uroce takes (wrong version, class or
+    /// method, unknown attribute), or a malformed CMA header.
+    #[error("not a CM MAD: {0}")]
+    BadMad(&'static str),
     /// The frame is not IPv4/IPv6 UDP, or its IP/UDP header is malformed.
     #[error("not a RoCEv2 frame: {0}")]
     NotRoce(&'static str),

@@ -7,7 +7,10 @@
 //! [`ImmDt`](immdt), [`Ieth`](ieth); the opcode table as data
 //! ([`opcode`]); whole packets from the BTH to the ICRC ([`packet`]); the
 //! ICRC ([`icrc`]); Ethernet/IPv4/IPv6/UDP framing ([`frame`]); pcap
-//! capture files ([`pcap`]); 24-bit PSN arithmetic ([`psn`]).
+//! capture files ([`pcap`]); 24-bit PSN arithmetic ([`psn`]); the
+//! management datagrams of connection management: the MAD header
+//! ([`mad`]), the CM messages ([`cm`]) and rdma_cm's IP addressing
+//! ([`cma`]).
 //!
 //! ## The contract (after smoltcp's `wire`)
 //!
@@ -28,6 +31,8 @@
 pub mod aeth;
 pub mod atomic;
 pub mod bth;
+pub mod cm;
+pub mod cma;
 pub mod deth;
 pub mod error;
 pub mod fields;
@@ -37,6 +42,7 @@ pub mod harness;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod pcap;
