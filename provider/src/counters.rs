@@ -103,6 +103,20 @@ counters! {
     /// UC messages dropped (a PSN gap, an out-of-sequence packet, a bad
     /// R_Key): reception resumes at the next FIRST/ONLY packet.
     uc_dropped_msgs,
+    /// CM MADs sent on QP1 (first sends and resends).
+    cm_mads_sent,
+    /// CM MADs received that parsed.
+    cm_mads_rcvd,
+    /// QP1 packets that are not a well-formed CM MAD (bad MAD header,
+    /// unknown attribute, truncated): dropped.
+    cm_malformed_mads,
+    /// CM MADs dropped: no connection they name, a state that does not
+    /// take them, LAP/APR, not a UD SEND.
+    cm_dropped_mads,
+    /// CM messages resent after their response timeout.
+    cm_retries,
+    /// Duplicate CM messages received (answered as the state says).
+    cm_duplicates,
 }
 
 impl Counters {

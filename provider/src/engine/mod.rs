@@ -92,6 +92,7 @@ struct Shared {
 /// A running engine. Dropping it stops the thread and closes the socket.
 pub struct Engine {
     shared: Arc<Shared>,
+    epoch: Instant,
     cmds: Sender<Command>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
@@ -138,6 +139,7 @@ impl Engine {
         });
         let (tx, rx) = channel::unbounded();
         let counters = Arc::new(Counters::default());
+        let epoch = Instant::now();
         let mut worker = Worker {
             shared: shared.clone(),
             cmds: rx,
@@ -147,7 +149,7 @@ impl Engine {
             dirty: VecDeque::new(),
             timers: BinaryHeap::new(),
             counters: counters.clone(),
-            epoch: Instant::now(),
+            epoch,
             buf: vec![0u8; MAX_DATAGRAM],
             rbuf: vec![0u8; HEADROOM + MAX_DATAGRAM],
             faults: faults.filter(|f| !f.is_none()).map(FaultInjector::new),
@@ -164,6 +166,7 @@ impl Engine {
             })?;
         Ok(Engine {
             shared,
+            epoch,
             cmds: tx,
             thread: Some(thread),
             counters,
@@ -196,6 +199,20 @@ impl Engine {
     pub fn kick(&self, qpn: u32) {
         self.shared.ready.push(qpn);
         self.shared.doorbell.ring_if_sleeping();
+    }
+
+    /// The engine's clock: the time its QPs' deadlines are in.
+    pub fn now(&self) -> Nanos {
+        Nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// A handle that kicks QPs and reads the clock without the engine
+    /// (for code that must not keep the engine alive).
+    pub fn kicker(&self) -> Kicker {
+        Kicker {
+            shared: Arc::downgrade(&self.shared),
+            epoch: self.epoch,
+        }
     }
 
     fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Result<T, EngineError> {
@@ -253,6 +270,33 @@ impl Engine {
     /// in progress when this returns.
     pub fn sync(&self) -> Result<(), EngineError> {
         self.call(Command::Sync)
+    }
+}
+
+/// See [`Engine::kicker`].
+#[derive(Clone)]
+pub struct Kicker {
+    shared: std::sync::Weak<Shared>,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for Kicker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Kicker")
+    }
+}
+
+impl Kicker {
+    /// [`Engine::kick`], if the engine still runs.
+    pub fn kick(&self, qpn: u32) {
+        if let Some(s) = self.shared.upgrade() {
+            s.ready.push(qpn);
+            s.doorbell.ring_if_sleeping();
+        }
+    }
+    /// [`Engine::now`].
+    pub fn now(&self) -> Nanos {
+        Nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 }
 

@@ -1,0 +1,499 @@
+//! The CM agent on the simulated network: two devices' QP1s, with loss,
+//! duplication and scripted drops.
+
+use super::gsi::GsiQp;
+use super::*;
+use crate::net::sim::{Faults, SimNet, Verdict};
+use parking_lot::Mutex;
+use uroce_wire::cm::CmAttr;
+use uroce_wire::mad::MAD_LEN;
+
+const A: &str = "10.0.0.1";
+const B: &str = "10.0.0.2";
+const SID: u64 = 0x0106_1d2f;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+struct Pair {
+    net: SimNet,
+    a: Arc<Mutex<CmAgent>>,
+    b: Arc<Mutex<CmAgent>>,
+    counters: Arc<Counters>,
+}
+
+/// Two agents with short timeouts (exponent 14: 67 ms, lifetime 10).
+fn pair(seed: u64, faults: Faults) -> Pair {
+    let counters = Arc::new(Counters::default());
+    let mut net = SimNet::new(seed, faults);
+    let mk = |addr: &str, guid: u64| {
+        let mut cfg = CmConfig::new(ip(addr), guid);
+        cfg.response_timeout = 14;
+        cfg.packet_lifetime = 10;
+        cfg.max_retries = 4;
+        Arc::new(Mutex::new(CmAgent::new(cfg, counters.clone())))
+    };
+    let a = mk(A, 0xa);
+    let b = mk(B, 0xb);
+    net.add(ip(A), GsiQp::new(a.clone(), ip(A), counters.clone(), None));
+    net.add(ip(B), GsiQp::new(b.clone(), ip(B), counters.clone(), None));
+    Pair {
+        net,
+        a,
+        b,
+        counters,
+    }
+}
+
+#[allow(clippy::field_reassign_with_default)] // many fields, a few set
+fn req(qpn: u32, psn: u32) -> ReqRepr {
+    let mut r = ReqRepr::default();
+    r.service_id = SID;
+    r.local_qpn = qpn;
+    r.starting_psn = psn;
+    r.responder_resources = 4;
+    r.initiator_depth = 4;
+    r.path_mtu = 5;
+    r.retry_count = 7;
+    r.rnr_retry_count = 7;
+    r.pkey = 0xffff;
+    r.private_data[..5].copy_from_slice(b"hello");
+    r
+}
+
+#[allow(clippy::field_reassign_with_default)]
+fn rep(qpn: u32, psn: u32) -> RepRepr {
+    let mut r = RepRepr::default();
+    r.local_qpn = qpn;
+    r.starting_psn = psn;
+    r.responder_resources = 4;
+    r.initiator_depth = 4;
+    r.rnr_retry_count = 7;
+    r.private_data[..5].copy_from_slice(b"world");
+    r
+}
+
+/// What each side saw, with the users' standard answers applied: the
+/// passive side accepts every REQ, the active side establishes on REP.
+#[derive(Default, Debug)]
+struct Seen {
+    a: Vec<CmEvent>,
+    b: Vec<CmEvent>,
+}
+
+impl Pair {
+    fn now(&self) -> Nanos {
+        self.net.now()
+    }
+    /// Runs until `done` or `limit_ns` of virtual time; users answer as
+    /// `Seen` says.
+    fn run(&mut self, seen: &mut Seen, limit_ns: u64, done: impl Fn(&Seen) -> bool) -> bool {
+        let end = self.net.now().plus(limit_ns);
+        loop {
+            let now = self.net.now();
+            for (agent, log, passive) in
+                [(&self.a, &mut seen.a, false), (&self.b, &mut seen.b, true)]
+            {
+                let mut g = agent.lock();
+                while let Some(e) = g.poll_event() {
+                    match &e {
+                        CmEvent::ReqReceived { conn, .. } if passive => {
+                            g.accept(now, *conn, &rep(0x222, 200)).unwrap();
+                        }
+                        CmEvent::RepReceived { conn, .. } if !passive => {
+                            g.establish(*conn, &[]).unwrap();
+                        }
+                        _ => {}
+                    }
+                    log.push(e);
+                }
+            }
+            if done(seen) {
+                return true;
+            }
+            if self.net.now() > end || !self.net.step() {
+                return done(seen);
+            }
+        }
+    }
+}
+
+fn has(log: &[CmEvent], f: impl Fn(&CmEvent) -> bool) -> bool {
+    log.iter().any(f)
+}
+
+fn established(log: &[CmEvent]) -> bool {
+    has(log, |e| matches!(e, CmEvent::Established { .. }))
+}
+
+fn connect(p: &mut Pair) -> u32 {
+    p.b.lock().listen(SID).unwrap();
+    let now = p.now();
+    p.a.lock().connect(now, ip(B), &req(0x111, 100)).unwrap()
+}
+
+#[test]
+fn connects_and_disconnects() {
+    let mut p = pair(1, Faults::default());
+    let conn = connect(&mut p);
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| established(&s.b)));
+    // The passive side saw the REQ's fields and private data.
+    let CmEvent::ReqReceived { req, src, .. } = &seen.b[0] else {
+        panic!("{:?}", seen.b)
+    };
+    assert_eq!((req.local_qpn, req.starting_psn, *src), (0x111, 100, ip(A)));
+    assert_eq!(&req.private_data[..5], b"hello");
+    assert_eq!(req.local_ca_guid, 0xa);
+    let CmEvent::RepReceived { rep, .. } = &seen.a[0] else {
+        panic!("{:?}", seen.a)
+    };
+    assert_eq!((rep.local_qpn, rep.starting_psn), (0x222, 200));
+    assert_eq!(&rep.private_data[..5], b"world");
+    assert_eq!(p.a.lock().state(conn), Some(ConnState::Established));
+    let now = p.now();
+    p.a.lock().disconnect(now, conn, b"bye").unwrap();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| {
+        has(&s.a, |e| matches!(e, CmEvent::TimewaitExit { .. }))
+            && has(&s.b, |e| matches!(e, CmEvent::TimewaitExit { .. }))
+    }));
+    let bye = seen.b.iter().find_map(|e| match e {
+        CmEvent::Disconnected { private_data, .. } => Some(private_data[..3].to_vec()),
+        _ => None,
+    });
+    assert_eq!(bye.as_deref(), Some(&b"bye"[..]));
+    assert!(p.a.lock().is_empty() && p.b.lock().is_empty());
+    assert_eq!(p.counters.cm_retries.load(Ordering::Relaxed), 0);
+}
+
+use std::sync::atomic::Ordering;
+
+#[test]
+fn connects_through_loss_and_duplication() {
+    let mut made = 0;
+    for seed in 0..40 {
+        let faults = Faults {
+            loss: 0.3,
+            duplicate: 0.2,
+            ..Faults::default()
+        };
+        let mut p = pair(seed, faults);
+        let conn = connect(&mut p);
+        let mut seen = Seen::default();
+        let ok = p.run(&mut seen, 5_000_000_000, |s| {
+            established(&s.b) || has(&s.a, |e| matches!(e, CmEvent::Unreachable { .. }))
+        });
+        assert!(ok, "seed {seed}: {seen:?}");
+        if !established(&seen.b) {
+            continue; // 4 retries can all be lost at 30% loss
+        }
+        made += 1;
+        // Exactly one REQ event and one REP event, whatever was duplicated.
+        let reqs = seen
+            .b
+            .iter()
+            .filter(|e| matches!(e, CmEvent::ReqReceived { .. }))
+            .count();
+        let reps = seen
+            .a
+            .iter()
+            .filter(|e| matches!(e, CmEvent::RepReceived { .. }))
+            .count();
+        assert_eq!((reqs, reps), (1, 1), "seed {seed}");
+        assert_eq!(p.a.lock().state(conn), Some(ConnState::Established));
+        let now = p.now();
+        p.a.lock().disconnect(now, conn, &[]).unwrap();
+        let ok = p.run(&mut seen, 5_000_000_000, |s| {
+            has(&s.a, |e| matches!(e, CmEvent::Disconnected { .. }))
+                && has(&s.b, |e| matches!(e, CmEvent::Disconnected { .. }))
+        });
+        assert!(ok, "seed {seed}: {seen:?}");
+    }
+    assert!(made >= 30, "only {made} of 40 connected");
+}
+
+#[test]
+fn no_listener_is_rejected_with_invalid_service_id() {
+    let mut p = pair(2, Faults::default());
+    let now = p.now();
+    let conn = p.a.lock().connect(now, ip(B), &req(0x111, 1)).unwrap();
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| !s.a.is_empty()));
+    match &seen.a[0] {
+        CmEvent::Rejected { conn: c, rej } => {
+            assert_eq!(*c, conn);
+            assert_eq!(rej.reason, reason::INVALID_SERVICE_ID);
+        }
+        e => panic!("{e:?}"),
+    }
+    assert!(p.a.lock().is_empty() && p.b.lock().is_empty());
+}
+
+#[test]
+fn the_user_can_reject_with_private_data() {
+    let mut p = pair(3, Faults::default());
+    p.b.lock().listen(SID).unwrap();
+    let now = p.now();
+    p.a.lock().connect(now, ip(B), &req(0x111, 1)).unwrap();
+    // Step until B has the REQ, reject it by hand.
+    let b = p.b.clone();
+    let got = p.net.run_until(1_000_000_000, |_| b.lock().has_events());
+    assert!(got);
+    let e = b.lock().poll_event().unwrap();
+    let CmEvent::ReqReceived { conn, .. } = e else {
+        panic!("{e:?}")
+    };
+    b.lock()
+        .reject(conn, reason::CONSUMER_REJECT, b"no")
+        .unwrap();
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| !s.a.is_empty()));
+    let CmEvent::Rejected { rej, .. } = &seen.a[0] else {
+        panic!("{:?}", seen.a)
+    };
+    assert_eq!(rej.reason, reason::CONSUMER_REJECT);
+    assert_eq!(&rej.private_data[..2], b"no");
+}
+
+/// Drops every MAD of one attribute from `src`.
+fn drop_attr(net: &mut SimNet, src: IpAddr, attr: CmAttr) {
+    net.set_filter(move |w| {
+        let mad = w.pkt.payload;
+        let id = mad.get(16..18).map(|b| u16::from_be_bytes([b[0], b[1]]));
+        if w.src == src && id == Some(attr as u16) {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+}
+
+#[test]
+fn a_lost_rep_is_resent_then_unreachable() {
+    let mut p = pair(4, Faults::default());
+    drop_attr(&mut p.net, ip(B), CmAttr::Rep);
+    let conn = connect(&mut p);
+    let mut seen = Seen::default();
+    let start = p.now();
+    // B gives up on its own, or hears A's timeout REJ first (A started
+    // its clock first).
+    assert!(p.run(&mut seen, 10_000_000_000, |s| {
+        has(&s.a, |e| matches!(e, CmEvent::Unreachable { .. }))
+            && has(&s.b, |e| match e {
+                CmEvent::Unreachable { .. } => true,
+                CmEvent::Rejected { rej, .. } => rej.reason == reason::TIMEOUT,
+                _ => false,
+            })
+    }));
+    assert!(seen.a.contains(&CmEvent::Unreachable { conn }));
+    // Four retries of a ~70 ms wait each on both sides, not seconds.
+    let took = p.now().0 - start.0;
+    assert!((300_000_000..3_000_000_000).contains(&took), "{took}");
+    assert!(p.counters.cm_retries.load(Ordering::Relaxed) >= 4);
+    // Duplicate REQs while the REP was outstanding did not make a second
+    // connection.
+    let reqs = seen
+        .b
+        .iter()
+        .filter(|e| matches!(e, CmEvent::ReqReceived { .. }))
+        .count();
+    assert_eq!(reqs, 1);
+    assert!(p.a.lock().is_empty() && p.b.lock().is_empty());
+}
+
+#[test]
+fn a_lost_rtu_is_recovered_by_the_rep_retry() {
+    let mut p = pair(5, Faults::default());
+    // Drop the first RTU only.
+    let mut dropped = false;
+    p.net.set_filter(move |w| {
+        let id = w
+            .pkt
+            .payload
+            .get(16..18)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]));
+        if id == Some(CmAttr::Rtu as u16) && !dropped {
+            dropped = true;
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+    connect(&mut p);
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 2_000_000_000, |s| established(&s.b)));
+    assert!(p.counters.cm_retries.load(Ordering::Relaxed) >= 1);
+    assert!(p.counters.cm_duplicates.load(Ordering::Relaxed) >= 1);
+}
+
+#[test]
+fn a_dead_peer_makes_the_dreq_time_out() {
+    let mut p = pair(6, Faults::default());
+    let conn = connect(&mut p);
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| established(&s.b)));
+    // B is gone: nothing it would send arrives.
+    drop_attr(&mut p.net, ip(B), CmAttr::Drep);
+    let now = p.now();
+    p.a.lock().disconnect(now, conn, &[]).unwrap();
+    assert!(p.run(&mut seen, 10_000_000_000, |s| {
+        has(&s.a, |e| matches!(e, CmEvent::TimewaitExit { .. }))
+    }));
+    assert!(has(&seen.a, |e| matches!(e, CmEvent::Disconnected { .. })));
+}
+
+#[test]
+fn a_slow_user_gets_an_mra_and_the_peer_waits() {
+    let mut p = pair(7, Faults::default());
+    p.b.lock().listen(SID).unwrap();
+    let now = p.now();
+    let conn = p.a.lock().connect(now, ip(B), &req(0x111, 1)).unwrap();
+    // B's user does not answer for 150 ms: A's REQ is resent, B MRAs it.
+    let b = p.b.clone();
+    let start = p.now().0;
+    p.net
+        .run_until(150_000_000, |n| n.now().0 > start + 150_000_000);
+    assert_eq!(p.a.lock().state(conn), Some(ConnState::MraRcvd));
+    let e = b.lock().poll_event().unwrap();
+    let CmEvent::ReqReceived { conn: bc, .. } = e else {
+        panic!("{e:?}")
+    };
+    assert!(b.lock().poll_event().is_none(), "one REQ event");
+    // Another second: A keeps waiting (the MRA asked for 2^24 x 4 us).
+    let start = p.now().0;
+    p.net
+        .run_until(1_000_000_000, |n| n.now().0 > start + 1_000_000_000);
+    assert_eq!(p.a.lock().state(conn), Some(ConnState::MraRcvd));
+    let now = p.now();
+    b.lock().accept(now, bc, &rep(0x222, 2)).unwrap();
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| established(&s.b)));
+}
+
+#[test]
+fn a_stale_req_is_rejected_and_the_old_connection_ends() {
+    let mut p = pair(8, Faults::default());
+    connect(&mut p);
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| established(&s.b)));
+    // A "restarts": a new agent state, same QPN, new comm ID.
+    let now = p.now();
+    let mut cfg = p.a.lock().config().clone();
+    cfg.ca_guid = 0xa;
+    *p.a.lock() = CmAgent::new(cfg, p.counters.clone());
+    p.a.lock().connect(now, ip(B), &req(0x111, 5)).unwrap();
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 2_000_000_000, |s| {
+        !s.a.is_empty() && has(&s.b, |e| matches!(e, CmEvent::Disconnected { .. }))
+    }));
+    let CmEvent::Rejected { rej, .. } = &seen.a[0] else {
+        panic!("{:?}", seen.a)
+    };
+    assert_eq!(rej.reason, reason::STALE_CONN);
+}
+
+#[test]
+fn sidr_resolves_a_service_and_refuses_an_unknown_one() {
+    let mut p = pair(9, Faults::default());
+    p.b.lock().listen(SID).unwrap();
+    let now = p.now();
+    let id = p.a.lock().sidr_request(now, ip(B), SID, b"who").unwrap();
+    let b = p.b.clone();
+    assert!(p.net.run_until(1_000_000_000, |_| b.lock().has_events()));
+    let e = b.lock().poll_event().unwrap();
+    let CmEvent::SidrReqReceived { conn, req, .. } = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(&req.private_data[..3], b"who");
+    let now = p.now();
+    b.lock()
+        .sidr_reply(now, conn, SIDR_OK, 0x333, 0x1234_5678, b"ok")
+        .unwrap();
+    let a = p.a.clone();
+    assert!(p.net.run_until(1_000_000_000, |_| a.lock().has_events()));
+    let e = a.lock().poll_event().unwrap();
+    let CmEvent::SidrRepReceived { conn, rep } = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(conn, id);
+    assert_eq!(
+        (rep.status, rep.qpn, rep.qkey),
+        (SIDR_OK, 0x333, 0x1234_5678)
+    );
+    let now = p.now();
+    p.a.lock().sidr_request(now, ip(B), SID + 1, &[]).unwrap();
+    assert!(p.net.run_until(1_000_000_000, |_| a.lock().has_events()));
+    let e = a.lock().poll_event().unwrap();
+    let CmEvent::SidrRepReceived { rep, .. } = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(rep.status, SIDR_UNSUPPORTED);
+}
+
+#[test]
+fn malformed_and_unmatched_mads_are_dropped_and_counted() {
+    let counters = Arc::new(Counters::default());
+    let mut agent = CmAgent::new(CmConfig::new(ip(A), 1), counters.clone());
+    let now = Nanos(0);
+    // Random bytes, short buffers, a wrong class.
+    let mut rng = 0x1234_5678u64;
+    for len in [0, 1, 23, 24, 100, 255, 256, 300] {
+        let mut b = vec![0u8; len];
+        for x in &mut b {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1);
+            *x = (rng >> 33) as u8;
+        }
+        agent.handle_mad(now, ip(B), 1, &b);
+    }
+    assert_eq!(counters.cm_malformed_mads.load(Ordering::Relaxed), 8);
+    // Well-formed replies that name no connection.
+    for msg in [
+        CmMessage::Rep(rep(1, 1)),
+        CmMessage::Rtu(RtuRepr::default()),
+        CmMessage::Drep(DrepRepr::default()),
+        CmMessage::Rej(RejRepr::default()),
+        CmMessage::Mra(MraRepr::default()),
+    ] {
+        let mut b = [0u8; MAD_LEN];
+        CmMad { tid: 1, msg }.emit(&mut b).unwrap();
+        agent.handle_mad(now, ip(B), 1, &b);
+    }
+    assert_eq!(counters.cm_dropped_mads.load(Ordering::Relaxed), 5);
+    assert!(agent.poll_event().is_none() && agent.is_empty());
+    // A DREQ for nothing is answered with a DREP all the same.
+    let mut b = [0u8; MAD_LEN];
+    CmMad {
+        tid: 9,
+        msg: CmMessage::Dreq(DreqRepr::default()),
+    }
+    .emit(&mut b)
+    .unwrap();
+    agent.handle_mad(now, ip(B), 1, &b);
+    let out = agent.poll_transmit().unwrap();
+    assert!(matches!(out.mad.msg, CmMessage::Drep(_)) && out.mad.tid == 9);
+}
+
+#[test]
+fn req_floods_are_bounded() {
+    let counters = Arc::new(Counters::default());
+    let mut agent = CmAgent::new(CmConfig::new(ip(A), 1), counters);
+    agent.listen(SID).unwrap();
+    for i in 0..(MAX_CONNS as u32 + 100) {
+        let mut r = req(i + 2, 1);
+        r.local_comm_id = i + 1;
+        let mut b = [0u8; MAD_LEN];
+        CmMad {
+            tid: 1,
+            msg: CmMessage::Req(r),
+        }
+        .emit(&mut b)
+        .unwrap();
+        agent.handle_mad(Nanos(0), ip(B), 1, &b);
+    }
+    assert_eq!(agent.len(), MAX_CONNS);
+    let rejs = std::iter::from_fn(|| agent.poll_transmit())
+        .filter(|o| matches!(o.mad.msg, CmMessage::Rej(r) if r.reason == reason::NO_RESOURCES))
+        .count();
+    assert_eq!(rejs, 100);
+}
