@@ -82,6 +82,8 @@ impl Device {
         if let Some(path) = capture_path_from_env(&self.cfg.name) {
             engine.capture(Some(&path))?;
         }
+        // QP1 and the connection manager's agent.
+        let cm = crate::cm::CmDevice::start(&engine, self.cfg.ip, self.guid())?;
         Ok(Context {
             inner: Arc::new(ContextInner {
                 device: self.clone(),
@@ -90,8 +92,29 @@ impl Device {
                 active_mtu: mtu,
                 next_pd: AtomicU32::new(1),
                 qpns: parking_lot::Mutex::new(HashSet::new()),
+                cm,
             }),
         })
+    }
+
+    /// Opens the device, or returns the context this process has open on
+    /// it already (a device binds its address once per process; the
+    /// connection manager and the C library share contexts this way).
+    pub fn open_shared(&self) -> Result<Context> {
+        static OPEN: parking_lot::Mutex<Vec<(Device, std::sync::Weak<ContextInner>)>> =
+            parking_lot::Mutex::new(Vec::new());
+        let mut open = OPEN.lock();
+        open.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(inner) = open
+            .iter()
+            .find(|(d, _)| d == self)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(Context { inner });
+        }
+        let ctx = self.open()?;
+        open.push((self.clone(), Arc::downgrade(&ctx.inner)));
+        Ok(ctx)
     }
 }
 
@@ -102,6 +125,7 @@ pub(crate) struct ContextInner {
     pub active_mtu: Mtu,
     next_pd: AtomicU32,
     qpns: parking_lot::Mutex<HashSet<u32>>,
+    pub cm: Arc<crate::cm::CmDevice>,
 }
 
 impl ContextInner {

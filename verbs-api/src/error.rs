@@ -30,6 +30,12 @@ pub enum Error {
     /// Nothing to return without blocking (EAGAIN).
     #[error("would block")]
     WouldBlock,
+    /// The address (or port) is taken (EADDRINUSE).
+    #[error("address in use")]
+    AddrInUse,
+    /// No device serves the address (EADDRNOTAVAIL).
+    #[error("no uroce device for address {0}")]
+    AddrNotAvailable(String),
 }
 
 impl Error {
@@ -43,6 +49,8 @@ impl Error {
             Error::Engine(_) => libc_errno::EIO,
             Error::NotSupported(_) => libc_errno::EOPNOTSUPP,
             Error::WouldBlock => libc_errno::EAGAIN,
+            Error::AddrInUse => libc_errno::EADDRINUSE,
+            Error::AddrNotAvailable(_) => libc_errno::EADDRNOTAVAIL,
         }
     }
 }
@@ -55,6 +63,8 @@ mod libc_errno {
     pub const EBUSY: i32 = 16;
     pub const ENODEV: i32 = 19;
     pub const EINVAL: i32 = 22;
+    pub const EADDRINUSE: i32 = 98;
+    pub const EADDRNOTAVAIL: i32 = 99;
 }
 
 impl From<EngineError> for Error {

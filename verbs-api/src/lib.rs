@@ -20,6 +20,7 @@
 
 mod ah;
 pub mod cli;
+pub mod cm;
 mod cq;
 pub mod demo;
 mod device;

@@ -42,6 +42,7 @@ pub struct QueuePair {
     /// The state as the engine's QP publishes it (it moves to ERR or SQE
     /// on its own).
     state: Arc<StateCell>,
+    srq: bool,
     _pd: Arc<()>,
     _send_cq: Arc<uroce_provider::cq::CqInner>,
     _recv_cq: Arc<uroce_provider::cq::CqInner>,
@@ -104,10 +105,16 @@ impl QueuePair {
             sq,
             rq,
             state,
+            srq: init.srq.is_some(),
             _pd: pd.users.clone(),
             _send_cq: init.send_cq.inner.clone(),
             _recv_cq: init.recv_cq.inner.clone(),
         })
+    }
+
+    /// Whether receives come from an SRQ.
+    pub fn has_srq(&self) -> bool {
+        self.srq
     }
 
     /// QP number.

@@ -178,7 +178,7 @@ unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
                     (c.clone(), h.clone())
                 }
                 None => {
-                    let c = dv.rust.open().map_err(|e| errno(&e))?;
+                    let c = dv.rust.open_shared().map_err(|e| errno(&e))?;
                     crate::post::make_blocking(c.async_fd());
                     let h = Arc::new(Handles::default());
                     *open = Some((c.clone(), h.clone(), 1));

@@ -1,0 +1,1479 @@
+//! Connection management: rdma_cm's model over uroce's CM agent.
+//!
+//! | librdmacm | uroce |
+//! |---|---|
+//! | `rdma_create_event_channel` / `rdma_get_cm_event` | [`EventChannel::new`], [`EventChannel::get_event`] |
+//! | `rdma_create_id` | [`CmId::new`] |
+//! | `rdma_bind_addr` / `rdma_resolve_addr` / `rdma_resolve_route` | [`CmId::bind_addr`], [`CmId::resolve_addr`], [`CmId::resolve_route`] |
+//! | `rdma_listen` / `rdma_accept` / `rdma_reject` | [`CmId::listen`], [`CmId::accept`], [`CmId::reject`] |
+//! | `rdma_create_qp` | [`CmId::create_qp`] |
+//! | `rdma_connect` / `rdma_establish` / `rdma_disconnect` | [`CmId::connect`], [`CmId::establish`], [`CmId::disconnect`] |
+//!
+//! Addresses are IP addresses and ports as with the kernel's rdma_cm on
+//! RoCE (IBTA Annex A11): a port and a port space make the CM service
+//! ID, and a REQ (or SIDR_REQ) carries the CMA header with both IP
+//! addresses and the active side's port ahead of the user's private data.
+//! An address resolves to the uroce device that has it (or, for a remote
+//! address, the device the route leaves from, else the only one).
+//!
+//! As in librdmacm, the QP moves through its states inside the calls and
+//! the event processing: [`CmId::create_qp`] leaves an RC QP in INIT (a UD
+//! QP in RTS), the REP's arrival moves the active side's QP to RTR and RTS
+//! before [`CmEventType::Established`] is returned, and
+//! [`CmId::accept`] moves the passive side's QP before the REP goes out.
+//!
+//! The event channel's descriptor is readable while an event waits: put
+//! it in `poll`/`epoll` or an async reactor, then call
+//! [`EventChannel::try_get_event`].
+
+use crate::device::{devices, Context, Device};
+use crate::error::{Error, Result};
+use crate::pd::ProtectionDomain;
+use crate::qp::{QpInitAttr, QueuePair};
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use uroce_provider::cm::gsi::GsiQp;
+use uroce_provider::cm::{self as pcm, CmAgent, CmConfig};
+use uroce_provider::engine::{Engine, Kicker};
+use uroce_provider::events::Semaphore;
+use uroce_provider::qp_attr::{gid_of, ip_of_gid, AddressVector, AttrMask, QpAttr};
+use uroce_provider::types::{Access, Mtu, QpState, QpType};
+use uroce_wire::cm::{RepRepr, ReqRepr};
+pub use uroce_wire::cma::PortSpace;
+use uroce_wire::cma::{self, CmaHeaderRepr, CMA_HDR_LEN};
+use uroce_wire::mad::GSI_QPN;
+
+/// The Q_Key of rdma_cm's UD ids (`RDMA_UDP_QKEY`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// `enum rdma_cm_event_type`, same numbering.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum CmEventType {
+    AddrResolved = 0,
+    AddrError = 1,
+    RouteResolved = 2,
+    RouteError = 3,
+    ConnectRequest = 4,
+    ConnectResponse = 5,
+    ConnectError = 6,
+    Unreachable = 7,
+    Rejected = 8,
+    Established = 9,
+    Disconnected = 10,
+    DeviceRemoval = 11,
+    MulticastJoin = 12,
+    MulticastError = 13,
+    AddrChange = 14,
+    TimewaitExit = 15,
+}
+
+impl CmEventType {
+    /// The words `rdma_event_str` gives.
+    pub fn as_str(self) -> &'static str {
+        use CmEventType::*;
+        match self {
+            AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
+            AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
+            RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
+            RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
+            ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
+            ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
+            ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
+            Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
+            Rejected => "RDMA_CM_EVENT_REJECTED",
+            Established => "RDMA_CM_EVENT_ESTABLISHED",
+            Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
+            DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
+            MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
+            MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
+            AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
+            TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        }
+    }
+}
+
+/// `struct rdma_conn_param`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data (at most 56 bytes in a TCP-port-space connect, 196 in
+    /// an accept, 148 in a reject).
+    pub private_data: Vec<u8>,
+    /// RDMA READs/atomics the peer may have outstanding at us.
+    pub responder_resources: u8,
+    /// RDMA READs/atomics we may have outstanding at the peer.
+    pub initiator_depth: u8,
+    /// End-to-end flow control (carried, not used).
+    pub flow_control: bool,
+    /// Transport retries (3 bits).
+    pub retry_count: u8,
+    /// RNR retries (3 bits; 7: forever).
+    pub rnr_retry_count: u8,
+    /// The QP uses an SRQ (for an id without a QP).
+    pub srq: bool,
+    /// The QP number (for an id without a QP).
+    pub qp_num: u32,
+}
+
+impl Default for ConnParam {
+    fn default() -> Self {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            flow_control: false,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+            qp_num: 0,
+        }
+    }
+}
+
+/// `struct rdma_ud_param`: where a UD peer is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdParam {
+    /// Private data.
+    pub private_data: Vec<u8>,
+    /// The address vector to reach the peer.
+    pub ah_attr: AddressVector,
+    /// The peer's QP.
+    pub qp_num: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+}
+
+/// `struct rdma_cm_event`.
+#[derive(Debug, Clone)]
+pub struct CmEvent {
+    /// What happened.
+    pub event: CmEventType,
+    /// The id it happened to (for a connect request: the new id).
+    pub id: CmId,
+    /// For a connect request: the listening id.
+    pub listen_id: Option<CmId>,
+    /// 0, a REJ reason (rejected), a SIDR status, or a negative errno.
+    pub status: i32,
+    /// Connection parameters (connected ids).
+    pub conn: ConnParam,
+    /// UD parameters (UD ids).
+    pub ud: Option<UdParam>,
+}
+
+// ---------------------------------------------------------------------
+// The device side: routing the agent's events to ids
+// ---------------------------------------------------------------------
+
+/// A device's CM: its agent, and which id each connection and listened
+/// service belongs to.
+pub struct CmDevice {
+    agent: Arc<Mutex<CmAgent>>,
+    kicker: Kicker,
+    ip: IpAddr,
+    routes: Mutex<Routes>,
+}
+
+impl std::fmt::Debug for CmDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CmDevice({})", self.ip)
+    }
+}
+
+#[derive(Default)]
+struct Routes {
+    conns: HashMap<u32, Weak<IdInner>>,
+    listeners: HashMap<u64, Weak<IdInner>>,
+}
+
+impl CmDevice {
+    /// Starts QP1 on `engine` with an agent for the device at `ip`.
+    pub(crate) fn start(engine: &Engine, ip: IpAddr, guid: u64) -> Result<Arc<CmDevice>> {
+        let agent = Arc::new(Mutex::new(CmAgent::new(
+            CmConfig::from_env(ip, guid),
+            engine.counters().clone(),
+        )));
+        let dev = Arc::new(CmDevice {
+            agent: agent.clone(),
+            kicker: engine.kicker(),
+            ip,
+            routes: Mutex::new(Routes::default()),
+        });
+        let weak = Arc::downgrade(&dev);
+        let sink: uroce_provider::cm::gsi::Sink = Arc::new(move |events| {
+            if let Some(d) = weak.upgrade() {
+                d.route(events);
+            }
+        });
+        let qp = GsiQp::new(agent, ip, engine.counters().clone(), Some(sink));
+        engine.add_qp(qp)?;
+        Ok(dev)
+    }
+
+    /// Runs `f` on the agent, then lets the engine send what it queued.
+    fn with_agent<T>(&self, f: impl FnOnce(&mut CmAgent, pcm::Nanos) -> T) -> T {
+        let now = self.kicker.now();
+        let r = f(&mut self.agent.lock(), now);
+        self.kicker.kick(GSI_QPN);
+        r
+    }
+
+    /// On the engine thread: each event to its id's channel.
+    fn route(&self, events: Vec<pcm::CmEvent>) {
+        for e in events {
+            let target = {
+                let routes = self.routes.lock();
+                match &e {
+                    pcm::CmEvent::ReqReceived { service_id, .. }
+                    | pcm::CmEvent::SidrReqReceived { service_id, .. } => {
+                        routes.listeners.get(service_id).and_then(Weak::upgrade)
+                    }
+                    other => routes.conns.get(&event_conn(other)).and_then(Weak::upgrade),
+                }
+            };
+            match target {
+                Some(id) => {
+                    let ch = id.channel.clone();
+                    ch.push(Pending::Agent(id, e));
+                }
+                None => {
+                    // Nobody wants it (the id went away): a request is
+                    // refused, the rest is forgotten.
+                    if let pcm::CmEvent::ReqReceived { conn, .. }
+                    | pcm::CmEvent::SidrReqReceived { conn, .. } = e
+                    {
+                        self.with_agent(|a, now| a.destroy(now, conn));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn event_conn(e: &pcm::CmEvent) -> u32 {
+    use pcm::CmEvent::*;
+    match e {
+        ReqReceived { conn, .. }
+        | RepReceived { conn, .. }
+        | Established { conn }
+        | Rejected { conn, .. }
+        | Unreachable { conn }
+        | Disconnected { conn, .. }
+        | TimewaitExit { conn }
+        | SidrReqReceived { conn, .. }
+        | SidrRepReceived { conn, .. } => *conn,
+    }
+}
+
+// ---------------------------------------------------------------------
+// Event channels
+// ---------------------------------------------------------------------
+
+enum Pending {
+    /// Ready for the user.
+    Ready(CmEvent),
+    /// From the agent: processed in `get_event` on the user's thread
+    /// (it may move QPs, which the engine thread cannot wait for).
+    Agent(Arc<IdInner>, pcm::CmEvent),
+}
+
+struct Channel {
+    queue: Mutex<VecDeque<Pending>>,
+    sem: Semaphore,
+}
+
+impl Channel {
+    fn push(&self, p: Pending) {
+        self.queue.lock().push_back(p);
+        self.sem.post();
+    }
+}
+
+/// An event channel (`struct rdma_event_channel`).
+#[derive(Clone)]
+pub struct EventChannel {
+    inner: Arc<Channel>,
+}
+
+impl std::fmt::Debug for EventChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EventChannel(fd {})", self.inner.sem.fd())
+    }
+}
+
+impl AsRawFd for EventChannel {
+    /// Readable while an event waits.
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.sem.fd()
+    }
+}
+
+impl EventChannel {
+    /// `rdma_create_event_channel`.
+    pub fn new() -> Result<EventChannel> {
+        let sem = Semaphore::new().map_err(|e| Error::Engine(format!("event channel: {e}")))?;
+        Ok(EventChannel {
+            inner: Arc::new(Channel {
+                queue: Mutex::new(VecDeque::new()),
+                sem,
+            }),
+        })
+    }
+
+    /// `rdma_get_cm_event`: waits for the next event.
+    pub fn get_event(&self) -> Result<CmEvent> {
+        loop {
+            if let Some(e) = self.get_event_timeout(None)? {
+                return Ok(e);
+            }
+        }
+    }
+
+    /// The next event, or `Err(WouldBlock)` if none waits.
+    pub fn try_get_event(&self) -> Result<CmEvent> {
+        self.get_event_timeout(Some(Duration::ZERO))?
+            .ok_or(Error::WouldBlock)
+    }
+
+    /// The next event within `timeout` (`None`: wait forever).
+    pub fn get_event_timeout(&self, timeout: Option<Duration>) -> Result<Option<CmEvent>> {
+        let end = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+            if !self.inner.sem.take(left) {
+                return Ok(None);
+            }
+            let Some(p) = self.inner.queue.lock().pop_front() else {
+                continue;
+            };
+            let e = match p {
+                Pending::Ready(e) => Some(e),
+                Pending::Agent(id, e) => process(&id, e),
+            };
+            if let Some(e) = e {
+                return Ok(Some(e));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------
+// Ids
+// ---------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdState {
+    Idle,
+    AddrBound,
+    AddrResolved,
+    RouteResolved,
+    Listen,
+    /// Passive, before accept/reject.
+    ConnectRequest,
+    /// REQ sent.
+    Connecting,
+    /// Active: REP received, QP ready, RTU not yet sent (no QP on the id).
+    ConnectResponse,
+    /// Passive: REP sent.
+    Accepted,
+    Connected,
+    Disconnected,
+    /// SIDR_REQ sent.
+    Resolving,
+}
+
+struct IdState2 {
+    state: IdState,
+    ctxs: Vec<Context>,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    conn: Option<u32>,
+    listening: Option<u64>,
+    qp: Option<Arc<QueuePair>>,
+    /// Passive: the REQ being answered.
+    req: Option<Box<ReqRepr>>,
+    /// Our starting PSN.
+    psn: u32,
+    /// What the REQ and REP settled for the QP (once known).
+    path: Option<QpPath>,
+    /// The retry count our REQ asked for.
+    retry_count: u8,
+}
+
+/// The QP attributes a connection's REQ and REP settle.
+#[derive(Debug, Clone, Copy)]
+struct QpPath {
+    peer: IpAddr,
+    mtu: Mtu,
+    dest_qpn: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    max_dest_rd_atomic: u8,
+    max_rd_atomic: u8,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+}
+
+struct IdInner {
+    channel: Arc<Channel>,
+    ps: PortSpace,
+    qp_type: QpType,
+    st: Mutex<IdState2>,
+}
+
+impl Drop for IdInner {
+    fn drop(&mut self) {
+        let st = self.st.get_mut();
+        for ctx in st.ctxs.iter() {
+            let dev = &ctx.inner.cm;
+            if let Some(sid) = st.listening {
+                dev.routes.lock().listeners.remove(&sid);
+                dev.with_agent(|a, _| a.unlisten(sid));
+            }
+        }
+        if let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first()) {
+            let dev = &ctx.inner.cm;
+            dev.routes.lock().conns.remove(&conn);
+            dev.with_agent(|a, now| a.destroy(now, conn));
+        }
+    }
+}
+
+/// An rdma_cm identifier (`struct rdma_cm_id`). Clones share it; it is
+/// destroyed (`rdma_destroy_id`: the connection torn down as its state
+/// says) when the last clone and every event naming it are dropped.
+#[derive(Clone)]
+pub struct CmId {
+    inner: Arc<IdInner>,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.st.lock();
+        write!(
+            f,
+            "CmId({:?} {:?} {:?} -> {:?})",
+            self.inner.ps, st.state, st.src, st.dst
+        )
+    }
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, o: &CmId) -> bool {
+        Arc::ptr_eq(&self.inner, &o.inner)
+    }
+}
+
+fn mtu_of(v: u8) -> Mtu {
+    Mtu::from_u32(v as u32).unwrap_or(Mtu::Mtu1024)
+}
+
+/// The uroce device (opened, shared in the process) that has `ip`.
+fn context_for(ip: IpAddr) -> Result<Context> {
+    let ip = ip.to_canonical();
+    let devs = devices()?;
+    let dev = devs
+        .iter()
+        .find(|d| d.ip().to_canonical() == ip)
+        .ok_or_else(|| Error::AddrNotAvailable(ip.to_string()))?;
+    dev.open_shared()
+}
+
+/// The device to reach `dst` from: the one that has `dst`, else the one
+/// the kernel's route to `dst` leaves from, else the only one (of the
+/// right family).
+fn device_towards(dst: IpAddr) -> Result<Device> {
+    let devs = devices()?;
+    let dst = dst.to_canonical();
+    if let Some(d) = devs.iter().find(|d| d.ip().to_canonical() == dst) {
+        return Ok(d.clone());
+    }
+    if let Ok(sock) = std::net::UdpSocket::bind(SocketAddr::new(
+        if dst.is_ipv4() {
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+        },
+        0,
+    )) {
+        if sock.connect(SocketAddr::new(dst, 9)).is_ok() {
+            if let Ok(local) = sock.local_addr() {
+                if let Some(d) = devs.iter().find(|d| d.ip() == local.ip()) {
+                    return Ok(d.clone());
+                }
+            }
+        }
+    }
+    let same: Vec<_> = devs
+        .iter()
+        .filter(|d| d.ip().is_ipv4() == dst.is_ipv4())
+        .collect();
+    match same.as_slice() {
+        [d, ..] => Ok((*d).clone()),
+        [] => Err(Error::AddrNotAvailable(dst.to_string())),
+    }
+}
+
+/// (address, port space, port) -> the id bound there.
+type PortTable = Mutex<HashMap<(IpAddr, u16, u16), Weak<IdInner>>>;
+
+/// Ports this process has bound, per (device address, port space).
+fn ports() -> &'static PortTable {
+    static P: std::sync::OnceLock<PortTable> = std::sync::OnceLock::new();
+    P.get_or_init(Default::default)
+}
+
+impl CmId {
+    /// `rdma_create_id`: an id in `ps` (TCP and IB: RC; UDP: UD) whose
+    /// events go to `channel`.
+    pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId> {
+        let qp_type = match ps {
+            PortSpace::Udp | PortSpace::Ipoib => QpType::Ud,
+            _ => QpType::Rc,
+        };
+        Self::with_type(channel, ps, qp_type)
+    }
+
+    /// `rdma_create_id` with an explicit QP type (RC or UC over TCP/IB,
+    /// UD over UDP).
+    pub fn with_type(channel: &EventChannel, ps: PortSpace, qp_type: QpType) -> Result<CmId> {
+        Ok(CmId {
+            inner: Arc::new(IdInner {
+                channel: channel.inner.clone(),
+                ps,
+                qp_type,
+                st: Mutex::new(IdState2 {
+                    state: IdState::Idle,
+                    ctxs: Vec::new(),
+                    src: None,
+                    dst: None,
+                    conn: None,
+                    listening: None,
+                    qp: None,
+                    req: None,
+                    psn: uroce_wire::Psn::random().value(),
+                    path: None,
+                    retry_count: 7,
+                }),
+            }),
+        })
+    }
+
+    /// The port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+    /// The QP type connections of this id use.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+    /// The device context (`id->verbs`), once an address is bound.
+    pub fn context(&self) -> Option<Context> {
+        self.inner.st.lock().ctxs.first().cloned()
+    }
+    /// The QP created on the id.
+    pub fn qp(&self) -> Option<Arc<QueuePair>> {
+        self.inner.st.lock().qp.clone()
+    }
+    /// The local address (`rdma_get_local_addr`).
+    pub fn src_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().src
+    }
+    /// The peer's address (`rdma_get_peer_addr`).
+    pub fn dst_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().dst
+    }
+
+    fn reserve_port(&self, ip: IpAddr, port: u16) -> Result<u16> {
+        let mut p = ports().lock();
+        p.retain(|_, w| w.strong_count() > 0);
+        let ps = self.inner.ps as u16;
+        let port = if port == 0 {
+            // An ephemeral port, as the kernel picks one (its local range).
+            loop {
+                let q = 32768 + (rand::random::<u16>() % 28232);
+                if !p.contains_key(&(ip, ps, q)) {
+                    break q;
+                }
+            }
+        } else {
+            port
+        };
+        if p.contains_key(&(ip, ps, port)) {
+            return Err(Error::AddrInUse);
+        }
+        p.insert((ip, ps, port), Arc::downgrade(&self.inner));
+        Ok(port)
+    }
+
+    /// `rdma_bind_addr`: to a device's address, or to the wildcard address
+    /// (every device). Port 0 picks a free port.
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != IdState::Idle {
+            return Err(Error::Invalid("the id is bound already".into()));
+        }
+        let ctxs = if addr.ip().is_unspecified() {
+            let all: Vec<Context> = devices()?
+                .iter()
+                .filter(|d| d.ip().is_ipv4() == addr.is_ipv4() || addr.is_ipv6())
+                .map(|d| d.open_shared())
+                .collect::<Result<_>>()?;
+            if all.is_empty() {
+                return Err(Error::AddrNotAvailable(addr.ip().to_string()));
+            }
+            all
+        } else {
+            vec![context_for(addr.ip())?]
+        };
+        let port = self.reserve_port(addr.ip(), addr.port())?;
+        st.src = Some(SocketAddr::new(addr.ip(), port));
+        st.ctxs = ctxs;
+        st.state = IdState::AddrBound;
+        Ok(())
+    }
+
+    /// `rdma_resolve_addr`: finds the device for `dst` (from `src` if
+    /// given) and reports [`CmEventType::AddrResolved`] (or `AddrError`).
+    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
+        let state = self.inner.st.lock().state;
+        if state == IdState::Idle {
+            let src = match src {
+                Some(s) => s,
+                None => SocketAddr::new(device_towards(dst.ip())?.ip(), 0),
+            };
+            self.bind_addr(src)?;
+        } else if state != IdState::AddrBound {
+            return Err(Error::Invalid("resolve_addr: wrong id state".into()));
+        }
+        let mut st = self.inner.st.lock();
+        let src_ip = st.src.map(|s| s.ip());
+        if src_ip.is_some_and(|s| s.is_unspecified()) {
+            // Bound to the wildcard: narrow to the device towards dst.
+            let d = device_towards(dst.ip())?;
+            st.ctxs = vec![d.open_shared()?];
+            let port = st.src.map_or(0, |s| s.port());
+            st.src = Some(SocketAddr::new(d.ip(), port));
+        }
+        if src_ip.is_some_and(|s| s.is_ipv4() != dst.is_ipv4()) {
+            drop(st);
+            self.ready(CmEventType::AddrError, -libc_einval());
+            return Ok(());
+        }
+        st.dst = Some(dst);
+        st.state = IdState::AddrResolved;
+        drop(st);
+        self.ready(CmEventType::AddrResolved, 0);
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: on RoCE the route is the address; reports
+    /// [`CmEventType::RouteResolved`].
+    pub fn resolve_route(&self) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != IdState::AddrResolved {
+            return Err(Error::Invalid("resolve_route before resolve_addr".into()));
+        }
+        st.state = IdState::RouteResolved;
+        drop(st);
+        self.ready(CmEventType::RouteResolved, 0);
+        Ok(())
+    }
+
+    fn ready(&self, event: CmEventType, status: i32) {
+        self.inner.channel.push(Pending::Ready(CmEvent {
+            event,
+            id: self.clone(),
+            listen_id: None,
+            status,
+            conn: ConnParam::default(),
+            ud: None,
+        }));
+    }
+
+    fn service_id(&self, port: u16) -> u64 {
+        cma::service_id(self.inner.ps, port)
+    }
+
+    /// `rdma_listen`: takes connection requests (and SIDR requests) for
+    /// the bound port on its device(s).
+    pub fn listen(&self, _backlog: i32) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != IdState::AddrBound {
+            return Err(Error::Invalid("listen needs a bound id".into()));
+        }
+        let port = st.src.map_or(0, |s| s.port());
+        let sid = self.service_id(port);
+        for (i, ctx) in st.ctxs.iter().enumerate() {
+            let dev = &ctx.inner.cm;
+            let r = dev.with_agent(|a, _| a.listen(sid));
+            if r.is_err() {
+                for c in &st.ctxs[..i] {
+                    c.inner.cm.with_agent(|a, _| a.unlisten(sid));
+                }
+                return Err(Error::AddrInUse);
+            }
+            dev.routes
+                .lock()
+                .listeners
+                .insert(sid, Arc::downgrade(&self.inner));
+        }
+        st.listening = Some(sid);
+        st.state = IdState::Listen;
+        Ok(())
+    }
+
+    /// `rdma_create_qp`: a QP on the id's device, moved to INIT (RC, UC)
+    /// or through to RTS (UD, with `RDMA_UDP_QKEY`).
+    pub fn create_qp(
+        &self,
+        pd: &ProtectionDomain,
+        init: &QpInitAttr<'_>,
+    ) -> Result<Arc<QueuePair>> {
+        if init.qp_type != self.inner.qp_type {
+            return Err(Error::Invalid(format!(
+                "the id takes a {:?} QP",
+                self.inner.qp_type
+            )));
+        }
+        if self.inner.st.lock().qp.is_some() {
+            return Err(Error::Invalid("the id has a QP already".into()));
+        }
+        let qp = Arc::new(pd.create_qp(init)?);
+        self.attach_qp(qp.clone())?;
+        Ok(qp)
+    }
+
+    /// Makes `qp` (of this id's device, in RESET) the id's QP, as
+    /// [`CmId::create_qp`] does with the QP it creates: moved to INIT (RC,
+    /// UC) or through to RTS (UD).
+    pub fn attach_qp(&self, qp: Arc<QueuePair>) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.qp.is_some() {
+            return Err(Error::Invalid("the id has a QP already".into()));
+        }
+        if qp.qp_type() != self.inner.qp_type {
+            return Err(Error::Invalid(format!(
+                "the id takes a {:?} QP",
+                self.inner.qp_type
+            )));
+        }
+        let (a, m) = init_attr(self.inner.qp_type);
+        qp.modify(&a, m)?;
+        if self.inner.qp_type == QpType::Ud {
+            let mut a = QpAttr {
+                qp_state: QpState::Rtr,
+                ..QpAttr::default()
+            };
+            qp.modify(&a, AttrMask::STATE)?;
+            a.qp_state = QpState::Rts;
+            a.sq_psn = st.psn;
+            qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)?;
+        }
+        st.qp = Some(qp);
+        Ok(())
+    }
+
+    /// Forgets the id's QP (`rdma_destroy_qp`); the caller destroys it.
+    pub fn detach_qp(&self) -> Option<Arc<QueuePair>> {
+        self.inner.st.lock().qp.take()
+    }
+
+    /// `rdma_init_qp_attr`: the attributes (and mask) that move a QP of
+    /// this connection to `state`: INIT at any time, RTR and RTS once the
+    /// REQ (passive) or REP (active) has settled them.
+    pub fn init_qp_attr(&self, state: QpState) -> Result<(QpAttr, AttrMask)> {
+        let st = self.inner.st.lock();
+        match state {
+            QpState::Init => Ok(init_attr(self.inner.qp_type)),
+            QpState::Rtr | QpState::Rts if self.inner.qp_type == QpType::Ud => {
+                let a = QpAttr {
+                    qp_state: state,
+                    sq_psn: st.psn,
+                    ..QpAttr::default()
+                };
+                let m = if state == QpState::Rts {
+                    AttrMask::STATE | AttrMask::SQ_PSN
+                } else {
+                    AttrMask::STATE
+                };
+                Ok((a, m))
+            }
+            QpState::Rtr | QpState::Rts => {
+                let p = st
+                    .path
+                    .ok_or_else(|| Error::Invalid("the connection is not negotiated yet".into()))?;
+                Ok(path_attr(&p, state, self.inner.qp_type == QpType::Rc))
+            }
+            _ => Err(Error::Invalid(format!("no attributes for {state:?}"))),
+        }
+    }
+
+    /// `rdma_connect`: sends the REQ (connected ids) or SIDR_REQ (UD ids).
+    #[allow(clippy::field_reassign_with_default)] // a REQ has 27 fields
+    pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != IdState::RouteResolved {
+            return Err(Error::Invalid("connect before resolve_route".into()));
+        }
+        let (src, dst, ctx) = match (st.src, st.dst, st.ctxs.first().cloned()) {
+            (Some(s), Some(d), Some(c)) => (s, d, c),
+            _ => return Err(Error::Invalid("connect: no route".into())),
+        };
+        let pdata =
+            self.with_cma_header(src, dst, &param.private_data, max_req_pdata(self.inner.ps))?;
+        let sid = self.service_id(dst.port());
+        let dev = ctx.inner.cm.clone();
+        let dst_ip = dst.ip().to_canonical();
+        let conn = if self.inner.qp_type == QpType::Ud {
+            dev.with_agent(|a, now| a.sidr_request(now, dst_ip, sid, &pdata))
+                .map_err(cm_err)?
+        } else {
+            let (qpn, srq) = match &st.qp {
+                Some(qp) => (qp.qp_num(), qp.has_srq()),
+                None => (param.qp_num, param.srq),
+            };
+            let mut req = ReqRepr::default();
+            req.service_id = sid;
+            req.local_qpn = qpn & 0xff_ffff;
+            req.starting_psn = st.psn;
+            req.responder_resources = param.responder_resources;
+            req.initiator_depth = param.initiator_depth;
+            req.transport_service_type = if self.inner.qp_type == QpType::Uc {
+                1
+            } else {
+                0
+            };
+            req.end_to_end_flow_control = param.flow_control;
+            req.retry_count = param.retry_count.min(7);
+            st.retry_count = req.retry_count;
+            req.rnr_retry_count = param.rnr_retry_count.min(7);
+            req.srq = srq;
+            req.pkey = 0xffff;
+            req.path_mtu = ctx.inner.active_mtu as u8;
+            req.primary = path(src.ip(), dst.ip());
+            req.private_data[..pdata.len()].copy_from_slice(&pdata);
+            dev.with_agent(|a, now| a.connect(now, dst_ip, &req))
+                .map_err(cm_err)?
+        };
+        dev.routes
+            .lock()
+            .conns
+            .insert(conn, Arc::downgrade(&self.inner));
+        st.conn = Some(conn);
+        st.state = if self.inner.qp_type == QpType::Ud {
+            IdState::Resolving
+        } else {
+            IdState::Connecting
+        };
+        Ok(())
+    }
+
+    /// The CMA header (for the IP port spaces) and the user's data.
+    fn with_cma_header(
+        &self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        user: &[u8],
+        max: usize,
+    ) -> Result<Vec<u8>> {
+        if user.len() > max {
+            return Err(Error::Invalid(format!(
+                "private data of {} bytes; at most {max} here",
+                user.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(CMA_HDR_LEN + user.len());
+        if self.inner.ps != PortSpace::Ib {
+            let hdr = CmaHeaderRepr {
+                port: src.port(),
+                src: src.ip().to_canonical(),
+                dst: dst.ip().to_canonical(),
+            };
+            let mut b = [0u8; CMA_HDR_LEN];
+            hdr.emit(&mut cma::CmaHeader::new_unchecked(&mut b[..]))
+                .map_err(|e| Error::Invalid(e.to_string()))?;
+            out.extend_from_slice(&b);
+        }
+        out.extend_from_slice(user);
+        Ok(out)
+    }
+
+    /// `rdma_accept`: moves the QP to RTR and RTS from the REQ and sends
+    /// the REP (connected ids), or answers the SIDR_REQ (UD ids).
+    #[allow(clippy::field_reassign_with_default)]
+    pub fn accept(&self, param: &ConnParam) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != IdState::ConnectRequest {
+            return Err(Error::Invalid("accept: not a connect request".into()));
+        }
+        let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
+            return Err(Error::Invalid("accept: no connection".into()));
+        };
+        let dev = ctx.inner.cm.clone();
+        if self.inner.qp_type == QpType::Ud {
+            let qpn = st.qp.as_ref().map_or(param.qp_num, |q| q.qp_num());
+            if param.private_data.len() > 136 {
+                return Err(Error::Invalid(
+                    "SIDR_REP private data: at most 136 bytes".into(),
+                ));
+            }
+            dev.with_agent(|a, now| {
+                a.sidr_reply(
+                    now,
+                    conn,
+                    pcm::SIDR_OK,
+                    qpn,
+                    RDMA_UDP_QKEY,
+                    &param.private_data,
+                )
+            })
+            .map_err(cm_err)?;
+            st.state = IdState::Connected;
+            return Ok(());
+        }
+        let req = st
+            .req
+            .clone()
+            .ok_or(Error::Invalid("accept: no REQ".into()))?;
+        if param.private_data.len() > 196 {
+            return Err(Error::Invalid("REP private data: at most 196 bytes".into()));
+        }
+        let path = QpPath {
+            peer: st
+                .dst
+                .map_or_else(|| ip_of_gid(&req.primary.local_gid), |d| d.ip()),
+            mtu: mtu_of(req.path_mtu).min(ctx.inner.active_mtu),
+            dest_qpn: req.local_qpn,
+            rq_psn: req.starting_psn,
+            sq_psn: st.psn,
+            max_dest_rd_atomic: param.responder_resources,
+            max_rd_atomic: param.initiator_depth,
+            timeout: req.primary.local_ack_timeout,
+            retry_cnt: req.retry_count,
+            rnr_retry: req.rnr_retry_count,
+        };
+        st.path = Some(path);
+        let (qpn, srq) = match &st.qp {
+            Some(qp) => {
+                ready_qp(qp, &path)?;
+                (qp.qp_num(), qp.has_srq())
+            }
+            None => (param.qp_num, param.srq),
+        };
+        let mut rep = RepRepr::default();
+        rep.local_qpn = qpn & 0xff_ffff;
+        rep.starting_psn = st.psn;
+        rep.responder_resources = param.responder_resources;
+        rep.initiator_depth = param.initiator_depth;
+        rep.target_ack_delay = 15;
+        rep.end_to_end_flow_control = param.flow_control;
+        rep.rnr_retry_count = param.rnr_retry_count.min(7);
+        rep.srq = srq;
+        rep.private_data[..param.private_data.len()].copy_from_slice(&param.private_data);
+        dev.with_agent(|a, now| a.accept(now, conn, &rep))
+            .map_err(cm_err)?;
+        st.state = IdState::Accepted;
+        Ok(())
+    }
+
+    /// `rdma_reject`: a REJ (consumer reject) with private data, or a
+    /// SIDR_REP with status rejected.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != IdState::ConnectRequest {
+            return Err(Error::Invalid("reject: not a connect request".into()));
+        }
+        let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
+            return Err(Error::Invalid("reject: no connection".into()));
+        };
+        let dev = ctx.inner.cm.clone();
+        if self.inner.qp_type == QpType::Ud {
+            dev.with_agent(|a, now| a.sidr_reply(now, conn, pcm::SIDR_REJECT, 0, 0, private_data))
+                .map_err(cm_err)?;
+        } else {
+            dev.with_agent(|a, _| a.reject(conn, pcm::reason::CONSUMER_REJECT, private_data))
+                .map_err(cm_err)?;
+        }
+        dev.routes.lock().conns.remove(&conn);
+        st.conn = None;
+        st.state = IdState::Disconnected;
+        Ok(())
+    }
+
+    /// `rdma_establish`: for an id without a QP, after
+    /// [`CmEventType::ConnectResponse`] (the caller readied its QP): sends
+    /// the RTU.
+    pub fn establish(&self) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != IdState::ConnectResponse {
+            return Err(Error::Invalid("establish: no connect response".into()));
+        }
+        let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
+            return Err(Error::Invalid("establish: no connection".into()));
+        };
+        ctx.inner
+            .cm
+            .with_agent(|a, _| a.establish(conn, &[]))
+            .map_err(cm_err)?;
+        st.state = IdState::Connected;
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: moves the QP to ERR and sends a DREQ (or, if the
+    /// peer's DREQ came first, nothing more: it was answered).
+    pub fn disconnect(&self) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
+            return Err(Error::Invalid("disconnect: not connected".into()));
+        };
+        if !matches!(
+            st.state,
+            IdState::Connected | IdState::Accepted | IdState::Disconnected
+        ) {
+            return Err(Error::Invalid("disconnect: not connected".into()));
+        }
+        if let Some(qp) = &st.qp {
+            let a = QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            };
+            let _ = qp.modify(&a, AttrMask::STATE);
+        }
+        let r = ctx.inner.cm.with_agent(|a, now| match a.state(conn) {
+            Some(pcm::ConnState::Established) => a.disconnect(now, conn, &[]),
+            Some(pcm::ConnState::RepSent) => {
+                // Accepted but no RTU yet: as the kernel, a DREQ all
+                // the same once established is implied.
+                a.notify_established(conn)?;
+                a.disconnect(now, conn, &[])
+            }
+            _ => Ok(()),
+        });
+        r.map_err(cm_err)?;
+        st.state = IdState::Disconnected;
+        Ok(())
+    }
+
+    /// Passive side: the QP saw the peer's traffic before the RTU (as
+    /// `IBV_EVENT_COMM_EST` tells librdmacm): the connection is up.
+    pub fn notify_established(&self) -> Result<()> {
+        let st = self.inner.st.lock();
+        let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
+            return Err(Error::Invalid("notify: no connection".into()));
+        };
+        ctx.inner
+            .cm
+            .with_agent(|a, _| a.notify_established(conn))
+            .map_err(cm_err)
+    }
+}
+
+fn libc_einval() -> i32 {
+    22
+}
+
+fn cm_err(e: pcm::CmError) -> Error {
+    match e {
+        pcm::CmError::InUse => Error::AddrInUse,
+        pcm::CmError::NoResources => Error::NoMemory("CM connections"),
+        other => Error::Invalid(other.to_string()),
+    }
+}
+
+fn max_req_pdata(ps: PortSpace) -> usize {
+    match ps {
+        PortSpace::Ib => uroce_wire::cm::REQ_PRIVATE_DATA_LEN,
+        _ => uroce_wire::cm::REQ_PRIVATE_DATA_LEN - CMA_HDR_LEN,
+    }
+}
+
+/// The primary path of a REQ from `src` to `dst` on RoCE.
+fn path(src: IpAddr, dst: IpAddr) -> uroce_wire::cm::CmPath {
+    uroce_wire::cm::CmPath {
+        local_lid: 0xffff,
+        remote_lid: 0xffff,
+        local_gid: gid_of(src.to_canonical()),
+        remote_gid: gid_of(dst.to_canonical()),
+        flow_label: 0,
+        packet_rate: 3,
+        traffic_class: 0,
+        hop_limit: 64,
+        sl: 0,
+        subnet_local: true,
+        local_ack_timeout: ACK_TIMEOUT,
+    }
+}
+
+/// The local ACK timeout rdma_cm's REQs carry (4.096 us x 2^17: 0.5 s;
+/// the kernel derives about this from RoCE's packet lifetime).
+const ACK_TIMEOUT: u8 = 17;
+
+/// INIT attributes of rdma_cm's QPs: port 1, P_Key index 0; RC and UC
+/// allow remote writes, reads and atomics (the kernel's CM grants reads
+/// and atomics when responder resources are offered: uroce's responder
+/// bounds them by max_dest_rd_atomic anyway); UD takes `RDMA_UDP_QKEY`.
+fn init_attr(qp_type: QpType) -> (QpAttr, AttrMask) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    let mut m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
+    if qp_type == QpType::Ud {
+        a.qkey = RDMA_UDP_QKEY;
+        m |= AttrMask::QKEY;
+    } else {
+        a.qp_access_flags = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        m |= AttrMask::ACCESS_FLAGS;
+    }
+    (a, m)
+}
+
+/// RTR or RTS attributes of a connected QP.
+fn path_attr(p: &QpPath, state: QpState, rc: bool) -> (QpAttr, AttrMask) {
+    let mut a = QpAttr {
+        qp_state: state,
+        path_mtu: p.mtu,
+        dest_qp_num: p.dest_qpn,
+        rq_psn: p.rq_psn,
+        sq_psn: p.sq_psn,
+        ah_attr: AddressVector {
+            dgid: gid_of(p.peer.to_canonical()),
+            ..AddressVector::default()
+        },
+        // uroce refuses 0 (a responder that can take no READ).
+        max_dest_rd_atomic: p.max_dest_rd_atomic.max(1),
+        max_rd_atomic: p.max_rd_atomic,
+        min_rnr_timer: 12,
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt.min(7),
+        rnr_retry: p.rnr_retry.min(7),
+        ..QpAttr::default()
+    };
+    a.cur_qp_state = state;
+    let m = if state == QpState::Rtr {
+        let mut m = AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN;
+        if rc {
+            m |= AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
+        }
+        m
+    } else {
+        let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
+        if rc {
+            m |= AttrMask::TIMEOUT
+                | AttrMask::RETRY_CNT
+                | AttrMask::RNR_RETRY
+                | AttrMask::MAX_QP_RD_ATOMIC;
+        }
+        m
+    };
+    (a, m)
+}
+
+/// Moves an RC/UC QP from INIT through RTR to RTS for a connection.
+fn ready_qp(qp: &QueuePair, p: &QpPath) -> Result<()> {
+    let rc = qp.qp_type() == QpType::Rc;
+    let (a, m) = path_attr(p, QpState::Rtr, rc);
+    qp.modify(&a, m)?;
+    let (a, m) = path_attr(p, QpState::Rts, rc);
+    qp.modify(&a, m)?;
+    Ok(())
+}
+
+/// Turns an agent event into the user's event, doing on the way what
+/// librdmacm does in `rdma_get_cm_event`: new ids for requests, the
+/// active side's QP readied and the RTU sent on a REP.
+fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
+    let cid = CmId { inner: id.clone() };
+    let ctx = id.st.lock().ctxs.first().cloned()?;
+    let dev = ctx.inner.cm.clone();
+    let mk = |event, id: CmId, status, conn, ud| CmEvent {
+        event,
+        id,
+        listen_id: None,
+        status,
+        conn,
+        ud,
+    };
+    let forget = |conn: u32| {
+        dev.routes.lock().conns.remove(&conn);
+    };
+    match e {
+        pcm::CmEvent::ReqReceived { conn, src, req, .. } => {
+            // A new id on the listener's device (the one the REQ came to).
+            let (user, peer) = match split_cma(id.ps, &req.private_data, src) {
+                Some(x) => x,
+                None => {
+                    dev.with_agent(|a, _| a.reject(conn, pcm::reason::CONSUMER_REJECT, &[]))
+                        .ok();
+                    return None;
+                }
+            };
+            let local_port = id.st.lock().src.map_or(0, |s| s.port());
+            let new = CmId::with_type(
+                &EventChannel {
+                    inner: id.channel.clone(),
+                },
+                id.ps,
+                if req.transport_service_type == 1 {
+                    QpType::Uc
+                } else {
+                    QpType::Rc
+                },
+            )
+            .ok()?;
+            {
+                let mut st = new.inner.st.lock();
+                st.state = IdState::ConnectRequest;
+                st.ctxs = vec![ctx_for_ip(&id.st.lock().ctxs, dev.ip).unwrap_or(ctx.clone())];
+                st.src = Some(SocketAddr::new(dev.ip, local_port));
+                st.dst = Some(peer);
+                st.conn = Some(conn);
+                st.req = Some(req.clone());
+            }
+            dev.routes
+                .lock()
+                .conns
+                .insert(conn, Arc::downgrade(&new.inner));
+            let param = ConnParam {
+                private_data: user,
+                responder_resources: req.responder_resources,
+                initiator_depth: req.initiator_depth,
+                flow_control: req.end_to_end_flow_control,
+                retry_count: req.retry_count,
+                rnr_retry_count: req.rnr_retry_count,
+                srq: req.srq,
+                qp_num: req.local_qpn,
+            };
+            let mut ev = mk(CmEventType::ConnectRequest, new, 0, param, None);
+            ev.listen_id = Some(cid);
+            Some(ev)
+        }
+        pcm::CmEvent::SidrReqReceived { conn, src, req, .. } => {
+            let (user, peer) = match split_cma(id.ps, &req.private_data, src) {
+                Some(x) => x,
+                None => {
+                    dev.with_agent(|a, now| a.sidr_reply(now, conn, pcm::SIDR_REJECT, 0, 0, &[]))
+                        .ok();
+                    return None;
+                }
+            };
+            let local_port = id.st.lock().src.map_or(0, |s| s.port());
+            let new = CmId::with_type(
+                &EventChannel {
+                    inner: id.channel.clone(),
+                },
+                id.ps,
+                QpType::Ud,
+            )
+            .ok()?;
+            {
+                let mut st = new.inner.st.lock();
+                st.state = IdState::ConnectRequest;
+                st.ctxs = vec![ctx.clone()];
+                st.src = Some(SocketAddr::new(dev.ip, local_port));
+                st.dst = Some(peer);
+                st.conn = Some(conn);
+            }
+            dev.routes
+                .lock()
+                .conns
+                .insert(conn, Arc::downgrade(&new.inner));
+            let ud = UdParam {
+                private_data: user.clone(),
+                ah_attr: AddressVector {
+                    dgid: gid_of(peer.ip()),
+                    ..AddressVector::default()
+                },
+                qp_num: 0,
+                qkey: RDMA_UDP_QKEY,
+            };
+            let param = ConnParam {
+                private_data: user,
+                ..ConnParam::default()
+            };
+            let mut ev = mk(CmEventType::ConnectRequest, new, 0, param, Some(ud));
+            ev.listen_id = Some(cid);
+            Some(ev)
+        }
+        pcm::CmEvent::RepReceived { conn, rep } => {
+            let mut st = id.st.lock();
+            if st.state != IdState::Connecting {
+                return None;
+            }
+            let param = ConnParam {
+                private_data: rep.private_data.to_vec(),
+                responder_resources: rep.responder_resources,
+                initiator_depth: rep.initiator_depth,
+                flow_control: rep.end_to_end_flow_control,
+                retry_count: 0,
+                rnr_retry_count: rep.rnr_retry_count,
+                srq: rep.srq,
+                qp_num: rep.local_qpn,
+            };
+            // As the kernel's CM: our READs in flight are what the peer's
+            // responder takes, our responder takes what it initiates.
+            let path = QpPath {
+                peer: st.dst.map(|d| d.ip())?,
+                mtu: ctx.inner.active_mtu,
+                dest_qpn: rep.local_qpn,
+                rq_psn: rep.starting_psn,
+                sq_psn: st.psn,
+                max_dest_rd_atomic: rep.initiator_depth,
+                max_rd_atomic: rep.responder_resources,
+                timeout: ACK_TIMEOUT,
+                retry_cnt: st.retry_count,
+                rnr_retry: rep.rnr_retry_count,
+            };
+            st.path = Some(path);
+            let Some(qp) = st.qp.clone() else {
+                // The caller readies its QP, then calls establish().
+                st.state = IdState::ConnectResponse;
+                drop(st);
+                return Some(mk(CmEventType::ConnectResponse, cid, 0, param, None));
+            };
+            if ready_qp(&qp, &path).is_err() {
+                dev.with_agent(|a, _| a.reject(conn, pcm::reason::CONSUMER_REJECT, &[]))
+                    .ok();
+                forget(conn);
+                st.state = IdState::Disconnected;
+                drop(st);
+                return Some(mk(
+                    CmEventType::ConnectError,
+                    cid,
+                    -libc_einval(),
+                    param,
+                    None,
+                ));
+            }
+            dev.with_agent(|a, _| a.establish(conn, &[])).ok();
+            st.state = IdState::Connected;
+            drop(st);
+            Some(mk(CmEventType::Established, cid, 0, param, None))
+        }
+        pcm::CmEvent::Established { .. } => {
+            let mut st = id.st.lock();
+            if st.state != IdState::Accepted {
+                return None;
+            }
+            st.state = IdState::Connected;
+            drop(st);
+            Some(mk(
+                CmEventType::Established,
+                cid,
+                0,
+                ConnParam::default(),
+                None,
+            ))
+        }
+        pcm::CmEvent::Rejected { conn, rej } => {
+            forget(conn);
+            id.st.lock().state = IdState::Disconnected;
+            let param = ConnParam {
+                private_data: rej.private_data.to_vec(),
+                ..ConnParam::default()
+            };
+            Some(mk(
+                CmEventType::Rejected,
+                cid,
+                rej.reason as i32,
+                param,
+                None,
+            ))
+        }
+        pcm::CmEvent::Unreachable { conn } => {
+            forget(conn);
+            id.st.lock().state = IdState::Disconnected;
+            Some(mk(
+                CmEventType::Unreachable,
+                cid,
+                -110,
+                ConnParam::default(),
+                None,
+            ))
+        }
+        pcm::CmEvent::Disconnected { private_data, .. } => {
+            id.st.lock().state = IdState::Disconnected;
+            let param = ConnParam {
+                private_data: private_data.to_vec(),
+                ..ConnParam::default()
+            };
+            Some(mk(CmEventType::Disconnected, cid, 0, param, None))
+        }
+        pcm::CmEvent::TimewaitExit { conn } => {
+            forget(conn);
+            id.st.lock().conn = None;
+            Some(mk(
+                CmEventType::TimewaitExit,
+                cid,
+                0,
+                ConnParam::default(),
+                None,
+            ))
+        }
+        pcm::CmEvent::SidrRepReceived { conn, rep } => {
+            forget(conn);
+            let mut st = id.st.lock();
+            st.conn = None;
+            let peer = st.dst.map(|d| d.ip())?;
+            if rep.status != pcm::SIDR_OK {
+                st.state = IdState::Disconnected;
+                drop(st);
+                return Some(mk(
+                    CmEventType::Unreachable,
+                    cid,
+                    rep.status as i32,
+                    ConnParam::default(),
+                    None,
+                ));
+            }
+            st.state = IdState::Connected;
+            drop(st);
+            let ud = UdParam {
+                private_data: rep.private_data.to_vec(),
+                ah_attr: AddressVector {
+                    dgid: gid_of(peer.to_canonical()),
+                    ..AddressVector::default()
+                },
+                qp_num: rep.qpn,
+                qkey: rep.qkey,
+            };
+            let param = ConnParam {
+                private_data: rep.private_data.to_vec(),
+                qp_num: rep.qpn,
+                ..ConnParam::default()
+            };
+            Some(mk(CmEventType::Established, cid, 0, param, Some(ud)))
+        }
+    }
+}
+
+fn ctx_for_ip(ctxs: &[Context], ip: IpAddr) -> Option<Context> {
+    ctxs.iter().find(|c| c.device().ip() == ip).cloned()
+}
+
+/// Splits a REQ's (or SIDR_REQ's) private data into the user's part and
+/// the peer's address: after the CMA header for the IP port spaces
+/// (`None` if the header is malformed), all of it for RDMA_PS_IB.
+fn split_cma(ps: PortSpace, data: &[u8], src: IpAddr) -> Option<(Vec<u8>, SocketAddr)> {
+    if ps == PortSpace::Ib {
+        return Some((data.to_vec(), SocketAddr::new(src, 0)));
+    }
+    let view = cma::CmaHeader::new_checked(data).ok()?;
+    let hdr = CmaHeaderRepr::parse(&view).ok()?;
+    Some((
+        data[CMA_HDR_LEN..].to_vec(),
+        SocketAddr::new(hdr.src, hdr.port),
+    ))
+}

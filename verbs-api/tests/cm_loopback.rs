@@ -1,0 +1,287 @@
+//! The connection manager's Rust API over real engines on loopback: two
+//! devices in this process (`UROCE_DEVICES`), connected through REQ / REP
+//! / RTU on QP1, data over the connected QPs, then DREQ / DREP; the
+//! failure paths (no listener, a rejecting listener, nobody at the
+//! address) and UD through SIDR.
+
+use std::net::SocketAddr;
+use std::sync::Once;
+use std::time::Duration;
+use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_verbs::{
+    Access, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr, QpType,
+    QueuePair, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
+};
+
+const SERVER: &str = "127.0.31.1";
+const CLIENT: &str = "127.0.31.2";
+
+fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY of set_var: before any thread of this test binary reads
+        // the environment through uroce (every test calls init first).
+        std::env::set_var("UROCE_DEVICES", format!("cms={SERVER},cmc={CLIENT}"));
+        // Quick CM failures: 67 ms per try, 4 retries.
+        std::env::set_var("UROCE_CM_RESPONSE_TIMEOUT", "14");
+        std::env::set_var("UROCE_CM_RETRIES", "4");
+    });
+}
+
+fn addr(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse().unwrap(), port)
+}
+
+fn next(ch: &EventChannel) -> CmEvent {
+    ch.get_event_timeout(Some(Duration::from_secs(20)))
+        .unwrap()
+        .expect("a CM event within 20 s")
+}
+
+fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
+    let e = next(ch);
+    assert_eq!(e.event, t, "status {} {:?}", e.status, e.id);
+    e
+}
+
+/// The verbs objects of one end.
+struct End {
+    _ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    mr: MemoryRegion,
+    qp: std::sync::Arc<QueuePair>,
+}
+
+fn end(id: &CmId, qp_type: QpType) -> End {
+    let ctx = id.context().expect("an id with a device");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let mr = pd
+        .alloc_mr(
+            4096,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    let qp = id
+        .create_qp(
+            &pd,
+            &QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                cap: QpCap {
+                    max_send_wr: 16,
+                    max_recv_wr: 16,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                qp_type,
+                sq_sig_all: true,
+                srq: None,
+            },
+        )
+        .unwrap();
+    End {
+        _ctx: ctx,
+        pd,
+        cq,
+        mr,
+        qp,
+    }
+}
+
+impl End {
+    fn post_recv(&self, at: usize) {
+        let mut w = RecvWr {
+            wr_id: 1,
+            sg_list: Default::default(),
+        };
+        w.sg_list.push(self.mr.sge(at, 2048));
+        self.qp.post_recv(&[w]).unwrap();
+    }
+    fn wait(&self) -> uroce_verbs::Wc {
+        let wc = self.cq.wait(1, Duration::from_secs(20));
+        assert_eq!(wc.len(), 1, "a completion within 20 s");
+        wc[0]
+    }
+    fn send(&self, len: u32, ud: Option<uroce_verbs::UdDest>) {
+        let mut w = SendWr::new(7, WrOpcode::Send);
+        w.flags = SendFlags::SIGNALED;
+        w.sg_list.push(self.mr.sge(0, len));
+        w.ud = ud;
+        self.qp.post_send(&[w]).unwrap();
+    }
+}
+
+fn client_to(port: u16, ps: PortSpace) -> (EventChannel, CmId) {
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, ps).unwrap();
+    id.resolve_addr(Some(addr(CLIENT, 0)), addr(SERVER, port))
+        .unwrap();
+    expect(&ch, CmEventType::AddrResolved);
+    id.resolve_route().unwrap();
+    expect(&ch, CmEventType::RouteResolved);
+    (ch, id)
+}
+
+#[test]
+fn rc_connect_send_and_disconnect() {
+    init();
+    let port = 7471;
+    let sch = EventChannel::new().unwrap();
+    let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    listen.bind_addr(addr(SERVER, port)).unwrap();
+    listen.listen(8).unwrap();
+    // A second listener on the same port is refused.
+    let other = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    assert!(other.bind_addr(addr(SERVER, port)).is_err());
+
+    let (cch, cid) = client_to(port, PortSpace::Tcp);
+    let c = end(&cid, QpType::Rc);
+    c.post_recv(0);
+    cid.connect(&ConnParam {
+        private_data: b"hello from the client".to_vec(),
+        ..ConnParam::default()
+    })
+    .unwrap();
+
+    let req = expect(&sch, CmEventType::ConnectRequest);
+    assert_eq!(req.listen_id.as_ref(), Some(&listen));
+    assert_eq!(&req.conn.private_data[..21], b"hello from the client");
+    assert_eq!(req.conn.qp_num, c.qp.qp_num());
+    // The peer's address comes from the CMA header.
+    assert_eq!(req.id.dst_addr().unwrap().ip(), addr(CLIENT, 0).ip());
+    assert_eq!(req.id.dst_addr(), cid.src_addr());
+    let sid = req.id.clone();
+    let s = end(&sid, QpType::Rc);
+    s.post_recv(0);
+    sid.accept(&ConnParam {
+        private_data: b"welcome".to_vec(),
+        ..ConnParam::default()
+    })
+    .unwrap();
+
+    let est = expect(&cch, CmEventType::Established);
+    assert_eq!(&est.conn.private_data[..7], b"welcome");
+    assert_eq!(est.conn.qp_num, s.qp.qp_num());
+    expect(&sch, CmEventType::Established);
+
+    // Data both ways over the connected QPs.
+    c.mr.write(0, b"ping").unwrap();
+    c.send(4, None);
+    let wc = s.wait();
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 4));
+    let mut got = [0u8; 4];
+    s.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"ping");
+    assert_eq!(c.wait().status, WcStatus::Success);
+
+    cid.disconnect().unwrap();
+    expect(&sch, CmEventType::Disconnected);
+    expect(&cch, CmEventType::Disconnected);
+    sid.disconnect().unwrap();
+    expect(&cch, CmEventType::TimewaitExit);
+    expect(&sch, CmEventType::TimewaitExit);
+    drop(s);
+}
+
+#[test]
+fn nobody_listening_is_rejected_with_reason_8() {
+    init();
+    // The server's device is up (its CM answers), but nothing listens.
+    let _server = uroce_verbs::Device::by_name("cms")
+        .unwrap()
+        .open_shared()
+        .unwrap();
+    let (cch, cid) = client_to(7472, PortSpace::Tcp);
+    let _c = end(&cid, QpType::Rc);
+    cid.connect(&ConnParam::default()).unwrap();
+    let e = expect(&cch, CmEventType::Rejected);
+    assert_eq!(e.status, 8, "invalid service ID");
+}
+
+#[test]
+fn a_listener_can_reject_with_private_data() {
+    init();
+    let sch = EventChannel::new().unwrap();
+    let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    listen.bind_addr(addr(SERVER, 7473)).unwrap();
+    listen.listen(1).unwrap();
+    let (cch, cid) = client_to(7473, PortSpace::Tcp);
+    let _c = end(&cid, QpType::Rc);
+    cid.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, CmEventType::ConnectRequest);
+    req.id.reject(b"go away").unwrap();
+    let e = expect(&cch, CmEventType::Rejected);
+    assert_eq!(e.status, 28, "consumer reject");
+    assert_eq!(&e.conn.private_data[..7], b"go away");
+}
+
+#[test]
+fn private_data_limits_are_the_man_pages() {
+    init();
+    let (_cch, cid) = client_to(7474, PortSpace::Tcp);
+    let _c = end(&cid, QpType::Rc);
+    // rdma_connect: 56 bytes in the TCP port space (92 - the CMA header).
+    let too_long = ConnParam {
+        private_data: vec![0; 57],
+        ..ConnParam::default()
+    };
+    assert!(cid.connect(&too_long).is_err());
+}
+
+#[test]
+fn nobody_at_the_address_is_unreachable() {
+    init();
+    // A device address nobody has bound: the REQ and its retries vanish.
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    id.resolve_addr(Some(addr(CLIENT, 0)), addr("127.0.31.99", 7475))
+        .unwrap();
+    expect(&ch, CmEventType::AddrResolved);
+    id.resolve_route().unwrap();
+    expect(&ch, CmEventType::RouteResolved);
+    let _c = end(&id, QpType::Rc);
+    let t0 = std::time::Instant::now();
+    id.connect(&ConnParam::default()).unwrap();
+    let e = expect(&ch, CmEventType::Unreachable);
+    assert_eq!(e.status, -110, "-ETIMEDOUT");
+    // 5 tries of ~200 ms (UROCE_CM_RESPONSE_TIMEOUT=14), not 15 x 4 s.
+    assert!(t0.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn ud_through_sidr() {
+    init();
+    let port = 7476;
+    let sch = EventChannel::new().unwrap();
+    let listen = CmId::new(&sch, PortSpace::Udp).unwrap();
+    listen.bind_addr(addr(SERVER, port)).unwrap();
+    listen.listen(1).unwrap();
+    let (cch, cid) = client_to(port, PortSpace::Udp);
+    let c = end(&cid, QpType::Ud);
+    cid.connect(&ConnParam {
+        private_data: b"sidr".to_vec(),
+        ..ConnParam::default()
+    })
+    .unwrap();
+    let req = expect(&sch, CmEventType::ConnectRequest);
+    assert_eq!(&req.conn.private_data[..4], b"sidr");
+    let sid = req.id.clone();
+    let s = end(&sid, QpType::Ud);
+    s.post_recv(0);
+    sid.accept(&ConnParam::default()).unwrap();
+    let e = expect(&cch, CmEventType::Established);
+    let ud = e.ud.expect("UD parameters");
+    assert_eq!(ud.qp_num, s.qp.qp_num());
+    // A datagram to the resolved QP.
+    let ah = c.pd.create_ah(&ud.ah_attr).unwrap();
+    c.mr.write(0, b"datagram").unwrap();
+    c.send(8, Some(ah.ud_dest(ud.qp_num, ud.qkey)));
+    let wc = s.wait();
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 48));
+    let mut got = [0u8; 8];
+    s.mr.read(40, &mut got).unwrap();
+    assert_eq!(&got, b"datagram");
+}
