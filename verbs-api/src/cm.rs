@@ -237,8 +237,11 @@ impl CmDevice {
             };
             match target {
                 Some(id) => {
-                    let ch = id.channel.clone();
-                    ch.push(Pending::Agent(id, e));
+                    // Under the id's channel lock: migrate() moves what
+                    // is queued, so nothing may land in the old channel
+                    // after it.
+                    let ch = id.channel.lock();
+                    ch.push(Pending::Agent(id.clone(), e));
                 }
                 None => {
                     // Nobody wants it (the id went away): a request is
@@ -396,7 +399,8 @@ struct IdState2 {
     qp: Option<Arc<QueuePair>>,
     /// Passive: the REQ being answered.
     req: Option<Box<ReqRepr>>,
-    /// Our starting PSN.
+    /// Our receive queue's starting PSN: what our REQ or REP announces,
+    /// and where the peer's sends start (a UD QP's send PSN).
     psn: u32,
     /// What the REQ and REP settled for the QP (once known).
     path: Option<QpPath>,
@@ -420,7 +424,8 @@ struct QpPath {
 }
 
 struct IdInner {
-    channel: Arc<Channel>,
+    /// Where its events go (`rdma_migrate_id` changes it).
+    channel: Mutex<Arc<Channel>>,
     ps: PortSpace,
     qp_type: QpType,
     st: Mutex<IdState2>,
@@ -466,6 +471,15 @@ impl std::fmt::Debug for CmId {
 impl PartialEq for CmId {
     fn eq(&self, o: &CmId) -> bool {
         Arc::ptr_eq(&self.inner, &o.inner)
+    }
+}
+
+impl Eq for CmId {}
+
+impl std::hash::Hash for CmId {
+    /// The id's identity, as `==` compares it.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        Arc::as_ptr(&self.inner).hash(h)
     }
 }
 
@@ -544,7 +558,7 @@ impl CmId {
     pub fn with_type(channel: &EventChannel, ps: PortSpace, qp_type: QpType) -> Result<CmId> {
         Ok(CmId {
             inner: Arc::new(IdInner {
-                channel: channel.inner.clone(),
+                channel: Mutex::new(channel.inner.clone()),
                 ps,
                 qp_type,
                 st: Mutex::new(IdState2 {
@@ -562,6 +576,32 @@ impl CmId {
                 }),
             }),
         })
+    }
+
+    /// `rdma_migrate_id`: from now on the id's events go to `channel`,
+    /// and so do those already queued for it on its old channel.
+    pub fn migrate(&self, channel: &EventChannel) {
+        let mut cur = self.inner.channel.lock();
+        if Arc::ptr_eq(&cur, &channel.inner) {
+            return;
+        }
+        let old = std::mem::replace(&mut *cur, channel.inner.clone());
+        let mine = |p: &Pending| match p {
+            Pending::Ready(e) => Arc::ptr_eq(&e.id.inner, &self.inner),
+            Pending::Agent(id, _) => Arc::ptr_eq(id, &self.inner),
+        };
+        let moved: Vec<Pending> = {
+            let mut q = old.queue.lock();
+            let (moved, kept): (Vec<Pending>, Vec<Pending>) = q.drain(..).partition(|p| mine(p));
+            *q = kept.into();
+            moved
+        };
+        // The old channel keeps their counts: a reader that takes one finds
+        // the queue without it and waits again (taking them here could
+        // block on a descriptor the program made blocking).
+        for p in moved {
+            channel.inner.push(p);
+        }
     }
 
     /// The port space.
@@ -686,7 +726,7 @@ impl CmId {
     }
 
     fn ready(&self, event: CmEventType, status: i32) {
-        self.inner.channel.push(Pending::Ready(CmEvent {
+        self.inner.channel.lock().push(Pending::Ready(CmEvent {
             event,
             id: self.clone(),
             listen_id: None,
@@ -950,8 +990,11 @@ impl CmId {
                 .map_or_else(|| ip_of_gid(&req.primary.local_gid), |d| d.ip()),
             mtu: mtu_of(req.path_mtu).min(ctx.inner.active_mtu),
             dest_qpn: req.local_qpn,
-            rq_psn: req.starting_psn,
-            sq_psn: st.psn,
+            // A REQ's or REP's starting PSN is where its sender's receive
+            // queue starts: the other side sends from it (the kernel's CM
+            // reads them so).
+            rq_psn: st.psn,
+            sq_psn: req.starting_psn,
             max_dest_rd_atomic: param.responder_resources,
             max_rd_atomic: param.initiator_depth,
             timeout: req.primary.local_ack_timeout,
@@ -1223,7 +1266,7 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
             let local_port = id.st.lock().src.map_or(0, |s| s.port());
             let new = CmId::with_type(
                 &EventChannel {
-                    inner: id.channel.clone(),
+                    inner: id.channel.lock().clone(),
                 },
                 id.ps,
                 if req.transport_service_type == 1 {
@@ -1248,8 +1291,10 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
                 .insert(conn, Arc::downgrade(&new.inner));
             let param = ConnParam {
                 private_data: user,
-                responder_resources: req.responder_resources,
-                initiator_depth: req.initiator_depth,
+                // From our side, as the kernel reports them: what the
+                // peer initiates is what our responder takes.
+                responder_resources: req.initiator_depth,
+                initiator_depth: req.responder_resources,
                 flow_control: req.end_to_end_flow_control,
                 retry_count: req.retry_count,
                 rnr_retry_count: req.rnr_retry_count,
@@ -1272,7 +1317,7 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
             let local_port = id.st.lock().src.map_or(0, |s| s.port());
             let new = CmId::with_type(
                 &EventChannel {
-                    inner: id.channel.clone(),
+                    inner: id.channel.lock().clone(),
                 },
                 id.ps,
                 QpType::Ud,
@@ -1314,8 +1359,10 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
             }
             let param = ConnParam {
                 private_data: rep.private_data.to_vec(),
-                responder_resources: rep.responder_resources,
-                initiator_depth: rep.initiator_depth,
+                // From our side, as the kernel reports them: what the
+                // peer initiates is what our responder takes.
+                responder_resources: rep.initiator_depth,
+                initiator_depth: rep.responder_resources,
                 flow_control: rep.end_to_end_flow_control,
                 retry_count: 0,
                 rnr_retry_count: rep.rnr_retry_count,
@@ -1328,8 +1375,8 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
                 peer: st.dst.map(|d| d.ip())?,
                 mtu: ctx.inner.active_mtu,
                 dest_qpn: rep.local_qpn,
-                rq_psn: rep.starting_psn,
-                sq_psn: st.psn,
+                rq_psn: st.psn,
+                sq_psn: rep.starting_psn,
                 max_dest_rd_atomic: rep.initiator_depth,
                 max_rd_atomic: rep.responder_resources,
                 timeout: ACK_TIMEOUT,

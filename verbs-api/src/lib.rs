@@ -21,6 +21,7 @@
 mod ah;
 pub mod cli;
 pub mod cm;
+pub mod cm_echo;
 mod cq;
 pub mod demo;
 mod device;

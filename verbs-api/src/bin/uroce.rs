@@ -43,6 +43,25 @@ enum Cmd {
     },
     /// List the configured devices (UROCE_DEVICES) with their GIDs.
     Devices,
+    /// rdma-core's rdma_server / rdma_client exchange through the
+    /// connection manager (RDMA_PS_TCP, port 7471): the client sends 16
+    /// bytes, the server answers with 16 (echoing them). Works against
+    /// Debian's rdma_server / rdma_client.
+    #[command(name = "cm-echo")]
+    CmEcho {
+        /// Server to connect to (none: be the server).
+        server: Option<IpAddr>,
+        /// Port.
+        #[arg(short = 'p', long, default_value_t = uroce_verbs::cm_echo::PORT)]
+        port: u16,
+        /// Local address: the server binds it (default: 0.0.0.0, every
+        /// device), the client connects from it.
+        #[arg(short = 'b', long)]
+        bind: Option<IpAddr>,
+        /// Client: require the echo of what was sent (a uroce server).
+        #[arg(long)]
+        verify: bool,
+    },
     /// The directory holding uroce's libibverbs.so.1:
     /// `LD_LIBRARY_PATH=$(uroce libdir) ibv_devinfo`.
     Libdir,
@@ -294,6 +313,12 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Decode { file } => uroce_verbs::cli::decode::run(&file),
+        Cmd::CmEcho {
+            server,
+            port,
+            bind,
+            verify,
+        } => cm_echo(server, port, bind, verify),
         Cmd::SamplePcap { file, ipv4, ipv6 } => uroce_verbs::cli::sample::run(&file, ipv4, ipv6),
         Cmd::RcStress {
             server,
@@ -369,5 +394,39 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+fn cm_echo(server: Option<IpAddr>, port: u16, bind: Option<IpAddr>, verify: bool) -> ExitCode {
+    use std::net::SocketAddr;
+    use uroce_verbs::cm_echo;
+    let r = match server {
+        None => {
+            let ip = bind.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+            cm_echo::server(SocketAddr::new(ip, port)).map(|got| {
+                println!("cm-echo server: received {:02x?}, echoed", got);
+            })
+        }
+        Some(s) => {
+            let src = bind.map(|ip| SocketAddr::new(ip, 0));
+            cm_echo::client(src, SocketAddr::new(s, port)).and_then(|got| {
+                println!(
+                    "cm-echo client: sent {:02x?}, received {:02x?}",
+                    cm_echo::CLIENT_MSG,
+                    got
+                );
+                if verify && &got != cm_echo::CLIENT_MSG {
+                    return Err(uroce_verbs::Error::Invalid("the echo differs".into()));
+                }
+                Ok(())
+            })
+        }
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("uroce cm-echo: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
