@@ -163,9 +163,139 @@ pub struct PacketLine {
     /// Whether the ICRC matches the frame's own IP and UDP headers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub icrc_ok: Option<bool>,
+    /// The CM MAD a packet to QP1 carries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mad: Option<MadJson>,
     /// Why the packet is malformed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// A CM MAD's main fields (`uroce_wire::cm`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MadJson {
+    /// The message (Wireshark's name), or why the MAD is not a CM MAD.
+    pub msg: String,
+    /// Transaction ID.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u64>,
+    /// Sender's communication ID (SIDR: the request ID).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_comm_id: Option<u32>,
+    /// Receiver's communication ID.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_comm_id: Option<u32>,
+    /// Service ID (REQ, SIDR).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_id: Option<u64>,
+    /// QPN the message carries (REQ, REP: the sender's; DREQ: the
+    /// receiver's; SIDR_REP: the service's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qpn: Option<u32>,
+    /// Starting PSN (REQ, REP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub starting_psn: Option<u32>,
+    /// REJ reason and its name; SIDR_REP status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<u16>,
+    /// The reason's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_name: Option<&'static str>,
+    /// Bytes of private data up to the last non-zero one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_data_len: Option<usize>,
+    /// The CMA header (rdma_cm's IP addresses and the active side's
+    /// port), when the REQ or SIDR_REQ of an IP port space has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cma: Option<String>,
+}
+
+fn used(b: &[u8]) -> usize {
+    b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1)
+}
+
+fn cma_of(service_id: u64, pd: &[u8]) -> Option<String> {
+    use uroce_wire::cma::{self, CmaHeader, CmaHeaderRepr, PortSpace};
+    let (ps, port) = cma::parse_service_id(service_id)?;
+    if ps == PortSpace::Ib {
+        return None;
+    }
+    let h = CmaHeaderRepr::parse(&CmaHeader::new_checked(pd).ok()?).ok()?;
+    Some(format!("{:?} {}:{} -> {}:{port}", ps, h.src, h.port, h.dst))
+}
+
+/// The CM MAD in a UD payload to QP 1.
+pub fn mad_json(payload: &[u8]) -> MadJson {
+    use uroce_wire::cm::{rej_reason_name, CmMad, CmMessage};
+    let m = match CmMad::parse(payload) {
+        Ok(m) => m,
+        Err(e) => {
+            return MadJson {
+                msg: e.to_string(),
+                ..MadJson::default()
+            }
+        }
+    };
+    let mut j = MadJson {
+        msg: m.msg.attr().name().into(),
+        tid: Some(m.tid),
+        ..MadJson::default()
+    };
+    match &m.msg {
+        CmMessage::Req(r) => {
+            j.local_comm_id = Some(r.local_comm_id);
+            j.service_id = Some(r.service_id);
+            j.qpn = Some(r.local_qpn);
+            j.starting_psn = Some(r.starting_psn);
+            j.private_data_len = Some(used(&r.private_data));
+            j.cma = cma_of(r.service_id, &r.private_data);
+        }
+        CmMessage::Rep(r) => {
+            (j.local_comm_id, j.remote_comm_id) = (Some(r.local_comm_id), Some(r.remote_comm_id));
+            j.qpn = Some(r.local_qpn);
+            j.starting_psn = Some(r.starting_psn);
+            j.private_data_len = Some(used(&r.private_data));
+        }
+        CmMessage::Rej(r) => {
+            (j.local_comm_id, j.remote_comm_id) = (Some(r.local_comm_id), Some(r.remote_comm_id));
+            j.reason = Some(r.reason);
+            j.reason_name = Some(rej_reason_name(r.reason));
+            j.private_data_len = Some(used(&r.private_data));
+        }
+        CmMessage::Mra(r) => {
+            (j.local_comm_id, j.remote_comm_id) = (Some(r.local_comm_id), Some(r.remote_comm_id));
+        }
+        CmMessage::Rtu(r) => {
+            (j.local_comm_id, j.remote_comm_id) = (Some(r.local_comm_id), Some(r.remote_comm_id));
+            j.private_data_len = Some(used(&r.private_data));
+        }
+        CmMessage::Dreq(r) => {
+            (j.local_comm_id, j.remote_comm_id) = (Some(r.local_comm_id), Some(r.remote_comm_id));
+            j.qpn = Some(r.remote_qpn);
+            j.private_data_len = Some(used(&r.private_data));
+        }
+        CmMessage::Drep(r) => {
+            (j.local_comm_id, j.remote_comm_id) = (Some(r.local_comm_id), Some(r.remote_comm_id));
+            j.private_data_len = Some(used(&r.private_data));
+        }
+        CmMessage::SidrReq(r) => {
+            j.local_comm_id = Some(r.request_id);
+            j.service_id = Some(r.service_id);
+            j.private_data_len = Some(used(&r.private_data));
+            j.cma = cma_of(r.service_id, &r.private_data);
+        }
+        CmMessage::SidrRep(r) => {
+            j.local_comm_id = Some(r.request_id);
+            j.service_id = Some(r.service_id);
+            j.qpn = Some(r.qpn);
+            j.reason = Some(r.status.into());
+            j.private_data_len = Some(used(&r.private_data));
+        }
+        CmMessage::Lap(r) | CmMessage::Apr(r) => {
+            (j.local_comm_id, j.remote_comm_id) = (Some(r.local_comm_id), Some(r.remote_comm_id));
+        }
+    }
+    j
 }
 
 impl PacketLine {
@@ -246,6 +376,9 @@ pub fn packet_line(frame_no: u64, f: &Frame<'_>) -> PacketLine {
         Ok(p) => {
             line.set_headers(&p.headers());
             line.payload_len = Some(p.payload.len());
+            if p.bth.dest_qp == uroce_wire::mad::GSI_QPN && p.deth().is_some() {
+                line.mad = Some(mad_json(p.payload));
+            }
         }
         Err(e) => {
             line.error = Some(e.to_string());
@@ -426,7 +559,7 @@ mod tests {
             0x1234,
             0xc001,
         );
-        let mut buf = vec![0u8; 256];
+        let mut buf = vec![0u8; 512];
         let n = build_roce_frame(&p, h, payload, &mut buf).unwrap();
         buf.truncate(n);
         buf
@@ -435,6 +568,61 @@ mod tests {
     fn line_of(bytes: &[u8]) -> PacketLine {
         let f = parse_frame(LinkType::Ethernet, bytes).unwrap().unwrap();
         packet_line(3, &f)
+    }
+
+    /// A REQ to QP1 with rdma_cm's CMA header decodes to its fields.
+    #[test]
+    fn cm_mad_line() {
+        use uroce_wire::cm::{CmMad, CmMessage, ReqRepr};
+        use uroce_wire::cma::{self, CmaHeader, CmaHeaderRepr, PortSpace};
+        use uroce_wire::DethRepr;
+        let mut req = ReqRepr {
+            local_comm_id: 0x1234,
+            service_id: cma::service_id(PortSpace::Tcp, 7471),
+            local_qpn: 0x11,
+            starting_psn: 0x22,
+            ..ReqRepr::default()
+        };
+        CmaHeaderRepr {
+            port: 40000,
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+        }
+        .emit(&mut CmaHeader::new_unchecked(&mut req.private_data[..36]))
+        .unwrap();
+        req.private_data[36..38].copy_from_slice(b"hi");
+        let mut mad = [0u8; 256];
+        CmMad {
+            tid: 9,
+            msg: CmMessage::Req(req),
+        }
+        .emit(&mut mad)
+        .unwrap();
+        let mut h = Headers::new(BthRepr {
+            opcode: Opcode::UD_SEND_ONLY,
+            pkey: 0xffff,
+            dest_qp: 1,
+            ..BthRepr::default()
+        });
+        h.deth = Some(DethRepr {
+            qkey: uroce_wire::mad::GSI_QKEY,
+            src_qp: 1,
+        });
+        let l = line_of(&frame_of(&h, &mad));
+        let m = l.mad.expect("a MAD");
+        assert_eq!(m.msg, "ConnectRequest");
+        assert_eq!((m.tid, m.local_comm_id), (Some(9), Some(0x1234)));
+        assert_eq!((m.qpn, m.starting_psn), (Some(0x11), Some(0x22)));
+        assert_eq!(m.service_id, Some(0x0106_1d2f));
+        assert_eq!(m.private_data_len, Some(38));
+        assert_eq!(
+            m.cma.as_deref(),
+            Some("Tcp 10.0.0.1:40000 -> 10.0.0.2:7471")
+        );
+        // Not a CM MAD: said so.
+        mad[1] = 0x04;
+        let l = line_of(&frame_of(&h, &mad));
+        assert!(l.mad.unwrap().msg.contains("not the CM class"));
     }
 
     #[test]
