@@ -13,7 +13,10 @@
 #   3. errors across the wire: bad rkey (WRITE and READ) from each side, RNR
 #      with recovery: rxe-peer <-> the interop-peer example;
 #   4. 1 and 2 (RC, SRQ) again under loss and reordering;
-#   5. every scenario's traffic captured on the tap and judged by
+#   5. connection management: `uroce cm-echo` <-> Debian's rdma_server /
+#      rdma_client on the kernel's rdma_cm, both ways (clean and under loss),
+#      and a REQ to a port nobody listens on (REJ reason 8);
+#   6. every scenario's traffic captured on the tap and judged by
 #      ../shared/roce-check/check_pcap.
 # Environment: UROCE_INTEROP_ACCEL=kvm|tcg, UROCE_INTEROP_KEEP=1 (keep the
 # run directory with logs and captures), UROCE_INTEROP_QUICK=1 (fewer sizes).
@@ -430,12 +433,71 @@ pingpong_matrix() { # SUFFIX
   set_mtu 1024
 }
 
+# --- 5. connection management ------------------------------------------------
+
+# cm_echo WHO — rdma-core's rdma_server/rdma_client exchange through the
+# connection managers: the kernel's (rdma_ucm, the rxe guest's QP1) and
+# uroce's (`uroce cm-echo`, its QP1): REQ/REP/RTU, a SEND each way, DREQ/DREP.
+cm_echo() {
+  local who=$1 t=90
+  next_port
+  if [ "$who" = client ]; then
+    # rdma_server listens through rdma_cm, not TCP: nothing to watch for.
+    vm_bg $t "rdma_server -p $PORT"
+    local gj=$VM_JOB
+    sleep 3
+    ns timeout -k 3 $t "$UROCE" cm-echo -b "$VM_HOST_IP" -p $PORT "$VM_GUEST_IP" >"$S_DIR/uroce.out" 2>&1
+    local urc=$?
+    vm_wait "$gj" >"$S_DIR/rxe.out"
+    local grc=$?
+  else
+    host_bg "$S_DIR/uroce.out" $t "$UROCE" cm-echo -b "$VM_HOST_IP" -p $PORT
+    sleep 1
+    vm_run $t "rdma_client -s $VM_HOST_IP -p $PORT" >"$S_DIR/rxe.out"
+    local grc=$?
+    wait "$HOST_PID"
+    local urc=$?
+  fi
+  echo "--- uroce (exit $urc)"
+  cat "$S_DIR/uroce.out"
+  echo "--- kernel (exit $grc)"
+  cat "$S_DIR/rxe.out"
+  [ $urc = 0 ] && [ $grc = 0 ] && grep -q "end 0" "$S_DIR/rxe.out" && return 0
+  echo "uroce exit $urc, kernel exit $grc: $(grep -hv '^\s*$' "$S_DIR/uroce.out" "$S_DIR/rxe.out" | head -n 2 | tr '\n' ' ')"
+  return 1
+}
+
+# cm_reject — uroce connects to a guest port nobody listens on: the
+# kernel's CM answers with REJ reason 8 (invalid service ID), which uroce
+# reports as RDMA_CM_EVENT_REJECTED with status 8.
+cm_reject() {
+  next_port
+  ns timeout -k 3 60 "$UROCE" cm-echo -b "$VM_HOST_IP" -p $PORT "$VM_GUEST_IP" >"$S_DIR/uroce.out" 2>&1
+  local urc=$?
+  cat "$S_DIR/uroce.out"
+  [ $urc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED (status 8)" "$S_DIR/uroce.out" && return 0
+  echo "expected REJECTED with status 8: $(head -n 1 "$S_DIR/uroce.out")"
+  return 1
+}
+
+cm_matrix() { # SUFFIX
+  local who
+  have_cmd cm-echo || return 0
+  vm_run 30 "modprobe rdma_ucm" >/dev/null 2>&1
+  for who in client server; do
+    scenario "cm-echo uroce=$who$1" cm_echo $who
+  done
+  [ -n "$1" ] || scenario "cm-reject uroce=client" cm_reject
+}
+
 pingpong_matrix ""
 ops_matrix ""
 error_matrix
+cm_matrix ""
 set_loss on
 pingpong_matrix " loss"
 ops_matrix " loss"
+cm_matrix " loss"
 set_loss off
 
 summary
