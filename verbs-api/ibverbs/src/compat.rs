@@ -3,15 +3,17 @@
 //! binds: the calls uroce does not do (importing objects, dma-bufs,
 //! device memory handles, completion counters, port speed) report
 //! EOPNOTSUPP. And the symbols other rdma-core libraries import, which
-//! must exist for them to load at all: perftest links librdmacm, libmlx5 and
-//! libefa, all built with BIND_NOW, so the loader resolves every symbol
-//! they import (the provider-driver interface of `IBVERBS_PRIVATE_34`,
-//! the kernel-struct copy helpers, ECE) before `main` runs.
+//! must exist for them to load at all: perftest links libmlx5 and libefa
+//! (and librdmacm), all built with BIND_NOW, so the loader resolves every
+//! symbol they import (the provider-driver interface of
+//! `IBVERBS_PRIVATE_34`, the kernel-struct copy helpers, ECE) before
+//! `main` runs.
 //!
 //! None of them is reached on uroce: `verbs_register_driver_34` (called by
 //! each provider library's constructor) ignores the driver, so no
-//! hardware provider ever opens a device, and librdmacm finds no kernel
-//! RDMA CM. The rest return EOPNOTSUPP (or NULL with errno EOPNOTSUPP).
+//! hardware provider ever opens a device (and rdma-core's own librdmacm,
+//! where a program loads it instead of this library's, finds no kernel
+//! RDMA CM). The rest return EOPNOTSUPP (or NULL with errno EOPNOTSUPP).
 
 use libc::{c_char, c_int, c_void};
 

@@ -167,78 +167,123 @@ unsafe extern "C" fn ibv_get_device_index(d: *mut ibv_device) -> c_int {
 
 #[no_mangle]
 unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
-    ptr_result(|| {
-        // SAFETY: the caller's device.
-        let dv = unsafe { dev(d)? };
-        let (rust, handles) = {
-            let mut open = dv.open.lock();
-            match &mut *open {
-                Some((c, h, n)) => {
-                    *n += 1;
-                    (c.clone(), h.clone())
-                }
-                None => {
-                    let c = dv.rust.open_shared().map_err(|e| errno(&e))?;
-                    crate::post::make_blocking(c.async_fd());
-                    let h = Arc::new(Handles::default());
-                    *open = Some((c.clone(), h.clone(), 1));
-                    (c, h)
-                }
+    ptr_result(|| open_device(d))
+}
+
+/// `ibv_open_device`, for callers in this library (see
+/// [`crate::symbol_versions`]).
+fn open_device(d: *mut ibv_device) -> Result<*mut ibv_context, i32> {
+    // SAFETY: the caller's device.
+    let dv = unsafe { dev(d)? };
+    let (rust, handles) = {
+        let mut open = dv.open.lock();
+        match &mut *open {
+            Some((c, h, n)) => {
+                *n += 1;
+                (c.clone(), h.clone())
             }
-        };
-        let async_fd = rust.async_fd();
-        // SAFETY: every field of verbs_context is a nullable function
-        // pointer, a pointer, an integer or a pthread mutex, for all of
-        // which all-zero is valid (NULL, 0, PTHREAD_MUTEX_INITIALIZER).
-        let mut v: verbs_context = unsafe { std::mem::zeroed() };
-        v.query_port = Some(query_port_ex);
-        v.query_device_ex = Some(query_device_ex);
-        v.create_cq_ex = Some(crate::objects::create_cq_ex);
-        v.create_qp_ex = Some(crate::objects::create_qp_ex);
-        v.get_srq_num = Some(get_srq_num);
-        v.sz = std::mem::size_of::<verbs_context>();
-        v.context.device = d;
-        v.context.cmd_fd = -1;
-        v.context.async_fd = async_fd;
-        v.context.num_comp_vectors = 1;
-        v.context.abi_compat = usize::MAX as *mut libc::c_void; // __VERBS_ABI_IS_EXTENDED
-        let ops = &mut v.context.ops;
-        ops.poll_cq = Some(crate::post::poll_cq);
-        ops.req_notify_cq = Some(crate::post::req_notify_cq);
-        ops.post_send = Some(crate::post::post_send);
-        ops.post_recv = Some(crate::post::post_recv);
-        ops.post_srq_recv = Some(crate::post::post_srq_recv);
-        let obj = Box::new(Ctx {
-            v,
-            inner: CtxInner { rust, handles },
-        });
-        let p = Box::into_raw(obj);
-        // SAFETY: just made; the ibv_context is its last field.
-        Ok(unsafe { std::ptr::addr_of_mut!((*p).v.context) })
-    })
+            None => {
+                let c = dv.rust.open_shared().map_err(|e| errno(&e))?;
+                crate::post::make_blocking(c.async_fd());
+                let h = Arc::new(Handles::default());
+                *open = Some((c.clone(), h.clone(), 1));
+                (c, h)
+            }
+        }
+    };
+    let async_fd = rust.async_fd();
+    // SAFETY: every field of verbs_context is a nullable function
+    // pointer, a pointer, an integer or a pthread mutex, for all of
+    // which all-zero is valid (NULL, 0, PTHREAD_MUTEX_INITIALIZER).
+    let mut v: verbs_context = unsafe { std::mem::zeroed() };
+    v.query_port = Some(query_port_ex);
+    v.query_device_ex = Some(query_device_ex);
+    v.create_cq_ex = Some(crate::objects::create_cq_ex);
+    v.create_qp_ex = Some(crate::objects::create_qp_ex);
+    v.get_srq_num = Some(get_srq_num);
+    v.sz = std::mem::size_of::<verbs_context>();
+    v.context.device = d;
+    v.context.cmd_fd = -1;
+    v.context.async_fd = async_fd;
+    v.context.num_comp_vectors = 1;
+    v.context.abi_compat = usize::MAX as *mut libc::c_void; // __VERBS_ABI_IS_EXTENDED
+    let ops = &mut v.context.ops;
+    ops.poll_cq = Some(crate::post::poll_cq);
+    ops.req_notify_cq = Some(crate::post::req_notify_cq);
+    ops.post_send = Some(crate::post::post_send);
+    ops.post_recv = Some(crate::post::post_recv);
+    ops.post_srq_recv = Some(crate::post::post_srq_recv);
+    let obj = Box::new(Ctx {
+        v,
+        inner: CtxInner { rust, handles },
+    });
+    let p = Box::into_raw(obj);
+    // SAFETY: just made; the ibv_context is its last field.
+    Ok(unsafe { std::ptr::addr_of_mut!((*p).v.context) })
+}
+
+/// The context (and PD) librdmacm's ids on device `name` carry
+/// (`rdma_cm_id::verbs`, `::pd`): opened through `ibv_open_device` the
+/// first time an id needs it and kept for the process's life, as librdmacm
+/// keeps one per device. It shares the device's engine with every other
+/// context of the device in the process.
+pub(crate) fn cm_context(name: &str) -> Result<(*mut ibv_context, *mut ibv_pd), i32> {
+    static CTXS: Mutex<Vec<(String, usize, usize)>> = Mutex::new(Vec::new());
+    let mut ctxs = CTXS.lock();
+    if let Some((_, c, p)) = ctxs.iter().find(|(n, _, _)| n == name) {
+        return Ok((*c as *mut ibv_context, *p as *mut ibv_pd));
+    }
+    let list = device_list()?;
+    let d = list
+        .iter()
+        // SAFETY: devices live for the process.
+        .find(|&&p| unsafe { &*(p as *const Dev) }.rust.name() == name)
+        .ok_or(libc::ENODEV)?;
+    let c = open_device(*d as *mut ibv_device)?;
+    // SAFETY: the context just opened.
+    let pd = unsafe { crate::objects::ibv_alloc_pd_impl(c) };
+    if pd.is_null() {
+        let e = crate::rdmacm::last_errno();
+        let _ = close_device(c);
+        return Err(e);
+    }
+    ctxs.push((name.to_string(), c as usize, pd as usize));
+    Ok((c, pd))
+}
+
+/// [`cm_context`] of every configured device (`rdma_get_devices`).
+pub(crate) fn cm_contexts() -> Result<Vec<*mut ibv_context>, i32> {
+    device_list()?
+        .iter()
+        // SAFETY: devices live for the process.
+        .map(|&p| cm_context(unsafe { &*(p as *const Dev) }.rust.name()).map(|(c, _)| c))
+        .collect()
 }
 
 #[no_mangle]
 unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
-    minus_one_result(|| {
-        if c.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: made by Box::into_raw in ibv_open_device. Objects the
-        // program did not destroy keep the device's engine alive.
-        let ctx = unsafe { Box::from_raw(crate::objects::ctx_ptr(c)) };
-        // SAFETY: the context's device, from the list.
-        if let Ok(dv) = unsafe { dev(ctx.v.context.device) } {
-            let mut open = dv.open.lock();
-            if let Some((_, _, n)) = &mut *open {
-                *n -= 1;
-                if *n == 0 {
-                    *open = None;
-                }
+    minus_one_result(|| close_device(c))
+}
+
+/// `ibv_close_device`, for callers in this library.
+fn close_device(c: *mut ibv_context) -> Result<(), i32> {
+    if c.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: made by Box::into_raw in ibv_open_device. Objects the
+    // program did not destroy keep the device's engine alive.
+    let ctx = unsafe { Box::from_raw(crate::objects::ctx_ptr(c)) };
+    // SAFETY: the context's device, from the list.
+    if let Ok(dv) = unsafe { dev(ctx.v.context.device) } {
+        let mut open = dv.open.lock();
+        if let Some((_, _, n)) = &mut *open {
+            *n -= 1;
+            if *n == 0 {
+                *open = None;
             }
         }
-        Ok(())
-    })
+    }
+    Ok(())
 }
 
 fn device_attr(ctx: &CtxInner) -> ibv_device_attr {

@@ -399,6 +399,7 @@ pub struct ibv_qp_cap {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,

@@ -9,6 +9,10 @@
 //! LD_LIBRARY_PATH=$(uroce libdir) ibv_devinfo
 //! ```
 //!
+//! The same object is also `librdmacm.so.1` ([`rdmacm`]): one library, so
+//! that rdma_cm ids and the verbs objects programs make on them share one
+//! set of devices and engines.
+//!
 //! What it reproduces, and why each part matters to an unmodified binary:
 //!
 //! * **symbol versions**: every function is exported at the version node
@@ -98,7 +102,11 @@ pub(crate) fn minus_one_result(f: impl FnOnce() -> Result<(), i32>) -> libc::c_i
 /// in `libibverbs.map`, which build.rs passes to the linker. The assembler
 /// needs each symbol defined in the object the directive is in, so every
 /// module states the versions of its own functions (a module's items stay
-/// in one codegen unit).
+/// in one codegen unit). Rust code never calls a versioned function
+/// itself: a call can put a reference to the symbol into another codegen
+/// unit's object, whose copy of the directives then fails ("default version
+/// symbol must be defined"); what the library calls internally is a plain
+/// function the exported one forwards to (`ibv_alloc_pd_impl`, ...).
 macro_rules! symbol_versions {
     ($($node:literal: [$($sym:ident),* $(,)?])*) => {
         #[cfg(not(test))]
@@ -117,6 +125,7 @@ mod device;
 mod misc;
 mod objects;
 mod post;
+pub mod rdmacm;
 
 #[cfg(test)]
 mod layout_test;

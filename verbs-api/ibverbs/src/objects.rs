@@ -161,6 +161,12 @@ pub(crate) struct MrInner {
 
 #[no_mangle]
 unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    // SAFETY: forwarded.
+    unsafe { ibv_alloc_pd_impl(context) }
+}
+
+/// `ibv_alloc_pd`, for callers in this library (see [`crate::symbol_versions`]).
+pub(crate) unsafe extern "C" fn ibv_alloc_pd_impl(context: *mut ibv_context) -> *mut ibv_pd {
     ptr_result(|| {
         // SAFETY: a context from ibv_open_device (the caller's contract).
         let ctx = unsafe { crate::objects::ctx(context)? };
@@ -391,6 +397,14 @@ accessor!(chan, ibv_comp_channel, Chan, ChanInner);
 
 #[no_mangle]
 unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+    // SAFETY: forwarded.
+    unsafe { ibv_create_comp_channel_impl(context) }
+}
+
+/// `ibv_create_comp_channel`, for callers in this library (see [`crate::symbol_versions`]).
+pub(crate) unsafe extern "C" fn ibv_create_comp_channel_impl(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
     ptr_result(|| {
         // SAFETY: a context from ibv_open_device.
         let ctx = unsafe { crate::objects::ctx(context)? };
@@ -412,6 +426,12 @@ unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut 
 
 #[no_mangle]
 unsafe extern "C" fn ibv_destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { ibv_destroy_comp_channel_impl(p) }
+}
+
+/// `ibv_destroy_comp_channel`, for callers in this library (see [`crate::symbol_versions`]).
+pub(crate) unsafe extern "C" fn ibv_destroy_comp_channel_impl(p: *mut ibv_comp_channel) -> c_int {
     errno_result(|| {
         if p.is_null() {
             return Err(libc::EINVAL);
@@ -533,6 +553,18 @@ unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
+    // SAFETY: forwarded.
+    unsafe { ibv_create_cq_impl(context, cqe, cq_context, channel, comp_vector) }
+}
+
+/// `ibv_create_cq`, for callers in this library (see [`crate::symbol_versions`]).
+pub(crate) unsafe extern "C" fn ibv_create_cq_impl(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
     ptr_result(|| {
         create_cq(context, cqe, cq_context, channel, i64::from(comp_vector)).map(|p| p.cast())
     })
@@ -575,6 +607,12 @@ unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
 
 #[no_mangle]
 unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { ibv_destroy_cq_impl(p) }
+}
+
+/// `ibv_destroy_cq`, for callers in this library (see [`crate::symbol_versions`]).
+pub(crate) unsafe extern "C" fn ibv_destroy_cq_impl(p: *mut ibv_cq) -> c_int {
     errno_result(|| {
         // SAFETY: a live CQ (the caller's contract).
         let inner = unsafe { cq(p)? };
@@ -608,6 +646,15 @@ accessor!(srq, ibv_srq, Srq, SrqInner);
 
 #[no_mangle]
 unsafe extern "C" fn ibv_create_srq(p: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    // SAFETY: forwarded.
+    unsafe { ibv_create_srq_impl(p, attr) }
+}
+
+/// `ibv_create_srq`, for callers in this library (see [`crate::symbol_versions`]).
+pub(crate) unsafe extern "C" fn ibv_create_srq_impl(
+    p: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
     ptr_result(|| {
         // SAFETY: a PD from ibv_alloc_pd.
         let pdi = unsafe { pd(p)? };
@@ -706,6 +753,12 @@ unsafe extern "C" fn ibv_query_srq(p: *mut ibv_srq, attr: *mut ibv_srq_attr) -> 
 
 #[no_mangle]
 unsafe extern "C" fn ibv_destroy_srq(p: *mut ibv_srq) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { ibv_destroy_srq_impl(p) }
+}
+
+/// `ibv_destroy_srq`, for callers in this library (see [`crate::symbol_versions`]).
+pub(crate) unsafe extern "C" fn ibv_destroy_srq_impl(p: *mut ibv_srq) -> c_int {
     errno_result(|| {
         // SAFETY: a live SRQ (the caller's contract).
         let inner = unsafe { srq(p)? };
@@ -871,7 +924,8 @@ pub(crate) struct Qp {
     pub inner: QpInner,
 }
 pub(crate) struct QpInner {
-    pub rust: QueuePair,
+    /// Shared with the rdma_cm id the QP is attached to, if any.
+    pub rust: Arc<QueuePair>,
     pub handles: Arc<Handles>,
     pub sq_sig_all: bool,
     /// The WRs built by `ibv_wr_*` since `ibv_wr_start`, and the first
@@ -915,7 +969,7 @@ fn create_qp(p: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp, i3
         sq_sig_all: a.sq_sig_all != 0,
         srq: s.map(|s| &*s.rust),
     };
-    let rust = pdi.rust.create_qp(&init).map_err(|e| errno(&e))?;
+    let rust = Arc::new(pdi.rust.create_qp(&init).map_err(|e| errno(&e))?);
     let c = rust.cap();
     a.cap = ibv_qp_cap {
         max_send_wr: c.max_send_wr,
@@ -1118,6 +1172,47 @@ unsafe extern "C" fn ibv_modify_qp(p: *mut ibv_qp, attr: *mut ibv_qp_attr, mask:
     })
 }
 
+/// uroce's QP attributes as `ibv_qp_attr` (no alternate path; rate
+/// limit 0).
+pub(crate) fn qp_attr_to_c(a: &QpAttr) -> ibv_qp_attr {
+    let cap = ibv_qp_cap {
+        max_send_wr: a.cap.max_send_wr,
+        max_recv_wr: a.cap.max_recv_wr,
+        max_send_sge: a.cap.max_send_sge,
+        max_recv_sge: a.cap.max_recv_sge,
+        max_inline_data: a.cap.max_inline_data,
+    };
+    ibv_qp_attr {
+        qp_state: a.qp_state as c_int,
+        cur_qp_state: a.cur_qp_state as c_int,
+        path_mtu: a.path_mtu as c_int,
+        path_mig_state: 0,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags.bits(),
+        cap,
+        ah_attr: ah_attr_of(&a.ah_attr),
+        // SAFETY: all-zero is a valid ibv_ah_attr.
+        alt_ah_attr: unsafe { std::mem::zeroed() },
+        pkey_index: a.pkey_index,
+        alt_pkey_index: 0,
+        en_sqd_async_notify: a.en_sqd_async_notify as u8,
+        sq_draining: a.sq_draining as u8,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: 0,
+        alt_timeout: 0,
+        rate_limit: 0,
+    }
+}
+
 #[no_mangle]
 unsafe extern "C" fn ibv_query_qp(
     p: *mut ibv_qp,
@@ -1132,42 +1227,8 @@ unsafe extern "C" fn ibv_query_qp(
             return Err(libc::EINVAL);
         }
         let a = q.rust.query().map_err(|e| errno(&e))?;
-        let cap = ibv_qp_cap {
-            max_send_wr: a.cap.max_send_wr,
-            max_recv_wr: a.cap.max_recv_wr,
-            max_send_sge: a.cap.max_send_sge,
-            max_recv_sge: a.cap.max_recv_sge,
-            max_inline_data: a.cap.max_inline_data,
-        };
-        let out = ibv_qp_attr {
-            qp_state: a.qp_state as c_int,
-            cur_qp_state: a.cur_qp_state as c_int,
-            path_mtu: a.path_mtu as c_int,
-            path_mig_state: 0,
-            qkey: a.qkey,
-            rq_psn: a.rq_psn,
-            sq_psn: a.sq_psn,
-            dest_qp_num: a.dest_qp_num,
-            qp_access_flags: a.qp_access_flags.bits(),
-            cap,
-            ah_attr: ah_attr_of(&a.ah_attr),
-            // SAFETY: all-zero is a valid ibv_ah_attr.
-            alt_ah_attr: unsafe { std::mem::zeroed() },
-            pkey_index: a.pkey_index,
-            alt_pkey_index: 0,
-            en_sqd_async_notify: a.en_sqd_async_notify as u8,
-            sq_draining: a.sq_draining as u8,
-            max_rd_atomic: a.max_rd_atomic,
-            max_dest_rd_atomic: a.max_dest_rd_atomic,
-            min_rnr_timer: a.min_rnr_timer,
-            port_num: a.port_num,
-            timeout: a.timeout,
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-            alt_port_num: 0,
-            alt_timeout: 0,
-            rate_limit: 0,
-        };
+        let out = qp_attr_to_c(&a);
+        let cap = out.cap;
         // SAFETY: the caller's output structs; the C half of a live QP.
         unsafe {
             *attr = out;
@@ -1189,6 +1250,12 @@ unsafe extern "C" fn ibv_query_qp(
 
 #[no_mangle]
 unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { ibv_destroy_qp_impl(p) }
+}
+
+/// `ibv_destroy_qp`, for callers in this library (see [`crate::symbol_versions`]).
+pub(crate) unsafe extern "C" fn ibv_destroy_qp_impl(p: *mut ibv_qp) -> c_int {
     errno_result(|| {
         if p.is_null() {
             return Err(libc::EINVAL);
@@ -1197,6 +1264,11 @@ unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
         // SAFETY: a live QP made by this library.
         let inner = unsafe { &*addr_of!((*obj).inner) };
         inner.handles.qps.lock().remove(&inner.rust.qp_num());
+        if Arc::strong_count(&inner.rust) > 1 {
+            // An rdma_cm id's QP destroyed with ibv_destroy_qp (not
+            // rdma_destroy_qp): the id lets go of it too.
+            crate::rdmacm::forget_qp(p);
+        }
         // SAFETY: made by Box::into_raw in create_qp; dropping the uroce QP
         // removes it from the engine.
         drop(unsafe { Box::from_raw(obj) });

@@ -1,10 +1,11 @@
-//! `uroce libdir`: the directory holding uroce's `libibverbs.so.1`, for
-//! `LD_LIBRARY_PATH=$(uroce libdir) ibv_devinfo`.
+//! `uroce libdir`: the directory holding uroce's `libibverbs.so.1` and
+//! `librdmacm.so.1`, for `LD_LIBRARY_PATH=$(uroce libdir) ibv_devinfo`.
 //!
 //! `cargo build` puts the library (`liburoce_ibverbs.so`, package
-//! `uroce-ibverbs`) next to the `uroce` binary, and its build script a
-//! `uroce-ibverbs/libibverbs.so.1` symlink to it; this finds that
-//! directory (making the link if it is missing).
+//! `uroce-ibverbs`) next to the `uroce` binary, and its build script
+//! `uroce-ibverbs/libibverbs.so.1` and `uroce-ibverbs/librdmacm.so.1`
+//! symlinks to it (one file is both libraries); this finds that directory
+//! (making the links if they are missing).
 
 use std::path::{Path, PathBuf};
 
@@ -21,12 +22,14 @@ pub fn find(exe_dir: &Path) -> Result<PathBuf, String> {
         ));
     }
     let dir = exe_dir.join(SUBDIR);
-    let link = dir.join("libibverbs.so.1");
-    if !link.exists() {
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink("../liburoce_ibverbs.so", &link)
-            .map_err(|e| format!("{}: {e}", link.display()))?;
+    for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+        let link = dir.join(name);
+        if !link.exists() {
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink("../liburoce_ibverbs.so", &link)
+                .map_err(|e| format!("{}: {e}", link.display()))?;
+        }
     }
     Ok(dir)
 }
@@ -50,6 +53,7 @@ mod tests {
         let dir = super::find(&d).unwrap();
         assert_eq!(dir, d.join(super::SUBDIR));
         assert!(dir.join("libibverbs.so.1").exists());
+        assert!(dir.join("librdmacm.so.1").exists());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
