@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Debian's own RDMA programs, unmodified, on uroce's libibverbs.so.1.
 #
-# Installs ibverbs-utils, perftest, libibverbs-dev and python3-pyverbs if
-# missing (as root),
+# Installs ibverbs-utils, perftest, libibverbs-dev, python3-pyverbs,
+# rdmacm-utils and librdmacm-dev if missing (as root),
 # builds uroce (release), then runs:
 #   * tests/ibverbs/errors.c: error paths through the C API, the ibv_wr_*
 #     API, ibv_cq_ex polling and a completion channel fd in poll(2);
@@ -11,7 +11,10 @@
 #     their own processes; and each facing `uroce rc/uc/ud/srq-pingpong`,
 #     both ways;
 #   * perftest's ib_{send,write,read,atomic}_bw and ib_{send,write,read}_lat
-#     over RC, and UC/UD where the tool offers them.
+#     over RC, and UC/UD where the tool offers them;
+#   * tests/ibverbs/rdmacm.sh: the rdma_cm programs (rdmacm-utils' rping,
+#     ucmatose, udaddy, rdma_server/rdma_client, perftest -R) on uroce's
+#     librdmacm.so.1, and tests/ibverbs/rdmacm_errors.c.
 # Each pair gets its own devices (127.40.<n>.1 and .2, UDP 4791) and TCP
 # port (18700 + n). Prints each program's result line, then
 # "ibverbs matrix: N passed, N failed"; exits non-zero on a failure.
@@ -25,13 +28,15 @@ command -v ib_write_bw >/dev/null || need+=(perftest)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 /usr/bin/python3 -c 'import pyverbs' 2>/dev/null || need+=(python3-pyverbs)
 command -v ss >/dev/null || need+=(iproute2)
+command -v rping >/dev/null || need+=(rdmacm-utils)
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null 2>&1 || true
     apt-get install -y -q "${need[@]}" >/dev/null 2>&1
   fi
-  for p in ibv_rc_pingpong ib_write_bw ss; do
+  for p in ibv_rc_pingpong ib_write_bw ss rping; do
     command -v $p >/dev/null || { echo "ibverbs matrix: $p missing (apt-get install ${need[*]})"; exit 1; }
   done
 fi
@@ -169,6 +174,9 @@ pair "ib_write_lat UC" "$lat" ib_write_lat -x 0 -c UC
 pair "ib_read_lat RC" "$lat" ib_read_lat -x 0
 pair "ib_send_bw RC -e" "$bw" ib_send_bw -x 0 -e
 pair "ib_send_lat RC -e" "$lat" ib_send_lat -x 0 -e
+
+# rdma_cm: rdmacm-utils and perftest -R on uroce's librdmacm.so.1.
+. "$root/tests/ibverbs/rdmacm.sh"
 
 echo "ibverbs matrix: $passed passed, $failed failed"
 [ "$failed" = 0 ]

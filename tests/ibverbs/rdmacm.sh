@@ -1,0 +1,98 @@
+# Debian's rdma_cm programs, unmodified, on uroce's librdmacm.so.1 (the
+# same object as its libibverbs.so.1). Sourced by matrix.sh, whose pass,
+# fail, $tmp and LD_LIBRARY_PATH it uses; its results count in matrix.sh's
+# closing line.
+#
+#   * tests/ibverbs/rdmacm_errors.c: error paths of the C API, a rejected
+#     connection, a non-blocking channel, a connection in one process;
+#   * rping -V (data verified) at three sizes, ucmatose -c 4, udaddy -c 4
+#     (UD through SIDR), rdma_server/rdma_client (synchronous ids,
+#     rdma_create_ep), perftest's ib_send_bw -R, ib_write_bw -R and
+#     ib_read_lat -R: server and client in their own processes.
+#
+# Each pair gets its own addresses (127.41.<n>.1 for the server, .2 for the
+# client) and each process only its own device: rdma_cm picks the device
+# by address, and a process given both would bind both.
+
+cm_n=10
+
+# cm_pair NAME RESULT-REGEX SERVER-COMMAND ARGS... -- CLIENT-COMMAND ARGS...:
+# {S} and {C} in the arguments become the server's and client's address.
+# The client's output must have a line matching RESULT-REGEX (with
+# cm_count=N set: exactly N such lines).
+# The client starts once the server's device has bound its address (UDP
+# 4791) and a moment more for its rdma_listen.
+cm_pair() {
+  local name=$1 regex=$2
+  shift 2
+  cm_n=$((cm_n + 1))
+  local s=127.41.$cm_n.1 c=127.41.$cm_n.2
+  local server=() client=() a
+  while [ "$1" != "--" ]; do a=${1//\{S\}/$s}; server+=("${a//\{C\}/$c}"); shift; done
+  shift
+  for a in "$@"; do a=${a//\{S\}/$s}; client+=("${a//\{C\}/$c}"); done
+  UROCE_DEVICES="srv=$s" timeout 90 "${server[@]}" >"$tmp/server" 2>&1 &
+  local spid=$!
+  for _ in $(seq 100); do
+    ss -Huan "src $s:4791" | grep -q . && break
+    sleep 0.1
+  done
+  sleep 1
+  UROCE_DEVICES="cli=$c" timeout 90 "${client[@]}" >"$tmp/client" 2>&1
+  local crc=$?
+  wait "$spid"
+  local src=$?
+  cat "$tmp/client" - "$tmp/server" <<<"---- server:" >"$tmp/out"
+  local line count
+  line=$(grep -m1 -E "$regex" "$tmp/client" | tr -s ' \t' ' ' | cut -c1-70)
+  count=$(grep -cE "$regex" "$tmp/client")
+  if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$line" ] &&
+    [ -z "${cm_count:-}" -o "${cm_count:-}" = "$count" ] &&
+    ! grep -qiE "data mismatch|invalid data" "$tmp/out"; then
+    pass "$name" "${cm_count:+$count x }$line"
+  else
+    fail "$name" "client exit $crc, server exit $src, $count result lines"
+  fi
+}
+
+# ---- the C program
+if cc -O1 -Wall -o "$tmp/rdmacm_errors" tests/ibverbs/rdmacm_errors.c -libverbs -lrdmacm; then
+  if UROCE_DEVICES=uroce0=127.41.2.1,uroce1=127.41.2.2 timeout 60 "$tmp/rdmacm_errors" >"$tmp/out" 2>&1; then
+    pass "rdmacm_errors.c" "$(tail -1 "$tmp/out")"
+  else
+    fail "rdmacm_errors.c" "$(grep -c FAIL "$tmp/out") checks failed"
+  fi
+else
+  failed=$((failed + 1))
+  echo "FAIL  rdmacm_errors.c (does not compile: apt-get install librdmacm-dev)"
+fi
+
+# ---- rping: -V checks every byte the server sent back; -C iterations
+for spec in "23 2000" "4096 500" "65535 200"; do
+  set -- $spec
+  cm_count=$2 cm_pair "rping -V -S $1 -C $2" "^ping data" \
+    rping -s -a {S} -p 7471 -V -C "$2" -S "$1" -- rping -c -a {S} -p 7471 -V -v -C "$2" -S "$1"
+done
+
+# ---- ucmatose: four connections, 20 messages of 4 KiB each way
+cm_pair "ucmatose -c 4 -C 20 -S 4096" "^return status 0" \
+  ucmatose -b {S} -p 7471 -c 4 -C 20 -S 4096 -- ucmatose -s {S} -b {C} -p 7471 -c 4 -C 20 -S 4096
+
+# ---- udaddy: UD, the peer's QP number and Q_Key through SIDR
+cm_pair "udaddy -c 4" "^return status 0" \
+  udaddy -b {S} -c 4 -- udaddy -s {S} -b {C} -c 4
+
+# ---- rdma_server/rdma_client: rdma_getaddrinfo, rdma_create_ep,
+# synchronous ids, rdma_get_request, the CQs rdma_create_qp makes
+cm_pair "rdma_server/rdma_client" "rdma_client: end 0" \
+  rdma_server -s {S} -p 7471 -- rdma_client -s {S} -p 7471
+
+# ---- perftest over rdma_cm (-R): connection and data exchange
+bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
+lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
+cm_pair "ib_send_bw -R" "$bw" \
+  ib_send_bw -R -x 0 -d srv -p 7471 -n 100 -- ib_send_bw -R -x 0 -d cli -p 7471 -n 100 {S}
+cm_pair "ib_write_bw -R" "$bw" \
+  ib_write_bw -R -x 0 -d srv -p 7471 -n 100 -- ib_write_bw -R -x 0 -d cli -p 7471 -n 100 {S}
+cm_pair "ib_read_lat -R" "$lat" \
+  ib_read_lat -R -x 0 -d srv -p 7471 -n 100 -- ib_read_lat -R -x 0 -d cli -p 7471 -n 100 {S}
