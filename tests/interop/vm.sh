@@ -114,7 +114,7 @@ vm_qemu() { # ACCEL KVER
     ip netns exec "$VM_NS" qemu-system-x86_64 -nodefaults -no-user-config -display none \
     "${acc[@]}" -smp 2 -m 2048 \
     -kernel "/boot/vmlinuz-$k" -initrd "$VM_RUN/initramfs.gz" \
-    -append "console=ttyS0 panic=-1 quiet uroce.run=$VM_RUN uroce.init=$VM_HERE/guest-init.sh uroce.ip=$VM_GUEST_IP/24" \
+    -append "console=ttyS0 panic=-1 quiet uroce.run=$VM_RUN uroce.init=$VM_RUN/guest-init.sh uroce.ip=$VM_GUEST_IP/24" \
     -serial "file:$VM_RUN/console.log" -no-reboot \
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
     -virtfs "local,path=$VM_RUN,mount_tag=run,security_model=none,multidevs=remap" \
@@ -160,6 +160,12 @@ vm_boot() {
   VM_RUN=$(mktemp -d /tmp/uroce-interop.XXXXXX)
   chmod 755 "$VM_RUN"
   mkdir -p "$VM_RUN/jobs"
+  # The guest mounts tmpfs on /tmp, /run, /var/tmp and /root, which would
+  # hide a checkout there (a CI clone under /tmp): what it runs from the
+  # checkout, guest-init.sh, goes to the run directory, which it mounts
+  # explicitly. Nothing else of the checkout is read in the guest (the
+  # peers it runs are built into the run directory or come from /usr).
+  cp "$VM_HERE/guest-init.sh" "$VM_RUN/guest-init.sh" || return 1
   vm_build_initramfs "$k" "$VM_RUN/initramfs.gz" || return 1
   vm_net_up || return 1
   local tries=()
