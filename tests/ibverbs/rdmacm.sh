@@ -4,11 +4,13 @@
 # closing line.
 #
 #   * tests/ibverbs/rdmacm_errors.c: error paths of the C API, a rejected
-#     connection, a non-blocking channel, a connection in one process;
-#   * rping -V (data verified) at three sizes, ucmatose -c 4, udaddy -c 4
-#     (UD through SIDR), rdma_server/rdma_client (synchronous ids,
-#     rdma_create_ep), perftest's ib_send_bw -R, ib_write_bw -R and
-#     ib_read_lat -R: server and client in their own processes.
+#     connection, a non-blocking channel, connections in one process (an
+#     SRQ on the id; rdma_establish for an id without a QP);
+#   * rping -V (data verified) at three sizes, ucmatose -c 4 (and -m:
+#     ids migrated to a new channel), udaddy -c 4 (UD through SIDR),
+#     rdma_server/rdma_client (synchronous ids, rdma_create_ep),
+#     perftest's ib_send_bw -R, ib_write_bw -R and ib_read_lat -R: server
+#     and client in their own processes.
 #
 # Each pair gets its own addresses (127.41.<n>.1 for the server, .2 for the
 # client) and each process only its own device: rdma_cm picks the device
@@ -77,6 +79,10 @@ done
 # ---- ucmatose: four connections, 20 messages of 4 KiB each way
 cm_pair "ucmatose -c 4 -C 20 -S 4096" "^return status 0" \
   ucmatose -b {S} -p 7471 -c 4 -C 20 -S 4096 -- ucmatose -s {S} -b {C} -p 7471 -c 4 -C 20 -S 4096
+
+# ---- ucmatose -m: the ids migrated to a new channel (rdma_migrate_id)
+cm_pair "ucmatose -c 2 -m" "^return status 0" \
+  ucmatose -b {S} -p 7471 -c 2 -m -- ucmatose -s {S} -b {C} -p 7471 -c 2 -m
 
 # ---- udaddy: UD, the peer's QP number and Q_Key through SIDR
 cm_pair "udaddy -c 4" "^return status 0" \

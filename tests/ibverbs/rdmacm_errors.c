@@ -5,8 +5,10 @@
  * ids, channels and events; ENOSYS for multicast and unknown options;
  * EAGAIN from a non-blocking channel), a connection to a port nobody
  * listens on is REJECTED with status 8 (invalid service ID), private data
- * beyond a REQ's 56 bytes is EINVAL, and a connection in one process
- * carries its private data, fills the ids' routes and disconnects.
+ * beyond a REQ's 56 bytes is EINVAL, and connections in one process carry
+ * their private data, fill the ids' routes, take an SRQ made on the id,
+ * go through CONNECT_RESPONSE and rdma_establish for an id without a QP,
+ * and disconnect.
  *
  * Two devices in one process: UROCE_DEVICES names them (the script sets
  * 127.41.2.1 and 127.41.2.2). Prints one line per check and
@@ -18,6 +20,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 #include <rdma/rsocket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,7 +329,12 @@ int main(void)
 		      rdma_get_dst_port(cid) == rdma_get_src_port(id) &&
 		      cid->route.num_paths == 1,
 	      "the new id's route: our port, the peer's, one path");
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+	CHECK(cid && rdma_create_srq(cid, NULL, &sa) == 0 && cid->srq &&
+		      cid->srq->pd == cid->pd,
+	      "create_srq on the new id: on the id's PD");
 	MUST(cid && create_qp(cid) == 0);
+	CHECK(cid->qp->srq == cid->srq, "the id's QP takes the id's SRQ");
 	uint8_t reply[200];
 	memset(reply, 0x5c, sizeof reply);
 	struct rdma_conn_param ap = { .private_data = reply, .private_data_len = 197,
@@ -364,7 +372,7 @@ int main(void)
 	MUST(rmr = ibv_reg_mr(cid->pd, rbuf, sizeof rbuf, IBV_ACCESS_LOCAL_WRITE));
 	struct ibv_sge rs = { (uintptr_t)rbuf, sizeof rbuf, rmr->lkey };
 	struct ibv_recv_wr rw = { .wr_id = 2, .sg_list = &rs, .num_sge = 1 }, *rbad;
-	MUST(ibv_post_recv(cid->qp, &rw, &rbad) == 0);
+	MUST(ibv_post_srq_recv(cid->srq, &rw, &rbad) == 0);
 	struct ibv_sge ss = { (uintptr_t)sbuf, sizeof sbuf, smr->lkey };
 	struct ibv_send_wr sw = { .wr_id = 1, .sg_list = &ss, .num_sge = 1,
 				  .opcode = IBV_WR_SEND,
@@ -379,7 +387,9 @@ int main(void)
 			usleep(1000);
 	}
 	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS && strcmp(rbuf, sbuf) == 0,
-	      "SEND over the connected ids' QPs arrives");
+	      "SEND over the connected ids' QPs arrives (through the SRQ)");
+	CHECK(ERR(rdma_notify(cid, IBV_EVENT_PORT_ACTIVE), EINVAL),
+	      "notify of an event other than COMM_EST: -1/EINVAL");
 
 	/* migrate the client id to the server's channel, then disconnect */
 	CHECK(rdma_migrate_id(id, sch) == 0 && id->channel == sch, "migrate_id");
@@ -399,6 +409,80 @@ int main(void)
 	ibv_dereg_mr(rmr);
 	rdma_destroy_qp(id);
 	rdma_destroy_qp(cid);
+	rdma_destroy_srq(cid);
+	CHECK(!cid->srq, "destroy_srq");
+	CHECK(rdma_destroy_id(id) == 0 && rdma_destroy_id(cid) == 0,
+	      "destroy the connected ids");
+
+	/* ---- an id without a QP: CONNECT_RESPONSE, the program readies its
+	 * QP from rdma_init_qp_attr, rdma_establish sends the RTU */
+	MUST(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+	MUST(resolve(ch, id, a_ip, b_ip, 7471) == 0);
+	struct ibv_cq *ocq;
+	struct ibv_qp *oqp;
+	MUST(ocq = ibv_create_cq(id->verbs, 16, NULL, NULL, 0));
+	struct ibv_qp_init_attr oqa = {
+		.send_cq = ocq, .recv_cq = ocq,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	MUST(oqp = ibv_create_qp(id->pd, &oqa));
+	CHECK(ERR(rdma_establish(id), EINVAL), "establish before a response: -1/EINVAL");
+	struct rdma_conn_param op = { .responder_resources = 1, .initiator_depth = 1,
+				      .retry_count = 7, .rnr_retry_count = 7,
+				      .qp_num = oqp->qp_num };
+	MUST(rdma_connect(id, &op) == 0);
+	MUST(ev = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST));
+	cid = ev->id;
+	CHECK(ev->param.conn.qp_num == oqp->qp_num,
+	      "the request names the QP the connect parameters gave");
+	MUST(create_qp(cid) == 0);
+	MUST(rdma_accept(cid, &ap) == 0);
+	rdma_ack_cm_event(ev);
+	ev = expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE);
+	CHECK(ev && ev->id == id && ev->param.conn.qp_num == cid->qp->qp_num,
+	      "an id without a QP gets CONNECT_RESPONSE, the peer's QP number");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	int ok = 1;
+	for (int st = IBV_QPS_INIT; st <= IBV_QPS_RTS && ok; st++) {
+		struct ibv_qp_attr x = { .qp_state = st };
+		ok = rdma_init_qp_attr(id, &x, &mask) == 0 &&
+		     ibv_modify_qp(oqp, &x, mask) == 0;
+	}
+	CHECK(ok && oqp->state == IBV_QPS_RTS,
+	      "init_qp_attr INIT, RTR, RTS: ibv_modify_qp takes each");
+	CHECK(rdma_establish(id) == 0, "establish");
+	ev = expect(sch, RDMA_CM_EVENT_ESTABLISHED);
+	CHECK(ev && ev->id == cid, "server ESTABLISHED on the RTU");
+	if (ev)
+		rdma_ack_cm_event(ev);
+	MUST(rmr = ibv_reg_mr(cid->pd, rbuf, sizeof rbuf, IBV_ACCESS_LOCAL_WRITE));
+	MUST(smr = ibv_reg_mr(id->pd, sbuf, sizeof sbuf, IBV_ACCESS_LOCAL_WRITE));
+	rs.lkey = rmr->lkey;
+	ss.lkey = smr->lkey;
+	memset(rbuf, 0, sizeof rbuf);
+	MUST(ibv_post_recv(cid->qp, &rw, &rbad) == 0);
+	MUST(ibv_post_send(oqp, &sw, &sbad) == 0);
+	n = 0;
+	for (int i = 0; i < 2000 && n == 0; i++) {
+		n = ibv_poll_cq(cid->recv_cq, 1, &wc);
+		if (!n)
+			usleep(1000);
+	}
+	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS && strcmp(rbuf, sbuf) == 0,
+	      "SEND from the program's own QP arrives");
+	MUST(rdma_disconnect(cid) == 0);
+	MUST(ev = expect(sch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(ev);
+	MUST(ev = expect(ch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(ev);
+	ibv_dereg_mr(smr);
+	ibv_dereg_mr(rmr);
+	rdma_destroy_qp(cid);
+	CHECK(ibv_destroy_qp(oqp) == 0 && ibv_destroy_cq(ocq) == 0,
+	      "the program's own QP and CQ are its to destroy");
 	CHECK(rdma_destroy_id(id) == 0 && rdma_destroy_id(cid) == 0 &&
 		      rdma_destroy_id(lid) == 0,
 	      "destroy the ids");
