@@ -203,8 +203,15 @@ fn registry() -> &'static Mutex<HashMap<CmId, usize>> {
     R.get_or_init(Default::default)
 }
 
-fn lookup(cm: &CmId) -> Option<*mut rdma_cm_id> {
-    registry().lock().get(cm).map(|&p| p as *mut rdma_cm_id)
+/// The id object of `cm`, pinned (one more reference, which [`release`]
+/// drops): registered ids are live, and the pin, taken under the
+/// registry's lock, keeps it so until released.
+fn pin(cm: &CmId) -> Option<*mut rdma_cm_id> {
+    let reg = registry().lock();
+    let p = *reg.get(cm)? as *mut rdma_cm_id;
+    // SAFETY: registered, so live (freed only after leaving the registry).
+    unsafe { id(p) }.ok()?.st.lock().refs += 1;
+    Some(p)
 }
 
 fn ps_of(ps: c_int) -> Result<PortSpace, i32> {
@@ -252,25 +259,37 @@ fn new_id(
     p
 }
 
-/// Frees an id if it is destroyed and no event names it.
+/// Drops a reference to an id (an event's, a pin); the last one of a
+/// destroyed id frees it. Whichever of this and [`destroy_id`] makes the
+/// final change sees `destroyed && refs == 0`, under the lock, once.
 ///
 /// # Safety
-/// `p` is a live id of this library.
-unsafe fn maybe_free(p: *mut rdma_cm_id) {
+/// `p` is a live id of this library that the caller holds a reference to.
+unsafe fn release(p: *mut rdma_cm_id) {
     // SAFETY: the caller's promise.
-    let inner = unsafe { id(p) }.expect("not NULL");
+    let Ok(inner) = (unsafe { id(p) }) else {
+        return;
+    };
     let free = {
-        let st = inner.st.lock();
+        let mut st = inner.st.lock();
+        st.refs = st.refs.saturating_sub(1);
         st.destroyed && st.refs == 0
     };
     if free {
-        // SAFETY: made by Box::into_raw in new_id; nothing names it any more.
-        let obj = unsafe { Box::from_raw(p.cast::<Id>()) };
-        let sync = obj.inner.st.lock().sync;
-        if sync && !obj.c.channel.is_null() {
-            // SAFETY: a synchronous id's own channel, made by new_channel.
-            unsafe { free_channel(obj.c.channel) };
-        }
+        // SAFETY: destroyed and unreferenced: ours alone.
+        unsafe { free_id(p) };
+    }
+}
+
+/// # Safety
+/// `p` is a destroyed id nothing references.
+unsafe fn free_id(p: *mut rdma_cm_id) {
+    // SAFETY: made by Box::into_raw in new_id; the caller's promise.
+    let obj = unsafe { Box::from_raw(p.cast::<Id>()) };
+    let sync = obj.inner.st.lock().sync;
+    if sync && !obj.c.channel.is_null() {
+        // SAFETY: a synchronous id's own channel, made by new_channel.
+        unsafe { free_channel(obj.c.channel) };
     }
 }
 
@@ -493,19 +512,19 @@ pub(crate) unsafe fn destroy_id(p: *mut rdma_cm_id) -> Result<(), i32> {
         // SAFETY: an event of this library that the id kept.
         unsafe { ack_event(ev)? };
     }
-    let cm = {
+    // Out of the registry first: no event can pin the id afterwards.
+    let cm = inner.st.lock().rust.take().ok_or(libc::EINVAL)?;
+    registry().lock().remove(&cm);
+    drop(cm);
+    let free = {
         let mut st = inner.st.lock();
-        if st.destroyed {
-            return Err(libc::EINVAL);
-        }
         st.destroyed = true;
-        st.rust.take()
+        st.refs == 0
     };
-    if let Some(cm) = cm {
-        registry().lock().remove(&cm);
+    if free {
+        // SAFETY: destroyed and unreferenced: ours alone.
+        unsafe { free_id(p) };
     }
-    // SAFETY: live until maybe_free decides.
-    unsafe { maybe_free(p) };
     Ok(())
 }
 
@@ -964,6 +983,42 @@ unsafe extern "C" fn rdma_set_option(
 struct Event {
     c: rdma_cm_event,
     pdata: Vec<u8>,
+    /// The ids it holds references to (`c.id`, `c.listen_id`, which the
+    /// program could overwrite).
+    ids: [*mut rdma_cm_id; 2],
+}
+
+/// A connection request's new id, on the listener's channel (or, for a
+/// synchronous listener, a channel of its own, as librdmacm does), with
+/// one reference for the event.
+///
+/// # Safety
+/// `lp` is a live (pinned) id of this library.
+unsafe fn new_child(lp: *mut rdma_cm_id, ev: &CmEvent) -> Option<*mut rdma_cm_id> {
+    // SAFETY: the caller's promise; fields read one by one.
+    let (channel, context, ps) = unsafe { ((*lp).channel, (*lp).context, (*lp).ps) };
+    // SAFETY: as above.
+    let sync = unsafe { id(lp) }.ok()?.sync();
+    let child = new_id(ev.id.clone(), channel, false, context);
+    // SAFETY: just made.
+    unsafe {
+        (*child).ps = ps;
+        let mut st = id(child).ok()?.st.lock();
+        st.refs = 1;
+        // The defaults rdma_accept takes.
+        st.resp_res = ev.conn.responder_resources;
+        st.init_depth = ev.conn.initiator_depth;
+    }
+    // SAFETY: as above.
+    if sync && unsafe { migrate_id(child, null_mut()) }.is_err() {
+        // SAFETY: as above; nothing else knows it.
+        unsafe {
+            let _ = destroy_id(child);
+            release(child);
+        }
+        return None;
+    }
+    Some(child)
 }
 
 /// The C event for a uroce event, and the ids it names brought up to date
@@ -973,33 +1028,32 @@ struct Event {
 /// # Safety
 /// Ids in the registry are live.
 unsafe fn convert(ev: CmEvent) -> Option<*mut rdma_cm_event> {
+    // Each id the event names holds a reference for it: pinned, or (a
+    // connection request's new id) made with one.
     let (p, listen) = if ev.event == CmEventType::ConnectRequest {
-        let lp = lookup(ev.listen_id.as_ref()?)?;
-        // SAFETY: a registered id is live.
-        let lc = unsafe { &(*lp) };
-        let sync = unsafe { id(lp) }.ok()?.sync();
-        let child = new_id(ev.id.clone(), lc.channel, false, lc.context);
-        // SAFETY: just made.
-        unsafe {
-            (*child).ps = lc.ps;
-            let st = &mut id(child).ok()?.st.lock();
-            // The defaults rdma_accept takes.
-            st.resp_res = ev.conn.responder_resources;
-            st.init_depth = ev.conn.initiator_depth;
-        }
-        if sync {
-            // As librdmacm: a synchronous listener's new ids are
-            // synchronous, each on a channel of its own.
-            // SAFETY: just made.
-            if unsafe { migrate_id(child, null_mut()) }.is_err() {
-                // SAFETY: as above.
-                let _ = unsafe { destroy_id(child) };
+        let lp = pin(ev.listen_id.as_ref()?)?;
+        // SAFETY: pinned.
+        match unsafe { new_child(lp, &ev) } {
+            Some(child) => (child, lp),
+            None => {
+                // SAFETY: pinned above.
+                unsafe { release(lp) };
                 return None;
             }
         }
-        (child, lp)
     } else {
-        (lookup(&ev.id)?, null_mut())
+        (pin(&ev.id)?, null_mut())
+    };
+    let fail = || {
+        // SAFETY: the references taken above; a new id goes entirely.
+        unsafe {
+            if !listen.is_null() {
+                let _ = destroy_id(p);
+                release(listen);
+            }
+            release(p);
+        }
+        None
     };
     let route = matches!(
         ev.event,
@@ -1007,7 +1061,7 @@ unsafe fn convert(ev: CmEvent) -> Option<*mut rdma_cm_event> {
     );
     // SAFETY: a live id of this library.
     if unsafe { refresh(p, route) }.is_err() {
-        return None;
+        return fail();
     }
     // SAFETY: the id's C half.
     let qp = unsafe { (*p).qp };
@@ -1024,6 +1078,7 @@ unsafe fn convert(ev: CmEvent) -> Option<*mut rdma_cm_event> {
         // SAFETY: all-zero is valid for the C event (pointers, integers).
         c: unsafe { std::mem::zeroed() },
         pdata: Vec::new(),
+        ids: [p, listen],
     });
     obj.c.id = p;
     obj.c.listen_id = listen;
@@ -1061,14 +1116,6 @@ unsafe fn convert(ev: CmEvent) -> Option<*mut rdma_cm_event> {
             };
             if !obj.pdata.is_empty() {
                 obj.c.param.conn.private_data = obj.pdata.as_ptr().cast();
-            }
-        }
-    }
-    for q in [p, listen] {
-        if !q.is_null() {
-            // SAFETY: live ids of this library.
-            if let Ok(i) = unsafe { id(q) } {
-                i.st.lock().refs += 1;
             }
         }
     }
@@ -1127,19 +1174,12 @@ unsafe fn ack_event(ev: *mut rdma_cm_event) -> Result<(), i32> {
     }
     // SAFETY: made by Box::into_raw in convert.
     let obj = unsafe { Box::from_raw(ev.cast::<Event>()) };
-    for q in [obj.c.id, obj.c.listen_id] {
+    for q in obj.ids {
         if q.is_null() {
             continue;
         }
-        // SAFETY: the event kept these ids alive.
-        if let Ok(i) = unsafe { id(q) } {
-            {
-                let mut st = i.st.lock();
-                st.refs = st.refs.saturating_sub(1);
-            }
-            // SAFETY: as above.
-            unsafe { maybe_free(q) };
-        }
+        // SAFETY: the event's reference to the id.
+        unsafe { release(q) };
     }
     Ok(())
 }
