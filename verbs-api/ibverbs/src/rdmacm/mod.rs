@@ -1130,13 +1130,15 @@ unsafe fn next_event(
     channel: *mut rdma_event_channel,
     block: bool,
 ) -> Result<*mut rdma_cm_event, i32> {
+    // A clone: a wait does not touch the C object, which the program may
+    // destroy meanwhile (as it may close a kernel channel's descriptor).
     // SAFETY: the caller's promise.
-    let ch = unsafe { chan(channel)? };
+    let ch = unsafe { chan(channel)? }.rust.clone();
     loop {
         let ev = if block {
-            ch.rust.get_event()
+            ch.get_event()
         } else {
-            ch.rust.try_get_event()
+            ch.try_get_event()
         }
         .map_err(|e| errno(&e))?;
         // SAFETY: as above.
