@@ -15,13 +15,19 @@ use uroce_verbs::{
 
 const SERVER: &str = "127.0.31.1";
 const CLIENT: &str = "127.0.31.2";
+/// A pair of its own for the test that silences its server.
+const SERVER2: &str = "127.0.31.3";
+const CLIENT2: &str = "127.0.31.4";
 
 fn init() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY of set_var: before any thread of this test binary reads
         // the environment through uroce (every test calls init first).
-        std::env::set_var("UROCE_DEVICES", format!("cms={SERVER},cmc={CLIENT}"));
+        std::env::set_var(
+            "UROCE_DEVICES",
+            format!("cms={SERVER},cmc={CLIENT},cm6=::1,cms2={SERVER2},cmc2={CLIENT2}"),
+        );
         // Quick CM failures: 67 ms per try, 4 retries.
         std::env::set_var("UROCE_CM_RESPONSE_TIMEOUT", "14");
         std::env::set_var("UROCE_CM_RETRIES", "4");
@@ -284,4 +290,90 @@ fn ud_through_sidr() {
     let mut got = [0u8; 8];
     s.mr.read(40, &mut got).unwrap();
     assert_eq!(&got, b"datagram");
+}
+
+/// IPv6: the CMA header carries 16-byte addresses and the GIDs are the
+/// addresses themselves; one device on ::1 connects to itself.
+#[test]
+fn ipv6_connects_to_itself() {
+    init();
+    let port = 7477;
+    let sch = EventChannel::new().unwrap();
+    let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    listen.bind_addr(addr("::1", port)).unwrap();
+    listen.listen(1).unwrap();
+    let cch = EventChannel::new().unwrap();
+    let cid = CmId::new(&cch, PortSpace::Tcp).unwrap();
+    cid.resolve_addr(None, addr("::1", port)).unwrap();
+    expect(&cch, CmEventType::AddrResolved);
+    cid.resolve_route().unwrap();
+    expect(&cch, CmEventType::RouteResolved);
+    let c = end(&cid, QpType::Rc);
+    cid.connect(&ConnParam {
+        private_data: b"v6".to_vec(),
+        ..ConnParam::default()
+    })
+    .unwrap();
+    let req = expect(&sch, CmEventType::ConnectRequest);
+    assert_eq!(&req.conn.private_data[..2], b"v6");
+    assert_eq!(req.id.dst_addr(), cid.src_addr());
+    let sid = req.id.clone();
+    let s = end(&sid, QpType::Rc);
+    s.post_recv(0);
+    sid.accept(&ConnParam::default()).unwrap();
+    expect(&cch, CmEventType::Established);
+    expect(&sch, CmEventType::Established);
+    c.mr.write(0, b"six!").unwrap();
+    c.send(4, None);
+    assert_eq!(s.wait().status, WcStatus::Success);
+    let mut got = [0u8; 4];
+    s.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"six!");
+    cid.disconnect().unwrap();
+    expect(&sch, CmEventType::Disconnected);
+}
+
+/// The peer goes silent (a killed process: its device sends nothing
+/// more): our DREQ is resent until the retries run out, and the
+/// connection still ends in DISCONNECTED, then TIMEWAIT_EXIT.
+#[test]
+fn a_silent_peer_still_ends_in_disconnected() {
+    init();
+    let port = 7478;
+    let sch = EventChannel::new().unwrap();
+    let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    listen.bind_addr(addr(SERVER2, port)).unwrap();
+    listen.listen(1).unwrap();
+    let cch = EventChannel::new().unwrap();
+    let cid = CmId::new(&cch, PortSpace::Tcp).unwrap();
+    cid.resolve_addr(Some(addr(CLIENT2, 0)), addr(SERVER2, port))
+        .unwrap();
+    expect(&cch, CmEventType::AddrResolved);
+    cid.resolve_route().unwrap();
+    expect(&cch, CmEventType::RouteResolved);
+    let _c = end(&cid, QpType::Rc);
+    cid.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, CmEventType::ConnectRequest);
+    let sid = req.id.clone();
+    let _s = end(&sid, QpType::Rc);
+    sid.accept(&ConnParam::default()).unwrap();
+    expect(&cch, CmEventType::Established);
+    expect(&sch, CmEventType::Established);
+    // The server's device drops everything it would send from now on.
+    let sctx = sid.context().unwrap();
+    sctx.set_faults(Some(uroce_verbs::Faults {
+        loss: 1.0,
+        ..uroce_verbs::Faults::default()
+    }))
+    .unwrap();
+    let before = cid.context().unwrap().counters().cm_retries;
+    let t0 = std::time::Instant::now();
+    cid.disconnect().unwrap();
+    expect(&cch, CmEventType::Disconnected);
+    expect(&cch, CmEventType::TimewaitExit);
+    // Four resends of the DREQ (UROCE_CM_RETRIES=4), ~200 ms apart.
+    let resent = cid.context().unwrap().counters().cm_retries - before;
+    assert!(resent >= 4, "{resent} DREQ retries");
+    assert!(t0.elapsed() > Duration::from_millis(500));
+    sctx.set_faults(None).unwrap();
 }
