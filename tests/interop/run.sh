@@ -13,11 +13,14 @@
 #   3. errors across the wire: bad rkey (WRITE and READ) from each side, RNR
 #      with recovery: rxe-peer <-> the interop-peer example;
 #   4. 1 and 2 (RC, SRQ) again under loss and reordering;
-#   5. connection management: `uroce cm-echo` <-> Debian's rdma_server /
-#      rdma_client on the kernel's rdma_cm, both ways (clean and under loss),
-#      and a REQ to a port nobody listens on (REJ reason 8);
-#   6. every scenario's traffic captured on the tap and judged by
-#      ../shared/roce-check/check_pcap.
+#   5. connection management, both ways: `uroce cm-echo` and Debian's
+#      rping -V, ucmatose, udaddy, rdma_server/rdma_client, ib_send_bw -R and
+#      ib_read_lat -R on uroce's librdmacm.so.1, against the same programs
+#      on the kernel's rdma_cm in the guest, clean and under loss (udaddy,
+#      UD, clean only), and a REQ to a port nobody listens on (REJ 8);
+#   6. every scenario's traffic captured on the tap, judged by
+#      ../shared/roce-check/check_pcap and read by `uroce decode` (no
+#      malformed packet, no bad ICRC, every MAD a CM message).
 # Environment: UROCE_INTEROP_ACCEL=kvm|tcg, UROCE_INTEROP_KEEP=1 (keep the
 # run directory with logs and captures), UROCE_INTEROP_QUICK=1 (fewer sizes).
 set -uo pipefail
@@ -51,13 +54,15 @@ check_pcap=$root/../shared/roce-check/check_pcap
 [ -x "$check_pcap" ] || cant "missing: $check_pcap"
 
 echo "interop: building uroce and the peers"
-(cd "$root" && nice -n 10 cargo build --release -q -p uroce-verbs --bin uroce &&
+(cd "$root" && nice -n 10 cargo build --release -q -p uroce-verbs --bin uroce -p uroce-ibverbs &&
   { ! grep -q interop-peer tests/Cargo.toml || nice -n 10 cargo build --release -q -p uroce-tests --example interop-peer; }) ||
   cant "cargo build failed"
 tdir=$(cd "$root" && cargo metadata --format-version 1 --no-deps 2>/dev/null |
   sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 UROCE=${tdir:-$root/target}/release/uroce
 UPEER=${tdir:-$root/target}/release/examples/interop-peer
+# uroce's libibverbs.so.1 and librdmacm.so.1, for Debian's programs.
+LIBDIR=$("$UROCE" libdir 2>/dev/null)
 
 cleanup() {
   local p
@@ -186,6 +191,17 @@ scenario() {
 capture incomplete: $(tr '\n' ' ' <"$d/tap.pcap.log")"
     crc=1
   fi
+  # uroce's own decoder reads the same capture: every packet parses, every
+  # ICRC holds, every MAD on QP1 is a CM message.
+  local dec mads
+  dec=$("$UROCE" decode "$d/tap.pcap" 2>&1 >"$d/decode.json")
+  mads=$(grep -c '"mad":{"msg":"[A-Za-z]*",' "$d/decode.json")
+  if ! echo "$dec" | grep -q "(0 malformed, 0 with a bad ICRC)" || grep -q '"mad":{"msg":"not a CM MAD' "$d/decode.json"; then
+    chk="$chk
+uroce decode: $(echo "$dec" | tail -n 1)"
+    crc=1
+  fi
+  [ "$mads" -gt 0 ] && S_NOTE="${S_NOTE:+$S_NOTE; }$mads MADs decoded"
   echo "$chk" >"$d/check_pcap.log"
   if [ $crc -ne 0 ]; then
     [ $ok = 1 ] && why="check_pcap: $(echo "$chk" | grep -v '^\s*$' | tail -n 1)"
@@ -435,6 +451,28 @@ pingpong_matrix() { # SUFFIX
 
 # --- 5. connection management ------------------------------------------------
 
+# guest_cm_serve TIMEOUT CMD — CMD as an rdma_cm server in the guest;
+# returns once the kernel shows a listening CM id (rdma_cm listens on no
+# TCP port; a REQ before rdma_listen is rejected). Sets VM_JOB.
+guest_cm_serve() {
+  local t=$1 cmd=$2 mark
+  mark=$VM_RUN/jobs/cm-listen.$SCEN_N
+  rm -f "$mark"
+  vm_bg "$t" "$cmd & p=\$!
+for i in \$(seq 600); do
+  rdma res show cm_id 2>/dev/null | grep -q LISTEN && { : > $mark; break; }
+  kill -0 \$p 2>/dev/null || break
+  sleep 0.05
+done
+wait \$p"
+  local end=$((SECONDS + 60))
+  while [ ! -e "$mark" ]; do
+    [ -s "$VM_RUN/jobs/$VM_JOB.rc" ] && return 1
+    [ $SECONDS -ge $end ] && return 1
+    sleep 0.05
+  done
+}
+
 # cm_echo WHO — rdma-core's rdma_server/rdma_client exchange through the
 # connection managers: the kernel's (rdma_ucm, the rxe guest's QP1) and
 # uroce's (`uroce cm-echo`, its QP1): REQ/REP/RTU, a SEND each way, DREQ/DREP.
@@ -442,10 +480,8 @@ cm_echo() {
   local who=$1 t=90
   next_port
   if [ "$who" = client ]; then
-    # rdma_server listens through rdma_cm, not TCP: nothing to watch for.
-    vm_bg $t "rdma_server -p $PORT"
+    guest_cm_serve $t "rdma_server -p $PORT" || { vm_wait "$VM_JOB"; echo "rdma_server did not listen"; return 1; }
     local gj=$VM_JOB
-    sleep 3
     ns timeout -k 3 $t "$UROCE" cm-echo -b "$VM_HOST_IP" -p $PORT "$VM_GUEST_IP" >"$S_DIR/uroce.out" 2>&1
     local urc=$?
     vm_wait "$gj" >"$S_DIR/rxe.out"
@@ -480,12 +516,79 @@ cm_reject() {
   return 1
 }
 
+# cm_prog WHO REGEX SERVER-CMD -- CLIENT-CMD — one of Debian's rdma_cm
+# programs on both ends: on uroce's librdmacm.so.1 (LD_LIBRARY_PATH) in
+# the namespace, on the kernel's rdma_cm in the guest. WHO is uroce's
+# role. {S} and {C} in the commands become the server's and the client's
+# address. The client's output must match REGEX, both must exit 0.
+cm_prog() {
+  local who=$1 regex=$2 t=120 a srv=() cli=() sip cip
+  shift 2
+  if [ -z "$LIBDIR" ] || [ ! -e "$LIBDIR/librdmacm.so.1" ]; then
+    echo "no librdmacm.so.1 in uroce's libdir" >"$S_DIR/not-available"
+    return 1
+  fi
+  if [ "$who" = client ]; then sip=$VM_GUEST_IP cip=$VM_HOST_IP; else sip=$VM_HOST_IP cip=$VM_GUEST_IP; fi
+  while [ "$1" != "--" ]; do a=${1//\{S\}/$sip}; srv+=("${a//\{C\}/$cip}"); shift; done
+  shift
+  for a in "$@"; do a=${a//\{S\}/$sip}; cli+=("${a//\{C\}/$cip}"); done
+  if [ "$who" = client ]; then
+    guest_cm_serve $t "${srv[*]}" || { vm_wait "$VM_JOB"; echo "${srv[0]} did not listen"; return 1; }
+    local gj=$VM_JOB
+    ns env LD_LIBRARY_PATH="$LIBDIR" timeout -k 3 $t "${cli[@]}" >"$S_DIR/client.out" 2>&1
+    local crc=$?
+    vm_wait "$gj" >"$S_DIR/server.out"
+    local src=$?
+  else
+    host_bg "$S_DIR/server.out" $t env LD_LIBRARY_PATH="$LIBDIR" "${srv[@]}"
+    sleep 2
+    vm_run $t "${cli[*]}" >"$S_DIR/client.out"
+    local crc=$?
+    wait "$HOST_PID"
+    local src=$?
+  fi
+  echo "--- client (exit $crc): ${cli[*]}"
+  cat "$S_DIR/client.out"
+  echo "--- server (exit $src): ${srv[*]}"
+  cat "$S_DIR/server.out"
+  [ $crc = 0 ] && [ $src = 0 ] && grep -qE "$regex" "$S_DIR/client.out" &&
+    ! grep -qiE "data mismatch|invalid data" "$S_DIR/client.out" "$S_DIR/server.out" && return 0
+  echo "client exit $crc, server exit $src: $(grep -hv '^\s*$' "$S_DIR/client.out" "$S_DIR/server.out" | tail -n 2 | tr '\n' ' ')"
+  return 1
+}
+
 cm_matrix() { # SUFFIX
   local who
   have_cmd cm-echo || return 0
   vm_run 30 "modprobe rdma_ucm" >/dev/null 2>&1
   for who in client server; do
     scenario "cm-echo uroce=$who$1" cm_echo $who
+    next_port
+    scenario "rping -V -S 4096 -C 20 uroce=$who$1" cm_prog $who "^ping data" \
+      rping -s -a {S} -p $PORT -V -C 20 -S 4096 -- rping -c -a {S} -p $PORT -V -v -C 20 -S 4096
+    next_port
+    scenario "ucmatose -c 2 uroce=$who$1" cm_prog $who "^return status 0" \
+      ucmatose -b {S} -p $PORT -c 2 -C 10 -- ucmatose -s {S} -b {C} -p $PORT -c 2 -C 10
+    # UD has nothing to recover lost datagrams with: clean only.
+    [ -n "$1" ] || scenario "udaddy -c 2 uroce=$who" cm_prog $who "^return status 0" \
+      udaddy -b {S} -c 2 -- udaddy -s {S} -b {C} -c 2
+    next_port
+    scenario "rdma_server/rdma_client uroce=$who$1" cm_prog $who "rdma_client: end 0" \
+      rdma_server -s {S} -p $PORT -- rdma_client -s {S} -p $PORT
+    next_port
+    # Under loss 4 KiB messages: a TCG guest's rxe needs minutes to push
+    # 64 KiB ones (64 packets, a loss in most) through go-back-N.
+    local sz=65536
+    [ -n "$1" ] && sz=4096
+    scenario "ib_send_bw -R uroce=$who$1" cm_prog $who '^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+' \
+      ib_send_bw -R -p $PORT -n 100 -s $sz -- ib_send_bw -R -p $PORT -n 100 -s $sz {S}
+    # perftest's second rdma_cm connection can reach a guest server before
+    # it listens again (REJ 8); perftest then retries through a path on
+    # which uroce's librdmacm crashed (see the README): uroce serves only.
+    [ "$who" = server ] || continue
+    next_port
+    scenario "ib_read_lat -R uroce=$who$1" cm_prog $who '^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+' \
+      ib_read_lat -R -p $PORT -n 100 -- ib_read_lat -R -p $PORT -n 100 {S}
   done
   [ -n "$1" ] || scenario "cm-reject uroce=client" cm_reject
 }
