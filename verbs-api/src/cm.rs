@@ -237,11 +237,14 @@ impl CmDevice {
             };
             match target {
                 Some(id) => {
-                    // Under the id's channel lock: migrate() moves what
-                    // is queued, so nothing may land in the old channel
-                    // after it.
-                    let ch = id.channel.lock();
-                    ch.push(Pending::Agent(id.clone(), e));
+                    {
+                        // Under the id's channel lock: migrate() moves what
+                        // is queued, so nothing may land in the old channel
+                        // after it.
+                        let ch = id.channel.lock();
+                        ch.push(Pending::Agent(id.clone(), e));
+                    }
+                    release_on_engine_thread(id);
                 }
                 None => {
                     // Nobody wants it (the id went away): a request is
@@ -254,6 +257,20 @@ impl CmDevice {
                 }
             }
         }
+    }
+}
+
+/// Lets go of a handle `route` upgraded on the engine thread. The user may
+/// have taken the event and dropped the id meanwhile; then this is the
+/// last handle, and dropping an id destroys its QP and may drop the
+/// device, which waits for the engine thread: on the engine thread itself
+/// that would never return. The last handle is released on a thread of
+/// its own instead.
+fn release_on_engine_thread(id: Arc<IdInner>) {
+    if let Ok(last) = Arc::try_unwrap(id) {
+        let _ = std::thread::Builder::new()
+            .name("uroce-cm-release".into())
+            .spawn(move || drop(last));
     }
 }
 

@@ -70,6 +70,10 @@ pub enum EngineError {
     /// The engine thread is gone.
     #[error("the device's engine has stopped")]
     Stopped,
+    /// A blocking control call made from the device's own engine thread
+    /// (from a callback it runs): it would wait for itself forever.
+    #[error("called from the device's own engine thread")]
+    Reentrant,
     /// The capture file could not be written.
     #[error("capture: {0}")]
     Capture(String),
@@ -81,6 +85,12 @@ pub enum EngineError {
         /// The OS error.
         msg: String,
     },
+}
+
+thread_local! {
+    /// The [`Shared`] (as an address) of the engine whose worker runs on
+    /// this thread; 0 on every other thread.
+    static ENGINE_THREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 struct Shared {
@@ -215,7 +225,16 @@ impl Engine {
         }
     }
 
+    /// Whether the caller runs on this engine's own thread (inside a
+    /// callback the engine makes, such as a QP's packet sink).
+    pub fn on_own_thread(&self) -> bool {
+        ENGINE_THREAD.with(|t| t.get()) == Arc::as_ptr(&self.shared) as usize
+    }
+
     fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Result<T, EngineError> {
+        if self.on_own_thread() {
+            return Err(EngineError::Reentrant);
+        }
         let (tx, rx) = channel::bounded(1);
         self.cmds.send(make(tx)).map_err(|_| EngineError::Stopped)?;
         self.shared.doorbell.ring();
@@ -244,7 +263,18 @@ impl Engine {
         self.call(|tx| Command::Query(qpn, tx))?
     }
     /// Removes a QP.
+    ///
+    /// From the engine's own thread (a QP handle dropped inside one of its
+    /// callbacks) the removal is queued and happens before the engine
+    /// next looks at its commands; it cannot be waited for there.
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), EngineError> {
+        if self.on_own_thread() {
+            let (tx, _) = channel::bounded(1);
+            self.cmds
+                .send(Command::Destroy(qpn, tx))
+                .map_err(|_| EngineError::Stopped)?;
+            return Ok(());
+        }
         self.call(|tx| Command::Destroy(qpn, tx))?
     }
     /// Injects faults into everything this device sends from now on
@@ -304,8 +334,13 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.doorbell.ring();
+        // Dropped on its own thread (the last handle released inside a
+        // callback), the engine cannot wait for itself: the stop flag ends
+        // the loop as soon as the callback returns.
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            if !self.on_own_thread() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -351,6 +386,7 @@ impl Worker {
     }
 
     fn run(&mut self) {
+        ENGINE_THREAD.with(|t| t.set(Arc::as_ptr(&self.shared) as usize));
         let mut idle_since: Option<Nanos> = None;
         while !self.shared.stop.load(Ordering::Acquire) {
             let mut work = self.commands();
