@@ -100,6 +100,13 @@ impl Default for AddressVector {
     }
 }
 
+/// Entries in a device's GID table. Every entry holds the device's one
+/// RoCEv2 GID ([`gid_of`] its address): index 0 for those who ask for the
+/// first entry, and index 1 where kernel rxe puts its IPv4-mapped RoCEv2
+/// GID (rxe's index 0 is the link-local GID), which programs written
+/// against rxe hard-code.
+pub const GID_TABLE_LEN: u8 = 2;
+
 /// The RoCEv2 GID of an IP address: IPv4-mapped IPv6 for IPv4.
 pub fn gid_of(ip: IpAddr) -> [u8; 16] {
     match ip {
@@ -583,11 +590,11 @@ fn check_values(a: &QpAttr, mask: AttrMask, l: &ModifyLimits) -> Result<(), Modi
         );
     }
     if mask.contains(AttrMask::AV) {
-        if a.ah_attr.sgid_index != 0 {
+        if a.ah_attr.sgid_index >= GID_TABLE_LEN {
             return bad(
                 "IBV_QP_AV (sgid_index)",
                 a.ah_attr.sgid_index as u64,
-                "the GID table has one entry (index 0)",
+                "beyond the GID table (indices 0 and 1)",
             );
         }
         if a.ah_attr.ip().is_unspecified() {

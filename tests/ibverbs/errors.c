@@ -25,6 +25,7 @@
 #include <endian.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <net/if.h>
 
 static int passed, failed;
 
@@ -100,8 +101,8 @@ static int to_init(struct ibv_qp *qp)
 				     IBV_QP_ACCESS_FLAGS);
 }
 
-static int to_rtr(struct ibv_qp *qp, uint32_t dqpn, union ibv_gid *dgid,
-		  int global)
+static int to_rtr_sgid(struct ibv_qp *qp, uint32_t dqpn, union ibv_gid *dgid,
+		       int global, int sgid_index)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_RTR,
@@ -111,13 +112,20 @@ static int to_rtr(struct ibv_qp *qp, uint32_t dqpn, union ibv_gid *dgid,
 		.max_dest_rd_atomic = 1,
 		.min_rnr_timer = 12,
 		.ah_attr = { .is_global = global, .port_num = 1,
-			     .grh = { .dgid = *dgid, .hop_limit = 1 } },
+			     .grh = { .dgid = *dgid, .hop_limit = 1,
+				      .sgid_index = sgid_index } },
 	};
 	return ibv_modify_qp(qp, &a,
 			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
 				     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
 				     IBV_QP_MAX_DEST_RD_ATOMIC |
 				     IBV_QP_MIN_RNR_TIMER);
+}
+
+static int to_rtr(struct ibv_qp *qp, uint32_t dqpn, union ibv_gid *dgid,
+		  int global)
+{
+	return to_rtr_sgid(qp, dqpn, dgid, global, 0);
 }
 
 static int to_rts_rnr(struct ibv_qp *qp, int rnr_retry)
@@ -145,7 +153,8 @@ static void connect_pair(struct side *a, struct side *b)
 {
 	MUST(to_init(a->qp) == 0 && to_init(b->qp) == 0);
 	MUST(to_rtr(a->qp, b->qp->qp_num, &b->gid, 1) == 0);
-	MUST(to_rtr(b->qp, a->qp->qp_num, &a->gid, 1) == 0);
+	/* GID index 1, as programs written for kernel rxe use it. */
+	MUST(to_rtr_sgid(b->qp, a->qp->qp_num, &a->gid, 1, 1) == 0);
 	MUST(to_rts(a->qp) == 0 && to_rts(b->qp) == 0);
 }
 
@@ -209,10 +218,43 @@ int main(void)
 	      "create_qp RAW_PACKET: NULL, errno EOPNOTSUPP (%d)", errno);
 	union ibv_gid g;
 	CHECK(ibv_query_gid(a.ctx, 1, 5, &g) == -1,
-	      "query_gid index 5 of a 1-entry table: -1");
+	      "query_gid index 5 of a 2-entry table: -1");
+	CHECK(ibv_query_gid(a.ctx, 1, 2, &g) == -1,
+	      "query_gid index 2 of a 2-entry table: -1");
+	CHECK(ibv_query_gid(a.ctx, 1, 1, &g) == 0 && memcmp(&g, &a.gid, 16) == 0,
+	      "query_gid index 1 (where rxe keeps its RoCEv2 GID): the device's GID");
 	struct ibv_port_attr pa;
 	CHECK(ibv_query_port(a.ctx, 2, &pa) == EINVAL,
 	      "query_port 2 of a 1-port device: EINVAL");
+	CHECK(ibv_query_port(a.ctx, 1, &pa) == 0 && pa.gid_tbl_len == 2,
+	      "query_port: gid_tbl_len 2 (%d)", pa.gid_tbl_len);
+	{
+		/* The GID entries name the interface holding the address (lo). */
+		struct ibv_gid_entry ge;
+		unsigned lo = if_nametoindex("lo");
+		int rc = ibv_query_gid_ex(a.ctx, 1, 1, &ge, 0);
+		CHECK(rc == 0 && ge.gid_index == 1 && ge.port_num == 1 &&
+			      ge.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+			      ge.ndev_ifindex == lo && lo != 0 &&
+			      memcmp(&ge.gid, &a.gid, 16) == 0,
+		      "query_gid_ex index 1: RoCE v2, ndev_ifindex %u = lo's %u",
+		      ge.ndev_ifindex, lo);
+		rc = ibv_query_gid_ex(a.ctx, 1, 2, &ge, 0);
+		CHECK(rc == EINVAL, "query_gid_ex index 2: EINVAL (%d)", rc);
+		struct ibv_gid_entry one[1];
+		errno = 0;
+		ssize_t n = ibv_query_gid_table(a.ctx, one, 1, 0);
+		CHECK(n == -EINVAL || (n < 0 && errno == EINVAL),
+		      "query_gid_table with room for 1 of 2 entries: EINVAL (%zd)", n);
+		struct ibv_gid_entry tbl[4];
+		memset(tbl, 0xff, sizeof(tbl));
+		n = ibv_query_gid_table(a.ctx, tbl, 4, 0);
+		CHECK(n == 2 && tbl[0].gid_index == 0 && tbl[1].gid_index == 1 &&
+			      memcmp(&tbl[0].gid, &a.gid, 16) == 0 &&
+			      memcmp(&tbl[1].gid, &a.gid, 16) == 0 &&
+			      tbl[1].ndev_ifindex == lo && tbl[2].gid_index == 0xffffffff,
+		      "query_gid_table: 2 entries, both the device's GID (%zd)", n);
+	}
 
 	MUST(a.qp = rc_qp(&a));
 	MUST(b.qp = rc_qp(&b));
@@ -231,6 +273,8 @@ int main(void)
 	MUST(to_init(a.qp) == 0);
 	rc = to_rtr(a.qp, b.qp->qp_num, &b.gid, 0);
 	CHECK(rc == EINVAL, "modify to RTR without a GRH on RoCE: EINVAL (%d)", rc);
+	rc = to_rtr_sgid(a.qp, b.qp->qp_num, &b.gid, 1, 2);
+	CHECK(rc == EINVAL, "modify to RTR with sgid_index 2 of 2 entries: EINVAL (%d)", rc);
 	CHECK(a.qp->state == IBV_QPS_INIT, "qp->state follows modify (INIT)");
 	struct ibv_qp_attr qa;
 	struct ibv_qp_init_attr qi;

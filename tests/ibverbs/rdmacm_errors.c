@@ -308,6 +308,11 @@ int main(void)
 	MUST(rdma_create_id(sch, &busy, NULL, RDMA_PS_TCP) == 0);
 	CHECK(ERR(rdma_bind_addr(busy, (struct sockaddr *)&laddr), EADDRINUSE),
 	      "bind to a port in use: -1/EADDRINUSE");
+	/* The kernel's CMA: the wildcard against a bound port (either way
+	 * round) is EADDRNOTAVAIL. */
+	struct sockaddr_in wild = { .sin_family = AF_INET, .sin_port = htons(7471) };
+	CHECK(ERR(rdma_bind_addr(busy, (struct sockaddr *)&wild), EADDRNOTAVAIL),
+	      "bind the wildcard to a port bound on an address: -1/EADDRNOTAVAIL");
 	MUST(rdma_destroy_id(busy) == 0);
 
 	MUST(rdma_create_id(ch, &id, (void *)0xc1, RDMA_PS_TCP) == 0);

@@ -53,10 +53,11 @@ impl ProtectionDomain {
                 av.port_num
             )));
         }
-        if av.sgid_index != 0 {
+        if av.sgid_index >= crate::device::GID_TABLE_LEN {
             return Err(Error::Invalid(format!(
-                "sgid_index {}: the GID table has one entry (index 0)",
-                av.sgid_index
+                "sgid_index {}: the GID table has indices 0..{}",
+                av.sgid_index,
+                crate::device::GID_TABLE_LEN
             )));
         }
         let ip = av.ip();

@@ -26,7 +26,7 @@
 //! it in `poll`/`epoll` or an async reactor, then call
 //! [`EventChannel::try_get_event`].
 
-use crate::device::{devices, Context, Device};
+use crate::device::{devices, Context, Device, MAX_RD_ATOM};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpInitAttr, QueuePair};
@@ -650,19 +650,34 @@ impl CmId {
         let mut p = ports().lock();
         p.retain(|_, w| w.strong_count() > 0);
         let ps = self.inner.ps as u16;
+        // As the kernel's CMA (cma_check_port, without REUSEADDR): a port
+        // bound on the wildcard address conflicts with every address
+        // (EADDRNOTAVAIL); the same address twice is EADDRINUSE.
+        let clash = |q: u16| {
+            let mut bound = p.keys().filter(|(_, s, pt)| *s == ps && *pt == q);
+            bound.find_map(|&(other, ..)| {
+                if other.is_unspecified() || ip.is_unspecified() {
+                    Some(Error::PortConflict(q))
+                } else if other == ip {
+                    Some(Error::AddrInUse)
+                } else {
+                    None
+                }
+            })
+        };
         let port = if port == 0 {
             // An ephemeral port, as the kernel picks one (its local range).
             loop {
                 let q = 32768 + (rand::random::<u16>() % 28232);
-                if !p.contains_key(&(ip, ps, q)) {
+                if clash(q).is_none() {
                     break q;
                 }
             }
         } else {
             port
         };
-        if p.contains_key(&(ip, ps, port)) {
-            return Err(Error::AddrInUse);
+        if let Some(e) = clash(port) {
+            return Err(e);
         }
         p.insert((ip, ps, port), Arc::downgrade(&self.inner));
         Ok(port)
@@ -862,9 +877,24 @@ impl CmId {
                 Ok((a, m))
             }
             QpState::Rtr | QpState::Rts => {
-                let p = st
-                    .path
-                    .ok_or_else(|| Error::Invalid("the connection is not negotiated yet".into()))?;
+                let p = match (st.path, &st.req, st.ctxs.first()) {
+                    (Some(p), ..) => p,
+                    // A connect request not yet accepted: what the REQ
+                    // asked for (the kernel's CM answers so too; accept's
+                    // parameters may still lower the RDMA READ depths).
+                    (None, Some(req), Some(ctx)) => req_path(
+                        &st,
+                        req,
+                        ctx,
+                        req.initiator_depth.min(MAX_RD_ATOM),
+                        req.responder_resources.min(MAX_RD_ATOM),
+                    ),
+                    _ => {
+                        return Err(Error::Invalid(
+                            "the connection is not negotiated yet".into(),
+                        ))
+                    }
+                };
                 Ok(path_attr(&p, state, self.inner.qp_type == QpType::Rc))
             }
             _ => Err(Error::Invalid(format!("no attributes for {state:?}"))),
@@ -1001,23 +1031,13 @@ impl CmId {
         if param.private_data.len() > 196 {
             return Err(Error::Invalid("REP private data: at most 196 bytes".into()));
         }
-        let path = QpPath {
-            peer: st
-                .dst
-                .map_or_else(|| ip_of_gid(&req.primary.local_gid), |d| d.ip()),
-            mtu: mtu_of(req.path_mtu).min(ctx.inner.active_mtu),
-            dest_qpn: req.local_qpn,
-            // A REQ's or REP's starting PSN is where its sender's receive
-            // queue starts: the other side sends from it (the kernel's CM
-            // reads them so).
-            rq_psn: st.psn,
-            sq_psn: req.starting_psn,
-            max_dest_rd_atomic: param.responder_resources,
-            max_rd_atomic: param.initiator_depth,
-            timeout: req.primary.local_ack_timeout,
-            retry_cnt: req.retry_count,
-            rnr_retry: req.rnr_retry_count,
-        };
+        let path = req_path(
+            &st,
+            &req,
+            &ctx,
+            param.responder_resources,
+            param.initiator_depth,
+        );
         st.path = Some(path);
         let (qpn, srq) = match &st.qp {
             Some(qp) => {
@@ -1197,6 +1217,34 @@ fn init_attr(qp_type: QpType) -> (QpAttr, AttrMask) {
 }
 
 /// RTR or RTS attributes of a connected QP.
+/// The QP path a passive id's REQ settles, with the READ/atomic depths
+/// the accepting side grants.
+fn req_path(
+    st: &IdState2,
+    req: &ReqRepr,
+    ctx: &Context,
+    responder_resources: u8,
+    initiator_depth: u8,
+) -> QpPath {
+    QpPath {
+        peer: st
+            .dst
+            .map_or_else(|| ip_of_gid(&req.primary.local_gid), |d| d.ip()),
+        mtu: mtu_of(req.path_mtu).min(ctx.inner.active_mtu),
+        dest_qpn: req.local_qpn,
+        // A REQ's or REP's starting PSN is where its sender's receive
+        // queue starts: the other side sends from it (the kernel's CM
+        // reads them so).
+        rq_psn: st.psn,
+        sq_psn: req.starting_psn,
+        max_dest_rd_atomic: responder_resources,
+        max_rd_atomic: initiator_depth,
+        timeout: req.primary.local_ack_timeout,
+        retry_cnt: req.retry_count,
+        rnr_retry: req.rnr_retry_count,
+    }
+}
+
 fn path_attr(p: &QpPath, state: QpState, rc: bool) -> (QpAttr, AttrMask) {
     let mut a = QpAttr {
         qp_state: state,

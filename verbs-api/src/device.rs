@@ -8,9 +8,12 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use uroce_provider::counters::CounterSnapshot;
-use uroce_provider::engine::device::{active_mtu, devices_from_env, interface_mtu, DeviceConfig};
+use uroce_provider::engine::device::{
+    active_mtu, devices_from_env, interface_index, interface_mtu, DeviceConfig,
+};
 use uroce_provider::engine::Engine;
 use uroce_provider::memory::KeyTable;
+pub use uroce_provider::qp_attr::GID_TABLE_LEN;
 use uroce_provider::qp_attr::{gid_of, ModifyLimits};
 use uroce_provider::types::Mtu;
 
@@ -153,6 +156,16 @@ impl ContextInner {
 
 /// An open device (`struct ibv_context`). Clones share it; the engine stops
 /// when the last clone and every object made from it are dropped.
+///
+/// ```
+/// use uroce_verbs::Device;
+/// let ctx = Device::new("doc1", "127.70.1.1".parse().unwrap()).open().unwrap();
+/// let port = ctx.query_port(1).unwrap();
+/// assert_eq!(port.gid_tbl_len, 2); // index 0 and index 1 (rxe's place)
+/// let gid = ctx.query_gid(1, 1).unwrap();
+/// assert_eq!(gid.gid_type, "RoCE v2");
+/// assert_eq!(&gid.gid[10..], &[0xff, 0xff, 127, 70, 1, 1]); // IPv4-mapped
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
@@ -225,6 +238,8 @@ pub struct GidEntry {
     pub gid: [u8; 16],
     /// "RoCE v2".
     pub gid_type: &'static str,
+    /// The network interface that holds the device's address (0: none).
+    pub ndev_ifindex: u32,
 }
 
 impl Context {
@@ -270,7 +285,7 @@ impl Context {
             state: 4,
             max_mtu: Mtu::Mtu4096,
             active_mtu: self.inner.active_mtu,
-            gid_tbl_len: 1,
+            gid_tbl_len: GID_TABLE_LEN as u32,
             max_msg_sz: 1 << 31,
             pkey_tbl_len: 1,
             lid: 0,
@@ -278,16 +293,19 @@ impl Context {
             netdev_mtu: interface_mtu(self.inner.device.ip()),
         })
     }
-    /// `ibv_query_gid` (index 0: the RoCEv2 GID).
+    /// `ibv_query_gid`: every entry of the table ([`GID_TABLE_LEN`]) is
+    /// the device's RoCEv2 GID; index 1 is where kernel rxe keeps it.
     pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
-        if port != 1 || index != 0 {
+        if port != 1 || index >= GID_TABLE_LEN as u32 {
             return Err(Error::Invalid(format!(
-                "port {port} GID index {index}: the table has one entry, 1/0"
+                "port {port} GID index {index}: the table is port 1, indices 0..{GID_TABLE_LEN}"
             )));
         }
+        let ip = self.inner.device.ip();
         Ok(GidEntry {
-            gid: gid_of(self.inner.device.ip()),
+            gid: gid_of(ip),
             gid_type: "RoCE v2",
+            ndev_ifindex: interface_index(ip),
         })
     }
     /// `ibv_alloc_pd`.

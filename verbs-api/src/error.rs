@@ -36,6 +36,11 @@ pub enum Error {
     /// No device serves the address (EADDRNOTAVAIL).
     #[error("no uroce device for address {0}")]
     AddrNotAvailable(String),
+    /// The port is bound on the wildcard address while a specific one
+    /// asks for it, or the other way round (EADDRNOTAVAIL, as the kernel's
+    /// CMA answers).
+    #[error("port {0} is bound on another address, one of them the wildcard")]
+    PortConflict(u16),
 }
 
 impl Error {
@@ -50,7 +55,7 @@ impl Error {
             Error::NotSupported(_) => libc_errno::EOPNOTSUPP,
             Error::WouldBlock => libc_errno::EAGAIN,
             Error::AddrInUse => libc_errno::EADDRINUSE,
-            Error::AddrNotAvailable(_) => libc_errno::EADDRNOTAVAIL,
+            Error::AddrNotAvailable(_) | Error::PortConflict(_) => libc_errno::EADDRNOTAVAIL,
         }
     }
 }

@@ -9,8 +9,8 @@ use std::sync::Once;
 use std::time::Duration;
 use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::{
-    Access, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr, QpType,
-    QueuePair, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
+    Access, AttrMask, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr,
+    QpState, QpType, QueuePair, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
 };
 
 const SERVER: &str = "127.0.31.1";
@@ -139,9 +139,13 @@ fn rc_connect_send_and_disconnect() {
     let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
     listen.bind_addr(addr(SERVER, port)).unwrap();
     listen.listen(8).unwrap();
-    // A second listener on the same port is refused.
+    // A second listener on the same port is refused: the same address is
+    // EADDRINUSE, the wildcard EADDRNOTAVAIL (as the kernel's CMA).
     let other = CmId::new(&sch, PortSpace::Tcp).unwrap();
-    assert!(other.bind_addr(addr(SERVER, port)).is_err());
+    let e = other.bind_addr(addr(SERVER, port)).unwrap_err();
+    assert_eq!(e.errno(), 98, "{e}");
+    let e = other.bind_addr(addr("0.0.0.0", port)).unwrap_err();
+    assert_eq!(e.errno(), 99, "{e}");
 
     let (cch, cid) = client_to(port, PortSpace::Tcp);
     let c = end(&cid, QpType::Rc);
@@ -160,6 +164,14 @@ fn rc_connect_send_and_disconnect() {
     assert_eq!(req.id.dst_addr().unwrap().ip(), addr(CLIENT, 0).ip());
     assert_eq!(req.id.dst_addr(), cid.src_addr());
     let sid = req.id.clone();
+    // Before accept, the REQ already settles RTR and RTS: the kernel's CM
+    // answers rdma_init_qp_attr so, and programs that move their own QP
+    // (sideway's CM users) rely on it.
+    let (rtr, m) = sid.init_qp_attr(QpState::Rtr).unwrap();
+    assert_eq!(rtr.dest_qp_num, c.qp.qp_num());
+    assert!(m.contains(AttrMask::AV | AttrMask::DEST_QPN | AttrMask::RQ_PSN));
+    let (_, m) = sid.init_qp_attr(QpState::Rts).unwrap();
+    assert!(m.contains(AttrMask::SQ_PSN));
     let s = end(&sid, QpType::Rc);
     s.post_recv(0);
     sid.accept(&ConnParam {
@@ -169,6 +181,8 @@ fn rc_connect_send_and_disconnect() {
     .unwrap();
 
     let est = expect(&cch, CmEventType::Established);
+    // The client sends from the PSN the server's RTR expects.
+    assert_eq!(cid.init_qp_attr(QpState::Rts).unwrap().0.sq_psn, rtr.rq_psn);
     assert_eq!(&est.conn.private_data[..7], b"welcome");
     assert_eq!(est.conn.qp_num, s.qp.qp_num());
     expect(&sch, CmEventType::Established);
@@ -190,6 +204,23 @@ fn rc_connect_send_and_disconnect() {
     expect(&cch, CmEventType::TimewaitExit);
     expect(&sch, CmEventType::TimewaitExit);
     drop(s);
+}
+
+#[test]
+fn a_port_bound_on_the_wildcard_conflicts_with_every_address() {
+    init();
+    let port = 7479;
+    let ch = EventChannel::new().unwrap();
+    let any = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    any.bind_addr(addr("0.0.0.0", port)).unwrap();
+    let one = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    let e = one.bind_addr(addr(SERVER, port)).unwrap_err();
+    assert_eq!(e.errno(), 99, "{e}");
+    // Another port space, or the port once the wildcard id is gone, is free.
+    let udp = CmId::new(&ch, PortSpace::Udp).unwrap();
+    udp.bind_addr(addr(SERVER, port)).unwrap();
+    drop(any);
+    one.bind_addr(addr(SERVER, port)).unwrap();
 }
 
 #[test]

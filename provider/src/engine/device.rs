@@ -77,6 +77,16 @@ pub fn interface_mtu(ip: IpAddr) -> u32 {
         .unwrap_or(1500)
 }
 
+/// The index of the network interface that holds `ip` (loopback
+/// addresses: the loopback interface), as the kernel reports it in a GID
+/// entry's `ndev_ifindex`; 0 if there is none.
+pub fn interface_index(ip: IpAddr) -> u32 {
+    interface_of(ip)
+        .and_then(|ifname| std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex")).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// The active MTU of a device on `ip`, as rxe derives it.
 pub fn active_mtu(ip: IpAddr) -> Mtu {
     Mtu::for_interface_mtu(interface_mtu(ip))

@@ -473,14 +473,14 @@ unsafe extern "C" fn ibv_query_gid_type(
 }
 
 fn gid_entry(ctx: &CtxInner, port: u32, index: u32) -> Result<ibv_gid_entry, i32> {
+    let port8 = u8::try_from(port).map_err(|_| libc::EINVAL)?;
+    let e = ctx.rust.query_gid(port8, index).map_err(|e| errno(&e))?;
     Ok(ibv_gid_entry {
-        gid: ibv_gid {
-            raw: gid(ctx, port, index)?,
-        },
+        gid: ibv_gid { raw: e.gid },
         gid_index: index,
         port_num: port,
         gid_type: 2, // IBV_GID_TYPE_ROCE_V2
-        ndev_ifindex: 0,
+        ndev_ifindex: e.ndev_ifindex,
     })
 }
 
@@ -523,15 +523,20 @@ unsafe extern "C" fn _ibv_query_gid_table(
         if flags != 0 || size < std::mem::size_of::<ibv_gid_entry>() {
             return -(libc::EINVAL as ssize_t);
         }
-        if max == 0 || out.is_null() {
+        // The kernel refuses a table too small for every valid entry.
+        let len = uroce_verbs::GID_TABLE_LEN as usize;
+        if max < len || out.is_null() {
             return -(libc::EINVAL as ssize_t);
         }
-        let Ok(e) = gid_entry(ctx, 1, 0) else {
-            return -(libc::EINVAL as ssize_t);
-        };
-        // SAFETY: the caller's array of `max` entries of `size` bytes.
-        unsafe { std::ptr::write_unaligned(out, e) };
-        1
+        for i in 0..len {
+            let Ok(e) = gid_entry(ctx, 1, i as u32) else {
+                return -(libc::EINVAL as ssize_t);
+            };
+            // SAFETY: the caller's array of `max` entries of `size` bytes
+            // each (size >= the entry, checked above); i < len <= max.
+            unsafe { std::ptr::write_unaligned(out.cast::<u8>().add(i * size).cast(), e) };
+        }
+        len as ssize_t
     })
 }
 
