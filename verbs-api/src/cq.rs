@@ -6,6 +6,27 @@ use uroce_provider::cq::CqInner;
 use uroce_provider::types::Wc;
 
 /// A completion queue (`struct ibv_cq`). Polling takes no engine lock.
+///
+/// ```
+/// use std::time::Duration;
+/// use uroce_verbs::{Device, QpType, SendFlags, SendWr, WcOpcode, WcStatus, WrOpcode};
+/// let ctx = Device::new("doc3", "127.70.3.1".parse().unwrap()).open().unwrap();
+/// let pd = ctx.alloc_pd().unwrap();
+/// let cq = ctx.cq_builder().cqe(16).build().unwrap();
+/// let qp = pd.qp_builder(&cq).qp_type(QpType::Ud).build().unwrap();
+/// qp.activate().unwrap();
+/// // A zero-length UD send to this very QP: one send completion.
+/// let ah = pd
+///     .create_ah(&uroce_verbs::AddressVector { dgid: qp.endpoint().gid, ..Default::default() })
+///     .unwrap();
+/// let mut wr = SendWr::new(42, WrOpcode::Send);
+/// wr.flags = SendFlags::SIGNALED;
+/// wr.ud = Some(ah.ud_dest(qp.qp_num(), 0x1111_1111));
+/// qp.post_send(&[wr]).unwrap();
+/// let wc = cq.wait(1, Duration::from_secs(5));
+/// assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (42, WcStatus::Success, WcOpcode::Send));
+/// assert!(cq.poll_one().is_none());
+/// ```
 #[derive(Debug)]
 pub struct CompletionQueue {
     _ctx: Context,

@@ -19,9 +19,12 @@
 #![warn(missing_docs)]
 
 mod ah;
+#[cfg(feature = "tokio")]
+mod async_cq;
 pub mod cli;
 pub mod cm;
 pub mod cm_echo;
+mod connect;
 mod cq;
 pub mod demo;
 mod device;
@@ -34,8 +37,13 @@ mod srq;
 pub mod stress;
 
 pub use ah::AddressHandle;
+#[cfg(feature = "tokio")]
+pub use async_cq::CqStream;
+pub use connect::{ConnectOptions, CqBuilder, Endpoint, QpBuilder};
 pub use cq::CompletionQueue;
-pub use device::{devices, Context, Device, DeviceAttr, GidEntry, PortAttr, MAX_INLINE, MAX_SGE};
+pub use device::{
+    devices, Context, Device, DeviceAttr, GidEntry, PortAttr, GID_TABLE_LEN, MAX_INLINE, MAX_SGE,
+};
 pub use error::{Error, Result};
 pub use events::{AsyncEvent, CompChannel, CqEvent, EventElement, EventType};
 pub use pd::{MemoryRegion, ProtectionDomain};

@@ -121,6 +121,18 @@ impl ProtectionDomain {
 /// [`write`](Self::write), use [`atomic_u64`](Self::atomic_u64) for words
 /// that remote atomics also touch, or take the raw pointer (unsafe).
 /// Dropping the region deregisters it: its keys stop working at once.
+///
+/// ```
+/// use uroce_verbs::{Access, Device};
+/// let ctx = Device::new("doc2", "127.70.2.1".parse().unwrap()).open().unwrap();
+/// let pd = ctx.alloc_pd().unwrap();
+/// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
+/// mr.write(100, b"registered").unwrap();
+/// assert_eq!(mr.to_vec(100, 10).unwrap(), b"registered");
+/// let sge = mr.sge(100, 10); // for a work request: address, length, lkey
+/// assert_eq!((sge.addr, sge.lkey), (mr.addr() + 100, mr.lkey()));
+/// assert!(mr.write(4090, b"past the end").is_err());
+/// ```
 #[derive(Debug)]
 pub struct MemoryRegion {
     ctx: Context,

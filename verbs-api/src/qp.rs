@@ -31,6 +31,33 @@ pub struct QpInitAttr<'a> {
 }
 
 /// A queue pair (`struct ibv_qp`).
+///
+/// Made by [`ProtectionDomain::create_qp`] or [`ProtectionDomain::qp_builder`];
+/// connected by [`QueuePair::modify`] through INIT, RTR and RTS, or by
+/// [`QueuePair::connect`] (RC, UC) and [`QueuePair::activate`] (UD).
+///
+/// ```
+/// use std::time::Duration;
+/// use uroce_verbs::{Access, Device, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
+/// let ctx = Device::new("doc4", "127.70.4.1".parse().unwrap()).open().unwrap();
+/// let pd = ctx.alloc_pd().unwrap();
+/// let cq = ctx.cq_builder().build().unwrap();
+/// // An RC QP connected to a second one on the same device.
+/// let (a, b) = (pd.qp_builder(&cq).build().unwrap(), pd.qp_builder(&cq).build().unwrap());
+/// a.connect(&b.endpoint()).unwrap();
+/// b.connect(&a.endpoint()).unwrap();
+/// let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+/// mr.write(0, b"ping").unwrap();
+/// let recv = RecvWr { wr_id: 1, sg_list: [mr.sge(32, 32)].into_iter().collect() };
+/// b.post_recv(&[recv]).unwrap();
+/// let mut send = SendWr::new(2, WrOpcode::Send);
+/// send.flags = SendFlags::SIGNALED;
+/// send.sg_list = [mr.sge(0, 4)].into_iter().collect();
+/// a.post_send(&[send]).unwrap();
+/// let wcs = cq.wait(2, Duration::from_secs(5));
+/// assert!(wcs.iter().all(|wc| wc.status == WcStatus::Success));
+/// assert_eq!(mr.to_vec(32, 4).unwrap(), b"ping");
+/// ```
 #[derive(Debug)]
 pub struct QueuePair {
     ctx: Context,
@@ -43,6 +70,9 @@ pub struct QueuePair {
     /// on its own).
     state: Arc<StateCell>,
     srq: bool,
+    /// The PSN this QP's first packet carries (random, 24 bits): what
+    /// [`QueuePair::endpoint`] tells the peer.
+    psn: u32,
     _pd: Arc<()>,
     _send_cq: Arc<uroce_provider::cq::CqInner>,
     _recv_cq: Arc<uroce_provider::cq::CqInner>,
@@ -106,10 +136,23 @@ impl QueuePair {
             rq,
             state,
             srq: init.srq.is_some(),
+            psn: rand::random::<u32>() & 0xff_ffff,
             _pd: pd.users.clone(),
             _send_cq: init.send_cq.inner.clone(),
             _recv_cq: init.recv_cq.inner.clone(),
         })
+    }
+
+    /// The context the QP belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The starting PSN chosen for this QP at creation (random, 24 bits):
+    /// what [`QueuePair::connect`] puts in RTS and
+    /// [`QueuePair::endpoint`] tells the peer.
+    pub fn start_psn(&self) -> u32 {
+        self.psn
     }
 
     /// Whether receives come from an SRQ.

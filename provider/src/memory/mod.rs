@@ -35,7 +35,7 @@
 //! whose MIDDLE packets are still coming, a receive WR being scattered, a
 //! READ being answered, a WR that may be retransmitted). Holding the `Arc`
 //! keeps the *descriptor* alive, not the right to touch the memory: every
-//! access to the bytes goes through one gate ([`MrInner::touch`]) that
+//! access to the bytes goes through one gate (`MrInner::touch`) that
 //! holds the region's registration lock shared and checks that the region
 //! is still registered. [`KeyTable::deregister`] takes that lock
 //! exclusively to mark the region invalid, so when it returns no copy into

@@ -2,7 +2,7 @@
 //!
 //! Names and field order follow the header so a reader can check them side
 //! by side; the layout test (`layout_test.rs`) generates C from
-//! [`layout_table!`], compiles it against the installed header and
+//! `layout_table!`, compiles it against the installed header and
 //! compares every size and every listed offset with Rust's.
 #![allow(non_camel_case_types, missing_docs)]
 

@@ -19,7 +19,7 @@
 //!   rdma-core gives it (`ibv_get_device_list@@IBVERBS_1.1`,
 //!   `ibv_query_gid_type@@IBVERBS_PRIVATE_34`, ...), since binaries bind
 //!   by version and the loader refuses a library that lacks a node they
-//!   need (`libibverbs.map` declares the nodes, [`symbol_versions`] places
+//!   need (`libibverbs.map` declares the nodes, `symbol_versions` places
 //!   each symbol);
 //! * **structure layouts** ([`ffi`]): `ibv_post_send`, `ibv_post_recv`,
 //!   `ibv_poll_cq`, `ibv_req_notify_cq` and `ibv_post_srq_recv` are inline
@@ -36,7 +36,7 @@
 //! Each C object is a `#[repr(C)]` Rust struct whose first field is the C
 //! structure, followed by the uroce object it stands for; the pointer the
 //! program holds is the address of both. No panic crosses the boundary:
-//! every entry point that could panic runs under [`guard`] (the others
+//! every entry point that could panic runs under `guard` (the others
 //! only read fields or return constants).
 
 pub mod ffi;

@@ -1,11 +1,11 @@
 //! Reliable connected QPs (IBA 9.7-9.9): requester, completer and
 //! responder as one sans-IO state machine per QP.
 //!
-//! * [`requester`] turns send WRs into request packets (segmentation by
+//! * `requester` turns send WRs into request packets (segmentation by
 //!   path MTU, ack requests, fence and max_rd_atomic, go-back-N resend);
-//! * [`completer`] takes ACKs, NAKs, READ responses and atomic ACKs and
+//! * `completer` takes ACKs, NAKs, READ responses and atomic ACKs and
 //!   completes send WRs in order, with the retry and RNR counters;
-//! * [`responder`] checks and executes requests (PSN, op sequence, op
+//! * `responder` checks and executes requests (PSN, op sequence, op
 //!   validity, resources, length, R_Key; execute; acknowledge), answers
 //!   READs and atomics, and completes receive WRs.
 

@@ -1,7 +1,7 @@
 //! librdmacm's structures, as `<rdma/rdma_cma.h>` (librdmacm-dev 44) lays
 //! them out, and the two libibverbs ones only librdmacm's calls take
 //! (`ibv_srq_init_attr_ex`, `ibv_ece`). The layout test compares every
-//! size and listed offset with the installed headers ([`rdmacm_layout_table!`]).
+//! size and listed offset with the installed headers (`rdmacm_layout_table!`).
 #![allow(non_camel_case_types, missing_docs)]
 
 use crate::ffi::*;

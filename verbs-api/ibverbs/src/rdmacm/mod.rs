@@ -9,9 +9,9 @@
 //! device, as librdmacm does), `id->qp` a QP made by its create-QP path,
 //! so that verbs.h's inline `ibv_post_send(id->qp, ...)` reaches uroce.
 //!
-//! What each C object is: [`Id`] (`rdma_cm_id` first, then the uroce
-//! [`CmId`]), [`Chan`] (`rdma_event_channel`, then the [`EventChannel`]
-//! whose descriptor it shows), [`Event`] (`rdma_cm_event`, then the
+//! What each C object is: `Id` (`rdma_cm_id` first, then the uroce
+//! [`CmId`]), `Chan` (`rdma_event_channel`, then the [`EventChannel`]
+//! whose descriptor it shows), `Event` (`rdma_cm_event`, then the
 //! private data it points to). An id is freed when it is destroyed and
 //! every event naming it has been acknowledged, so an event never points
 //! at freed memory (librdmacm makes `rdma_destroy_id` wait for the

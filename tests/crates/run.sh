@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The Rust RDMA crates, as published on crates.io, on uroce's drop-in
+# libibverbs.so.1 and librdmacm.so.1 (issue #17).
+#
+#   * on-ibverbs (rust-ibverbs 0.9.2): RC SEND/RECV between two processes,
+#     GID index 1 as code written for kernel rxe uses it, every byte checked;
+#   * on-sideway (sideway 0.4.3): SEND/RECV, RDMA READ and WRITE between
+#     two processes with the basic QP/CQ, with the extended QP/CQ (ibv_wr_*
+#     posting, ibv_start_poll), and connected through rdma_cm;
+#   * the crates' own examples: rust-ibverbs' loopback (a QP connected to
+#     itself over GID index 1); sideway's ibv_devinfo, show_gids,
+#     rc_pingpong and cmtime (server and client), and sideway's own test
+#     suite, built from the published crates.
+#
+# The crates' build dependencies (cmake and clang for their bindgen and
+# rdma-core builds, libnl for ibverbs-sys) are installed here as Debian
+# packages, not burdening `cargo test`. Each pair gets its own devices
+# (127.60.<n>.1 and .2) and TCP port (18900 + n). Prints a line per program
+# and "crates: N passed, N failed"; exits non-zero on a failure.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v clang >/dev/null || need+=(clang)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need+=(libclang-dev)
+[ -e /usr/include/libnl3/netlink/netlink.h ] || need+=(libnl-3-dev)
+[ -e /usr/include/libnl3/netlink/route/link.h ] || need+=(libnl-route-3-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null 2>&1 || true
+    apt-get install -y -q "${need[@]}" >/dev/null 2>&1
+  fi
+  for p in cmake clang; do
+    command -v $p >/dev/null || { echo "crates: $p missing (apt-get install ${need[*]})"; echo "crates: 0 passed, 1 failed"; exit 1; }
+  done
+fi
+
+cargo build --release -q -p uroce-ibverbs -p uroce-verbs || exit 1
+libdir=$("$root/target/release/uroce" libdir) || exit 1
+# The crates' target directory outlives a clone (their rdma-core builds are
+# the slow part): a cache, rebuilt from nothing on a new machine.
+# UROCE_CRATES_TARGET moves it.
+export CARGO_TARGET_DIR=${UROCE_CRATES_TARGET:-${XDG_CACHE_HOME:-$HOME/.cache}/uroce-crates-target}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); printf 'ok    %-30s %s\n' "$1" "$2"; }
+fail() {
+  failed=$((failed + 1)); printf 'FAIL  %-30s %s\n' "$1" "$2"
+  for f in "$tmp"/out*; do [ -e "$f" ] && awk -v p="      $(basename "$f") | " '{ print p $0 }' "$f" | tail -15; done
+}
+finish() {
+  echo "crates: $passed passed, $failed failed"
+  [ "$failed" = 0 ]
+  exit
+}
+
+# ---- build: our programs, and the crates' own examples from their
+# published sources (copied out of cargo's registry, with their lock files)
+if ! (cd "$here" && cargo build -q --bins) >"$tmp/out.build" 2>&1; then
+  fail "build tests/crates" "$(grep -m1 -E '^error' "$tmp/out.build")"
+  finish
+fi
+bin=$CARGO_TARGET_DIR/debug
+registry=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ | head -1)
+for c in ibverbs-0.9.2 sideway-0.4.3; do
+  rm -rf "${tmp:?}/$c"
+  cp -r "$registry/$c" "$tmp/$c"
+done
+if ! (cd "$tmp/ibverbs-0.9.2" && cargo build -q --example loopback) >"$tmp/out.build" 2>&1; then
+  fail "build ibverbs examples" "$(grep -m1 -E '^error' "$tmp/out.build")"
+fi
+if ! (cd "$tmp/sideway-0.4.3" && cargo build -q --example ibv_devinfo --example show_gids --example rc_pingpong \
+  --example cmtime) \
+  >"$tmp/out.build" 2>&1; then
+  fail "build sideway examples" "$(grep -m1 -E '^error' "$tmp/out.build")"
+fi
+rm -f "$tmp/out.build"
+export LD_LIBRARY_PATH=$libdir
+
+# run_pair NAME N SERVER_CMD... -- CLIENT_CMD...: the server on
+# 127.60.N.1, the client on 127.60.N.2, both must exit 0 within 60 s.
+run_pair() {
+  local name=$1 n=$2
+  shift 2
+  local scmd=() ccmd=()
+  while [ "$1" != -- ]; do scmd+=("$1"); shift; done
+  shift
+  ccmd=("$@")
+  rm -f "$tmp"/out*
+  UROCE_DEVICES=uroce0=127.60.$n.1 timeout 60 "${scmd[@]}" >"$tmp/out.server" 2>&1 &
+  local spid=$!
+  sleep 0.3
+  UROCE_DEVICES=uroce0=127.60.$n.2 timeout 60 "${ccmd[@]}" >"$tmp/out.client" 2>&1
+  local crc=$?
+  wait $spid
+  local src=$?
+  if [ $crc = 0 ] && [ $src = 0 ]; then
+    pass "$name" "$(tail -1 "$tmp/out.client")"
+  else
+    fail "$name" "server exit $src, client exit $crc"
+  fi
+}
+
+# ---- our programs on the crates
+run_pair "ibverbs: rc send/recv" 1 "$bin/on-ibverbs" server 127.0.0.1:18901 -- \
+  "$bin/on-ibverbs" client 127.0.0.1:18901
+run_pair "sideway: basic qp" 2 "$bin/on-sideway" basic server 127.0.0.1 18902 -- \
+  "$bin/on-sideway" basic client 127.0.0.1 18902
+run_pair "sideway: extended qp" 3 "$bin/on-sideway" ex server 127.0.0.1 18903 -- \
+  "$bin/on-sideway" ex client 127.0.0.1 18903
+run_pair "sideway: rdma_cm" 4 "$bin/on-sideway" cm server 127.60.4.1 18904 -- \
+  "$bin/on-sideway" cm client 127.60.4.1 18904
+
+# ---- the crates' own examples
+examples=$CARGO_TARGET_DIR/debug/examples
+rm -f "$tmp"/out*
+if UROCE_DEVICES=uroce0=127.60.5.1 timeout 60 "$examples/loopback" >"$tmp/out" 2>&1 &&
+  grep -q received "$tmp/out"; then
+  pass "ibverbs: examples/loopback" "$(tr '\n' ' ' <"$tmp/out")"
+else
+  fail "ibverbs: examples/loopback" "did not send and receive"
+fi
+rm -f "$tmp"/out*
+if UROCE_DEVICES=uroce0=127.60.6.1 timeout 60 "$examples/ibv_devinfo" >"$tmp/out" 2>&1 &&
+  grep -q uroce0 "$tmp/out"; then
+  pass "sideway: examples/ibv_devinfo" "$(grep -c . "$tmp/out") lines"
+else
+  fail "sideway: examples/ibv_devinfo" "no uroce0"
+fi
+rm -f "$tmp"/out*
+if UROCE_DEVICES=uroce0=127.60.6.1 timeout 60 "$examples/show_gids" >"$tmp/out" 2>&1 &&
+  grep -q "127.60.6.1" "$tmp/out" && grep -qw lo "$tmp/out"; then
+  pass "sideway: examples/show_gids" "$(grep -c 127.60.6.1 "$tmp/out") GIDs on lo"
+else
+  fail "sideway: examples/show_gids" "no GID of 127.60.6.1 on lo"
+fi
+run_pair "sideway: examples/rc_pingpong" 7 "$examples/rc_pingpong" -p 18907 -n 200 -- \
+  "$examples/rc_pingpong" -p 18907 -n 200 127.0.0.1
+# sideway's own test suite (its unit tests and tests/*.rs on the first
+# device), less test_query_gid_table_fallback, which compares the GID table
+# with /sys/class/infiniband (uroce, in userspace, has no sysfs), and
+# tests/compiletest.rs (compile-fail checks of the crate's API, no RDMA).
+rm -f "$tmp"/out*
+if (cd "$tmp/sideway-0.4.3" && UROCE_DEVICES=uroce0=127.60.9.1 timeout 300 cargo test -q --lib \
+  --test test_atomic --test test_cq --test test_mr_and_cq --test test_post_send --test test_qp \
+  -- --skip test_query_gid_table_fallback) >"$tmp/out" 2>&1; then
+  pass "sideway: its own tests" "$(awk '/^test result:/ { p += $4 } END { print p " passed" }' "$tmp/out")"
+else
+  fail "sideway: its own tests" "$(grep -c FAILED "$tmp/out") failures"
+fi
+# cmtime: 20 connections set up and torn down through rdma_cm, the QPs
+# moved by rdma_init_qp_attr on both sides.
+run_pair "sideway: examples/cmtime" 8 "$examples/cmtime" -b 127.60.8.1 -p 18908 -c 20 -- \
+  "$examples/cmtime" -s 127.60.8.1 -p 18908 -c 20
+finish
