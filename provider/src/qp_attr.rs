@@ -34,6 +34,37 @@ bitflags! {
 }
 
 impl AttrMask {
+    /// What a connected QP's INIT -> RTR carries (IBA 11.2.4.2's required
+    /// attributes): the path, the peer's QPN and PSN; RC adds its
+    /// responder's READ/atomic depth and RNR timer.
+    pub const fn to_rtr(rc: bool) -> AttrMask {
+        let m = AttrMask::STATE
+            .union(AttrMask::AV)
+            .union(AttrMask::PATH_MTU)
+            .union(AttrMask::DEST_QPN)
+            .union(AttrMask::RQ_PSN);
+        if rc {
+            m.union(AttrMask::MAX_DEST_RD_ATOMIC)
+                .union(AttrMask::MIN_RNR_TIMER)
+        } else {
+            m
+        }
+    }
+
+    /// What a connected QP's RTR -> RTS carries: its send PSN; RC adds the
+    /// ACK timeout, retry counts and its READ/atomic depth.
+    pub const fn to_rts(rc: bool) -> AttrMask {
+        let m = AttrMask::STATE.union(AttrMask::SQ_PSN);
+        if rc {
+            m.union(AttrMask::TIMEOUT)
+                .union(AttrMask::RETRY_CNT)
+                .union(AttrMask::RNR_RETRY)
+                .union(AttrMask::MAX_QP_RD_ATOMIC)
+        } else {
+            m
+        }
+    }
+
     /// The `IBV_QP_*` name of the lowest attribute in the mask.
     pub fn first_name(self) -> &'static str {
         const NAMES: [&str; 21] = [

@@ -178,17 +178,7 @@ pub fn to_rtr(qp: &mut dyn QpMachine, peer: IpAddr, dest_qpn: u32, rq_psn: u32, 
     );
     a.max_dest_rd_atomic = p.rd_atomic;
     a.min_rnr_timer = p.min_rnr_timer;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .expect("INIT->RTR");
+    qp.modify(&a, AttrMask::to_rtr(true)).expect("INIT->RTR");
 }
 
 /// RESET -> INIT with `access`; returns the attributes for INIT -> RTR
@@ -240,16 +230,11 @@ pub fn uc_connect(
         rq_psn,
         mtu,
     );
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN,
-    )
-    .expect("INIT->RTR");
+    qp.modify(&a, AttrMask::to_rtr(false)).expect("INIT->RTR");
     if rts {
         a.qp_state = QpState::Rts;
         a.sq_psn = sq_psn;
-        qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
-            .expect("RTR->RTS");
+        qp.modify(&a, AttrMask::to_rts(false)).expect("RTR->RTS");
     }
 }
 
@@ -284,16 +269,7 @@ pub fn to_rts(qp: &mut dyn QpMachine, sq_psn: u32, p: &PairParams) {
         max_rd_atomic: p.rd_atomic,
         ..QpAttr::default()
     };
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::SQ_PSN
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .expect("RTR->RTS");
+    qp.modify(&a, AttrMask::to_rts(true)).expect("RTR->RTS");
 }
 
 impl RcPair {

@@ -1267,24 +1267,9 @@ fn path_attr(p: &QpPath, state: QpState, rc: bool) -> (QpAttr, AttrMask) {
     };
     a.cur_qp_state = state;
     let m = if state == QpState::Rtr {
-        let mut m = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN;
-        if rc {
-            m |= AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
-        }
-        m
+        AttrMask::to_rtr(rc)
     } else {
-        let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
-        if rc {
-            m |= AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::MAX_QP_RD_ATOMIC;
-        }
-        m
+        AttrMask::to_rts(rc)
     };
     (a, m)
 }

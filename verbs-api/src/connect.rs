@@ -228,15 +228,7 @@ impl QueuePair {
             },
             ..QpAttr::default()
         };
-        let mut mask = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN;
-        if rc {
-            mask |= AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
-        }
-        self.step("RTR", &rtr, mask)?;
+        self.step("RTR", &rtr, AttrMask::to_rtr(rc))?;
         let rts = QpAttr {
             qp_state: QpState::Rts,
             sq_psn: self.start_psn(),
@@ -246,14 +238,7 @@ impl QueuePair {
             max_rd_atomic: o.max_rd_atomic,
             ..QpAttr::default()
         };
-        let mut mask = AttrMask::STATE | AttrMask::SQ_PSN;
-        if rc {
-            mask |= AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::MAX_QP_RD_ATOMIC;
-        }
-        self.step("RTS", &rts, mask)
+        self.step("RTS", &rts, AttrMask::to_rts(rc))
     }
 
     /// Brings a UD QP in RESET to RTS with [`ConnectOptions::default`]'s

@@ -159,33 +159,16 @@ pub fn rtr_rts(
         min_rnr_timer: 12,
         ..QpAttr::default()
     };
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .map_err(|e| Error::Invalid(format!("Failed to modify QP to RTR: {e}")))?;
+    qp.modify(&a, AttrMask::to_rtr(true))
+        .map_err(|e| Error::Invalid(format!("Failed to modify QP to RTR: {e}")))?;
     a.qp_state = QpState::Rts;
     a.sq_psn = my_psn;
     a.timeout = p.timeout;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.max_rd_atomic = p.rd_atomic;
-    qp.modify(
-        &a,
-        AttrMask::STATE
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::SQ_PSN
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .map_err(|e| Error::Invalid(format!("Failed to modify QP to RTS: {e}")))
+    qp.modify(&a, AttrMask::to_rts(true))
+        .map_err(|e| Error::Invalid(format!("Failed to modify QP to RTS: {e}")))
 }
 
 fn expect(cq: &CompletionQueue, n: usize, what: &str) -> Result<Vec<Wc>> {

@@ -414,16 +414,11 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
                         rq_psn: r.psn,
                         ..QpAttr::default()
                     };
-                    let rtr = AttrMask::STATE
-                        | AttrMask::AV
-                        | AttrMask::PATH_MTU
-                        | AttrMask::DEST_QPN
-                        | AttrMask::RQ_PSN;
-                    qp.modify(&a, rtr)
+                    qp.modify(&a, AttrMask::to_rtr(false))
                         .map_err(|e| fail(format!("Failed to modify QP to RTR: {e}")))?;
                     a.qp_state = QpState::Rts;
                     a.sq_psn = me[i].psn;
-                    qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
+                    qp.modify(&a, AttrMask::to_rts(false))
                         .map_err(|e| fail(format!("Failed to modify QP to RTS: {e}")))?;
                 }
                 Kind::Ud => {
