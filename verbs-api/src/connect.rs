@@ -426,6 +426,53 @@ impl<'a> CqBuilder<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Device;
+
+    #[test]
+    fn connect_and_activate_refuse_the_wrong_transport_and_honour_options() {
+        let ctx = Device::new("ct", "127.70.9.1".parse().unwrap())
+            .open()
+            .unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.cq_builder().cqe(8).build().unwrap();
+        let ud = pd.qp_builder(&cq).qp_type(QpType::Ud).build().unwrap();
+        let rc = pd.qp_builder(&cq).build().unwrap();
+        assert!(matches!(ud.connect(&rc.endpoint()), Err(Error::Invalid(_))));
+        assert!(matches!(rc.activate(), Err(Error::Invalid(_))));
+        assert_eq!((ud.state(), rc.state()), (QpState::Reset, QpState::Reset));
+        ud.activate_with(&ConnectOptions {
+            qkey: 0x1234,
+            ..ConnectOptions::default()
+        })
+        .unwrap();
+        assert_eq!(ud.query().unwrap().qkey, 0x1234);
+
+        // UC: READ and atomics are not UC's, so connect leaves them out.
+        let uc1 = pd.qp_builder(&cq).qp_type(QpType::Uc).build().unwrap();
+        let uc2 = pd.qp_builder(&cq).qp_type(QpType::Uc).build().unwrap();
+        let o = ConnectOptions {
+            path_mtu: Some(Mtu::Mtu512),
+            ..ConnectOptions::default()
+        };
+        uc1.connect_with(&uc2.endpoint(), &o).unwrap();
+        let a = uc1.query().unwrap();
+        assert_eq!((a.qp_state, a.path_mtu), (QpState::Rts, Mtu::Mtu512));
+        assert_eq!(
+            a.qp_access_flags,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        );
+        assert_eq!((a.dest_qp_num, a.rq_psn), (uc2.qp_num(), uc2.start_psn()));
+        assert_eq!(a.sq_psn, uc1.start_psn());
+
+        // A bad option names the step it failed at; the QP stays there.
+        let bad = ConnectOptions {
+            sgid_index: 7,
+            ..ConnectOptions::default()
+        };
+        let e = rc.connect_with(&uc1.endpoint(), &bad).unwrap_err();
+        assert!(e.to_string().contains("to RTR"), "{e}");
+        assert_eq!(rc.state(), QpState::Init);
+    }
 
     #[test]
     fn endpoint_bytes_round_trip_and_refuse_bad_input() {
