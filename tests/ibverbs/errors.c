@@ -554,8 +554,47 @@ int main(void)
 		.pd = a.pd,
 		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND,
 	};
+	/* A provider never accepts what it cannot do: operations uroce lacks,
+	 * or that the transport lacks, are EOPNOTSUPP at creation. */
+	{
+		static const struct { int type; uint64_t ops; const char *what; } no[] = {
+			{ IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE, "RC atomic write" },
+			{ IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW, "RC bind MW" },
+			{ IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV, "RC local invalidate" },
+			{ IBV_QPT_RC, IBV_QP_EX_WITH_TSO, "RC TSO" },
+			{ IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, "UC RDMA READ" },
+			{ IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE, "UD RDMA WRITE" },
+		};
+		for (unsigned i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+			struct ibv_qp_init_attr_ex na = qxa;
+			na.qp_type = no[i].type;
+			na.send_ops_flags = IBV_QP_EX_WITH_SEND | no[i].ops;
+			errno = 0;
+			struct ibv_qp *nq = ibv_create_qp_ex(a.ctx, &na);
+			CHECK(!nq && errno == EOPNOTSUPP,
+			      "create_qp_ex asking for %s: NULL, errno EOPNOTSUPP (%d)",
+			      no[i].what, errno);
+			if (nq)
+				ibv_destroy_qp(nq);
+		}
+	}
 	struct ibv_qp *xqp = ibv_create_qp_ex(a.ctx, &qxa);
 	CHECK(xqp != NULL, "create_qp_ex with send_ops_flags");
+	{
+		/* Every function pointer of the ibv_qp_ex is set. */
+		struct ibv_qp_ex *q = ibv_qp_to_qp_ex(xqp);
+		void *fns[] = { q->wr_atomic_cmp_swp, q->wr_atomic_fetch_add, q->wr_bind_mw,
+				q->wr_local_inv, q->wr_rdma_read, q->wr_rdma_write,
+				q->wr_rdma_write_imm, q->wr_send, q->wr_send_imm, q->wr_send_inv,
+				q->wr_send_tso, q->wr_set_ud_addr, q->wr_set_xrc_srqn,
+				q->wr_set_inline_data, q->wr_set_inline_data_list, q->wr_set_sge,
+				q->wr_set_sge_list, q->wr_start, q->wr_complete, q->wr_abort,
+				q->wr_atomic_write };
+		unsigned nulls = 0;
+		for (unsigned i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+			nulls += fns[i] == NULL;
+		CHECK(nulls == 0, "no null function pointer in ibv_qp_ex (%u null)", nulls);
+	}
 	struct ibv_qp *oldqp = a.qp;
 	a.qp = xqp;
 	MUST(ibv_modify_qp(b.qp, &(struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET },
@@ -633,6 +672,15 @@ int main(void)
 	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8); /* no WR started */
 	rc = ibv_wr_complete(qpx);
 	CHECK(rc == EINVAL, "ibv_wr_set_sge before any WR: wr_complete EINVAL (%d)", rc);
+	uint64_t aw = 7;
+	ibv_wr_start(qpx);
+	ibv_wr_atomic_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 512, &aw);
+	rc = ibv_wr_complete(qpx);
+	CHECK(rc == EOPNOTSUPP, "ibv_wr_atomic_write (not offered): wr_complete EOPNOTSUPP (%d)", rc);
+	ibv_wr_start(qpx);
+	ibv_wr_bind_mw(qpx, NULL, 0, NULL);
+	rc = ibv_wr_complete(qpx);
+	CHECK(rc == EOPNOTSUPP, "ibv_wr_bind_mw (not offered): wr_complete EOPNOTSUPP (%d)", rc);
 
 	/* ---- UD through the ibv_wr_* API: address handle, immediate data in
 	 * network order, the GRH area, an AH back to the sender */

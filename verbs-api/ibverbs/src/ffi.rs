@@ -580,7 +580,7 @@ pub struct ibv_qp_ex {
     pub wr_flags: c_uint,
     pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(QpEx, u32, u64, u64, u64)>,
     pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(QpEx, u32, u64, u64)>,
-    pub wr_bind_mw: Fp,
+    pub wr_bind_mw: Option<unsafe extern "C" fn(QpEx, *mut c_void, u32, *const c_void)>,
     pub wr_local_inv: Option<unsafe extern "C" fn(QpEx, u32)>,
     pub wr_rdma_read: Option<unsafe extern "C" fn(QpEx, u32, u64)>,
     pub wr_rdma_write: Option<unsafe extern "C" fn(QpEx, u32, u64)>,
@@ -588,7 +588,7 @@ pub struct ibv_qp_ex {
     pub wr_send: Option<unsafe extern "C" fn(QpEx)>,
     pub wr_send_imm: Option<unsafe extern "C" fn(QpEx, u32)>,
     pub wr_send_inv: Option<unsafe extern "C" fn(QpEx, u32)>,
-    pub wr_send_tso: Fp,
+    pub wr_send_tso: Option<unsafe extern "C" fn(QpEx, *mut c_void, u16, u16)>,
     pub wr_set_ud_addr: Option<unsafe extern "C" fn(QpEx, *mut ibv_ah, u32, u32)>,
     pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(QpEx, u32)>,
     pub wr_set_inline_data: Option<unsafe extern "C" fn(QpEx, *mut c_void, size_t)>,
@@ -598,7 +598,7 @@ pub struct ibv_qp_ex {
     pub wr_start: Option<unsafe extern "C" fn(QpEx)>,
     pub wr_complete: Option<unsafe extern "C" fn(QpEx) -> c_int>,
     pub wr_abort: Option<unsafe extern "C" fn(QpEx)>,
-    pub wr_atomic_write: Fp,
+    pub wr_atomic_write: Option<unsafe extern "C" fn(QpEx, u32, u64, *const c_void)>,
 }
 
 #[repr(C)]

@@ -1008,7 +1008,7 @@ fn create_qp(p: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp, i3
             wr_flags: 0,
             wr_atomic_cmp_swp: Some(w::wr_atomic_cmp_swp),
             wr_atomic_fetch_add: Some(w::wr_atomic_fetch_add),
-            wr_bind_mw: None,
+            wr_bind_mw: Some(w::wr_bind_mw),
             wr_local_inv: Some(w::wr_local_inv),
             wr_rdma_read: Some(w::wr_rdma_read),
             wr_rdma_write: Some(w::wr_rdma_write),
@@ -1016,7 +1016,7 @@ fn create_qp(p: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp, i3
             wr_send: Some(w::wr_send),
             wr_send_imm: Some(w::wr_send_imm),
             wr_send_inv: Some(w::wr_send_inv),
-            wr_send_tso: None,
+            wr_send_tso: Some(w::wr_send_tso),
             wr_set_ud_addr: Some(w::wr_set_ud_addr),
             wr_set_xrc_srqn: Some(w::wr_set_xrc_srqn),
             wr_set_inline_data: Some(w::wr_set_inline_data),
@@ -1026,7 +1026,7 @@ fn create_qp(p: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp, i3
             wr_start: Some(w::wr_start),
             wr_complete: Some(w::wr_complete),
             wr_abort: Some(w::wr_abort),
-            wr_atomic_write: None,
+            wr_atomic_write: Some(w::wr_atomic_write),
         },
         inner: QpInner {
             rust,
@@ -1052,8 +1052,9 @@ unsafe extern "C" fn ibv_create_qp(p: *mut ibv_pd, attr: *mut ibv_qp_init_attr) 
 }
 
 /// `verbs_context::create_qp_ex`: a PD is required; `send_ops_flags`
-/// (for the `ibv_wr_*` API) are accepted for every operation the QP type
-/// has; creation flags are not supported.
+/// (for the `ibv_wr_*` API) may name the operations uroce has for the QP
+/// type ([`send_ops_supported`]), anything else is EOPNOTSUPP; creation
+/// flags are not supported.
 pub(crate) unsafe extern "C" fn create_qp_ex(
     _context: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
@@ -1075,6 +1076,14 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         {
             return Err(libc::EOPNOTSUPP);
         }
+        if a.comp_mask & SEND_OPS_FLAGS != 0
+            && a.send_ops_flags & !send_ops_supported(a.qp_type) != 0
+        {
+            // A provider must not accept what it cannot do: memory windows,
+            // local invalidate, TSO, atomic write, or an operation the
+            // transport lacks.
+            return Err(libc::EOPNOTSUPP);
+        }
         let mut base = ibv_qp_init_attr {
             qp_context: a.qp_context,
             send_cq: a.send_cq,
@@ -1093,6 +1102,26 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         }
         Ok(qp)
     })
+}
+
+/// The `IBV_QP_EX_WITH_*` operations uroce has for a QP type (RC: SEND,
+/// WRITE, READ, atomics, SEND with invalidate; UC: SEND and WRITE; UD:
+/// SEND), each with immediate data where the operation has it.
+pub(crate) fn send_ops_supported(qp_type: c_int) -> u64 {
+    const WRITE: u64 = 1;
+    const WRITE_IMM: u64 = 1 << 1;
+    const SEND: u64 = 1 << 2;
+    const SEND_IMM: u64 = 1 << 3;
+    const READ: u64 = 1 << 4;
+    const CMP_SWP: u64 = 1 << 5;
+    const FETCH_ADD: u64 = 1 << 6;
+    const SEND_INV: u64 = 1 << 9;
+    match qp_type {
+        2 => WRITE | WRITE_IMM | SEND | SEND_IMM | READ | CMP_SWP | FETCH_ADD | SEND_INV, // RC
+        3 => WRITE | WRITE_IMM | SEND | SEND_IMM,                                         // UC
+        4 => SEND | SEND_IMM,                                                             // UD
+        _ => 0,
+    }
 }
 
 /// The `ibv_qp_ex` of a QP: every uroce QP has one.

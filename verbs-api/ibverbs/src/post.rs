@@ -686,6 +686,39 @@ pub(crate) unsafe extern "C" fn wr_abort(p: *mut ibv_qp_ex) {
     })
 }
 
+/// `ibv_wr_bind_mw`, `ibv_wr_send_tso`, `ibv_wr_atomic_write`: operations
+/// uroce does not have (a QP asking for them at creation is refused).
+/// Called anyway, they fail the batch: `ibv_wr_complete` returns
+/// EOPNOTSUPP and posts nothing, the way providers report errors of the
+/// `ibv_wr_*` API.
+fn unsupported(p: *mut ibv_qp_ex) {
+    with_batch(p, |_, _, _| Err(libc::EOPNOTSUPP))
+}
+pub(crate) unsafe extern "C" fn wr_bind_mw(
+    p: *mut ibv_qp_ex,
+    _mw: *mut c_void,
+    _rkey: u32,
+    _info: *const c_void,
+) {
+    unsupported(p)
+}
+pub(crate) unsafe extern "C" fn wr_send_tso(
+    p: *mut ibv_qp_ex,
+    _hdr: *mut c_void,
+    _sz: u16,
+    _mss: u16,
+) {
+    unsupported(p)
+}
+pub(crate) unsafe extern "C" fn wr_atomic_write(
+    p: *mut ibv_qp_ex,
+    _rkey: u32,
+    _addr: u64,
+    _wr: *const c_void,
+) {
+    unsupported(p)
+}
+
 pub(crate) unsafe extern "C" fn wr_send(p: *mut ibv_qp_ex) {
     new_wr(p, WrOpcode::Send, |_| {})
 }
