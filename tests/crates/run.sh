@@ -70,10 +70,11 @@ if ! (cd "$here" && cargo build -q --bins) >"$tmp/out.build" 2>&1; then
   finish
 fi
 bin=$CARGO_TARGET_DIR/debug
-registry=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ | head -1)
 for c in ibverbs-0.9.2 sideway-0.4.3; do
-  rm -rf "${tmp:?}/$c"
-  cp -r "$registry/$c" "$tmp/$c"
+  # Unpacked by the build above, under whichever registry index cargo uses.
+  src=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$c" 2>/dev/null | head -1)
+  [ -n "$src" ] || { fail "find $c" "not in cargo's registry"; finish; }
+  cp -r "$src" "$tmp/$c"
 done
 if ! (cd "$tmp/ibverbs-0.9.2" && cargo build -q --example loopback) >"$tmp/out.build" 2>&1; then
   fail "build ibverbs examples" "$(grep -m1 -E '^error' "$tmp/out.build")"
