@@ -71,20 +71,24 @@ pub fn devices_from_env() -> Result<Vec<DeviceConfig>, ConfigError> {
 /// The MTU of the interface that holds `ip` (loopback addresses: the
 /// loopback interface), from /sys/class/net; 1500 if it cannot be found.
 pub fn interface_mtu(ip: IpAddr) -> u32 {
-    interface_of(ip)
-        .and_then(|ifname| std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu")).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1500)
+    interface_attr(ip, "mtu").unwrap_or(1500)
 }
 
 /// The index of the network interface that holds `ip` (loopback
 /// addresses: the loopback interface), as the kernel reports it in a GID
 /// entry's `ndev_ifindex`; 0 if there is none.
 pub fn interface_index(ip: IpAddr) -> u32 {
-    interface_of(ip)
-        .and_then(|ifname| std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex")).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
+    interface_attr(ip, "ifindex").unwrap_or(0)
+}
+
+/// A number from /sys/class/net/IF/`attr` of the interface that holds `ip`.
+fn interface_attr(ip: IpAddr, attr: &str) -> Option<u32> {
+    let ifname = interface_of(ip)?;
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/{attr}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The active MTU of a device on `ip`, as rxe derives it.

@@ -87,28 +87,22 @@ pub enum EngineError {
     },
 }
 
-/// The addresses this process's engines hold UDP 4791 on, each marked
-/// `true` once its engine is stopping (its socket closes when the thread
-/// ends). A new engine on an address whose old one is still stopping waits
-/// for it rather than fail with EADDRINUSE: a device dropped and opened
-/// again (the last handle often goes on another thread) must work.
-static BOUND: std::sync::LazyLock<(
-    parking_lot::Mutex<HashMap<IpAddr, bool>>,
+/// The addresses whose engine in this process is stopping: dropped, its
+/// socket still open until its thread ends. A new engine on such an
+/// address waits for it rather than fail with EADDRINUSE: a device dropped
+/// and opened again (the last handle often goes on another thread) must
+/// work.
+static STOPPING: std::sync::LazyLock<(
+    parking_lot::Mutex<std::collections::HashSet<IpAddr>>,
     parking_lot::Condvar,
 )> = std::sync::LazyLock::new(Default::default);
 
 /// How long [`Engine::start`] waits for a stopping engine on its address.
 const STOPPING_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn mark_stopping(ip: IpAddr) {
-    if let Some(s) = BOUND.0.lock().get_mut(&ip) {
-        *s = true;
-    }
-}
-
 fn released(ip: IpAddr) {
-    BOUND.0.lock().remove(&ip);
-    BOUND.1.notify_all();
+    STOPPING.0.lock().remove(&ip);
+    STOPPING.1.notify_all();
 }
 
 thread_local! {
@@ -149,21 +143,19 @@ impl Engine {
             addr: ip,
             msg: e.to_string(),
         })?;
-        let port = {
-            let mut bound = BOUND.0.lock();
+        {
+            let mut stopping = STOPPING.0.lock();
             let until = Instant::now() + STOPPING_WAIT;
-            while bound.get(&ip) == Some(&true) {
-                if BOUND.1.wait_until(&mut bound, until).timed_out() {
+            while stopping.contains(&ip) {
+                if STOPPING.1.wait_until(&mut stopping, until).timed_out() {
                     break;
                 }
             }
-            let port = UdpPort::bind(ip).map_err(|e| EngineError::Bind {
-                addr: ip,
-                msg: e.to_string(),
-            })?;
-            bound.insert(ip, false);
-            port
-        };
+        }
+        let port = UdpPort::bind(ip).map_err(|e| EngineError::Bind {
+            addr: ip,
+            msg: e.to_string(),
+        })?;
         let doorbell = Doorbell::new().map_err(|e| EngineError::Bind {
             addr: ip,
             msg: format!("eventfd: {e}"),
@@ -373,7 +365,7 @@ impl Kicker {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        mark_stopping(self.local_ip);
+        STOPPING.0.lock().insert(self.local_ip);
         self.shared.stop.store(true, Ordering::Release);
         self.shared.doorbell.ring();
         // Dropped on its own thread (the last handle released inside a
