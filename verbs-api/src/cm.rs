@@ -244,7 +244,7 @@ impl CmDevice {
                         let ch = id.channel.lock();
                         ch.push(Pending::Agent(id.clone(), e));
                     }
-                    release_on_engine_thread(id);
+                    release_off_engine_thread(id);
                 }
                 None => {
                     // Nobody wants it (the id went away): a request is
@@ -266,7 +266,7 @@ impl CmDevice {
 /// device, which waits for the engine thread: on the engine thread itself
 /// that would never return. The last handle is released on a thread of
 /// its own instead.
-fn release_on_engine_thread(id: Arc<IdInner>) {
+fn release_off_engine_thread(id: Arc<IdInner>) {
     if let Ok(last) = Arc::try_unwrap(id) {
         let _ = std::thread::Builder::new()
             .name("uroce-cm-release".into())
@@ -1216,7 +1216,6 @@ fn init_attr(qp_type: QpType) -> (QpAttr, AttrMask) {
     (a, m)
 }
 
-/// RTR or RTS attributes of a connected QP.
 /// The QP path a passive id's REQ settles, with the READ/atomic depths
 /// the accepting side grants.
 fn req_path(
@@ -1245,6 +1244,7 @@ fn req_path(
     }
 }
 
+/// RTR or RTS attributes of a connected QP.
 fn path_attr(p: &QpPath, state: QpState, rc: bool) -> (QpAttr, AttrMask) {
     let mut a = QpAttr {
         qp_state: state,

@@ -189,56 +189,15 @@ impl QueuePair {
                 "connect: a {t:?} QP has no peer (UD: activate)"
             )));
         }
-        let rc = t == QpType::Rc;
-        let access = if rc {
-            o.access
-        } else {
-            // UC has no READ or atomics; the spec refuses those bits.
-            o.access & (Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        let av = AddressVector {
+            dgid: remote.gid,
+            sgid_index: o.sgid_index,
+            hop_limit: o.hop_limit,
+            traffic_class: o.traffic_class,
+            ..AddressVector::default()
         };
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: access,
-            ..QpAttr::default()
-        };
-        self.step(
-            "INIT",
-            &init,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )?;
-        let mtu = match o.path_mtu {
-            Some(m) => m,
-            None => self.context().query_port(1)?.active_mtu,
-        };
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: remote.qpn,
-            rq_psn: remote.psn,
-            max_dest_rd_atomic: o.max_dest_rd_atomic,
-            min_rnr_timer: o.min_rnr_timer,
-            ah_attr: AddressVector {
-                dgid: remote.gid,
-                sgid_index: o.sgid_index,
-                hop_limit: o.hop_limit,
-                traffic_class: o.traffic_class,
-                ..AddressVector::default()
-            },
-            ..QpAttr::default()
-        };
-        self.step("RTR", &rtr, AttrMask::to_rtr(rc))?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: self.start_psn(),
-            timeout: o.timeout,
-            retry_cnt: o.retry_cnt,
-            rnr_retry: o.rnr_retry,
-            max_rd_atomic: o.max_rd_atomic,
-            ..QpAttr::default()
-        };
-        self.step("RTS", &rts, AttrMask::to_rts(rc))
+        self.init_with(o)?;
+        self.rtr_rts(&av, remote.qpn, remote.psn, self.start_psn(), o)
     }
 
     /// Brings a UD QP in RESET to RTS with [`ConnectOptions::default`]'s
@@ -255,34 +214,90 @@ impl QueuePair {
                 self.qp_type()
             )));
         }
-        let init = QpAttr {
+        self.init_with(o)?;
+        self.rtr_rts(&AddressVector::default(), 0, 0, self.start_psn(), o)
+    }
+
+    /// RESET -> INIT: RC with `o.access`, UC with its write bits (UC has
+    /// no READ or atomics; the spec refuses those bits), UD with `o.qkey`.
+    pub(crate) fn init_with(&self, o: &ConnectOptions) -> Result<()> {
+        let mut a = QpAttr {
             qp_state: QpState::Init,
             pkey_index: 0,
             port_num: 1,
-            qkey: o.qkey,
             ..QpAttr::default()
         };
-        self.step(
-            "INIT",
-            &init,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
-        )?;
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            ..QpAttr::default()
-        };
-        self.step("RTR", &rtr, AttrMask::STATE)?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: self.start_psn(),
-            ..QpAttr::default()
-        };
-        self.step("RTS", &rts, AttrMask::STATE | AttrMask::SQ_PSN)
+        let mut mask = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
+        match self.qp_type() {
+            QpType::Ud => {
+                a.qkey = o.qkey;
+                mask |= AttrMask::QKEY;
+            }
+            t => {
+                a.qp_access_flags = if t == QpType::Rc {
+                    o.access
+                } else {
+                    o.access & (Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                };
+                mask |= AttrMask::ACCESS_FLAGS;
+            }
+        }
+        self.step("INIT", &a, mask)
     }
 
+    /// INIT -> RTR -> RTS, sending from `sq_psn`. RC and UC are addressed
+    /// to the peer at `av`, QP `dest_qpn`, whose packets start at
+    /// `rq_psn`, with `o`'s path MTU (none: the port's) and, for RC, its
+    /// READ/atomic depths, RNR timer, ACK timeout and retries; UD takes
+    /// none of those.
+    pub(crate) fn rtr_rts(
+        &self,
+        av: &AddressVector,
+        dest_qpn: u32,
+        rq_psn: u32,
+        sq_psn: u32,
+        o: &ConnectOptions,
+    ) -> Result<()> {
+        let t = self.qp_type();
+        let (rtr_mask, rts_mask) = match t {
+            QpType::Ud => (AttrMask::STATE, AttrMask::STATE | AttrMask::SQ_PSN),
+            t => (
+                AttrMask::to_rtr(t == QpType::Rc),
+                AttrMask::to_rts(t == QpType::Rc),
+            ),
+        };
+        let path_mtu = match o.path_mtu {
+            Some(m) => m,
+            None => self.context().query_port(1)?.active_mtu,
+        };
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu,
+            dest_qp_num: dest_qpn,
+            rq_psn,
+            max_dest_rd_atomic: o.max_dest_rd_atomic,
+            min_rnr_timer: o.min_rnr_timer,
+            ah_attr: *av,
+            ..QpAttr::default()
+        };
+        self.step("RTR", &rtr, rtr_mask)?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn,
+            timeout: o.timeout,
+            retry_cnt: o.retry_cnt,
+            rnr_retry: o.rnr_retry,
+            max_rd_atomic: o.max_rd_atomic,
+            ..QpAttr::default()
+        };
+        self.step("RTS", &rts, rts_mask)
+    }
+
+    /// A modify, its error naming the state it was for (rdma-core's
+    /// programs' words).
     fn step(&self, name: &str, attr: &QpAttr, mask: AttrMask) -> Result<()> {
         self.modify(attr, mask).map_err(|e| match e {
-            Error::Invalid(m) => Error::Invalid(format!("to {name}: {m}")),
+            Error::Invalid(m) => Error::Invalid(format!("Failed to modify QP to {name}: {m}")),
             other => other,
         })
     }
@@ -463,6 +478,15 @@ mod tests {
         );
         assert_eq!((a.dest_qp_num, a.rq_psn), (uc2.qp_num(), uc2.start_psn()));
         assert_eq!(a.sq_psn, uc1.start_psn());
+
+        // Address handles take the GID table's indices too (1: rxe's).
+        let av = |sgid_index| AddressVector {
+            dgid: rc.endpoint().gid,
+            sgid_index,
+            ..AddressVector::default()
+        };
+        assert!(pd.create_ah(&av(1)).is_ok());
+        assert!(matches!(pd.create_ah(&av(2)), Err(Error::Invalid(_))));
 
         // A bad option names the step it failed at; the QP stays there.
         let bad = ConnectOptions {

@@ -109,9 +109,23 @@ impl Default for RcParams {
     }
 }
 
+impl RcParams {
+    /// The same as [`ConnectOptions`] (rc_pingpong's retry 7, rnr_retry 7
+    /// and min_rnr_timer 12; remote WRITE, READ and atomics allowed).
+    pub fn options(&self) -> ConnectOptions {
+        ConnectOptions {
+            path_mtu: Some(self.mtu),
+            max_rd_atomic: self.rd_atomic,
+            max_dest_rd_atomic: self.rd_atomic,
+            timeout: self.timeout,
+            ..ConnectOptions::default()
+        }
+    }
+}
+
 /// Brings `qp` through INIT and RTR to RTS towards `peer_ip`/`peer_qpn`
-/// (retry 7, rnr_retry 7, min_rnr_timer 12, as rc_pingpong), allowing
-/// remote WRITE, READ and atomics.
+/// with [`RcParams::options`], sending from `my_psn`. Errors say which
+/// step failed.
 pub fn connect_rc(
     qp: &QueuePair,
     peer_ip: IpAddr,
@@ -120,55 +134,15 @@ pub fn connect_rc(
     peer_psn: u32,
     p: RcParams,
 ) -> Result<()> {
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: ALL,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )?;
-    rtr_rts(
-        qp,
-        AddressVector::to_ip(peer_ip),
+    let o = p.options();
+    qp.init_with(&o)?;
+    qp.rtr_rts(
+        &AddressVector::to_ip(peer_ip),
         peer_qpn,
-        my_psn,
         peer_psn,
-        p,
+        my_psn,
+        &o,
     )
-}
-
-/// INIT -> RTR -> RTS with the given address vector (the rest as
-/// [`connect_rc`]). Errors say which step failed.
-pub fn rtr_rts(
-    qp: &QueuePair,
-    av: AddressVector,
-    peer_qpn: u32,
-    my_psn: u32,
-    peer_psn: u32,
-    p: RcParams,
-) -> Result<()> {
-    let mut a = QpAttr {
-        qp_state: QpState::Rtr,
-        ah_attr: av,
-        path_mtu: p.mtu,
-        dest_qp_num: peer_qpn,
-        rq_psn: peer_psn,
-        max_dest_rd_atomic: p.rd_atomic,
-        min_rnr_timer: 12,
-        ..QpAttr::default()
-    };
-    qp.modify(&a, AttrMask::to_rtr(true))
-        .map_err(|e| Error::Invalid(format!("Failed to modify QP to RTR: {e}")))?;
-    a.qp_state = QpState::Rts;
-    a.sq_psn = my_psn;
-    a.timeout = p.timeout;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = p.rd_atomic;
-    qp.modify(&a, AttrMask::to_rts(true))
-        .map_err(|e| Error::Invalid(format!("Failed to modify QP to RTS: {e}")))
 }
 
 fn expect(cq: &CompletionQueue, n: usize, what: &str) -> Result<Vec<Wc>> {

@@ -377,6 +377,14 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
     }
 
     let mut ah: Option<AddressHandle> = None;
+    // rc_pingpong's values: one READ/atomic outstanding, timeout 14,
+    // retries 7 (RC); UC and UD take what they have of them.
+    let opts = ConnectOptions {
+        path_mtu: Some(mtu),
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        ..ConnectOptions::default()
+    };
     let mut connect = |rem: &[Dest], peer: IpAddr| -> Result<()> {
         if rem.len() < qps.len() {
             return Err(fail("too few remote addresses"));
@@ -396,47 +404,12 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
                 port_num: o.ib_port,
                 ..AddressVector::to_ip(ip)
             };
-            match kind {
-                Kind::Rc | Kind::Srq => {
-                    let params = crate::demo::RcParams {
-                        mtu,
-                        rd_atomic: 1,
-                        timeout: 14,
-                    };
-                    crate::demo::rtr_rts(qp, av, r.qpn, me[i].psn, r.psn, params)?
-                }
-                Kind::Uc => {
-                    let mut a = QpAttr {
-                        qp_state: QpState::Rtr,
-                        ah_attr: av,
-                        path_mtu: mtu,
-                        dest_qp_num: r.qpn,
-                        rq_psn: r.psn,
-                        ..QpAttr::default()
-                    };
-                    qp.modify(&a, AttrMask::to_rtr(false))
-                        .map_err(|e| fail(format!("Failed to modify QP to RTR: {e}")))?;
-                    a.qp_state = QpState::Rts;
-                    a.sq_psn = me[i].psn;
-                    qp.modify(&a, AttrMask::to_rts(false))
-                        .map_err(|e| fail(format!("Failed to modify QP to RTS: {e}")))?;
-                }
-                Kind::Ud => {
-                    let mut a = QpAttr {
-                        qp_state: QpState::Rtr,
-                        ..QpAttr::default()
-                    };
-                    qp.modify(&a, AttrMask::STATE)
-                        .map_err(|e| fail(format!("Failed to modify QP to RTR: {e}")))?;
-                    a.qp_state = QpState::Rts;
-                    a.sq_psn = me[i].psn;
-                    qp.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
-                        .map_err(|e| fail(format!("Failed to modify QP to RTS: {e}")))?;
-                    ah = Some(
-                        pd.create_ah(&av)
-                            .map_err(|e| fail(format!("Failed to create AH: {e}")))?,
-                    );
-                }
+            qp.rtr_rts(&av, r.qpn, r.psn, me[i].psn, &opts)?;
+            if kind == Kind::Ud {
+                ah = Some(
+                    pd.create_ah(&av)
+                        .map_err(|e| fail(format!("Failed to create AH: {e}")))?,
+                );
             }
         }
         Ok(())
