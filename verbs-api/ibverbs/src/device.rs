@@ -421,12 +421,9 @@ unsafe extern "C" fn query_port_ex(
     })
 }
 
-fn gid(ctx: &CtxInner, port: u32, index: u32) -> Result<[u8; 16], i32> {
+fn gid(ctx: &CtxInner, port: u32, index: u32) -> Result<uroce_verbs::GidEntry, i32> {
     let port = u8::try_from(port).map_err(|_| libc::EINVAL)?;
-    ctx.rust
-        .query_gid(port, index)
-        .map(|g| g.gid)
-        .map_err(|e| errno(&e))
+    ctx.rust.query_gid(port, index).map_err(|e| errno(&e))
 }
 
 #[no_mangle]
@@ -440,7 +437,7 @@ unsafe extern "C" fn ibv_query_gid(
         // SAFETY: a context from ibv_open_device.
         let ctx = unsafe { ctx(c)? };
         let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
-        let g = gid(ctx, port as u32, index)?;
+        let g = gid(ctx, port as u32, index)?.gid;
         if out.is_null() {
             return Err(libc::EINVAL);
         }
@@ -451,7 +448,7 @@ unsafe extern "C" fn ibv_query_gid(
     })
 }
 
-/// `IBV_GID_TYPE_SYSFS_ROCE_V2` (1) for the one GID (rdma-core private).
+/// `IBV_GID_TYPE_SYSFS_ROCE_V2` (1) for every GID (rdma-core private).
 #[no_mangle]
 unsafe extern "C" fn ibv_query_gid_type(
     c: *mut ibv_context,
@@ -473,8 +470,7 @@ unsafe extern "C" fn ibv_query_gid_type(
 }
 
 fn gid_entry(ctx: &CtxInner, port: u32, index: u32) -> Result<ibv_gid_entry, i32> {
-    let port8 = u8::try_from(port).map_err(|_| libc::EINVAL)?;
-    let e = ctx.rust.query_gid(port8, index).map_err(|e| errno(&e))?;
+    let e = gid(ctx, port, index)?;
     Ok(ibv_gid_entry {
         gid: ibv_gid { raw: e.gid },
         gid_index: index,

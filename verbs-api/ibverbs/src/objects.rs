@@ -1077,7 +1077,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             return Err(libc::EOPNOTSUPP);
         }
         if a.comp_mask & SEND_OPS_FLAGS != 0
-            && a.send_ops_flags & !send_ops_supported(a.qp_type) != 0
+            && a.send_ops_flags & !send_ops_supported(qp_type_of(a.qp_type)?) != 0
         {
             // A provider must not accept what it cannot do: memory windows,
             // local invalidate, TSO, atomic write, or an operation the
@@ -1107,7 +1107,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
 /// The `IBV_QP_EX_WITH_*` operations uroce has for a QP type (RC: SEND,
 /// WRITE, READ, atomics, SEND with invalidate; UC: SEND and WRITE; UD:
 /// SEND), each with immediate data where the operation has it.
-pub(crate) fn send_ops_supported(qp_type: c_int) -> u64 {
+fn send_ops_supported(qp_type: QpType) -> u64 {
     const WRITE: u64 = 1;
     const WRITE_IMM: u64 = 1 << 1;
     const SEND: u64 = 1 << 2;
@@ -1117,10 +1117,9 @@ pub(crate) fn send_ops_supported(qp_type: c_int) -> u64 {
     const FETCH_ADD: u64 = 1 << 6;
     const SEND_INV: u64 = 1 << 9;
     match qp_type {
-        2 => WRITE | WRITE_IMM | SEND | SEND_IMM | READ | CMP_SWP | FETCH_ADD | SEND_INV, // RC
-        3 => WRITE | WRITE_IMM | SEND | SEND_IMM,                                         // UC
-        4 => SEND | SEND_IMM,                                                             // UD
-        _ => 0,
+        QpType::Rc => WRITE | WRITE_IMM | SEND | SEND_IMM | READ | CMP_SWP | FETCH_ADD | SEND_INV,
+        QpType::Uc => WRITE | WRITE_IMM | SEND | SEND_IMM,
+        QpType::Ud => SEND | SEND_IMM,
     }
 }
 
