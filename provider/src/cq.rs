@@ -77,6 +77,10 @@ impl CqInner {
     pub fn has_channel(&self) -> bool {
         self.channel.is_some()
     }
+    /// True when `ch` is the CQ's completion channel.
+    pub fn reports_to(&self, ch: &Arc<CompChannel>) -> bool {
+        self.channel.as_ref().is_some_and(|c| Arc::ptr_eq(c, ch))
+    }
     /// `ibv_req_notify_cq`: the next completion (or, with
     /// `solicited_only`, the next solicited or unsuccessful one) queues a
     /// completion event on the channel. Returns false without a channel.

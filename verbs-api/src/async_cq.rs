@@ -65,6 +65,13 @@ impl<'a> CqStream<'a> {
                 "CqStream::new outside a tokio runtime".into(),
             ));
         }
+        if !cq.inner.reports_to(&channel.inner) {
+            // Its events would go elsewhere, or nowhere: the stream would
+            // wait for ever.
+            return Err(Error::Invalid(
+                "the CQ was not created with this completion channel".into(),
+            ));
+        }
         // SAFETY: the descriptor is the channel's eventfd, which the
         // channel owns and closes only when it is dropped; the stream
         // borrows the channel for its whole life, so the descriptor stays
@@ -127,5 +134,100 @@ impl futures_core::Stream for CqStream<'_> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Wc>>> {
         self.get_mut().poll_wc(cx).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Device, QpType, SendFlags, SendWr, WcStatus, WrOpcode};
+
+    /// A UD QP that sends `n` empty messages to itself, signaled, wr_id i.
+    fn send_to_self(ctx: &crate::Context, cq: &CompletionQueue, n: u64) -> crate::QueuePair {
+        let pd = ctx.alloc_pd().unwrap();
+        let qp = pd.qp_builder(cq).qp_type(QpType::Ud).build().unwrap();
+        qp.activate().unwrap();
+        let ah = pd
+            .create_ah(&crate::AddressVector {
+                dgid: qp.endpoint().gid,
+                ..Default::default()
+            })
+            .unwrap();
+        for i in 0..n {
+            let mut wr = SendWr::new(i, WrOpcode::Send);
+            wr.flags = SendFlags::SIGNALED;
+            wr.ud = Some(ah.ud_dest(qp.qp_num(), 0x1111_1111));
+            qp.post_send(&[wr]).unwrap();
+        }
+        qp
+    }
+
+    #[test]
+    fn refused_outside_a_runtime_and_with_another_channel() {
+        let ctx = Device::new("as1", "127.70.10.1".parse().unwrap())
+            .open()
+            .unwrap();
+        let ch = ctx.create_comp_channel().unwrap();
+        let other = ctx.create_comp_channel().unwrap();
+        let cq = ctx.cq_builder().channel(&ch).build().unwrap();
+        let bare = ctx.cq_builder().build().unwrap();
+        assert!(matches!(CqStream::new(&cq, &ch), Err(Error::Invalid(_))));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            assert!(CqStream::new(&cq, &ch).is_ok());
+            assert!(matches!(CqStream::new(&cq, &other), Err(Error::Invalid(_))));
+            assert!(matches!(CqStream::new(&bare, &ch), Err(Error::Invalid(_))));
+        });
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn completions_arrive_in_order_across_waits() {
+        use futures_core::Stream;
+        let ctx = Device::new("as2", "127.70.10.2".parse().unwrap())
+            .open()
+            .unwrap();
+        let ch = ctx.create_comp_channel().unwrap();
+        let cq = ctx.cq_builder().channel(&ch).build().unwrap();
+        let mut s = CqStream::new(&cq, &ch).unwrap();
+        // Posted before the first wait, and after it.
+        let _q1 = send_to_self(&ctx, &cq, 3);
+        for i in 0..3 {
+            let wc = s.next_wc().await.unwrap();
+            assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+        }
+        let _q2 = send_to_self(&ctx, &cq, 2);
+        let mut wrs = Vec::new();
+        while wrs.len() < 2 {
+            let wc = std::future::poll_fn(|cx| std::pin::Pin::new(&mut s).poll_next(cx))
+                .await
+                .unwrap()
+                .unwrap();
+            wrs.push(wc.wr_id);
+        }
+        assert_eq!(wrs, [0, 1]);
+        drop(s);
+        // Every event the stream took was acknowledged: the CQ can go.
+        drop((_q1, _q2));
+        assert!(cq.destroy().is_ok());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_event_for_another_cq_on_the_channel_is_an_error() {
+        let ctx = Device::new("as3", "127.70.10.3".parse().unwrap())
+            .open()
+            .unwrap();
+        let ch = ctx.create_comp_channel().unwrap();
+        let mine = ctx.cq_builder().channel(&ch).build().unwrap();
+        let theirs = ctx.cq_builder().channel(&ch).build().unwrap();
+        theirs.req_notify(false).unwrap();
+        let _q = send_to_self(&ctx, &theirs, 1);
+        let mut s = CqStream::new(&mine, &ch).unwrap();
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), s.next_wc())
+            .await
+            .expect("the stream answers, not waits");
+        assert!(matches!(r, Err(Error::Invalid(_))), "{r:?}");
     }
 }
