@@ -29,6 +29,7 @@ ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need+=(libclang-dev)
 [ -e /usr/include/libnl3/netlink/netlink.h ] || need+=(libnl-3-dev)
 [ -e /usr/include/libnl3/netlink/route/link.h ] || need+=(libnl-route-3-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v ss >/dev/null || need+=(iproute2)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 [ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 if [ ${#need[@]} -gt 0 ]; then
@@ -87,19 +88,26 @@ fi
 rm -f "$tmp/out.build"
 export LD_LIBRARY_PATH=$libdir
 
-# run_pair NAME N SERVER_CMD... -- CLIENT_CMD...: the server on
-# 127.60.N.1, the client on 127.60.N.2, both must exit 0 within 60 s.
+# run_pair NAME N TCP_PORT SERVER_CMD... -- CLIENT_CMD...: the server on
+# 127.60.N.1, the client on 127.60.N.2 once the server is up (listening on
+# TCP_PORT; with "-", an rdma_cm server: its device bound on UDP 4791);
+# both must exit 0 within 60 s.
 run_pair() {
-  local name=$1 n=$2
-  shift 2
+  local name=$1 n=$2 port=$3
+  shift 3
   local scmd=() ccmd=()
   while [ "$1" != -- ]; do scmd+=("$1"); shift; done
   shift
   ccmd=("$@")
   rm -f "$tmp"/out*
   UROCE_DEVICES=uroce0=127.60.$n.1 timeout 60 "${scmd[@]}" >"$tmp/out.server" 2>&1 &
-  local spid=$!
-  sleep 0.3
+  local spid=$! filter
+  if [ "$port" = - ]; then filter="src 127.60.$n.1:4791"; else filter="sport = :$port"; fi
+  for _ in $(seq 100); do
+    ss -Hantu "$filter" 2>/dev/null | grep -q . && break
+    sleep 0.1
+  done
+  [ "$port" = - ] && sleep 0.2 # bind, then listen
   UROCE_DEVICES=uroce0=127.60.$n.2 timeout 60 "${ccmd[@]}" >"$tmp/out.client" 2>&1
   local crc=$?
   wait $spid
@@ -111,40 +119,39 @@ run_pair() {
   fi
 }
 
+# run_one NAME N PATTERN... -- CMD...: CMD on 127.60.N.1 must exit 0
+# within 60 s with every PATTERN (a word, grep -E) in its output.
+run_one() {
+  local name=$1 n=$2 pats=()
+  shift 2
+  while [ "$1" != -- ]; do pats+=("$1"); shift; done
+  shift
+  rm -f "$tmp"/out*
+  UROCE_DEVICES=uroce0=127.60.$n.1 timeout 60 "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  [ $rc = 0 ] || { fail "$name" "exit $rc"; return; }
+  for p in "${pats[@]}"; do
+    grep -qwE "$p" "$tmp/out" || { fail "$name" "no \"$p\" in its output"; return; }
+  done
+  pass "$name" "$(grep -c . "$tmp/out") lines, last: $(tail -1 "$tmp/out")"
+}
+
 # ---- our programs on the crates
-run_pair "ibverbs: rc send/recv" 1 "$bin/on-ibverbs" server 127.0.0.1:18901 -- \
+run_pair "ibverbs: rc send/recv" 1 18901 "$bin/on-ibverbs" server 127.0.0.1:18901 -- \
   "$bin/on-ibverbs" client 127.0.0.1:18901
-run_pair "sideway: basic qp" 2 "$bin/on-sideway" basic server 127.0.0.1 18902 -- \
+run_pair "sideway: basic qp" 2 18902 "$bin/on-sideway" basic server 127.0.0.1 18902 -- \
   "$bin/on-sideway" basic client 127.0.0.1 18902
-run_pair "sideway: extended qp" 3 "$bin/on-sideway" ex server 127.0.0.1 18903 -- \
+run_pair "sideway: extended qp" 3 18903 "$bin/on-sideway" ex server 127.0.0.1 18903 -- \
   "$bin/on-sideway" ex client 127.0.0.1 18903
-run_pair "sideway: rdma_cm" 4 "$bin/on-sideway" cm server 127.60.4.1 18904 -- \
+run_pair "sideway: rdma_cm" 4 - "$bin/on-sideway" cm server 127.60.4.1 18904 -- \
   "$bin/on-sideway" cm client 127.60.4.1 18904
 
 # ---- the crates' own examples
 examples=$CARGO_TARGET_DIR/debug/examples
-rm -f "$tmp"/out*
-if UROCE_DEVICES=uroce0=127.60.5.1 timeout 60 "$examples/loopback" >"$tmp/out" 2>&1 &&
-  grep -q received "$tmp/out"; then
-  pass "ibverbs: examples/loopback" "$(tr '\n' ' ' <"$tmp/out")"
-else
-  fail "ibverbs: examples/loopback" "did not send and receive"
-fi
-rm -f "$tmp"/out*
-if UROCE_DEVICES=uroce0=127.60.6.1 timeout 60 "$examples/ibv_devinfo" >"$tmp/out" 2>&1 &&
-  grep -q uroce0 "$tmp/out"; then
-  pass "sideway: examples/ibv_devinfo" "$(grep -c . "$tmp/out") lines"
-else
-  fail "sideway: examples/ibv_devinfo" "no uroce0"
-fi
-rm -f "$tmp"/out*
-if UROCE_DEVICES=uroce0=127.60.6.1 timeout 60 "$examples/show_gids" >"$tmp/out" 2>&1 &&
-  grep -q "127.60.6.1" "$tmp/out" && grep -qw lo "$tmp/out"; then
-  pass "sideway: examples/show_gids" "$(grep -c 127.60.6.1 "$tmp/out") GIDs on lo"
-else
-  fail "sideway: examples/show_gids" "no GID of 127.60.6.1 on lo"
-fi
-run_pair "sideway: examples/rc_pingpong" 7 "$examples/rc_pingpong" -p 18907 -n 200 -- \
+run_one "ibverbs: examples/loopback" 5 sent received -- "$examples/loopback"
+run_one "sideway: examples/ibv_devinfo" 6 uroce0 "Active" -- "$examples/ibv_devinfo"
+run_one "sideway: examples/show_gids" 6 '127\.60\.6\.1' lo -- "$examples/show_gids"
+run_pair "sideway: examples/rc_pingpong" 7 18907 "$examples/rc_pingpong" -p 18907 -n 200 -- \
   "$examples/rc_pingpong" -p 18907 -n 200 127.0.0.1
 # sideway's own test suite (its unit tests and tests/*.rs on the first
 # device), less test_query_gid_table_fallback, which compares the GID table
@@ -160,6 +167,6 @@ else
 fi
 # cmtime: 20 connections set up and torn down through rdma_cm, the QPs
 # moved by rdma_init_qp_attr on both sides.
-run_pair "sideway: examples/cmtime" 8 "$examples/cmtime" -b 127.60.8.1 -p 18908 -c 20 -- \
+run_pair "sideway: examples/cmtime" 8 - "$examples/cmtime" -b 127.60.8.1 -p 18908 -c 20 -- \
   "$examples/cmtime" -s 127.60.8.1 -p 18908 -c 20
 finish
