@@ -306,7 +306,7 @@ fn by_hand(server: bool, addr: &str, ex: bool) -> String {
         .unwrap_or_else(|e| fail(format!("netdev_name: {e}")));
     let gid_index = entry.gid_index();
     let gid = entry.gid();
-    let mut s = setup(ctx.clone(), ex);
+    let mut s = setup(ctx, ex);
     let psn: u32 = if server { 0x1234 } else { 0xabcdef };
 
     let mut attr = QueuePairAttribute::new();
