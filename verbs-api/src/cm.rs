@@ -1199,21 +1199,11 @@ const ACK_TIMEOUT: u8 = 17;
 /// and atomics when responder resources are offered: uroce's responder
 /// bounds them by max_dest_rd_atomic anyway); UD takes `RDMA_UDP_QKEY`.
 fn init_attr(qp_type: QpType) -> (QpAttr, AttrMask) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        ..QpAttr::default()
-    };
-    let mut m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
-    if qp_type == QpType::Ud {
-        a.qkey = RDMA_UDP_QKEY;
-        m |= AttrMask::QKEY;
-    } else {
-        a.qp_access_flags = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-        m |= AttrMask::ACCESS_FLAGS;
-    }
-    (a, m)
+    crate::connect::init_attr(
+        qp_type,
+        Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        RDMA_UDP_QKEY,
+    )
 }
 
 /// The QP path a passive id's REQ settles, with the READ/atomic depths

@@ -221,27 +221,13 @@ impl QueuePair {
     /// RESET -> INIT: RC with `o.access`, UC with its write bits (UC has
     /// no READ or atomics; the spec refuses those bits), UD with `o.qkey`.
     pub(crate) fn init_with(&self, o: &ConnectOptions) -> Result<()> {
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: 1,
-            ..QpAttr::default()
+        let t = self.qp_type();
+        let access = if t == QpType::Uc {
+            o.access & (Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        } else {
+            o.access
         };
-        let mut mask = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
-        match self.qp_type() {
-            QpType::Ud => {
-                a.qkey = o.qkey;
-                mask |= AttrMask::QKEY;
-            }
-            t => {
-                a.qp_access_flags = if t == QpType::Rc {
-                    o.access
-                } else {
-                    o.access & (Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-                };
-                mask |= AttrMask::ACCESS_FLAGS;
-            }
-        }
+        let (a, mask) = init_attr(t, access, o.qkey);
         self.step("INIT", &a, mask)
     }
 
@@ -301,6 +287,26 @@ impl QueuePair {
             other => other,
         })
     }
+}
+
+/// RESET -> INIT attributes on port 1, P_Key index 0: RC and UC with
+/// `access`, UD with `qkey`.
+pub(crate) fn init_attr(t: QpType, access: Access, qkey: u32) -> (QpAttr, AttrMask) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    let mut m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
+    if t == QpType::Ud {
+        a.qkey = qkey;
+        m |= AttrMask::QKEY;
+    } else {
+        a.qp_access_flags = access;
+        m |= AttrMask::ACCESS_FLAGS;
+    }
+    (a, m)
 }
 
 /// Builds a QP with defaults: RC, 128 send and receive WRs, 4 SGEs each
