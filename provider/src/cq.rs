@@ -1,10 +1,11 @@
-//! Completion queues: a fixed-depth lock-free queue the engine pushes to
-//! and applications poll without taking any engine lock.
+//! Completion queues: a lock-free queue the engine pushes to and
+//! applications poll without taking any engine lock. Its capacity is a
+//! number, not an allocation, so `ibv_resize_cq` is a store.
 
 use crate::events::{AsyncEvent, AsyncEvents, CompChannel, EventElement, EventType};
 use crate::types::{Wc, WcStatus};
-use crossbeam::queue::ArrayQueue;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use crossbeam::queue::SegQueue;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 const DISARMED: u8 = 0;
@@ -15,7 +16,11 @@ const ARMED_SOLICITED: u8 = 2;
 #[derive(Debug)]
 pub struct CqInner {
     handle: u32,
-    queue: ArrayQueue<Wc>,
+    /// The completions, oldest first. Unbounded itself: `len` and
+    /// `capacity` bound it (a push reserves a place in `len` first).
+    queue: SegQueue<Wc>,
+    len: AtomicUsize,
+    capacity: AtomicUsize,
     overflowed: AtomicBool,
     /// The completion channel armed notifications go to.
     channel: Option<Arc<CompChannel>>,
@@ -58,7 +63,9 @@ impl CqInner {
         static NEXT: AtomicU32 = AtomicU32::new(1);
         CqInner {
             handle: NEXT.fetch_add(1, Ordering::Relaxed),
-            queue: ArrayQueue::new(depth.max(1)),
+            queue: SegQueue::new(),
+            len: AtomicUsize::new(0),
+            capacity: AtomicUsize::new(depth.max(1)),
             overflowed: AtomicBool::new(false),
             channel,
             armed: AtomicU8::new(DISARMED),
@@ -123,15 +130,31 @@ impl CqInner {
     }
     /// Capacity.
     pub fn depth(&self) -> usize {
-        self.queue.capacity()
+        self.capacity.load(Ordering::Acquire)
     }
     /// Completions waiting.
     pub fn len(&self) -> usize {
-        self.queue.len()
+        self.len.load(Ordering::Acquire)
     }
     /// True when no completion waits.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.len() == 0
+    }
+    /// `ibv_resize_cq`: the CQ holds `depth` completions from now on.
+    /// Refused (returning the completions waiting) when more than `depth`
+    /// wait, as the kernel refuses it (EINVAL); nothing is lost either way.
+    pub fn resize(&self, depth: usize) -> Result<(), usize> {
+        let depth = depth.max(1);
+        // A push reserves its place in `len` against `capacity`; checking
+        // `len` and storing `capacity` under one CAS on `capacity` keeps a
+        // racing push from slipping past the new bound unnoticed: the
+        // push re-checks against the capacity it loads after reserving.
+        self.capacity
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |_| {
+                (self.len.load(Ordering::Acquire) <= depth).then_some(depth)
+            })
+            .map(|_| ())
+            .map_err(|_| self.len())
     }
     /// Adds a completion. A full CQ is an overflow (IBA 11.4.2.1: the CQ
     /// goes to error and an asynchronous CQ error is reported): the
@@ -144,7 +167,7 @@ impl CqInner {
     /// CQ queues a completion event on its channel (solicited-only arming:
     /// for solicited or unsuccessful completions).
     pub fn push_notify(&self, wc: Wc, solicited: bool) -> bool {
-        if self.queue.push(wc).is_err() {
+        if !self.reserve() {
             if !self.overflowed.swap(true, Ordering::AcqRel) {
                 if let Some(ev) = &self.events {
                     ev.push(AsyncEvent {
@@ -155,6 +178,7 @@ impl CqInner {
             }
             return false;
         }
+        self.queue.push(wc);
         if let Some(ch) = &self.channel {
             let armed = self.armed.load(Ordering::Acquire);
             let fire = armed == ARMED_NEXT
@@ -170,11 +194,48 @@ impl CqInner {
         }
         true
     }
+    /// Removes the completions of QP `qpn` that wait in the CQ, keeping
+    /// the others in order: a QP moved to RESET leaves nothing behind for
+    /// its next life (rdma-core's mlx4/mlx5 providers clean their CQs the
+    /// same way), so flush completions of an earlier error are not taken
+    /// for new ones. Runs on the engine thread, the CQ's only producer; a
+    /// concurrent poller sees the CQ shorter meanwhile, never reordered.
+    pub fn remove_qp(&self, qpn: u32) -> usize {
+        let mut kept = Vec::new();
+        let mut removed = 0;
+        for _ in 0..self.queue.len() {
+            let Some(wc) = self.queue.pop() else { break };
+            if wc.qp_num == qpn {
+                removed += 1;
+            } else {
+                kept.push(wc);
+            }
+        }
+        for wc in kept {
+            self.queue.push(wc);
+        }
+        self.len.fetch_sub(removed, Ordering::AcqRel);
+        removed
+    }
+    /// Takes a place for one completion; false when the CQ is full.
+    fn reserve(&self) -> bool {
+        let prev = self.len.fetch_add(1, Ordering::AcqRel);
+        if prev < self.capacity.load(Ordering::Acquire) {
+            return true;
+        }
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        false
+    }
+    fn pop(&self) -> Option<Wc> {
+        let wc = self.queue.pop()?;
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        Some(wc)
+    }
     /// Takes up to `out.len()` completions, oldest first.
     pub fn poll(&self, out: &mut [Wc]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            match self.queue.pop() {
+            match self.pop() {
                 Some(wc) => {
                     out[n] = wc;
                     n += 1;
@@ -186,7 +247,7 @@ impl CqInner {
     }
     /// Takes one completion.
     pub fn poll_one(&self) -> Option<Wc> {
-        self.queue.pop()
+        self.pop()
     }
     /// True once a completion was lost to overflow.
     pub fn overflowed(&self) -> bool {
@@ -257,5 +318,42 @@ mod tests {
         let mut out = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 4];
         assert_eq!(cq.poll(&mut out), 2);
         assert_eq!((out[0].wr_id, out[1].wr_id), (1, 2));
+    }
+
+    #[test]
+    fn resize_grows_shrinks_and_refuses_below_waiting() {
+        let cq = CqInner::new(3);
+        let wc = |id| Wc::new(id, WcStatus::Success, WcOpcode::Send, 5);
+        assert_eq!(cq.resize(1), Ok(()));
+        assert_eq!(cq.depth(), 1);
+        assert!(cq.push(wc(1)));
+        assert!(!cq.push(wc(2)), "full at the new depth");
+        assert_eq!(cq.resize(7), Ok(()));
+        for id in 3..9 {
+            assert!(cq.push(wc(id)));
+        }
+        assert_eq!(cq.len(), 7);
+        assert_eq!(cq.resize(2), Err(7), "7 completions wait");
+        assert_eq!(cq.depth(), 7);
+        let mut out = [wc(0); 8];
+        assert_eq!(cq.poll(&mut out), 7);
+        assert_eq!(out[0].wr_id, 1);
+        assert_eq!(out[6].wr_id, 8);
+        assert_eq!(cq.resize(2), Ok(()));
+    }
+
+    #[test]
+    fn remove_qp_keeps_the_others_in_order() {
+        let cq = CqInner::new(8);
+        for (id, qpn) in [(1, 7), (2, 9), (3, 7), (4, 9)] {
+            assert!(cq.push(Wc::new(id, WcStatus::Success, WcOpcode::Send, qpn)));
+        }
+        assert_eq!(cq.remove_qp(7), 2);
+        assert_eq!(cq.len(), 2);
+        let ids: Vec<u64> = std::iter::from_fn(|| cq.poll_one())
+            .map(|w| w.wr_id)
+            .collect();
+        assert_eq!(ids, [2, 4]);
+        assert_eq!(cq.len(), 0);
     }
 }

@@ -131,12 +131,18 @@ impl Default for AddressVector {
     }
 }
 
-/// Entries in a device's GID table. Every entry holds the device's one
-/// RoCEv2 GID ([`gid_of`] its address): index 0 for those who ask for the
-/// first entry, and index 1 where kernel rxe puts its IPv4-mapped RoCEv2
-/// GID (rxe's index 0 is the link-local GID), which programs written
-/// against rxe hard-code.
-pub const GID_TABLE_LEN: u8 = 2;
+/// The size of a device's GID table (`gid_tbl_len`): the first
+/// [`GID_ENTRIES`] entries hold a GID, the rest are empty, as most of a
+/// kernel device's table is (`ibv_query_gid_ex` answers ENODATA for them,
+/// `ibv_query_gid` the zero GID).
+pub const GID_TABLE_LEN: u8 = 16;
+
+/// The populated entries of a device's GID table. Both hold the device's
+/// one RoCEv2 GID ([`gid_of`] its address): index 0 for those who ask for
+/// the first entry, and index 1 where kernel rxe puts its IPv4-mapped
+/// RoCEv2 GID (rxe's index 0 is the link-local GID), which programs
+/// written against rxe hard-code.
+pub const GID_ENTRIES: u8 = 2;
 
 /// The RoCEv2 GID of an IP address: IPv4-mapped IPv6 for IPv4.
 pub fn gid_of(ip: IpAddr) -> [u8; 16] {
@@ -621,11 +627,11 @@ fn check_values(a: &QpAttr, mask: AttrMask, l: &ModifyLimits) -> Result<(), Modi
         );
     }
     if mask.contains(AttrMask::AV) {
-        if a.ah_attr.sgid_index >= GID_TABLE_LEN {
+        if a.ah_attr.sgid_index >= GID_ENTRIES {
             return bad(
                 "IBV_QP_AV (sgid_index)",
                 a.ah_attr.sgid_index as u64,
-                "beyond the GID table (indices 0 and 1)",
+                "not a populated GID table entry (indices 0 and 1)",
             );
         }
         if a.ah_attr.ip().is_unspecified() {

@@ -20,7 +20,7 @@ bitflags! {
         const REMOTE_READ = 4;
         /// Remote peers may perform atomics.
         const REMOTE_ATOMIC = 8;
-        /// Memory window binding (accepted, windows not supported).
+        /// Memory windows may be bound to the region.
         const MW_BIND = 16;
     }
 }
@@ -203,6 +203,11 @@ impl WrOpcode {
             WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
         )
     }
+    /// A local operation (BIND_MW, LOCAL_INV): no packet, executed when
+    /// the send queue reaches it.
+    pub const fn is_local(self) -> bool {
+        matches!(self, WrOpcode::LocalInv | WrOpcode::BindMw)
+    }
     /// Compare-swap or fetch-add.
     pub const fn is_atomic(self) -> bool {
         matches!(
@@ -259,6 +264,8 @@ pub struct SendWr {
     pub swap: u64,
     /// UD: destination.
     pub ud: Option<UdDest>,
+    /// BIND_MW: the window, the new key and what it grants.
+    pub bind: Option<crate::memory::MwBind>,
 }
 
 /// Where a UD send goes (address handle, remote QPN and Q_Key).
@@ -288,6 +295,7 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             ud: None,
+            bind: None,
         }
     }
     /// Total length of the SG list (saturating).

@@ -217,17 +217,33 @@ int main(void)
 	CHECK(!ibv_create_qp(a.pd, &xa) && errno == EOPNOTSUPP,
 	      "create_qp RAW_PACKET: NULL, errno EOPNOTSUPP (%d)", errno);
 	union ibv_gid g;
-	CHECK(ibv_query_gid(a.ctx, 1, 5, &g) == -1,
-	      "query_gid index 5 of a 2-entry table: -1");
-	CHECK(ibv_query_gid(a.ctx, 1, 2, &g) == -1,
-	      "query_gid index 2 of a 2-entry table: -1");
+	CHECK(ibv_query_gid(a.ctx, 1, 99, &g) == -1,
+	      "query_gid index 99 of a 16-entry table: -1");
 	CHECK(ibv_query_gid(a.ctx, 1, 1, &g) == 0 && memcmp(&g, &a.gid, 16) == 0,
 	      "query_gid index 1 (where rxe keeps its RoCEv2 GID): the device's GID");
 	struct ibv_port_attr pa;
 	CHECK(ibv_query_port(a.ctx, 2, &pa) == EINVAL,
 	      "query_port 2 of a 1-port device: EINVAL");
-	CHECK(ibv_query_port(a.ctx, 1, &pa) == 0 && pa.gid_tbl_len == 2,
-	      "query_port: gid_tbl_len 2 (%d)", pa.gid_tbl_len);
+	CHECK(ibv_query_port(a.ctx, 1, &pa) == 0 && pa.gid_tbl_len == 16,
+	      "query_port: gid_tbl_len 16 (%d)", pa.gid_tbl_len);
+	{
+		/* Entries 2.. are empty, as most of a kernel device's table:
+		 * ENODATA from ibv_query_gid_ex, the zero GID from
+		 * ibv_query_gid; past the table, EINVAL. */
+		struct ibv_gid_entry ge;
+		union ibv_gid g;
+		static const union ibv_gid zero;
+		CHECK(ibv_query_gid_ex(a.ctx, 1, 5, &ge, 0) == ENODATA,
+		      "query_gid_ex of an empty entry: ENODATA");
+		CHECK(ibv_query_gid_ex(a.ctx, 1, 16, &ge, 0) == EINVAL,
+		      "query_gid_ex past the table: EINVAL");
+		memset(&g, 0xff, sizeof(g));
+		CHECK(ibv_query_gid(a.ctx, 1, 5, &g) == 0 &&
+			      memcmp(&g, &zero, sizeof(g)) == 0,
+		      "query_gid of an empty entry: the zero GID");
+		CHECK(ibv_query_gid(a.ctx, 1, 16, &g) == -1,
+		      "query_gid past the table: -1");
+	}
 	{
 		/* The GID entries name the interface holding the address (lo). */
 		struct ibv_gid_entry ge;
@@ -240,7 +256,7 @@ int main(void)
 		      "query_gid_ex index 1: RoCE v2, ndev_ifindex %u = lo's %u",
 		      ge.ndev_ifindex, lo);
 		rc = ibv_query_gid_ex(a.ctx, 1, 2, &ge, 0);
-		CHECK(rc == EINVAL, "query_gid_ex index 2: EINVAL (%d)", rc);
+		CHECK(rc == ENODATA, "query_gid_ex index 2 (empty): ENODATA (%d)", rc);
 		struct ibv_gid_entry one[1];
 		errno = 0;
 		ssize_t n = ibv_query_gid_table(a.ctx, one, 1, 0);
@@ -452,7 +468,13 @@ int main(void)
 	MUST(ibv_destroy_qp(sqp) == 0);
 	CHECK(ibv_destroy_srq(srq) == 0, "destroy_srq once unused");
 	rc = ibv_resize_cq(a.cq, 128);
-	CHECK(rc == EOPNOTSUPP, "resize_cq: EOPNOTSUPP (%d)", rc);
+	CHECK(rc == 0 && a.cq->cqe >= 128, "resize_cq to 128: 0, cqe %d", a.cq->cqe);
+	rc = ibv_resize_cq(a.cq, 0);
+	CHECK(rc == EINVAL, "resize_cq to 0: EINVAL (%d)", rc);
+	rc = ibv_resize_cq(a.cq, da.max_cqe + 1);
+	CHECK(rc == EINVAL && a.cq->cqe >= 128,
+	      "resize_cq past max_cqe: EINVAL (%d), the CQ unchanged", rc);
+	MUST(ibv_resize_cq(a.cq, 64) == 0);
 	rc = ibv_attach_mcast(a.qp, &a.gid, 0);
 	CHECK(rc == EOPNOTSUPP, "attach_mcast: EOPNOTSUPP (%d)", rc);
 	uint16_t pkey = 0;
@@ -495,6 +517,102 @@ int main(void)
 		      wc.opcode == IBV_WC_RDMA_WRITE && wc.wr_id == 10 &&
 		      strcmp(b.buf, "hello uroce") == 0,
 	      "RDMA WRITE: success, data arrived");
+
+	/* ---- memory windows and re-registration (the pair stays healthy) */
+	{
+		errno = 0;
+		CHECK(!ibv_alloc_mw(b.pd, 3) && errno == EINVAL,
+		      "alloc_mw of type 3: NULL, errno EINVAL (%d)", errno);
+		char *wbuf = aligned_alloc(4096, BUF);
+		MUST(wbuf);
+		memset(wbuf, 0, BUF);
+		struct ibv_mr *wmr = ibv_reg_mr(b.pd, wbuf, BUF,
+						IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+		MUST(wmr);
+		struct ibv_mw *mw = ibv_alloc_mw(b.pd, IBV_MW_TYPE_1);
+		struct ibv_mw *mw2 = ibv_alloc_mw(b.pd, IBV_MW_TYPE_2);
+		CHECK(mw && mw2 && mw->type == IBV_MW_TYPE_1 && mw->pd == b.pd &&
+			      (mw->rkey >> 8) != (mw2->rkey >> 8),
+		      "alloc_mw of types 1 and 2");
+		struct ibv_mw_bind bind = {
+			.wr_id = 40, .send_flags = IBV_SEND_SIGNALED,
+			.bind_info = { .mr = wmr, .addr = (uintptr_t)wbuf + 256,
+				       .length = 256,
+				       .mw_access_flags = IBV_ACCESS_REMOTE_WRITE },
+		};
+		rc = ibv_bind_mw(b.qp, mw2, &bind);
+		CHECK(rc == EINVAL, "bind_mw of a type 2 window: EINVAL (%d)", rc);
+		struct ibv_mw_bind other = bind;
+		other.bind_info.mr = a.mr; /* a region of a's PD */
+		rc = ibv_bind_mw(b.qp, mw, &other);
+		CHECK(rc == EPERM, "bind_mw to a region of another PD: EPERM (%d)", rc);
+		uint32_t old = mw->rkey;
+		rc = ibv_bind_mw(b.qp, mw, &bind);
+		CHECK(rc == 0 && mw->rkey == ibv_inc_rkey(old) && wait_wc(b.cq, &wc) == 1 &&
+			      wc.wr_id == 40 && wc.status == IBV_WC_SUCCESS &&
+			      wc.opcode == IBV_WC_BIND_MW,
+		      "bind_mw type 1: the rkey steps, BIND_MW completion (%s)",
+		      ibv_wc_status_str(wc.status));
+		strcpy(a.buf, "through a window");
+		MUST(post_write(&a, a.mr->lkey, (uintptr_t)wbuf + 256, mw->rkey, 41) == 0);
+		CHECK(wait_wc(a.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+			      strcmp(wbuf + 256, "through a window") == 0 && wbuf[255] == 0,
+		      "RDMA WRITE through a type 1 window");
+		rc = ibv_dereg_mr(wmr);
+		CHECK(rc == EBUSY, "dereg_mr with a window bound: EBUSY (%d)", rc);
+		rc = ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				  IBV_ACCESS_LOCAL_WRITE);
+		CHECK(rc == IBV_REREG_MR_ERR_CMD && errno == EBUSY,
+		      "rereg_mr with a window bound: ERR_CMD, EBUSY (%d, %d)", rc, errno);
+		/* Unbind: a zero-length bind with no region. */
+		struct ibv_mw_bind unbind = { .wr_id = 42, .send_flags = IBV_SEND_SIGNALED };
+		rc = ibv_bind_mw(b.qp, mw, &unbind);
+		CHECK(rc == 0 && wait_wc(b.cq, &wc) == 1 && wc.wr_id == 42 &&
+			      wc.status == IBV_WC_SUCCESS,
+		      "bind_mw of length 0 unbinds");
+		CHECK(ibv_dealloc_mw(mw) == 0 && ibv_dealloc_mw(mw2) == 0, "dealloc_mw");
+
+		/* ibv_rereg_mr: libibverbs' own input checks (-1), the
+		 * kernel's (-4), and the changes themselves. */
+		errno = 0;
+		rc = ibv_rereg_mr(wmr, 8, NULL, NULL, 0, 0);
+		CHECK(rc == IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+		      "rereg_mr with an unknown flag: ERR_INPUT, EINVAL (%d)", rc);
+		rc = ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 0, 0);
+		CHECK(rc == IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+		      "rereg_mr translation without an address: ERR_INPUT, EINVAL (%d)", rc);
+		rc = ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_PD, b.pd, NULL, 0,
+				  IBV_ACCESS_LOCAL_WRITE);
+		CHECK(rc == IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+		      "rereg_mr with access but no CHANGE_ACCESS: ERR_INPUT, EINVAL (%d)", rc);
+		rc = ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				  IBV_ACCESS_REMOTE_WRITE);
+		CHECK(rc == IBV_REREG_MR_ERR_CMD && errno == EINVAL,
+		      "rereg_mr to remote write without local write: ERR_CMD, EINVAL (%d)", rc);
+		rc = ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_PD, a.pd, NULL, 0, 0);
+		CHECK(rc == IBV_REREG_MR_ERR_CMD && errno == EINVAL,
+		      "rereg_mr to a PD of another context: ERR_CMD, EINVAL (%d)", rc);
+		uint32_t lk = wmr->lkey, rk = wmr->rkey;
+		rc = ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		MUST(post_write(&a, a.mr->lkey, (uintptr_t)wbuf, wmr->rkey, 43) == 0);
+		CHECK(rc == 0 && wmr->lkey == lk && wmr->rkey == rk && wait_wc(a.cq, &wc) == 1 &&
+			      wc.status == IBV_WC_SUCCESS && strcmp(wbuf, "through a window") == 0,
+		      "rereg_mr access: same keys, remote write now allowed");
+		char *nbuf = aligned_alloc(4096, BUF);
+		MUST(nbuf);
+		memset(nbuf, 0, BUF);
+		rc = ibv_rereg_mr(wmr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, nbuf, BUF, 0);
+		strcpy(a.buf, "moved");
+		MUST(post_write(&a, a.mr->lkey, (uintptr_t)nbuf, wmr->rkey, 44) == 0);
+		CHECK(rc == 0 && wmr->addr == nbuf && wait_wc(a.cq, &wc) == 1 &&
+			      wc.status == IBV_WC_SUCCESS && strcmp(nbuf, "moved") == 0 &&
+			      strcmp(wbuf, "through a window") == 0,
+		      "rereg_mr translation: writes land in the new memory");
+		CHECK(ibv_dereg_mr(wmr) == 0, "dereg_mr once the windows are gone");
+		free(wbuf);
+		free(nbuf);
+	}
 
 	MUST(post_write(&a, a.mr->lkey ^ 0x5a5a5a5a, (uintptr_t)b.buf,
 			b.mr->rkey, 11) == 0);
@@ -559,8 +677,8 @@ int main(void)
 	{
 		static const struct { int type; uint64_t ops; const char *what; } no[] = {
 			{ IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE, "RC atomic write" },
-			{ IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW, "RC bind MW" },
-			{ IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV, "RC local invalidate" },
+			{ IBV_QPT_RC, 1ULL << 11, "RC flush (IBV_QP_EX_WITH_FLUSH of rdma-core 45)" },
+			{ IBV_QPT_UD, IBV_QP_EX_WITH_BIND_MW, "UD bind MW" },
 			{ IBV_QPT_RC, IBV_QP_EX_WITH_TSO, "RC TSO" },
 			{ IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, "UC RDMA READ" },
 			{ IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE, "UD RDMA WRITE" },
@@ -577,6 +695,15 @@ int main(void)
 			if (nq)
 				ibv_destroy_qp(nq);
 		}
+	}
+	{
+		struct ibv_qp_init_attr_ex ma = qxa;
+		ma.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+				     IBV_QP_EX_WITH_SEND_WITH_INV;
+		struct ibv_qp *mq = ibv_create_qp_ex(a.ctx, &ma);
+		CHECK(mq != NULL, "create_qp_ex with BIND_MW, LOCAL_INV and SEND_WITH_INV");
+		if (mq)
+			ibv_destroy_qp(mq);
 	}
 	struct ibv_qp *xqp = ibv_create_qp_ex(a.ctx, &qxa);
 	CHECK(xqp != NULL, "create_qp_ex with send_ops_flags");
@@ -680,7 +807,7 @@ int main(void)
 	ibv_wr_start(qpx);
 	ibv_wr_bind_mw(qpx, NULL, 0, NULL);
 	rc = ibv_wr_complete(qpx);
-	CHECK(rc == EOPNOTSUPP, "ibv_wr_bind_mw (not offered): wr_complete EOPNOTSUPP (%d)", rc);
+	CHECK(rc == EINVAL, "ibv_wr_bind_mw of no window: wr_complete EINVAL (%d)", rc);
 
 	/* ---- UD through the ibv_wr_* API: address handle, immediate data in
 	 * network order, the GRH area, an AH back to the sender */

@@ -6,7 +6,8 @@
 # builds uroce (release), then runs:
 #   * tests/ibverbs/errors.c: error paths through the C API, the ibv_wr_*
 #     API, ibv_cq_ex polling and a completion channel fd in poll(2);
-#   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs);
+#   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs), and
+#     rdma-core's pyverbs test suite (tests/ibverbs/pyverbs.sh);
 #   * ibv_rc/uc/ud/srq_pingpong -c (data checked), server and client in
 #     their own processes; and each facing `uroce rc/uc/ud/srq-pingpong`,
 #     both ways;
@@ -95,6 +96,13 @@ EOF
     pass pyverbs "$(tail -1 "$tmp/out")"
   else
     fail pyverbs "import or calls failed"
+  fi
+  # rdma-core's pyverbs test suite (tests/ibverbs/pyverbs.sh).
+  . "$root/tests/ibverbs/pyverbs.sh"
+  if pyverbs_suite >"$tmp/out" 2>&1; then
+    pass "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
+  else
+    fail "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
   fi
 fi
 

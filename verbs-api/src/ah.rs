@@ -53,11 +53,11 @@ impl ProtectionDomain {
                 av.port_num
             )));
         }
-        if av.sgid_index >= crate::device::GID_TABLE_LEN {
+        if av.sgid_index >= crate::device::GID_ENTRIES {
             return Err(Error::Invalid(format!(
-                "sgid_index {}: the GID table has indices 0..{}",
+                "sgid_index {}: the GID table's populated entries are 0..{}",
                 av.sgid_index,
-                crate::device::GID_TABLE_LEN
+                crate::device::GID_ENTRIES
             )));
         }
         let ip = av.ip();

@@ -78,6 +78,30 @@ impl CompletionQueue {
     pub fn cqe(&self) -> usize {
         self.inner.depth()
     }
+    /// Completions waiting to be polled.
+    pub fn pending(&self) -> usize {
+        self.inner.len()
+    }
+    /// `ibv_resize_cq`: the CQ holds at least `cqe` completions from now
+    /// on (1..=[`crate::DeviceAttr::max_cqe`]); completions waiting stay.
+    /// Fails with [`crate::Error::Invalid`] when more than `cqe` wait, as
+    /// the kernel does. Work the engine has been handed is processed
+    /// first, so the completions it makes at once (a UD send's) count, as
+    /// with a provider that completes them inside `ibv_post_send`.
+    pub fn resize(&self, cqe: u32) -> crate::Result<()> {
+        if cqe == 0 || cqe > crate::device::MAX_CQE {
+            return Err(crate::Error::Invalid(format!(
+                "cqe {cqe}: must be 1..={}",
+                crate::device::MAX_CQE
+            )));
+        }
+        // On the engine's own thread (a callback) there is nothing to wait
+        // for: it is not processing anything else.
+        let _ = self._ctx.inner.engine.settle();
+        self.inner.resize(cqe as usize).map_err(|waiting| {
+            crate::Error::Invalid(format!("cqe {cqe}: {waiting} completions wait in the CQ"))
+        })
+    }
     /// `ibv_poll_cq`: fills `out` with up to `out.len()` completions,
     /// oldest first; returns how many. Errors if completions were lost to
     /// overflow (the CQ is then in error, as in verbs).

@@ -13,8 +13,8 @@ use uroce_provider::engine::device::{
 };
 use uroce_provider::engine::Engine;
 use uroce_provider::memory::KeyTable;
-pub use uroce_provider::qp_attr::GID_TABLE_LEN;
 use uroce_provider::qp_attr::{gid_of, ModifyLimits};
+pub use uroce_provider::qp_attr::{GID_ENTRIES, GID_TABLE_LEN};
 use uroce_provider::types::Mtu;
 
 /// The environment variable that makes every device write a capture:
@@ -161,8 +161,9 @@ impl ContextInner {
 /// use uroce_verbs::Device;
 /// let ctx = Device::new("doc1", "127.70.1.1".parse().unwrap()).open().unwrap();
 /// let port = ctx.query_port(1).unwrap();
-/// assert_eq!(port.gid_tbl_len, 2); // index 0 and index 1 (rxe's place)
-/// let gid = ctx.query_gid(1, 1).unwrap();
+/// assert_eq!(port.gid_tbl_len, 16); // entries 0 and 1 hold the GID
+/// let gid = ctx.query_gid(1, 1).unwrap(); // index 1: where rxe keeps it
+/// assert!(matches!(ctx.query_gid(1, 2), Err(uroce_verbs::Error::NoData(_))));
 /// assert_eq!(gid.gid_type, "RoCE v2");
 /// assert_eq!(&gid.gid[10..], &[0xff, 0xff, 127, 70, 1, 1]); // IPv4-mapped
 /// ```
@@ -293,13 +294,18 @@ impl Context {
             netdev_mtu: interface_mtu(self.inner.device.ip()),
         })
     }
-    /// `ibv_query_gid`: every entry of the table ([`GID_TABLE_LEN`]) is
-    /// the device's RoCEv2 GID; index 1 is where kernel rxe keeps it.
+    /// `ibv_query_gid_ex`: entries 0 and 1 ([`GID_ENTRIES`]) hold the
+    /// device's RoCEv2 GID (index 1 is where kernel rxe keeps it); the
+    /// rest of the table ([`GID_TABLE_LEN`]) is empty: [`Error::NoData`]
+    /// (ENODATA), as the kernel answers for an empty entry.
     pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
         if port != 1 || index >= GID_TABLE_LEN as u32 {
             return Err(Error::Invalid(format!(
                 "port {port} GID index {index}: the table is port 1, indices 0..{GID_TABLE_LEN}"
             )));
+        }
+        if index >= GID_ENTRIES as u32 {
+            return Err(Error::NoData(format!("GID index {index} is empty")));
         }
         let ip = self.inner.device.ip();
         Ok(GidEntry {

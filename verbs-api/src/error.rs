@@ -41,6 +41,10 @@ pub enum Error {
     /// CMA answers).
     #[error("port {0} is bound on another address, one of them the wildcard")]
     PortConflict(u16),
+    /// The entry asked for is empty (ENODATA), e.g. a GID table index
+    /// past the populated ones.
+    #[error("no data: {0}")]
+    NoData(String),
 }
 
 impl Error {
@@ -56,6 +60,7 @@ impl Error {
             Error::WouldBlock => libc_errno::EAGAIN,
             Error::AddrInUse => libc_errno::EADDRINUSE,
             Error::AddrNotAvailable(_) | Error::PortConflict(_) => libc_errno::EADDRNOTAVAIL,
+            Error::NoData(_) => libc_errno::ENODATA,
         }
     }
 }
@@ -68,6 +73,7 @@ mod libc_errno {
     pub const EBUSY: i32 = 16;
     pub const ENODEV: i32 = 19;
     pub const EINVAL: i32 = 22;
+    pub const ENODATA: i32 = 61;
     pub const EADDRINUSE: i32 = 98;
     pub const EADDRNOTAVAIL: i32 = 99;
 }

@@ -42,15 +42,17 @@ pub use async_cq::CqStream;
 pub use connect::{ConnectOptions, CqBuilder, Endpoint, QpBuilder};
 pub use cq::CompletionQueue;
 pub use device::{
-    devices, Context, Device, DeviceAttr, GidEntry, PortAttr, GID_TABLE_LEN, MAX_INLINE, MAX_SGE,
+    devices, Context, Device, DeviceAttr, GidEntry, PortAttr, GID_ENTRIES, GID_TABLE_LEN,
+    MAX_INLINE, MAX_SGE,
 };
 pub use error::{Error, Result};
 pub use events::{AsyncEvent, CompChannel, CqEvent, EventElement, EventType};
-pub use pd::{MemoryRegion, ProtectionDomain};
+pub use pd::{inc_rkey, MemoryRegion, MemoryWindow, ProtectionDomain};
 pub use qp::{QpInitAttr, QueuePair};
 pub use srq::{SharedReceiveQueue, SrqAttr, SrqAttrMask};
 pub use uroce_provider as provider;
 pub use uroce_provider::counters::CounterSnapshot;
+pub use uroce_provider::memory::MwType;
 pub use uroce_provider::net::faults::Faults;
 pub use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
 pub use uroce_provider::types::{

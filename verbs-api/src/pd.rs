@@ -4,10 +4,10 @@ use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::qp::{QpInitAttr, QueuePair};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use uroce_provider::memory::{Backing, MemError, MrInner, PdId};
-use uroce_provider::types::Access;
+use uroce_provider::memory::{Backing, MemError, MrInner, MwBind, MwInner, MwType, PdId};
+use uroce_provider::types::{Access, SendFlags, SendWr, WrOpcode};
 
 /// A protection domain (`struct ibv_pd`).
 #[derive(Debug)]
@@ -96,6 +96,20 @@ impl ProtectionDomain {
         Ok(self.wrap(mr))
     }
 
+    /// `ibv_alloc_mw`: an unbound memory window of `kind` in this PD.
+    /// Type 1 windows are bound with [`QueuePair::bind_mw`]; type 2 with
+    /// a BIND_MW work request ([`MemoryWindow::bind_wr`]) and invalidated
+    /// with LOCAL_INV or a peer's SEND with Invalidate.
+    pub fn alloc_mw(&self, kind: MwType) -> Result<MemoryWindow> {
+        let inner = self.ctx.inner.keys.alloc_mw(self.id, kind);
+        Ok(MemoryWindow {
+            ctx: self.ctx.clone(),
+            rkey: AtomicU32::new(inner.rkey()),
+            inner,
+            _pd: self.users.clone(),
+        })
+    }
+
     /// `ibv_create_qp`.
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair> {
         QueuePair::create(self, init)
@@ -143,6 +157,65 @@ pub struct MemoryRegion {
 impl MemoryRegion {
     fn mr(&self) -> &MrInner {
         self.inner.as_ref().expect("present until dropped")
+    }
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_ACCESS` and/or
+    /// `IBV_REREG_MR_CHANGE_PD`: the region keeps its memory and keys and
+    /// takes the new access rights and/or PD. Messages in progress that
+    /// use the region fail as after deregistration. Refused
+    /// ([`Error::Busy`]) while memory windows are bound to it.
+    pub fn rereg(&mut self, pd: Option<&ProtectionDomain>, access: Option<Access>) -> Result<()> {
+        let old = self.mr();
+        let access = access.unwrap_or(old.access());
+        ProtectionDomain::check_access(access)?;
+        if old.bound_windows() > 0 {
+            return Err(Error::Busy("memory windows are bound to the region"));
+        }
+        let pd_id = pd.map_or(old.pd(), |p| p.id);
+        // SAFETY: no new memory: the region's own moves over.
+        let new = unsafe { self.ctx.inner.keys.reregister(old, pd_id, access, None) };
+        self.inner = Some(new);
+        if let Some(pd) = pd {
+            self._pd = pd.users.clone();
+        }
+        Ok(())
+    }
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION` too: as
+    /// [`MemoryRegion::rereg`], over `len` bytes at `addr` from now on.
+    ///
+    /// # Safety
+    /// As [`ProtectionDomain::reg_mr_raw`] for the new memory. The old
+    /// memory is no longer touched when this returns; a region made over
+    /// an owned buffer gives that buffer up (it is freed with the region).
+    pub unsafe fn rereg_raw(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        access: Option<Access>,
+        addr: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        let old = self.mr();
+        let access = access.unwrap_or(old.access());
+        ProtectionDomain::check_access(access)?;
+        if old.bound_windows() > 0 {
+            return Err(Error::Busy("memory windows are bound to the region"));
+        }
+        let ptr = NonNull::new(addr).ok_or_else(|| Error::Invalid("null address".into()))?;
+        let pd_id = pd.map_or(old.pd(), |p| p.id);
+        let t = (ptr, len, addr as u64, Backing::External);
+        // SAFETY: the caller's promise above.
+        let new = unsafe { self.ctx.inner.keys.reregister(old, pd_id, access, Some(t)) };
+        let prev = self.inner.replace(new);
+        // The old descriptor's owned memory (if any) is freed when the
+        // last holder drops it; nothing touches it any more.
+        drop(prev);
+        if let Some(pd) = pd {
+            self._pd = pd.users.clone();
+        }
+        Ok(())
+    }
+    /// Memory windows bound to the region now.
+    pub fn bound_windows(&self) -> u32 {
+        self.mr().bound_windows()
     }
     /// Local key.
     pub fn lkey(&self) -> u32 {
@@ -232,4 +305,117 @@ impl Drop for MemoryRegion {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// A memory window (`struct ibv_mw`): remote access to a range of a
+/// memory region that can be granted and withdrawn without touching the
+/// region. Deallocated when dropped (its R_Key stops working at once).
+///
+/// ```
+/// # use uroce_verbs::*;
+/// # let ctx = Device::new("mwdoc", "127.61.0.1".parse().unwrap()).open().unwrap();
+/// let pd = ctx.alloc_pd().unwrap();
+/// let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::MW_BIND).unwrap();
+/// let mw = pd.alloc_mw(MwType::Type2).unwrap();
+/// // A BIND_MW work request grants remote write to 256 bytes of `mr`;
+/// // post it on an RC QP of the same PD, and the peer uses `rkey`.
+/// let (wr, rkey) = mw.bind_wr(7, &mr, 0, 256, Access::REMOTE_WRITE);
+/// assert_eq!(rkey >> 8, mw.rkey() >> 8, "same window index, new key");
+/// assert_eq!(wr.opcode, WrOpcode::BindMw);
+/// ```
+#[derive(Debug)]
+pub struct MemoryWindow {
+    ctx: Context,
+    inner: Arc<MwInner>,
+    /// The R_Key as the application sees it (`ibv_mw::rkey`): stepped by
+    /// each type 1 bind when posted.
+    rkey: AtomicU32,
+    _pd: Arc<()>,
+}
+
+impl MemoryWindow {
+    /// The R_Key: for type 1, as [`QueuePair::bind_mw`] last set it (the
+    /// key the window has once that bind executes); for type 2, the key
+    /// of its last bind that executed.
+    pub fn rkey(&self) -> u32 {
+        match self.inner.kind() {
+            MwType::Type1 => self.rkey.load(Ordering::Acquire),
+            MwType::Type2 => self.inner.rkey(),
+        }
+    }
+    /// Type 1 or type 2.
+    pub fn kind(&self) -> MwType {
+        self.inner.kind()
+    }
+    /// True while bound to a region.
+    pub fn is_bound(&self) -> bool {
+        self.inner.is_bound()
+    }
+    /// A BIND_MW work request (type 2: post it with
+    /// [`QueuePair::post_send`]) granting `access` to `len` bytes at
+    /// `offset` of `mr`, with the next key (`ibv_inc_rkey` of
+    /// [`MemoryWindow::rkey`]). Returns the WR (signaled) and the R_Key
+    /// the window will have once it executes.
+    pub fn bind_wr(
+        &self,
+        wr_id: u64,
+        mr: &MemoryRegion,
+        offset: usize,
+        len: u64,
+        access: Access,
+    ) -> (SendWr, u32) {
+        let new_rkey = inc_rkey(self.rkey());
+        let mut wr = SendWr::new(wr_id, WrOpcode::BindMw);
+        wr.flags = SendFlags::SIGNALED;
+        wr.bind = Some(MwBind {
+            mw: self.inner.clone(),
+            mw_rkey: self.rkey(),
+            new_rkey,
+            mr_lkey: mr.lkey(),
+            addr: mr.addr() + offset as u64,
+            len,
+            access,
+        });
+        (wr, new_rkey)
+    }
+    /// The bind request of a BIND_MW work request in the C ABI's terms
+    /// (`ibv_send_wr::bind_mw`): the window's key as the binder saw it
+    /// (`ibv_mw::rkey`), the new key, and the region's L_Key, start
+    /// address and length (0 unbinds a type 1 window).
+    pub fn bind_request(
+        &self,
+        mw_rkey: u32,
+        new_rkey: u32,
+        mr_lkey: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> MwBind {
+        MwBind {
+            mw: self.inner.clone(),
+            mw_rkey,
+            new_rkey,
+            mr_lkey,
+            addr,
+            len,
+            access,
+        }
+    }
+    pub(crate) fn inner(&self) -> &Arc<MwInner> {
+        &self.inner
+    }
+    pub(crate) fn set_rkey(&self, rkey: u32) {
+        self.rkey.store(rkey, Ordering::Release);
+    }
+}
+
+impl Drop for MemoryWindow {
+    fn drop(&mut self) {
+        self.ctx.inner.keys.dealloc_mw(&self.inner);
+    }
+}
+
+/// `ibv_inc_rkey`: the same index, the next key (low 8 bits).
+pub fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }

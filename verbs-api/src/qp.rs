@@ -10,7 +10,7 @@ use uroce_provider::engine::can_post_send;
 use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
 use uroce_provider::transport::{QpConfig, StateCell};
 use uroce_provider::transport::{RecvQueue, SendQueue};
-use uroce_provider::types::{QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
+use uroce_provider::types::{Access, QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
 
 /// `ibv_qp_init_attr`.
 #[derive(Debug, Clone, Copy)]
@@ -199,6 +199,46 @@ impl QueuePair {
         self.state.get()
     }
 
+    /// `ibv_bind_mw`: binds a type 1 window to `len` bytes at `offset` of
+    /// `mr` with `access` (REMOTE_READ/WRITE/ATOMIC; `mr` needs MW_BIND,
+    /// and LOCAL_WRITE for remote write or atomic), or unbinds it when
+    /// `mr` is `None`. The bind is a work request on this QP's send
+    /// queue, executed in order (completion opcode BIND_MW, status
+    /// MW_BIND_ERR when refused); the window's new R_Key is returned at
+    /// once, as `ibv_bind_mw` sets `mw->rkey`.
+    pub fn bind_mw(
+        &self,
+        mw: &crate::MemoryWindow,
+        mr: Option<&crate::MemoryRegion>,
+        offset: usize,
+        len: u64,
+        access: Access,
+        wr_id: u64,
+        flags: SendFlags,
+    ) -> Result<u32> {
+        if mw.kind() != uroce_provider::memory::MwType::Type1 {
+            return Err(Error::Invalid(
+                "ibv_bind_mw binds type 1 windows; type 2 take a BIND_MW work request".into(),
+            ));
+        }
+        let new_rkey = crate::inc_rkey(mw.rkey());
+        let mut wr = SendWr::new(wr_id, WrOpcode::BindMw);
+        wr.flags = flags;
+        wr.bind = Some(uroce_provider::memory::MwBind {
+            mw: mw.inner().clone(),
+            mw_rkey: mw.rkey(),
+            new_rkey,
+            mr_lkey: mr.map_or(0, |m| m.lkey()),
+            addr: mr.map_or(0, |m| m.addr() + offset as u64),
+            len: if mr.is_some() { len } else { 0 },
+            access,
+        });
+        self.post_send(std::slice::from_ref(&wr))
+            .map_err(|(_, e)| e)?;
+        mw.set_rkey(new_rkey);
+        Ok(new_rkey)
+    }
+
     /// `ibv_post_send`. On error, the WRs before the failing one were
     /// posted; returns the failing index with the error (like `bad_wr`).
     pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), (usize, Error)> {
@@ -239,8 +279,11 @@ impl QueuePair {
     fn check_opcode(&self, wr: &SendWr) -> Result<()> {
         use WrOpcode::*;
         let ok = match self.qp_type {
-            QpType::Rc => !matches!(wr.opcode, LocalInv | BindMw),
-            QpType::Uc => matches!(wr.opcode, Send | SendWithImm | RdmaWrite | RdmaWriteWithImm),
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.opcode,
+                Send | SendWithImm | RdmaWrite | RdmaWriteWithImm | LocalInv | BindMw
+            ),
             QpType::Ud => matches!(wr.opcode, Send | SendWithImm),
         };
         if !ok {

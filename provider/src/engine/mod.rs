@@ -334,6 +334,17 @@ impl Engine {
     pub fn sync(&self) -> Result<(), EngineError> {
         self.call(Command::Sync)
     }
+
+    /// Returns once the engine has made a whole pass (commands, received
+    /// packets, doorbells, transmission, timers) after the call: work
+    /// posted before it (a QP kicked) has been looked at, and what that
+    /// completes at once (a UD send) is in its CQ.
+    pub fn settle(&self) -> Result<(), EngineError> {
+        // The first reply comes from the commands step of some pass; the
+        // second from the next pass's, after the first pass transmitted.
+        self.call(Command::Sync)?;
+        self.call(Command::Sync)
+    }
 }
 
 /// See [`Engine::kicker`].

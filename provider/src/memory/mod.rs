@@ -48,13 +48,13 @@ use crate::types::Access;
 use dashmap::DashMap;
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
-#[cfg(test)]
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub mod shared;
+pub mod window;
 use shared::Shared;
+pub use window::{MwBind, MwError, MwInner, MwType};
 
 /// Identifies a protection domain within a context.
 pub type PdId = u32;
@@ -111,6 +111,8 @@ pub struct MrInner {
     /// exclusively by deregistration.
     gate: parking_lot::RwLock<bool>,
     backing: parking_lot::Mutex<Option<Backing>>,
+    /// Memory windows bound to the region.
+    bound_windows: AtomicI32,
 }
 
 // SAFETY: the region is shared memory by design: every access goes through
@@ -163,6 +165,14 @@ impl MrInner {
     /// Remote key.
     pub fn rkey(&self) -> u32 {
         self.rkey
+    }
+    /// Memory windows bound to the region now (deregistration and
+    /// re-registration are refused while any is).
+    pub fn bound_windows(&self) -> u32 {
+        self.bound_windows.load(Ordering::Acquire).max(0) as u32
+    }
+    pub(crate) fn bound_windows_add(&self, d: i32) {
+        self.bound_windows.fetch_add(d, Ordering::AcqRel);
     }
     /// Still registered (false while a deregistration holds the gate).
     pub fn is_valid(&self) -> bool {
@@ -329,6 +339,8 @@ pub enum KeyError {
 pub struct KeyTable {
     by_lkey: DashMap<u32, Arc<MrInner>>,
     by_rkey: DashMap<u32, Arc<MrInner>>,
+    /// Memory windows by R_Key index (the R_Key's upper 24 bits).
+    mws: DashMap<u32, Arc<MwInner>>,
 }
 
 impl std::fmt::Debug for KeyTable {
@@ -364,7 +376,10 @@ impl KeyTable {
             if lkey == rkey || lkey == 0 || rkey == 0 {
                 continue;
             }
-            if self.by_lkey.contains_key(&lkey) || self.by_rkey.contains_key(&rkey) {
+            if self.by_lkey.contains_key(&lkey)
+                || self.by_rkey.contains_key(&rkey)
+                || self.mws.contains_key(&(rkey >> 8))
+            {
                 continue;
             }
             let mr = Arc::new(MrInner {
@@ -377,6 +392,7 @@ impl KeyTable {
                 rkey,
                 gate: parking_lot::RwLock::new(true),
                 backing: parking_lot::Mutex::new(Some(backing)),
+                bound_windows: AtomicI32::new(0),
             });
             self.by_lkey.insert(lkey, mr.clone());
             self.by_rkey.insert(rkey, mr.clone());
@@ -405,6 +421,56 @@ impl KeyTable {
     /// The region with this rkey, if registered.
     pub fn find_rkey(&self, rkey: u32) -> Option<Arc<MrInner>> {
         Self::lookup(&self.by_rkey, rkey).ok()
+    }
+
+    /// The region with this lkey, if registered.
+    pub fn find_lkey(&self, lkey: u32) -> Option<Arc<MrInner>> {
+        Self::lookup(&self.by_lkey, lkey).ok()
+    }
+
+    /// `ibv_rereg_mr`: the region `old` is replaced by one with the same
+    /// keys and the given PD and access, over new memory when
+    /// `translation` gives it (pointer, length, iova, backing) or over the
+    /// same memory otherwise. When this returns no access to the old
+    /// region is in progress and none starts; messages in progress that
+    /// hold it fail where they next touch it, as after deregistration.
+    ///
+    /// # Safety
+    /// With `translation`: as [`KeyTable::register`] for the new memory.
+    pub unsafe fn reregister(
+        &self,
+        old: &MrInner,
+        pd: PdId,
+        access: Access,
+        translation: Option<(NonNull<u8>, usize, u64, Backing)>,
+    ) -> Arc<MrInner> {
+        old.invalidate();
+        let (ptr, len, iova, backing) = match translation {
+            Some(t) => t,
+            // The old region's memory moves to the new one: the old
+            // region no longer owns (or frees) it.
+            None => (
+                old.ptr,
+                old.len,
+                old.iova,
+                old.backing.lock().take().unwrap_or(Backing::External),
+            ),
+        };
+        let mr = Arc::new(MrInner {
+            pd,
+            ptr,
+            len,
+            iova,
+            access,
+            lkey: old.lkey,
+            rkey: old.rkey,
+            gate: parking_lot::RwLock::new(true),
+            backing: parking_lot::Mutex::new(Some(backing)),
+            bound_windows: AtomicI32::new(0),
+        });
+        self.by_lkey.insert(mr.lkey, mr.clone());
+        self.by_rkey.insert(mr.rkey, mr.clone());
+        mr
     }
 
     /// Removes a region's keys and marks it invalid. When this returns, no
@@ -444,17 +510,25 @@ impl KeyTable {
         Self::check(Self::lookup(&self.by_lkey, lkey)?, pd, addr, len, need)
     }
 
-    /// Remote check of an R_Key (IBA ch. 10.6): key, PD, access
-    /// and bounds.
+    /// Remote check of an R_Key (IBA ch. 10.6) arriving on QP `qpn` of
+    /// PD `pd`: a region's (key, PD, access, bounds) or a memory window's
+    /// (see [`window`]). Returns the region and the offset of `addr`.
     pub fn check_rkey(
         &self,
         rkey: u32,
         pd: PdId,
+        qpn: u32,
         addr: u64,
         len: u64,
         need: Access,
     ) -> Result<(Arc<MrInner>, usize), KeyError> {
-        Self::check(Self::lookup(&self.by_rkey, rkey)?, pd, addr, len, need)
+        match Self::lookup(&self.by_rkey, rkey) {
+            Ok(mr) => Self::check(mr, pd, addr, len, need),
+            Err(e) => match self.window(rkey) {
+                Some(mw) => Self::check_window(&mw, rkey, pd, qpn, addr, len, need),
+                None => Err(e),
+            },
+        }
     }
 
     fn lookup(map: &DashMap<u32, Arc<MrInner>>, key: u32) -> Result<Arc<MrInner>, KeyError> {
@@ -497,28 +571,29 @@ mod tests {
         assert_ne!(a.rkey(), b.rkey());
         assert_eq!(b.iova() % 4096, 0);
         let (m, off) = t
-            .check_rkey(a.rkey(), 1, a.iova() + 8, 8, Access::REMOTE_WRITE)
+            .check_rkey(a.rkey(), 1, 0, a.iova() + 8, 8, Access::REMOTE_WRITE)
             .unwrap();
         assert_eq!(off, 8);
         assert_eq!(m.lkey(), a.lkey());
         assert_eq!(
-            t.check_rkey(a.rkey(), 2, a.iova(), 8, Access::REMOTE_WRITE)
+            t.check_rkey(a.rkey(), 2, 0, a.iova(), 8, Access::REMOTE_WRITE)
                 .unwrap_err(),
             KeyError::PdMismatch
         );
         assert_eq!(
-            t.check_rkey(a.rkey(), 1, a.iova(), 8, Access::REMOTE_READ)
+            t.check_rkey(a.rkey(), 1, 0, a.iova(), 8, Access::REMOTE_READ)
                 .unwrap_err(),
             KeyError::Access(Access::REMOTE_READ)
         );
         assert!(matches!(
-            t.check_rkey(a.rkey(), 1, a.iova() + 60, 8, Access::REMOTE_WRITE),
+            t.check_rkey(a.rkey(), 1, 0, a.iova() + 60, 8, Access::REMOTE_WRITE),
             Err(KeyError::Mem(MemError::OutOfBounds { .. }))
         ));
         assert!(matches!(
             t.check_rkey(
                 a.rkey(),
                 1,
+                0,
                 a.iova().wrapping_sub(1),
                 1,
                 Access::REMOTE_WRITE
@@ -535,7 +610,7 @@ mod tests {
             .is_ok());
         t.deregister(&a);
         assert!(matches!(
-            t.check_rkey(a.rkey(), 1, a.iova(), 8, Access::REMOTE_WRITE),
+            t.check_rkey(a.rkey(), 1, 0, a.iova(), 8, Access::REMOTE_WRITE),
             Err(KeyError::BadKey(_))
         ));
         assert!(!a.is_valid());

@@ -402,6 +402,25 @@ impl QpConfig {
         Ok((r, len))
     }
 
+    /// Executes a local operation (BIND_MW, LOCAL_INV) for this QP. A
+    /// refused one gives rxe's status: MW_BIND_ERR for a bind,
+    /// LOC_QP_OP_ERR for an invalidation.
+    pub fn execute_local(&self, wr: &SendWr) -> Result<(), WcStatus> {
+        match (wr.opcode, &wr.bind) {
+            (crate::types::WrOpcode::BindMw, Some(b)) => self
+                .keys
+                .bind_mw(b, self.pd, self.qpn)
+                .map(|_| ())
+                .map_err(|_| WcStatus::MwBindErr),
+            (crate::types::WrOpcode::BindMw, None) => Err(WcStatus::MwBindErr),
+            (crate::types::WrOpcode::LocalInv, _) => self
+                .keys
+                .invalidate_rkey(wr.invalidate_rkey, self.pd, self.qpn, false)
+                .map_err(|_| WcStatus::LocQpOpErr),
+            _ => Err(WcStatus::LocQpOpErr),
+        }
+    }
+
     /// Completes every WR waiting in the send queue with WR_FLUSH_ERR, in
     /// posting order. Returns false if a completion was lost to a full CQ.
     pub fn flush_sends(&self) -> bool {
@@ -446,6 +465,12 @@ impl QpConfig {
         }
         if !self.rq.is_srq() {
             while self.rq.take().is_some() {}
+        }
+        // Completions of the QP's previous life go too (see
+        // CqInner::remove_qp).
+        self.send_cq.remove_qp(self.qpn);
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.remove_qp(self.qpn);
         }
     }
 

@@ -265,7 +265,27 @@ impl UcQp {
             if !allow_new {
                 return None;
             }
-            let wr = self.core.cfg.sq.take()?;
+            let mut wr = self.core.cfg.sq.take()?;
+            // Local operations (BIND_MW, LOCAL_INV) run when the queue
+            // reaches them; UC completes each WR once sent, so in order.
+            while wr.opcode.is_local() {
+                if let Err(status) = self.core.cfg.execute_local(&wr) {
+                    self.send_error(&wr, status);
+                    return None;
+                }
+                self.core.cfg.sq.retire(1);
+                if self.core.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
+                    let wc = Wc::new(
+                        wr.wr_id,
+                        WcStatus::Success,
+                        wr.opcode.wc_opcode(),
+                        self.core.cfg.qpn,
+                    );
+                    self.complete(true, wc, false);
+                }
+                self.check_drained();
+                wr = self.core.cfg.sq.take()?;
+            }
             match self.admit(&wr) {
                 Ok((data, len)) => {
                     self.req.cur = Some(SendWqe {
@@ -561,6 +581,7 @@ impl UcQp {
                     .check_rkey(
                         reth.rkey,
                         self.core.cfg.pd,
+                        self.core.cfg.qpn,
                         reth.va,
                         total,
                         Access::REMOTE_WRITE,

@@ -213,6 +213,9 @@ fn open_device(d: *mut ibv_device) -> Result<*mut ibv_context, i32> {
     ops.post_send = Some(crate::post::post_send);
     ops.post_recv = Some(crate::post::post_recv);
     ops.post_srq_recv = Some(crate::post::post_srq_recv);
+    ops.alloc_mw = Some(crate::objects::alloc_mw);
+    ops.bind_mw = Some(crate::post::bind_mw);
+    ops.dealloc_mw = Some(crate::objects::dealloc_mw);
     let obj = Box::new(Ctx {
         v,
         inner: CtxInner { rust, handles },
@@ -301,9 +304,11 @@ fn device_attr(ctx: &CtxInner) -> ibv_device_attr {
     o.hw_ver = a.hw_ver;
     o.max_qp = int(a.max_qp);
     o.max_qp_wr = int(a.max_qp_wr);
-    // IBV_DEVICE_PORT_ACTIVE_EVENT | SYS_IMAGE_GUID | RC_RNR_NAK_GEN
-    // (SRQ_RESIZE is not claimed: resizing is not supported).
-    o.device_cap_flags = (1 << 10) | (1 << 11) | (1 << 12);
+    // IBV_DEVICE_PORT_ACTIVE_EVENT | SYS_IMAGE_GUID | RC_RNR_NAK_GEN |
+    // MEM_WINDOW | MEM_WINDOW_TYPE_2B (SRQ_RESIZE is not claimed:
+    // resizing an SRQ is not supported).
+    o.device_cap_flags = (1 << 10) | (1 << 11) | (1 << 12) | (1 << 17) | (1 << 24);
+    o.max_mw = int(a.max_mr);
     o.max_sge = int(a.max_sge);
     o.max_sge_rd = int(a.max_sge);
     o.max_cq = int(a.max_cq);
@@ -437,7 +442,13 @@ unsafe extern "C" fn ibv_query_gid(
         // SAFETY: a context from ibv_open_device.
         let ctx = unsafe { ctx(c)? };
         let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
-        let g = gid(ctx, port as u32, index)?.gid;
+        // An empty entry reads as the zero GID (rdma-core keeps that
+        // behaviour of the sysfs days over ibv_query_gid_ex's ENODATA).
+        let g = match gid(ctx, port as u32, index) {
+            Ok(e) => e.gid,
+            Err(libc::ENODATA) => [0; 16],
+            Err(e) => return Err(e),
+        };
         if out.is_null() {
             return Err(libc::EINVAL);
         }
@@ -448,7 +459,8 @@ unsafe extern "C" fn ibv_query_gid(
     })
 }
 
-/// `IBV_GID_TYPE_SYSFS_ROCE_V2` (1) for every GID (rdma-core private).
+/// `IBV_GID_TYPE_SYSFS_ROCE_V2` (1) for every GID (rdma-core private);
+/// an empty entry answers 0 (IB/RoCE v1) and success, as rdma-core does.
 #[no_mangle]
 unsafe extern "C" fn ibv_query_gid_type(
     c: *mut ibv_context,
@@ -459,12 +471,16 @@ unsafe extern "C" fn ibv_query_gid_type(
     minus_one_result(|| {
         // SAFETY: a context from ibv_open_device.
         let ctx = unsafe { ctx(c)? };
-        gid(ctx, port as u32, index)?;
+        let kind = match gid(ctx, port as u32, index) {
+            Ok(_) => 1,
+            Err(libc::ENODATA) => 0,
+            Err(e) => return Err(e),
+        };
         if out.is_null() {
             return Err(libc::EINVAL);
         }
         // SAFETY: the caller's output.
-        unsafe { *out = 1 };
+        unsafe { *out = kind };
         Ok(())
     })
 }
@@ -519,8 +535,9 @@ unsafe extern "C" fn _ibv_query_gid_table(
         if flags != 0 || size < std::mem::size_of::<ibv_gid_entry>() {
             return -(libc::EINVAL as ssize_t);
         }
-        // The kernel refuses a table too small for every valid entry.
-        let len = uroce_verbs::GID_TABLE_LEN as usize;
+        // The kernel refuses a table too small for every valid entry, and
+        // returns the populated entries only.
+        let len = uroce_verbs::GID_ENTRIES as usize;
         if max < len || out.is_null() {
             return -(libc::EINVAL as ssize_t);
         }

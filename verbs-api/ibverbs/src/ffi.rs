@@ -53,9 +53,9 @@ pub struct ibv_context_ops {
     pub _compat_reg_mr: Fp,
     pub _compat_rereg_mr: Fp,
     pub _compat_dereg_mr: Fp,
-    pub alloc_mw: Fp,
-    pub bind_mw: Fp,
-    pub dealloc_mw: Fp,
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw>,
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
     pub _compat_create_cq: Fp,
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
@@ -530,8 +530,43 @@ pub struct ibv_send_wr {
     pub wr: ibv_send_wr_wr,
     /// `qp_type.xrc.remote_srqn`.
     pub qp_type: u32,
-    /// The `bind_mw` / `tso` union (unused by uroce).
-    pub bind_mw: [u64; 6],
+    /// The `bind_mw` / `tso` union (uroce reads `bind_mw`).
+    pub bind_mw: ibv_send_wr_bind_mw,
+}
+
+/// `ibv_send_wr::bind_mw`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_bind_mw {
+    pub mw: *mut ibv_mw,
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: c_uint,
+}
+
+#[repr(C)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: c_uint,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`.
+    pub type_: c_int,
 }
 
 #[repr(C)]
@@ -580,7 +615,7 @@ pub struct ibv_qp_ex {
     pub wr_flags: c_uint,
     pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(QpEx, u32, u64, u64, u64)>,
     pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(QpEx, u32, u64, u64)>,
-    pub wr_bind_mw: Option<unsafe extern "C" fn(QpEx, *mut c_void, u32, *const c_void)>,
+    pub wr_bind_mw: Option<unsafe extern "C" fn(QpEx, *mut ibv_mw, u32, *const ibv_mw_bind_info)>,
     pub wr_local_inv: Option<unsafe extern "C" fn(QpEx, u32)>,
     pub wr_rdma_read: Option<unsafe extern "C" fn(QpEx, u32, u64)>,
     pub wr_rdma_write: Option<unsafe extern "C" fn(QpEx, u32, u64)>,
@@ -723,6 +758,9 @@ macro_rules! layout_table {
             ibv_sge [addr length lkey]
             ibv_data_buf [addr length]
             ibv_send_wr [wr_id next sg_list num_sge opcode send_flags imm_data wr qp_type bind_mw]
+            ibv_mw [context pd rkey handle type_]
+            ibv_mw_bind [wr_id send_flags bind_info]
+            ibv_mw_bind_info [mr addr length mw_access_flags]
             ibv_recv_wr [wr_id next sg_list num_sge]
             ibv_srq [context srq_context pd handle mutex cond events_completed]
             ibv_qp [context qp_context pd send_cq recv_cq srq handle qp_num state qp_type mutex cond events_completed]

@@ -8,7 +8,7 @@
 //! put back on refusal.
 
 use crate::ffi::*;
-use crate::{errno_result, ptr_result};
+use crate::{errno_result, guard, ptr_result};
 use libc::{c_int, c_void, size_t};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -17,9 +17,9 @@ use std::ptr::{addr_of, addr_of_mut};
 use std::sync::Arc;
 use uroce_verbs::provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
 use uroce_verbs::{
-    Access, AddressHandle, CompChannel, CompletionQueue, Context, Error, MemoryRegion, Mtu,
-    ProtectionDomain, QpInitAttr, QpState, QpType, QueuePair, SendWr, SharedReceiveQueue, SrqAttr,
-    SrqAttrMask, Wc, WcOpcode, WcStatus,
+    Access, AddressHandle, CompChannel, CompletionQueue, Context, Error, MemoryRegion,
+    MemoryWindow, Mtu, MwType, ProtectionDomain, QpInitAttr, QpState, QpType, QueuePair, SendWr,
+    SharedReceiveQueue, SrqAttr, SrqAttrMask, Wc, WcOpcode, WcStatus,
 };
 
 crate::symbol_versions! {
@@ -356,29 +356,161 @@ unsafe extern "C" fn ibv_reg_mr_iova2(
     ptr_result(|| reg_mr(p, addr, length, iova, access))
 }
 
-/// Not supported: returns `IBV_REREG_MR_ERR_INPUT` (-1) with EOPNOTSUPP;
-/// the old region stays valid.
+/// `ibv_rereg_mr`: `IBV_REREG_MR_CHANGE_TRANSLATION`, `_PD` and `_ACCESS`
+/// in any combination; the region keeps its keys. Returns 0, or
+/// `IBV_REREG_MR_ERR_INPUT` (-1) for arguments libibverbs refuses itself,
+/// or `IBV_REREG_MR_ERR_CMD` (-4) for what the kernel would refuse (bad
+/// access flags or range, a PD of another context, windows bound), with
+/// errno set. On failure the region is unchanged.
 #[no_mangle]
 unsafe extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: size_t,
-    _access: c_int,
+    mr: *mut ibv_mr,
+    flags: c_int,
+    new_pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: size_t,
+    bits: c_int,
 ) -> c_int {
-    crate::set_errno(libc::EOPNOTSUPP);
-    -1
+    const TRANSLATION: c_int = 1;
+    const CHANGE_PD: c_int = 2;
+    const CHANGE_ACCESS: c_int = 4;
+    const ERR_INPUT: c_int = -1;
+    const ERR_CMD: c_int = -4;
+    guard(ERR_CMD, || {
+        let input = |e| {
+            crate::set_errno(e);
+            ERR_INPUT
+        };
+        if mr.is_null() || flags & !(TRANSLATION | CHANGE_PD | CHANGE_ACCESS) != 0 {
+            return input(libc::EINVAL);
+        }
+        if flags & TRANSLATION != 0 && (addr.is_null() || length == 0) {
+            return input(libc::EINVAL);
+        }
+        if bits != 0 && flags & CHANGE_ACCESS == 0 {
+            return input(libc::EINVAL);
+        }
+        let r = (|| -> Result<(), i32> {
+            if flags == 0 {
+                return Err(libc::EINVAL); // the kernel's ib_uverbs_rereg_mr
+            }
+            // SAFETY: made by reg_mr; the caller does not use the region
+            // concurrently (libibverbs' contract for rereg).
+            let m = unsafe { &mut *mr.cast::<Mr>() };
+            let pd_obj = if flags & CHANGE_PD != 0 {
+                // SAFETY: a PD from ibv_alloc_pd (the caller's contract).
+                let p = unsafe { pd(new_pd)? };
+                // SAFETY: both are live objects of this library.
+                if unsafe { (*new_pd).context } != m.c.context {
+                    return Err(libc::EINVAL);
+                }
+                Some(&*p.rust)
+            } else {
+                None
+            };
+            let acc = if flags & CHANGE_ACCESS != 0 {
+                Some(access(bits as u32)?)
+            } else {
+                None
+            };
+            if flags & TRANSLATION != 0 {
+                let page = page_size();
+                let a = acc.unwrap_or(m.inner._rust.access());
+                let writable = a.intersects(
+                    Access::LOCAL_WRITE
+                        | Access::REMOTE_WRITE
+                        | Access::REMOTE_ATOMIC
+                        | Access::MW_BIND,
+                );
+                check_user_range(addr as usize, length, writable, page)?;
+                // SAFETY: ibv_rereg_mr's contract, as ibv_reg_mr's for the
+                // new range.
+                unsafe { m.inner._rust.rereg_raw(pd_obj, acc, addr.cast(), length) }
+                    .map_err(|e| errno(&e))?;
+                m.c.addr = addr;
+                m.c.length = length;
+            } else {
+                m.inner._rust.rereg(pd_obj, acc).map_err(|e| errno(&e))?;
+            }
+            if flags & CHANGE_PD != 0 {
+                m.c.pd = new_pd;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => 0,
+            Err(e) => {
+                crate::set_errno(e);
+                ERR_CMD
+            }
+        }
+    })
 }
 
+/// `ibv_dereg_mr`: EBUSY while memory windows are bound to the region (the
+/// kernel refuses it too: rxe answers EINVAL).
 #[no_mangle]
 unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     errno_result(|| {
         if mr.is_null() {
             return Err(libc::EINVAL);
         }
+        // SAFETY: made by Box::into_raw in reg_mr.
+        if unsafe { (*mr.cast::<Mr>()).inner._rust.bound_windows() } > 0 {
+            return Err(libc::EBUSY);
+        }
         // SAFETY: made by Box::into_raw in reg_mr; dropping deregisters.
         drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------- MW
+
+#[repr(C)]
+pub(crate) struct Mw {
+    pub c: ibv_mw,
+    pub inner: MwObj,
+}
+pub(crate) struct MwObj {
+    pub rust: MemoryWindow,
+}
+accessor!(mw, ibv_mw, Mw, MwObj);
+
+/// `ops.alloc_mw`: types 1 and 2 (EINVAL for others).
+pub(crate) unsafe extern "C" fn alloc_mw(p: *mut ibv_pd, kind: c_int) -> *mut ibv_mw {
+    ptr_result(|| {
+        // SAFETY: a PD from ibv_alloc_pd (the caller's contract).
+        let pdi = unsafe { pd(p)? };
+        let kind = match kind {
+            1 => MwType::Type1,
+            2 => MwType::Type2,
+            _ => return Err(libc::EINVAL),
+        };
+        let rust = pdi.rust.alloc_mw(kind).map_err(|e| errno(&e))?;
+        let obj = Box::new(Mw {
+            c: ibv_mw {
+                // SAFETY: p is a live PD.
+                context: unsafe { (*p).context },
+                pd: p,
+                rkey: rust.rkey(),
+                handle: 0,
+                type_: kind as c_int,
+            },
+            inner: MwObj { rust },
+        });
+        Ok(Box::into_raw(obj).cast())
+    })
+}
+
+/// `ops.dealloc_mw`: the window's R_Key stops working at once.
+pub(crate) unsafe extern "C" fn dealloc_mw(p: *mut ibv_mw) -> c_int {
+    errno_result(|| {
+        if p.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: made by Box::into_raw in alloc_mw; dropping deallocates.
+        drop(unsafe { Box::from_raw(p.cast::<Mw>()) });
         Ok(())
     })
 }
@@ -599,10 +731,20 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     })
 }
 
+/// `ibv_resize_cq`: EINVAL for a count outside 1..=max_cqe or below the
+/// completions waiting (the kernel's rxe_cq_chk_attr); `cq->cqe` then
+/// holds the new depth.
 #[no_mangle]
-unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    crate::set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
+    errno_result(|| {
+        // SAFETY: a live CQ (the caller's contract).
+        let inner = unsafe { cq(p)? };
+        let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+        inner.rust.resize(n).map_err(|e| errno(&e))?;
+        // SAFETY: p is a live CQ; cqe is the application-visible depth.
+        unsafe { (*p).cqe = c_int::try_from(inner.rust.cqe()).unwrap_or(c_int::MAX) };
+        Ok(())
+    })
 }
 
 #[no_mangle]
@@ -1079,9 +1221,8 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         if a.comp_mask & SEND_OPS_FLAGS != 0
             && a.send_ops_flags & !send_ops_supported(qp_type_of(a.qp_type)?) != 0
         {
-            // A provider must not accept what it cannot do: memory windows,
-            // local invalidate, TSO, atomic write, or an operation the
-            // transport lacks.
+            // A provider must not accept what it cannot do: TSO, atomic
+            // write, flush, or an operation the transport lacks.
             return Err(libc::EOPNOTSUPP);
         }
         let mut base = ibv_qp_init_attr {
@@ -1115,10 +1256,23 @@ fn send_ops_supported(qp_type: QpType) -> u64 {
     const READ: u64 = 1 << 4;
     const CMP_SWP: u64 = 1 << 5;
     const FETCH_ADD: u64 = 1 << 6;
+    const LOCAL_INV: u64 = 1 << 7;
+    const BIND_MW: u64 = 1 << 8;
     const SEND_INV: u64 = 1 << 9;
     match qp_type {
-        QpType::Rc => WRITE | WRITE_IMM | SEND | SEND_IMM | READ | CMP_SWP | FETCH_ADD | SEND_INV,
-        QpType::Uc => WRITE | WRITE_IMM | SEND | SEND_IMM,
+        QpType::Rc => {
+            WRITE
+                | WRITE_IMM
+                | SEND
+                | SEND_IMM
+                | READ
+                | CMP_SWP
+                | FETCH_ADD
+                | LOCAL_INV
+                | BIND_MW
+                | SEND_INV
+        }
+        QpType::Uc => WRITE | WRITE_IMM | SEND | SEND_IMM | LOCAL_INV | BIND_MW,
         QpType::Ud => SEND | SEND_IMM,
     }
 }

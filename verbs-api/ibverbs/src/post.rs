@@ -313,8 +313,14 @@ unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, cap: &QpCap) -> Result<SendWr, i
         s.inline_data = unsafe { gather_inline(&s.sg_list, cap.max_inline_data)? };
     }
     match op {
-        WrOpcode::SendWithInv => s.invalidate_rkey = w.imm_data,
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => s.invalidate_rkey = w.imm_data,
         _ => s.imm_data = u32::from_be(w.imm_data),
+    }
+    if op == WrOpcode::BindMw {
+        let b = w.bind_mw;
+        // SAFETY: the window and region the WR names (caller's contract).
+        s.bind = Some(unsafe { bind_request(b.mw, b.rkey, &b.bind_info)? });
+        return Ok(s);
     }
     // SAFETY: reading the union member the opcode and QP type select; all
     // members are plain data, so any bits are valid.
@@ -686,21 +692,98 @@ pub(crate) unsafe extern "C" fn wr_abort(p: *mut ibv_qp_ex) {
     })
 }
 
-/// `ibv_wr_bind_mw`, `ibv_wr_send_tso`, `ibv_wr_atomic_write`: operations
-/// uroce does not have (a QP asking for them at creation is refused).
+/// A bind request from the C terms: window, new key, bind info. The
+/// window access may name remote read/write/atomic (and local write,
+/// meaningless for a window); zero-based windows are not supported
+/// (EINVAL), as rxe refuses them for type 1.
+///
+/// # Safety
+/// `mw` is null or a live window of this library; `info.mr` is null or a
+/// live region of this library.
+pub(crate) unsafe fn bind_request(
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: &ibv_mw_bind_info,
+) -> Result<uroce_verbs::provider::memory::MwBind, i32> {
+    // SAFETY: the caller's promise.
+    let m = unsafe { crate::objects::mw(mw)? };
+    let acc = uroce_verbs::Access::from_bits(info.mw_access_flags & 0xf).ok_or(libc::EINVAL)?;
+    if info.mw_access_flags & !0xf != 0 {
+        return Err(libc::EINVAL);
+    }
+    let (lkey, len) = if info.mr.is_null() {
+        (0, 0)
+    } else {
+        // SAFETY: the caller's promise.
+        (unsafe { (*info.mr).lkey }, info.length)
+    };
+    // SAFETY: a live window (checked non-null above).
+    let mw_rkey = unsafe { (*mw).rkey };
+    Ok(m.rust
+        .bind_request(mw_rkey, rkey, lkey, info.addr, len, acc))
+}
+
+/// `ops.bind_mw` (behind `ibv_bind_mw`, which has checked the type, the
+/// region's PD and a null region's range): posts a BIND_MW work request
+/// with the next key and sets `mw->rkey` to it, as rdma-core's providers
+/// do; the application undoes that itself if the bind completes in error.
+pub(crate) unsafe extern "C" fn bind_mw(
+    qp_p: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    b: *mut ibv_mw_bind,
+) -> c_int {
+    errno_result(|| {
+        if mw.is_null() || b.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: a QP made by this library (the caller's contract).
+        let q = unsafe { qp(qp_p)? };
+        // SAFETY: the caller's bind description and window.
+        let (b, old) = unsafe { (&*b, (*mw).rkey) };
+        let new_rkey = uroce_verbs::inc_rkey(old);
+        let mut wr = SendWr::new(b.wr_id, WrOpcode::BindMw);
+        wr.flags = SendFlags::from_bits_truncate(b.send_flags);
+        // SAFETY: as above.
+        wr.bind = Some(unsafe { bind_request(mw, new_rkey, &b.bind_info)? });
+        q.rust
+            .post_send(std::slice::from_ref(&wr))
+            .map_err(|(_, e)| crate::objects::errno(&e))?;
+        // SAFETY: a live window.
+        unsafe { (*mw).rkey = new_rkey };
+        Ok(())
+    })
+}
+
+/// `ibv_wr_bind_mw`: a BIND_MW work request in the batch.
+pub(crate) unsafe extern "C" fn wr_bind_mw(
+    p: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    with_batch(p, |wrs, p, _| {
+        if info.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's window and bind info.
+        let b = unsafe { bind_request(mw, rkey, &*info)? };
+        // SAFETY: the C half of a live QP, owned by the posting thread.
+        let (id, flags) = unsafe { ((*p).wr_id, (*p).wr_flags) };
+        let mut w = SendWr::new(id, WrOpcode::BindMw);
+        w.flags = SendFlags::from_bits_truncate(flags);
+        w.bind = Some(b);
+        wrs.push(w);
+        Ok(())
+    })
+}
+
+/// `ibv_wr_send_tso`, `ibv_wr_atomic_write`: operations uroce does not
+/// have (a QP asking for them at creation is refused).
 /// Called anyway, they fail the batch: `ibv_wr_complete` returns
 /// EOPNOTSUPP and posts nothing, the way providers report errors of the
 /// `ibv_wr_*` API.
 fn unsupported(p: *mut ibv_qp_ex) {
     with_batch(p, |_, _, _| Err(libc::EOPNOTSUPP))
-}
-pub(crate) unsafe extern "C" fn wr_bind_mw(
-    p: *mut ibv_qp_ex,
-    _mw: *mut c_void,
-    _rkey: u32,
-    _info: *const c_void,
-) {
-    unsupported(p)
 }
 pub(crate) unsafe extern "C" fn wr_send_tso(
     p: *mut ibv_qp_ex,

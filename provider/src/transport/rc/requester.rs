@@ -194,6 +194,11 @@ impl RcQp {
             wr,
         };
         let op = e.wr.opcode;
+        if op.is_local() {
+            // No packet: executed when sending reaches it.
+            e.npkts = 0;
+            return e;
+        }
         if request_opcode(op, Position::Only).is_none() {
             e.error = Some(WcStatus::LocQpOpErr);
             return e;
@@ -255,10 +260,20 @@ impl RcQp {
         {
             return None;
         }
-        if self.req.send_idx == self.req.wqes.len() {
-            let wr = self.core.cfg.sq.take()?;
-            let e = self.admit(wr);
-            self.req.wqes.push_back(e);
+        loop {
+            if self.req.send_idx == self.req.wqes.len() {
+                let wr = self.core.cfg.sq.take()?;
+                let e = self.admit(wr);
+                self.req.wqes.push_back(e);
+            }
+            if !self.req.wqes[self.req.send_idx].wr.opcode.is_local() {
+                break;
+            }
+            // Executed in order with the packets around it; its
+            // completion waits for theirs. Go on with the next WR.
+            if !self.execute_local() {
+                return None;
+            }
         }
         let idx = self.req.send_idx;
         if self.req.wqes[idx].error.is_some() {
@@ -311,6 +326,40 @@ impl RcQp {
             self.req.timer = Some(now.plus(ack_timeout_ns(self.core.attr.timeout)));
         }
         Some(len)
+    }
+
+    /// Executes the local operation (BIND_MW, LOCAL_INV) at `send_idx`
+    /// once (a go-back that passes it again skips it) and moves on. A
+    /// refused one completes with its status (rxe's: MW_BIND_ERR for a
+    /// bind, LOC_QP_OP_ERR for an invalidation) after the WRs before it,
+    /// and the QP goes to ERR.
+    /// Returns false when it failed: sending then stays at it until it
+    /// completes in error, as for any WR that failed locally.
+    fn execute_local(&mut self) -> bool {
+        let idx = self.req.send_idx;
+        let e = &mut self.req.wqes[idx];
+        if e.error.is_some() {
+            self.retire();
+            return false;
+        }
+        self.req.send_pkt = 0;
+        if e.started {
+            self.req.send_idx += 1;
+            return true;
+        }
+        e.started = true;
+        e.first_psn = self.req.next_psn;
+        let result = self.core.cfg.execute_local(&e.wr);
+        let ok = result.is_ok();
+        match result {
+            Ok(()) => {
+                e.done = true;
+                self.req.send_idx += 1;
+            }
+            Err(s) => e.error = Some(s),
+        }
+        self.retire();
+        ok
     }
 
     /// Writes packet `k` of WR `idx` into `buf`.

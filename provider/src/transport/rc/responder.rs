@@ -9,7 +9,7 @@ use crate::memory::{MemError, MrInner};
 use crate::transport::sgl::Resolved;
 use crate::transport::status::{ErrorAction, RespError};
 use crate::transport::{payload_length_ok, Drop, Nanos, SweepDetector};
-use crate::types::{Access, QpState, QpType, Wc, WcOpcode, WcStatus};
+use crate::types::{Access, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -502,7 +502,7 @@ impl RcQp {
         self.core
             .cfg
             .keys
-            .check_rkey(rkey, self.core.cfg.pd, va, len, need)
+            .check_rkey(rkey, self.core.cfg.pd, self.core.cfg.qpn, va, len, need)
             .map(|(mr, off)| (Some(mr), off))
             .map_err(|_| RespError::RemoteAccess)
     }
@@ -549,7 +549,7 @@ impl RcQp {
             let Some(Current::Send { wr_id, written, .. }) = self.resp.cur.take() else {
                 return Err(RespError::InvalidRequest);
             };
-            let wc = Wc::received(
+            let mut wc = Wc::received(
                 wr_id,
                 WcOpcode::Recv,
                 self.core.cfg.qpn,
@@ -557,20 +557,28 @@ impl RcQp {
                 self.core.attr.dest_qp_num,
                 pkt.imm(),
             );
-            if pkt.ieth().is_some() {
-                // SEND with invalidate may invalidate only a memory window
-                // of type 2 or a region registered for remote
-                // invalidation (IBA ch. 10.6 and 11.4); uroce has neither,
-                // so the R_Key names nothing this QP may invalidate: the
-                // receive WR completes in error and the QP goes to ERR
-                // (IBA 9.9.3 class J; rxe: REM_INV_REQ_ERR), and no region
-                // is touched.
-                self.resp.cur = Some(Current::Send {
-                    wr_id,
-                    sgl: Resolved::default(),
-                    written,
-                });
-                return Err(RespError::InvalidRequest);
+            if let Some(rkey) = pkt.ieth() {
+                // SEND with Invalidate may invalidate only a type 2 memory
+                // window bound through this QP (IBA 10.6.7.2.5; uroce
+                // registers no region for remote invalidation). Anything
+                // else: the receive WR completes in error and the QP goes
+                // to ERR (IBA 9.9.3 class J; rxe: REM_INV_REQ_ERR), and
+                // nothing is invalidated.
+                let cfg = &self.core.cfg;
+                if cfg
+                    .keys
+                    .invalidate_rkey(rkey, cfg.pd, cfg.qpn, true)
+                    .is_err()
+                {
+                    self.resp.cur = Some(Current::Send {
+                        wr_id,
+                        sgl: Resolved::default(),
+                        written,
+                    });
+                    return Err(RespError::InvalidRequest);
+                }
+                wc.wc_flags |= WcFlags::WITH_INV;
+                wc.invalidated_rkey = rkey;
             }
             self.resp.msn = self.resp.msn.wrapping_add(1);
             self.complete_notify(false, wc, pkt.bth.se);
