@@ -15,7 +15,9 @@
 #     over RC, and UC/UD where the tool offers them;
 #   * tests/ibverbs/rdmacm.sh: the rdma_cm programs (rdmacm-utils' rping,
 #     ucmatose, udaddy, rdma_server/rdma_client, perftest -R) on uroce's
-#     librdmacm.so.1, and tests/ibverbs/rdmacm_errors.c.
+#     librdmacm.so.1, and tests/ibverbs/rdmacm_errors.c;
+#   * tests/ibverbs/ucx.sh: UCX's ucx_info and ucx_perftest (UCT over
+#     rc_verbs and ud_verbs, UCP tag/put/get/am/stream) under `uroce exec`.
 # Each pair gets its own devices (127.40.<n>.1 and .2, UDP 4791) and TCP
 # port (18700 + n). Prints each program's result line, then
 # "ibverbs matrix: N passed, N failed"; exits non-zero on a failure.
@@ -31,6 +33,7 @@ command -v ib_write_bw >/dev/null || need+=(perftest)
 command -v ss >/dev/null || need+=(iproute2)
 command -v rping >/dev/null || need+=(rdmacm-utils)
 [ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+command -v ucx_perftest >/dev/null || need+=(ucx-utils)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
@@ -42,7 +45,7 @@ if [ ${#need[@]} -gt 0 ]; then
   done
 fi
 
-cargo build --release -q -p uroce-ibverbs -p uroce-verbs || exit 1
+cargo build --release -q -p uroce-ibverbs -p uroce-verbs -p uroce-preload || exit 1
 libdir=$("$root/target/release/uroce" libdir) || exit 1
 export LD_LIBRARY_PATH=$libdir
 tmp=$(mktemp -d)
@@ -185,6 +188,9 @@ pair "ib_send_lat RC -e" "$lat" ib_send_lat -x 0 -e
 
 # rdma_cm: rdmacm-utils and perftest -R on uroce's librdmacm.so.1.
 . "$root/tests/ibverbs/rdmacm.sh"
+
+# UCX: ucx_info and ucx_perftest's UCT and UCP tests (tests/ibverbs/ucx.sh).
+. "$root/tests/ibverbs/ucx.sh"
 
 echo "ibverbs matrix: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -98,6 +98,8 @@ fn ud_send_grh_reply_and_qkeys() {
     assert_eq!(wc.byte_len, 40 + 13);
     assert_eq!(wc.src_qp, aqp.qp_num());
     assert!(wc.wc_flags.contains(WcFlags::GRH | WcFlags::WITH_IMM));
+    // The L3 header type where mlx5 reports it (UCX's ud_verbs reads it).
+    assert_eq!(wc.sl, 2, "an IPv4 packet");
     assert_eq!(wc.imm_data, 0xdead_beef);
     let grh = rmr.to_vec(0, 40).unwrap();
     assert!(grh[..20].iter().all(|&b| b == 0));

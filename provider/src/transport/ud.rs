@@ -208,6 +208,7 @@ impl UdQp {
             pkt.imm(),
         );
         wc.wc_flags |= WcFlags::GRH;
+        wc.sl = roce_packet_type(meta);
         self.complete(false, wc, bth.se);
     }
 
@@ -534,6 +535,20 @@ impl DupFilter {
 // -------------------------------------------------------------------
 // The GRH area
 // -------------------------------------------------------------------
+
+/// What a UD receive completion's `sl` says on RoCE: the packet's L3
+/// header type, as mlx5 reports it there (1 IPv6, 2 IPv4; the spec's
+/// A17.4.5.1 has the CQE tell IPv4 from IPv6, and `sl` is where verbs
+/// programs find it). UCX's ud_verbs reads it to know where the
+/// destination address sits in the 40-byte GRH area, and drops every
+/// packet whose address it then cannot find among its own: with 0
+/// (rxe's value) it looks for an IPv6 GID in an IPv4 header.
+pub fn roce_packet_type(meta: &RxMeta) -> u8 {
+    match meta.src.to_canonical() {
+        IpAddr::V4(_) => 2,
+        IpAddr::V6(_) => 1,
+    }
+}
 
 /// Writes the 40-byte GRH area of a UD receive buffer for a datagram
 /// described by `meta` whose UDP payload (BTH to ICRC) was

@@ -65,6 +65,15 @@ enum Cmd {
     /// The directory holding uroce's libibverbs.so.1:
     /// `LD_LIBRARY_PATH=$(uroce libdir) ibv_devinfo`.
     Libdir,
+    /// Runs a program on uroce: LD_LIBRARY_PATH as `uroce libdir` gives
+    /// it, and liburoce_preload.so preloaded so that programs which look
+    /// for a device node in /dev/infiniband (UCX) find uroce's devices,
+    /// without root: `uroce exec -- ucx_info -d`.
+    Exec {
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        cmd: Vec<std::ffi::OsString>,
+    },
     /// Every RC operation between two processes or hosts, every byte
     /// verified: run the server first, then the client with the server's
     /// address.
@@ -367,6 +376,11 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Cmd::Exec { cmd } => {
+            let e = uroce_verbs::cli::libdir::exec(&cmd);
+            eprintln!("uroce exec: {e}");
+            ExitCode::FAILURE
         }
         Cmd::Libdir => match uroce_verbs::cli::libdir::run() {
             Ok(()) => ExitCode::SUCCESS,

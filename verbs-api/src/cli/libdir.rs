@@ -6,6 +6,10 @@
 //! `uroce-ibverbs/libibverbs.so.1` and `uroce-ibverbs/librdmacm.so.1`
 //! symlinks to it (one file is both libraries); this finds that directory
 //! (making the links if they are missing).
+//!
+//! `uroce exec` runs a program with that directory on `LD_LIBRARY_PATH`
+//! and `liburoce_preload.so` (package `uroce-preload`, linked into the
+//! same directory) on `LD_PRELOAD`.
 
 use std::path::{Path, PathBuf};
 
@@ -22,16 +26,64 @@ pub fn find(exe_dir: &Path) -> Result<PathBuf, String> {
         ));
     }
     let dir = exe_dir.join(SUBDIR);
-    for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+    let mut links = vec![
+        ("libibverbs.so.1", "../liburoce_ibverbs.so"),
+        ("librdmacm.so.1", "../liburoce_ibverbs.so"),
+    ];
+    if exe_dir.join(PRELOAD).exists() {
+        links.push((PRELOAD, "../liburoce_preload.so"));
+    }
+    for (name, target) in links {
         let link = dir.join(name);
         if !link.exists() {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink("../liburoce_ibverbs.so", &link)
+            std::os::unix::fs::symlink(target, &link)
                 .map_err(|e| format!("{}: {e}", link.display()))?;
         }
     }
     Ok(dir)
+}
+
+/// The preload library `uroce exec` uses.
+pub const PRELOAD: &str = "liburoce_preload.so";
+
+/// `uroce exec -- PROGRAM ARGS...`: replaces this process with the
+/// program, on uroce's libraries and with the preload library. Returns
+/// only on failure, with why.
+pub fn exec(cmd: &[std::ffi::OsString]) -> String {
+    use std::os::unix::process::CommandExt;
+    let Some((prog, args)) = cmd.split_first() else {
+        return "no program given".into();
+    };
+    let dir = match std::env::current_exe()
+        .map_err(|e| e.to_string())
+        .and_then(|exe| find(exe.parent().ok_or("the binary has no directory")?))
+    {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    let preload = dir.join(PRELOAD);
+    if !preload.exists() {
+        return format!(
+            "{} is missing: build it with `cargo build --release -p uroce-preload`",
+            preload.display()
+        );
+    }
+    let join = |var: &str, first: &Path, sep: &str| {
+        let mut v = first.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os(var).filter(|o| !o.is_empty()) {
+            v.push(sep);
+            v.push(old);
+        }
+        v
+    };
+    let err = std::process::Command::new(prog)
+        .args(args)
+        .env("LD_LIBRARY_PATH", join("LD_LIBRARY_PATH", &dir, ":"))
+        .env("LD_PRELOAD", join("LD_PRELOAD", &preload, " "))
+        .exec();
+    format!("{}: {err}", prog.to_string_lossy())
 }
 
 /// Prints the directory for the running binary.
@@ -54,6 +106,13 @@ mod tests {
         assert_eq!(dir, d.join(super::SUBDIR));
         assert!(dir.join("libibverbs.so.1").exists());
         assert!(dir.join("librdmacm.so.1").exists());
+        assert!(
+            !dir.join(super::PRELOAD).exists(),
+            "no preload library built"
+        );
+        std::fs::write(d.join(super::PRELOAD), b"").unwrap();
+        super::find(&d).unwrap();
+        assert!(dir.join(super::PRELOAD).exists());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
