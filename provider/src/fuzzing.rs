@@ -381,6 +381,12 @@ impl Pair {
             .wrapping_add(u64::from(inp.u16()) % (REGION as u64 + 64));
         for ext in info.headers {
             match ext {
+                Ext::Feth => {
+                    h.feth = Some(uroce_wire::FethRepr {
+                        placement: inp.u8() & 0xf,
+                        selectivity: inp.u8() & 3,
+                    })
+                }
                 Ext::Deth => {
                     h.deth = Some(DethRepr {
                         qkey: QKEY,

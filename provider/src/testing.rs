@@ -170,7 +170,7 @@ pub fn to_rtr(qp: &mut dyn QpMachine, peer: IpAddr, dest_qpn: u32, rq_psn: u32, 
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mut a = to_init(
         qp,
-        access | Access::REMOTE_ATOMIC,
+        access | Access::REMOTE_ATOMIC | Access::FLUSH_GLOBAL,
         peer,
         dest_qpn,
         rq_psn,

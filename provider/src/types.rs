@@ -22,6 +22,11 @@ bitflags! {
         const REMOTE_ATOMIC = 8;
         /// Memory windows may be bound to the region.
         const MW_BIND = 16;
+        /// Remote peers may RDMA FLUSH for global visibility (IBA 1.5).
+        const FLUSH_GLOBAL = 1 << 8;
+        /// Remote peers may RDMA FLUSH for persistence (IBA 1.5; uroce
+        /// has no persistent memory and refuses it).
+        const FLUSH_PERSISTENT = 1 << 9;
     }
 }
 
@@ -127,6 +132,8 @@ pub enum WcOpcode {
     FetchAdd = 4,
     BindMw = 5,
     LocalInv = 6,
+    Flush = 8,
+    AtomicWrite = 9,
     Recv = 128,
     RecvRdmaWithImm = 129,
 }
@@ -146,6 +153,11 @@ pub enum WrOpcode {
     LocalInv = 7,
     BindMw = 8,
     SendWithInv = 9,
+    /// RDMA FLUSH (IBA 1.5; rdma-core's `ibv_wr_flush`).
+    Flush = 14,
+    /// RDMA ATOMIC WRITE (IBA 1.5; `ibv_wr_atomic_write`): the 8 bytes
+    /// are the WR's `inline_data`.
+    AtomicWrite = 15,
 }
 
 impl WrOpcode {
@@ -163,6 +175,8 @@ impl WrOpcode {
             WrOpcode::RdmaRead => (O::RdmaReadRequest, X::None),
             WrOpcode::AtomicCmpAndSwp => (O::CompareSwap, X::None),
             WrOpcode::AtomicFetchAndAdd => (O::FetchAdd, X::None),
+            WrOpcode::Flush => (O::Flush, X::None),
+            WrOpcode::AtomicWrite => (O::AtomicWrite, X::None),
             WrOpcode::LocalInv | WrOpcode::BindMw => return None,
         })
     }
@@ -177,9 +191,11 @@ impl WrOpcode {
         use uroce_wire::Operation as O;
         match self.request_kind() {
             // One request packet, whatever the number of responses.
-            Some((op @ (O::RdmaReadRequest | O::CompareSwap | O::FetchAdd), extra)) => {
-                uroce_wire::Opcode::request(transport, op, uroce_wire::Position::Only, extra)
-            }
+            Some((
+                op
+                @ (O::RdmaReadRequest | O::CompareSwap | O::FetchAdd | O::Flush | O::AtomicWrite),
+                extra,
+            )) => uroce_wire::Opcode::request(transport, op, uroce_wire::Position::Only, extra),
             Some((op, extra)) => uroce_wire::Opcode::request(transport, op, pos, extra),
             None => None,
         }
@@ -194,7 +210,19 @@ impl WrOpcode {
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
             WrOpcode::LocalInv => WcOpcode::LocalInv,
             WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::Flush => WcOpcode::Flush,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
         }
+    }
+    /// Takes one of the requester's `max_rd_atomic` credits: READ, the
+    /// atomics and ATOMIC WRITE (as rxe counts them; FLUSH does not).
+    pub const fn takes_rd_atomic_credit(self) -> bool {
+        self.is_read_or_atomic() || matches!(self, WrOpcode::AtomicWrite)
+    }
+    /// FLUSH or ATOMIC WRITE: one request packet answered by an empty
+    /// READ RESPONSE ONLY (or completed by a later ACK, as a WRITE is).
+    pub const fn is_flush_or_atomic_write(self) -> bool {
+        matches!(self, WrOpcode::Flush | WrOpcode::AtomicWrite)
     }
     /// READ or atomic: occupies a responder resource (max_rd_atomic).
     pub const fn is_read_or_atomic(self) -> bool {
@@ -266,6 +294,21 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
     /// BIND_MW: the window, the new key and what it grants.
     pub bind: Option<crate::memory::MwBind>,
+    /// FLUSH: the length at `remote_addr`, the placement type and the
+    /// selectivity level (`uroce_wire::feth`).
+    pub flush: FlushSpec,
+}
+
+/// What an RDMA FLUSH asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlushSpec {
+    /// Bytes at the WR's `remote_addr` (the RETH's length).
+    pub len: u32,
+    /// Placement type: `uroce_wire::feth::FLUSH_GLOBAL` /
+    /// `FLUSH_PERSISTENT`.
+    pub placement: u8,
+    /// Selectivity level: `FLUSH_RANGE` or `FLUSH_MR`.
+    pub selectivity: u8,
 }
 
 /// Where a UD send goes (address handle, remote QPN and Q_Key).
@@ -296,7 +339,40 @@ impl SendWr {
             swap: 0,
             ud: None,
             bind: None,
+            flush: FlushSpec::default(),
         }
+    }
+    /// An RDMA ATOMIC WRITE of `bytes` (as they are in memory) to the
+    /// 8-byte-aligned `remote_addr`, signaled.
+    pub fn atomic_write(wr_id: u64, remote_addr: u64, rkey: u32, bytes: [u8; 8]) -> SendWr {
+        let mut w = SendWr::new(wr_id, WrOpcode::AtomicWrite);
+        w.flags = SendFlags::SIGNALED;
+        w.remote_addr = remote_addr;
+        w.rkey = rkey;
+        w.inline_data.extend_from_slice(&bytes);
+        w
+    }
+    /// An RDMA FLUSH of `len` bytes at `remote_addr` (`selectivity`
+    /// `FLUSH_RANGE`) or of the whole region (`FLUSH_MR`), with placement
+    /// type `placement` (`uroce_wire::feth::FLUSH_GLOBAL`), signaled.
+    pub fn flush(
+        wr_id: u64,
+        remote_addr: u64,
+        rkey: u32,
+        len: u32,
+        placement: u8,
+        selectivity: u8,
+    ) -> SendWr {
+        let mut w = SendWr::new(wr_id, WrOpcode::Flush);
+        w.flags = SendFlags::SIGNALED;
+        w.remote_addr = remote_addr;
+        w.rkey = rkey;
+        w.flush = FlushSpec {
+            len,
+            placement,
+            selectivity,
+        };
+        w
     }
     /// Total length of the SG list (saturating).
     pub fn total_len(&self) -> u64 {

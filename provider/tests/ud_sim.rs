@@ -200,6 +200,9 @@ fn ud_packet(
     if info.has(uroce_wire::Ext::AtomicAckEth) {
         h.atomic_ack = Some(uroce_wire::AtomicAckEthRepr::default());
     }
+    if info.has(uroce_wire::Ext::Feth) {
+        h.feth = Some(uroce_wire::FethRepr::default());
+    }
     let mut buf = vec![0u8; 8192];
     let n = packet::emit(&h, payload, &mut buf, &ctx(src, dst)).expect("emit");
     buf.truncate(n);

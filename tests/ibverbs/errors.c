@@ -665,6 +665,20 @@ int main(void)
 					   .wc_flags = IBV_WC_STANDARD_FLAGS };
 	struct ibv_cq_ex *cqx = ibv_create_cq_ex(a.ctx, &cqa);
 	CHECK(cqx != NULL, "create_cq_ex through verbs_context");
+	{
+		/* Every function pointer of the ibv_cq_ex is set. */
+		void *fns[] = { cqx->start_poll, cqx->next_poll, cqx->end_poll,
+				cqx->read_opcode, cqx->read_vendor_err, cqx->read_byte_len,
+				cqx->read_imm_data, cqx->read_qp_num, cqx->read_src_qp,
+				cqx->read_wc_flags, cqx->read_slid, cqx->read_sl,
+				cqx->read_dlid_path_bits, cqx->read_completion_ts,
+				cqx->read_cvlan, cqx->read_flow_tag, cqx->read_tm_info,
+				cqx->read_completion_wallclock_ns };
+		unsigned nulls = 0;
+		for (unsigned i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+			nulls += fns[i] == NULL;
+		CHECK(nulls == 0, "no null function pointer in ibv_cq_ex (%u null)", nulls);
+	}
 	struct ibv_qp_init_attr_ex qxa = {
 		.send_cq = ibv_cq_ex_to_cq(cqx), .recv_cq = ibv_cq_ex_to_cq(cqx),
 		.cap = { 16, 16, 1, 1, 64 }, .qp_type = IBV_QPT_RC,
@@ -676,8 +690,8 @@ int main(void)
 	 * or that the transport lacks, are EOPNOTSUPP at creation. */
 	{
 		static const struct { int type; uint64_t ops; const char *what; } no[] = {
-			{ IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE, "RC atomic write" },
-			{ IBV_QPT_RC, 1ULL << 11, "RC flush (IBV_QP_EX_WITH_FLUSH of rdma-core 45)" },
+			{ IBV_QPT_UC, IBV_QP_EX_WITH_ATOMIC_WRITE, "UC atomic write" },
+			{ IBV_QPT_UC, 1ULL << 11, "UC flush (IBV_QP_EX_WITH_FLUSH of rdma-core 45)" },
 			{ IBV_QPT_UD, IBV_QP_EX_WITH_BIND_MW, "UD bind MW" },
 			{ IBV_QPT_RC, IBV_QP_EX_WITH_TSO, "RC TSO" },
 			{ IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, "UC RDMA READ" },
@@ -699,9 +713,11 @@ int main(void)
 	{
 		struct ibv_qp_init_attr_ex ma = qxa;
 		ma.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
-				     IBV_QP_EX_WITH_SEND_WITH_INV;
+				     IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE |
+				     (1ULL << 11) /* IBV_QP_EX_WITH_FLUSH */;
 		struct ibv_qp *mq = ibv_create_qp_ex(a.ctx, &ma);
-		CHECK(mq != NULL, "create_qp_ex with BIND_MW, LOCAL_INV and SEND_WITH_INV");
+		CHECK(mq != NULL, "create_qp_ex with BIND_MW, LOCAL_INV, SEND_WITH_INV, "
+				  "ATOMIC_WRITE and FLUSH");
 		if (mq)
 			ibv_destroy_qp(mq);
 	}
@@ -799,11 +815,54 @@ int main(void)
 	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8); /* no WR started */
 	rc = ibv_wr_complete(qpx);
 	CHECK(rc == EINVAL, "ibv_wr_set_sge before any WR: wr_complete EINVAL (%d)", rc);
-	uint64_t aw = 7;
-	ibv_wr_start(qpx);
-	ibv_wr_atomic_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 512, &aw);
-	rc = ibv_wr_complete(qpx);
-	CHECK(rc == EOPNOTSUPP, "ibv_wr_atomic_write (not offered): wr_complete EOPNOTSUPP (%d)", rc);
+	{
+		/* RDMA ATOMIC WRITE: the 8 bytes land as one store, completion
+		 * IBV_WC_ATOMIC_WRITE. */
+		struct ibv_wc w;
+		uint8_t aw[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+		ibv_wr_start(qpx);
+		qpx->wr_id = 81;
+		qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_atomic_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 512, aw);
+		rc = ibv_wr_complete(qpx);
+		int n = rc == 0 ? wait_wc(ibv_cq_ex_to_cq(cqx), &w) : 0;
+		CHECK(n == 1 && w.wr_id == 81 && w.status == IBV_WC_SUCCESS &&
+			      w.opcode == IBV_WC_ATOMIC_WRITE && w.byte_len == 8 &&
+			      memcmp(b.buf + 512, aw, 8) == 0,
+		      "ibv_wr_atomic_write: %s, opcode %d, the bytes arrived",
+		      n ? ibv_wc_status_str(w.status) : "no completion", n ? (int)w.opcode : -1);
+		/* ibv_wr_flush sits where rdma-core 45 appended it to
+		 * ibv_qp_ex (this verbs.h is 44's). FLUSH needs
+		 * IBV_ACCESS_FLUSH_GLOBAL (1 << 8, rdma-core 45) on the remote
+		 * QP and region. */
+		enum { FLUSH_GLOBAL = 1 << 8 };
+		typedef void (*flush_fn)(struct ibv_qp_ex *, uint32_t, uint64_t, size_t,
+					 uint8_t, uint8_t);
+		flush_fn fl = *(flush_fn *)((char *)qpx + sizeof(struct ibv_qp_ex));
+		CHECK(fl != NULL, "ibv_qp_ex's wr_flush slot (rdma-core 45) is set");
+		errno = 0;
+		struct ibv_mr *pmr = ibv_reg_mr(b.pd, b.buf, BUF, IBV_ACCESS_LOCAL_WRITE | (1 << 9));
+		CHECK(!pmr && errno == EOPNOTSUPP,
+		      "reg_mr with IBV_ACCESS_FLUSH_PERSISTENT: NULL, EOPNOTSUPP (%d)", errno);
+		struct ibv_mr *fmr = ibv_reg_mr(b.pd, b.buf, BUF,
+						IBV_ACCESS_LOCAL_WRITE | FLUSH_GLOBAL);
+		struct ibv_qp_attr fa = { .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+							     IBV_ACCESS_REMOTE_READ | FLUSH_GLOBAL };
+		MUST(fmr && ibv_modify_qp(b.qp, &fa, IBV_QP_ACCESS_FLAGS) == 0);
+		if (fl) {
+			ibv_wr_start(qpx);
+			qpx->wr_id = 82;
+			fl(qpx, fmr->rkey, (uintptr_t)b.buf + 64, 64, 1 /* GLOBAL */, 0 /* RANGE */);
+			rc = ibv_wr_complete(qpx);
+			n = rc == 0 ? wait_wc(ibv_cq_ex_to_cq(cqx), &w) : 0;
+			CHECK(n == 1 && w.wr_id == 82 && w.status == IBV_WC_SUCCESS &&
+				      w.opcode == 8 /* IBV_WC_FLUSH */ && w.byte_len == 64,
+			      "ibv_wr_flush of a range: %s, opcode %d, byte_len %u",
+			      n ? ibv_wc_status_str(w.status) : "no completion",
+			      n ? (int)w.opcode : -1, n ? w.byte_len : 0);
+		}
+		MUST(ibv_dereg_mr(fmr) == 0);
+	}
 	ibv_wr_start(qpx);
 	ibv_wr_bind_mw(qpx, NULL, 0, NULL);
 	rc = ibv_wr_complete(qpx);

@@ -165,6 +165,11 @@ for t in rc uc ud srq; do
   cross "srv uroce, cli ibv_${t}_pingpong" "$pp" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
 done
 
+# Every RC operation, and IBA 1.5's ATOMIC WRITE and FLUSH (which the
+# interop guest's rxe, Linux 6.1, lacks), between two uroce processes,
+# every byte verified.
+cross "uroce rc-stress --ext" 'rc-stress: .* 0 errors' "$uroce" rc-stress -n 3000 -- "$uroce" rc-stress -n 3000 --ext
+
 bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
 pair "ib_send_bw RC" "$bw" ib_send_bw -x 0

@@ -4,8 +4,8 @@
 //! client the requester:
 //!
 //! ```text
-//! interop-peer badrkey|rnr [-p PORT]                      responder
-//! interop-peer badrkey|rnr [-p PORT] [-o write|read] HOST requester
+//! interop-peer badrkey|rnr|mw [-p PORT]                      responder
+//! interop-peer badrkey|rnr|mw [-p PORT] [-o write|read] HOST requester
 //! ```
 //!
 //! - badrkey: the requester's RDMA WRITE or READ carries a bad rkey; it
@@ -15,6 +15,12 @@
 //! - rnr: the requester SENDs before the responder posts a receive
 //!   (rnr_retry 7); the SEND completes with success after the responder
 //!   posts the receive 1.5 s later, with the right data.
+//! - mw: the responder binds a type 2 memory window over 512 bytes at
+//!   offset 1024 of a region with no remote access of its own and gives
+//!   the window's rkey and address; the requester WRITEs 64 bytes through
+//!   it (success), SENDs with Invalidate naming it (success; the receive
+//!   shows WITH_INV and the key) and WRITEs through it again
+//!   (REM_ACCESS_ERR; the responder's QP goes to ERR).
 //!
 //! Exchange, one text line each way: requester `QPN PSN IP` (hex, hex,
 //! dotted), responder `QPN PSN RKEY ADDR` (hex); then the requester's
@@ -329,6 +335,129 @@ fn requester(mode: &str, port: u16, host: &str, op: &str) -> Result<bool> {
     Ok(ok && peer_ok)
 }
 
+fn mw_pat(i: usize) -> u8 {
+    (i as u8).wrapping_mul(5).wrapping_add(3)
+}
+
+fn mw_responder(port: u16) -> Result<bool> {
+    let s = open()?;
+    let mr = s.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::MW_BIND)?;
+    let mw = s.pd.alloc_mw(MwType::Type2)?;
+    s.qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: [mr.sge(2048, 1024)].into_iter().collect(),
+    }])
+    .map_err(|e| e.1)?;
+    let l =
+        TcpListener::bind(("0.0.0.0", port)).map_err(|e| fail(format!("listen {port}: {e}")))?;
+    let (tcp, _) = l.accept().map_err(fail)?;
+    let mut t = Tcp::new(tcp)?;
+    let line = t.line()?;
+    let v: Vec<&str> = line.split_whitespace().collect();
+    let ip: IpAddr = v
+        .get(2)
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| fail(format!("exchange: bad line '{line}'")))?;
+    connect(&s, ip, hex(&v, 0)? as u32, hex(&v, 1)? as u32, 12)?;
+    let (bind, rkey) = mw.bind_wr(5, &mr, 1024, 512, Access::REMOTE_WRITE);
+    s.qp.post_send(&[bind]).map_err(|e| e.1)?;
+    let wc =
+        wait_one(&s.cq, Duration::from_secs(5)).ok_or_else(|| fail("BIND_MW: no completion"))?;
+    if wc.status != WcStatus::Success || wc.opcode != WcOpcode::BindMw {
+        return Err(fail(format!("BIND_MW completed with {}", wc.status)));
+    }
+    t.put(&format!(
+        "{:x} {:x} {rkey:x} {:x}",
+        s.qp.qp_num(),
+        s.psn,
+        mr.addr() + 1024
+    ))?;
+    t.line()?; // "done"
+    let b = mr.to_vec(0, 4096).map_err(fail)?;
+    let data_ok = b[1023] == 0 && b[1024 + 64] == 0 && (0..64).all(|i| b[1024 + i] == mw_pat(i));
+    let wc = wait_one(&s.cq, Duration::from_secs(2));
+    let inv_ok = wc.is_some_and(|w| {
+        w.status == WcStatus::Success
+            && w.opcode == WcOpcode::Recv
+            && w.wc_flags.contains(WcFlags::WITH_INV)
+            && w.invalidated_rkey == rkey
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let state = s.qp.query()?.qp_state;
+    let ok = data_ok && inv_ok && state == QpState::Err && !mw.is_bound();
+    let res = format!(
+        "WRITE through the window: data {}; receive: {}{}, invalidated rkey {}; \
+         responder QP {state:?} after the WRITE through the invalidated window",
+        if data_ok { "ok" } else { "wrong" },
+        wc.map_or("no completion".to_string(), |w| w.status.to_string()),
+        if wc.is_some_and(|w| w.wc_flags.contains(WcFlags::WITH_INV)) {
+            " WITH_INV"
+        } else {
+            ""
+        },
+        if inv_ok { "the window's" } else { "wrong" },
+    );
+    t.put(&format!("{} {res}", if ok { "ok" } else { "FAIL" }))?;
+    println!(
+        "interop-peer mw responder: {}: {res}",
+        if ok { "ok" } else { "FAIL" }
+    );
+    let _ = t.line(); // "bye"
+    Ok(ok)
+}
+
+fn mw_requester(port: u16, host: &str) -> Result<bool> {
+    let s = open()?;
+    let mr = s.pd.alloc_mr(4096, ALL)?;
+    let tcp = TcpStream::connect((host, port))
+        .map_err(|e| fail(format!("connect {host}:{port}: {e}")))?;
+    let peer = tcp.peer_addr().map_err(fail)?.ip();
+    let mut t = Tcp::new(tcp)?;
+    t.put(&format!(
+        "{:x} {:x} {}",
+        s.qp.qp_num(),
+        s.psn,
+        s.ctx.device().ip()
+    ))?;
+    let line = t.line()?;
+    let v: Vec<&str> = line.split_whitespace().collect();
+    let (qpn, psn, rkey, raddr) = (hex(&v, 0)?, hex(&v, 1)?, hex(&v, 2)? as u32, hex(&v, 3)?);
+    connect(&s, peer, qpn as u32, psn as u32, 12)?;
+    let data: Vec<u8> = (0..64).map(mw_pat).collect();
+    mr.write(0, &data).map_err(fail)?;
+    let mut status = Vec::new();
+    for (id, op, len) in [
+        (1, WrOpcode::RdmaWrite, 64),
+        (2, WrOpcode::SendWithInv, 16),
+        (3, WrOpcode::RdmaWrite, 64),
+    ] {
+        let mut wr = SendWr::new(id, op);
+        wr.flags = SendFlags::SIGNALED;
+        wr.sg_list.push(mr.sge(0, len));
+        wr.remote_addr = raddr;
+        wr.rkey = rkey;
+        wr.invalidate_rkey = rkey;
+        s.qp.post_send(&[wr]).map_err(|e| e.1)?;
+        let wc = wait_one(&s.cq, Duration::from_secs(15))
+            .ok_or_else(|| fail(format!("{op:?}: no completion within 15 s")))?;
+        status.push(wc.status);
+    }
+    let ok = status == [WcStatus::Success, WcStatus::Success, WcStatus::RemAccessErr];
+    let res = format!(
+        "WRITE through the window: {}; SEND_WITH_INV: {}; WRITE after it: {}",
+        status[0], status[1], status[2]
+    );
+    t.put("done")?;
+    let verdict = t.line()?;
+    let peer_ok = verdict.starts_with("ok");
+    println!(
+        "interop-peer mw requester: {}: {res}; the responder (rxe) says: {verdict}",
+        if ok { "ok" } else { "FAIL" }
+    );
+    let _ = t.put("bye");
+    Ok(ok && peer_ok)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut port = 18516u16;
@@ -350,13 +479,15 @@ fn main() -> ExitCode {
         }
         i += 1;
     }
-    if mode != "badrkey" && mode != "rnr" {
-        eprintln!("usage: interop-peer badrkey|rnr [-p PORT] [-o write|read] [HOST]");
+    if mode != "badrkey" && mode != "rnr" && mode != "mw" {
+        eprintln!("usage: interop-peer badrkey|rnr|mw [-p PORT] [-o write|read] [HOST]");
         return ExitCode::from(2);
     }
-    let r = match host {
-        Some(h) => requester(&mode, port, &h, &op),
-        None => responder(&mode, port),
+    let r = match (host, mode.as_str()) {
+        (Some(h), "mw") => mw_requester(port, &h),
+        (None, "mw") => mw_responder(port),
+        (Some(h), _) => requester(&mode, port, &h, &op),
+        (None, _) => responder(&mode, port),
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,

@@ -11,7 +11,8 @@
 #      READ, compare-swap, fetch-add), verified: rxe-peer (C, libibverbs, in
 #      the guest) <-> `uroce rc-stress`, each as client and as server;
 #   3. errors across the wire: bad rkey (WRITE and READ) from each side, RNR
-#      with recovery: rxe-peer <-> the interop-peer example;
+#      with recovery, and a type 2 memory window bound, used, remotely
+#      invalidated and refused: rxe-peer <-> the interop-peer example;
 #   4. 1 and 2 (RC, SRQ) again under loss and reordering;
 #   5. connection management, both ways: `uroce cm-echo` and Debian's
 #      rping -V, ucmatose, udaddy, rdma_server/rdma_client, ib_send_bw -R and
@@ -354,10 +355,10 @@ err() {
   # The NAK on the wire, from the responder's address.
   local resp_ip=$VM_GUEST_IP want naks
   [ "$who" = responder ] && resp_ip=$VM_HOST_IP
-  if [ "$mode" = badrkey ]; then want='"kind":"nak","value":2'; else want='"kind":"rnr_nak"'; fi
+  if [ "$mode" = rnr ]; then want='"kind":"rnr_nak"'; else want='"kind":"nak","value":2'; fi
   naks=$(sleep 0.3; "$UROCE" decode "$S_DIR/tap.pcap" 2>/dev/null | grep "\"src\":\"$resp_ip\"" | grep -c "$want")
   echo "capture: $naks packet(s) from $resp_ip with $want"
-  S_NOTE="$naks $( [ "$mode" = badrkey ] && echo "remote access error NAK" || echo "RNR NAK")(s) on the wire"
+  S_NOTE="$naks $( [ "$mode" = rnr ] && echo "RNR NAK" || echo "remote access error NAK")(s) on the wire"
   local line
   line=$(grep -h "requester:" "$S_DIR/uroce.out" "$S_DIR/rxe.out" | head -n 1)
   [ -n "$line" ] && S_NOTE="$S_NOTE; ${line#*requester: }"
@@ -372,6 +373,9 @@ error_matrix() {
     scenario "bad-rkey WRITE uroce=$who" err badrkey write $who
     scenario "bad-rkey READ uroce=$who" err badrkey read $who
     scenario "rnr SEND uroce=$who" err rnr send $who
+    # A type 2 memory window bound by the responder: WRITE through it,
+    # SEND with Invalidate, WRITE through it again (remote access error).
+    scenario "memory window uroce=$who" err mw write $who
   done
 }
 

@@ -8,7 +8,7 @@
  *       WRITE, WRITE_WITH_IMM, READ, compare-swap and fetch-add, one at a
  *       time; READ and atomic results checked against a shadow copy, the
  *       whole region read back at the end).
- *   rxe-peer badrkey|rnr [-p PORT] [-o write|read] [HOST]
+ *   rxe-peer badrkey|rnr|mw [-p PORT] [-o write|read] [HOST]
  *       the error scenarios, facing the interop-peer example
  *       (tests/interop/peer.rs), which speaks the same protocol: the TCP
  *       server is the responder, the client the requester.
@@ -19,6 +19,10 @@
  *         rnr:     the requester SENDs before the responder posts a
  *                  receive (rnr_retry 7); the SEND completes with success
  *                  and the right data once the receive is posted.
+ *         mw:      the responder binds a type 2 memory window; the
+ *                  requester WRITEs through it, invalidates it with SEND
+ *                  with Invalidate, and WRITEs through it again
+ *                  (REM_ACCESS_ERR).
  * The RoCEv2 GID is index 1 (rxe's ::ffff:a.b.c.d); the peer's GID is its
  * IPv4 address mapped. Every wait is bounded. Exit 0 = all checks passed.
  */
@@ -703,13 +707,127 @@ static int err_requester(const char *mode, const char *host, const char *op)
 	return ok && peer_ok ? 0 : 1;
 }
 
+/* ---- memory windows (interop-peer's protocol, mode mw) ----
+ * The responder binds a type 2 window over 512 bytes at offset 1024 of a
+ * region without remote access of its own and gives the window's rkey and
+ * address; the requester WRITEs 64 bytes through it (success), SENDs with
+ * Invalidate naming it (success; the receive shows WITH_INV and the key),
+ * and WRITEs through it again (REM_ACCESS_ERR: the window is gone). */
+
+static uint8_t mw_pat(size_t i)
+{
+	return (uint8_t)(i * 5 + 3);
+}
+
+static int mw_responder(void)
+{
+	struct side s = open_side(4);
+	struct ibv_mr *mr = reg(&s, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	struct ibv_mw *mw = ibv_alloc_mw(s.pd, IBV_MW_TYPE_2);
+	if (!mw)
+		die("ibv_alloc_mw type 2: %s", strerror(errno));
+	post_recv(&s, mr, 2048, 1024, 1);
+	tcp_server();
+	unsigned qpn, psn;
+	char ip[64];
+	char *l = get_line(30000);
+	if (sscanf(l, "%x %x %63s", &qpn, &psn, ip) != 3)
+		die("exchange: bad line '%s'", l);
+	connect_qp(&s, qpn, psn, ip, 1024, 12);
+	struct ibv_send_wr bw = { .wr_id = 5, .opcode = IBV_WR_BIND_MW,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	bw.bind_mw.mw = mw;
+	bw.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	bw.bind_mw.bind_info.mr = mr;
+	bw.bind_mw.bind_info.addr = (uintptr_t)mr->addr + 1024;
+	bw.bind_mw.bind_info.length = 512;
+	bw.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	if (ibv_post_send(s.qp, &bw, &bad))
+		die("post BIND_MW: %s", strerror(errno));
+	struct ibv_wc wc = wait_wc(&s, 5000, "BIND_MW");
+	if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_BIND_MW)
+		die("BIND_MW completed with %s", ibv_wc_status_str(wc.status));
+	uint32_t rkey = bw.bind_mw.rkey;
+	put_line("%x %x %x %llx\n", s.qp->qp_num, s.psn, rkey,
+		 (unsigned long long)(uintptr_t)mr->addr + 1024);
+	l = get_line(30000); /* "done" */
+	const uint8_t *b = mr->addr;
+	int data_ok = b[1023] == 0 && b[1024 + 64] == 0;
+	for (int i = 0; i < 64 && data_ok; i++)
+		data_ok = b[1024 + i] == mw_pat(i);
+	int got = poll_wc(&s, 2000, &wc);
+	int inv_ok = got && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV &&
+		     (wc.wc_flags & IBV_WC_WITH_INV) && wc.invalidated_rkey == rkey;
+	usleep(200000);
+	enum ibv_qp_state st = qp_state(&s);
+	int ok = data_ok && inv_ok && st == IBV_QPS_ERR;
+	char res[256];
+	snprintf(res, sizeof(res),
+		 "WRITE through the window: data %s; receive: %s%s, invalidated rkey %s; "
+		 "responder QP %s after the WRITE through the invalidated window",
+		 data_ok ? "ok" : "wrong", got ? ibv_wc_status_str(wc.status) : "no completion",
+		 got && (wc.wc_flags & IBV_WC_WITH_INV) ? " WITH_INV" : "",
+		 inv_ok ? "the window's" : "wrong", state_str(st));
+	put_line("%s %s\n", ok ? "ok" : "FAIL", res);
+	printf("rxe-peer mw responder: %s: %s\n", ok ? "ok" : "FAIL", res);
+	get_line(30000);
+	return ok ? 0 : 1;
+}
+
+static int mw_requester(const char *host)
+{
+	struct side s = open_side(4);
+	struct ibv_mr *mr = reg(&s, 4096, ALL_ACCESS);
+	tcp_client(host);
+	put_line("%x %x %s\n", s.qp->qp_num, s.psn, my_ip);
+	unsigned rqpn, rpsn, rkey;
+	unsigned long long raddr;
+	char *l = get_line(30000);
+	if (sscanf(l, "%x %x %x %llx", &rqpn, &rpsn, &rkey, &raddr) != 4)
+		die("exchange: bad line '%s'", l);
+	connect_qp(&s, rqpn, rpsn, peer_ip, 1024, 12);
+	for (int i = 0; i < 64; i++)
+		((uint8_t *)mr->addr)[i] = mw_pat(i);
+	struct ibv_sge sge = { (uintptr_t)mr->addr, 64, mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (ibv_post_send(s.qp, &wr, &bad))
+		die("post WRITE failed");
+	struct ibv_wc w1 = wait_wc(&s, 15000, "WRITE");
+	sge.length = 16;
+	struct ibv_send_wr inv = { .wr_id = 2, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND_WITH_INV, .send_flags = IBV_SEND_SIGNALED };
+	inv.invalidate_rkey = rkey;
+	if (ibv_post_send(s.qp, &inv, &bad))
+		die("post SEND_WITH_INV failed");
+	struct ibv_wc w2 = wait_wc(&s, 15000, "SEND_WITH_INV");
+	wr.wr_id = 3;
+	sge.length = 64;
+	if (ibv_post_send(s.qp, &wr, &bad))
+		die("post WRITE failed");
+	struct ibv_wc w3 = wait_wc(&s, 15000, "WRITE");
+	int ok = w1.status == IBV_WC_SUCCESS && w2.status == IBV_WC_SUCCESS &&
+		 w3.status == IBV_WC_REM_ACCESS_ERR;
+	char res[256];
+	snprintf(res, sizeof(res), "WRITE through the window: %s; SEND_WITH_INV: %s; WRITE after it: %s",
+		 ibv_wc_status_str(w1.status), ibv_wc_status_str(w2.status), ibv_wc_status_str(w3.status));
+	put_line("done\n");
+	l = get_line(30000);
+	int peer_ok = !strncmp(l, "ok", 2);
+	printf("rxe-peer mw requester: %s: %s; the responder (uroce) says: %s\n", ok ? "ok" : "FAIL", res, l);
+	put_line("bye\n");
+	return ok && peer_ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t messages = 2000, seed = 1;
 	unsigned mtu = 1024;
 	const char *op = "write";
 	if (argc < 2)
-		die("usage: rxe-peer stress|badrkey|rnr [-p port] [-g gid] [-n msgs] [-m mtu] [-s seed] [-o write|read] [host]");
+		die("usage: rxe-peer stress|badrkey|rnr|mw [-p port] [-g gid] [-n msgs] [-m mtu] [-s seed] [-o write|read] [host]");
 	const char *mode = argv[1];
 	int c;
 	optind = 2;
@@ -729,6 +847,8 @@ int main(int argc, char **argv)
 		return host ? stress_client(host, messages, mtu, seed) : stress_server();
 	if (!strcmp(mode, "badrkey") || !strcmp(mode, "rnr"))
 		return host ? err_requester(mode, host, op) : err_responder(mode);
+	if (!strcmp(mode, "mw"))
+		return host ? mw_requester(host) : mw_responder();
 	die("unknown mode %s", mode);
 	return 1;
 }

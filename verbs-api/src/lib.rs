@@ -56,7 +56,7 @@ pub use uroce_provider::memory::MwType;
 pub use uroce_provider::net::faults::Faults;
 pub use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
 pub use uroce_provider::types::{
-    Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcFlags, WcOpcode,
-    WcStatus, WrOpcode,
+    Access, FlushSpec, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcFlags,
+    WcOpcode, WcStatus, WrOpcode,
 };
 pub use uroce_wire as wire;

@@ -41,6 +41,13 @@ impl ProtectionDomain {
                 "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE".into(),
             ));
         }
+        // The kernel refuses a FLUSH access the device does not offer
+        // (EOPNOTSUPP): uroce has no persistent memory.
+        if access.contains(Access::FLUSH_PERSISTENT) {
+            return Err(Error::NotSupported(
+                "FLUSH_PERSISTENT: uroce has no persistent memory",
+            ));
+        }
         Ok(())
     }
 

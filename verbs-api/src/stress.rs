@@ -52,6 +52,9 @@ pub struct StressOptions {
     pub mtu: u32,
     /// Local ACK timeout exponent.
     pub timeout: u8,
+    /// Client: also RDMA ATOMIC WRITE and FLUSH (IBA 1.5; kernel rxe has
+    /// them from Linux 6.2). The server always accepts them.
+    pub ext: bool,
 }
 
 impl Default for StressOptions {
@@ -64,6 +67,7 @@ impl Default for StressOptions {
             seed: 1,
             mtu: 1024,
             timeout: 14,
+            ext: false,
         }
     }
 }
@@ -79,6 +83,8 @@ pub struct StressReport {
     pub reads: u64,
     /// Atomics.
     pub atomics: u64,
+    /// ATOMIC WRITEs and FLUSHes (with `ext`).
+    pub ext_ops: u64,
     /// Payload bytes moved.
     pub bytes: u64,
     /// Verification failures (0 on success).
@@ -168,7 +174,8 @@ fn num(v: &[String], i: usize) -> Result<u64> {
 /// verified.
 pub fn serve(o: &StressOptions) -> Result<StressReport> {
     let s = open(o, RECV_SLOTS as u32)?;
-    let region = s.pd.alloc_mr(DATA + 8 * WORDS, ALL)?;
+    let region =
+        s.pd.alloc_mr(DATA + 8 * WORDS, ALL | Access::FLUSH_GLOBAL)?;
     let slots = s.pd.alloc_mr(RECV_SLOTS * MAX_SEND, Access::LOCAL_WRITE)?;
     let l = TcpListener::bind(("0.0.0.0", o.port))
         .map_err(|e| err(format!("listen {}: {e}", o.port)))?;
@@ -184,7 +191,11 @@ pub fn serve(o: &StressOptions) -> Result<StressReport> {
         rd_atomic: 16,
         timeout: o.timeout,
     };
-    demo::connect_rc(&s.qp, ip, qpn, s.psn, psn, params)?;
+    // Remote FLUSH allowed too (a client with `ext` sends them).
+    let mut co = params.options();
+    co.access |= Access::FLUSH_GLOBAL;
+    s.qp.init_with(&co)?;
+    s.qp.rtr_rts(&AddressVector::to_ip(ip), qpn, psn, s.psn, &co)?;
     // Receives go up before the client learns our address.
     for i in 0..RECV_SLOTS {
         let wr = RecvWr {
@@ -391,7 +402,7 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
             std::thread::yield_now();
             continue;
         }
-        let kind = rng.random_range(0..10u32);
+        let kind = rng.random_range(0..if o.ext { 12u32 } else { 10 });
         let mut wr = SendWr::new(seq, WrOpcode::Send);
         wr.flags = SendFlags::SIGNALED;
         let expect = match kind {
@@ -455,6 +466,36 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
                     slot,
                     data: shadow[off..off + len].to_vec(),
                 }
+            }
+            10 => {
+                // ATOMIC WRITE of a random value to a random word.
+                let at = DATA + 8 * rng.random_range(0..WORDS);
+                let bytes: [u8; 8] = rng.random();
+                shadow[at..at + 8].copy_from_slice(&bytes);
+                wr = SendWr::atomic_write(seq, raddr + at as u64, rkey, bytes);
+                rep.ext_ops += 1;
+                Expect::None
+            }
+            11 => {
+                // FLUSH of a random range (or, one time in four, the
+                // whole region) for global visibility.
+                let len = rng.random_range(0..=64 << 10usize);
+                let off = rng.random_range(0..=DATA - len);
+                let level = if rng.random_range(0..4) == 0 {
+                    uroce_wire::feth::FLUSH_MR
+                } else {
+                    uroce_wire::feth::FLUSH_RANGE
+                };
+                wr = SendWr::flush(
+                    seq,
+                    raddr + off as u64,
+                    rkey,
+                    len as u32,
+                    uroce_wire::feth::FLUSH_GLOBAL,
+                    level,
+                );
+                rep.ext_ops += 1;
+                Expect::None
             }
             _ => {
                 let word = rng.random_range(0..WORDS);

@@ -35,6 +35,7 @@ pub mod cm;
 pub mod cma;
 pub mod deth;
 pub mod error;
+pub mod feth;
 pub mod fields;
 pub mod frame;
 #[doc(hidden)]
@@ -54,6 +55,7 @@ pub use atomic::{AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr};
 pub use bth::{Bth, BthRepr};
 pub use deth::{Deth, DethRepr};
 pub use error::{Error, Result};
+pub use feth::{Feth, FethRepr};
 pub use icrc::IpContext;
 pub use ieth::{Ieth, IethRepr};
 pub use immdt::{ImmDt, ImmDtRepr};

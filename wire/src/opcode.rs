@@ -11,12 +11,15 @@ use core::fmt;
 /// An extension header that may follow the BTH, in wire order.
 ///
 /// IBA 9.2: `BTH, [RDETH], [DETH], [RETH], [AtomicETH], [AETH],
-/// [AtomicAckETH], [ImmDt], [IETH], payload` (brackets: optional). RD is not used by RoCE; the
-/// CNP's 16 reserved bytes are modelled as one more "header".
+/// [AtomicAckETH], [ImmDt], [IETH], payload` (brackets: optional), with
+/// IBA 1.5's FETH before the RETH of an RDMA FLUSH. RD is not used by
+/// RoCE; the CNP's 16 reserved bytes are modelled as one more "header".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Ext {
     /// Datagram extended transport header (UD).
     Deth,
+    /// FLUSH extended transport header (RDMA FLUSH).
+    Feth,
     /// RDMA extended transport header.
     Reth,
     /// Atomic extended transport header.
@@ -35,8 +38,9 @@ pub enum Ext {
 
 impl Ext {
     /// Every extension header, in wire order.
-    pub const ALL: [Ext; 8] = [
+    pub const ALL: [Ext; 9] = [
         Ext::Deth,
+        Ext::Feth,
         Ext::Reth,
         Ext::AtomicEth,
         Ext::Aeth,
@@ -50,6 +54,7 @@ impl Ext {
     pub const fn len(self) -> usize {
         match self {
             Ext::Deth => 8,
+            Ext::Feth => 4,
             Ext::Reth => 16,
             Ext::AtomicEth => 28,
             Ext::Aeth => 4,
@@ -63,6 +68,7 @@ impl Ext {
     pub const fn name(self) -> &'static str {
         match self {
             Ext::Deth => "DETH",
+            Ext::Feth => "FETH",
             Ext::Reth => "RETH",
             Ext::AtomicEth => "AtomicETH",
             Ext::Aeth => "AETH",
@@ -114,6 +120,10 @@ pub enum Operation {
     FetchAdd,
     /// Congestion notification.
     Cnp,
+    /// RDMA FLUSH (IBA 1.5): make written data visible or persistent.
+    Flush,
+    /// RDMA ATOMIC WRITE (IBA 1.5): an 8-byte write done as one store.
+    AtomicWrite,
 }
 
 /// The packet's place in its message.
@@ -165,7 +175,7 @@ pub struct OpcodeInfo {
     /// Where each extension header starts, from the start of the BTH,
     /// indexed by [`Ext`] (0: absent), so that reading one header of a
     /// parsed packet is one lookup.
-    ext_at: [u8; 8],
+    ext_at: [u8; 9],
 }
 
 impl OpcodeInfo {
@@ -301,6 +311,8 @@ opcodes! {
     RC_FETCH_ADD = 0x14, Rc, FetchAdd, Only, [AtomicEth], false, true;
     RC_SEND_LAST_WITH_INVALIDATE = 0x16, Rc, Send, Last, [Ieth], true, true;
     RC_SEND_ONLY_WITH_INVALIDATE = 0x17, Rc, Send, Only, [Ieth], true, true;
+    RC_FLUSH = 0x1c, Rc, Flush, Only, [Feth, Reth], false, true;
+    RC_ATOMIC_WRITE = 0x1d, Rc, AtomicWrite, Only, [Reth], true, true;
     UC_SEND_FIRST = 0x20, Uc, Send, First, [], true, true;
     UC_SEND_MIDDLE = 0x21, Uc, Send, Middle, [], true, true;
     UC_SEND_LAST = 0x22, Uc, Send, Last, [], true, true;
@@ -331,7 +343,7 @@ pub enum RequestExtra {
 }
 
 const N_TRANSPORT: usize = 4;
-const N_OPERATION: usize = 9;
+const N_OPERATION: usize = 11;
 const N_POSITION: usize = 4;
 const N_EXTRA: usize = 3;
 
@@ -405,8 +417,8 @@ const fn sum_len(headers: &[Ext]) -> u8 {
 }
 
 /// Where each of a list of extension headers starts after the BTH.
-const fn offsets(headers: &[Ext]) -> [u8; 8] {
-    let mut at = [0u8; 8];
+const fn offsets(headers: &[Ext]) -> [u8; 9] {
+    let mut at = [0u8; 9];
     let mut off = crate::bth::BTH_LEN;
     let mut i = 0;
     while i < headers.len() {
@@ -436,7 +448,7 @@ mod tests {
 
     #[test]
     fn table_shape() {
-        assert_eq!(Opcode::all().count(), 38);
+        assert_eq!(Opcode::all().count(), 40);
         for info in Opcode::all() {
             // every row is stored at its own index and names its transport
             assert_eq!(TABLE[info.code as usize].unwrap().code, info.code);

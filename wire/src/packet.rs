@@ -17,6 +17,7 @@ use crate::atomic::{
 use crate::bth::{Bth, BthRepr, BTH_LEN};
 use crate::deth::{Deth, DethRepr, DETH_LEN};
 use crate::error::{check_len, Error, Result};
+use crate::feth::{Feth, FethRepr, FETH_LEN};
 use crate::icrc::{self, IpContext, Ipv4IdSolution};
 use crate::ieth::{Ieth, IethRepr, IETH_LEN};
 use crate::immdt::{ImmDt, ImmDtRepr, IMMDT_LEN};
@@ -32,6 +33,8 @@ pub struct Headers {
     pub bth: BthRepr,
     /// Datagram ETH (UD).
     pub deth: Option<DethRepr>,
+    /// FLUSH ETH.
+    pub feth: Option<FethRepr>,
     /// RDMA ETH.
     pub reth: Option<RethRepr>,
     /// Atomic ETH.
@@ -58,6 +61,7 @@ impl Headers {
     fn present(&self, ext: Ext) -> bool {
         match ext {
             Ext::Deth => self.deth.is_some(),
+            Ext::Feth => self.feth.is_some(),
             Ext::Reth => self.reth.is_some(),
             Ext::AtomicEth => self.atomic_eth.is_some(),
             Ext::Aeth => self.aeth.is_some(),
@@ -140,6 +144,11 @@ impl<'a> ParsedPacket<'a> {
         let b = self.ext::<DETH_LEN>(Ext::Deth)?;
         DethRepr::parse(&Deth::new_unchecked(b)).ok()
     }
+    /// FLUSH ETH.
+    pub fn feth(&self) -> Option<FethRepr> {
+        let b = self.ext::<FETH_LEN>(Ext::Feth)?;
+        FethRepr::parse(&Feth::new_unchecked(b)).ok()
+    }
     /// RDMA ETH.
     pub fn reth(&self) -> Option<RethRepr> {
         let b = self.ext::<RETH_LEN>(Ext::Reth)?;
@@ -175,6 +184,7 @@ impl<'a> ParsedPacket<'a> {
         Headers {
             bth: self.bth,
             deth: self.deth(),
+            feth: self.feth(),
             reth: self.reth(),
             atomic_eth: self.atomic_eth(),
             aeth: self.aeth(),
@@ -279,6 +289,7 @@ pub fn emit_headers(h: &Headers, payload_len: usize, buf: &mut [u8]) -> Result<u
         // write zeros rather than panic.
         match ext {
             Ext::Deth => h.deth.unwrap_or_default().emit(&mut Deth::new_unchecked(b)),
+            Ext::Feth => h.feth.unwrap_or_default().emit(&mut Feth::new_unchecked(b)),
             Ext::Reth => h.reth.unwrap_or_default().emit(&mut Reth::new_unchecked(b)),
             Ext::AtomicEth => h
                 .atomic_eth

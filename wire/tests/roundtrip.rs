@@ -11,7 +11,7 @@ use uroce_wire::icrc::{IpContext, IpFields, IPV4_DF};
 use uroce_wire::opcode::{Ext, Opcode, OpcodeInfo};
 use uroce_wire::packet::{self, Headers};
 use uroce_wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Psn, RethRepr, ICRC_LEN,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, FethRepr, Psn, RethRepr, ICRC_LEN,
 };
 
 /// Arbitrary values for every field any opcode can carry; [`Fields::headers`]
@@ -26,6 +26,7 @@ struct Fields {
     atomic_ack: AtomicAckEthRepr,
     imm: u32,
     ieth: u32,
+    feth: FethRepr,
 }
 
 impl Fields {
@@ -37,6 +38,7 @@ impl Fields {
         for &ext in info.headers {
             match ext {
                 Ext::Deth => h.deth = Some(self.deth),
+                Ext::Feth => h.feth = Some(self.feth),
                 Ext::Reth => h.reth = Some(self.reth),
                 Ext::AtomicEth => h.atomic_eth = Some(self.atomic_eth),
                 Ext::Aeth => h.aeth = Some(self.aeth),
@@ -78,6 +80,7 @@ fn arb_fields() -> impl Strategy<Value = Fields> {
         any::<(u64, u32, u64, u64)>(),
         (any::<u8>(), 0..U24),
         any::<(u64, u32, u32)>(),
+        (0u8..16, 0u8..4),
     )
         .prop_map(
             |(
@@ -87,6 +90,7 @@ fn arb_fields() -> impl Strategy<Value = Fields> {
                 (ava, arkey, swap_add, compare),
                 (syn, msn),
                 (orig, imm, ieth),
+                (placement, selectivity),
             )| Fields {
                 bth,
                 deth: DethRepr { qkey, src_qp },
@@ -105,6 +109,10 @@ fn arb_fields() -> impl Strategy<Value = Fields> {
                 atomic_ack: AtomicAckEthRepr { orig },
                 imm,
                 ieth,
+                feth: FethRepr {
+                    placement,
+                    selectivity,
+                },
             },
         )
 }
@@ -338,6 +346,10 @@ fn harness_sees_valid_packets() {
             atomic_ack: AtomicAckEthRepr::default(),
             imm: 7,
             ieth: 9,
+            feth: FethRepr {
+                placement: 1,
+                selectivity: 1,
+            },
         };
         let payload: &[u8] = if info.has_payload { &[1, 2, 3] } else { &[] };
         let pkt = harness::emit_vec(&f.headers(info), payload, &harness::FUZZ_CTX_V4, 0).unwrap();

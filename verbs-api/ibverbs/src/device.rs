@@ -364,6 +364,12 @@ unsafe extern "C" fn query_device_ex(
         // SAFETY: all-zero is valid for this plain-data struct.
         let mut x: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
         x.orig_attr = device_attr(ctx);
+        // The kernel's 64-bit capability word: the 32 of ibv_device_attr,
+        // and IB_UVERBS_DEVICE_FLUSH_GLOBAL (38) and _ATOMIC_WRITE (40),
+        // which rdma-core has no names for yet (FLUSH_PERSISTENT, 39, is
+        // not offered: no persistent memory).
+        x.device_cap_flags_ex =
+            u64::from(x.orig_attr.device_cap_flags as u32) | (1 << 38) | (1 << 40);
         x.phys_port_cnt_ex = 1;
         let n = size.min(std::mem::size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's buffer holds `size` bytes; n <= size.

@@ -693,7 +693,7 @@ pub struct ibv_cq_ex {
     pub read_completion_ts: Option<unsafe extern "C" fn(CqEx) -> u64>,
     pub read_cvlan: Option<unsafe extern "C" fn(CqEx) -> u16>,
     pub read_flow_tag: Option<unsafe extern "C" fn(CqEx) -> u32>,
-    pub read_tm_info: Fp,
+    pub read_tm_info: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut c_void)>,
     pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(CqEx) -> u64>,
 }
 

@@ -662,7 +662,7 @@ fn create_cq(
             read_completion_ts: Some(crate::post::read_completion_ts),
             read_cvlan: Some(crate::post::read_cvlan),
             read_flow_tag: Some(crate::post::read_flow_tag),
-            read_tm_info: None,
+            read_tm_info: Some(crate::post::read_tm_info),
             read_completion_wallclock_ns: Some(crate::post::read_completion_ts),
         },
         inner: CqInner {
@@ -1063,6 +1063,10 @@ unsafe extern "C" fn ibv_destroy_ah(p: *mut ibv_ah) -> c_int {
 #[repr(C)]
 pub(crate) struct Qp {
     pub c: ibv_qp_ex,
+    /// `ibv_qp_ex::wr_flush` of rdma-core 45, which appended it to the
+    /// struct: here it sits where a program built against that verbs.h
+    /// reads it (the installed v44 header ends before it).
+    pub wr_flush: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8)>,
     pub inner: QpInner,
 }
 pub(crate) struct QpInner {
@@ -1170,6 +1174,7 @@ fn create_qp(p: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp, i3
             wr_abort: Some(w::wr_abort),
             wr_atomic_write: Some(w::wr_atomic_write),
         },
+        wr_flush: Some(w::wr_flush),
         inner: QpInner {
             rust,
             handles: ctx.handles.clone(),
@@ -1221,8 +1226,8 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         if a.comp_mask & SEND_OPS_FLAGS != 0
             && a.send_ops_flags & !send_ops_supported(qp_type_of(a.qp_type)?) != 0
         {
-            // A provider must not accept what it cannot do: TSO, atomic
-            // write, flush, or an operation the transport lacks.
+            // A provider must not accept what it cannot do: TSO, or an
+            // operation the transport lacks.
             return Err(libc::EOPNOTSUPP);
         }
         let mut base = ibv_qp_init_attr {
@@ -1259,9 +1264,13 @@ fn send_ops_supported(qp_type: QpType) -> u64 {
     const LOCAL_INV: u64 = 1 << 7;
     const BIND_MW: u64 = 1 << 8;
     const SEND_INV: u64 = 1 << 9;
+    const FLUSH: u64 = 1 << 11;
+    const ATOMIC_WRITE: u64 = 1 << 12;
     match qp_type {
         QpType::Rc => {
-            WRITE
+            FLUSH
+                | ATOMIC_WRITE
+                | WRITE
                 | WRITE_IMM
                 | SEND
                 | SEND_IMM

@@ -109,6 +109,8 @@ fn wc_opcode_of(v: c_int) -> WcOpcode {
         4 => FetchAdd,
         5 => BindMw,
         6 => LocalInv,
+        8 => Flush,
+        9 => AtomicWrite,
         129 => RecvRdmaWithImm,
         _ => Recv,
     }
@@ -608,6 +610,15 @@ pub(crate) unsafe extern "C" fn read_cvlan(_c: *mut ibv_cq_ex) -> u16 {
 pub(crate) unsafe extern "C" fn read_flow_tag(_c: *mut ibv_cq_ex) -> u32 {
     0
 }
+/// `ibv_wc_read_tm_info`: uroce has no tag matching; a zeroed
+/// `ibv_wc_tm_info` (tag, priv), as for a completion without it.
+pub(crate) unsafe extern "C" fn read_tm_info(_c: *mut ibv_cq_ex, info: *mut c_void) {
+    if !info.is_null() {
+        // SAFETY: the caller's `struct ibv_wc_tm_info` (16 bytes: u64, u32
+        // and padding).
+        unsafe { std::ptr::write_bytes(info.cast::<u8>(), 0, 16) };
+    }
+}
 
 // ---------------------------------------------------------------- ibv_qp_ex
 
@@ -777,8 +788,8 @@ pub(crate) unsafe extern "C" fn wr_bind_mw(
     })
 }
 
-/// `ibv_wr_send_tso`, `ibv_wr_atomic_write`: operations uroce does not
-/// have (a QP asking for them at creation is refused).
+/// `ibv_wr_send_tso`: an operation uroce does not have (a QP asking for
+/// it at creation is refused).
 /// Called anyway, they fail the batch: `ibv_wr_complete` returns
 /// EOPNOTSUPP and posts nothing, the way providers report errors of the
 /// `ibv_wr_*` API.
@@ -793,13 +804,50 @@ pub(crate) unsafe extern "C" fn wr_send_tso(
 ) {
     unsupported(p)
 }
+/// `ibv_wr_atomic_write`: the 8 bytes at `wr` are copied now and land at
+/// the remote address as one aligned store.
 pub(crate) unsafe extern "C" fn wr_atomic_write(
     p: *mut ibv_qp_ex,
-    _rkey: u32,
-    _addr: u64,
-    _wr: *const c_void,
+    rkey: u32,
+    addr: u64,
+    wr: *const c_void,
 ) {
-    unsupported(p)
+    with_batch(p, |wrs, p, _| {
+        if wr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's 8 bytes (ibv_wr_atomic_write's contract).
+        let bytes = unsafe { wr.cast::<[u8; 8]>().read_unaligned() };
+        // SAFETY: the C half of a live QP, owned by the posting thread.
+        let (id, flags) = unsafe { ((*p).wr_id, (*p).wr_flags) };
+        let mut w = SendWr::atomic_write(id, addr, rkey, bytes);
+        w.flags = SendFlags::from_bits_truncate(flags);
+        wrs.push(w);
+        Ok(())
+    })
+}
+
+/// `ibv_wr_flush` (rdma-core 45; the slot after `wr_atomic_write`):
+/// `len` bytes at `addr` (or the whole region, level
+/// `IBV_FLUSH_MR`) made visible (type `IBV_FLUSH_GLOBAL`) before the
+/// completion. RETH lengths are 32 bits: a longer range is EINVAL.
+pub(crate) unsafe extern "C" fn wr_flush(
+    p: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    len: usize,
+    kind: u8,
+    level: u8,
+) {
+    with_batch(p, |wrs, p, _| {
+        let len = u32::try_from(len).map_err(|_| libc::EINVAL)?;
+        // SAFETY: the C half of a live QP, owned by the posting thread.
+        let (id, flags) = unsafe { ((*p).wr_id, (*p).wr_flags) };
+        let mut w = SendWr::flush(id, addr, rkey, len, kind, level);
+        w.flags = SendFlags::from_bits_truncate(flags);
+        wrs.push(w);
+        Ok(())
+    })
 }
 
 pub(crate) unsafe extern "C" fn wr_send(p: *mut ibv_qp_ex) {

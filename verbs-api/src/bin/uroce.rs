@@ -99,6 +99,10 @@ enum Cmd {
         /// Local ACK timeout exponent (4.096 us x 2^t).
         #[arg(short = 't', long, default_value_t = 14)]
         timeout: u8,
+        /// Client: also RDMA ATOMIC WRITE and FLUSH (IBA 1.5; kernel rxe
+        /// has them from Linux 6.2).
+        #[arg(long)]
+        ext: bool,
     },
     /// rdma-core's ibv_rc_pingpong on uroce: same options, exchange and output.
     #[command(name = "rc-pingpong")]
@@ -337,6 +341,7 @@ fn main() -> ExitCode {
             seed,
             mtu,
             timeout,
+            ext,
         } => {
             let o = uroce_verbs::stress::StressOptions {
                 server,
@@ -346,6 +351,7 @@ fn main() -> ExitCode {
                 seed,
                 mtu,
                 timeout,
+                ext,
             };
             let start = std::time::Instant::now();
             let r = if o.server.is_some() {
@@ -355,8 +361,13 @@ fn main() -> ExitCode {
             };
             match r {
                 Ok(r) => {
+                    let ext = if r.ext_ops > 0 {
+                        format!(", {} atomic writes and flushes", r.ext_ops)
+                    } else {
+                        String::new()
+                    };
                     println!(
-                        "rc-stress: {} sends, {} writes, {} reads, {} atomics, {} bytes in {:.2} s, {} errors",
+                        "rc-stress: {} sends, {} writes, {} reads, {} atomics{ext}, {} bytes in {:.2} s, {} errors",
                         r.sends,
                         r.writes,
                         r.reads,

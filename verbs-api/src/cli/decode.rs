@@ -83,6 +83,15 @@ pub struct IethJson {
     pub rkey: u32,
 }
 
+/// A FETH (RDMA FLUSH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FethJson {
+    /// Placement type (1 global visibility, 2 persistence).
+    pub placement: u8,
+    /// Selectivity level (0 the RETH's range, 1 the whole region).
+    pub selectivity: u8,
+}
+
 /// One output line: a RoCEv2 packet as `uroce decode` prints it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PacketLine {
@@ -132,6 +141,9 @@ pub struct PacketLine {
     /// PSN.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub psn: Option<u32>,
+    /// FETH.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feth: Option<FethJson>,
     /// RETH.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reth: Option<RethJson>,
@@ -300,6 +312,10 @@ pub fn mad_json(payload: &[u8]) -> MadJson {
 
 impl PacketLine {
     fn set_headers(&mut self, h: &Headers) {
+        self.feth = h.feth.map(|f| FethJson {
+            placement: f.placement,
+            selectivity: f.selectivity,
+        });
         self.reth = h.reth.map(reth_json);
         self.aeth = h.aeth.map(aeth_json);
         self.atomic_eth = h.atomic_eth.map(atomic_json);
@@ -408,6 +424,9 @@ fn readable_extensions(op: Opcode, bytes: &[u8]) -> Headers {
         };
         match ext {
             Ext::Deth => h.deth = DethRepr::parse(&Deth::new_unchecked(b)).ok(),
+            Ext::Feth => {
+                h.feth = uroce_wire::FethRepr::parse(&uroce_wire::Feth::new_unchecked(b)).ok()
+            }
             Ext::Reth => h.reth = RethRepr::parse(&Reth::new_unchecked(b)).ok(),
             Ext::AtomicEth => {
                 h.atomic_eth = AtomicEthRepr::parse(&AtomicEth::new_unchecked(b)).ok()

@@ -81,6 +81,8 @@ pub fn sample_packets() -> Vec<SamplePacket> {
         let from_a = info.is_request && info.transport != Transport::Cnp;
         let len = if !info.has_payload {
             0
+        } else if info.operation == uroce_wire::Operation::AtomicWrite {
+            8
         } else if matches!(info.position, Position::First | Position::Middle) {
             PMTU
         } else {
@@ -132,6 +134,12 @@ fn fill_extensions(h: &mut Headers, info: &OpcodeInfo, len: usize, msn: u32, i: 
     use uroce_wire::Ext;
     for &ext in info.headers {
         match ext {
+            Ext::Feth => {
+                h.feth = Some(uroce_wire::FethRepr {
+                    placement: uroce_wire::feth::FLUSH_GLOBAL,
+                    selectivity: uroce_wire::feth::FLUSH_RANGE,
+                })
+            }
             Ext::Reth => {
                 let dma_len = match (info.operation, info.position) {
                     (Operation::RdmaReadRequest, _) => 3 * PMTU as u32 + 100,

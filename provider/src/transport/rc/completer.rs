@@ -147,6 +147,18 @@ impl RcQp {
 
     fn read_response(&mut self, now: Nanos, psn: Psn, pkt: &ParsedPacket<'_>) {
         let mtu = self.mtu() as u64;
+        // FLUSH and ATOMIC WRITE are answered by an empty READ RESPONSE
+        // ONLY (as rxe answers them): an acknowledgement of their PSN.
+        if let Some(e) = self.req.wqes.iter().find(|e| e.contains(psn)) {
+            if e.wr.opcode.is_flush_or_atomic_write() {
+                if pkt.info.position == uroce_wire::Position::Only && pkt.payload.is_empty() {
+                    self.ack_through(psn);
+                } else {
+                    Counters::inc(&self.core.cfg.counters.dropped_pkts);
+                }
+                return;
+            }
+        }
         // Responses also acknowledge the requests before their READ (not
         // the READ's own earlier PSNs: a hole in them is handled below).
         let first = self

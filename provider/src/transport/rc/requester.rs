@@ -166,7 +166,7 @@ impl Requester {
         self.wqes
             .iter()
             .take(self.send_idx)
-            .filter(|e| e.wr.opcode.is_read_or_atomic() && !e.done && e.error.is_none())
+            .filter(|e| e.wr.opcode.takes_rd_atomic_credit() && !e.done && e.error.is_none())
             .count()
     }
 }
@@ -202,6 +202,23 @@ impl RcQp {
         if request_opcode(op, Position::Only).is_none() {
             e.error = Some(WcStatus::LocQpOpErr);
             return e;
+        }
+        match op {
+            // One packet: the range to flush travels in the RETH; no local
+            // buffers.
+            WrOpcode::Flush => {
+                e.len = u64::from(e.wr.flush.len);
+                return e;
+            }
+            // The 8 bytes travel with the WR (copied at post time).
+            WrOpcode::AtomicWrite => {
+                e.len = 8;
+                if e.wr.inline_data.len() != 8 {
+                    e.error = Some(WcStatus::LocLenErr);
+                }
+                return e;
+            }
+            _ => {}
         }
         let need = if op.is_read_or_atomic() {
             Access::LOCAL_WRITE
@@ -286,7 +303,7 @@ impl RcQp {
         }
         if !self.req.wqes[idx].started {
             let e = &self.req.wqes[idx];
-            let rd_atomic = e.wr.opcode.is_read_or_atomic();
+            let rd_atomic = e.wr.opcode.takes_rd_atomic_credit();
             let fence = e.wr.flags.contains(SendFlags::FENCE);
             if (fence || rd_atomic) && self.req.rd_atomic_outstanding() > 0 {
                 let limit = (self.core.attr.max_rd_atomic as usize).max(1);
@@ -381,6 +398,27 @@ impl RcQp {
                 });
                 h.bth.ack_req = true;
             }
+            WrOpcode::Flush => {
+                h.feth = Some(uroce_wire::FethRepr {
+                    placement: e.wr.flush.placement,
+                    selectivity: e.wr.flush.selectivity,
+                });
+                h.reth = Some(RethRepr {
+                    va: e.wr.remote_addr,
+                    rkey: e.wr.rkey,
+                    dma_len: e.wr.flush.len,
+                });
+                h.bth.ack_req = true;
+            }
+            WrOpcode::AtomicWrite => {
+                h.reth = Some(RethRepr {
+                    va: e.wr.remote_addr,
+                    rkey: e.wr.rkey,
+                    dma_len: 8,
+                });
+                h.bth.ack_req = true;
+                payload = (0, 8);
+            }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                 let cmp = op == WrOpcode::AtomicCmpAndSwp;
                 h.atomic_eth = Some(AtomicEthRepr {
@@ -424,7 +462,7 @@ impl RcQp {
             self.req.since_ack_req += 1;
         }
         let e = &self.req.wqes[idx];
-        let inline = e.wr.flags.contains(SendFlags::INLINE);
+        let inline = e.wr.flags.contains(SendFlags::INLINE) || op == WrOpcode::AtomicWrite;
         let res = self.emit(&h, payload.1, buf, |dst| {
             if inline {
                 let s = payload.0 as usize;

@@ -67,6 +67,13 @@ enum ResKind {
         /// The value before the atomic: the answer to a duplicate.
         orig: u64,
     },
+    /// A FLUSH or ATOMIC WRITE: a duplicate is answered again with the
+    /// empty READ RESPONSE ONLY, never executed again (rxe: the response
+    /// is replayed; its requester resends them with a zeroed RETH, so
+    /// only the PSN and the operation are compared).
+    Ack {
+        atomic_write: bool,
+    },
 }
 
 impl RdAtomicRes {
@@ -130,6 +137,8 @@ pub(crate) fn check_op_allowed(op: Operation, qp_access: Access) -> Result<(), R
         Operation::RdmaWrite => Access::REMOTE_WRITE,
         Operation::RdmaReadRequest => Access::REMOTE_READ,
         Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
+        Operation::AtomicWrite => Access::REMOTE_WRITE,
+        // FLUSH: what it needs depends on its FETH (see `flush_access`).
         _ => Access::empty(),
     };
     if qp_access.contains(need) {
@@ -144,13 +153,29 @@ pub(crate) fn check_op_allowed(op: Operation, qp_access: Access) -> Result<(), R
 fn check_responder_resources(op: Operation, max_dest_rd_atomic: u8) -> Result<(), RespError> {
     let needs = matches!(
         op,
-        Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd
+        Operation::RdmaReadRequest
+            | Operation::CompareSwap
+            | Operation::FetchAdd
+            | Operation::AtomicWrite
     );
     if needs && max_dest_rd_atomic == 0 {
         Err(RespError::InvalidRequest)
     } else {
         Ok(())
     }
+}
+
+/// The access a FLUSH's placement type needs, of the QP and of the
+/// region: global visibility FLUSH_GLOBAL, persistence FLUSH_PERSISTENT.
+fn flush_access(placement: u8) -> Access {
+    let mut a = Access::empty();
+    if placement & uroce_wire::feth::FLUSH_GLOBAL != 0 {
+        a |= Access::FLUSH_GLOBAL;
+    }
+    if placement & uroce_wire::feth::FLUSH_PERSISTENT != 0 {
+        a |= Access::FLUSH_PERSISTENT;
+    }
+    a
 }
 
 /// Packet length (IBA ch. 9.7, [`payload_length_ok`]): every packet of a
@@ -456,6 +481,60 @@ impl RcQp {
                 self.resp.epsn = psn.next();
                 return Ok(());
             }
+            Operation::AtomicWrite => {
+                let reth = pkt.reth().ok_or(RespError::InvalidRequest)?;
+                if reth.dma_len != 8 || pkt.payload.len() != 8 || reth.va % 8 != 0 {
+                    return Err(RespError::InvalidRequest);
+                }
+                let (mr, offset) = self.check_rkey(reth.rkey, reth.va, 8, Access::REMOTE_WRITE)?;
+                let mr = mr.ok_or(RespError::RemoteAccess)?;
+                let mut bytes = [0u8; 8];
+                bytes.copy_from_slice(pkt.payload);
+                // One aligned 64-bit store: the bytes land as sent.
+                mr.with_atomic_u64(offset, |w| {
+                    w.store(u64::from_ne_bytes(bytes), Ordering::Release)
+                })
+                .map_err(|_| RespError::RemoteAccess)?;
+                self.finish_ack_request(psn, true);
+                return Ok(());
+            }
+            Operation::Flush => {
+                let feth = pkt.feth().ok_or(RespError::InvalidRequest)?;
+                let reth = pkt.reth().ok_or(RespError::InvalidRequest)?;
+                let need = flush_access(feth.placement);
+                if need.is_empty() || !self.core.attr.qp_access_flags.contains(need) {
+                    return Err(RespError::InvalidRequest);
+                }
+                let cfg = &self.core.cfg;
+                // The R_Key is checked even for an empty range; the whole
+                // region (selectivity MR) skips the range check.
+                let ok = if feth.selectivity == uroce_wire::feth::FLUSH_MR {
+                    cfg.keys.find_rkey(reth.rkey).is_some_and(|m| {
+                        m.pd() == cfg.pd && m.access().contains(need) && m.is_valid()
+                    })
+                } else {
+                    cfg.keys
+                        .check_rkey(
+                            reth.rkey,
+                            cfg.pd,
+                            cfg.qpn,
+                            reth.va,
+                            u64::from(reth.dma_len),
+                            need,
+                        )
+                        .is_ok()
+                };
+                if !ok {
+                    return Err(RespError::RemoteAccess);
+                }
+                // Writes executed before it are visible to every observer
+                // once it is answered: uroce's copies are done, in order,
+                // by the time the FLUSH is reached; the fence orders them
+                // for other threads too.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                self.finish_ack_request(psn, false);
+                return Ok(());
+            }
             _ => return Err(RespError::InvalidRequest),
         }
         self.resp.epsn = psn.next();
@@ -464,6 +543,23 @@ impl RcQp {
             self.queue_ack(psn, ACK, m);
         }
         Ok(())
+    }
+
+    /// A FLUSH or ATOMIC WRITE at `psn` was executed: kept for
+    /// duplicates, and answered with an empty READ RESPONSE ONLY.
+    fn finish_ack_request(&mut self, psn: Psn, atomic_write: bool) {
+        self.resp.remember(
+            RdAtomicRes {
+                psn,
+                npkts: 1,
+                kind: ResKind::Ack { atomic_write },
+            },
+            self.core.attr.max_dest_rd_atomic,
+        );
+        self.resp.msn = self.resp.msn.wrapping_add(1);
+        let msn = self.resp.msn;
+        self.resp.queue_read(psn, None, 0, 0, 1, msn);
+        self.resp.epsn = psn.next();
     }
 
     /// Op sequence (IBA ch. 9.7): a message in progress continues with a
@@ -720,6 +816,22 @@ impl RcQp {
                     self.resp
                         .out
                         .push_back(RespItem::AtomicAck { psn, orig, msn });
+                }
+            }
+            (op @ (Operation::Flush | Operation::AtomicWrite), Some(r))
+                if r.psn == psn
+                    && r.kind
+                        == (ResKind::Ack {
+                            atomic_write: op == Operation::AtomicWrite,
+                        }) =>
+            {
+                let queued = self
+                    .resp
+                    .out
+                    .iter()
+                    .any(|i| matches!(i, RespItem::Read { psn: p, .. } if *p == psn));
+                if !queued && !self.resp.out_full() {
+                    self.resp.queue_read(psn, None, 0, 0, 1, msn);
                 }
             }
             _ => self.drop_unmatched(),
