@@ -169,6 +169,44 @@ fn wait_one(cq: &CompletionQueue, t: Duration) -> Option<Wc> {
     cq.wait(1, t).into_iter().next()
 }
 
+/// The responder's half of the exchange: accepts the requester on
+/// `port`, reads its `QPN PSN IP` and connects the QP to it.
+fn accept_requester(s: &Side, port: u16, rnr_timer: u8) -> Result<Tcp> {
+    let l =
+        TcpListener::bind(("0.0.0.0", port)).map_err(|e| fail(format!("listen {port}: {e}")))?;
+    let (tcp, _) = l.accept().map_err(fail)?;
+    let mut t = Tcp::new(tcp)?;
+    let line = t.line()?;
+    let v: Vec<&str> = line.split_whitespace().collect();
+    let ip: IpAddr = v
+        .get(2)
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| fail(format!("exchange: bad line '{line}'")))?;
+    connect(s, ip, hex(&v, 0)? as u32, hex(&v, 1)? as u32, rnr_timer)?;
+    Ok(t)
+}
+
+/// The requester's half: connects to the responder, sends `QPN PSN IP`,
+/// reads its `QPN PSN RKEY ADDR` and connects the QP; returns the
+/// exchange, the rkey and the address.
+fn join_responder(s: &Side, host: &str, port: u16) -> Result<(Tcp, u32, u64)> {
+    let tcp = TcpStream::connect((host, port))
+        .map_err(|e| fail(format!("connect {host}:{port}: {e}")))?;
+    let peer = tcp.peer_addr().map_err(fail)?.ip();
+    let mut t = Tcp::new(tcp)?;
+    t.put(&format!(
+        "{:x} {:x} {}",
+        s.qp.qp_num(),
+        s.psn,
+        s.ctx.device().ip()
+    ))?;
+    let line = t.line()?;
+    let v: Vec<&str> = line.split_whitespace().collect();
+    let (qpn, psn, rkey, raddr) = (hex(&v, 0)?, hex(&v, 1)?, hex(&v, 2)?, hex(&v, 3)?);
+    connect(s, peer, qpn as u32, psn as u32, 12)?;
+    Ok((t, rkey as u32, raddr))
+}
+
 fn responder(mode: &str, port: u16) -> Result<bool> {
     let s = open()?;
     let mr = s.pd.alloc_mr(4096, ALL)?;
@@ -181,18 +219,8 @@ fn responder(mode: &str, port: u16) -> Result<bool> {
         s.qp.post_recv(std::slice::from_ref(&recv))
             .map_err(|e| e.1)?;
     }
-    let l =
-        TcpListener::bind(("0.0.0.0", port)).map_err(|e| fail(format!("listen {port}: {e}")))?;
-    let (tcp, _) = l.accept().map_err(fail)?;
-    let mut t = Tcp::new(tcp)?;
-    let line = t.line()?;
-    let v: Vec<&str> = line.split_whitespace().collect();
-    let ip: IpAddr = v
-        .get(2)
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| fail(format!("exchange: bad line '{line}'")))?;
     // RNR timer 24 (40.96 ms): a few dozen RNR NAKs while we wait.
-    connect(&s, ip, hex(&v, 0)? as u32, hex(&v, 1)? as u32, 24)?;
+    let mut t = accept_requester(&s, port, 24)?;
     t.put(&format!(
         "{:x} {:x} {:x} {:x}",
         s.qp.qp_num(),
@@ -266,20 +294,7 @@ fn responder(mode: &str, port: u16) -> Result<bool> {
 fn requester(mode: &str, port: u16, host: &str, op: &str) -> Result<bool> {
     let s = open()?;
     let mr = s.pd.alloc_mr(4096, ALL)?;
-    let tcp = TcpStream::connect((host, port))
-        .map_err(|e| fail(format!("connect {host}:{port}: {e}")))?;
-    let peer = tcp.peer_addr().map_err(fail)?.ip();
-    let mut t = Tcp::new(tcp)?;
-    t.put(&format!(
-        "{:x} {:x} {}",
-        s.qp.qp_num(),
-        s.psn,
-        s.ctx.device().ip()
-    ))?;
-    let line = t.line()?;
-    let v: Vec<&str> = line.split_whitespace().collect();
-    let (qpn, psn, rkey, raddr) = (hex(&v, 0)?, hex(&v, 1)?, hex(&v, 2)?, hex(&v, 3)?);
-    connect(&s, peer, qpn as u32, psn as u32, 12)?;
+    let (mut t, rkey, raddr) = join_responder(&s, host, port)?;
     let mut wr = SendWr::new(7, WrOpcode::Send);
     wr.flags = SendFlags::SIGNALED;
     wr.sg_list.push(mr.sge(0, 64));
@@ -310,7 +325,7 @@ fn requester(mode: &str, port: u16, host: &str, op: &str) -> Result<bool> {
             WrOpcode::RdmaWrite
         };
         wr.remote_addr = raddr;
-        wr.rkey = rkey as u32 ^ 1;
+        wr.rkey = rkey ^ 1;
         s.qp.post_send(&[wr]).map_err(|e| e.1)?;
         let wc = wait_one(&s.cq, Duration::from_secs(15))
             .ok_or_else(|| fail("no completion within 15 s"))?;
@@ -348,18 +363,8 @@ fn mw_responder(port: u16) -> Result<bool> {
         sg_list: [mr.sge(2048, 1024)].into_iter().collect(),
     }])
     .map_err(|e| e.1)?;
-    let l =
-        TcpListener::bind(("0.0.0.0", port)).map_err(|e| fail(format!("listen {port}: {e}")))?;
-    let (tcp, _) = l.accept().map_err(fail)?;
-    let mut t = Tcp::new(tcp)?;
-    let line = t.line()?;
-    let v: Vec<&str> = line.split_whitespace().collect();
-    let ip: IpAddr = v
-        .get(2)
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| fail(format!("exchange: bad line '{line}'")))?;
-    connect(&s, ip, hex(&v, 0)? as u32, hex(&v, 1)? as u32, 12)?;
-    let (bind, rkey) = mw.bind_wr(5, &mr, 1024, 512, Access::REMOTE_WRITE);
+    let mut t = accept_requester(&s, port, 12)?;
+    let (bind, rkey) = mw.bind_wr(5, &mr, 1024..1536, Access::REMOTE_WRITE);
     s.qp.post_send(&[bind]).map_err(|e| e.1)?;
     let wc =
         wait_one(&s.cq, Duration::from_secs(5)).ok_or_else(|| fail("BIND_MW: no completion"))?;
@@ -409,20 +414,7 @@ fn mw_responder(port: u16) -> Result<bool> {
 fn mw_requester(port: u16, host: &str) -> Result<bool> {
     let s = open()?;
     let mr = s.pd.alloc_mr(4096, ALL)?;
-    let tcp = TcpStream::connect((host, port))
-        .map_err(|e| fail(format!("connect {host}:{port}: {e}")))?;
-    let peer = tcp.peer_addr().map_err(fail)?.ip();
-    let mut t = Tcp::new(tcp)?;
-    t.put(&format!(
-        "{:x} {:x} {}",
-        s.qp.qp_num(),
-        s.psn,
-        s.ctx.device().ip()
-    ))?;
-    let line = t.line()?;
-    let v: Vec<&str> = line.split_whitespace().collect();
-    let (qpn, psn, rkey, raddr) = (hex(&v, 0)?, hex(&v, 1)?, hex(&v, 2)? as u32, hex(&v, 3)?);
-    connect(&s, peer, qpn as u32, psn as u32, 12)?;
+    let (mut t, rkey, raddr) = join_responder(&s, host, port)?;
     let data: Vec<u8> = (0..64).map(mw_pat).collect();
     mr.write(0, &data).map_err(fail)?;
     let mut status = Vec::new();

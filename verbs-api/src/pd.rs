@@ -326,7 +326,7 @@ impl Drop for MemoryRegion {
 /// let mw = pd.alloc_mw(MwType::Type2).unwrap();
 /// // A BIND_MW work request grants remote write to 256 bytes of `mr`;
 /// // post it on an RC QP of the same PD, and the peer uses `rkey`.
-/// let (wr, rkey) = mw.bind_wr(7, &mr, 0, 256, Access::REMOTE_WRITE);
+/// let (wr, rkey) = mw.bind_wr(7, &mr, 0..256, Access::REMOTE_WRITE);
 /// assert_eq!(rkey >> 8, mw.rkey() >> 8, "same window index, new key");
 /// assert_eq!(wr.opcode, WrOpcode::BindMw);
 /// ```
@@ -359,30 +359,28 @@ impl MemoryWindow {
         self.inner.is_bound()
     }
     /// A BIND_MW work request (type 2: post it with
-    /// [`QueuePair::post_send`]) granting `access` to `len` bytes at
-    /// `offset` of `mr`, with the next key (`ibv_inc_rkey` of
-    /// [`MemoryWindow::rkey`]). Returns the WR (signaled) and the R_Key
-    /// the window will have once it executes.
+    /// [`QueuePair::post_send`]) granting `access` to `range` of `mr`,
+    /// with the next key (`ibv_inc_rkey` of [`MemoryWindow::rkey`]).
+    /// Returns the WR (signaled) and the R_Key the window will have once
+    /// it executes.
     pub fn bind_wr(
         &self,
         wr_id: u64,
         mr: &MemoryRegion,
-        offset: usize,
-        len: u64,
+        range: std::ops::Range<usize>,
         access: Access,
     ) -> (SendWr, u32) {
         let new_rkey = inc_rkey(self.rkey());
         let mut wr = SendWr::new(wr_id, WrOpcode::BindMw);
         wr.flags = SendFlags::SIGNALED;
-        wr.bind = Some(MwBind {
-            mw: self.inner.clone(),
-            mw_rkey: self.rkey(),
+        wr.bind = Some(self.bind_request(
+            self.rkey(),
             new_rkey,
-            mr_lkey: mr.lkey(),
-            addr: mr.addr() + offset as u64,
-            len,
+            mr.lkey(),
+            mr.addr() + range.start as u64,
+            range.len() as u64,
             access,
-        });
+        ));
         (wr, new_rkey)
     }
     /// The bind request of a BIND_MW work request in the C ABI's terms
@@ -407,9 +405,6 @@ impl MemoryWindow {
             len,
             access,
         }
-    }
-    pub(crate) fn inner(&self) -> &Arc<MwInner> {
-        &self.inner
     }
     pub(crate) fn set_rkey(&self, rkey: u32) {
         self.rkey.store(rkey, Ordering::Release);

@@ -199,19 +199,17 @@ impl QueuePair {
         self.state.get()
     }
 
-    /// `ibv_bind_mw`: binds a type 1 window to `len` bytes at `offset` of
-    /// `mr` with `access` (REMOTE_READ/WRITE/ATOMIC; `mr` needs MW_BIND,
-    /// and LOCAL_WRITE for remote write or atomic), or unbinds it when
-    /// `mr` is `None`. The bind is a work request on this QP's send
-    /// queue, executed in order (completion opcode BIND_MW, status
-    /// MW_BIND_ERR when refused); the window's new R_Key is returned at
-    /// once, as `ibv_bind_mw` sets `mw->rkey`.
+    /// `ibv_bind_mw`: binds a type 1 window to `range` of a region with
+    /// `access` (REMOTE_READ/WRITE/ATOMIC; the region needs MW_BIND, and
+    /// LOCAL_WRITE for remote write or atomic), or unbinds it with
+    /// `None`. The bind is a work request on this QP's send queue,
+    /// executed in order (completion opcode BIND_MW, status MW_BIND_ERR
+    /// when refused); the window's new R_Key is returned at once, as
+    /// `ibv_bind_mw` sets `mw->rkey`.
     pub fn bind_mw(
         &self,
         mw: &crate::MemoryWindow,
-        mr: Option<&crate::MemoryRegion>,
-        offset: usize,
-        len: u64,
+        to: Option<(&crate::MemoryRegion, std::ops::Range<usize>)>,
         access: Access,
         wr_id: u64,
         flags: SendFlags,
@@ -222,17 +220,13 @@ impl QueuePair {
             ));
         }
         let new_rkey = crate::inc_rkey(mw.rkey());
+        let (lkey, addr, len) = match &to {
+            Some((mr, r)) => (mr.lkey(), mr.addr() + r.start as u64, r.len() as u64),
+            None => (0, 0, 0),
+        };
         let mut wr = SendWr::new(wr_id, WrOpcode::BindMw);
         wr.flags = flags;
-        wr.bind = Some(uroce_provider::memory::MwBind {
-            mw: mw.inner().clone(),
-            mw_rkey: mw.rkey(),
-            new_rkey,
-            mr_lkey: mr.map_or(0, |m| m.lkey()),
-            addr: mr.map_or(0, |m| m.addr() + offset as u64),
-            len: if mr.is_some() { len } else { 0 },
-            access,
-        });
+        wr.bind = Some(mw.bind_request(mw.rkey(), new_rkey, lkey, addr, len, access));
         self.post_send(std::slice::from_ref(&wr))
             .map_err(|(_, e)| e)?;
         mw.set_rkey(new_rkey);

@@ -112,9 +112,7 @@ fn type1_bind_grants_exactly_the_window() {
     let rkey =
         b.qp.bind_mw(
             &mw,
-            Some(&b.mr),
-            1024,
-            512,
+            Some((&b.mr, 1024..1536)),
             Access::REMOTE_WRITE,
             9,
             SendFlags::SIGNALED,
@@ -156,9 +154,7 @@ fn type1_refusals_and_unbind() {
     let rkey =
         b.qp.bind_mw(
             &mw,
-            Some(&b.mr),
-            0,
-            256,
+            Some((&b.mr, 0..256)),
             Access::REMOTE_WRITE,
             1,
             SendFlags::SIGNALED,
@@ -176,9 +172,7 @@ fn type1_refusals_and_unbind() {
     let rkey =
         b.qp.bind_mw(
             &mw,
-            Some(&b.mr),
-            0,
-            256,
+            Some((&b.mr, 0..256)),
             Access::REMOTE_WRITE,
             1,
             SendFlags::SIGNALED,
@@ -196,9 +190,7 @@ fn type1_refusals_and_unbind() {
     let k1 =
         b.qp.bind_mw(
             &mw,
-            Some(&b.mr),
-            0,
-            256,
+            Some((&b.mr, 0..256)),
             Access::REMOTE_WRITE,
             1,
             SendFlags::SIGNALED,
@@ -208,9 +200,7 @@ fn type1_refusals_and_unbind() {
     let k2 =
         b.qp.bind_mw(
             &mw,
-            Some(&b.mr),
-            0,
-            256,
+            Some((&b.mr, 0..256)),
             Access::REMOTE_WRITE,
             2,
             SendFlags::SIGNALED,
@@ -219,7 +209,7 @@ fn type1_refusals_and_unbind() {
     one(&b.cq);
     assert_ne!(k1, k2);
     assert_eq!(write(&a, b.mr.addr(), k2, 8, 1).status, WcStatus::Success);
-    b.qp.bind_mw(&mw, None, 0, 0, Access::empty(), 3, SendFlags::SIGNALED)
+    b.qp.bind_mw(&mw, None, Access::empty(), 3, SendFlags::SIGNALED)
         .unwrap();
     assert_eq!(one(&b.cq).status, WcStatus::Success);
     assert!(!mw.is_bound());
@@ -238,9 +228,7 @@ fn bind_errors_complete_with_mw_bind_err() {
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
     b.qp.bind_mw(
         &mw,
-        Some(&plain),
-        0,
-        64,
+        Some((&plain, 0..64)),
         Access::REMOTE_READ,
         1,
         SendFlags::SIGNALED,
@@ -257,22 +245,22 @@ fn bind_errors_complete_with_mw_bind_err() {
     let (_a, b) = pair(6);
     let ro = b.pd.alloc_mr(64, Access::MW_BIND).unwrap();
     let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
-    let (wr, _) = mw.bind_wr(1, &ro, 0, 64, Access::REMOTE_WRITE);
+    let (wr, _) = mw.bind_wr(1, &ro, 0..64, Access::REMOTE_WRITE);
     assert_eq!(post(&b, wr).status, WcStatus::MwBindErr);
 
     // A type 2 window bound twice (it must be invalidated first).
     let (_a, b) = pair(7);
     let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
-    let (wr, _) = mw.bind_wr(1, &b.mr, 0, 64, Access::REMOTE_WRITE);
+    let (wr, _) = mw.bind_wr(1, &b.mr, 0..64, Access::REMOTE_WRITE);
     assert_eq!(post(&b, wr).status, WcStatus::Success);
-    let (wr, _) = mw.bind_wr(2, &b.mr, 0, 64, Access::REMOTE_WRITE);
+    let (wr, _) = mw.bind_wr(2, &b.mr, 0..64, Access::REMOTE_WRITE);
     assert_eq!(post(&b, wr).status, WcStatus::MwBindErr);
 
     // A window of another PD.
     let (_a, b) = pair(8);
     let other = b._ctx.alloc_pd().unwrap();
     let mw = other.alloc_mw(MwType::Type2).unwrap();
-    let (wr, _) = mw.bind_wr(1, &b.mr, 0, 64, Access::REMOTE_WRITE);
+    let (wr, _) = mw.bind_wr(1, &b.mr, 0..64, Access::REMOTE_WRITE);
     assert_eq!(post(&b, wr).status, WcStatus::MwBindErr);
 
     // LOCAL_INV of a type 1 window's key: a local QP operation error.
@@ -290,9 +278,7 @@ fn bind_errors_complete_with_mw_bind_err() {
         .qp
         .bind_mw(
             &mw,
-            Some(&b.mr),
-            0,
-            64,
+            Some((&b.mr, 0..64)),
             Access::REMOTE_WRITE,
             1,
             SendFlags::SIGNALED
@@ -304,7 +290,7 @@ fn bind_errors_complete_with_mw_bind_err() {
 fn type2_local_invalidate_and_rebind() {
     let (a, b) = pair(11);
     let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
-    let (wr, rkey) = mw.bind_wr(1, &b.mr, 0, 128, Access::REMOTE_WRITE | Access::REMOTE_READ);
+    let (wr, rkey) = mw.bind_wr(1, &b.mr, 0..128, Access::REMOTE_WRITE | Access::REMOTE_READ);
     assert_eq!(post(&b, wr).status, WcStatus::Success);
     b.mr.write(0, b"window").unwrap();
     assert_eq!(read(&a, b.mr.addr(), rkey, 6, 1).status, WcStatus::Success);
@@ -321,7 +307,7 @@ fn type2_local_invalidate_and_rebind() {
     assert!(!mw.is_bound());
 
     // Free again: a new bind with the next key works; the old key does not.
-    let (wr, new_rkey) = mw.bind_wr(3, &b.mr, 0, 128, Access::REMOTE_WRITE);
+    let (wr, new_rkey) = mw.bind_wr(3, &b.mr, 0..128, Access::REMOTE_WRITE);
     assert_eq!(new_rkey, inc_rkey(rkey));
     assert_eq!(post(&b, wr).status, WcStatus::Success);
     assert_eq!(mw.rkey(), new_rkey);
@@ -339,7 +325,7 @@ fn type2_local_invalidate_and_rebind() {
 fn type2_remote_invalidate_by_send_with_inv() {
     let (a, b) = pair(12);
     let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
-    let (wr, rkey) = mw.bind_wr(1, &b.mr, 0, 128, Access::REMOTE_WRITE);
+    let (wr, rkey) = mw.bind_wr(1, &b.mr, 0..128, Access::REMOTE_WRITE);
     assert_eq!(post(&b, wr).status, WcStatus::Success);
     b.qp.post_recv(&[RecvWr {
         wr_id: 70,
@@ -372,9 +358,7 @@ fn send_with_inv_of_a_type1_key_is_refused() {
     let rkey =
         b.qp.bind_mw(
             &mw,
-            Some(&b.mr),
-            0,
-            64,
+            Some((&b.mr, 0..64)),
             Access::REMOTE_WRITE,
             1,
             SendFlags::empty(),
@@ -409,7 +393,7 @@ fn type2_window_serves_only_the_qp_that_bound_it() {
     connect(&a2_qp, "127.81.14.3", &qp2, "127.81.14.2");
 
     let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
-    let (wr, rkey) = mw.bind_wr(1, &b.mr, 0, 64, Access::REMOTE_WRITE);
+    let (wr, rkey) = mw.bind_wr(1, &b.mr, 0..64, Access::REMOTE_WRITE);
     assert_eq!(post(&b, wr).status, WcStatus::Success);
     assert_eq!(write(&a, b.mr.addr(), rkey, 8, 1).status, WcStatus::Success);
 
@@ -426,7 +410,7 @@ fn type2_window_serves_only_the_qp_that_bound_it() {
 fn dealloc_and_dereg_with_windows() {
     let (a, b) = pair(15);
     let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
-    let (wr, rkey) = mw.bind_wr(1, &b.mr, 0, 64, Access::REMOTE_WRITE);
+    let (wr, rkey) = mw.bind_wr(1, &b.mr, 0..64, Access::REMOTE_WRITE);
     assert_eq!(post(&b, wr).status, WcStatus::Success);
     assert_eq!(write(&a, b.mr.addr(), rkey, 8, 1).status, WcStatus::Success);
     drop(mw);
@@ -441,9 +425,7 @@ fn dealloc_and_dereg_with_windows() {
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
     b.qp.bind_mw(
         &mw,
-        Some(&b.mr),
-        0,
-        64,
+        Some((&b.mr, 0..64)),
         Access::REMOTE_READ,
         1,
         SendFlags::SIGNALED,

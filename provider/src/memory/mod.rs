@@ -138,6 +138,29 @@ impl std::fmt::Debug for MrInner {
 }
 
 impl MrInner {
+    /// A registered region with keys `(lkey, rkey)`.
+    fn registered(
+        pd: PdId,
+        ptr: NonNull<u8>,
+        len: usize,
+        iova: u64,
+        access: Access,
+        (lkey, rkey): (u32, u32),
+        backing: Backing,
+    ) -> MrInner {
+        MrInner {
+            pd,
+            ptr,
+            len,
+            iova,
+            access,
+            lkey,
+            rkey,
+            gate: parking_lot::RwLock::new(true),
+            backing: parking_lot::Mutex::new(Some(backing)),
+            bound_windows: AtomicI32::new(0),
+        }
+    }
     /// Protection domain.
     pub fn pd(&self) -> PdId {
         self.pd
@@ -193,11 +216,7 @@ impl MrInner {
 
     /// Offset of `[addr, addr+len)` in the region, if inside it.
     pub fn offset_of(&self, addr: u64, len: u64) -> Result<usize, MemError> {
-        let off = addr.wrapping_sub(self.iova);
-        if addr < self.iova || off > self.len as u64 || len > self.len as u64 - off {
-            return Err(MemError::OutOfBounds { addr, len });
-        }
-        Ok(off as usize)
+        offset_in(self.iova, self.len as u64, addr, len).map(|o| o as usize)
     }
 
     /// The one place that touches the region's bytes: checks that
@@ -317,6 +336,16 @@ impl Drop for MrInner {
     }
 }
 
+/// Offset of `[addr, addr+len)` in `[base, base+size)`, if inside it
+/// (without overflow).
+pub(crate) fn offset_in(base: u64, size: u64, addr: u64, len: u64) -> Result<u64, MemError> {
+    let off = addr.wrapping_sub(base);
+    if addr < base || off > size || len > size - off {
+        return Err(MemError::OutOfBounds { addr, len });
+    }
+    Ok(off)
+}
+
 /// Why a key lookup failed, in the terms of the spec's checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
@@ -382,21 +411,15 @@ impl KeyTable {
             {
                 continue;
             }
-            let mr = Arc::new(MrInner {
+            return self.insert(MrInner::registered(
                 pd,
                 ptr,
                 len,
                 iova,
                 access,
-                lkey,
-                rkey,
-                gate: parking_lot::RwLock::new(true),
-                backing: parking_lot::Mutex::new(Some(backing)),
-                bound_windows: AtomicI32::new(0),
-            });
-            self.by_lkey.insert(lkey, mr.clone());
-            self.by_rkey.insert(rkey, mr.clone());
-            return mr;
+                (lkey, rkey),
+                backing,
+            ));
         }
     }
 
@@ -456,18 +479,16 @@ impl KeyTable {
                 old.backing.lock().take().unwrap_or(Backing::External),
             ),
         };
-        let mr = Arc::new(MrInner {
-            pd,
-            ptr,
-            len,
-            iova,
-            access,
-            lkey: old.lkey,
-            rkey: old.rkey,
-            gate: parking_lot::RwLock::new(true),
-            backing: parking_lot::Mutex::new(Some(backing)),
-            bound_windows: AtomicI32::new(0),
-        });
+        let keys = (old.lkey, old.rkey);
+        self.insert(MrInner::registered(
+            pd, ptr, len, iova, access, keys, backing,
+        ))
+    }
+
+    /// Makes `mr` findable by its keys (replacing a region with the same
+    /// keys).
+    fn insert(&self, mr: MrInner) -> Arc<MrInner> {
+        let mr = Arc::new(mr);
         self.by_lkey.insert(mr.lkey, mr.clone());
         self.by_rkey.insert(mr.rkey, mr.clone());
         mr

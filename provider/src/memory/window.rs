@@ -301,10 +301,7 @@ impl KeyTable {
         if !b.access.contains(need) {
             return Err(KeyError::Access(need));
         }
-        let off = addr.wrapping_sub(b.addr);
-        if addr < b.addr || off > b.len || len > b.len - off {
-            return Err(KeyError::Mem(super::MemError::OutOfBounds { addr, len }));
-        }
+        super::offset_in(b.addr, b.len, addr, len)?;
         let mr = b.mr.clone();
         drop(st);
         if !mr.is_valid() {
