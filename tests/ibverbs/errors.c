@@ -518,6 +518,39 @@ int main(void)
 		      strcmp(b.buf, "hello uroce") == 0,
 	      "RDMA WRITE: success, data arrived");
 
+	/* ---- importing a context, a PD and an MR (one process) */
+	{
+		errno = 0;
+		CHECK(!ibv_import_device(-1) && errno == EBADF,
+		      "import_device of a closed fd: NULL, EBADF (%d)", errno);
+		int null_fd = open("/dev/null", O_RDONLY);
+		errno = 0;
+		CHECK(!ibv_import_device(null_fd) && errno == EOPNOTSUPP,
+		      "import_device of a descriptor that names no context: NULL, EOPNOTSUPP (%d)",
+		      errno);
+		close(null_fd);
+		struct ibv_context *ic = ibv_import_device(dup(b.ctx->cmd_fd));
+		struct ibv_pd *ipd = ic ? ibv_import_pd(ic, b.pd->handle) : NULL;
+		struct ibv_mr *imr = ipd ? ibv_import_mr(ipd, b.mr->handle) : NULL;
+		CHECK(ic && ic->device == b.ctx->device && ipd && ipd->handle == b.pd->handle &&
+			      imr && imr->lkey == b.mr->lkey && imr->rkey == b.mr->rkey &&
+			      imr->length == b.mr->length && imr->addr == NULL,
+		      "import_device(dup(cmd_fd)), import_pd, import_mr: the same objects");
+		errno = 0;
+		CHECK(ic && !ibv_import_pd(ic, 0xdead) && errno == EINVAL,
+		      "import_pd of an unknown handle: NULL, EINVAL (%d)", errno);
+		if (imr)
+			ibv_unimport_mr(imr);
+		if (ipd)
+			ibv_unimport_pd(ipd);
+		strcpy(a.buf, "still registered");
+		MUST(post_write(&a, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey, 30) == 0);
+		CHECK(wait_wc(a.cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+			      strcmp(b.buf, "still registered") == 0,
+		      "after unimport_mr/pd the region still serves the peer");
+		CHECK(ic && ibv_close_device(ic) == 0, "close the imported context");
+	}
+
 	/* ---- memory windows and re-registration (the pair stays healthy) */
 	{
 		errno = 0;

@@ -13,13 +13,8 @@
 
 FLOOR=86
 # Tests that fail on uroce for a reason stated here (matched as a
-# substring of the unittest line).
-KNOWN=(
-  # ibv_import_device() of a dup()ed cmd_fd: sharing a context's objects
-  # between contexts (or processes) through the kernel's command fd;
-  # uroce's objects live in the process and it has no such fd.
-  "test_imported_rc_ex_rdma_write"
-)
+# substring of the unittest line; none today).
+KNOWN=()
 
 pyverbs_suite() {
   local dir log rc ok fails errors skipped crashed unexpected line k known

@@ -31,6 +31,23 @@ impl ProtectionDomain {
         &self.ctx
     }
 
+    /// The PD's number in its device (`ibv_pd::handle`): what
+    /// `ibv_import_pd` names it by.
+    pub fn handle(&self) -> u32 {
+        self.id
+    }
+
+    /// A second handle on the same protection domain (`ibv_import_pd`):
+    /// objects made through either are in the same domain. It counts as a
+    /// user of the domain until dropped.
+    pub fn share(&self) -> ProtectionDomain {
+        ProtectionDomain {
+            ctx: self.ctx.clone(),
+            id: self.id,
+            users: self.users.clone(),
+        }
+    }
+
     fn check_access(access: Access) -> Result<()> {
         // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or remote atomic
         // needs local write.
@@ -56,6 +73,7 @@ impl ProtectionDomain {
             ctx: self.ctx.clone(),
             inner: Some(inner),
             _pd: self.users.clone(),
+            owns: true,
         }
     }
 
@@ -159,6 +177,9 @@ pub struct MemoryRegion {
     ctx: Context,
     inner: Option<Arc<MrInner>>,
     _pd: Arc<()>,
+    /// Dropping it deregisters (false for a [`MemoryRegion::share`]d
+    /// handle).
+    owns: bool,
 }
 
 impl MemoryRegion {
@@ -223,6 +244,18 @@ impl MemoryRegion {
     /// Memory windows bound to the region now.
     pub fn bound_windows(&self) -> u32 {
         self.mr().bound_windows()
+    }
+    /// A second handle on the same registration (`ibv_import_mr`): the
+    /// same keys and memory. Dropping it leaves the region registered
+    /// (`ibv_unimport_mr`); [`MemoryRegion::dereg`] through either
+    /// deregisters it for both.
+    pub fn share(&self) -> MemoryRegion {
+        MemoryRegion {
+            ctx: self.ctx.clone(),
+            inner: self.inner.clone(),
+            _pd: self._pd.clone(),
+            owns: false,
+        }
     }
     /// Local key.
     pub fn lkey(&self) -> u32 {
@@ -310,7 +343,9 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        self.release();
+        if self.owns {
+            self.release();
+        }
     }
 }
 

@@ -498,8 +498,11 @@ impl KeyTable {
     /// access to its bytes is in progress and none will start (see the
     /// module docs): external memory may be freed.
     pub fn deregister(&self, mr: &MrInner) {
-        self.by_lkey.remove(&mr.lkey);
-        self.by_rkey.remove(&mr.rkey);
+        // Only this region's entries: after a re-registration the keys
+        // name its successor.
+        let this = |_: &u32, v: &Arc<MrInner>| std::ptr::eq(Arc::as_ptr(v), mr);
+        self.by_lkey.remove_if(&mr.lkey, this);
+        self.by_rkey.remove_if(&mr.rkey, this);
         mr.invalidate();
     }
 

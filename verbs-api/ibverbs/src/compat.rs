@@ -1,6 +1,6 @@
 //! The rest of libibverbs' exported symbols, so that every program or
 //! library linked against rdma-core (up to IBVERBS_1.18) finds what it
-//! binds: the calls uroce does not do (importing objects, dma-bufs,
+//! binds: the calls uroce does not do (importing device memory, dma-bufs,
 //! device memory handles, completion counters, port speed) report
 //! EOPNOTSUPP. And the symbols other rdma-core libraries import, which
 //! must exist for them to load at all: perftest links libmlx5 and libefa
@@ -66,13 +66,12 @@ unsupported! {
     ibv_resolve_eth_l2_from_gid, ibv_query_ece, ibv_set_ece,
     ibv_copy_ah_attr_from_kern, ibv_copy_path_rec_from_kern, ibv_copy_qp_attr_from_kern,
     ibv_copy_path_rec_to_kern, __ioctl_final_num_attrs, ibv_read_ibdev_sysfs_file,
-    ibv_unimport_pd, ibv_unimport_mr, ibv_unimport_dm, ibv_dealloc_dmah,
+    ibv_unimport_dm, ibv_dealloc_dmah,
     ibv_dm_export_dmabuf_fd, ibv_query_port_speed, ibv_free_buf,
     _ibv_query_comp_cntr_caps, ibv_destroy_comp_cntr, ibv_export_buf_dmabuf_fd,
     ibv_inc_comp_cntr, ibv_inc_err_comp_cntr, ibv_qp_attach_comp_cntr, ibv_read_comp_cntr,
     ibv_read_err_comp_cntr, ibv_set_comp_cntr, ibv_set_err_comp_cntr;
-    ptr: _verbs_init_and_alloc_context, verbs_open_device, ibv_import_device, ibv_import_pd,
-    ibv_import_mr, ibv_import_dm, ibv_reg_dmabuf_mr, ibv_alloc_dmah, ibv_reg_mr_ex,
+    ptr: _verbs_init_and_alloc_context, verbs_open_device, ibv_import_dm, ibv_reg_dmabuf_mr, ibv_alloc_dmah, ibv_reg_mr_ex,
     ibv_alloc_buf, ibv_reg_buf_mr, ibv_create_comp_cntr
 }
 
@@ -91,8 +90,7 @@ crate::symbol_versions! {
     "IBVERBS_1.0": [ibv_copy_path_rec_from_kern, ibv_copy_qp_attr_from_kern, ibv_get_sysfs_path,
                     ibv_copy_path_rec_to_kern]
     "IBVERBS_1.1": [ibv_copy_ah_attr_from_kern, ibv_resolve_eth_l2_from_gid, ibv_register_driver]
-    "IBVERBS_1.10": [ibv_query_ece, ibv_set_ece, ibv_import_device, ibv_import_pd, ibv_import_mr,
-                     ibv_unimport_pd, ibv_unimport_mr]
+    "IBVERBS_1.10": [ibv_query_ece, ibv_set_ece]
     "IBVERBS_1.12": [ibv_reg_dmabuf_mr]
     "IBVERBS_1.13": [ibv_import_dm, ibv_unimport_dm]
     "IBVERBS_1.15": [ibv_alloc_dmah, ibv_dealloc_dmah, ibv_reg_mr_ex]

@@ -17,6 +17,7 @@ crate::symbol_versions! {
                     ibv_query_port, ibv_query_gid, ibv_query_pkey]
     "IBVERBS_1.5": [ibv_get_pkey_index]
     "IBVERBS_1.9": [ibv_get_device_index]
+    "IBVERBS_1.10": [ibv_import_device]
     "IBVERBS_1.11": [_ibv_query_gid_ex, _ibv_query_gid_table]
     "IBVERBS_PRIVATE_34": [ibv_query_gid_type]
 }
@@ -170,9 +171,51 @@ unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
     ptr_result(|| open_device(d))
 }
 
+/// Command fds of open contexts, by identity (device and inode of the
+/// memfd: a dup of it has the same), with their device.
+static CMD_FDS: Mutex<Vec<((u64, u64), usize)>> = Mutex::new(Vec::new());
+
+/// The identity of an open file descriptor.
+fn fd_key(fd: c_int) -> Result<(u64, u64), i32> {
+    // SAFETY: all-zero is a valid `struct stat`; fstat writes it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on any integer is safe; EBADF when not open.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EBADF));
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// `ibv_import_device`: a context of the device whose context `fd` (a
+/// context's `cmd_fd`, or a dup of it) belongs to. uroce's contexts live
+/// in the process, so importing works between contexts of one process;
+/// the new context shares the device's objects, and its `cmd_fd` is
+/// `fd` (closed by `ibv_close_device`).
+#[no_mangle]
+unsafe extern "C" fn ibv_import_device(fd: c_int) -> *mut ibv_context {
+    ptr_result(|| {
+        let key = fd_key(fd)?;
+        let d = CMD_FDS
+            .lock()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, d)| *d)
+            .ok_or(libc::EOPNOTSUPP)?;
+        open_device_with(d as *mut ibv_device, Some(fd))
+    })
+}
+
 /// `ibv_open_device`, for callers in this library (see
 /// [`crate::symbol_versions`]).
 fn open_device(d: *mut ibv_device) -> Result<*mut ibv_context, i32> {
+    open_device_with(d, None)
+}
+
+/// Opens a context of `d`: with a command fd of its own (a memfd, which
+/// `ibv_import_device` recognizes), or `imported`'s.
+fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut ibv_context, i32> {
     // SAFETY: the caller's device.
     let dv = unsafe { dev(d)? };
     let (rust, handles) = {
@@ -203,7 +246,19 @@ fn open_device(d: *mut ibv_device) -> Result<*mut ibv_context, i32> {
     v.get_srq_num = Some(get_srq_num);
     v.sz = std::mem::size_of::<verbs_context>();
     v.context.device = d;
-    v.context.cmd_fd = -1;
+    let (cmd_fd, cmd_fd_key) = match imported {
+        Some(fd) => (fd, None),
+        None => {
+            // SAFETY: a NUL-terminated name; flags valid.
+            let fd = unsafe { libc::memfd_create(c"uroce-context".as_ptr(), libc::MFD_CLOEXEC) };
+            let key = if fd >= 0 { fd_key(fd).ok() } else { None };
+            if let Some(k) = key {
+                CMD_FDS.lock().push((k, d as usize));
+            }
+            (fd, key)
+        }
+    };
+    v.context.cmd_fd = cmd_fd;
     v.context.async_fd = async_fd;
     v.context.num_comp_vectors = 1;
     v.context.abi_compat = usize::MAX as *mut libc::c_void; // __VERBS_ABI_IS_EXTENDED
@@ -218,7 +273,11 @@ fn open_device(d: *mut ibv_device) -> Result<*mut ibv_context, i32> {
     ops.dealloc_mw = Some(crate::objects::dealloc_mw);
     let obj = Box::new(Ctx {
         v,
-        inner: CtxInner { rust, handles },
+        inner: CtxInner {
+            rust,
+            handles,
+            cmd_fd_key,
+        },
     });
     let p = Box::into_raw(obj);
     // SAFETY: just made; the ibv_context is its last field.
@@ -276,6 +335,14 @@ fn close_device(c: *mut ibv_context) -> Result<(), i32> {
     // SAFETY: made by Box::into_raw in ibv_open_device. Objects the
     // program did not destroy keep the device's engine alive.
     let ctx = unsafe { Box::from_raw(crate::objects::ctx_ptr(c)) };
+    if let Some(k) = ctx.inner.cmd_fd_key {
+        CMD_FDS.lock().retain(|(key, _)| *key != k);
+    }
+    if ctx.v.context.cmd_fd >= 0 {
+        // SAFETY: the context's command fd (its own memfd, or the one
+        // ibv_import_device was given), closed once, here.
+        unsafe { libc::close(ctx.v.context.cmd_fd) };
+    }
     // SAFETY: the context's device, from the list.
     if let Ok(dv) = unsafe { dev(ctx.v.context.device) } {
         let mut open = dv.open.lock();

@@ -33,6 +33,7 @@ crate::symbol_versions! {
     "IBVERBS_1.6": [ibv_qp_to_qp_ex]
     "IBVERBS_1.7": [ibv_reg_mr_iova]
     "IBVERBS_1.8": [ibv_reg_mr_iova2]
+    "IBVERBS_1.10": [ibv_import_pd, ibv_import_mr, ibv_unimport_pd, ibv_unimport_mr]
     "IBVERBS_1.14": [ibv_query_qp_data_in_order]
 }
 
@@ -53,6 +54,9 @@ pub(crate) struct Ctx {
 pub(crate) struct CtxInner {
     pub rust: Context,
     pub handles: Arc<Handles>,
+    /// The identity of the context's command fd (a memfd) when this
+    /// context made it; an imported context's belongs to the original.
+    pub cmd_fd_key: Option<(u64, u64)>,
 }
 
 /// QP number -> `*mut Qp`, CQ handle -> `*mut Cq`, SRQ handle -> `*mut
@@ -64,6 +68,10 @@ pub(crate) struct Handles {
     pub qps: Mutex<HashMap<u32, usize>>,
     pub cqs: Mutex<HashMap<u32, usize>>,
     pub srqs: Mutex<HashMap<u32, usize>>,
+    /// PDs and MRs by `handle`, for `ibv_import_pd` / `ibv_import_mr`.
+    pub pds: Mutex<HashMap<u32, usize>>,
+    pub mrs: Mutex<HashMap<u32, usize>>,
+    pub next_mr_handle: std::sync::atomic::AtomicU32,
 }
 
 /// The `Ctx` an `ibv_context` belongs to.
@@ -147,6 +155,8 @@ pub(crate) struct Pd {
 }
 pub(crate) struct PdInner {
     pub rust: ManuallyDrop<ProtectionDomain>,
+    /// Made by `ibv_import_pd` (not in the handle table).
+    pub imported: bool,
 }
 accessor!(pd, ibv_pd, Pd, PdInner);
 
@@ -157,6 +167,8 @@ pub(crate) struct Mr {
 }
 pub(crate) struct MrInner {
     pub _rust: MemoryRegion,
+    /// Made by `ibv_import_mr` (not in the handle table).
+    pub imported: bool,
 }
 
 #[no_mangle]
@@ -171,13 +183,55 @@ pub(crate) unsafe extern "C" fn ibv_alloc_pd_impl(context: *mut ibv_context) -> 
         // SAFETY: a context from ibv_open_device (the caller's contract).
         let ctx = unsafe { crate::objects::ctx(context)? };
         let rust = ctx.rust.alloc_pd().map_err(|e| errno(&e))?;
+        let handle = rust.handle();
         let obj = Box::new(Pd {
-            c: ibv_pd { context, handle: 0 },
+            c: ibv_pd { context, handle },
             inner: PdInner {
                 rust: ManuallyDrop::new(rust),
+                imported: false,
+            },
+        });
+        let p = Box::into_raw(obj);
+        ctx.handles.pds.lock().insert(handle, p as usize);
+        Ok(p.cast())
+    })
+}
+
+/// `ibv_import_pd`: the PD of the same device with this handle, for a
+/// context of that device (uroce's contexts and objects live in the
+/// process: importing works between the contexts of one process, as
+/// `ibv_import_device` does).
+#[no_mangle]
+unsafe extern "C" fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> *mut ibv_pd {
+    ptr_result(|| {
+        // SAFETY: a context from ibv_open_device/ibv_import_device.
+        let ctx = unsafe { crate::objects::ctx(context)? };
+        let orig = *ctx.handles.pds.lock().get(&handle).ok_or(libc::EINVAL)?;
+        // SAFETY: registered while the PD lives (removed when deallocated).
+        let rust = unsafe { pd(orig as *mut ibv_pd)? }.rust.share();
+        let obj = Box::new(Pd {
+            c: ibv_pd { context, handle },
+            inner: PdInner {
+                rust: ManuallyDrop::new(rust),
+                imported: true,
             },
         });
         Ok(Box::into_raw(obj).cast())
+    })
+}
+
+/// `ibv_unimport_pd`: frees what `ibv_import_pd` made; the PD stays.
+#[no_mangle]
+unsafe extern "C" fn ibv_unimport_pd(p: *mut ibv_pd) {
+    guard((), || {
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: made by Box::into_raw in ibv_import_pd (the caller's
+        // contract); its shared handle is dropped, nothing destroyed.
+        let mut b = unsafe { Box::from_raw(p.cast::<Pd>()) };
+        // SAFETY: taken once, here.
+        unsafe { ManuallyDrop::drop(&mut b.inner.rust) };
     })
 }
 
@@ -187,14 +241,25 @@ unsafe extern "C" fn ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
         if p.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: a live PD from ibv_alloc_pd (the caller's contract); the
-        // closure only computes a field address in it.
+        // SAFETY: a live PD from ibv_alloc_pd/ibv_import_pd (the caller's
+        // contract).
+        let (c, handle, imported) = (unsafe { (*p).context }, unsafe { (*p).handle }, unsafe {
+            pd(p)?.imported
+        });
+        // SAFETY: as above; the closure only computes a field address.
         unsafe {
             destroy_boxed(
                 p.cast::<Pd>(),
                 |o| addr_of_mut!((*o).inner.rust),
                 ProtectionDomain::destroy,
-                || {},
+                || {
+                    if !imported {
+                        // SAFETY: the PD's context is live.
+                        if let Ok(ctx) = crate::objects::ctx(c) {
+                            ctx.handles.pds.lock().remove(&handle);
+                        }
+                    }
+                },
             )
         }
     })
@@ -240,19 +305,83 @@ fn reg_mr(
     let mr = unsafe { pdi.rust.reg_mr_raw(addr.cast(), length, acc) }.map_err(|e| errno(&e))?;
     // SAFETY: p is a live PD.
     let context = unsafe { (*p).context };
-    let obj = Box::new(Mr {
+    // SAFETY: the PD's context is live.
+    let handles = unsafe { ctx(context)? }.handles.clone();
+    let handle = handles
+        .next_mr_handle
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let m = new_mr(context, p, addr, length, handle, mr, false);
+    handles.mrs.lock().insert(handle, m as usize);
+    Ok(m.cast())
+}
+
+/// Boxes the C half of a region.
+fn new_mr(
+    context: *mut ibv_context,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: size_t,
+    handle: u32,
+    mr: MemoryRegion,
+    imported: bool,
+) -> *mut Mr {
+    Box::into_raw(Box::new(Mr {
         c: ibv_mr {
             context,
-            pd: p,
+            pd,
             addr,
             length,
-            handle: 0,
+            handle,
             lkey: mr.lkey(),
             rkey: mr.rkey(),
         },
-        inner: MrInner { _rust: mr },
-    });
-    Ok(Box::into_raw(obj).cast())
+        inner: MrInner {
+            _rust: mr,
+            imported,
+        },
+    }))
+}
+
+/// `ibv_import_mr`: the region of the PD's device with this handle, for
+/// a PD of a context of that device (in this process). Its `addr` is
+/// NULL, as the kernel reports an imported region's.
+#[no_mangle]
+unsafe extern "C" fn ibv_import_mr(p: *mut ibv_pd, handle: u32) -> *mut ibv_mr {
+    ptr_result(|| {
+        // SAFETY: a PD from ibv_alloc_pd/ibv_import_pd.
+        unsafe { pd(p)? };
+        // SAFETY: p is a live PD; its context is live.
+        let context = unsafe { (*p).context };
+        // SAFETY: as above.
+        let handles = unsafe { ctx(context)? }.handles.clone();
+        let orig = *handles.mrs.lock().get(&handle).ok_or(libc::EINVAL)?;
+        // SAFETY: registered while the MR lives (removed at ibv_dereg_mr).
+        let o = unsafe { &*(orig as *const Mr) };
+        let shared = o.inner._rust.share();
+        Ok(new_mr(
+            context,
+            p,
+            std::ptr::null_mut(),
+            o.c.length,
+            handle,
+            shared,
+            true,
+        )
+        .cast())
+    })
+}
+
+/// `ibv_unimport_mr`: frees what `ibv_import_mr` made; the region stays
+/// registered.
+#[no_mangle]
+unsafe extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
+    guard((), || {
+        if !mr.is_null() {
+            // SAFETY: made by Box::into_raw in ibv_import_mr (the caller's
+            // contract); a shared handle's drop deregisters nothing.
+            drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+        }
+    })
 }
 
 /// The system's page size (4096 where sysconf does not say).
@@ -455,12 +584,21 @@ unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         if mr.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: made by Box::into_raw in reg_mr.
+        // SAFETY: made by Box::into_raw in reg_mr or ibv_import_mr.
         if unsafe { (*mr.cast::<Mr>()).inner._rust.bound_windows() } > 0 {
             return Err(libc::EBUSY);
         }
-        // SAFETY: made by Box::into_raw in reg_mr; dropping deregisters.
-        drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+        // SAFETY: as above; the region is deregistered (through an
+        // imported one too: it is the same registration).
+        let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
+        let Mr { c, inner } = *m;
+        if !inner.imported {
+            // SAFETY: the region's context is live.
+            if let Ok(ctx) = unsafe { ctx(c.context) } {
+                ctx.handles.mrs.lock().remove(&c.handle);
+            }
+        }
+        inner._rust.dereg();
         Ok(())
     })
 }
