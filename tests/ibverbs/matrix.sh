@@ -17,7 +17,9 @@
 #     ucmatose, udaddy, rdma_server/rdma_client, perftest -R) on uroce's
 #     librdmacm.so.1, and tests/ibverbs/rdmacm_errors.c;
 #   * tests/ibverbs/ucx.sh: UCX's ucx_info and ucx_perftest (UCT over
-#     rc_verbs and ud_verbs, UCP tag/put/get/am/stream) under `uroce exec`.
+#     rc_verbs and ud_verbs, UCP tag/put/get/am/stream) under `uroce exec`;
+#   * tests/ibverbs/libfabric.sh: libfabric's fi_info and fi_pingpong
+#     (verbs MSG and DGRAM, ofi_rxm, ofi_rxd) under `uroce exec`.
 # Each pair gets its own devices (127.40.<n>.1 and .2, UDP 4791) and TCP
 # port (18700 + n). Prints each program's result line, then
 # "ibverbs matrix: N passed, N failed"; exits non-zero on a failure.
@@ -34,6 +36,7 @@ command -v ss >/dev/null || need+=(iproute2)
 command -v rping >/dev/null || need+=(rdmacm-utils)
 [ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 command -v ucx_perftest >/dev/null || need+=(ucx-utils)
+command -v fi_pingpong >/dev/null || need+=(libfabric-bin)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
@@ -196,6 +199,10 @@ pair "ib_send_lat RC -e" "$lat" ib_send_lat -x 0 -e
 
 # UCX: ucx_info and ucx_perftest's UCT and UCP tests (tests/ibverbs/ucx.sh).
 . "$root/tests/ibverbs/ucx.sh"
+
+# libfabric: fi_info and fi_pingpong over verbs MSG/DGRAM, ofi_rxm and
+# ofi_rxd (tests/ibverbs/libfabric.sh).
+. "$root/tests/ibverbs/libfabric.sh"
 
 echo "ibverbs matrix: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -164,9 +164,20 @@ int main(void)
 	CHECK(ERR(rdma_create_qp(id, NULL, NULL), EINVAL),
 	      "create_qp(NULL attributes): -1/EINVAL");
 	CHECK(ERR(create_qp(id), EINVAL), "create_qp on an id without a device: -1/EINVAL");
-	struct sockaddr_in other = addr_of("127.99.99.99", 0);
+	/* (Nothing is sent: binding only looks the address up.) */
+	struct sockaddr_in other = addr_of("192.0.2.99", 0);
 	CHECK(ERR(rdma_bind_addr(id, (struct sockaddr *)&other), EADDRNOTAVAIL),
 	      "bind to an address no device has: -1/EADDRNOTAVAIL");
+	{
+		/* A loopback address binds no device, as on the kernel's CMA
+		 * (cma_any_addr): success, no device yet. */
+		struct rdma_cm_id *lid;
+		MUST(rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) == 0);
+		struct sockaddr_in lo = addr_of("127.99.99.99", 0);
+		CHECK(rdma_bind_addr(lid, (struct sockaddr *)&lo) == 0 && !lid->verbs,
+		      "bind to a loopback address no device has: 0, no device (as the wildcard)");
+		rdma_destroy_id(lid);
+	}
 	uint8_t tos = 0;
 	int one = 1;
 	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0,

@@ -504,6 +504,19 @@ fn mtu_of(v: u8) -> Mtu {
     Mtu::from_u32(v as u32).unwrap_or(Mtu::Mtu1024)
 }
 
+/// An address that binds no particular device, as the kernel's CMA
+/// treats it (`cma_any_addr`): the wildcard, and a loopback address
+/// (127/8, ::1) that no uroce device has. An id bound to one listens on
+/// every device and picks its device when it resolves a destination, as
+/// on the wildcard. (libfabric's verbs provider binds 127.0.0.1 to ask
+/// for "any device".)
+pub fn binds_any(ip: IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    ip.is_unspecified()
+        || (ip.is_loopback()
+            && !devices().is_ok_and(|d| d.iter().any(|d| d.ip().to_canonical() == ip)))
+}
+
 /// The uroce device (opened, shared in the process) that has `ip`.
 fn context_for(ip: IpAddr) -> Result<Context> {
     let ip = ip.to_canonical();
@@ -656,7 +669,7 @@ impl CmId {
         let clash = |q: u16| {
             let mut bound = p.keys().filter(|(_, s, pt)| *s == ps && *pt == q);
             bound.find_map(|&(other, ..)| {
-                if other.is_unspecified() || ip.is_unspecified() {
+                if binds_any(other) || binds_any(ip) {
                     Some(Error::PortConflict(q))
                 } else if other == ip {
                     Some(Error::AddrInUse)
@@ -684,13 +697,14 @@ impl CmId {
     }
 
     /// `rdma_bind_addr`: to a device's address, or to the wildcard address
-    /// (every device). Port 0 picks a free port.
+    /// or a loopback address no device has (every device: [`binds_any`]).
+    /// Port 0 picks a free port.
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
         let mut st = self.inner.st.lock();
         if st.state != IdState::Idle {
             return Err(Error::Invalid("the id is bound already".into()));
         }
-        let ctxs = if addr.ip().is_unspecified() {
+        let ctxs = if binds_any(addr.ip()) {
             let all: Vec<Context> = devices()?
                 .iter()
                 .filter(|d| d.ip().is_ipv4() == addr.is_ipv4() || addr.is_ipv6())
@@ -725,8 +739,8 @@ impl CmId {
         }
         let mut st = self.inner.st.lock();
         let src_ip = st.src.map(|s| s.ip());
-        if src_ip.is_some_and(|s| s.is_unspecified()) {
-            // Bound to the wildcard: narrow to the device towards dst.
+        if src_ip.is_some_and(binds_any) {
+            // Bound to no device: narrow to the device towards dst.
             let d = device_towards(dst.ip())?;
             st.ctxs = vec![d.open_shared()?];
             let port = st.src.map_or(0, |s| s.port());

@@ -361,9 +361,13 @@ fn send_with_inv_of_a_type1_key_is_refused() {
             Some((&b.mr, 0..64)),
             Access::REMOTE_WRITE,
             1,
-            SendFlags::empty(),
+            SendFlags::SIGNALED,
         )
         .unwrap();
+    // Bound before the peer's SEND comes (the bind runs on b's send
+    // queue, independently of what b receives).
+    assert_eq!(one(&b.cq).status, WcStatus::Success);
+    assert!(mw.is_bound());
     b.qp.post_recv(&[RecvWr {
         wr_id: 70,
         sg_list: [b.mr.sge(2048, 64)].into_iter().collect(),

@@ -12,10 +12,18 @@
 //! paths as for a character device, mode 0666, and passes every other call
 //! to the C library unchanged.
 //!
+//! It also adds each configured device (`UROCE_DEVICES`, default `uroce0`
+//! on 127.0.0.1) to what `getifaddrs` returns, as an interface of its own
+//! name that is up and not loopback, holding the device's address (a /32
+//! or /128). libfabric's verbs provider finds RDMA devices only through
+//! the addresses of such interfaces (it skips the loopback interface,
+//! where uroce's 127.x addresses live). `UROCE_IFADDRS=0` turns that off.
+//!
 //! It is a separate library, preloaded only into the programs `uroce exec`
 //! starts, rather than part of `libibverbs.so.1`: a program linked with
 //! libibverbs would otherwise have every `stat` in the process routed
-//! through it.
+//! through it (and libc's `getifaddrs` comes before libibverbs' in the
+//! lookup order anyway).
 
 use libc::{c_char, c_int, c_void};
 use std::ffi::CStr;
@@ -173,9 +181,236 @@ pub unsafe extern "C" fn faccessat(
     unsafe { f(dirfd, path, mode, flags) }
 }
 
+// ---------------------------------------------------------------- getifaddrs
+
+/// One added interface: the `ifaddrs` node and what it points to.
+#[repr(C)]
+struct Node {
+    ifa: libc::ifaddrs,
+    addr: libc::sockaddr_storage,
+    mask: libc::sockaddr_storage,
+    name: [c_char; 64],
+}
+
+/// Blocks of added nodes handed out by `getifaddrs` and not yet freed:
+/// (first node, count).
+static ADDED: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+/// The configured devices, as `UROCE_DEVICES` names them (`name=ip,...`;
+/// unset: `uroce0` on 127.0.0.1). Malformed entries are skipped.
+fn devices() -> Vec<(String, std::net::IpAddr)> {
+    let spec = std::env::var("UROCE_DEVICES").unwrap_or_default();
+    if spec.trim().is_empty() {
+        return vec![("uroce0".into(), std::net::Ipv4Addr::LOCALHOST.into())];
+    }
+    spec.split(',')
+        .filter_map(|e| {
+            let (name, ip) = e.trim().split_once('=')?;
+            Some((name.trim().to_string(), ip.trim().parse().ok()?))
+        })
+        .filter(|(n, _)| !n.is_empty() && n.len() < 64)
+        .collect()
+}
+
+/// A sockaddr for `ip` (port 0) and the all-ones mask of its family.
+fn sockaddrs(ip: std::net::IpAddr) -> (libc::sockaddr_storage, libc::sockaddr_storage) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let (mut a, mut m): (libc::sockaddr_storage, libc::sockaddr_storage) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            for (s, bytes) in [(&mut a, v4.octets()), (&mut m, [0xff; 4])] {
+                // SAFETY: sockaddr_storage is large and aligned enough for
+                // any sockaddr.
+                let sin =
+                    unsafe { &mut *(s as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+                sin.sin_family = libc::AF_INET as libc::sa_family_t;
+                sin.sin_addr.s_addr = u32::from_ne_bytes(bytes);
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            for (s, bytes) in [(&mut a, v6.octets()), (&mut m, [0xff; 16])] {
+                // SAFETY: as above.
+                let sin6 = unsafe {
+                    &mut *(s as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+                };
+                sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sin6.sin6_addr.s6_addr = bytes;
+            }
+        }
+    }
+    (a, m)
+}
+
+/// Nodes for the configured devices, linked in order, in one leaked block
+/// (recorded in [`ADDED`]); null when there are none.
+fn added_nodes() -> *mut libc::ifaddrs {
+    let devs = devices();
+    if devs.is_empty() {
+        return std::ptr::null_mut();
+    }
+    let mut nodes: Vec<Node> = devs
+        .iter()
+        .map(|(name, ip)| {
+            let (addr, mask) = sockaddrs(*ip);
+            let mut n = [0 as c_char; 64];
+            for (d, s) in n.iter_mut().zip(name.bytes()) {
+                *d = s as c_char;
+            }
+            Node {
+                // SAFETY: all-zero is a valid ifaddrs (null pointers).
+                ifa: unsafe { std::mem::zeroed() },
+                addr,
+                mask,
+                name: n,
+            }
+        })
+        .collect();
+    let len = nodes.len();
+    let p: *mut Node = Box::into_raw(nodes.drain(..).collect::<Box<[Node]>>()).cast();
+    for i in 0..len {
+        // SAFETY: i < len, inside the block just leaked; the pointers
+        // stored point into the same block, which lives until
+        // freeifaddrs.
+        unsafe {
+            let n = p.add(i);
+            (*n).ifa.ifa_next = if i + 1 < len {
+                &raw mut (*p.add(i + 1)).ifa
+            } else {
+                std::ptr::null_mut()
+            };
+            (*n).ifa.ifa_name = (&raw mut (*n).name).cast();
+            (*n).ifa.ifa_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_uint;
+            (*n).ifa.ifa_addr = (&raw mut (*n).addr).cast();
+            (*n).ifa.ifa_netmask = (&raw mut (*n).mask).cast();
+        }
+    }
+    ADDED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((p as usize, len));
+    // SAFETY: the first node of the block (len >= 1).
+    unsafe { &raw mut (*p).ifa }
+}
+
+/// The block of added nodes `ifa` is in, if any.
+fn added_block(ifa: *const libc::ifaddrs) -> Option<(usize, usize)> {
+    let a = ifa as usize;
+    ADDED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .copied()
+        .find(|&(p, n)| a >= p && a < p + n * std::mem::size_of::<Node>())
+}
+
+type GetifaddrsFn = unsafe extern "C" fn(*mut *mut libc::ifaddrs) -> c_int;
+type FreeifaddrsFn = unsafe extern "C" fn(*mut libc::ifaddrs);
+
+/// `getifaddrs(3)`: the C library's list, then one entry per uroce
+/// device (unless `UROCE_IFADDRS=0`).
+///
+/// # Safety
+/// As the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn getifaddrs(out: *mut *mut libc::ifaddrs) -> c_int {
+    let f = forward!(GETIFADDRS, c"getifaddrs", GetifaddrsFn);
+    // SAFETY: forwarded as called.
+    let r = unsafe { f(out) };
+    if r != 0 || out.is_null() || std::env::var("UROCE_IFADDRS").is_ok_and(|v| v == "0") {
+        return r;
+    }
+    let extra = added_nodes();
+    if extra.is_null() {
+        return r;
+    }
+    // SAFETY: `out` holds the C library's list (possibly empty); append.
+    unsafe {
+        let mut tail = out;
+        while !(*tail).is_null() {
+            tail = &raw mut (**tail).ifa_next;
+        }
+        *tail = extra;
+    }
+    0
+}
+
+/// `freeifaddrs(3)`: frees the entries [`getifaddrs`] added, then gives
+/// the C library its own list back.
+///
+/// # Safety
+/// As the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn freeifaddrs(list: *mut libc::ifaddrs) {
+    static FREE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    // Cut the list before the first added node.
+    let mut head = list;
+    let mut prev: *mut libc::ifaddrs = std::ptr::null_mut();
+    let mut cur = list;
+    while !cur.is_null() {
+        if let Some((p, n)) = added_block(cur) {
+            if prev.is_null() {
+                head = std::ptr::null_mut();
+            } else {
+                // SAFETY: prev is a live node of the C library's part.
+                unsafe { (*prev).ifa_next = std::ptr::null_mut() };
+            }
+            ADDED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|&(q, _)| q != p);
+            // SAFETY: made by Box::into_raw of a boxed slice of n nodes in
+            // added_nodes, removed from ADDED above, freed once.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p as *mut Node, n)) });
+            break;
+        }
+        prev = cur;
+        // SAFETY: a live node.
+        cur = unsafe { (*cur).ifa_next };
+    }
+    if head.is_null() {
+        return;
+    }
+    let p = next(&FREE, c"freeifaddrs");
+    if !p.is_null() {
+        // SAFETY: the C library's freeifaddrs, on its own list.
+        unsafe { std::mem::transmute::<*mut c_void, FreeifaddrsFn>(p)(head) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_uroce_node;
+
+    #[test]
+    fn added_interfaces_are_listed_and_freed() {
+        std::env::set_var("UROCE_DEVICES", "a0=127.9.0.1,b1=::1,bad");
+        let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+        // SAFETY: the functions under test, used as C programs do.
+        unsafe {
+            assert_eq!(super::getifaddrs(&mut list), 0);
+            let mut names = Vec::new();
+            let mut cur = list;
+            while !cur.is_null() {
+                let n = std::ffi::CStr::from_ptr((*cur).ifa_name)
+                    .to_string_lossy()
+                    .into_owned();
+                if n == "a0" {
+                    let sin = &*(*cur).ifa_addr.cast::<libc::sockaddr_in>();
+                    assert_eq!(sin.sin_addr.s_addr.to_ne_bytes(), [127, 9, 0, 1]);
+                    assert_eq!((*cur).ifa_flags & libc::IFF_LOOPBACK as u32, 0);
+                }
+                names.push(n);
+                cur = (*cur).ifa_next;
+            }
+            assert!(
+                names.ends_with(&["a0".to_string(), "b1".to_string()]),
+                "{names:?}"
+            );
+            super::freeifaddrs(list);
+        }
+        assert!(super::ADDED.lock().unwrap().is_empty());
+    }
 
     #[test]
     fn only_uroce_nodes() {

@@ -393,7 +393,7 @@ unsafe fn refresh(p: *mut rdma_cm_id, route: bool) -> Result<(), i32> {
     // An id bound to the wildcard address has no device (yet).
     let ctx = cm
         .context()
-        .filter(|_| src.is_some_and(|s| !s.ip().is_unspecified()));
+        .filter(|_| src.is_some_and(|s| !uroce_verbs::cm::binds_any(s.ip())));
     if let Some(ctx) = ctx {
         if c.verbs.is_null() {
             let (verbs, pd) = crate::device::cm_context(ctx.device().name())?;
