@@ -99,6 +99,20 @@ fn read(from: &End, raddr: u64, rkey: u32, len: u32, id: u64) -> Wc {
     one(&from.cq)
 }
 
+/// Binds type 1 window `mw` to `range` of `e`'s region with `access`,
+/// waits for the bind's completion; returns the window's new key.
+fn bind1(e: &End, mw: &MemoryWindow, range: std::ops::Range<usize>, access: Access) -> u32 {
+    let k =
+        e.qp.bind_mw(mw, Some((&e.mr, range)), access, 1, SendFlags::SIGNALED)
+            .unwrap();
+    let wc = one(&e.cq);
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::Success, WcOpcode::BindMw)
+    );
+    k
+}
+
 fn post(e: &End, wr: SendWr) -> Wc {
     e.qp.post_send(&[wr]).unwrap();
     one(&e.cq)
@@ -151,16 +165,7 @@ fn type1_refusals_and_unbind() {
     // Past the window's end.
     let (a, b) = pair(2);
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
-    let rkey =
-        b.qp.bind_mw(
-            &mw,
-            Some((&b.mr, 0..256)),
-            Access::REMOTE_WRITE,
-            1,
-            SendFlags::SIGNALED,
-        )
-        .unwrap();
-    one(&b.cq);
+    let rkey = bind1(&b, &mw, 0..256, Access::REMOTE_WRITE);
     assert_eq!(
         write(&a, b.mr.addr() + 200, rkey, 64, 1).status,
         WcStatus::RemAccessErr
@@ -169,16 +174,7 @@ fn type1_refusals_and_unbind() {
     // An access the window does not grant (READ).
     let (a, b) = pair(3);
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
-    let rkey =
-        b.qp.bind_mw(
-            &mw,
-            Some((&b.mr, 0..256)),
-            Access::REMOTE_WRITE,
-            1,
-            SendFlags::SIGNALED,
-        )
-        .unwrap();
-    one(&b.cq);
+    let rkey = bind1(&b, &mw, 0..256, Access::REMOTE_WRITE);
     assert_eq!(
         read(&a, b.mr.addr(), rkey, 8, 1).status,
         WcStatus::RemAccessErr
@@ -187,26 +183,8 @@ fn type1_refusals_and_unbind() {
     // The old key after a rebind, then an unbind (zero length).
     let (a, b) = pair(4);
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
-    let k1 =
-        b.qp.bind_mw(
-            &mw,
-            Some((&b.mr, 0..256)),
-            Access::REMOTE_WRITE,
-            1,
-            SendFlags::SIGNALED,
-        )
-        .unwrap();
-    one(&b.cq);
-    let k2 =
-        b.qp.bind_mw(
-            &mw,
-            Some((&b.mr, 0..256)),
-            Access::REMOTE_WRITE,
-            2,
-            SendFlags::SIGNALED,
-        )
-        .unwrap();
-    one(&b.cq);
+    let k1 = bind1(&b, &mw, 0..256, Access::REMOTE_WRITE);
+    let k2 = bind1(&b, &mw, 0..256, Access::REMOTE_WRITE);
     assert_ne!(k1, k2);
     assert_eq!(write(&a, b.mr.addr(), k2, 8, 1).status, WcStatus::Success);
     b.qp.bind_mw(&mw, None, Access::empty(), 3, SendFlags::SIGNALED)
@@ -355,18 +333,9 @@ fn type2_remote_invalidate_by_send_with_inv() {
 fn send_with_inv_of_a_type1_key_is_refused() {
     let (a, b) = pair(13);
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
-    let rkey =
-        b.qp.bind_mw(
-            &mw,
-            Some((&b.mr, 0..64)),
-            Access::REMOTE_WRITE,
-            1,
-            SendFlags::SIGNALED,
-        )
-        .unwrap();
     // Bound before the peer's SEND comes (the bind runs on b's send
     // queue, independently of what b receives).
-    assert_eq!(one(&b.cq).status, WcStatus::Success);
+    let rkey = bind1(&b, &mw, 0..64, Access::REMOTE_WRITE);
     assert!(mw.is_bound());
     b.qp.post_recv(&[RecvWr {
         wr_id: 70,
@@ -427,15 +396,7 @@ fn dealloc_and_dereg_with_windows() {
     // Re-registration waits for the windows to go.
     let (_a, mut b) = pair(16);
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
-    b.qp.bind_mw(
-        &mw,
-        Some((&b.mr, 0..64)),
-        Access::REMOTE_READ,
-        1,
-        SendFlags::SIGNALED,
-    )
-    .unwrap();
-    one(&b.cq);
+    bind1(&b, &mw, 0..64, Access::REMOTE_READ);
     assert!(matches!(
         b.mr.rereg(None, Some(Access::LOCAL_WRITE)),
         Err(Error::Busy(_))
