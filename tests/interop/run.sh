@@ -215,6 +215,9 @@ uroce decode: $(echo "$dec" | tail -n 1)"
     PASS=$((PASS + 1))
   else
     echo "FAIL $name ($((SECONDS - t0)) s): $why"
+    # What both sides said (the run directory goes unless
+    # UROCE_INTEROP_KEEP=1).
+    grep -v '^\s*$' "$d/log" | tail -n 30 | sed 's/^/     | /'
     FAIL=$((FAIL + 1))
   fi
 }
