@@ -771,8 +771,20 @@ impl RcQp {
         let res = self.resp.resource(psn);
         match (pkt.info.operation, res) {
             (Operation::Send | Operation::RdmaWrite, _) => {
+                // Coalesced: the latest PSN executed, unless that is a
+                // READ's or an atomic's (or FLUSH's, ATOMIC WRITE's): a
+                // plain ACK naming it would claim that request answered,
+                // and a requester that takes it as the answer (kernel
+                // rxe 6.1 completes an atomic so, without its result)
+                // loses the result if the real response was lost. The
+                // duplicate's own PSN acknowledges all it repeats.
                 let last = self.resp.epsn.sub(1);
-                self.queue_ack(last, ACK, msn);
+                let ack = if self.resp.resource(last).is_some() {
+                    psn
+                } else {
+                    last
+                };
+                self.queue_ack(ack, ACK, msn);
             }
             (Operation::RdmaReadRequest, Some(r)) => {
                 let Some(reth) = pkt.reth() else { return };
