@@ -104,7 +104,8 @@ fn check_parsed(p: &ParsedPacket<'_>, data: &[u8]) {
 
 /// Bits of an accepted packet that [`packet::parse`] does not report and
 /// [`packet::emit`] writes itself: reserved bits (BTH Resv6a and Resv7,
-/// the DETH reserved byte, AETH bit 7, the CNP's reserved bytes), the pad
+/// the DETH reserved byte, AETH bit 7, FETH bits 31-6, the CNP's reserved
+/// bytes), the pad
 /// bytes and the ICRC. One mask byte per packet byte, set bits ignored.
 pub fn ignored_bits(p: &ParsedPacket<'_>) -> Vec<u8> {
     let mut mask = vec![0u8; p.bytes.len()];
@@ -115,6 +116,10 @@ pub fn ignored_bits(p: &ParsedPacket<'_>) -> Vec<u8> {
         match ext {
             Ext::Deth => mask[off + 4] = 0xff,
             Ext::Aeth => mask[off] = 0x80,
+            Ext::Feth => {
+                mask[off..off + 3].fill(0xff);
+                mask[off + 3] = 0xc0;
+            }
             Ext::CnpReserved => mask[off..off + ext.len()].fill(0xff),
             _ => {}
         }

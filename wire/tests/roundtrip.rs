@@ -361,6 +361,11 @@ fn harness_sees_valid_packets() {
         let mut noisy = pkt.clone();
         noisy[4] |= 0x3f;
         noisy[8] |= 0x7f;
+        // And the FETH's reserved bits (31-6).
+        if let Some(at) = info.ext_offset(Ext::Feth) {
+            noisy[at..at + 3].fill(0xff);
+            noisy[at + 3] |= 0xc0;
+        }
         harness::parse_emit_parse(&noisy);
     }
 }
