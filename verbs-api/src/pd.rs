@@ -192,20 +192,8 @@ impl MemoryRegion {
     /// use the region fail as after deregistration. Refused
     /// ([`Error::Busy`]) while memory windows are bound to it.
     pub fn rereg(&mut self, pd: Option<&ProtectionDomain>, access: Option<Access>) -> Result<()> {
-        let old = self.mr();
-        let access = access.unwrap_or(old.access());
-        ProtectionDomain::check_access(access)?;
-        if old.bound_windows() > 0 {
-            return Err(Error::Busy("memory windows are bound to the region"));
-        }
-        let pd_id = pd.map_or(old.pd(), |p| p.id);
         // SAFETY: no new memory: the region's own moves over.
-        let new = unsafe { self.ctx.inner.keys.reregister(old, pd_id, access, None) };
-        self.inner = Some(new);
-        if let Some(pd) = pd {
-            self._pd = pd.users.clone();
-        }
-        Ok(())
+        unsafe { self.rereg_with(pd, access, None) }
     }
     /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION` too: as
     /// [`MemoryRegion::rereg`], over `len` bytes at `addr` from now on.
@@ -221,21 +209,37 @@ impl MemoryRegion {
         addr: *mut u8,
         len: usize,
     ) -> Result<()> {
+        let ptr = NonNull::new(addr).ok_or_else(|| Error::Invalid("null address".into()))?;
+        // SAFETY: the caller's promise above.
+        unsafe { self.rereg_with(pd, access, Some((ptr, len, addr as u64, Backing::External))) }
+    }
+    /// The checks and the re-registration both forms share.
+    ///
+    /// # Safety
+    /// As [`KeyTable::reregister`](uroce_provider::memory::KeyTable::reregister).
+    unsafe fn rereg_with(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        access: Option<Access>,
+        translation: Option<(NonNull<u8>, usize, u64, Backing)>,
+    ) -> Result<()> {
         let old = self.mr();
         let access = access.unwrap_or(old.access());
         ProtectionDomain::check_access(access)?;
         if old.bound_windows() > 0 {
             return Err(Error::Busy("memory windows are bound to the region"));
         }
-        let ptr = NonNull::new(addr).ok_or_else(|| Error::Invalid("null address".into()))?;
         let pd_id = pd.map_or(old.pd(), |p| p.id);
-        let t = (ptr, len, addr as u64, Backing::External);
-        // SAFETY: the caller's promise above.
-        let new = unsafe { self.ctx.inner.keys.reregister(old, pd_id, access, Some(t)) };
-        let prev = self.inner.replace(new);
-        // The old descriptor's owned memory (if any) is freed when the
-        // last holder drops it; nothing touches it any more.
-        drop(prev);
+        // SAFETY: forwarded contract. The old descriptor's owned memory
+        // (if any) is freed when its last holder drops it; nothing
+        // touches it any more.
+        let new = unsafe {
+            self.ctx
+                .inner
+                .keys
+                .reregister(old, pd_id, access, translation)
+        };
+        self.inner = Some(new);
         if let Some(pd) = pd {
             self._pd = pd.users.clone();
         }

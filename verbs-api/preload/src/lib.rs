@@ -249,7 +249,7 @@ fn added_nodes() -> *mut libc::ifaddrs {
     if devs.is_empty() {
         return std::ptr::null_mut();
     }
-    let mut nodes: Vec<Node> = devs
+    let nodes: Vec<Node> = devs
         .iter()
         .map(|(name, ip)| {
             let (addr, mask) = sockaddrs(*ip);
@@ -267,7 +267,7 @@ fn added_nodes() -> *mut libc::ifaddrs {
         })
         .collect();
     let len = nodes.len();
-    let p: *mut Node = Box::into_raw(nodes.drain(..).collect::<Box<[Node]>>()).cast();
+    let p: *mut Node = Box::into_raw(nodes.into_boxed_slice()).cast();
     for i in 0..len {
         // SAFETY: i < len, inside the block just leaked; the pointers
         // stored point into the same block, which lives until
