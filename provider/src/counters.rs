@@ -117,6 +117,22 @@ counters! {
     cm_retries,
     /// Duplicate CM messages received (answered as the state says).
     cm_duplicates,
+    /// Send system calls the engine made (sendmmsg or sendto).
+    tx_syscalls,
+    /// Datagrams handed to the kernel as UDP GSO messages (each a run of
+    /// whole RoCEv2 packets the kernel splits at their size).
+    tx_gso_msgs,
+    /// Receive system calls that returned datagrams (recvmmsg).
+    rx_syscalls,
+    /// Datagrams received as UDP GRO aggregates (split at the segment
+    /// size the kernel reports).
+    rx_gro_msgs,
+    /// Datagrams the kernel dropped because the engine's socket receive
+    /// buffer was full (SO_RXQ_OVFL).
+    rx_socket_drops,
+    /// Datagrams the kernel refused to send (a full send buffer, an
+    /// unreachable address): dropped, as a full NIC queue would.
+    tx_socket_drops,
 }
 
 impl Counters {

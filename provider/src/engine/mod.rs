@@ -20,29 +20,26 @@ use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
-use crate::transport::{Nanos, QpMachine, RxMeta};
+use crate::endpoint::Endpoint;
+use crate::transport::{Nanos, QpMachine};
 use crate::types::QpState;
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::SegQueue;
-use socket::{Doorbell, UdpPort};
+use socket::{Doorbell, RxBatch, TxMsg, UdpPort, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, RX_BATCH, GRO_MAX};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::BinaryHeap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
-use uroce_wire::icrc::{verify_unknown_ipv4_id_in_place, IpContext, HEADROOM};
-use uroce_wire::packet;
+use uroce_wire::icrc::{Ipv4IdShift, HEADROOM};
 
 pub use device::DeviceConfig;
 
 /// How long the engine spins without work before it blocks. Short: on a
 /// 2-core machine the application and a peer engine need the CPU.
 const SPIN_NS: u64 = 200_000;
-/// Stale timer entries allowed beyond two per QP before the heap is
-/// rebuilt.
-const TIMER_SLACK: usize = 64;
 /// Largest datagram the engine handles.
 const MAX_DATAGRAM: usize = 4096 + 256;
 
@@ -177,18 +174,17 @@ impl Engine {
         let (tx, rx) = channel::unbounded();
         let counters = Arc::new(Counters::default());
         let epoch = Instant::now();
+        let gro = port.gro();
         let mut worker = Worker {
             shared: shared.clone(),
             cmds: rx,
             port,
             local_ip: ip,
-            qps: HashMap::new(),
-            dirty: VecDeque::new(),
-            timers: BinaryHeap::new(),
-            counters: counters.clone(),
+            ep: Endpoint::new(ip, counters.clone()),
             epoch,
-            buf: vec![0u8; MAX_DATAGRAM],
-            rbuf: vec![0u8; HEADROOM + MAX_DATAGRAM],
+            txbuf: vec![0u8; TX_PER_PASS * MAX_DATAGRAM],
+            tx: Vec::with_capacity(TX_PER_PASS),
+            rx: RxBatch::new(HEADROOM, if gro { GRO_MAX } else { MAX_DATAGRAM }),
             faults: faults.filter(|f| !f.is_none()).map(FaultInjector::new),
             capture: None,
             delayed: BinaryHeap::new(),
@@ -390,34 +386,29 @@ impl Drop for Engine {
     }
 }
 
-/// A QP in the engine, with its scheduling state.
-struct Slot {
-    qp: Box<dyn QpMachine>,
-    /// Queued in `Worker::dirty`.
-    dirty: bool,
-    /// The deadline last entered in `Worker::timers`.
-    deadline: Option<Nanos>,
-}
-
 /// A packet the fault injector holds back: (due, order, destination, bytes).
 type Delayed = (Nanos, u64, SocketAddr, Vec<u8>);
 
+/// Packets sent per pass before the engine looks at its socket again.
+const TX_PER_PASS: usize = 64;
+/// `recvmmsg` calls per pass (while each fills its batch).
+const RX_CALLS_PER_PASS: usize = 4;
+
+
+/// The UDP driver of one device's [`Endpoint`]: the socket, the doorbell,
+/// the command channel, the fault injector and the capture tap.
 struct Worker {
     shared: Arc<Shared>,
     cmds: Receiver<Command>,
     port: UdpPort,
     local_ip: IpAddr,
-    qps: HashMap<u32, Slot>,
-    /// QPs that may have packets to send, each once, in the order they
-    /// became so: only these are polled for output.
-    dirty: VecDeque<u32>,
-    /// (deadline, QPN) of every QP's next timer; entries a QP's later
-    /// reschedule made stale are skipped when they come up.
-    timers: BinaryHeap<Reverse<(Nanos, u32)>>,
-    counters: Arc<Counters>,
+    ep: Endpoint,
     epoch: Instant,
-    buf: Vec<u8>,
-    rbuf: Vec<u8>,
+    /// Packets of one transmit pass, back to back.
+    txbuf: Vec<u8>,
+    /// The messages (GSO runs or single packets) of `txbuf`.
+    tx: Vec<TxMsg>,
+    rx: RxBatch,
     faults: Option<FaultInjector>,
     /// Packets held back by the fault injector.
     delayed: BinaryHeap<Reverse<Delayed>>,
@@ -430,6 +421,14 @@ impl Worker {
         Nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
+    fn counters(&self) -> &Counters {
+        self.ep.counters()
+    }
+
+    fn local(&self) -> SocketAddr {
+        SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT)
+    }
+
     fn run(&mut self) {
         ENGINE_THREAD.with(|t| t.set(Arc::as_ptr(&self.shared) as usize));
         let mut idle_since: Option<Nanos> = None;
@@ -437,13 +436,12 @@ impl Worker {
             let mut work = self.commands();
             work |= self.receive();
             while let Some(qpn) = self.shared.ready.pop() {
-                self.mark(qpn);
+                self.ep.mark(qpn);
                 work = true;
             }
             work |= self.transmit();
-            work |= self.timers();
-            self.compact_timers();
-            if work {
+            work |= self.ep.handle_timeout(self.now());
+            if work || self.ep.has_output() {
                 idle_since = None;
                 continue;
             }
@@ -457,9 +455,8 @@ impl Worker {
             }
             // Block until a packet, a doorbell or the next deadline.
             let deadline = self
-                .timers
-                .peek()
-                .map(|Reverse((t, _))| *t)
+                .ep
+                .poll_timeout()
                 .into_iter()
                 .chain(self.delayed.peek().map(|Reverse((due, ..))| *due))
                 .min();
@@ -488,42 +485,33 @@ impl Worker {
             any = true;
             match cmd {
                 Command::AddQp(qp, tx) => {
-                    let qpn = qp.qpn();
-                    let slot = Slot {
-                        qp,
-                        dirty: false,
-                        deadline: None,
-                    };
-                    self.qps.insert(qpn, slot);
-                    self.mark(qpn);
+                    self.ep.add_qp(qp);
                     let _ = tx.send(());
                 }
                 Command::Modify(qpn, attr, mask, tx) => {
-                    let r = match self.qps.get_mut(&qpn) {
-                        Some(s) => {
-                            s.qp.modify(&attr, mask)
-                                .map(|()| s.qp.attr())
-                                .map_err(EngineError::from)
-                        }
+                    // A state change can start sending (SQD -> RTS) or
+                    // flushing, and moves timers: qp_mut queues the QP.
+                    let r = match self.ep.qp_mut(qpn) {
+                        Some(qp) => qp
+                            .modify(&attr, mask)
+                            .map(|()| qp.attr())
+                            .map_err(EngineError::from),
                         None => Err(EngineError::NoQp(qpn)),
                     };
-                    // A state change can start sending (SQD -> RTS) or
-                    // flushing, and moves timers.
-                    self.mark(qpn);
                     let _ = tx.send(r);
                 }
                 Command::Query(qpn, tx) => {
                     let r = self
-                        .qps
-                        .get(&qpn)
-                        .map(|s| s.qp.attr())
+                        .ep
+                        .qp(qpn)
+                        .map(|qp| qp.attr())
                         .ok_or(EngineError::NoQp(qpn));
                     let _ = tx.send(r);
                 }
                 Command::Destroy(qpn, tx) => {
                     let r = self
-                        .qps
-                        .remove(&qpn)
+                        .ep
+                        .remove_qp(qpn)
                         .map(|_| ())
                         .ok_or(EngineError::NoQp(qpn));
                     let _ = tx.send(r);
@@ -543,9 +531,9 @@ impl Worker {
                 }
                 Command::Dump(qpn, tx) => {
                     let _ = tx.send(
-                        self.qps
-                            .get(&qpn)
-                            .map_or_else(|| "no such QP".into(), |s| format!("{:#?}", s.qp)),
+                        self.ep
+                            .qp(qpn)
+                            .map_or_else(|| "no such QP".into(), |qp| format!("{qp:#?}")),
                     );
                 }
                 Command::SetFaults(f, tx) => {
@@ -557,123 +545,149 @@ impl Worker {
         any
     }
 
-    /// Receives a batch of datagrams and hands each to its QP.
+    /// Receives batches of datagrams (GRO aggregates split at their
+    /// segment size) and hands each packet to the endpoint.
     fn receive(&mut self) -> bool {
         let mut any = false;
-        for _ in 0..64 {
-            // Datagrams land after HEADROOM bytes: the ICRC is computed in
-            // place, in one pass over contiguous bytes.
-            let Some((len, from)) = self.port.recv(&mut self.rbuf[HEADROOM..]) else {
+        for _ in 0..RX_CALLS_PER_PASS {
+            let (n, dropped) = self.port.recv_batch(&mut self.rx);
+            if dropped > 0 {
+                self.counters().rx_socket_drops.fetch_add(dropped, Ordering::Relaxed);
+            }
+            if n == 0 {
                 break;
-            };
+            }
             any = true;
+            Counters::inc(&self.counters().rx_syscalls);
             let now = self.now();
-            let ctx = icrc_context(from, self.local_ip);
-            let verified = verify_unknown_ipv4_id_in_place(&ctx, &mut self.rbuf[..HEADROOM + len]);
-            let bytes = &self.rbuf[HEADROOM..HEADROOM + len];
-            let pkt = match packet::parse(bytes) {
-                Ok(p) => p,
-                Err(_) => {
+            let to = self.local();
+            for i in 0..n {
+                let m = self.rx.msgs[i];
+                if m.seg != 0 && m.len > m.seg {
+                    Counters::inc(&self.counters().rx_gro_msgs);
+                }
+                let seg = if m.seg == 0 { m.len } else { m.seg };
+                let slot = self.rx.slot_mut(i);
+                // Packet k sits at HEADROOM + k * seg; the bytes in front
+                // of it (the previous packet's, already handled) are the
+                // scratch space its in-place ICRC check needs.
+                let mut off = 0;
+                while off < m.len {
+                    let len = seg.min(m.len - off);
+                    let buf = &mut slot[off..HEADROOM + off + len];
+                    let r = self.ep.handle_datagram(now, m.from, buf);
                     if let Some(c) = self.capture.as_mut() {
-                        c.record(
-                            from,
-                            SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT),
-                            (0, true),
-                            bytes,
-                        );
+                        c.record(m.from, to, r.ipv4_id, &buf[HEADROOM..]);
                     }
-                    Counters::inc(&self.counters.malformed_pkts);
-                    continue;
+                    off += len;
                 }
-            };
-            if let Some(c) = self.capture.as_mut() {
-                let id = verified.map_or((0, true), |s| {
-                    (s.ident, s.flags_frag & uroce_wire::icrc::IPV4_DF != 0)
-                });
-                c.record(
-                    from,
-                    SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT),
-                    id,
-                    bytes,
-                );
             }
-            if verified.is_err() {
-                Counters::inc(&self.counters.icrc_errors);
-                continue;
-            }
-            if pkt.info.operation == uroce_wire::Operation::Cnp {
-                Counters::inc(&self.counters.cnp_rcvd);
-                continue;
-            }
-            let qpn = pkt.bth.dest_qp;
-            match self.qps.get_mut(&qpn) {
-                Some(s) => {
-                    let mut meta = RxMeta::new(from.ip(), self.local_ip);
-                    meta.src_port = from.port();
-                    if let Ok(id) = verified {
-                        meta.ipv4_id = id.ident;
-                        meta.ipv4_flags_frag = id.flags_frag;
-                    }
-                    s.qp.handle_packet(now, &meta, &pkt);
-                    if !s.dirty {
-                        s.dirty = true;
-                        self.dirty.push_back(qpn);
-                    }
-                }
-                None => Counters::inc(&self.counters.dropped_pkts),
+            if n < RX_BATCH {
+                break;
             }
         }
         any
     }
 
+    /// Sends what the endpoint has to send, up to a pass's worth, in one
+    /// batch: each QP's run of equal-size packets to one destination goes
+    /// out as one UDP GSO message, the messages together in `sendmmsg`.
     fn transmit(&mut self) -> bool {
-        let mut any = false;
         let now = self.now();
-        // Each QP queued now sends up to 32 packets, then goes to the back
-        // of the queue if it has more: no QP starves the others.
-        for _ in 0..self.dirty.len() {
-            let Some(qpn) = self.dirty.pop_front() else {
+        if self.faults.is_some() {
+            return self.transmit_faulty(now);
+        }
+        self.tx.clear();
+        let mut end = 0;
+        let mut shift: Option<(usize, Ipv4IdShift)> = None;
+        for _ in 0..TX_PER_PASS {
+            let Some(t) = self.ep.poll_transmit(now, &mut self.txbuf[end..end + MAX_DATAGRAM]) else {
                 break;
             };
-            let Some(slot) = self.qps.get_mut(&qpn) else {
-                continue;
-            };
-            slot.dirty = false;
-            let mut sent = 0;
-            while sent < 32 {
-                let Some(t) = slot.qp.poll_transmit(now, &mut self.buf) else {
-                    break;
-                };
-                sent += 1;
-                any = true;
-                let dst = SocketAddr::new(t.dst, uroce_wire::ROCEV2_UDP_PORT);
-                match self.faults.as_mut() {
-                    None => {
-                        if let Some(c) = self.capture.as_mut() {
-                            let src = SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT);
-                            c.record(src, dst, (0, true), &self.buf[..t.len]);
-                        }
-                        self.port.send(&self.buf[..t.len], dst)
-                    }
-                    Some(inj) => {
-                        let plan = inj.plan(t.len, 1);
-                        for i in 0..plan.copies as usize {
-                            let mut b = self.buf[..t.len].to_vec();
-                            if let Some(bit) = plan.flip_bit {
-                                b[bit / 8] ^= 1 << (bit % 8);
-                            }
-                            self.delayed_seq += 1;
-                            let due = now.plus(plan.delay_ns[i.min(1)]);
-                            self.delayed.push(Reverse((due, self.delayed_seq, dst, b)));
-                        }
-                    }
+            let dst = SocketAddr::new(t.dst, uroce_wire::ROCEV2_UDP_PORT);
+            let joins = self.port.gso()
+                && self.tx.last().is_some_and(|m: &TxMsg| {
+                    let seg = if m.seg == 0 { m.len } else { m.seg };
+                    m.dst == dst
+                        && m.off + m.len == end
+                        && m.len % seg == 0
+                        && t.len <= seg
+                        && m.len + t.len <= GSO_MAX_BYTES
+                        && m.len / seg < GSO_MAX_SEGMENTS
+                });
+            if joins {
+                let m = self.tx.last_mut().expect("joins a message");
+                let seg = if m.seg == 0 { m.len } else { m.seg };
+                let k = m.len / seg;
+                m.seg = seg;
+                m.len += t.len;
+                // The kernel gives the k-th packet of a GSO message IPv4
+                // identification k (it counts up from the message's, 0
+                // with DF on our unconnected socket): its ICRC must cover
+                // that header.
+                if dst.is_ipv4() {
+                    let sh = match shift {
+                        Some((len, sh)) if len == t.len => sh,
+                        _ => Ipv4IdShift::new(t.len),
+                    };
+                    shift = Some((t.len, sh));
+                    sh.apply(&mut self.txbuf[end..end + t.len], k as u16);
+                }
+                Counters::inc(&self.counters().tx_gso_msgs);
+            } else {
+                self.tx.push(TxMsg {
+                    off: end,
+                    len: t.len,
+                    dst,
+                    seg: 0,
+                });
+            }
+            end += t.len;
+        }
+        if self.tx.is_empty() {
+            return self.send_delayed();
+        }
+        if let Some(c) = self.capture.as_mut() {
+            let src = SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT);
+            for m in &self.tx {
+                let seg = if m.seg == 0 { m.len } else { m.seg };
+                for (k, p) in self.txbuf[m.off..m.off + m.len].chunks(seg).enumerate() {
+                    let id = if m.seg == 0 { 0 } else { k as u16 };
+                    c.record(src, m.dst, (id, true), p);
                 }
             }
-            if sent == 32 {
-                slot.dirty = true;
-                self.dirty.push_back(qpn);
+        }
+        let st = self.port.send_batch(&self.txbuf[..end], &self.tx);
+        let c = self.ep.counters();
+        c.tx_syscalls.fetch_add(st.syscalls, Ordering::Relaxed);
+        c.tx_socket_drops.fetch_add(st.dropped, Ordering::Relaxed);
+        self.send_delayed();
+        true
+    }
+
+    /// [`Worker::transmit`] with the fault injector on: packet by packet,
+    /// each planned (lost, delayed, duplicated, corrupted) on its own.
+    fn transmit_faulty(&mut self, now: Nanos) -> bool {
+        let mut any = false;
+        for _ in 0..TX_PER_PASS {
+            let Some(t) = self.ep.poll_transmit(now, &mut self.txbuf[..MAX_DATAGRAM]) else {
+                break;
+            };
+            any = true;
+            let dst = SocketAddr::new(t.dst, uroce_wire::ROCEV2_UDP_PORT);
+            let Some(inj) = self.faults.as_mut() else {
+                break;
+            };
+            let plan = inj.plan(t.len, 1);
+            for i in 0..plan.copies as usize {
+                let mut b = self.txbuf[..t.len].to_vec();
+                if let Some(bit) = plan.flip_bit {
+                    b[bit / 8] ^= 1 << (bit % 8);
+                }
+                self.delayed_seq += 1;
+                let due = now.plus(plan.delay_ns[i.min(1)]);
+                self.delayed.push(Reverse((due, self.delayed_seq, dst, b)));
             }
-            Self::schedule(&mut self.timers, qpn, slot);
         }
         any |= self.send_delayed();
         any
@@ -688,109 +702,25 @@ impl Worker {
                 break;
             }
             if let Some(Reverse((_, _, dst, b))) = self.delayed.pop() {
+                let src = self.local();
                 if let Some(c) = self.capture.as_mut() {
-                    c.record(
-                        SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT),
-                        dst,
-                        (0, true),
-                        &b,
-                    );
+                    c.record(src, dst, (0, true), &b);
                 }
-                self.port.send(&b, dst);
+                let st = self.port.send_batch(
+                    &b,
+                    &[TxMsg {
+                        off: 0,
+                        len: b.len(),
+                        dst,
+                        seg: 0,
+                    }],
+                );
+                self.ep.counters().tx_syscalls.fetch_add(st.syscalls, Ordering::Relaxed);
+                self.ep.counters().tx_socket_drops.fetch_add(st.dropped, Ordering::Relaxed);
                 any = true;
             }
         }
         any
-    }
-
-    /// Runs the timers that are due; their QPs are queued for output
-    /// (and rescheduled there).
-    fn timers(&mut self) -> bool {
-        let now = self.now();
-        let mut any = false;
-        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
-            let Some(slot) = self.qps.get_mut(&qpn) else {
-                continue;
-            };
-            if slot.deadline != Some(t) {
-                continue; // stale: the QP was rescheduled since
-            }
-            slot.deadline = None;
-            if slot.qp.poll_timeout().is_some_and(|d| d <= now) {
-                slot.qp.handle_timeout(now);
-                any = true;
-            }
-            if !slot.dirty {
-                slot.dirty = true;
-                self.dirty.push_back(qpn);
-            }
-        }
-        any
-    }
-
-    /// Keeps the timer heap bounded: every reschedule leaves a stale entry
-    /// behind until its time comes (an ACK stream moves a QP's deadline
-    /// at every ACK, so stale entries would grow with ACK rate x timeout).
-    /// Once the heap holds more than twice the QPs (plus slack), it is
-    /// rebuilt from the QPs' current deadlines: O(QPs) work after at least
-    /// as many pushes, so O(1) per push, and at most 2 x QPs + 64 entries.
-    fn compact_timers(&mut self) {
-        compact_timers(&mut self.timers, &self.qps);
-    }
-
-    /// Queues a QP for output (once).
-    fn mark(&mut self, qpn: u32) {
-        if let Some(s) = self.qps.get_mut(&qpn) {
-            if !s.dirty {
-                s.dirty = true;
-                self.dirty.push_back(qpn);
-            }
-        }
-    }
-
-    /// Enters a QP's next deadline in the timer heap if it changed. Every
-    /// path that touches a QP ends in `transmit`, which calls this.
-    fn schedule(timers: &mut BinaryHeap<Reverse<(Nanos, u32)>>, qpn: u32, slot: &mut Slot) {
-        let d = slot.qp.poll_timeout();
-        if d != slot.deadline {
-            slot.deadline = d;
-            if let Some(t) = d {
-                timers.push(Reverse((t, qpn)));
-            }
-        }
-    }
-}
-
-/// See [`Worker::compact_timers`].
-fn compact_timers(timers: &mut BinaryHeap<Reverse<(Nanos, u32)>>, qps: &HashMap<u32, Slot>) {
-    if timers.len() <= 2 * qps.len() + TIMER_SLACK {
-        return;
-    }
-    *timers = qps
-        .iter()
-        .filter_map(|(&qpn, s)| s.deadline.map(|t| Reverse((t, qpn))))
-        .collect();
-}
-
-/// The ICRC context of a datagram from `from` to our `local` address on
-/// port 4791 (the IPv4 identification is solved for; see `wire::icrc`).
-fn icrc_context(from: SocketAddr, local: IpAddr) -> IpContext {
-    match (from.ip(), local) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            IpContext::for_socket_v4(s, d, from.port(), uroce_wire::ROCEV2_UDP_PORT)
-        }
-        (s, d) => IpContext::v6(v6(s), v6(d), from.port(), uroce_wire::ROCEV2_UDP_PORT),
-    }
-}
-
-fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
     }
 }
 
@@ -800,44 +730,4 @@ pub fn can_post_send(state: QpState) -> bool {
         state,
         QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::types::QpType;
-
-    /// A QP whose deadline moves at every ACK leaves a stale heap entry
-    /// each time; the heap is rebuilt before it holds more than 2 x QPs +
-    /// TIMER_SLACK entries, keeping each QP's current deadline.
-    #[test]
-    fn the_timer_heap_stays_bounded() {
-        let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        let mut qps = HashMap::new();
-        for qpn in [1u32, 2] {
-            let cfg = crate::testing::config(ip, qpn, 4);
-            let qp = crate::transport::new_qp(QpType::Rc, cfg).unwrap();
-            qps.insert(
-                qpn,
-                Slot {
-                    qp,
-                    dirty: false,
-                    deadline: None,
-                },
-            );
-        }
-        let mut timers = BinaryHeap::new();
-        for i in 0..10_000u64 {
-            let qpn = 1 + (i % 2) as u32;
-            let t = Nanos(i);
-            qps.get_mut(&qpn).unwrap().deadline = Some(t);
-            timers.push(Reverse((t, qpn)));
-            compact_timers(&mut timers, &qps);
-            assert!(timers.len() <= 2 * qps.len() + TIMER_SLACK);
-        }
-        let mut left: Vec<_> = timers.into_iter().map(|Reverse(e)| e).collect();
-        left.sort();
-        // Every QP's current deadline is still there.
-        assert!(left.contains(&(Nanos(9_998), 1)) && left.contains(&(Nanos(9_999), 2)));
-    }
 }

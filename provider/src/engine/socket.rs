@@ -1,8 +1,14 @@
 //! The engine's UDP socket and its eventfd doorbell.
+//!
+//! Datagrams move in batches: `recvmmsg` with UDP GRO (one read returns
+//! many same-size datagrams of a flow, which the caller splits at the
+//! segment size the kernel reports) and `sendmmsg` with UDP GSO (a message
+//! may be a run of equal-size packets the kernel splits). Either falls
+//! back by itself where the kernel refuses it; `UROCE_GSO=0` and
+//! `UROCE_GRO=0` turn them off.
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
-use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,9 +17,99 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// CAP_NET_ADMIN; SO_RCVBUFFORCE is tried first).
 const SOCK_BUF: usize = 8 << 20;
 
+/// Datagrams one receive call can return.
+pub const RX_BATCH: usize = 32;
+/// Messages one send call can carry.
+pub const TX_BATCH: usize = 64;
+/// Largest GRO aggregate the kernel hands over (64 KiB).
+pub const GRO_MAX: usize = 65536;
+/// Most packets in one GSO message (the kernel's UDP_MAX_SEGMENTS).
+pub const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes in one GSO message (an IPv4 datagram's payload, with room).
+pub const GSO_MAX_BYTES: usize = 65000;
+/// Control buffer of one received message: UDP_GRO's int and
+/// SO_RXQ_OVFL's u32, each in a cmsg (as u64s, for alignment).
+const RX_CMSG_WORDS: usize = 8;
+/// Control buffer of one sent message: UDP_SEGMENT's u16 in a cmsg.
+const TX_CMSG_WORDS: usize = 4;
+
 /// UDP 4791 bound on one address.
 pub struct UdpPort {
     sock: Socket,
+    /// UDP GRO is on: a datagram may be an aggregate.
+    gro: bool,
+    /// UDP GSO may be used.
+    gso: bool,
+    /// SO_RXQ_OVFL's last reported total.
+    ovfl: u32,
+}
+
+/// One received datagram (or GRO aggregate) of a [`RxBatch`].
+#[derive(Debug, Clone, Copy)]
+pub struct RxMsg {
+    /// Bytes received.
+    pub len: usize,
+    /// Sender.
+    pub from: SocketAddr,
+    /// GRO segment size (0: a single datagram).
+    pub seg: usize,
+}
+
+/// Buffers for [`UdpPort::recv_batch`]: each slot holds `HEADROOM` bytes
+/// of scratch space (for computing the ICRC in place) and then a datagram.
+pub struct RxBatch {
+    buf: Vec<u8>,
+    slot: usize,
+    headroom: usize,
+    names: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<[u64; RX_CMSG_WORDS]>,
+    /// The datagrams of the last call.
+    pub msgs: Vec<RxMsg>,
+}
+
+impl RxBatch {
+    /// Buffers for `RX_BATCH` datagrams of up to `max` bytes (64 KiB with
+    /// GRO), each after `headroom` bytes of scratch space.
+    pub fn new(headroom: usize, max: usize) -> RxBatch {
+        let slot = headroom + max;
+        RxBatch {
+            buf: vec![0u8; RX_BATCH * slot],
+            slot,
+            headroom,
+            // SAFETY: sockaddr_storage is plain data; all zeroes is valid.
+            names: vec![unsafe { std::mem::zeroed() }; RX_BATCH],
+            cmsgs: vec![[0u64; RX_CMSG_WORDS]; RX_BATCH],
+            msgs: Vec::with_capacity(RX_BATCH),
+        }
+    }
+    /// Slot `i`: its headroom followed by datagram `i`'s bytes (and the
+    /// rest of the slot).
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.buf[i * self.slot..(i + 1) * self.slot]
+    }
+}
+
+/// One message of a [`UdpPort::send_batch`] call.
+#[derive(Debug, Clone, Copy)]
+pub struct TxMsg {
+    /// Where its bytes start in the batch's buffer.
+    pub off: usize,
+    /// How many bytes.
+    pub len: usize,
+    /// Destination.
+    pub dst: SocketAddr,
+    /// GSO segment size (0: one datagram).
+    pub seg: usize,
+}
+
+/// What [`UdpPort::send_batch`] did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TxStats {
+    /// System calls made.
+    pub syscalls: u64,
+    /// Messages the kernel refused (a full send buffer, an unreachable
+    /// address): dropped, as a full NIC queue would.
+    pub dropped: u64,
 }
 
 impl UdpPort {
@@ -57,22 +153,208 @@ impl UdpPort {
             uroce_wire::ROCEV2_UDP_PORT,
         )))?;
         sock.set_nonblocking(true)?;
-        Ok(UdpPort { sock })
+        // The kernel's count of datagrams dropped for a full receive
+        // buffer, with every datagram read.
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
+        let off = |var: &str| std::env::var(var).is_ok_and(|v| v.trim() == "0");
+        let gro = !off("UROCE_GRO")
+            && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        // Segment size 0 on the socket: GSO only where a message asks.
+        let gso = !off("UROCE_GSO")
+            && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
+        Ok(UdpPort {
+            sock,
+            gro,
+            gso,
+            ovfl: 0,
+        })
     }
 
-    /// Receives one datagram, if one is waiting.
-    pub fn recv(&self, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
-        // SAFETY: u8 and MaybeUninit<u8> have the same layout; recv_from
-        // only writes initialised bytes into the buffer.
-        let ubuf = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
-        let (n, addr) = self.sock.recv_from(ubuf).ok()?;
-        Some((n, addr.as_socket()?))
+    /// Whether UDP GRO is on.
+    pub fn gro(&self) -> bool {
+        self.gro
     }
 
-    /// Sends one datagram; a full socket buffer drops it (the transport
-    /// retransmits), as a NIC queue would.
-    pub fn send(&self, data: &[u8], to: SocketAddr) {
-        let _ = self.sock.send_to(data, &SockAddr::from(to));
+    /// Whether UDP GSO is in use.
+    pub fn gso(&self) -> bool {
+        self.gso
+    }
+
+    /// Receives up to [`RX_BATCH`] datagrams with one `recvmmsg`, into
+    /// `b.msgs`; returns how many, and how many datagrams the kernel
+    /// dropped for a full receive buffer since the last call.
+    pub fn recv_batch(&mut self, b: &mut RxBatch) -> (usize, u64) {
+        b.msgs.clear();
+        let mut iov: [libc::iovec; RX_BATCH] = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; RX_BATCH];
+        // SAFETY: mmsghdr is plain data; all zeroes is valid.
+        let mut hdrs: [libc::mmsghdr; RX_BATCH] = unsafe { std::mem::zeroed() };
+        let base = b.buf.as_mut_ptr();
+        for i in 0..RX_BATCH {
+            // SAFETY: slot i lies inside `b.buf` (RX_BATCH slots).
+            iov[i].iov_base = unsafe { base.add(i * b.slot + b.headroom) }.cast();
+            iov[i].iov_len = b.slot - b.headroom;
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&mut b.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            h.msg_iov = &mut iov[i];
+            h.msg_iovlen = 1;
+            h.msg_control = b.cmsgs[i].as_mut_ptr().cast();
+            h.msg_controllen = RX_CMSG_WORDS * 8;
+        }
+        // SAFETY: every header points to live buffers of the lengths it
+        // gives (the batch's slots, names and control buffers, and `iov`,
+        // all of which outlive the call); the call writes only there.
+        let n = unsafe {
+            libc::recvmmsg(
+                self.sock.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                RX_BATCH as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n <= 0 {
+            return (0, 0);
+        }
+        let mut dropped = 0;
+        for h in &hdrs[..n as usize] {
+            let mut seg = 0;
+            // SAFETY: the kernel filled msg_control with msg_controllen
+            // bytes of well-formed cmsgs; the CMSG macros stay inside it.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                while !c.is_null() {
+                    let data = libc::CMSG_DATA(c);
+                    match ((*c).cmsg_level, (*c).cmsg_type) {
+                        (libc::SOL_UDP, libc::UDP_GRO) => {
+                            seg = std::ptr::read_unaligned(data as *const libc::c_int) as usize;
+                        }
+                        (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
+                            let total = std::ptr::read_unaligned(data as *const u32);
+                            dropped += u64::from(total.wrapping_sub(self.ovfl));
+                            self.ovfl = total;
+                        }
+                        _ => {}
+                    }
+                    c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+                }
+            }
+            let name = h.msg_hdr.msg_name as *const libc::sockaddr_storage;
+            // SAFETY: msg_name points to one of `b.names`, which the kernel
+            // filled with msg_namelen bytes of a socket address.
+            let from = unsafe { sockaddr_of(&*name, h.msg_hdr.msg_namelen) };
+            let Some(from) = from else { continue };
+            b.msgs.push(RxMsg {
+                len: h.msg_len as usize,
+                from,
+                seg,
+            });
+        }
+        (b.msgs.len(), dropped)
+    }
+
+    /// Sends `msgs` (each a slice of `data`, a GSO run where `seg` is
+    /// set) with as few `sendmmsg` calls as the kernel allows. A message
+    /// the kernel refuses is dropped (the transport retransmits), as a full
+    /// NIC queue would; a GSO message refused because the path cannot
+    /// offload it turns GSO off and goes out packet by packet.
+    pub fn send_batch(&mut self, data: &[u8], msgs: &[TxMsg]) -> TxStats {
+        let mut st = TxStats::default();
+        let mut i = 0;
+        while i < msgs.len() {
+            let chunk = &msgs[i..msgs.len().min(i + TX_BATCH)];
+            let err = match self.sendmmsg(data, chunk, &mut st) {
+                Ok(0) => None,
+                Ok(sent) => {
+                    // A short count: the next call reports the error of
+                    // the first message not sent.
+                    i += sent;
+                    continue;
+                }
+                Err(e) => Some(e),
+            };
+            let m = msgs[i];
+            let gso_refused = m.seg != 0
+                && matches!(
+                    err,
+                    Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::ENOPROTOOPT)
+                );
+            if gso_refused {
+                self.gso = false;
+                let mut off = m.off;
+                let end = m.off + m.len;
+                while off < end {
+                    let len = m.seg.min(end - off);
+                    let one = TxMsg {
+                        off,
+                        len,
+                        dst: m.dst,
+                        seg: 0,
+                    };
+                    if !matches!(self.sendmmsg(data, &[one], &mut st), Ok(1)) {
+                        st.dropped += 1;
+                    }
+                    off += len;
+                }
+            } else {
+                st.dropped += 1;
+            }
+            i += 1;
+        }
+        st
+    }
+
+    /// One `sendmmsg` call over `msgs` (at most [`TX_BATCH`]): how many
+    /// were sent, or the error of the first.
+    fn sendmmsg(&self, data: &[u8], msgs: &[TxMsg], st: &mut TxStats) -> Result<usize, i32> {
+        debug_assert!(msgs.len() <= TX_BATCH);
+        let n = msgs.len();
+        // SAFETY: these are plain data; all zeroes is valid.
+        let mut hdrs: [libc::mmsghdr; TX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut names: [libc::sockaddr_storage; TX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut cmsgs = [[0u64; TX_CMSG_WORDS]; TX_BATCH];
+        let mut iov: [libc::iovec; TX_BATCH] = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; TX_BATCH];
+        for (j, m) in msgs.iter().enumerate() {
+            let bytes = &data[m.off..m.off + m.len];
+            iov[j].iov_base = bytes.as_ptr() as *mut libc::c_void;
+            iov[j].iov_len = bytes.len();
+            let namelen = put_sockaddr(m.dst, &mut names[j]);
+            let h = &mut hdrs[j].msg_hdr;
+            h.msg_name = (&mut names[j] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = namelen;
+            h.msg_iov = &mut iov[j];
+            h.msg_iovlen = 1;
+            if m.seg != 0 {
+                // SAFETY: CMSG_SPACE of a u16 fits the control buffer
+                // (TX_CMSG_WORDS u64s); the header and data are written
+                // inside it through the CMSG macros.
+                unsafe {
+                    h.msg_control = cmsgs[j].as_mut_ptr().cast();
+                    h.msg_controllen = libc::CMSG_SPACE(2) as usize;
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, m.seg as u16);
+                }
+            }
+        }
+        st.syscalls += 1;
+        // SAFETY: `n` headers, each pointing to live data (`data`, which
+        // the iovecs only read), addresses and control buffers that
+        // outlive the call.
+        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, 0) };
+        if r < 0 {
+            Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        } else {
+            Ok((r as usize).min(n))
+        }
     }
 
     /// Blocks until the socket is readable, the doorbell rings, or
@@ -93,6 +375,29 @@ impl UdpPort {
         // SAFETY: two valid pollfd entries, length passed correctly.
         unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
     }
+}
+
+/// Writes `addr` as a C socket address; returns its length.
+fn put_sockaddr(addr: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    let sa = SockAddr::from(addr);
+    // SAFETY: `sa` holds `sa.len()` bytes of socket address, no more than
+    // a sockaddr_storage; the regions do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            sa.as_ptr() as *const u8,
+            out as *mut libc::sockaddr_storage as *mut u8,
+            sa.len() as usize,
+        )
+    };
+    sa.len()
+}
+
+/// Reads a C socket address of `len` bytes.
+fn sockaddr_of(st: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    // SAFETY: `st` holds `len` bytes of a socket address as the kernel
+    // wrote it; SockAddr::new copies them.
+    let sa = unsafe { SockAddr::new(*st, len) };
+    sa.as_socket()
 }
 
 fn setsockopt_int(fd: i32, level: i32, opt: i32, val: i32) -> io::Result<()> {

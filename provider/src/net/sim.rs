@@ -1,5 +1,8 @@
 //! A deterministic in-memory network with virtual time and fault
-//! injection, driving the same QP state machines as the UDP engine.
+//! injection, driving the same device [`Endpoint`]s as the UDP engine:
+//! every delivered packet takes the production receive path (the ICRC
+//! check that solves for the sender's IPv4 identification, parsing,
+//! demultiplexing, counters) and every sent one the production scheduler.
 //!
 //! Every packet the QPs emit is delivered after a configurable delay (plus
 //! jitter, which reorders), or lost, duplicated or corrupted, as a seeded
@@ -8,14 +11,15 @@
 //! next QP deadline. A run is a pure function of its seed.
 
 use crate::counters::Counters;
+use crate::endpoint::Endpoint;
 use crate::net::faults::FaultInjector;
 pub use crate::net::faults::Faults;
-use crate::transport::{Nanos, QpMachine, RxMeta};
+use crate::transport::{Nanos, QpMachine};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use uroce_wire::icrc::IpContext;
+use uroce_wire::icrc::HEADROOM;
 use uroce_wire::packet::{self, ParsedPacket};
 
 /// What a scripted filter does with a packet.
@@ -77,13 +81,17 @@ pub struct SimNet {
     /// use `faults`.
     links: Vec<Link>,
     filter: Option<Filter>,
-    qps: Vec<(IpAddr, Box<dyn QpMachine>)>,
+    /// One endpoint per device address.
+    endpoints: Vec<Endpoint>,
+    /// Each QP's endpoint (an index) and number.
+    ids: Vec<(usize, u32)>,
     queue: BinaryHeap<Reverse<(Nanos, u64, usize)>>,
     slots: Vec<Option<InFlight>>,
     free: Vec<usize>,
     seq: u64,
     sent: u64,
     buf: Vec<u8>,
+    rbuf: Vec<u8>,
     counters: Arc<Counters>,
     /// Every packet delivered, for captures.
     pub trace: Option<Vec<Traced>>,
@@ -102,13 +110,15 @@ impl SimNet {
             links: Vec::new(),
             faults: FaultInjector::new(Faults { seed, ..faults }),
             filter: None,
-            qps: Vec::new(),
+            endpoints: Vec::new(),
+            ids: Vec::new(),
             queue: BinaryHeap::new(),
             slots: Vec::new(),
             free: Vec::new(),
             seq: 0,
             sent: 0,
             buf: vec![0u8; 4096 + 256],
+            rbuf: vec![0u8; HEADROOM + 4096 + 256],
             counters: Arc::new(Counters::default()),
             trace: None,
         }
@@ -117,7 +127,8 @@ impl SimNet {
     pub fn now(&self) -> Nanos {
         self.now
     }
-    /// Counters of the network itself (ICRC errors, unknown QPs, ...).
+    /// Counters of the network and its endpoints (ICRC errors, unknown
+    /// QPs, ...).
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -178,17 +189,36 @@ impl SimNet {
     }
     /// Attaches a QP at address `ip`.
     pub fn add(&mut self, ip: IpAddr, qp: impl QpMachine + 'static) -> QpId {
-        self.qps.push((ip, Box::new(qp)));
-        self.qps.len() - 1
+        self.add_boxed(ip, Box::new(qp))
     }
-    /// Attaches a boxed QP at address `ip`.
+    /// Attaches a boxed QP at address `ip` (to the endpoint of that
+    /// address, made on first use).
+    ///
+    /// # Panics
+    /// If a QP with the same number is already at `ip` (a broken test).
     pub fn add_boxed(&mut self, ip: IpAddr, qp: Box<dyn QpMachine>) -> QpId {
-        self.qps.push((ip, qp));
-        self.qps.len() - 1
+        let e = match self.endpoints.iter().position(|e| e.local_ip() == ip) {
+            Some(e) => e,
+            None => {
+                self.endpoints
+                    .push(Endpoint::new(ip, self.counters.clone()));
+                self.endpoints.len() - 1
+            }
+        };
+        let qpn = qp.qpn();
+        assert!(
+            self.endpoints[e].add_qp(qp).is_none(),
+            "two QPs numbered {qpn:#x} at {ip}"
+        );
+        self.ids.push((e, qpn));
+        self.ids.len() - 1
     }
-    /// A QP.
+    /// A QP (queued for output: the caller may post to it or modify it).
     pub fn qp(&mut self, id: QpId) -> &mut dyn QpMachine {
-        &mut *self.qps[id].1
+        let (e, qpn) = self.ids[id];
+        self.endpoints[e]
+            .qp_mut(qpn)
+            .expect("a QP of this network")
     }
     /// Puts a packet of our own making on the wire (a hostile or broken
     /// peer), delivered after the usual delay.
@@ -219,17 +249,18 @@ impl SimNet {
         }
         // Timers.
         let now = self.now;
-        for (_, qp) in &mut self.qps {
-            if qp.poll_timeout().is_some_and(|t| t <= now) {
-                qp.handle_timeout(now);
-                progressed = true;
-            }
+        for e in &mut self.endpoints {
+            progressed |= e.handle_timeout(now);
         }
         if progressed {
             return true;
         }
         let next_pkt = self.queue.peek().map(|Reverse((t, _, _))| *t);
-        let next_timer = self.qps.iter().filter_map(|(_, q)| q.poll_timeout()).min();
+        let next_timer = self
+            .endpoints
+            .iter_mut()
+            .filter_map(|e| e.poll_timeout())
+            .min();
         match (next_pkt, next_timer) {
             (None, None) => false,
             (a, b) => {
@@ -256,14 +287,12 @@ impl SimNet {
 
     fn transmit_all(&mut self) -> bool {
         let mut any = false;
-        for i in 0..self.qps.len() {
-            loop {
-                let now = self.now;
-                let (ip, qp) = &mut self.qps[i];
-                let Some(t) = qp.poll_transmit(now, &mut self.buf) else {
-                    break;
-                };
-                let src = *ip;
+        for i in 0..self.endpoints.len() {
+            // Tests post to QPs without ringing a doorbell: every QP is
+            // looked at, as if each had been kicked.
+            self.endpoints[i].mark_all();
+            let src = self.endpoints[i].local_ip();
+            while let Some(t) = self.endpoints[i].poll_transmit(self.now, &mut self.buf) {
                 let bytes = self.buf[..t.len].to_vec();
                 self.launch(src, t.dst, bytes);
                 any = true;
@@ -330,37 +359,16 @@ impl SimNet {
         if let Some(t) = self.trace.as_mut() {
             t.push((self.now, p.src, p.dst, p.bytes.clone()));
         }
-        let pkt = match packet::parse(&p.bytes) {
-            Ok(pkt) => pkt,
-            Err(_) => {
-                Counters::inc(&self.counters.malformed_pkts);
-                return;
-            }
-        };
-        let ctx = match (p.src, p.dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::for_socket_v4(s, d, 4791, 4791),
-            (s, d) => IpContext::v6(v6(s), v6(d), 4791, 4791),
-        };
-        if pkt.verify_icrc(&ctx).is_err() {
-            Counters::inc(&self.counters.icrc_errors);
+        let Some(e) = self.endpoints.iter_mut().find(|e| e.local_ip() == p.dst) else {
+            Counters::inc(&self.counters.dropped_pkts);
             return;
+        };
+        let n = p.bytes.len();
+        if HEADROOM + n > self.rbuf.len() {
+            self.rbuf.resize(HEADROOM + n, 0);
         }
-        let qpn = pkt.bth.dest_qp;
-        let now = self.now;
-        match self
-            .qps
-            .iter_mut()
-            .find(|(ip, qp)| *ip == p.dst && qp.qpn() == qpn)
-        {
-            Some((_, qp)) => qp.handle_packet(now, &RxMeta::new(p.src, p.dst), &pkt),
-            None => Counters::inc(&self.counters.dropped_pkts),
-        }
-    }
-}
-
-fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
+        self.rbuf[HEADROOM..HEADROOM + n].copy_from_slice(&p.bytes);
+        let from = SocketAddr::new(p.src, uroce_wire::ROCEV2_UDP_PORT);
+        e.handle_datagram(self.now, from, &mut self.rbuf[..HEADROOM + n]);
     }
 }
