@@ -336,6 +336,11 @@ impl Context {
         }
         Ok(CompletionQueue::new(self.clone(), cqe, cq_context, channel))
     }
+    /// The batched I/O the device's engine uses (UDP GSO and GRO on or
+    /// off).
+    pub fn io_path(&self) -> uroce_provider::engine::IoPath {
+        self.inner.engine.io_path()
+    }
     /// The device's counters (like rxe's hw_counters).
     pub fn counters(&self) -> CounterSnapshot {
         self.inner.engine.counters().snapshot()

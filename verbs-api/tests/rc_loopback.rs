@@ -308,3 +308,38 @@ fn one_large_message_each_way() {
     assert_eq!(a.cq.wait(1, big)[0].status, WcStatus::Success);
     assert!(src.to_vec(0, n).unwrap() == data, "READ data");
 }
+
+/// Bulk traffic takes the batched path where the kernel offers it: a
+/// 4 MiB WRITE goes out as UDP GSO messages (runs of MTU-size packets,
+/// each with the ICRC of the IPv4 ID the kernel gives it) and arrives as
+/// GRO aggregates, in fewer system calls than packets, every byte intact.
+#[test]
+fn bulk_traffic_is_batched_with_gso_and_gro() {
+    let (a, b) = pair("127.10.10.1", "127.10.10.2");
+    let n = 4 << 20;
+    let src = a.pd.alloc_mr(n, ALL).unwrap();
+    let dst = b.pd.alloc_mr(n, ALL).unwrap();
+    let data = pattern(n, 5);
+    src.write(0, &data).unwrap();
+    let before = (a.ctx.counters(), b.ctx.counters());
+    let mut w = signaled(1, WrOpcode::RdmaWrite, &[src.sge(0, n as u32)]);
+    w.remote_addr = dst.addr();
+    w.rkey = dst.rkey();
+    a.qp.post_send(&[w]).unwrap();
+    assert_eq!(a.cq.wait(1, T)[0].status, WcStatus::Success);
+    assert!(dst.to_vec(0, n).unwrap() == data, "WRITE data");
+    let (sa, sb) = (a.ctx.counters(), b.ctx.counters());
+    let sent = sa.sent_pkts - before.0.sent_pkts;
+    let calls = sa.tx_syscalls - before.0.tx_syscalls;
+    assert!(sent >= (n / 1024) as u64, "{sent} packets for 4 MiB at MTU 1024");
+    assert_eq!(sb.icrc_errors, 0);
+    let io = a.ctx.io_path();
+    if io.gso {
+        assert!(sa.tx_gso_msgs > before.0.tx_gso_msgs, "no GSO message: {sa:?}");
+        assert!(calls * 4 < sent, "{calls} send calls for {sent} packets");
+    }
+    if io.gso && b.ctx.io_path().gro {
+        assert!(sb.rx_gro_msgs > before.1.rx_gro_msgs, "no GRO aggregate: {sb:?}");
+        assert!(sb.rx_syscalls - before.1.rx_syscalls < sent);
+    }
+}

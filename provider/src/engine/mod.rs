@@ -124,6 +124,30 @@ pub struct Engine {
     keys: Arc<KeyTable>,
     local_ip: IpAddr,
     events: Arc<AsyncEvents>,
+    io: IoPath,
+}
+
+/// Which batched I/O the engine's socket uses (see `engine::socket`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoPath {
+    /// Sends go out with `sendmmsg`, runs of packets as UDP GSO messages
+    /// (false: the kernel lacks UDP_SEGMENT or `UROCE_GSO=0`).
+    pub gso: bool,
+    /// Receives aggregate with UDP GRO (false: the kernel lacks UDP_GRO
+    /// or `UROCE_GRO=0`).
+    pub gro: bool,
+}
+
+impl std::fmt::Display for IoPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let on = |b: bool| if b { "on" } else { "off" };
+        write!(
+            f,
+            "sendmmsg+GSO {}, recvmmsg+GRO {}",
+            on(self.gso),
+            on(self.gro)
+        )
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -175,6 +199,10 @@ impl Engine {
         let counters = Arc::new(Counters::default());
         let epoch = Instant::now();
         let gro = port.gro();
+        let io = IoPath {
+            gso: port.gso(),
+            gro,
+        };
         let mut worker = Worker {
             shared: shared.clone(),
             cmds: rx,
@@ -212,7 +240,14 @@ impl Engine {
             keys,
             local_ip: ip,
             events,
+            io,
         })
+    }
+
+    /// The batched I/O the device's socket uses (as set up; GSO turns
+    /// itself off if the kernel refuses a GSO message).
+    pub fn io_path(&self) -> IoPath {
+        self.io
     }
 
     /// The device's asynchronous event queue.
@@ -372,6 +407,19 @@ impl Kicker {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        // UROCE_COUNTERS=1: the device's non-zero counters on stderr when
+        // it closes (for programs that cannot be asked, e.g. perftest).
+        if std::env::var_os("UROCE_COUNTERS").is_some_and(|v| v != "0") {
+            let c: Vec<String> = self
+                .counters
+                .snapshot()
+                .entries()
+                .into_iter()
+                .filter(|(_, v)| *v != 0)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            eprintln!("uroce {}: {} [{}]", self.local_ip, c.join(" "), self.io);
+        }
         STOPPING.0.lock().insert(self.local_ip);
         self.shared.stop.store(true, Ordering::Release);
         self.shared.doorbell.ring();

@@ -411,6 +411,11 @@ fn main() -> ExitCode {
                         d.ip(),
                         d.guid()
                     );
+                    // Opening binds the device's socket: its I/O path shows.
+                    match d.open() {
+                        Ok(ctx) => println!("{:<10} io: {}", "", ctx.io_path()),
+                        Err(e) => println!("{:<10} io: unknown ({e})", ""),
+                    }
                 }
                 ExitCode::SUCCESS
             }
