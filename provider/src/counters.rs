@@ -40,6 +40,9 @@ counters! {
     rcvd_pkts,
     /// Request packets sent again (go-back-N).
     retransmits,
+    /// Times an RC requester halved its congestion window (at a
+    /// retransmission timeout or a sequence NAK).
+    window_cuts,
     /// Retransmission timer expiries.
     retry_timeouts,
     /// RNR NAKs sent.

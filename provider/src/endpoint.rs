@@ -34,12 +34,23 @@ pub const BURST: u32 = 32;
 /// Stale timer entries allowed beyond two per QP before the heap is
 /// rebuilt.
 const TIMER_SLACK: usize = 64;
+/// Request PSNs a device's QPs may have in flight together (its in-flight
+/// budget): 4 MiB at a 4096-byte MTU, a quarter of what the peer engine's
+/// receive buffer holds. One QP keeps at most 64; beyond 16 busy QPs the
+/// budget, not the QPs' windows, bounds what a burst puts in the peer's
+/// socket, so that hundreds of QPs do not overflow it (each overflow costs
+/// a go-back-N resend).
+pub const DEVICE_INFLIGHT_PSNS: u32 = 1024;
 
 /// A QP in the endpoint, with its scheduling state.
 struct Slot {
     qp: Box<dyn QpMachine>,
     /// Queued in `Endpoint::dirty`.
     dirty: bool,
+    /// Its request PSNs in flight, as last counted in the budget.
+    inflight: u32,
+    /// Listed in `Endpoint::throttled`.
+    throttled: bool,
     /// The deadline last entered in `Endpoint::timers`.
     deadline: Option<Nanos>,
 }
@@ -84,6 +95,13 @@ pub struct Endpoint {
     /// reschedule made stale are skipped when they come up.
     timers: BinaryHeap<Reverse<(Nanos, u32)>>,
     counters: Arc<Counters>,
+    /// Request PSNs in flight over all QPs (the sum of `Slot::inflight`).
+    inflight: u32,
+    /// QPs that found the budget spent when they were polled: queued for
+    /// output again once it has room.
+    throttled: Vec<u32>,
+    /// The in-flight budget.
+    budget: u32,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -102,6 +120,48 @@ impl Endpoint {
             current: None,
             timers: BinaryHeap::new(),
             counters,
+            inflight: 0,
+            throttled: Vec::new(),
+            budget: DEVICE_INFLIGHT_PSNS,
+        }
+    }
+
+    /// Sets the device's in-flight budget (request PSNs of all its QPs
+    /// together; see [`DEVICE_INFLIGHT_PSNS`]).
+    pub fn set_budget(&mut self, psns: u32) {
+        self.budget = psns.max(1);
+        self.release_throttled();
+    }
+
+    /// Request PSNs in flight over all QPs.
+    pub fn inflight(&self) -> u32 {
+        self.inflight
+    }
+
+    /// Recounts a QP's in-flight PSNs into the budget after something
+    /// happened to it; frees throttled QPs if that made room.
+    fn recount(&mut self, qpn: u32) {
+        let Some(s) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let now = s.qp.inflight();
+        let was = std::mem::replace(&mut s.inflight, now);
+        self.inflight = self.inflight - was + now;
+        if now < was {
+            self.release_throttled();
+        }
+    }
+
+    /// Queues the throttled QPs for output again if the budget has room.
+    fn release_throttled(&mut self) {
+        if self.inflight >= self.budget {
+            return;
+        }
+        for qpn in std::mem::take(&mut self.throttled) {
+            if let Some(s) = self.qps.get_mut(&qpn) {
+                s.throttled = false;
+            }
+            self.mark(qpn);
         }
     }
 
@@ -133,9 +193,14 @@ impl Endpoint {
             Slot {
                 qp,
                 dirty: false,
+                inflight: 0,
+                throttled: false,
                 deadline: None,
             },
         );
+        if let Some(o) = &old {
+            self.inflight -= o.inflight;
+        }
         self.mark(qpn);
         old.map(|s| s.qp)
     }
@@ -145,7 +210,10 @@ impl Endpoint {
         if self.current.is_some_and(|(q, _)| q == qpn) {
             self.current = None;
         }
-        self.qps.remove(&qpn).map(|s| s.qp)
+        let s = self.qps.remove(&qpn)?;
+        self.inflight -= s.inflight;
+        self.release_throttled();
+        Some(s.qp)
     }
 
     /// A QP, to look at.
@@ -230,6 +298,7 @@ impl Endpoint {
             s.dirty = true;
             self.dirty.push_back(qpn);
         }
+        self.recount(qpn);
         report(RxVerdict::Delivered)
     }
 
@@ -251,13 +320,24 @@ impl Endpoint {
                 }
             };
             self.current = None;
+            let spent = self.inflight >= self.budget;
             let Some(slot) = self.qps.get_mut(&qpn) else {
                 continue;
             };
             if sent < BURST {
-                if let Some(t) = slot.qp.poll_transmit(now, buf) {
+                slot.qp.set_throttled(spent);
+                let t = slot.qp.poll_transmit(now, buf);
+                let fresh = slot.qp.inflight();
+                let was = std::mem::replace(&mut slot.inflight, fresh);
+                self.inflight = self.inflight - was + fresh;
+                if let Some(t) = t {
                     self.current = Some((qpn, sent + 1));
                     return Some(t);
+                }
+                if spent && fresh > 0 && !slot.throttled {
+                    // It may have requests the budget held back.
+                    slot.throttled = true;
+                    self.throttled.push(qpn);
                 }
             } else if !slot.dirty {
                 // Its turn is over; it may have more.
@@ -293,6 +373,7 @@ impl Endpoint {
                 slot.dirty = true;
                 self.dirty.push_back(qpn);
             }
+            self.recount(qpn);
         }
         any
     }
@@ -379,6 +460,8 @@ mod tests {
                 Slot {
                     qp,
                     dirty: false,
+                    inflight: 0,
+                    throttled: false,
                     deadline: None,
                 },
             );

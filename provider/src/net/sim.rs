@@ -220,6 +220,20 @@ impl SimNet {
             .qp_mut(qpn)
             .expect("a QP of this network")
     }
+    /// Sets the in-flight budget of the device at `ip` (see
+    /// [`crate::endpoint::DEVICE_INFLIGHT_PSNS`]).
+    pub fn set_budget(&mut self, ip: IpAddr, psns: u32) {
+        if let Some(e) = self.endpoints.iter_mut().find(|e| e.local_ip() == ip) {
+            e.set_budget(psns);
+        }
+    }
+    /// Request PSNs the device at `ip` has in flight over all its QPs.
+    pub fn inflight(&self, ip: IpAddr) -> u32 {
+        self.endpoints
+            .iter()
+            .find(|e| e.local_ip() == ip)
+            .map_or(0, |e| e.inflight())
+    }
     /// Puts a packet of our own making on the wire (a hostile or broken
     /// peer), delivered after the usual delay.
     pub fn inject(&mut self, src: IpAddr, dst: IpAddr, bytes: Vec<u8>) {

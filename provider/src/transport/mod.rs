@@ -131,6 +131,16 @@ pub trait QpMachine: Send + std::fmt::Debug {
     fn poll_timeout(&self) -> Option<Nanos>;
     /// Handles the passing of time (safe to call spuriously).
     fn handle_timeout(&mut self, now: Nanos);
+    /// Request PSNs sent and not yet acknowledged (RC; 0 for transports
+    /// that keep nothing in flight). The endpoint sums them into the
+    /// device's in-flight budget.
+    fn inflight(&self) -> u32 {
+        0
+    }
+    /// The device's in-flight budget is spent: a QP that already has
+    /// requests in flight sends no new request packets until it is lifted
+    /// (responses, ACKs and a first request still go).
+    fn set_throttled(&mut self, _on: bool) {}
 }
 
 /// Request PSNs further than this from the expected PSN, ahead or behind,

@@ -65,6 +65,9 @@ impl RcQp {
                         // otherwise exhaust it while making progress.
                         self.req.go_back(psn);
                         self.req.nak_resend = Some((psn, self.req.hwm));
+                        // A lost packet: back off.
+                        self.req.on_congestion();
+                        Counters::inc(&self.core.cfg.counters.window_cuts);
                     }
                     AethSyndrome::Nak(code) => {
                         self.ack_before(psn);
@@ -87,7 +90,8 @@ impl RcQp {
                 crate::types::QpState::Rts | crate::types::QpState::Sqd
             )
         {
-            // Progress: fresh retry budget and timer.
+            // Progress: fresh retry budget and timer; the window grows.
+            self.req.on_acked(self.req.una.distance_from(before));
             self.req.retry_left = self.core.attr.retry_cnt;
             self.req.rnr_left = self.core.attr.rnr_retry;
             self.req.timer = if self.req.inflight() > 0 && self.core.attr.timeout != 0 {

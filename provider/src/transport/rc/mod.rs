@@ -31,6 +31,8 @@ use uroce_wire::{BthRepr, Opcode, Position, Psn, Transport};
 pub use crate::transport::PKEY;
 /// How many PSNs may be outstanding (sent, unacknowledged) at once.
 pub const MAX_INFLIGHT_PSNS: u32 = 64;
+/// The smallest congestion window a requester backs off to (PSNs).
+pub const MIN_CWND: u32 = 4;
 /// A request packet asks for an ACK at least this often within a message.
 pub const ACK_REQ_EVERY: u32 = 16;
 
@@ -311,5 +313,15 @@ impl QpMachine for RcQp {
     }
     fn handle_timeout(&mut self, now: Nanos) {
         RcQp::handle_timeout(self, now)
+    }
+    fn inflight(&self) -> u32 {
+        if matches!(self.core.state, QpState::Rts | QpState::Sqd) {
+            self.req.inflight()
+        } else {
+            0
+        }
+    }
+    fn set_throttled(&mut self, on: bool) {
+        self.req.throttled = on;
     }
 }

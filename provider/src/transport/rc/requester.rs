@@ -1,6 +1,6 @@
 //! The requester: send WRs to request packets (IBA 9.7.1-9.7.4).
 
-use super::{npkts, position, RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS, MAX_MSG_SIZE};
+use super::{npkts, position, RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS, MAX_MSG_SIZE, MIN_CWND};
 use crate::counters::Counters;
 use crate::memory::KeyError;
 use crate::transport::sgl::Resolved;
@@ -95,6 +95,13 @@ pub(super) struct Requester {
     /// The PSN a READ was last re-requested from after a hole in its
     /// responses.
     pub read_rerequest: Option<Psn>,
+    /// The congestion window in PSNs ([`Requester::window`]; 0: the full
+    /// [`MAX_INFLIGHT_PSNS`]).
+    pub cwnd: u32,
+    /// PSNs acknowledged since the window last grew.
+    pub cwnd_acked: u32,
+    /// The device's in-flight budget is spent (`QpMachine::set_throttled`).
+    pub throttled: bool,
     /// A hole in a READ's responses: its PSN, when a later response first
     /// showed it, and how many later responses have arrived since.
     pub read_hole: Option<(Psn, Nanos, u32)>,
@@ -108,6 +115,42 @@ impl Requester {
     }
     pub fn inflight(&self) -> u32 {
         self.next_psn.distance_from(self.una)
+    }
+    /// PSNs the requester may have unacknowledged now: a window that
+    /// halves at each sign of loss (a retransmission timeout, a sequence
+    /// NAK) down to [`MIN_CWND`] and grows back by one PSN per window of
+    /// PSNs acknowledged, up to [`MAX_INFLIGHT_PSNS`] (additive increase,
+    /// multiplicative decrease, as TCP and IRN's window). Go-back-N
+    /// resends a whole window after a loss; hundreds of QPs doing that at
+    /// full window into one receiver's socket overflow it again and again
+    /// until their retries run out, where halved windows drain it.
+    pub fn window(&self) -> u32 {
+        if self.cwnd == 0 {
+            MAX_INFLIGHT_PSNS
+        } else {
+            self.cwnd
+        }
+    }
+    /// A sign of congestion: the window halves.
+    pub fn on_congestion(&mut self) {
+        self.cwnd = (self.window() / 2).max(MIN_CWND);
+        self.cwnd_acked = 0;
+    }
+    /// `n` PSNs newly acknowledged: the window grows by one for each
+    /// window's worth.
+    pub fn on_acked(&mut self, n: u32) {
+        if self.cwnd == 0 {
+            return;
+        }
+        self.cwnd_acked += n;
+        while self.cwnd != 0 && self.cwnd_acked >= self.cwnd {
+            self.cwnd_acked -= self.cwnd;
+            self.cwnd += 1;
+            if self.cwnd >= MAX_INFLIGHT_PSNS {
+                self.cwnd = 0;
+                self.cwnd_acked = 0;
+            }
+        }
     }
     /// Removes every WR not yet retired (for flush or reset).
     pub fn drain(&mut self) -> Vec<SqEntry> {
@@ -298,7 +341,8 @@ impl RcQp {
             self.retire();
             return None;
         }
-        if self.req.inflight() >= MAX_INFLIGHT_PSNS {
+        let inflight = self.req.inflight();
+        if inflight >= self.req.window() || (self.req.throttled && inflight > 0) {
             return None;
         }
         if !self.req.wqes[idx].started {
@@ -453,7 +497,7 @@ impl RcQp {
                 h.bth.se = last && e.wr.flags.contains(SendFlags::SOLICITED);
                 h.bth.ack_req = last
                     || self.req.since_ack_req + 1 >= ACK_REQ_EVERY
-                    || self.req.inflight() + 1 >= MAX_INFLIGHT_PSNS;
+                    || self.req.inflight() + 1 >= self.req.window();
             }
         }
         if h.bth.ack_req {
@@ -546,6 +590,8 @@ impl RcQp {
             return;
         }
         self.req.retry_left -= 1;
+        self.req.on_congestion();
+        Counters::inc(&self.core.cfg.counters.window_cuts);
         let una = self.req.una;
         self.req.read_rerequest = None;
         self.req.read_hole = None;
