@@ -41,7 +41,7 @@ counters! {
     /// Request packets sent again (go-back-N).
     retransmits,
     /// Times an RC requester halved its congestion window (at a
-    /// retransmission timeout or a sequence NAK).
+    /// retransmission timeout).
     window_cuts,
     /// Retransmission timer expiries.
     retry_timeouts,

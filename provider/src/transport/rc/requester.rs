@@ -117,13 +117,15 @@ impl Requester {
         self.next_psn.distance_from(self.una)
     }
     /// PSNs the requester may have unacknowledged now: a window that
-    /// halves at each sign of loss (a retransmission timeout, a sequence
-    /// NAK) down to [`MIN_CWND`] and grows back by one PSN per window of
-    /// PSNs acknowledged, up to [`MAX_INFLIGHT_PSNS`] (additive increase,
-    /// multiplicative decrease, as TCP and IRN's window). Go-back-N
-    /// resends a whole window after a loss; hundreds of QPs doing that at
-    /// full window into one receiver's socket overflow it again and again
-    /// until their retries run out, where halved windows drain it.
+    /// halves at each retransmission timeout (a whole window's tail lost:
+    /// the path or the receiver is overrun) down to [`MIN_CWND`] and grows
+    /// back by one PSN per window of PSNs acknowledged, up to
+    /// [`MAX_INFLIGHT_PSNS`] (additive increase, multiplicative decrease,
+    /// as TCP). Go-back-N resends a whole window after each timeout;
+    /// QPs on several devices doing that at full window into one
+    /// receiver overflow it again and again until their retries run out,
+    /// where halved windows drain it. Sequence NAKs do not cut it:
+    /// reordering causes them as well as loss.
     pub fn window(&self) -> u32 {
         if self.cwnd == 0 {
             MAX_INFLIGHT_PSNS
