@@ -111,12 +111,21 @@ impl CompletionQueue {
             if self.inner.overflowed() {
                 return Err(crate::Error::Invalid("completion queue overflowed".into()));
             }
-            // An empty poll gives the CPU away: busy-polling applications
-            // would otherwise starve the engine threads that produce their
-            // completions when threads outnumber cores.
-            std::thread::yield_now();
+            self.progress();
         }
         Ok(n)
+    }
+    /// What an empty poll does: the polling thread drives the device
+    /// itself if nobody else is (receives, processes, transmits: no
+    /// hand-over to the engine thread, which sleeps while applications
+    /// poll); if the device was busy or had nothing to do, it gives the
+    /// CPU away, so that busy-polling applications do not starve the
+    /// threads that produce their completions when threads outnumber
+    /// cores.
+    pub fn progress(&self) {
+        if !self._ctx.inner.engine.progress() {
+            std::thread::yield_now();
+        }
     }
     /// One completion, if any.
     pub fn poll_one(&self) -> Option<Wc> {
@@ -133,7 +142,7 @@ impl CompletionQueue {
         while v.len() < n && std::time::Instant::now() < end {
             match self.inner.poll_one() {
                 Some(wc) => v.push(wc),
-                None => std::thread::yield_now(),
+                None => self.progress(),
             }
         }
         v

@@ -263,7 +263,7 @@ impl QueuePair {
             }
             self.sq.post(wr.clone()).map_err(|e| (i, e.into()))?;
         }
-        self.ctx.inner.engine.kick(self.qpn);
+        self.ctx.inner.engine.post_kick(self.qpn);
         Ok(())
     }
 

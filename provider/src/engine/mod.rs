@@ -112,6 +112,20 @@ struct Shared {
     doorbell: Doorbell,
     stop: AtomicBool,
     ready: SegQueue<u32>,
+    /// The driver; `None` once the engine thread has ended.
+    driver: parking_lot::Mutex<Option<Driver>>,
+    /// The socket's descriptor, to sleep on without the driver's lock.
+    sock_fd: std::os::fd::RawFd,
+    epoch: Instant,
+    /// Application threads may drive the device (`UROCE_APP_PROGRESS=0`:
+    /// only the engine thread does).
+    app_progress: bool,
+}
+
+impl Shared {
+    fn now(&self) -> Nanos {
+        Nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
 }
 
 /// A running engine. Dropping it stops the thread and closes the socket.
@@ -190,11 +204,6 @@ impl Engine {
             event_type: EventType::PortActive,
             element: EventElement::Port(1),
         });
-        let shared = Arc::new(Shared {
-            doorbell,
-            stop: AtomicBool::new(false),
-            ready: SegQueue::new(),
-        });
         let (tx, rx) = channel::unbounded();
         let counters = Arc::new(Counters::default());
         let epoch = Instant::now();
@@ -203,9 +212,8 @@ impl Engine {
             gso: port.gso(),
             gro,
         };
-        let mut worker = Worker {
-            shared: shared.clone(),
-            cmds: rx,
+        let sock_fd = port.raw_fd();
+        let driver = Driver {
             port,
             local_ip: ip,
             ep: Endpoint::new(ip, counters.clone()),
@@ -217,14 +225,22 @@ impl Engine {
             capture: None,
             delayed: BinaryHeap::new(),
             delayed_seq: 0,
+            deferred: false,
         };
+        let shared = Arc::new(Shared {
+            doorbell,
+            stop: AtomicBool::new(false),
+            ready: SegQueue::new(),
+            driver: parking_lot::Mutex::new(Some(driver)),
+            sock_fd,
+            epoch,
+            app_progress: std::env::var("UROCE_APP_PROGRESS").map_or(true, |v| v.trim() != "0"),
+        });
+        let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("uroce-engine-{ip}"))
             .spawn(move || {
-                worker.run();
-                // The socket closes with the worker: then the address is
-                // free for a new engine.
-                drop(worker);
+                run(&thread_shared, &rx);
                 released(ip);
             })
             .map_err(|e| EngineError::Bind {
@@ -273,6 +289,69 @@ impl Engine {
     pub fn kick(&self, qpn: u32) {
         self.shared.ready.push(qpn);
         self.shared.doorbell.ring_if_sleeping();
+    }
+
+    /// [`Engine::kick`] from an application's post. When the device is
+    /// free and quiet (at most [`QUIET_INFLIGHT`] request PSNs in flight:
+    /// a ping-pong, the first posts of a burst), the calling thread
+    /// sends the QP's packets itself, with no hand-over to the engine
+    /// thread. Otherwise the engine thread takes them, batching a
+    /// stream's packets into few system calls.
+    ///
+    /// Must not be called with a lock held that the QPs' own processing
+    /// (completions, events, CM callbacks) may take.
+    #[inline]
+    pub fn post_kick(&self, qpn: u32) {
+        self.shared.ready.push(qpn);
+        let sent = self.drive(|d, ready| {
+            if d.ep.inflight() > QUIET_INFLIGHT {
+                return false;
+            }
+            while let Some(q) = ready.pop() {
+                d.ep.mark(q);
+            }
+            d.transmit()
+        });
+        if !sent {
+            self.shared.doorbell.ring_if_sleeping();
+        }
+    }
+
+    /// Lets the calling thread make progress on the device: if nobody
+    /// else is driving it, one pass (receive, process, transmit, timers)
+    /// runs here and now. An application that polls an empty CQ calls
+    /// this instead of waiting for the engine thread to pick the packet
+    /// up and hand the completion over. When the pass received
+    /// something, what that makes the QPs send (ACKs) waits for the next
+    /// pass, here or on the engine thread, or for the application's next
+    /// post, which sends it together with its own packets: the
+    /// completion reaches the application one system call sooner.
+    /// Returns false if the device was busy (the caller should yield) or
+    /// nothing happened.
+    ///
+    /// Must not be called with a lock held that the QPs' own processing
+    /// (completions, events, CM callbacks) may take.
+    pub fn progress(&self) -> bool {
+        self.drive(|d, ready| d.app_pass(ready))
+    }
+
+    /// Runs `f` on the driver from this thread if it is free (as the
+    /// engine thread, for re-entrancy checks); false if it was not.
+    fn drive(&self, f: impl FnOnce(&mut Driver, &SegQueue<u32>) -> bool) -> bool {
+        if !self.shared.app_progress || self.on_own_thread() {
+            return false;
+        }
+        let Some(mut g) = self.shared.driver.try_lock() else {
+            return false;
+        };
+        let Some(d) = g.as_mut() else {
+            return false;
+        };
+        let me = Arc::as_ptr(&self.shared) as usize;
+        let was = ENGINE_THREAD.with(|t| t.replace(me));
+        let r = f(d, &self.shared.ready);
+        ENGINE_THREAD.with(|t| t.set(was));
+        r
     }
 
     /// The engine's clock: the time its QPs' deadlines are in.
@@ -443,11 +522,15 @@ const TX_PER_PASS: usize = 64;
 const RX_CALLS_PER_PASS: usize = 4;
 
 
-/// The UDP driver of one device's [`Endpoint`]: the socket, the doorbell,
-/// the command channel, the fault injector and the capture tap.
-struct Worker {
-    shared: Arc<Shared>,
-    cmds: Receiver<Command>,
+/// Request PSNs a device may have in flight for an application's post to
+/// send its packets itself (see [`Engine::post_kick`]).
+const QUIET_INFLIGHT: u32 = 2;
+
+/// The UDP driver of one device's [`Endpoint`]: the socket, the batches,
+/// the fault injector and the capture tap. It sits behind a mutex: the
+/// engine thread drives it, and so does an application thread that polls
+/// an empty CQ or posts a send while it is free.
+struct Driver {
     port: UdpPort,
     local_ip: IpAddr,
     ep: Endpoint,
@@ -462,9 +545,12 @@ struct Worker {
     delayed: BinaryHeap<Reverse<Delayed>>,
     delayed_seq: u64,
     capture: Option<capture::Capture>,
+    /// The last application pass returned after receiving, leaving
+    /// transmission to the next.
+    deferred: bool,
 }
 
-impl Worker {
+impl Driver {
     fn now(&self) -> Nanos {
         Nanos(self.epoch.elapsed().as_nanos() as u64)
     }
@@ -477,59 +563,51 @@ impl Worker {
         SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT)
     }
 
-    fn run(&mut self) {
-        ENGINE_THREAD.with(|t| t.set(Arc::as_ptr(&self.shared) as usize));
-        let mut idle_since: Option<Nanos> = None;
-        while !self.shared.stop.load(Ordering::Acquire) {
-            let mut work = self.commands();
-            work |= self.receive();
-            while let Some(qpn) = self.shared.ready.pop() {
-                self.ep.mark(qpn);
-                work = true;
-            }
-            work |= self.transmit();
-            work |= self.ep.handle_timeout(self.now());
-            if work || self.ep.has_output() {
-                idle_since = None;
-                continue;
-            }
-            let now = self.now();
-            let since = *idle_since.get_or_insert(now);
-            if now.0 - since.0 < SPIN_NS {
-                // Yielding while spinning lets the application (and a peer
-                // engine) run when threads outnumber cores.
-                std::thread::yield_now();
-                continue;
-            }
-            // Block until a packet, a doorbell or the next deadline.
-            let deadline = self
-                .ep
-                .poll_timeout()
-                .into_iter()
-                .chain(self.delayed.peek().map(|Reverse((due, ..))| *due))
-                .min();
-            let timeout_ms = match deadline {
-                Some(t) => (t.0.saturating_sub(self.now().0))
-                    .div_ceil(1_000_000)
-                    .min(1000) as i32,
-                None => 1000,
-            };
-            self.shared.doorbell.set_sleeping(true);
-            if self.shared.ready.is_empty() && self.cmds.is_empty() {
-                self.port.wait(&self.shared.doorbell, timeout_ms);
-            }
-            self.shared.doorbell.set_sleeping(false);
-            self.shared.doorbell.drain();
-            idle_since = None;
+    /// One pass: received packets, doorbells, transmission, timers.
+    /// Returns whether anything happened.
+    fn pass(&mut self, ready: &SegQueue<u32>) -> bool {
+        self.deferred = false;
+        let mut work = self.receive();
+        while let Some(qpn) = ready.pop() {
+            self.ep.mark(qpn);
+            work = true;
         }
-        if let Some(c) = self.capture.take() {
-            let _ = c.finish();
-        }
+        work |= self.transmit();
+        work |= self.ep.handle_timeout(self.now());
+        work
     }
 
-    fn commands(&mut self) -> bool {
+    /// [`Driver::pass`] for an application thread: after a receive that
+    /// brought something, it returns at once (see [`Engine::progress`]),
+    /// but never twice in a row.
+    fn app_pass(&mut self, ready: &SegQueue<u32>) -> bool {
+        if self.receive() && !self.deferred {
+            self.deferred = true;
+            return true;
+        }
+        self.deferred = false;
+        let mut work = false;
+        while let Some(qpn) = ready.pop() {
+            self.ep.mark(qpn);
+            work = true;
+        }
+        work |= self.transmit();
+        work |= self.ep.handle_timeout(self.now());
+        work
+    }
+
+    /// The next QP deadline or held-back packet.
+    fn deadline(&mut self) -> Option<Nanos> {
+        self.ep
+            .poll_timeout()
+            .into_iter()
+            .chain(self.delayed.peek().map(|Reverse((due, ..))| *due))
+            .min()
+    }
+
+    fn commands(&mut self, cmds: &Receiver<Command>) -> bool {
         let mut any = false;
-        while let Ok(cmd) = self.cmds.try_recv() {
+        while let Ok(cmd) = cmds.try_recv() {
             any = true;
             match cmd {
                 Command::AddQp(qp, tx) => {
@@ -713,7 +791,7 @@ impl Worker {
         true
     }
 
-    /// [`Worker::transmit`] with the fault injector on: packet by packet,
+    /// [`Driver::transmit`] with the fault injector on: packet by packet,
     /// each planned (lost, delayed, duplicated, corrupted) on its own.
     fn transmit_faulty(&mut self, now: Nanos) -> bool {
         let mut any = false;
@@ -769,6 +847,57 @@ impl Worker {
             }
         }
         any
+    }
+}
+
+/// The engine thread: commands and passes over the driver; when idle, a
+/// short spin, then a sleep until a packet, a doorbell or the next
+/// deadline. Application threads drive the same driver between its
+/// passes ([`Engine::progress`], [`Engine::post_kick`]).
+fn run(shared: &Shared, cmds: &Receiver<Command>) {
+    ENGINE_THREAD.with(|t| t.set(shared as *const Shared as usize));
+    let mut idle_since: Option<Nanos> = None;
+    while !shared.stop.load(Ordering::Acquire) {
+        let (work, deadline) = {
+            let mut g = shared.driver.lock();
+            let Some(d) = g.as_mut() else { break };
+            let mut work = d.commands(cmds);
+            work |= d.pass(&shared.ready);
+            work |= d.ep.has_output();
+            (work, d.deadline())
+        };
+        if work {
+            idle_since = None;
+            continue;
+        }
+        let now = shared.now();
+        let since = *idle_since.get_or_insert(now);
+        if now.0 - since.0 < SPIN_NS {
+            // Yielding while spinning lets the application (and a peer
+            // engine) run when threads outnumber cores.
+            std::thread::yield_now();
+            continue;
+        }
+        // Block until a packet, a doorbell or the next deadline.
+        let timeout_ns = deadline.map_or(1_000_000_000, |t| t.0.saturating_sub(now.0));
+        shared.doorbell.set_sleeping(true);
+        if shared.ready.is_empty() && cmds.is_empty() {
+            socket::wait(
+                Some(shared.sock_fd),
+                &shared.doorbell,
+                timeout_ns.min(1_000_000_000),
+            );
+        }
+        shared.doorbell.set_sleeping(false);
+        shared.doorbell.drain();
+        idle_since = None;
+    }
+    // The socket closes with the driver: then the address is free for a
+    // new engine.
+    if let Some(mut d) = shared.driver.lock().take() {
+        if let Some(c) = d.capture.take() {
+            let _ = c.finish();
+        }
     }
 }
 

@@ -357,23 +357,9 @@ impl UdpPort {
         }
     }
 
-    /// Blocks until the socket is readable, the doorbell rings, or
-    /// `timeout_ms` passes.
-    pub fn wait(&self, bell: &Doorbell, timeout_ms: i32) {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: bell.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfd entries, length passed correctly.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+    /// The socket's descriptor (valid while the port lives).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.sock.as_raw_fd()
     }
 }
 
@@ -398,6 +384,30 @@ fn sockaddr_of(st: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Sock
     // wrote it; SockAddr::new copies them.
     let sa = unsafe { SockAddr::new(*st, len) };
     sa.as_socket()
+}
+
+/// Blocks until the socket `sock` (if given) is readable, the doorbell
+/// rings, or `timeout_ns` passes.
+pub fn wait(sock: Option<std::os::fd::RawFd>, bell: &Doorbell, timeout_ns: u64) {
+    let mut fds = [
+        libc::pollfd {
+            fd: bell.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: sock.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    let n = if sock.is_some() { 2 } else { 1 };
+    // SAFETY: `n` valid pollfd entries and a live timespec; no signal mask.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), n, &ts, std::ptr::null()) };
 }
 
 fn setsockopt_int(fd: i32, level: i32, opt: i32, val: i32) -> io::Result<()> {

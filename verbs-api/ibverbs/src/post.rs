@@ -542,7 +542,7 @@ fn advance(c: *mut ibv_cq_ex) -> c_int {
                 if q.rust.overflowed() {
                     return libc::EIO;
                 }
-                std::thread::yield_now();
+                q.rust.progress();
                 libc::ENOENT
             }
         }
