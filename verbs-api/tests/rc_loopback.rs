@@ -343,3 +343,32 @@ fn bulk_traffic_is_batched_with_gso_and_gro() {
         assert!(sb.rx_syscalls - before.1.rx_syscalls < sent);
     }
 }
+
+/// A receiver that destroys its QP as soon as it has polled its last
+/// receive completion still acknowledges that message: the polling
+/// thread defers the ACK to its next pass (the completion shows one
+/// system call sooner), and destroying the QP sends what it still has to
+/// say first. Otherwise the sender's last SEND fails with retry exceeded.
+#[test]
+fn the_last_ack_survives_an_immediate_destroy() {
+    for round in 0..20u8 {
+        let a_ip = format!("127.10.12.{}", 2 * round + 1);
+        let b_ip = format!("127.10.12.{}", 2 * round + 2);
+        let (a, b) = pair(&a_ip, &b_ip);
+        let src = a.pd.alloc_mr(64, ALL).unwrap();
+        let dst = b.pd.alloc_mr(64, ALL).unwrap();
+        b.qp.post_recv(&[RecvWr {
+            wr_id: 7,
+            sg_list: [dst.sge(0, 64)].into_iter().collect(),
+        }])
+        .unwrap();
+        a.qp.post_send(&[signaled(1, WrOpcode::Send, &[src.sge(0, 64)])])
+            .unwrap();
+        let got = b.cq.wait(1, T);
+        assert_eq!(got.len(), 1, "round {round}: no receive");
+        drop(b.qp);
+        let sent = a.cq.wait(1, T);
+        assert_eq!(sent.len(), 1, "round {round}: no send completion");
+        assert_eq!(sent[0].status, WcStatus::Success, "round {round}");
+    }
+}

@@ -351,6 +351,14 @@ impl Engine {
         let was = ENGINE_THREAD.with(|t| t.replace(me));
         let r = f(d, &self.shared.ready);
         ENGINE_THREAD.with(|t| t.set(was));
+        // Output left behind (a deferred ACK, more than one pass's worth)
+        // must not wait for this thread to come back: a sleeping engine
+        // thread is woken to send it.
+        let pending = d.ep.has_output();
+        drop(g);
+        if pending {
+            self.shared.doorbell.ring_if_sleeping();
+        }
         r
     }
 
@@ -596,6 +604,17 @@ impl Driver {
         work
     }
 
+    /// Sends everything the QPs have to send now (bounded: a QP that
+    /// keeps producing cannot hold the caller forever).
+    fn flush(&mut self) {
+        for _ in 0..64 {
+            if !self.ep.has_output() {
+                break;
+            }
+            self.transmit();
+        }
+    }
+
     /// The next QP deadline or held-back packet.
     fn deadline(&mut self) -> Option<Nanos> {
         self.ep
@@ -635,6 +654,11 @@ impl Driver {
                     let _ = tx.send(r);
                 }
                 Command::Destroy(qpn, tx) => {
+                    // What the QP still has to say goes first: an ACK an
+                    // application pass deferred (see `app_pass`) may be
+                    // the last its peer waits for.
+                    self.ep.mark(qpn);
+                    self.flush();
                     let r = self
                         .ep
                         .remove_qp(qpn)
@@ -893,8 +917,9 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
         idle_since = None;
     }
     // The socket closes with the driver: then the address is free for a
-    // new engine.
+    // new engine. What is queued (a deferred ACK) goes out first.
     if let Some(mut d) = shared.driver.lock().take() {
+        d.flush();
         if let Some(c) = d.capture.take() {
             let _ = c.finish();
         }
