@@ -16,16 +16,18 @@ pub mod device;
 mod socket;
 
 use crate::counters::Counters;
+use crate::endpoint::Endpoint;
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
-use crate::endpoint::Endpoint;
 use crate::transport::{Nanos, QpMachine};
 use crate::types::QpState;
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::SegQueue;
-use socket::{Doorbell, RxBatch, TxMsg, UdpPort, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, RX_BATCH, GRO_MAX};
+use socket::{
+    Doorbell, RxBatch, TxMsg, UdpPort, GRO_MAX, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, RX_BATCH,
+};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, SocketAddr};
@@ -529,7 +531,6 @@ const TX_PER_PASS: usize = 64;
 /// `recvmmsg` calls per pass (while each fills its batch).
 const RX_CALLS_PER_PASS: usize = 4;
 
-
 /// Request PSNs a device may have in flight for an application's post to
 /// send its packets itself (see [`Engine::post_kick`]).
 const QUIET_INFLIGHT: u32 = 2;
@@ -702,7 +703,9 @@ impl Driver {
         for _ in 0..RX_CALLS_PER_PASS {
             let (n, dropped) = self.port.recv_batch(&mut self.rx);
             if dropped > 0 {
-                self.counters().rx_socket_drops.fetch_add(dropped, Ordering::Relaxed);
+                self.counters()
+                    .rx_socket_drops
+                    .fetch_add(dropped, Ordering::Relaxed);
             }
             if n == 0 {
                 break;
@@ -751,7 +754,10 @@ impl Driver {
         let mut end = 0;
         let mut shift: Option<(usize, Ipv4IdShift)> = None;
         for _ in 0..TX_PER_PASS {
-            let Some(t) = self.ep.poll_transmit(now, &mut self.txbuf[end..end + MAX_DATAGRAM]) else {
+            let Some(t) = self
+                .ep
+                .poll_transmit(now, &mut self.txbuf[end..end + MAX_DATAGRAM])
+            else {
                 break;
             };
             let dst = SocketAddr::new(t.dst, uroce_wire::ROCEV2_UDP_PORT);
@@ -865,8 +871,14 @@ impl Driver {
                         seg: 0,
                     }],
                 );
-                self.ep.counters().tx_syscalls.fetch_add(st.syscalls, Ordering::Relaxed);
-                self.ep.counters().tx_socket_drops.fetch_add(st.dropped, Ordering::Relaxed);
+                self.ep
+                    .counters()
+                    .tx_syscalls
+                    .fetch_add(st.syscalls, Ordering::Relaxed);
+                self.ep
+                    .counters()
+                    .tx_socket_drops
+                    .fetch_add(st.dropped, Ordering::Relaxed);
                 any = true;
             }
         }
@@ -883,7 +895,15 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
     let mut idle_since: Option<Nanos> = None;
     while !shared.stop.load(Ordering::Acquire) {
         let (work, deadline) = {
-            let mut g = shared.driver.lock();
+            // Taken without parking: an application thread holds it for
+            // one pass at a time, and a parked engine thread would cost
+            // that thread a wake-up system call at every unlock.
+            let mut g = loop {
+                if let Some(g) = shared.driver.try_lock() {
+                    break g;
+                }
+                std::thread::yield_now();
+            };
             let Some(d) = g.as_mut() else { break };
             let mut work = d.commands(cmds);
             work |= d.pass(&shared.ready);

@@ -157,11 +157,10 @@ impl UdpPort {
         // buffer, with every datagram read.
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
         let off = |var: &str| std::env::var(var).is_ok_and(|v| v.trim() == "0");
-        let gro = !off("UROCE_GRO")
-            && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        let gro = !off("UROCE_GRO") && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         // Segment size 0 on the socket: GSO only where a message asks.
-        let gso = !off("UROCE_GSO")
-            && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
+        let gso =
+            !off("UROCE_GSO") && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
         Ok(UdpPort {
             sock,
             gro,
@@ -351,7 +350,9 @@ impl UdpPort {
         // outlive the call.
         let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, 0) };
         if r < 0 {
-            Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+            Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO))
         } else {
             Ok((r as usize).min(n))
         }

@@ -216,9 +216,7 @@ impl SimNet {
     /// A QP (queued for output: the caller may post to it or modify it).
     pub fn qp(&mut self, id: QpId) -> &mut dyn QpMachine {
         let (e, qpn) = self.ids[id];
-        self.endpoints[e]
-            .qp_mut(qpn)
-            .expect("a QP of this network")
+        self.endpoints[e].qp_mut(qpn).expect("a QP of this network")
     }
     /// Sets the in-flight budget of the device at `ip` (see
     /// [`crate::endpoint::DEVICE_INFLIGHT_PSNS`]).

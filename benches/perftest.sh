@@ -1,0 +1,527 @@
+#!/usr/bin/env bash
+# uroce against the kernel's own UDP, on one machine, in one run.
+#
+#   bash benches/perftest.sh
+#
+# First the yardsticks: what Linux UDP does on loopback between two
+# processes, measured by benches/yardstick/udp_yard.c (built here with
+# `cc -O2`). The receiver counts what it actually received, over
+# UROCE_BENCH_SECS seconds after a 0.3 s warm-up:
+#   * UDP 4 KiB (and 1 KiB), 1 datagram per syscall: one send(2) per
+#     datagram, one recv(2) per datagram; MiB/s.
+#   * UDP GSO/GRO, 4 KiB (and 1 KiB) segments: the sender sets UDP_SEGMENT
+#     and sends 61,440 bytes per send(2) (15 x 4096, 60 x 1024), the
+#     receiver sets UDP_GRO and reads whole coalesced batches (gso_size from
+#     the cmsg): the kernel's UDP bulk ceiling; MiB/s. "n/a (kernel lacks
+#     UDP_SEGMENT)" where the kernel cannot.
+#   * UDP 64 B, sendmmsg/recvmmsg: 64-byte datagrams in batches of 64 per
+#     syscall on both sides; datagrams received per second (Mpps).
+#   * UDP GSO/GRO, 64 B segments: 64 segments of 64 bytes per send(2), as
+#     above; segments received per second (Mpps): small packets the way
+#     uroce's engine batches them (sendmmsg with UDP GSO, recvmmsg with GRO).
+#   * UDP busy-poll ping-pong, 2 B: non-blocking sockets, both sides spin on
+#     recv(2); half the round trip, median and 99th percentile (µs). A side
+#     that waits past 50 µs blocks in poll(2) until the answer comes: the
+#     scheduler stacks two spinning processes on one core and leaves them
+#     there while the other idles, and a wake-up moves one back.
+# Then Debian's perftest on uroce's drop-in libibverbs.so.1 (RC, one QP,
+# server on device uroce0, client on uroce1, 127.90.n.1/.2, TCP 18900+n),
+# at MTU 4096 and 1024 (-m):
+#   * ib_write_bw, ib_send_bw, ib_read_bw -s 65536 -D SECS: "BW average",
+#     MiB/s (perftest's MB/sec column is 2^20 bytes per second); compared
+#     with the GSO/GRO ceiling at the MTU's segment size (target >= 50%) and
+#     with the 1-datagram-per-syscall figure (for reference).
+#   * the same -s 64: "MsgRate" (Mpps), compared with the sendmmsg/recvmmsg
+#     packet rate (target >= 50%) and with GSO/GRO at 64 B (for reference).
+#   * ib_send_lat, ib_write_lat -s 2 -n ITERS: t_typical (perftest's median
+#     of half round trips) and its 99% percentile, compared with the UDP
+#     busy-poll half round trip (target <= 1.5x).
+# Then many QPs:
+#   * ib_write_bw -s 4096 -m 4096 -N with -q 1000 against the same with
+#     -q 1 (default depth 128 and 5000 iterations per QP; quick: -n 1000);
+#     "BW average", target >= 80% of the one-QP figure. -N (--noPeak) is
+#     required: perftest's peak computation is quadratic in the number of
+#     iterations, hopeless at 1000 QPs x 5000. Four processes with 250 QPs
+#     each into one server is not something perftest can express (one
+#     ib_write_bw server serves one client, and a uroce device address
+#     belongs to one process): verbs-api/tests/many_qps.rs covers that
+#     shape, 4 devices x 250 RC QPs writing into one server device.
+#   * benches/qp_scale.rs (`cargo bench -p uroce-benches --bench qp_scale`,
+#     built here, run UROCE_BENCH_SECS per figure): one process, two
+#     devices (127.90.200.1/.2), a 2-byte SEND/RECV ping-pong going
+#     round-robin over 1,000 connected RC QP pairs, driven by one thread;
+#     time per round trip against the same on one QP pair (target <= 1.5x).
+# And an idle figure: ib_write_lat -s 2 -n 1000 --wait_destroy, so that
+# after its run each of the two processes holds its connected RC QP (and
+# uroce's device engine thread) with no traffic; utime+stime of both
+# processes from /proc/PID/stat over UROCE_BENCH_IDLE_SECS seconds, as % of
+# one core (target < 1%).
+#
+# Nothing is pinned: both sides of every test share the machine's cores,
+# and other load on the machine skews every figure (the CPU busy before the
+# run is printed). Targets are reported, never asserted; the script exits
+# non-zero only if a program fails to run.
+#
+# Environment:
+#   UROCE_BENCH_SECS=2        seconds per throughput measurement (quick: 1)
+#   UROCE_BENCH_QUICK=1       MTU 4096 only, 1 s measurements, 5 s idle,
+#                             -n 1000 for the many-QPs ib_write_bw
+#                             (about a minute; for CI)
+#   UROCE_BENCH_IDLE_SECS=10  the idle window (quick: 5)
+#   UROCE_BENCH_LAT_ITERS     latency round trips (default 5000 x SECS)
+#   UROCE_BENCH_NOBUILD=1     use target/release as it is (no cargo build;
+#                             the newest target/release/deps/qp_scale-*)
+#   UROCE_BENCH_OUT=path      also write the tables (markdown) to path
+#   UROCE_BENCH_KEEP=1        keep every program's output (the temp dir)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+t_start=$SECONDS
+
+quick=${UROCE_BENCH_QUICK:-0}
+[ "$quick" = 0 ] || [ "$quick" = 1 ] || { echo "perftest.sh: UROCE_BENCH_QUICK is 0 or 1" >&2; exit 2; }
+if [ "$quick" = 1 ]; then
+  secs=${UROCE_BENCH_SECS:-1}
+  idle_secs=${UROCE_BENCH_IDLE_SECS:-5}
+  mtus=(4096)
+else
+  secs=${UROCE_BENCH_SECS:-2}
+  idle_secs=${UROCE_BENCH_IDLE_SECS:-10}
+  mtus=(4096 1024)
+fi
+[[ $secs =~ ^[1-9][0-9]{0,2}$ ]] && [ "$secs" -le 600 ] || { echo "perftest.sh: UROCE_BENCH_SECS must be 1..600, not '$secs'" >&2; exit 2; }
+lat_iters=${UROCE_BENCH_LAT_ITERS:-$((5000 * secs))}
+for v in idle_secs lat_iters; do
+  [[ ${!v} =~ ^[1-9][0-9]{0,5}$ ]] || { echo "perftest.sh: $v must be a positive integer, not '${!v}'" >&2; exit 2; }
+done
+[ "$lat_iters" -ge 5 ] || lat_iters=5
+
+# ---- tools
+need=()
+command -v cc >/dev/null || need+=(gcc)
+command -v ib_write_bw >/dev/null || need+=(perftest)
+if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null 2>&1 || true
+  apt-get install -y -q "${need[@]}" >/dev/null 2>&1
+fi
+for p in cc stdbuf timeout ib_write_bw ib_send_bw ib_read_bw ib_send_lat ib_write_lat; do
+  command -v $p >/dev/null || { echo "perftest.sh: $p missing (apt-get install perftest gcc)" >&2; exit 1; }
+done
+qp_bin="" # benches/qp_scale.rs, built
+if [ "${UROCE_BENCH_NOBUILD:-0}" != 1 ]; then
+  cargo build --release -q -p uroce-ibverbs -p uroce-verbs || exit 1
+  # cargo names the bench binary it built (target/release/deps/qp_scale-HASH).
+  qp_bin=$(cargo bench -q --no-run -p uroce-benches --bench qp_scale --message-format=json |
+    grep -o '"executable":"[^"]*/qp_scale-[^"]*"' | tail -n 1 | sed 's/^"executable":"//; s/"$//')
+  [ -n "$qp_bin" ] || { echo "perftest.sh: cargo bench --no-run --bench qp_scale failed" >&2; exit 1; }
+else
+  # The newest build of it (older ones stay in deps/ under other hashes).
+  for f in $(ls -t "$root"/target/release/deps/qp_scale-* 2>/dev/null); do
+    [ -f "$f" ] && [ -x "$f" ] && [[ ${f##*/} != *.* ]] && { qp_bin=$f; break; }
+  done
+fi
+libdir=$("$root/target/release/uroce" libdir) || { echo "perftest.sh: target/release/uroce libdir failed" >&2; exit 1; }
+[ -e "$libdir/libibverbs.so.1" ] || { echo "perftest.sh: no libibverbs.so.1 in $libdir" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+bg=() # background processes we started (timeout's pids)
+cleanup() {
+  for p in "${bg[@]}"; do kill "$p" 2>/dev/null; done
+  if [ "${UROCE_BENCH_KEEP:-0}" = 1 ]; then
+    echo "perftest.sh: every program's output is in $tmp" >&2
+  else
+    rm -rf "$tmp"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cc -O2 -Wall -o "$tmp/udp_yard" benches/yardstick/udp_yard.c || { echo "perftest.sh: cannot compile udp_yard.c" >&2; exit 1; }
+
+failures=0
+failed_names=()
+fail() { # NAME FILE...: count a failure, show the programs' last words
+  failures=$((failures + 1))
+  failed_names+=("$1")
+  echo "FAILED: $1" >&2
+  shift
+  # perftest's errors go to stderr, unbuffered, so they come first in the
+  # file: show those lines, then how the output ends.
+  for f in "$@"; do
+    [ -s "$f" ] || continue
+    echo "---- $(basename "$f"):" >&2
+    grep -i -E 'error|fail|unable|couldn|exceed|refused|scnt|timed out|exit|panic' "$f" | head -n 12 | sed 's/^/  ! /' >&2
+    tail -n 4 "$f" | sed 's/^/  | /' >&2
+  done
+}
+
+# Floating point through awk: calc EXPR [VAR=VALUE...]
+calc() {
+  local e=$1 a args=()
+  shift
+  for a in "$@"; do args+=(-v "$a"); done
+  awk "${args[@]}" "BEGIN { print ($e) }" 2>/dev/null
+}
+# unbg PID: forget a background process that has been waited for.
+unbg() {
+  local p keep=()
+  for p in "${bg[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  bg=("${keep[@]}")
+}
+num() { [[ ${1:-} =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+
+# CPU busy on the whole machine over one second, before we start.
+cpu_busy() {
+  local a b
+  read -r _ a1 a2 a3 a4 a5 a6 a7 a8 _ </proc/stat
+  sleep 1
+  read -r _ b1 b2 b3 b4 b5 b6 b7 b8 _ </proc/stat
+  a=$((a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8))
+  b=$((b1 + b2 + b3 + b4 + b5 + b6 + b7 + b8))
+  local idle=$(((b4 + b5) - (a4 + a5))) total=$((b - a))
+  [ "$total" -gt 0 ] && echo $(((total - idle) * 100 / total)) || echo "?"
+}
+
+ncpu=$(nproc 2>/dev/null || echo "?")
+busy=$(cpu_busy)
+hdr=$tmp/header.md
+{
+  echo "uroce perftest: $(git rev-parse --short HEAD 2>/dev/null || echo "?"), $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sr), $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $ncpu cores."
+  echo "Both sides of every test share these $ncpu cores (nothing pinned); CPU busy before the run: $busy%."
+  if [ "$busy" != "?" ] && [ "$busy" -ge 25 ]; then
+    echo "**Warning: the machine was busy before the run: every figure below is skewed.**"
+  fi
+  echo "Throughput windows ${secs} s, latency ${lat_iters} round trips, idle window ${idle_secs} s, MTUs ${mtus[*]}."
+} >"$hdr"
+cat "$hdr"
+echo
+
+# ---- UDP yardsticks
+declare -A Y
+yard() { # KEY MODE SIZE
+  local key=$1 mode=$2 size=$3 out rc
+  out=$(timeout $((secs + 60)) "$tmp/udp_yard" "$mode" "$size" "$secs" 127.90.1.1 127.90.1.2 2>"$tmp/yard.err")
+  rc=$?
+  if [ $rc != 0 ] || [ -z "$out" ]; then
+    [ $rc = 124 ] && echo "timed out" >>"$tmp/yard.err"
+    fail "udp_yard $mode $size" "$tmp/yard.err"
+    Y[$key.state]=FAILED
+    return
+  fi
+  if [[ $out == na* ]]; then
+    local reason=${out#*reason=\"}
+    Y[$key.state]="n/a (${reason%\"})"
+    echo "udp_yard $mode $size: ${Y[$key.state]}"
+    return
+  fi
+  Y[$key.state]=ok
+  local kv
+  for kv in $out; do
+    [[ $kv == *=* ]] && Y[$key.${kv%%=*}]=${kv#*=}
+  done
+  echo "udp_yard $mode $size: $out"
+}
+segs=()
+for m in "${mtus[@]}"; do segs+=("$m"); done
+for s in "${segs[@]}"; do yard "bulk$s" bulk "$s"; done
+for s in "${segs[@]}"; do yard "gso$s" gso "$s"; done
+yard mmsg64 mmsg 64
+yard gso64 gso 64
+yard pp2 pingpong 2
+echo
+
+# ---- perftest on uroce
+declare -A P
+pt_n=10
+perf() { # KEY SIZE TOOL ARGS...: server -d uroce0, client -d uroce1
+  # (each side's time limit: secs + 90 s, or $perf_lim when set)
+  local key=$1 size=$2
+  shift 2
+  pt_n=$((pt_n + 1))
+  local port=$((18900 + pt_n)) net=127.90.$pt_n
+  local lim=${perf_lim:-$((secs + 90))}
+  local s="$tmp/$key.server" c="$tmp/$key.client"
+  UROCE_DEVICES="uroce0=$net.1,uroce1=$net.2" LD_LIBRARY_PATH=$libdir \
+    timeout $lim "$@" -d uroce0 -x 0 -p $port >"$s" 2>&1 &
+  local spid=$!
+  bg+=("$spid")
+  local _i
+  for _i in $(seq 100); do
+    if command -v ss >/dev/null; then
+      ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+    elif [ "$_i" -ge 5 ]; then
+      break
+    fi
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  UROCE_DEVICES="uroce0=$net.1,uroce1=$net.2" LD_LIBRARY_PATH=$libdir \
+    timeout $lim "$@" -d uroce1 -x 0 -p $port "$net.1" >"$c" 2>&1
+  local crc=$?
+  [ $crc = 0 ] || kill "$spid" 2>/dev/null
+  wait "$spid"
+  local src=$?
+  unbg "$spid"
+  local line
+  # The result line: message size, iterations, then the figures.
+  line=$(awk -v s="$size" '$1 == s && $2 ~ /^[0-9]+$/ && NF >= 5 { l = $0 } END { print l }' "$c" | tr -s ' \t' ' ')
+  if [ $crc != 0 ] || [ $src != 0 ] || [ -z "$line" ]; then
+    echo "client exit $crc, server exit $src (124: timed out after $lim s)" >>"$c"
+    fail "$* (port $port)" "$c" "$s"
+    P[$key.state]=FAILED
+    return
+  fi
+  P[$key.state]=ok
+  P[$key.line]=$line
+  echo "$*: $line"
+}
+
+for m in "${mtus[@]}"; do
+  for op in write send read; do
+    perf "${op}_bw_64k_$m" 65536 ib_${op}_bw -s 65536 -m "$m" -D "$secs"
+    perf "${op}_bw_64_$m" 64 ib_${op}_bw -s 64 -m "$m" -D "$secs"
+  done
+  for op in send write; do
+    perf "${op}_lat_$m" 2 ib_${op}_lat -s 2 -m "$m" -n "$lat_iters"
+  done
+done
+
+# ---- many QPs
+# ib_write_bw over 1000 RC QPs against one; -N: no peak computation (it is
+# quadratic in iterations). Default depth (128) and iterations (5000 per
+# QP, 20 GB at 1000 QPs; quick: 1000). The 4-processes-x-250-QPs shape
+# cannot be run with perftest (one server serves one client, one uroce
+# device address belongs to one process): verbs-api/tests/many_qps.rs
+# covers it, 4 devices x 250 QPs writing into one server.
+mq_iters=()
+[ "$quick" = 1 ] && mq_iters=(-n 1000)
+perf write_bw_4k_q1 4096 ib_write_bw -s 4096 -m 4096 -N -q 1 "${mq_iters[@]}"
+perf_lim=$((secs + 120)) perf write_bw_4k_q1000 4096 ib_write_bw -s 4096 -m 4096 -N -q 1000 "${mq_iters[@]}"
+
+# A 2-byte ping-pong round-robin over 1,000 RC QP pairs against one pair,
+# in one process (benches/qp_scale.rs).
+QS_ONE="" QS_MANY="" QS_N=""
+qp_scale() {
+  local out="$tmp/qp_scale.out" rc line
+  if [ -z "$qp_bin" ]; then
+    echo "no target/release/deps/qp_scale-* (cargo bench --no-run -p uroce-benches --bench qp_scale)" >"$out"
+    fail "qp_scale" "$out"
+    return
+  fi
+  UROCE_QP_SCALE_SECS=$secs timeout $((4 * secs + 120)) "$qp_bin" >"$out" 2>&1
+  rc=$?
+  line=$(grep -E '^qp_scale: 1 QP [0-9.]+ us/round trip, [0-9]+ QPs [0-9.]+ us/round trip' "$out" | tail -n 1)
+  if [ $rc != 0 ] || [ -z "$line" ]; then
+    echo "exit $rc (124: timed out after $((4 * secs + 120)) s)" >>"$out"
+    fail "qp_scale ($qp_bin)" "$out"
+    return
+  fi
+  read -r QS_ONE QS_N QS_MANY < <(echo "$line" | awk '{ print $4, $7, $9 }')
+  echo "$line"
+}
+qp_scale
+
+# ---- idle: two processes, one connected RC QP each, no traffic
+clk=$(getconf CLK_TCK 2>/dev/null || echo 100)
+cputicks() { # PID: utime+stime (all threads)
+  local st
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  st=${st##*) }
+  # shellcheck disable=SC2086
+  set -- $st
+  echo $((${12} + ${13}))
+}
+idle_pct=""
+idle_detail=""
+idle_test() {
+  pt_n=$((pt_n + 1))
+  local port=$((18900 + pt_n)) net=127.90.$pt_n
+  local wait_s=$((idle_secs + 2)) lim=$((idle_secs + 90))
+  local s="$tmp/idle.server" c="$tmp/idle.client"
+  # stdbuf: perftest's stdout is a file here; line-buffer it so that
+  # "Waiting N seconds before releasing resources" shows while it waits.
+  local args=(stdbuf -oL ib_write_lat -s 2 -n 1000 --wait_destroy=$wait_s)
+  export UROCE_DEVICES="uroce0=$net.1,uroce1=$net.2"
+  LD_LIBRARY_PATH=$libdir timeout $lim "${args[@]}" -d uroce0 -x 0 -p $port >"$s" 2>&1 &
+  local spid=$!
+  bg+=("$spid")
+  local _i
+  for _i in $(seq 100); do
+    command -v ss >/dev/null || { sleep 0.5; break; }
+    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  LD_LIBRARY_PATH=$libdir timeout $lim "${args[@]}" -d uroce1 -x 0 -p $port "$net.1" >"$c" 2>&1 &
+  local cpid=$!
+  bg+=("$cpid")
+  unset UROCE_DEVICES
+  # Both have printed their result and sleep with the QP connected.
+  local ok=0
+  for _i in $(seq 300); do
+    grep -q "Waiting" "$s" 2>/dev/null && grep -q "Waiting" "$c" 2>/dev/null && { ok=1; break; }
+    kill -0 "$spid" 2>/dev/null && kill -0 "$cpid" 2>/dev/null || break
+    sleep 0.1
+  done
+  local sp cp s0 c0 s1 c1
+  sp=$(pgrep -P "$spid" | head -n 1)
+  cp=$(pgrep -P "$cpid" | head -n 1)
+  if [ $ok = 1 ] && [ -n "$sp" ] && [ -n "$cp" ] && s0=$(cputicks "$sp") && c0=$(cputicks "$cp"); then
+    sleep "$idle_secs"
+    if s1=$(cputicks "$sp") && c1=$(cputicks "$cp"); then
+      idle_pct=$(calc 'sprintf("%.2f", 100 * (s + c) / k / t)' s=$((s1 - s0)) c=$((c1 - c0)) k="$clk" t="$idle_secs")
+      idle_detail=$(calc 'sprintf("server %.2f%% + client %.2f%%", 100 * s / k / t, 100 * c / k / t)' \
+        s=$((s1 - s0)) c=$((c1 - c0)) k="$clk" t="$idle_secs")
+    fi
+  fi
+  wait "$cpid"
+  local crc=$?
+  wait "$spid"
+  local src=$?
+  unbg "$spid"
+  unbg "$cpid"
+  if [ $crc != 0 ] || [ $src != 0 ] || [ -z "$idle_pct" ]; then
+    echo "client exit $crc, server exit $src (124: timed out after $lim s)" >>"$c"
+    fail "idle: ${args[*]} (port $port)" "$c" "$s"
+    idle_pct=""
+    return
+  fi
+  echo "idle ${args[*]}: $idle_pct% of a core over $idle_secs s ($idle_detail)"
+}
+idle_test
+echo
+
+# ---- the tables
+fmt_ratio() { # VALUE YARDSTICK: percent
+  num "$1" && num "$2" && [ "$(calc "b > 0" b="$2")" = 1 ] || { echo "n/a"; return; }
+  calc 'sprintf(100 * a / b < 10 ? "%.1f%%" : "%.0f%%", 100 * a / b)' a="$1" b="$2"
+}
+verdict_ge() { # VALUE YARDSTICK PCT
+  num "$1" && num "$2" && [ "$(calc "b > 0" b="$2")" = 1 ] || { echo "≥ $3%: n/a"; return; }
+  if [ "$(calc "100 * a / b >= p" a="$1" b="$2" p="$3")" = 1 ]; then echo "≥ $3%: met"; else echo "≥ $3%: **missed**"; fi
+}
+ystate() { # KEY: the yardstick's value, or why not
+  local k=$1 f=$2
+  if [ "${Y[$k.state]:-}" = ok ]; then echo "${Y[$k.$f]}"; else echo "${Y[$k.state]:-not run}"; fi
+}
+pfield() { # KEY N: field N of perftest's result line
+  [ "${P[$1.state]:-}" = ok ] || { echo "FAILED"; return; }
+  echo "${P[$1.line]}" | awk -v n="$2" '{ print $n }'
+}
+
+table=$tmp/table.md
+{
+  cat "$hdr"
+  echo
+  echo "UDP yardsticks (loopback, two processes; both share the machine's $ncpu cores):"
+  echo
+  echo "| Yardstick | Result |"
+  echo "|---|---|"
+  for s in "${segs[@]}"; do
+    k=bulk$s
+    if [ "${Y[$k.state]:-}" = ok ]; then
+      echo "| UDP $((s / 1024)) KiB, 1 datagram per syscall | ${Y[$k.mib_s]} MiB/s (${Y[$k.mdgram_s]} M datagrams/s) |"
+    else
+      echo "| UDP $((s / 1024)) KiB, 1 datagram per syscall | $(ystate "$k" x) |"
+    fi
+  done
+  for s in "${segs[@]}"; do
+    k=gso$s
+    if [ "${Y[$k.state]:-}" = ok ]; then
+      echo "| UDP GSO/GRO, $((s / 1024)) KiB segments ($((61440 / s)) per send) | ${Y[$k.mib_s]} MiB/s (${Y[$k.mdgram_s]} M segments/s) |"
+    else
+      echo "| UDP GSO/GRO, $((s / 1024)) KiB segments | $(ystate "$k" x) |"
+    fi
+  done
+  if [ "${Y[mmsg64.state]:-}" = ok ]; then
+    echo "| UDP 64 B, sendmmsg/recvmmsg (batches of 64) | ${Y[mmsg64.mdgram_s]} Mpps |"
+  else
+    echo "| UDP 64 B, sendmmsg/recvmmsg (batches of 64) | $(ystate mmsg64 x) |"
+  fi
+  if [ "${Y[gso64.state]:-}" = ok ]; then
+    echo "| UDP GSO/GRO, 64 B segments (64 per send) | ${Y[gso64.mdgram_s]} Mpps |"
+  else
+    echo "| UDP GSO/GRO, 64 B segments | $(ystate gso64 x) |"
+  fi
+  if [ "${Y[pp2.state]:-}" = ok ]; then
+    echo "| UDP busy-poll ping-pong, 2 B, half round trip | ${Y[pp2.half_rtt_median_us]} µs median, ${Y[pp2.half_rtt_p99_us]} µs p99 |"
+  else
+    echo "| UDP busy-poll ping-pong, 2 B, half round trip | $(ystate pp2 x) |"
+  fi
+  echo
+  echo "uroce (Debian perftest $(dpkg-query -W -f '${Version}' perftest 2>/dev/null || echo "?"), RC, on uroce's libibverbs.so.1):"
+  echo
+  echo "| perftest | MTU | uroce | Yardstick | Ratio | Target |"
+  echo "|---|---|---|---|---|---|"
+  for m in "${mtus[@]}"; do
+    kib=$((m / 1024))
+    for op in write send read; do
+      k=${op}_bw_64k_$m
+      v=$(pfield "$k" 4)
+      shown=$v
+      num "$v" && shown="$v MiB/s"
+      g=$(ystate "gso$m" mib_s)
+      b=$(ystate "bulk$m" mib_s)
+      gs=$g; num "$g" && gs="$g MiB/s"
+      bs=$b; num "$b" && bs="$b MiB/s"
+      echo "| ib_${op}_bw -s 65536 | $m | $shown | UDP GSO/GRO, $kib KiB segments: $gs | $(fmt_ratio "$v" "$g") | $(verdict_ge "$v" "$g" 50) |"
+      echo "| ib_${op}_bw -s 65536 | $m | $shown | UDP $kib KiB, 1 datagram per syscall: $bs | $(fmt_ratio "$v" "$b") | (reference) |"
+    done
+    y=$(ystate mmsg64 mdgram_s)
+    ys=$y; num "$y" && ys="$y Mpps"
+    g=$(ystate gso64 mdgram_s)
+    gs=$g; num "$g" && gs="$g Mpps"
+    for op in write send read; do
+      k=${op}_bw_64_$m
+      v=$(pfield "$k" 5)
+      shown=$v
+      num "$v" && shown="$v Mpps"
+      echo "| ib_${op}_bw -s 64 | $m | $shown | UDP 64 B, sendmmsg/recvmmsg: $ys | $(fmt_ratio "$v" "$y") | $(verdict_ge "$v" "$y" 50) |"
+      echo "| ib_${op}_bw -s 64 | $m | $shown | UDP GSO/GRO, 64 B segments: $gs | $(fmt_ratio "$v" "$g") | (reference) |"
+    done
+    y=$(ystate pp2 half_rtt_median_us)
+    ys=$y; num "$y" && ys="$y µs"
+    for op in send write; do
+      k=${op}_lat_$m
+      v=$(pfield "$k" 5)
+      p99=$(pfield "$k" 8)
+      shown=$v
+      num "$v" && shown="$v µs (p99 $p99)"
+      if num "$v" && num "$y" && [ "$(calc "b > 0" b="$y")" = 1 ]; then
+        r=$(calc 'sprintf("%.2f×", a / b)' a="$v" b="$y")
+        if [ "$(calc "a / b <= 1.5" a="$v" b="$y")" = 1 ]; then t="≤ 1.5×: met"; else t="≤ 1.5×: **missed**"; fi
+      else
+        r="n/a"
+        t="≤ 1.5×: n/a"
+      fi
+      echo "| ib_${op}_lat -s 2, t_typical | $m | $shown | UDP busy-poll ping-pong, 2 B: $ys | $r | $t |"
+    done
+  done
+  v=$(pfield write_bw_4k_q1000 4)
+  y=$(pfield write_bw_4k_q1 4)
+  shown=$v; num "$v" && shown="$v MiB/s"
+  ys=$y; num "$y" && ys="$y MiB/s"
+  echo "| ib_write_bw -s 4096, 1000 QPs | 4096 | $shown | ib_write_bw -s 4096, 1 QP: $ys | $(fmt_ratio "$v" "$y") | $(verdict_ge "$v" "$y" 80) |"
+  if num "$QS_MANY" && num "$QS_ONE" && [ "$(calc "b > 0" b="$QS_ONE")" = 1 ]; then
+    r=$(calc 'sprintf("%.2f×", a / b)' a="$QS_MANY" b="$QS_ONE")
+    if [ "$(calc "a / b <= 1.5" a="$QS_MANY" b="$QS_ONE")" = 1 ]; then t="≤ 1.5×: met"; else t="≤ 1.5×: **missed**"; fi
+    echo "| $(echo "$QS_N" | sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta') QPs round-robin ping-pong, per message (qp_scale, 2 B round trip) | — | $QS_MANY µs | 1 QP: $QS_ONE µs | $r | $t |"
+  else
+    echo "| 1,000 QPs round-robin ping-pong, per message (qp_scale, 2 B round trip) | — | FAILED | 1 QP | n/a | ≤ 1.5×: n/a |"
+  fi
+  if num "$idle_pct"; then
+    shown="$idle_pct% of a core"
+    if [ "$(calc "p < 1" p="$idle_pct")" = 1 ]; then t="< 1%: met"; else t="< 1%: **missed**"; fi
+    echo "| idle: 2 processes, 1 connected RC QP each, ${idle_secs} s | — | $shown ($idle_detail) | one core | $idle_pct% | $t |"
+  else
+    echo "| idle: 2 processes, 1 connected RC QP each | — | FAILED | one core | n/a | < 1%: n/a |"
+  fi
+} >"$table"
+cat "$table"
+if [ -n "${UROCE_BENCH_OUT:-}" ]; then
+  cp "$table" "$UROCE_BENCH_OUT" || { echo "perftest.sh: cannot write $UROCE_BENCH_OUT" >&2; failures=$((failures + 1)); }
+fi
+echo
+echo "perftest.sh: $((SECONDS - t_start)) s, $failures program(s) failed${failed_names[*]:+: ${failed_names[*]}}"
+[ "$failures" = 0 ]
