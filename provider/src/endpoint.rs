@@ -55,6 +55,18 @@ struct Slot {
     deadline: Option<Nanos>,
 }
 
+impl Slot {
+    fn new(qp: Box<dyn QpMachine>) -> Slot {
+        Slot {
+            qp,
+            dirty: false,
+            inflight: 0,
+            throttled: false,
+            deadline: None,
+        }
+    }
+}
+
 /// What became of a received datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RxVerdict {
@@ -188,16 +200,7 @@ impl Endpoint {
     /// Adds a QP; a QP with the same number is replaced and returned.
     pub fn add_qp(&mut self, qp: Box<dyn QpMachine>) -> Option<Box<dyn QpMachine>> {
         let qpn = qp.qpn();
-        let old = self.qps.insert(
-            qpn,
-            Slot {
-                qp,
-                dirty: false,
-                inflight: 0,
-                throttled: false,
-                deadline: None,
-            },
-        );
+        let old = self.qps.insert(qpn, Slot::new(qp));
         if let Some(o) = &old {
             self.inflight -= o.inflight;
         }
@@ -455,16 +458,7 @@ mod tests {
         for qpn in [1u32, 2] {
             let cfg = crate::testing::config(ip, qpn, 4);
             let qp = crate::transport::new_qp(QpType::Rc, cfg).unwrap();
-            qps.insert(
-                qpn,
-                Slot {
-                    qp,
-                    dirty: false,
-                    inflight: 0,
-                    throttled: false,
-                    deadline: None,
-                },
-            );
+            qps.insert(qpn, Slot::new(qp));
         }
         let mut timers = BinaryHeap::new();
         for i in 0..10_000u64 {

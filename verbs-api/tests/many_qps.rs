@@ -25,7 +25,9 @@ fn cap() -> QpCap {
 #[test]
 fn four_clients_times_250_qps_into_one_server() {
     let server_ip = "127.10.11.1";
-    let server = Device::new("srv", server_ip.parse().unwrap()).open().unwrap();
+    let server = Device::new("srv", server_ip.parse().unwrap())
+        .open()
+        .unwrap();
     let spd = server.alloc_pd().unwrap();
     let scq = server.create_cq(4096).unwrap();
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
@@ -93,7 +95,11 @@ fn four_clients_times_250_qps_into_one_server() {
         let wcs = cq.wait(PER_CLIENT * MSGS, Duration::from_secs(120));
         assert_eq!(wcs.len(), PER_CLIENT * MSGS, "client {c}: completions");
         if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
-            panic!("client {c}: {:?}; counters {:?}", bad.status, ctx.counters());
+            panic!(
+                "client {c}: {:?}; counters {:?}",
+                bad.status,
+                ctx.counters()
+            );
         }
     }
     let got = dst.to_vec(0, n * MSGS * LEN).unwrap();

@@ -331,15 +331,24 @@ fn bulk_traffic_is_batched_with_gso_and_gro() {
     let (sa, sb) = (a.ctx.counters(), b.ctx.counters());
     let sent = sa.sent_pkts - before.0.sent_pkts;
     let calls = sa.tx_syscalls - before.0.tx_syscalls;
-    assert!(sent >= (n / 1024) as u64, "{sent} packets for 4 MiB at MTU 1024");
+    assert!(
+        sent >= (n / 1024) as u64,
+        "{sent} packets for 4 MiB at MTU 1024"
+    );
     assert_eq!(sb.icrc_errors, 0);
     let io = a.ctx.io_path();
     if io.gso {
-        assert!(sa.tx_gso_msgs > before.0.tx_gso_msgs, "no GSO message: {sa:?}");
+        assert!(
+            sa.tx_gso_msgs > before.0.tx_gso_msgs,
+            "no GSO message: {sa:?}"
+        );
         assert!(calls * 4 < sent, "{calls} send calls for {sent} packets");
     }
     if io.gso && b.ctx.io_path().gro {
-        assert!(sb.rx_gro_msgs > before.1.rx_gro_msgs, "no GRO aggregate: {sb:?}");
+        assert!(
+            sb.rx_gro_msgs > before.1.rx_gro_msgs,
+            "no GRO aggregate: {sb:?}"
+        );
         assert!(sb.rx_syscalls - before.1.rx_syscalls < sent);
     }
 }

@@ -576,7 +576,14 @@ impl Driver {
     /// Returns whether anything happened.
     fn pass(&mut self, ready: &SegQueue<u32>) -> bool {
         self.deferred = false;
-        let mut work = self.receive();
+        let work = self.receive();
+        self.send_and_time(ready) | work
+    }
+
+    /// The rest of a pass after receiving: doorbells, transmission,
+    /// timers.
+    fn send_and_time(&mut self, ready: &SegQueue<u32>) -> bool {
+        let mut work = false;
         while let Some(qpn) = ready.pop() {
             self.ep.mark(qpn);
             work = true;
@@ -595,14 +602,7 @@ impl Driver {
             return true;
         }
         self.deferred = false;
-        let mut work = false;
-        while let Some(qpn) = ready.pop() {
-            self.ep.mark(qpn);
-            work = true;
-        }
-        work |= self.transmit();
-        work |= self.ep.handle_timeout(self.now());
-        work
+        self.send_and_time(ready)
     }
 
     /// Sends everything the QPs have to send now (bounded: a QP that
