@@ -533,7 +533,7 @@ const RX_CALLS_PER_PASS: usize = 4;
 
 /// Request PSNs a device may have in flight for an application's post to
 /// send its packets itself (see [`Engine::post_kick`]).
-const QUIET_INFLIGHT: u32 = 2;
+pub const QUIET_INFLIGHT: u32 = 2;
 
 /// The UDP driver of one device's [`Endpoint`]: the socket, the batches,
 /// the fault injector and the capture tap. It sits behind a mutex: the
