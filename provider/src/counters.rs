@@ -122,8 +122,8 @@ counters! {
     cm_duplicates,
     /// Send system calls the engine made (sendmmsg or sendto).
     tx_syscalls,
-    /// Datagrams handed to the kernel as UDP GSO messages (each a run of
-    /// whole RoCEv2 packets the kernel splits at their size).
+    /// Packets handed to the kernel inside UDP GSO messages (each message
+    /// a run of whole RoCEv2 packets the kernel splits at their size).
     tx_gso_msgs,
     /// Receive system calls that returned datagrams (recvmmsg).
     rx_syscalls,

@@ -187,16 +187,6 @@ impl Endpoint {
         &self.counters
     }
 
-    /// Number of QPs.
-    pub fn len(&self) -> usize {
-        self.qps.len()
-    }
-
-    /// Whether the endpoint has no QPs.
-    pub fn is_empty(&self) -> bool {
-        self.qps.is_empty()
-    }
-
     /// Adds a QP; a QP with the same number is replaced and returned.
     pub fn add_qp(&mut self, qp: Box<dyn QpMachine>) -> Option<Box<dyn QpMachine>> {
         let qpn = qp.qpn();

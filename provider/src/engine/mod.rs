@@ -133,7 +133,6 @@ impl Shared {
 /// A running engine. Dropping it stops the thread and closes the socket.
 pub struct Engine {
     shared: Arc<Shared>,
-    epoch: Instant,
     cmds: Sender<Command>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
@@ -217,7 +216,6 @@ impl Engine {
         let sock_fd = port.raw_fd();
         let driver = Driver {
             port,
-            local_ip: ip,
             ep: Endpoint::new(ip, counters.clone()),
             epoch,
             txbuf: vec![0u8; TX_PER_PASS * MAX_DATAGRAM],
@@ -251,7 +249,6 @@ impl Engine {
             })?;
         Ok(Engine {
             shared,
-            epoch,
             cmds: tx,
             thread: Some(thread),
             counters,
@@ -366,7 +363,7 @@ impl Engine {
 
     /// The engine's clock: the time its QPs' deadlines are in.
     pub fn now(&self) -> Nanos {
-        Nanos(self.epoch.elapsed().as_nanos() as u64)
+        self.shared.now()
     }
 
     /// A handle that kicks QPs and reads the clock without the engine
@@ -374,7 +371,7 @@ impl Engine {
     pub fn kicker(&self) -> Kicker {
         Kicker {
             shared: Arc::downgrade(&self.shared),
-            epoch: self.epoch,
+            epoch: self.shared.epoch,
         }
     }
 
@@ -541,7 +538,6 @@ pub const QUIET_INFLIGHT: u32 = 2;
 /// an empty CQ or posts a send while it is free.
 struct Driver {
     port: UdpPort,
-    local_ip: IpAddr,
     ep: Endpoint,
     epoch: Instant,
     /// Packets of one transmit pass, back to back.
@@ -569,7 +565,7 @@ impl Driver {
     }
 
     fn local(&self) -> SocketAddr {
-        SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT)
+        SocketAddr::new(self.ep.local_ip(), uroce_wire::ROCEV2_UDP_PORT)
     }
 
     /// One pass: received packets, doorbells, transmission, timers.
@@ -763,7 +759,7 @@ impl Driver {
             let dst = SocketAddr::new(t.dst, uroce_wire::ROCEV2_UDP_PORT);
             let joins = self.port.gso()
                 && self.tx.last().is_some_and(|m: &TxMsg| {
-                    let seg = if m.seg == 0 { m.len } else { m.seg };
+                    let seg = m.packet_size();
                     m.dst == dst
                         && m.off + m.len == end
                         && m.len % seg == 0
@@ -773,7 +769,7 @@ impl Driver {
                 });
             if joins {
                 let m = self.tx.last_mut().expect("joins a message");
-                let seg = if m.seg == 0 { m.len } else { m.seg };
+                let seg = m.packet_size();
                 let k = m.len / seg;
                 m.seg = seg;
                 m.len += t.len;
@@ -789,7 +785,6 @@ impl Driver {
                     shift = Some((t.len, sh));
                     sh.apply(&mut self.txbuf[end..end + t.len], k as u16);
                 }
-                Counters::inc(&self.counters().tx_gso_msgs);
             } else {
                 self.tx.push(TxMsg {
                     off: end,
@@ -804,21 +799,35 @@ impl Driver {
             return self.send_delayed();
         }
         if let Some(c) = self.capture.as_mut() {
-            let src = SocketAddr::new(self.local_ip, uroce_wire::ROCEV2_UDP_PORT);
+            let src = SocketAddr::new(self.ep.local_ip(), uroce_wire::ROCEV2_UDP_PORT);
             for m in &self.tx {
-                let seg = if m.seg == 0 { m.len } else { m.seg };
+                let seg = m.packet_size();
                 for (k, p) in self.txbuf[m.off..m.off + m.len].chunks(seg).enumerate() {
                     let id = if m.seg == 0 { 0 } else { k as u16 };
                     c.record(src, m.dst, (id, true), p);
                 }
             }
         }
+        let gso: usize = self
+            .tx
+            .iter()
+            .filter(|m| m.seg != 0)
+            .map(TxMsg::packets)
+            .sum();
+        self.counters()
+            .tx_gso_msgs
+            .fetch_add(gso as u64, Ordering::Relaxed);
         let st = self.port.send_batch(&self.txbuf[..end], &self.tx);
-        let c = self.ep.counters();
-        c.tx_syscalls.fetch_add(st.syscalls, Ordering::Relaxed);
-        c.tx_socket_drops.fetch_add(st.dropped, Ordering::Relaxed);
+        self.count_sent(st);
         self.send_delayed();
         true
+    }
+
+    /// Counts what a [`UdpPort::send_batch`] call did.
+    fn count_sent(&self, st: socket::TxStats) {
+        let c = self.counters();
+        c.tx_syscalls.fetch_add(st.syscalls, Ordering::Relaxed);
+        c.tx_socket_drops.fetch_add(st.dropped, Ordering::Relaxed);
     }
 
     /// [`Driver::transmit`] with the fault injector on: packet by packet,
@@ -871,14 +880,7 @@ impl Driver {
                         seg: 0,
                     }],
                 );
-                self.ep
-                    .counters()
-                    .tx_syscalls
-                    .fetch_add(st.syscalls, Ordering::Relaxed);
-                self.ep
-                    .counters()
-                    .tx_socket_drops
-                    .fetch_add(st.dropped, Ordering::Relaxed);
+                self.count_sent(st);
                 any = true;
             }
         }
@@ -927,7 +929,7 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
         shared.doorbell.set_sleeping(true);
         if shared.ready.is_empty() && cmds.is_empty() {
             socket::wait(
-                Some(shared.sock_fd),
+                shared.sock_fd,
                 &shared.doorbell,
                 timeout_ns.min(1_000_000_000),
             );

@@ -102,6 +102,22 @@ pub struct TxMsg {
     pub seg: usize,
 }
 
+impl TxMsg {
+    /// The size of its packets: `seg`, or the whole message for one
+    /// datagram.
+    pub fn packet_size(&self) -> usize {
+        if self.seg == 0 {
+            self.len
+        } else {
+            self.seg
+        }
+    }
+    /// How many packets it carries.
+    pub fn packets(&self) -> usize {
+        self.len.div_ceil(self.packet_size().max(1))
+    }
+}
+
 /// What [`UdpPort::send_batch`] did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TxStats {
@@ -387,17 +403,17 @@ fn sockaddr_of(st: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Sock
     sa.as_socket()
 }
 
-/// Blocks until the socket `sock` (if given) is readable, the doorbell
-/// rings, or `timeout_ns` passes.
-pub fn wait(sock: Option<std::os::fd::RawFd>, bell: &Doorbell, timeout_ns: u64) {
+/// Blocks until the socket `sock` is readable, the doorbell rings, or
+/// `timeout_ns` passes.
+pub fn wait(sock: std::os::fd::RawFd, bell: &Doorbell, timeout_ns: u64) {
     let mut fds = [
         libc::pollfd {
-            fd: bell.fd.as_raw_fd(),
+            fd: sock,
             events: libc::POLLIN,
             revents: 0,
         },
         libc::pollfd {
-            fd: sock.unwrap_or(-1),
+            fd: bell.fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         },
@@ -406,9 +422,8 @@ pub fn wait(sock: Option<std::os::fd::RawFd>, bell: &Doorbell, timeout_ns: u64) 
         tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
     };
-    let n = if sock.is_some() { 2 } else { 1 };
-    // SAFETY: `n` valid pollfd entries and a live timespec; no signal mask.
-    unsafe { libc::ppoll(fds.as_mut_ptr(), n, &ts, std::ptr::null()) };
+    // SAFETY: two valid pollfd entries and a live timespec; no signal mask.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
 }
 
 fn setsockopt_int(fd: i32, level: i32, opt: i32, val: i32) -> io::Result<()> {
