@@ -109,9 +109,15 @@ cm_pair "rdma_server/rdma_client" "rdma_client: end 0" \
 # ---- perftest over rdma_cm (-R): connection and data exchange
 bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
+# The clients' data connection waits for the server's second rdma_listen
+# (tests/ibverbs/cm_delay.c says why).
+delay=()
+if cc -O1 -Wall -shared -fPIC -o "$tmp/cm_delay.so" tests/ibverbs/cm_delay.c -ldl; then
+  delay=(env "LD_PRELOAD=$tmp/cm_delay.so")
+fi
 cm_pair "ib_send_bw -R" "$bw" \
-  ib_send_bw -R -x 0 -d srv -p 7471 -n 100 -- ib_send_bw -R -x 0 -d cli -p 7471 -n 100 {S}
+  ib_send_bw -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_send_bw -R -x 0 -d cli -p 7471 -n 100 {S}
 cm_pair "ib_write_bw -R" "$bw" \
-  ib_write_bw -R -x 0 -d srv -p 7471 -n 100 -- ib_write_bw -R -x 0 -d cli -p 7471 -n 100 {S}
+  ib_write_bw -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_write_bw -R -x 0 -d cli -p 7471 -n 100 {S}
 cm_pair "ib_read_lat -R" "$lat" \
-  ib_read_lat -R -x 0 -d srv -p 7471 -n 100 -- ib_read_lat -R -x 0 -d cli -p 7471 -n 100 {S}
+  ib_read_lat -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_read_lat -R -x 0 -d cli -p 7471 -n 100 {S}

@@ -1163,6 +1163,15 @@ impl CmAgent {
         let c = &self.conns[&id];
         match c.state {
             ConnState::Established | ConnState::DreqSent | ConnState::RepSent => {
+                // Twice: this DREP is usually the connection's last
+                // message, and the peer resends its DREQ only after its
+                // CM response timeout (the kernel's: ~5 s, 15 times,
+                // while a synchronous rdma_disconnect waits). A kernel
+                // CM answers those from its TimeWait long after the
+                // process has gone; uroce's CM ends with its process,
+                // often right after this DREP. The peer drops the
+                // duplicate (a DREP outside DREQ sent).
+                self.send(src, src_qpn, mad);
                 self.send(src, src_qpn, mad);
                 self.enter_timewait(now, id, d.private_data_224());
                 true

@@ -344,6 +344,38 @@ fn a_dead_peer_makes_the_dreq_time_out() {
 }
 
 #[test]
+fn the_drep_goes_twice_so_one_loss_costs_no_dreq_resend() {
+    let mut p = pair(16, Faults::default());
+    let conn = connect(&mut p);
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| established(&s.b)));
+    // The first DREP is lost; its copy ends A's disconnect.
+    let mut dropped = false;
+    p.net.set_filter(move |w| {
+        let id = w
+            .pkt
+            .payload
+            .get(16..18)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]));
+        if id == Some(CmAttr::Drep as u16) && !dropped {
+            dropped = true;
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+    let now = p.now();
+    p.a.lock().disconnect(now, conn, &[]).unwrap();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| {
+        has(&s.a, |e| matches!(e, CmEvent::Disconnected { .. }))
+    }));
+    assert_eq!(p.a.lock().state(conn), Some(ConnState::TimeWait));
+    assert_eq!(p.counters.cm_retries.load(Ordering::Relaxed), 0);
+    // Only the copy arrived: nothing to count as a duplicate.
+    assert_eq!(p.counters.cm_duplicates.load(Ordering::Relaxed), 0);
+}
+
+#[test]
 fn a_slow_user_gets_an_mra_and_the_peer_waits() {
     let mut p = pair(7, Faults::default());
     p.b.lock().listen(SID).unwrap();
