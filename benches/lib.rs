@@ -70,7 +70,7 @@ pub mod wire {
 /// ping-pong the RC benchmarks time.
 pub mod rc {
     use std::net::IpAddr;
-    use uroce_verbs::demo::{connect_rc, RcParams};
+    use uroce_verbs::loopback::{connect_rc, RcParams};
     use uroce_verbs::*;
 
     /// Every access right.

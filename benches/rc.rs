@@ -15,7 +15,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 use uroce_benches::rc::*;
-use uroce_verbs::demo::{connect_rc, RcParams};
+use uroce_verbs::loopback::{connect_rc, RcParams};
 use uroce_verbs::*;
 
 fn pair() -> (End, End) {

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use uroce_verbs::cli::sample::{write_sample_pcap, Family};
+use uroce_cli::sample::{write_sample_pcap, Family};
 use uroce_wire::Opcode;
 
 fn checker() -> Option<PathBuf> {
@@ -101,14 +101,14 @@ fn demo_traffic_capture_passes_the_checker() {
     let dir = std::env::temp_dir().join(format!("uroce-demo-cap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("demo.pcap");
-    let opts = uroce_verbs::demo::DemoOptions {
+    let opts = uroce_cli::demo::DemoOptions {
         addrs: ("127.10.8.1".parse().unwrap(), "127.10.8.2".parse().unwrap()),
         iters: 20,
         bulk_bytes: 2 << 20,
         msg_size: 1 << 20,
         pcap: Some(file.clone()),
     };
-    let report = uroce_verbs::demo::run(&opts).expect("demo");
+    let report = uroce_cli::demo::run(&opts).expect("demo");
     assert!(report.rows.iter().all(|r| r.verified));
     let stdout = run_checker(&checker, &file);
     assert!(stdout.contains(" packets, 0 bad"), "{stdout}");

@@ -43,7 +43,7 @@ if [ ${#need[@]} -gt 0 ]; then
   done
 fi
 
-cargo build --release -q -p uroce-ibverbs -p uroce-verbs || exit 1
+cargo build --release -q -p uroce-ibverbs -p uroce-cli || exit 1
 libdir=$("$root/target/release/uroce" libdir) || exit 1
 # The crates' target directory outlives a clone (their rdma-core builds are
 # the slow part): a cache, rebuilt from nothing on a new machine.

@@ -48,7 +48,7 @@ if [ ${#need[@]} -gt 0 ]; then
   done
 fi
 
-cargo build --release -q -p uroce-ibverbs -p uroce-verbs -p uroce-preload || exit 1
+cargo build --release -q -p uroce-ibverbs -p uroce-cli -p uroce-preload || exit 1
 libdir=$("$root/target/release/uroce" libdir) || exit 1
 export LD_LIBRARY_PATH=$libdir
 tmp=$(mktemp -d)

@@ -60,7 +60,7 @@ pyverbs_suite() {
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   root=$(cd "$(dirname "$0")/../.." && pwd)
   cd "$root" || exit 1
-  cargo build --release -q -p uroce-ibverbs -p uroce-verbs || exit 1
+  cargo build --release -q -p uroce-ibverbs -p uroce-cli || exit 1
   LD_LIBRARY_PATH=$("$root/target/release/uroce" libdir) || exit 1
   export LD_LIBRARY_PATH
   pyverbs_suite

@@ -2,12 +2,12 @@
  * (tests/interop/run.sh), a plain libibverbs program run in the guest.
  *
  *   rxe-peer stress [-p PORT] [-n MSGS] [-m MTU] [-s SEED] [HOST]
- *       `uroce rc-stress`'s protocol (verbs-api/src/stress.rs): without HOST
- *       the server (exposes a region, checks every SEND / SEND_WITH_IMM),
- *       with HOST the client (a seeded mix of SEND, SEND_WITH_IMM, RDMA
- *       WRITE, WRITE_WITH_IMM, READ, compare-swap and fetch-add, one at a
- *       time; READ and atomic results checked against a shadow copy, the
- *       whole region read back at the end).
+ *       `uroce rc-stress`'s protocol (verbs-api/cli/src/stress.rs):
+ *       without HOST the server (exposes a region, checks every SEND /
+ *       SEND_WITH_IMM), with HOST the client (a seeded mix of SEND,
+ *       SEND_WITH_IMM, RDMA WRITE, WRITE_WITH_IMM, READ, compare-swap and
+ *       fetch-add, one at a time; READ and atomic results checked against
+ *       a shadow copy, the whole region read back at the end).
  *   rxe-peer badrkey|rnr|mw [-p PORT] [-o write|read] [HOST]
  *       the error scenarios, facing the interop-peer example
  *       (tests/interop/peer.rs), which speaks the same protocol: the TCP

@@ -220,7 +220,11 @@ impl QueuePair {
 
     /// RESET -> INIT: RC with `o.access`, UC with its write bits (UC has
     /// no READ or atomics; the spec refuses those bits), UD with `o.qkey`.
-    pub(crate) fn init_with(&self, o: &ConnectOptions) -> Result<()> {
+    ///
+    /// The first half of [`QueuePair::connect_with`], for programs that
+    /// exchange their own addresses and PSNs (rdma-core's tools' way);
+    /// [`QueuePair::rtr_rts`] is the second. The error names the step.
+    pub fn init_with(&self, o: &ConnectOptions) -> Result<()> {
         let t = self.qp_type();
         let access = if t == QpType::Uc {
             o.access & (Access::LOCAL_WRITE | Access::REMOTE_WRITE)
@@ -236,7 +240,12 @@ impl QueuePair {
     /// `rq_psn`, with `o`'s path MTU (none: the port's) and, for RC, its
     /// READ/atomic depths, RNR timer, ACK timeout and retries; UD takes
     /// none of those.
-    pub(crate) fn rtr_rts(
+    ///
+    /// The second half of [`QueuePair::connect_with`] (after
+    /// [`QueuePair::init_with`]), with the address vector and both PSNs
+    /// given rather than taken from an [`Endpoint`]. The error names the
+    /// step that failed (RTR or RTS).
+    pub fn rtr_rts(
         &self,
         av: &AddressVector,
         dest_qpn: u32,

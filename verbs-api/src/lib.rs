@@ -21,20 +21,16 @@
 mod ah;
 #[cfg(feature = "tokio")]
 mod async_cq;
-pub mod cli;
 pub mod cm;
-pub mod cm_echo;
 mod connect;
 mod cq;
-pub mod demo;
 mod device;
 mod error;
 mod events;
+pub mod loopback;
 mod pd;
-pub mod pingpong;
 mod qp;
 mod srq;
-pub mod stress;
 
 pub use ah::AddressHandle;
 #[cfg(feature = "tokio")]

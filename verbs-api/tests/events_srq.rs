@@ -14,9 +14,9 @@ const ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_ATOMIC);
 
 fn connect(a: &QueuePair, a_ip: &str, b: &QueuePair, b_ip: &str) {
-    let p = demo::RcParams::default();
-    demo::connect_rc(a, b_ip.parse().unwrap(), b.qp_num(), 10, 20, p).unwrap();
-    demo::connect_rc(b, a_ip.parse().unwrap(), a.qp_num(), 20, 10, p).unwrap();
+    let p = loopback::RcParams::default();
+    loopback::connect_rc(a, b_ip.parse().unwrap(), b.qp_num(), 10, 20, p).unwrap();
+    loopback::connect_rc(b, a_ip.parse().unwrap(), a.qp_num(), 20, 10, p).unwrap();
 }
 
 fn send(id: u64, mr: &MemoryRegion, len: u32, flags: SendFlags) -> SendWr {
@@ -147,8 +147,8 @@ fn async_events_port_comm_est_access_error_and_cq_overflow() {
     );
     // b stays in RTR: the first packet it receives establishes
     // communication.
-    let p = demo::RcParams::default();
-    demo::connect_rc(&aqp, bi.parse().unwrap(), bqp.qp_num(), 10, 20, p).unwrap();
+    let p = loopback::RcParams::default();
+    loopback::connect_rc(&aqp, bi.parse().unwrap(), bqp.qp_num(), 10, 20, p).unwrap();
     let init = QpAttr {
         qp_state: QpState::Init,
         qp_access_flags: Access::LOCAL_WRITE | Access::REMOTE_READ,

@@ -33,7 +33,7 @@ fn four_clients_times_250_qps_into_one_server() {
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let n = CLIENTS * PER_CLIENT;
     let dst = spd.alloc_mr(n * MSGS * LEN, access).unwrap();
-    let params = uroce_verbs::demo::RcParams {
+    let params = uroce_verbs::loopback::RcParams {
         mtu: Mtu::Mtu4096,
         rd_atomic: 1,
         timeout: 14,
@@ -68,7 +68,7 @@ fn four_clients_times_250_qps_into_one_server() {
                     srq: None,
                 })
                 .unwrap();
-            let connect = uroce_verbs::demo::connect_rc;
+            let connect = uroce_verbs::loopback::connect_rc;
             connect(&qp, server_ip.parse().unwrap(), sqp.qp_num(), 1, 2, params).unwrap();
             connect(&sqp, ip.parse().unwrap(), qp.qp_num(), 2, 1, params).unwrap();
             qps.push((qp, sqp));

@@ -55,12 +55,12 @@ fn qp_on(pd: &ProtectionDomain, cq: &CompletionQueue) -> QueuePair {
 }
 
 fn connect(a: &QueuePair, a_ip: &str, b: &QueuePair, b_ip: &str) {
-    let p = uroce_verbs::demo::RcParams {
+    let p = uroce_verbs::loopback::RcParams {
         mtu: Mtu::Mtu1024,
         rd_atomic: 4,
         timeout: 14,
     };
-    let c = uroce_verbs::demo::connect_rc;
+    let c = uroce_verbs::loopback::connect_rc;
     c(a, b_ip.parse().unwrap(), b.qp_num(), 100, 5000, p).unwrap();
     c(b, a_ip.parse().unwrap(), a.qp_num(), 5000, 100, p).unwrap();
 }

@@ -45,8 +45,8 @@ fn end(ip: &str) -> End {
 fn pair(a_ip: &str, b_ip: &str) -> (End, End) {
     let a = end(a_ip);
     let b = end(b_ip);
-    let connect = uroce_verbs::demo::connect_rc;
-    let p = uroce_verbs::demo::RcParams {
+    let connect = uroce_verbs::loopback::connect_rc;
+    let p = uroce_verbs::loopback::RcParams {
         mtu: Mtu::Mtu1024,
         rd_atomic: 4,
         timeout: 14,
@@ -204,24 +204,6 @@ fn lifetimes_and_misuse() {
     // The address is free again: the engine thread stopped and closed its socket.
     let again = Device::new("t", "127.10.2.1".parse().unwrap()).open();
     assert!(again.is_ok());
-}
-
-#[test]
-fn demo_runs_and_verifies() {
-    let opts = uroce_verbs::demo::DemoOptions {
-        addrs: ("127.10.3.1".parse().unwrap(), "127.10.3.2".parse().unwrap()),
-        iters: 50,
-        bulk_bytes: 8 << 20,
-        msg_size: 1 << 20,
-        pcap: None,
-    };
-    let rows = uroce_verbs::demo::run(&opts).expect("demo").rows;
-    assert_eq!(rows.len(), 6);
-    assert!(
-        rows.iter().all(|r| r.verified),
-        "{}",
-        uroce_verbs::demo::format_table(&rows)
-    );
 }
 
 #[test]

@@ -7,11 +7,13 @@
 //! each other, where the server echoes the client's bytes and the client
 //! checks them.
 
-use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
-use crate::error::{Error, Result};
-use crate::{Access, QpCap, QpInitAttr, QpType, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
 use std::net::SocketAddr;
 use std::time::Duration;
+use uroce_verbs::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_verbs::{
+    Access, QpCap, QpInitAttr, QpType, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
+};
+use uroce_verbs::{Error, Result};
 
 /// The examples' port.
 pub const PORT: u16 = 7471;
@@ -22,7 +24,7 @@ pub const CLIENT_MSG: &[u8; MSG] = b"uroce cm-echo 01";
 
 const T: Duration = Duration::from_secs(30);
 
-fn expect(ch: &EventChannel, want: CmEventType) -> Result<crate::cm::CmEvent> {
+fn expect(ch: &EventChannel, want: CmEventType) -> Result<uroce_verbs::cm::CmEvent> {
     let e = ch.get_event_timeout(Some(T))?.ok_or_else(|| {
         Error::Engine(format!(
             "no CM event in {} s (waiting for {})",
@@ -43,10 +45,10 @@ fn expect(ch: &EventChannel, want: CmEventType) -> Result<crate::cm::CmEvent> {
 
 /// The verbs objects of one end: a PD, a CQ, 2 x 16 bytes, an RC QP.
 struct End {
-    cq: crate::CompletionQueue,
-    mr: crate::MemoryRegion,
-    qp: std::sync::Arc<crate::QueuePair>,
-    _pd: crate::ProtectionDomain,
+    cq: uroce_verbs::CompletionQueue,
+    mr: uroce_verbs::MemoryRegion,
+    qp: std::sync::Arc<uroce_verbs::QueuePair>,
+    _pd: uroce_verbs::ProtectionDomain,
 }
 
 fn end(id: &CmId) -> Result<End> {

@@ -25,10 +25,10 @@
 //! When a side sends no GID (no `-g`), the QP is addressed to the IP the
 //! exchange came from: RoCE has no LIDs.
 
-use crate::*;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
+use uroce_verbs::*;
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;

@@ -1,10 +1,11 @@
 //! `uroce demo`: two devices in one process, an RC QP pair between them,
 //! and every RC operation, verified byte for byte and timed.
 
-use crate::*;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use uroce_verbs::loopback::{connect_rc, RcParams};
+use uroce_verbs::*;
 
 const ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
@@ -85,64 +86,6 @@ fn open(ip: IpAddr, name: &str) -> Result<End> {
         srq: None,
     })?;
     Ok(End { ctx, pd, cq, qp })
-}
-
-/// How [`connect_rc`] sets up the connection.
-#[derive(Debug, Clone, Copy)]
-pub struct RcParams {
-    /// Path MTU.
-    pub mtu: Mtu,
-    /// max_rd_atomic and max_dest_rd_atomic.
-    pub rd_atomic: u8,
-    /// Local ACK timeout exponent (4.096 us x 2^timeout).
-    pub timeout: u8,
-}
-
-impl Default for RcParams {
-    /// rc_pingpong's values, with 16 outstanding READs/atomics.
-    fn default() -> Self {
-        RcParams {
-            mtu: Mtu::Mtu1024,
-            rd_atomic: 16,
-            timeout: 14,
-        }
-    }
-}
-
-impl RcParams {
-    /// The same as [`ConnectOptions`] (rc_pingpong's retry 7, rnr_retry 7
-    /// and min_rnr_timer 12; remote WRITE, READ and atomics allowed).
-    pub fn options(&self) -> ConnectOptions {
-        ConnectOptions {
-            path_mtu: Some(self.mtu),
-            max_rd_atomic: self.rd_atomic,
-            max_dest_rd_atomic: self.rd_atomic,
-            timeout: self.timeout,
-            ..ConnectOptions::default()
-        }
-    }
-}
-
-/// Brings `qp` through INIT and RTR to RTS towards `peer_ip`/`peer_qpn`
-/// with [`RcParams::options`], sending from `my_psn`. Errors say which
-/// step failed.
-pub fn connect_rc(
-    qp: &QueuePair,
-    peer_ip: IpAddr,
-    peer_qpn: u32,
-    my_psn: u32,
-    peer_psn: u32,
-    p: RcParams,
-) -> Result<()> {
-    let o = p.options();
-    qp.init_with(&o)?;
-    qp.rtr_rts(
-        &AddressVector::to_ip(peer_ip),
-        peer_qpn,
-        peer_psn,
-        my_psn,
-        &o,
-    )
 }
 
 fn expect(cq: &CompletionQueue, n: usize, what: &str) -> Result<Vec<Wc>> {

@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use uroce_verbs::pingpong::{Kind, PingPongOptions};
+use uroce_cli::pingpong::{Kind, PingPongOptions};
 
 #[derive(Parser)]
 #[command(
@@ -52,7 +52,7 @@ enum Cmd {
         /// Server to connect to (none: be the server).
         server: Option<IpAddr>,
         /// Port.
-        #[arg(short = 'p', long, default_value_t = uroce_verbs::cm_echo::PORT)]
+        #[arg(short = 'p', long, default_value_t = uroce_cli::cm_echo::PORT)]
         port: u16,
         /// Local address: the server binds it (default: 0.0.0.0, every
         /// device), the client connects from it.
@@ -259,7 +259,7 @@ fn pingpong(kind: Kind, a: PingPongArgs, extra: impl FnOnce(&mut PingPongOptions
         ..PingPongOptions::new(kind)
     };
     extra(&mut o);
-    match uroce_verbs::pingpong::run(&o) {
+    match uroce_cli::pingpong::run(&o) {
         Ok(r) if r.invalid_pages == 0 => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(e) => {
@@ -280,7 +280,7 @@ fn main() -> ExitCode {
             stats,
             pcap,
         } => {
-            let opts = uroce_verbs::demo::DemoOptions {
+            let opts = uroce_cli::demo::DemoOptions {
                 addrs: (a, b),
                 iters,
                 bulk_bytes: mib << 20,
@@ -288,11 +288,11 @@ fn main() -> ExitCode {
                 ..Default::default()
             };
             println!("uroce demo: RC between uroce0 ({a}) and uroce1 ({b}) over UDP 4791");
-            match uroce_verbs::demo::run(&opts) {
+            match uroce_cli::demo::run(&opts) {
                 Ok(report) => {
-                    print!("{}", uroce_verbs::demo::format_table(&report.rows));
+                    print!("{}", uroce_cli::demo::format_table(&report.rows));
                     if stats {
-                        print!("\n{}", uroce_verbs::demo::format_counters(&report.counters));
+                        print!("\n{}", uroce_cli::demo::format_counters(&report.counters));
                     }
                     if report.rows.iter().all(|r| r.verified) {
                         ExitCode::SUCCESS
@@ -325,14 +325,14 @@ fn main() -> ExitCode {
                 o.num_qp = num_qp;
             })
         }
-        Cmd::Decode { file } => uroce_verbs::cli::decode::run(&file),
+        Cmd::Decode { file } => uroce_cli::decode::run(&file),
         Cmd::CmEcho {
             server,
             port,
             bind,
             verify,
         } => cm_echo(server, port, bind, verify),
-        Cmd::SamplePcap { file, ipv4, ipv6 } => uroce_verbs::cli::sample::run(&file, ipv4, ipv6),
+        Cmd::SamplePcap { file, ipv4, ipv6 } => uroce_cli::sample::run(&file, ipv4, ipv6),
         Cmd::RcStress {
             server,
             port,
@@ -343,7 +343,7 @@ fn main() -> ExitCode {
             timeout,
             ext,
         } => {
-            let o = uroce_verbs::stress::StressOptions {
+            let o = uroce_cli::stress::StressOptions {
                 server,
                 port,
                 ib_dev,
@@ -355,9 +355,9 @@ fn main() -> ExitCode {
             };
             let start = std::time::Instant::now();
             let r = if o.server.is_some() {
-                uroce_verbs::stress::drive(&o)
+                uroce_cli::stress::drive(&o)
             } else {
-                uroce_verbs::stress::serve(&o)
+                uroce_cli::stress::serve(&o)
             };
             match r {
                 Ok(r) => {
@@ -389,11 +389,11 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Exec { cmd } => {
-            let e = uroce_verbs::cli::libdir::exec(&cmd);
+            let e = uroce_cli::libdir::exec(&cmd);
             eprintln!("uroce exec: {e}");
             ExitCode::FAILURE
         }
-        Cmd::Libdir => match uroce_verbs::cli::libdir::run() {
+        Cmd::Libdir => match uroce_cli::libdir::run() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("uroce libdir: {e}");
@@ -429,7 +429,7 @@ fn main() -> ExitCode {
 
 fn cm_echo(server: Option<IpAddr>, port: u16, bind: Option<IpAddr>, verify: bool) -> ExitCode {
     use std::net::SocketAddr;
-    use uroce_verbs::cm_echo;
+    use uroce_cli::cm_echo;
     let r = match server {
         None => {
             let ip = bind.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));

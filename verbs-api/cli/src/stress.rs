@@ -10,12 +10,13 @@
 //! received message against the pattern its sequence number implies.
 //! The out-of-band exchange is one text line each way over TCP.
 
-use crate::*;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use uroce_verbs::loopback::{connect_rc, RcParams};
+use uroce_verbs::*;
 
 const ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
@@ -186,7 +187,7 @@ pub fn serve(o: &StressOptions) -> Result<StressReport> {
     let mtu = Mtu::from_bytes(mtu).ok_or_else(|| err("bad MTU"))?;
     // The client's device address (its TCP source address may differ).
     let ip: IpAddr = v.get(3).and_then(|a| a.parse().ok()).unwrap_or(peer.ip());
-    let params = demo::RcParams {
+    let params = RcParams {
         mtu,
         rd_atomic: 16,
         timeout: o.timeout,
@@ -324,12 +325,12 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
         num(&v, 3)?,
     );
     let rip: IpAddr = v.get(4).and_then(|a| a.parse().ok()).unwrap_or(peer);
-    let params = demo::RcParams {
+    let params = RcParams {
         mtu,
         rd_atomic: 16,
         timeout: o.timeout,
     };
-    demo::connect_rc(&s.qp, rip, rqpn, s.psn, rpsn, params)?;
+    connect_rc(&s.qp, rip, rqpn, s.psn, rpsn, params)?;
 
     let mut rng = rand::rngs::SmallRng::seed_from_u64(o.seed);
     let mut shadow = vec![0u8; DATA + 8 * WORDS];

@@ -1,0 +1,25 @@
+//! # uroce-cli: the `uroce` command
+//!
+//! The programs behind the `uroce` command's subcommands, built on the
+//! verbs library ([`uroce_verbs`]) and the wire format ([`uroce_wire`]).
+//! They live in this library so that tests can call them;
+//! `src/bin/uroce.rs` only parses the command line and dispatches here.
+//!
+//! | subcommand | module |
+//! |---|---|
+//! | `demo` | [`demo`] |
+//! | `rc-pingpong`, `uc-pingpong`, `ud-pingpong`, `srq-pingpong` | [`pingpong`] |
+//! | `rc-stress` | [`stress`] |
+//! | `cm-echo` | [`cm_echo`] |
+//! | `decode` | [`decode`] |
+//! | `sample-pcap` | [`sample`] |
+//! | `libdir`, `exec` | [`libdir`] |
+#![warn(missing_docs)]
+
+pub mod cm_echo;
+pub mod decode;
+pub mod demo;
+pub mod libdir;
+pub mod pingpong;
+pub mod sample;
+pub mod stress;
