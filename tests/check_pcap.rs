@@ -28,6 +28,10 @@ fn checker() -> Option<PathBuf> {
     }
 }
 
+/// One checker at a time: on first use it creates its Python
+/// environment, and two doing that at once fail ("File exists").
+static CHECKER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn check(family: Family, name: &str) {
     let Some(checker) = checker() else {
         return;
@@ -39,6 +43,7 @@ fn check(family: Family, name: &str) {
     let n = write_sample_pcap(&file, &[family]).expect("write the sample capture");
     let opcodes = Opcode::all().count();
     assert_eq!(n, opcodes);
+    let _guard = CHECKER.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new(&checker)
         .arg("--strict")
         .arg("--min-packets")
@@ -74,6 +79,7 @@ fn every_opcode_ipv6_passes_the_checker() {
 
 /// Runs the checker on a capture file; returns its stdout.
 fn run_checker(checker: &Path, file: &Path) -> String {
+    let _guard = CHECKER.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new(checker)
         .arg("--strict")
         .arg(file)
