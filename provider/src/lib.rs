@@ -11,6 +11,7 @@ pub mod endpoint;
 pub mod engine;
 pub mod events;
 #[doc(hidden)]
+pub mod fuzz;
 pub mod fuzzing;
 pub mod memory;
 pub mod net;

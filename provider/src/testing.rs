@@ -83,7 +83,8 @@ pub struct RcPair {
     pub b: Side,
 }
 
-const PD: u32 = 1;
+/// The protection domain every fixture QP and region is in.
+pub const PD: u32 = 1;
 
 fn side(net: &mut SimNet, ip: IpAddr, qpn: u32, p: &PairParams) -> Side {
     side_with(net, ip, qpn, p, |cfg| Box::new(RcQp::new(cfg)))

@@ -466,7 +466,7 @@ impl Wc {
 
 /// QP transport type (`ibv_qp_type`).
 #[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[repr(u32)]
 pub enum QpType {
     Rc = 2,
@@ -476,7 +476,7 @@ pub enum QpType {
 
 /// QP state (`ibv_qp_state`).
 #[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[repr(u32)]
 pub enum QpState {
     Reset = 0,

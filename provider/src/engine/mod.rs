@@ -11,7 +11,7 @@
 //! and an eventfd doorbell, with the next QP deadline as the timeout, so
 //! two processes on a 2-core machine do not starve each other.
 
-mod capture;
+pub mod capture;
 pub mod device;
 mod socket;
 

@@ -1,0 +1,305 @@
+//! A fuzz case: a sequence of steps, each packet described relative to
+//! the live connection (PSN as an offset from the PSN the target expects
+//! when the case starts, keys as "the valid one" / "the private one" /
+//! raw, addresses as offsets into the target's region), so that a case
+//! found against one connection replays against any other, and a
+//! finding's JSON is readable.
+
+use super::target::Conn;
+use serde::{Deserialize, Serialize};
+use uroce_wire::packet::{emit_headers, Headers};
+use uroce_wire::{
+    icrc, AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Ext,
+    FethRepr, Opcode, Psn, RethRepr,
+};
+
+/// Which key a packet carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Key {
+    /// The rkey of the target's exposed region.
+    Valid,
+    /// The rkey of the target's private region (no remote access).
+    Private,
+    /// This value.
+    Raw(u32),
+}
+
+/// Which QP a packet is addressed to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Dest {
+    /// The fuzzed QP.
+    Target,
+    /// The control QP (which the fuzzer must not disturb).
+    Control,
+    /// This QP number.
+    Raw(u32),
+}
+
+/// How the ICRC is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Icrc {
+    /// Computed for the header the target sees.
+    Right,
+    /// Computed, then XORed with this value (non-zero).
+    Wrong(u32),
+}
+
+/// One packet, relative to the connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PacketSpec {
+    /// BTH opcode the headers are laid out for.
+    pub opcode: u8,
+    /// Written into the BTH's opcode byte after layout (a header layout
+    /// that does not match the opcode).
+    pub raw_opcode: Option<u8>,
+    /// PSN: the target's expected PSN at case start plus this.
+    pub psn_off: i32,
+    /// Destination QP.
+    pub dest: Dest,
+    /// BTH flags and fields.
+    pub se: bool,
+    /// AckReq.
+    pub ack_req: bool,
+    /// MigReq.
+    pub migreq: bool,
+    /// Pad count written into the BTH (None: the right one).
+    pub pad: Option<u8>,
+    /// Transport header version (0 is the only valid one).
+    pub tver: u8,
+    /// Partition key.
+    pub pkey: u16,
+    /// RETH: offset from the exposed region's address, key, DMA length.
+    pub reth: Option<(i64, Key, u32)>,
+    /// AtomicETH: offset, key, swap/add, compare.
+    pub atomic: Option<(i64, Key, u64, u64)>,
+    /// AETH: syndrome byte, MSN.
+    pub aeth: Option<(u8, u32)>,
+    /// AtomicAckETH: original value.
+    pub atomic_ack: Option<u64>,
+    /// Immediate data.
+    pub imm: Option<u32>,
+    /// IETH: the key to invalidate.
+    pub ieth: Option<Key>,
+    /// DETH: Q_Key (None: the connection's), source QP.
+    pub deth: Option<(Option<u32>, u32)>,
+    /// Payload length and the byte it is filled with.
+    pub payload: (u16, u8),
+    /// ICRC.
+    pub icrc: Icrc,
+    /// Cut the packet to this many bytes (after the ICRC).
+    pub truncate: Option<u16>,
+}
+
+impl PacketSpec {
+    /// A packet of `opcode` at `psn_off` with every field valid for `conn`.
+    pub fn new(opcode: Opcode, psn_off: i32) -> PacketSpec {
+        PacketSpec {
+            opcode: opcode.0,
+            raw_opcode: None,
+            psn_off,
+            dest: Dest::Target,
+            se: false,
+            ack_req: true,
+            migreq: false,
+            pad: None,
+            tver: 0,
+            pkey: 0xffff,
+            reth: None,
+            atomic: None,
+            aeth: None,
+            atomic_ack: None,
+            imm: None,
+            ieth: None,
+            deth: None,
+            payload: (0, 0),
+            icrc: Icrc::Right,
+            truncate: None,
+        }
+    }
+
+    /// The opcode's description (None for a code the table lacks).
+    pub fn info(&self) -> Option<&'static uroce_wire::OpcodeInfo> {
+        Opcode(self.opcode).info()
+    }
+
+    /// The absolute PSN for `conn`.
+    pub fn psn(&self, conn: &Conn) -> Psn {
+        Psn::new(conn.rq_psn.wrapping_add(self.psn_off as u32))
+    }
+
+    /// Whether the spec says a receiver drops this packet without a
+    /// trace (IBA 9.6 and 9.7: bad ICRC, a version, partition or
+    /// destination it does not accept, headers that do not parse as the
+    /// opcode byte says): no state change, no response, no completion.
+    /// Judged on the bytes the target gets: a header layout made for one
+    /// opcode under another opcode byte is a valid packet of the second
+    /// when it parses as one. (A wrong pad count is not a reason either:
+    /// it only moves the payload's end, which the length checks judge.)
+    pub fn silently_dropped(&self, conn: &Conn) -> bool {
+        matches!(self.icrc, Icrc::Wrong(_))
+            || self.tver != 0
+            || (self.pkey & 0x7fff) != 0x7fff
+            || self.dest != Dest::Target
+            || self.seen(conn).is_none()
+    }
+
+    /// The packet as the target parses it (None: it does not parse, or
+    /// is not emitted at all).
+    pub fn seen(&self, conn: &Conn) -> Option<Seen> {
+        let bytes = self.emit(conn)?;
+        let p = uroce_wire::packet::parse(&bytes).ok()?;
+        Some(Seen {
+            info: p.info,
+            reth: p.reth(),
+            atomic: p.atomic_eth(),
+        })
+    }
+
+    fn key(k: Key, conn: &Conn) -> u32 {
+        match k {
+            Key::Valid => conn.rkey,
+            Key::Private => conn.private_rkey,
+            Key::Raw(v) => v,
+        }
+    }
+
+    /// The packet's bytes (the UDP payload: BTH to ICRC) for `conn`, with
+    /// the ICRC for the IP header a packet from `conn.fuzzer` to
+    /// `conn.target` carries when it leaves a UDP socket (IPv4 ID 0).
+    pub fn emit(&self, conn: &Conn) -> Option<Vec<u8>> {
+        let info = self.info()?;
+        let dest_qp = match self.dest {
+            Dest::Target => conn.qpn,
+            Dest::Control => conn.control_qpn,
+            Dest::Raw(q) => q & 0xff_ffff,
+        };
+        let mut h = Headers::new(BthRepr {
+            opcode: Opcode(self.opcode),
+            se: self.se,
+            migreq: self.migreq,
+            pad: 0,
+            tver: self.tver & 0xf,
+            pkey: self.pkey,
+            dest_qp,
+            ack_req: self.ack_req,
+            psn: self.psn(conn),
+            ..BthRepr::default()
+        });
+        let va = |off: i64| conn.va.wrapping_add(off as u64);
+        for ext in info.headers {
+            match ext {
+                Ext::Reth => {
+                    let (off, k, len) = self.reth.unwrap_or((0, Key::Valid, 0));
+                    h.reth = Some(RethRepr {
+                        va: va(off),
+                        rkey: Self::key(k, conn),
+                        dma_len: len,
+                    });
+                }
+                Ext::AtomicEth => {
+                    let (off, k, swap_add, compare) = self.atomic.unwrap_or((0, Key::Valid, 1, 0));
+                    h.atomic_eth = Some(AtomicEthRepr {
+                        va: va(off),
+                        rkey: Self::key(k, conn),
+                        swap_add,
+                        compare,
+                    });
+                }
+                Ext::Aeth => {
+                    let (syn, msn) = self.aeth.unwrap_or((0, 0));
+                    h.aeth = Some(AethRepr {
+                        syndrome: AethSyndrome::from_byte(syn),
+                        msn: msn & 0xff_ffff,
+                    });
+                }
+                Ext::AtomicAckEth => {
+                    h.atomic_ack = Some(AtomicAckEthRepr {
+                        orig: self.atomic_ack.unwrap_or(0),
+                    })
+                }
+                Ext::ImmDt => h.imm = Some(self.imm.unwrap_or(0)),
+                Ext::Ieth => h.ieth = Some(Self::key(self.ieth.unwrap_or(Key::Valid), conn)),
+                Ext::Deth => {
+                    let (qkey, src_qp) = self.deth.unwrap_or((None, conn.fuzzer_qpn));
+                    h.deth = Some(DethRepr {
+                        qkey: qkey.unwrap_or(conn.qkey),
+                        src_qp: src_qp & 0xff_ffff,
+                    });
+                }
+                Ext::Feth => {
+                    h.feth = Some(FethRepr {
+                        placement: 0,
+                        selectivity: 0,
+                    })
+                }
+                Ext::CnpReserved => {}
+            }
+        }
+        let plen = if info.has_payload {
+            usize::from(self.payload.0)
+        } else {
+            0
+        };
+        let mut buf = vec![0u8; plen + 128];
+        let hdr = emit_headers(&h, plen, &mut buf).ok()?;
+        buf[hdr..hdr + plen].fill(self.payload.1);
+        let ctx = conn.ip_context();
+        let total = uroce_wire::packet::finish(&mut buf, hdr, plen, &ctx).ok()?;
+        buf.truncate(total);
+        if let Some(p) = self.pad {
+            buf[1] = (buf[1] & !0x30) | ((p & 3) << 4);
+        }
+        if let Some(r) = self.raw_opcode {
+            buf[0] = r;
+        }
+        if self.pad.is_some() || self.raw_opcode.is_some() {
+            icrc::write(&ctx, &mut buf).ok()?;
+        }
+        if let Icrc::Wrong(x) = self.icrc {
+            let n = buf.len();
+            let v = u32::from_le_bytes([buf[n - 4], buf[n - 3], buf[n - 2], buf[n - 1]]) ^ x.max(1);
+            buf[n - 4..].copy_from_slice(&v.to_le_bytes());
+        }
+        if let Some(t) = self.truncate {
+            buf.truncate(usize::from(t));
+        }
+        Some(buf)
+    }
+}
+
+/// What a target parses out of a packet.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen {
+    /// The opcode's description.
+    pub info: &'static uroce_wire::OpcodeInfo,
+    /// RETH, if the opcode has one.
+    pub reth: Option<RethRepr>,
+    /// AtomicETH, if the opcode has one.
+    pub atomic: Option<AtomicEthRepr>,
+}
+
+/// One step of a case.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Step {
+    /// Send this packet to the target.
+    Packet(PacketSpec),
+    /// Let this many microseconds pass (the target answers, times out).
+    Wait(u32),
+}
+
+/// A case: what the fuzzer sends, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    /// The steps.
+    pub steps: Vec<Step>,
+}
+
+impl Case {
+    /// The packets of the case.
+    pub fn packets(&self) -> impl Iterator<Item = &PacketSpec> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Packet(p) => Some(p),
+            Step::Wait(_) => None,
+        })
+    }
+}

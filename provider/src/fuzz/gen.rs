@@ -1,0 +1,286 @@
+//! Case generators, deterministic from a seed.
+//!
+//! * [`Mode::Fields`]: one packet that a correct responder accepts (a
+//!   SEND, WRITE, READ or atomic of the QP's transport, in sequence, with
+//!   the valid key and a range inside the region), then one to three of
+//!   its fields mutated: opcode (known and unknown codes, or a header
+//!   layout that does not match the opcode byte), PSN (duplicate, ahead,
+//!   far, wrapped), destination QP, BTH flags, pad, version, partition
+//!   key, the RETH's address, key and length, the AtomicETH's alignment,
+//!   the payload length against the MTU and the DMA length, truncation
+//!   and the ICRC.
+//! * [`Mode::Sequence`]: a run of 2 to 24 requests from a model of the
+//!   transport's requester: mostly in sequence (multi-packet SENDs and
+//!   WRITEs with their FIRST/MIDDLE/LAST packets, READs advancing the PSN
+//!   by their response count), with duplicates, gaps, opcode-sequence
+//!   violations (a message interrupted by another, a MIDDLE without a
+//!   FIRST) and waits interleaved.
+
+use super::case::{Case, Dest, Icrc, Key, PacketSpec, Step};
+use super::target::Conn;
+use crate::types::QpType;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use uroce_wire::{Opcode, Operation, Position, Transport};
+
+/// What the generator makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// Field mutation of single packets.
+    Fields,
+    /// Stateful request sequences.
+    Sequence,
+}
+
+impl Mode {
+    /// Parses `fields` / `sequence`.
+    pub fn from_name(s: &str) -> Option<Mode> {
+        match s {
+            "fields" => Some(Mode::Fields),
+            "sequence" | "seq" => Some(Mode::Sequence),
+            _ => None,
+        }
+    }
+}
+
+/// The generator: case `i` of seed `s` is always the same case.
+#[derive(Debug)]
+pub struct Generator {
+    seed: u64,
+    mode: Mode,
+}
+
+fn transport(t: QpType) -> Transport {
+    match t {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    }
+}
+
+/// Request opcodes of a transport.
+fn requests(t: QpType) -> Vec<Opcode> {
+    Opcode::all()
+        .filter(|i| i.transport == transport(t) && i.is_request)
+        .map(|i| Opcode(i.code))
+        .collect()
+}
+
+impl Generator {
+    /// A generator of `mode` cases from `seed`.
+    pub fn new(seed: u64, mode: Mode) -> Generator {
+        Generator { seed, mode }
+    }
+
+    /// Case number `index` for `conn`.
+    pub fn case(&self, index: u64, conn: &Conn) -> Case {
+        let mut rng = SmallRng::seed_from_u64(
+            self.seed
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_add(index),
+        );
+        match self.mode {
+            Mode::Fields => fields_case(&mut rng, conn),
+            Mode::Sequence => sequence_case(&mut rng, conn),
+        }
+    }
+}
+
+/// A packet of `op` at `psn_off` that a correct responder accepts.
+pub fn valid(op: Opcode, psn_off: i32, conn: &Conn, rng: &mut SmallRng) -> PacketSpec {
+    let mut p = PacketSpec::new(op, psn_off);
+    let Some(info) = op.info() else { return p };
+    let mtu = conn.mtu as u16;
+    let region = conn.len;
+    let len = match info.position {
+        Position::First | Position::Middle => mtu,
+        _ => rng.random_range(0..=mtu.min(256)),
+    };
+    if info.has_payload {
+        p.payload = (len, rng.random());
+    }
+    match info.operation {
+        Operation::RdmaWrite | Operation::AtomicWrite | Operation::RdmaReadRequest => {
+            let dma = match info.operation {
+                Operation::AtomicWrite => 8,
+                Operation::RdmaReadRequest => rng.random_range(0..=region.min(3 * conn.mtu)),
+                _ if info.position == Position::First => 3 * conn.mtu,
+                _ => u32::from(len),
+            };
+            let off = u64::from(rng.random_range(0..=(region - dma.min(region)) / 8)) * 8;
+            p.reth = Some((off as i64, Key::Valid, dma));
+        }
+        Operation::CompareSwap | Operation::FetchAdd => {
+            let off = u64::from(rng.random_range(0..region / 8)) * 8;
+            p.atomic = Some((off as i64, Key::Valid, rng.random(), rng.random()));
+        }
+        _ => {}
+    }
+    if info.has_imm() {
+        p.imm = Some(rng.random());
+    }
+    if matches!(conn.qp_type, QpType::Ud) {
+        p.deth = Some((None, conn.fuzzer_qpn));
+    }
+    p
+}
+
+/// PSN packets of a request take (READs: one per response packet).
+fn psn_span(p: &PacketSpec, conn: &Conn) -> i32 {
+    match p.info().map(|i| i.operation) {
+        Some(Operation::RdmaReadRequest) => {
+            let len = p.reth.map_or(0, |r| r.2);
+            (len.div_ceil(conn.mtu)).max(1) as i32
+        }
+        _ => 1,
+    }
+}
+
+fn one_mutation(p: &mut PacketSpec, rng: &mut SmallRng, conn: &Conn) {
+    let ops: Vec<Opcode> = Opcode::all().map(|i| Opcode(i.code)).collect();
+    match rng.random_range(0..20) {
+        0 => p.opcode = ops[rng.random_range(0..ops.len())].0,
+        1 => p.opcode = rng.random(),
+        2 => p.raw_opcode = Some(ops[rng.random_range(0..ops.len())].0),
+        3 => {
+            p.psn_off = match rng.random_range(0..5) {
+                0 => -1,
+                1 => -rng.random_range(2..200),
+                2 => rng.random_range(1..64),
+                3 => rng.random_range(1 << 20..1 << 23),
+                _ => (1 << 23) + rng.random_range(-2..2),
+            }
+        }
+        4 => {
+            p.dest = match rng.random_range(0..3) {
+                0 => Dest::Control,
+                1 => Dest::Raw(rng.random_range(0..0x1_0000)),
+                _ => Dest::Raw(rng.random()),
+            }
+        }
+        5 => p.se = !p.se,
+        6 => p.ack_req = !p.ack_req,
+        7 => p.migreq = !p.migreq,
+        8 => p.pad = Some(rng.random_range(0..4)),
+        9 => p.tver = rng.random_range(1..16),
+        10 => p.pkey = rng.random(),
+        11 | 12 => {
+            let (mut off, mut key, mut len) = p.reth.unwrap_or((0, Key::Valid, 0));
+            match rng.random_range(0..7) {
+                0 => off = -(rng.random_range(1..4096) as i64),
+                1 => off = i64::from(conn.len) - rng.random_range(0..64),
+                2 => off = rng.random::<i64>(),
+                3 => key = Key::Private,
+                4 => key = Key::Raw(rng.random()),
+                5 => len = rng.random(),
+                _ => len = conn.len + rng.random_range(1..4096),
+            }
+            p.reth = Some((off, key, len));
+        }
+        13 => {
+            let (off, key, s, c) = p.atomic.unwrap_or((0, Key::Valid, 0, 0));
+            p.atomic = Some(match rng.random_range(0..3) {
+                0 => (off + rng.random_range(1..8), key, s, c),
+                1 => (off, Key::Private, s, c),
+                _ => (i64::from(conn.len) - 4, key, s, c),
+            });
+        }
+        14 | 15 => {
+            let mtu = conn.mtu as u16;
+            p.payload.0 = match rng.random_range(0..4) {
+                0 => 0,
+                1 => mtu + 1,
+                2 => rng.random_range(0..=mtu.saturating_mul(2)),
+                _ => mtu - rng.random_range(1..4),
+            }
+        }
+        16 | 17 => p.icrc = Icrc::Wrong(rng.random::<u32>() | 1),
+        18 => p.truncate = Some(rng.random_range(0..40)),
+        _ => {
+            p.aeth = Some((rng.random(), rng.random()));
+            p.ieth = Some(if rng.random() { Key::Private } else { Key::Raw(rng.random()) });
+            p.deth = Some((Some(rng.random()), rng.random()));
+        }
+    }
+}
+
+fn fields_case(rng: &mut SmallRng, conn: &Conn) -> Case {
+    let ops: Vec<Opcode> = requests(conn.qp_type)
+        .into_iter()
+        .filter(|o| o.info().is_some_and(|i| i.position == Position::Only))
+        .collect();
+    let op = ops[rng.random_range(0..ops.len())];
+    let mut p = valid(op, 0, conn, rng);
+    for _ in 0..rng.random_range(1..=3) {
+        one_mutation(&mut p, rng, conn);
+    }
+    let mut steps = vec![Step::Packet(p), Step::Wait(2_000)];
+    // Half the time, a valid request afterwards: is the QP still serving?
+    if rng.random() {
+        let next = valid(Opcode(ops[0].0), 0, conn, rng);
+        steps.push(Step::Packet(next));
+        steps.push(Step::Wait(2_000));
+    }
+    Case { steps }
+}
+
+fn sequence_case(rng: &mut SmallRng, conn: &Conn) -> Case {
+    let reqs = requests(conn.qp_type);
+    let by = |op: Operation, pos: Position| {
+        reqs.iter()
+            .copied()
+            .filter(|o| o.info().is_some_and(|i| i.operation == op && i.position == pos))
+            .collect::<Vec<_>>()
+    };
+    let mut steps = Vec::new();
+    let mut psn = 0i32;
+    let n = rng.random_range(2..=24);
+    // A message in progress: (operation, packets still to come).
+    let mut open: Option<(Operation, u32)> = None;
+    for _ in 0..n {
+        let roll = rng.random_range(0..100);
+        let op = if let (Some((o, left)), true) = (open, roll < 70) {
+            // Continue the open message (MIDDLE or LAST).
+            let pos = if left > 1 { Position::Middle } else { Position::Last };
+            let c = by(o, pos);
+            open = if left > 1 { Some((o, left - 1)) } else { None };
+            c.get(rng.random_range(0..c.len().max(1))).copied()
+        } else if roll < 85 || reqs.is_empty() {
+            // A new message, possibly interrupting the open one.
+            let first_or_only: Vec<Opcode> = reqs
+                .iter()
+                .copied()
+                .filter(|o| o.info().is_some_and(|i| i.position.starts_message()))
+                .collect();
+            let o = first_or_only[rng.random_range(0..first_or_only.len())];
+            let info = o.info().expect("from the table");
+            open = (info.position == Position::First)
+                .then(|| (info.operation, rng.random_range(1..4)));
+            Some(o)
+        } else {
+            // Any request opcode at all: sequence violations.
+            Some(reqs[rng.random_range(0..reqs.len())])
+        };
+        let Some(op) = op else { continue };
+        let psn_off = match rng.random_range(0..20) {
+            0 => psn - rng.random_range(1..4),
+            1 => psn + rng.random_range(1..4),
+            2 => psn + rng.random_range(1 << 22..1 << 23),
+            _ => psn,
+        };
+        let mut p = valid(op, psn_off, conn, rng);
+        if rng.random_range(0..10) == 0 {
+            one_mutation(&mut p, rng, conn);
+        }
+        if psn_off == psn {
+            psn += psn_span(&p, conn);
+        }
+        steps.push(Step::Packet(p));
+        if rng.random_range(0..6) == 0 {
+            steps.push(Step::Wait(rng.random_range(1..5_000)));
+        }
+    }
+    steps.push(Step::Wait(5_000));
+    Case { steps }
+}

@@ -1,0 +1,376 @@
+//! A stateful RoCEv2 fuzzer: the engine behind `uroce fuzz`.
+//!
+//! The fuzzer plays the peer of a [`Target`]: any RoCEv2 endpoint it can
+//! send packets to and observe (a uroce device, kernel rxe, a NIC, through
+//! the target agent; or uroce's own QP machines on the simulated network,
+//! [`sim::SimTarget`]). For every case it sets up a fresh connection,
+//! sends the case's packets (made with uroce's codec, each field relative
+//! to the live connection: [`case`]), collects the target's answers,
+//! observes the target and checks the [`oracle`]s. A case that trips one
+//! is shrunk by the [`minimize`]r to the smallest case that still trips
+//! the same oracle, and kept as a [`Finding`]: the case as JSON, a pcap
+//! of the minimized run (the packets sent and the answers) and the
+//! command that replays it.
+//!
+//! Everything is deterministic from the seed: case `i` of seed `s` is the
+//! same case on every run and every target.
+
+pub mod case;
+pub mod gen;
+pub mod minimize;
+pub mod oracle;
+pub mod sim;
+pub mod target;
+
+use crate::types::{QpState, QpType};
+use case::{Case, Step};
+use gen::{Generator, Mode};
+use oracle::Violation;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use target::{Conn, Observation, Target, TargetError};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Seed: the same seed makes the same cases.
+    pub seed: u64,
+    /// Generator.
+    pub mode: Mode,
+    /// Transport of the fuzzed QP.
+    pub qp_type: QpType,
+    /// Cases to run (at most).
+    pub cases: u64,
+    /// Stop after this long.
+    pub time_limit: Option<Duration>,
+    /// Shrink findings.
+    pub minimize: bool,
+    /// Receive WRs posted on the fuzzed QP per case.
+    pub recvs: u32,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            seed: 1,
+            mode: Mode::Fields,
+            qp_type: QpType::Rc,
+            cases: 1000,
+            time_limit: None,
+            minimize: true,
+            recvs: 8,
+        }
+    }
+}
+
+/// A packet of a case's run.
+#[derive(Clone, Debug)]
+pub struct Traced {
+    /// Microseconds since the case began.
+    pub us: u64,
+    /// Sent by the fuzzer (else an answer of the target).
+    pub sent: bool,
+    /// The UDP payload.
+    pub bytes: Vec<u8>,
+}
+
+/// One run of one case.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The connection it ran on.
+    pub conn: Conn,
+    /// What the target showed afterwards.
+    pub obs: Observation,
+    /// Packets, in order.
+    pub packets: Vec<Traced>,
+    /// Broken rules.
+    pub violations: Vec<Violation>,
+}
+
+impl Outcome {
+    /// The violations' kinds, sorted, without repeats.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        let k: BTreeSet<&'static str> = self.violations.iter().map(|v| v.kind()).collect();
+        k.into_iter().collect()
+    }
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// Runs `case` on a fresh connection of `qp_type`. A panic inside the
+/// target (uroce's own code on the simulated network) is a finding, not
+/// a crash of the fuzzer.
+pub fn run_case(
+    target: &mut dyn Target,
+    qp_type: QpType,
+    recvs: u32,
+    case: &Case,
+) -> Result<Outcome, TargetError> {
+    let conn = target.setup(qp_type, recvs)?;
+    let mut packets = Vec::new();
+    let mut us = 0u64;
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        for step in &case.steps {
+            match step {
+                Step::Packet(p) => {
+                    if let Some(bytes) = p.emit(&conn) {
+                        target.send(&bytes);
+                        packets.push(Traced { us, sent: true, bytes });
+                    }
+                }
+                Step::Wait(w) => {
+                    for a in target.wait(*w) {
+                        packets.push(Traced { us, sent: false, bytes: a });
+                    }
+                    us += u64::from(*w);
+                }
+            }
+        }
+        for a in target.wait(1_000) {
+            packets.push(Traced { us, sent: false, bytes: a });
+        }
+        target.observe()
+    }));
+    let obs = match run {
+        Ok(obs) => obs?,
+        Err(p) => {
+            let violations = vec![Violation::TargetDead(format!(
+                "the target panicked: {}",
+                panic_text(&*p)
+            ))];
+            return Ok(Outcome {
+                obs: Observation {
+                    alive: false,
+                    qp_state: QpState::Err,
+                    completions: Vec::new(),
+                    events: Vec::new(),
+                    exposed: Vec::new(),
+                    private_intact: true,
+                    control_ok: false,
+                    log: Vec::new(),
+                },
+                conn,
+                packets,
+                violations,
+            });
+        }
+    };
+    let violations = oracle::check(&conn, case, &obs);
+    Ok(Outcome {
+        conn,
+        obs,
+        packets,
+        violations,
+    })
+}
+
+/// A finding: a minimized case and what it breaks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Finding {
+    /// Which target it was found on.
+    pub target: String,
+    /// Seed, mode and case index that produced it.
+    pub seed: u64,
+    /// Generator.
+    pub mode: Mode,
+    /// Transport.
+    pub qp_type: QpType,
+    /// Case index.
+    pub index: u64,
+    /// Steps before minimizing.
+    pub original_steps: usize,
+    /// Trials the minimizer ran.
+    pub trials: u32,
+    /// The minimized case.
+    pub case: Case,
+    /// What the minimized case breaks.
+    pub violations: Vec<Violation>,
+    /// The IBA rules broken (where known).
+    pub rules: Vec<String>,
+    /// The connection of the minimized run.
+    pub conn: Conn,
+    /// The QP state after it.
+    pub qp_state: QpState,
+}
+
+impl Finding {
+    /// Writes `<dir>/<name>.json` and `<dir>/<name>.pcap` (the minimized
+    /// run: packets sent and answers); returns the JSON's path.
+    pub fn save(&self, dir: &Path, name: &str, packets: &[Traced]) -> std::io::Result<PathBuf> {
+        std::fs::create_dir_all(dir)?;
+        let json = dir.join(format!("{name}.json"));
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&json, text + "\n")?;
+        let mut cap = crate::engine::capture::Capture::create(&dir.join(format!("{name}.pcap")))
+            .map_err(std::io::Error::other)?;
+        let f = std::net::SocketAddr::new(self.conn.fuzzer, self.conn.src_port);
+        let t = std::net::SocketAddr::new(self.conn.target, uroce_wire::ROCEV2_UDP_PORT);
+        for p in packets {
+            let (a, b) = if p.sent { (f, t) } else { (t, f) };
+            cap.record(a, b, (0, true), &p.bytes);
+        }
+        cap.finish().map_err(std::io::Error::other)?;
+        Ok(json)
+    }
+
+    /// Reads a finding's JSON.
+    pub fn load(path: &Path) -> std::io::Result<Finding> {
+        let text = std::fs::read_to_string(path)?;
+        serde_json::from_str(&text).map_err(std::io::Error::other)
+    }
+}
+
+/// A live view of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// Cases run.
+    pub cases: u64,
+    /// Distinct findings.
+    pub findings: usize,
+    /// Cases per second so far.
+    pub rate: f64,
+    /// (QP state, opcode, PSN class) combinations reached.
+    pub coverage: usize,
+    /// Time so far.
+    pub elapsed: Duration,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} cases, {:.0}/s, {} findings, {} (state, opcode, PSN class) combinations, {:.1} s",
+            self.cases,
+            self.rate,
+            self.findings,
+            self.coverage,
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+/// The PSN classes of a case's packets, against the model's expected PSN
+/// (which moves on with every in-sequence request).
+pub fn psn_classes(case: &Case, conn: &Conn) -> Vec<(u8, &'static str)> {
+    let mut next = 0i32;
+    let mut out = Vec::new();
+    for p in case.packets() {
+        let d = p.psn_off.wrapping_sub(next);
+        let class = match d {
+            0 => "expected",
+            -128..=-1 => "duplicate",
+            1..=128 => "ahead",
+            _ if d.unsigned_abs() >= 1 << 22 => "far",
+            _ => "out-of-window",
+        };
+        if d == 0 {
+            next += match p.info().map(|i| i.operation) {
+                Some(uroce_wire::Operation::RdmaReadRequest) => {
+                    (p.reth.map_or(0, |r| r.2).div_ceil(conn.mtu)).max(1) as i32
+                }
+                _ => 1,
+            };
+        }
+        out.push((p.raw_opcode.unwrap_or(p.opcode), class));
+    }
+    out
+}
+
+/// The result of a run.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Cases run.
+    pub cases: u64,
+    /// Distinct findings (by their violation kinds), minimized, with the
+    /// packets of their minimized run.
+    pub findings: Vec<(Finding, Vec<Traced>)>,
+    /// (QP state after the case, opcode, PSN class) reached.
+    pub coverage: BTreeSet<(String, u8, &'static str)>,
+    /// Time taken.
+    pub elapsed: Duration,
+}
+
+/// Runs `cfg` against `target`; `status` is called about every 200 ms.
+pub fn fuzz(
+    target: &mut dyn Target,
+    cfg: &Config,
+    mut status: impl FnMut(&Status),
+) -> Result<Report, TargetError> {
+    let gen = Generator::new(cfg.seed, cfg.mode);
+    let start = Instant::now();
+    let mut last = start;
+    let mut report = Report::default();
+    let mut seen_kinds: BTreeSet<Vec<&'static str>> = BTreeSet::new();
+    for index in 0..cfg.cases {
+        if cfg.time_limit.is_some_and(|l| start.elapsed() >= l) {
+            break;
+        }
+        let probe = target.setup(cfg.qp_type, cfg.recvs)?;
+        let case = gen.case(index, &probe);
+        let out = run_case(target, cfg.qp_type, cfg.recvs, &case)?;
+        report.cases += 1;
+        for (op, class) in psn_classes(&case, &out.conn) {
+            report
+                .coverage
+                .insert((format!("{:?}", out.obs.qp_state), op, class));
+        }
+        let kinds = out.kinds();
+        if !kinds.is_empty() && seen_kinds.insert(kinds.clone()) {
+            let (min, trials) = if cfg.minimize {
+                minimize::minimize(&case, |c| {
+                    run_case(target, cfg.qp_type, cfg.recvs, c)
+                        .map(|o| o.kinds() == kinds)
+                        .unwrap_or(false)
+                })
+            } else {
+                (case.clone(), 0)
+            };
+            let again = run_case(target, cfg.qp_type, cfg.recvs, &min)?;
+            let rules: BTreeSet<String> = again
+                .violations
+                .iter()
+                .map(|v| v.rule().to_string())
+                .filter(|r| !r.is_empty())
+                .collect();
+            let finding = Finding {
+                target: target.name(),
+                seed: cfg.seed,
+                mode: cfg.mode,
+                qp_type: cfg.qp_type,
+                index,
+                original_steps: case.steps.len(),
+                trials,
+                case: min,
+                violations: again.violations.clone(),
+                rules: rules.into_iter().collect(),
+                conn: again.conn.clone(),
+                qp_state: again.obs.qp_state,
+            };
+            report.findings.push((finding, again.packets));
+        }
+        if last.elapsed() >= Duration::from_millis(200) || index + 1 == cfg.cases {
+            last = Instant::now();
+            let elapsed = start.elapsed();
+            status(&Status {
+                cases: report.cases,
+                findings: report.findings.len(),
+                rate: report.cases as f64 / elapsed.as_secs_f64().max(1e-9),
+                coverage: report.coverage.len(),
+                elapsed,
+            });
+        }
+    }
+    report.elapsed = start.elapsed();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests;

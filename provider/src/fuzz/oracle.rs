@@ -1,0 +1,198 @@
+//! Oracles: what must hold after every case, whatever the fuzzer sent.
+//!
+//! * the target is alive and a legitimate SEND and WRITE on its untouched
+//!   control QP still succeed;
+//! * the private region (no remote access) is unchanged, and the exposed
+//!   region changed only inside the ranges of WRITEs and atomics that
+//!   carried its valid rkey (a sound over-approximation of what a
+//!   correct responder may write);
+//! * the fuzzed QP is in a state a responder can be in after incoming
+//!   packets (RTS, or ERR for RC and UC after a fatal error), and still
+//!   RTS with nothing written and nothing completed when every packet of
+//!   the case is one the spec says to drop silently;
+//! * completions name receive WRs that were posted, each once, and no
+//!   more receives succeed than the case sent messages.
+
+use super::case::{Case, PacketSpec};
+use super::target::{Conn, Observation, PATTERN};
+use crate::types::{QpState, QpType};
+use serde::{Deserialize, Serialize};
+use uroce_wire::Operation;
+
+/// A broken rule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Violation {
+    /// The target stopped answering (crashed, hung, panicked).
+    TargetDead(String),
+    /// The target logged a problem (kernel BUG/WARNING/KASAN, ...).
+    TargetLog(String),
+    /// The region without remote access changed.
+    PrivateRegionChanged,
+    /// The exposed region changed where no valid request could write.
+    WriteOutsideGrant {
+        /// First changed offset.
+        offset: usize,
+    },
+    /// The fuzzed QP is in a state a responder does not enter on its own.
+    IllegalState(QpState),
+    /// Packets the spec says to drop silently changed the QP's state.
+    StateChangedBySilentDrop(QpState),
+    /// Packets the spec says to drop silently completed a WR or wrote.
+    EffectOfSilentDrop(String),
+    /// The untouched control QP stopped working.
+    ControlQpBroken,
+    /// A completion for a WR that was never posted.
+    UnknownCompletion(u64),
+    /// A WR completed twice.
+    DuplicateCompletion(u64),
+    /// More successful receives than messages sent.
+    TooManyReceives {
+        /// Successful receive completions.
+        got: usize,
+        /// Messages the case could have delivered.
+        max: usize,
+    },
+}
+
+impl Violation {
+    /// The kind, without the details: findings with the same kinds are
+    /// one finding; the minimizer keeps a case that trips the same kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Violation::TargetDead(_) => "target-dead",
+            Violation::TargetLog(_) => "target-log",
+            Violation::PrivateRegionChanged => "private-region-changed",
+            Violation::WriteOutsideGrant { .. } => "write-outside-grant",
+            Violation::IllegalState(_) => "illegal-state",
+            Violation::StateChangedBySilentDrop(_) => "state-changed-by-silent-drop",
+            Violation::EffectOfSilentDrop(_) => "effect-of-silent-drop",
+            Violation::ControlQpBroken => "control-qp-broken",
+            Violation::UnknownCompletion(_) => "unknown-completion",
+            Violation::DuplicateCompletion(_) => "duplicate-completion",
+            Violation::TooManyReceives { .. } => "too-many-receives",
+        }
+    }
+
+    /// The IBA rule broken, where the fuzzer knows it.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            Violation::PrivateRegionChanged | Violation::WriteOutsideGrant { .. } => {
+                "IBA 10.6.3: remote access only within a region granted by its R_Key"
+            }
+            Violation::StateChangedBySilentDrop(_) | Violation::EffectOfSilentDrop(_) => {
+                "IBA 9.6.1 / 9.7.1 (C9-xx): packets failing header or ICRC checks are silently dropped"
+            }
+            Violation::IllegalState(_) => "IBA 10.3.1: responder errors move an RC/UC QP to Error only",
+            Violation::TooManyReceives { .. }
+            | Violation::UnknownCompletion(_)
+            | Violation::DuplicateCompletion(_) => "IBA 10.8: each WR completes exactly once",
+            _ => "",
+        }
+    }
+}
+
+/// Bytes of the exposed region a valid request in `p` may write
+/// (offset, length), if any: judged on what the target parses.
+fn grant(p: &PacketSpec, conn: &Conn) -> Option<(i64, u64)> {
+    if p.silently_dropped(conn) {
+        return None;
+    }
+    let seen = p.seen(conn)?;
+    if !seen.info.is_request {
+        return None;
+    }
+    let off = |va: u64| va.wrapping_sub(conn.va) as i64;
+    match seen.info.operation {
+        Operation::RdmaWrite | Operation::AtomicWrite => {
+            let r = seen.reth?;
+            (r.rkey == conn.rkey).then_some((off(r.va), u64::from(r.dma_len)))
+        }
+        Operation::CompareSwap | Operation::FetchAdd => {
+            let a = seen.atomic?;
+            (a.rkey == conn.rkey).then_some((off(a.va), 8))
+        }
+        _ => None,
+    }
+}
+
+/// Messages that may complete a receive: packets ending a SEND or a
+/// WRITE with immediate, not silently dropped.
+fn may_receive(case: &Case, conn: &Conn) -> usize {
+    case.packets()
+        .filter(|p| !p.silently_dropped(conn))
+        .filter_map(|p| p.seen(conn))
+        .map(|s| s.info)
+        .filter(|i| {
+            i.is_request
+                && i.position.ends_message()
+                && (i.operation == Operation::Send || i.has_imm())
+        })
+        .count()
+}
+
+/// Checks `obs` after `case` on `conn`.
+pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
+    let mut v = Vec::new();
+    if !obs.alive {
+        v.push(Violation::TargetDead("no answer after the case".into()));
+        return v;
+    }
+    v.extend(obs.log.iter().map(|l| Violation::TargetLog(l.clone())));
+    if !obs.private_intact {
+        v.push(Violation::PrivateRegionChanged);
+    }
+    let grants: Vec<(i64, u64)> = case.packets().filter_map(|p| grant(p, conn)).collect();
+    let granted = |i: usize| {
+        grants.iter().any(|&(off, len)| {
+            let i = i as i64;
+            i >= off && (i - off) < len.min(1 << 40) as i64
+        })
+    };
+    if let Some(offset) = obs
+        .exposed
+        .iter()
+        .enumerate()
+        .find(|&(i, &b)| b != PATTERN && !granted(i))
+        .map(|(i, _)| i)
+    {
+        v.push(Violation::WriteOutsideGrant { offset });
+    }
+    let allowed: &[QpState] = match conn.qp_type {
+        QpType::Rc | QpType::Uc => &[QpState::Rts, QpState::Err],
+        QpType::Ud => &[QpState::Rts],
+    };
+    if !allowed.contains(&obs.qp_state) {
+        v.push(Violation::IllegalState(obs.qp_state));
+    }
+    let all_silent = case.packets().all(|p| p.silently_dropped(conn));
+    if all_silent {
+        if obs.qp_state != QpState::Rts && allowed.contains(&obs.qp_state) {
+            v.push(Violation::StateChangedBySilentDrop(obs.qp_state));
+        }
+        if !obs.completions.is_empty() {
+            v.push(Violation::EffectOfSilentDrop(format!(
+                "{} completions",
+                obs.completions.len()
+            )));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut ok_recvs = 0;
+    for c in &obs.completions {
+        if !c.recv || c.wr_id >= u64::from(conn.recvs_posted) {
+            v.push(Violation::UnknownCompletion(c.wr_id));
+        } else if !seen.insert(c.wr_id) {
+            v.push(Violation::DuplicateCompletion(c.wr_id));
+        } else if c.status == 0 {
+            ok_recvs += 1;
+        }
+    }
+    let max = may_receive(case, conn);
+    if ok_recvs > max {
+        v.push(Violation::TooManyReceives { got: ok_recvs, max });
+    }
+    if !obs.control_ok {
+        v.push(Violation::ControlQpBroken);
+    }
+    v
+}

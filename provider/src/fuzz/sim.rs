@@ -1,0 +1,388 @@
+//! A target on the simulated network: the production endpoint's receive
+//! path (ICRC check with the IP-ID solve, parsing, demux) and uroce's own
+//! QP machines, deterministic from a seed. With a [`PlantedBug`] its
+//! fuzzed QP is deliberately broken, which is how the fuzzer, the
+//! minimizer and the oracles are tested.
+
+use super::target::{Completion, Conn, Observation, Target, TargetError, PATTERN};
+use crate::memory::MrInner;
+use crate::net::sim::{Faults, SimNet};
+use crate::testing::{self, sge, PairParams, Side};
+use crate::transport::{QpMachine, Transmit};
+use crate::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
+use crate::qp_attr::{AttrMask, QpAttr};
+use crate::transport::{Nanos, RxMeta};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::sync::Arc;
+use uroce_wire::packet::ParsedPacket;
+use uroce_wire::{Operation, Position};
+
+/// A deliberate bug in the fuzzed QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlantedBug {
+    /// A WRITE request that arrives in the middle of a SEND message (an
+    /// opcode sequence the responder must NAK, IBA 9.7.5.1.3) is placed
+    /// into the private region: memory corruption behind two packets.
+    WriteInsideSend,
+    /// A READ request of more than half the region, once answered, moves
+    /// the QP to SQD (a state a responder never enters on its own).
+    LongReadStallsQp,
+}
+
+impl PlantedBug {
+    /// Parses a name as `--bug` takes it.
+    pub fn from_name(s: &str) -> Option<PlantedBug> {
+        match s {
+            "write-inside-send" => Some(PlantedBug::WriteInsideSend),
+            "long-read" => Some(PlantedBug::LongReadStallsQp),
+            _ => None,
+        }
+    }
+}
+
+/// The fuzzed QP with a planted bug: it watches the packets it is given
+/// and misbehaves as the bug says, then lets the real QP handle them.
+#[derive(Debug)]
+struct Planted {
+    inner: Box<dyn QpMachine>,
+    bug: PlantedBug,
+    private: Arc<MrInner>,
+    in_send: bool,
+}
+
+impl QpMachine for Planted {
+    fn qpn(&self) -> u32 {
+        self.inner.qpn()
+    }
+    fn qp_type(&self) -> QpType {
+        self.inner.qp_type()
+    }
+    fn state(&self) -> QpState {
+        self.inner.state()
+    }
+    fn attr(&self) -> QpAttr {
+        self.inner.attr()
+    }
+    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), crate::qp_attr::ModifyError> {
+        self.inner.modify(attr, mask)
+    }
+    fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        let expected = self.inner.attr().rq_psn;
+        let in_order = pkt.bth.psn.value() == expected;
+        let info = pkt.info;
+        match self.bug {
+            PlantedBug::WriteInsideSend if info.is_request && in_order => {
+                if info.operation == Operation::RdmaWrite && self.in_send {
+                    let n = pkt.payload.len().min(self.private.len());
+                    let _ = self.private.write(0, &pkt.payload[..n]);
+                    let _ = self.private.fill(0, 1, !PATTERN);
+                }
+                if info.operation == Operation::Send {
+                    self.in_send = matches!(info.position, Position::First | Position::Middle);
+                }
+            }
+            _ => {}
+        }
+        self.inner.handle_packet(now, meta, pkt);
+        if self.bug == PlantedBug::LongReadStallsQp
+            && info.operation == Operation::RdmaReadRequest
+            && in_order
+            && pkt.reth().is_some_and(|r| r.dma_len > REGION as u32 / 2)
+        {
+            let a = QpAttr {
+                qp_state: QpState::Sqd,
+                ..QpAttr::default()
+            };
+            let _ = self.inner.modify(&a, AttrMask::STATE);
+        }
+    }
+    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.inner.poll_transmit(now, buf)
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        self.inner.poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Nanos) {
+        self.inner.handle_timeout(now)
+    }
+    fn inflight(&self) -> u32 {
+        self.inner.inflight()
+    }
+}
+
+const TARGET: [u8; 4] = [10, 77, 0, 1];
+const PEER: [u8; 4] = [10, 77, 0, 2];
+const FUZZER: [u8; 4] = [10, 77, 0, 100];
+const QPN: u32 = 0x111;
+const CONTROL_QPN: u32 = 0x222;
+const PEER_QPN: u32 = 0x333;
+const FUZZER_QPN: u32 = 0x777;
+const QKEY: u32 = 0x1111_1111;
+/// Size of the exposed and private regions.
+pub const REGION: usize = 4096;
+
+struct Live {
+    net: SimNet,
+    fuzzed: Side,
+    exposed: Arc<MrInner>,
+    private: Arc<MrInner>,
+    control: Side,
+    peer: Side,
+    control_mr: Arc<MrInner>,
+    peer_mr: Arc<MrInner>,
+    seen_trace: usize,
+}
+
+/// The simulated target.
+pub struct SimTarget {
+    seed: u64,
+    bug: Option<PlantedBug>,
+    live: Option<Live>,
+    cases: u64,
+}
+
+impl SimTarget {
+    /// A target whose network is seeded with `seed`, with `bug` planted.
+    pub fn new(seed: u64, bug: Option<PlantedBug>) -> SimTarget {
+        SimTarget {
+            seed,
+            bug,
+            live: None,
+            cases: 0,
+        }
+    }
+
+    fn params(psn: u32) -> PairParams {
+        PairParams {
+            mtu: Mtu::Mtu1024,
+            timeout: 8,
+            retry_cnt: 3,
+            rnr_retry: 2,
+            min_rnr_timer: 1,
+            rd_atomic: 4,
+            psn,
+            depth: 64,
+        }
+    }
+
+    /// A SEND and an RDMA WRITE from the control QP's peer; both must
+    /// complete and land.
+    fn control_check(l: &mut Live) -> bool {
+        let _ = l.control_mr.fill(0, 64, 0);
+        let ok = l
+            .control
+            .rq
+            .post(RecvWr {
+                wr_id: 0xc0,
+                sg_list: [sge(&l.control_mr, 0, 32)].into_iter().collect(),
+            })
+            .is_ok();
+        let _ = l.peer_mr.fill(0, 64, 0xc3);
+        let mut send = SendWr::new(0xc1, WrOpcode::Send);
+        send.flags = SendFlags::SIGNALED;
+        send.sg_list = [sge(&l.peer_mr, 0, 32)].into_iter().collect();
+        let mut write = SendWr::new(0xc2, WrOpcode::RdmaWrite);
+        write.flags = SendFlags::SIGNALED;
+        write.sg_list = [sge(&l.peer_mr, 0, 32)].into_iter().collect();
+        write.remote_addr = l.control_mr.iova() + 32;
+        write.rkey = l.control_mr.rkey();
+        let ok = ok && l.peer.sq.post(send).is_ok() && l.peer.sq.post(write).is_ok();
+        if !ok {
+            return false;
+        }
+        let mut done = 0;
+        let mut good = true;
+        l.net.run_until(2_000_000_000, |_| {
+            while let Some(wc) = l.peer.send_cq.poll_one() {
+                done += 1;
+                good &= wc.status == crate::types::WcStatus::Success;
+            }
+            while let Some(wc) = l.control.recv_cq.poll_one() {
+                done += 1;
+                good &= wc.status == crate::types::WcStatus::Success;
+            }
+            done >= 3
+        });
+        let mut b = [0u8; 64];
+        good && done == 3 && l.control_mr.read(0, &mut b).is_ok() && b.iter().all(|&x| x == 0xc3)
+    }
+}
+
+fn ip(o: [u8; 4]) -> IpAddr {
+    IpAddr::from(o)
+}
+
+impl Target for SimTarget {
+    fn name(&self) -> String {
+        match self.bug {
+            Some(b) => format!("sim (planted bug {b:?})"),
+            None => "sim".into(),
+        }
+    }
+
+    fn setup(&mut self, qp_type: QpType, recvs: u32) -> Result<Conn, TargetError> {
+        self.cases += 1;
+        let mut net = SimNet::new(self.seed ^ self.cases, Faults::default());
+        net.trace = Some(Vec::new());
+        let psn = (self.seed as u32).wrapping_mul(2654435761) & 0xff_ffff;
+        let p = Self::params(psn);
+        let (fuzz_psn, own_psn) = (psn, psn ^ 0x5555);
+        let bug = self.bug;
+        let mut private_slot = None;
+        let fuzzed = testing::side_with(&mut net, ip(TARGET), QPN, &p, |cfg| {
+            let private = cfg
+                .keys
+                .register_zeroed(testing::PD, REGION, Access::LOCAL_WRITE)
+                .expect("alloc");
+            private_slot = Some(private.clone());
+            let qp = crate::transport::new_qp(qp_type, cfg).expect("capacities");
+            match bug {
+                Some(bug) => Box::new(Planted {
+                    inner: qp,
+                    bug,
+                    private,
+                    in_send: false,
+                }),
+                None => qp,
+            }
+        });
+        let private = private_slot.expect("set by the closure");
+        private.fill(0, REGION, PATTERN).map_err(|e| TargetError::Io(e.to_string()))?;
+        let all = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        let exposed = fuzzed
+            .keys
+            .register_zeroed(testing::PD, REGION, all)
+            .expect("alloc");
+        exposed.fill(0, REGION, PATTERN).map_err(|e| TargetError::Io(e.to_string()))?;
+        let rbuf = fuzzed
+            .keys
+            .register_zeroed(testing::PD, REGION, Access::LOCAL_WRITE)
+            .expect("alloc");
+        {
+            let qp = net.qp(fuzzed.id);
+            match qp_type {
+                QpType::Rc => testing::connect(qp, ip(FUZZER), FUZZER_QPN, fuzz_psn, own_psn, &p),
+                QpType::Uc => {
+                    testing::uc_connect(qp, ip(FUZZER), FUZZER_QPN, fuzz_psn, own_psn, p.mtu, true)
+                }
+                QpType::Ud => testing::ud_up(qp, QKEY, own_psn),
+            }
+        }
+        for i in 0..recvs {
+            let _ = fuzzed.rq.post(RecvWr {
+                wr_id: u64::from(i),
+                sg_list: [sge(&rbuf, 0, REGION as u32)].into_iter().collect(),
+            });
+        }
+        // The control pair: an RC QP on the target and its own peer.
+        let rc = |cfg| crate::transport::new_qp(QpType::Rc, cfg).expect("capacities");
+        let control = testing::side_with(&mut net, ip(TARGET), CONTROL_QPN, &p, rc);
+        let peer = testing::side_with(&mut net, ip(PEER), PEER_QPN, &p, rc);
+        testing::connect(net.qp(control.id), ip(PEER), PEER_QPN, 1000, 2000, &p);
+        testing::connect(net.qp(peer.id), ip(TARGET), CONTROL_QPN, 2000, 1000, &p);
+        let control_mr = control.keys.register_zeroed(testing::PD, 64, all).expect("alloc");
+        let peer_mr = peer.keys.register_zeroed(testing::PD, 64, all).expect("alloc");
+        let conn = Conn {
+            qp_type,
+            target: ip(TARGET),
+            fuzzer: ip(FUZZER),
+            src_port: uroce_wire::ROCEV2_UDP_PORT,
+            qpn: QPN,
+            fuzzer_qpn: FUZZER_QPN,
+            control_qpn: CONTROL_QPN,
+            rq_psn: fuzz_psn,
+            sq_psn: own_psn,
+            va: exposed.iova(),
+            len: REGION as u32,
+            rkey: exposed.rkey(),
+            private_rkey: private.rkey(),
+            qkey: QKEY,
+            mtu: p.mtu.bytes(),
+            recvs_posted: recvs,
+        };
+        self.live = Some(Live {
+            net,
+            fuzzed,
+            exposed,
+            private,
+            control,
+            peer,
+            control_mr,
+            peer_mr,
+            seen_trace: 0,
+        });
+        Ok(conn)
+    }
+
+    fn send(&mut self, packet: &[u8]) {
+        if let Some(l) = self.live.as_mut() {
+            l.net.inject(ip(FUZZER), ip(TARGET), packet.to_vec());
+        }
+    }
+
+    fn wait(&mut self, us: u32) -> Vec<Vec<u8>> {
+        let Some(l) = self.live.as_mut() else {
+            return Vec::new();
+        };
+        l.net.run_until(u64::from(us) * 1000, |_| false);
+        let trace = l.net.trace.as_mut().expect("tracing");
+        let out = trace[l.seen_trace..]
+            .iter()
+            .filter(|(_, _, dst, _)| *dst == ip(FUZZER))
+            .map(|(_, _, _, b)| b.clone())
+            .collect();
+        // What the fuzzer has seen need not be kept.
+        trace.clear();
+        l.seen_trace = 0;
+        out
+    }
+
+    fn observe(&mut self) -> Result<Observation, TargetError> {
+        let Some(l) = self.live.as_mut() else {
+            return Err(TargetError::Io("no QP set up".into()));
+        };
+        // Let timers run out (retransmissions, RNR waits) for a while.
+        l.net.run_until(200_000_000, |_| false);
+        let mut completions = Vec::new();
+        while let Some(wc) = l.fuzzed.send_cq.poll_one() {
+            completions.push(Completion {
+                wr_id: wc.wr_id,
+                status: wc.status as u32,
+                recv: false,
+            });
+        }
+        while let Some(wc) = l.fuzzed.recv_cq.poll_one() {
+            completions.push(Completion {
+                wr_id: wc.wr_id,
+                status: wc.status as u32,
+                recv: true,
+            });
+        }
+        let mut events = Vec::new();
+        while let Some(e) = l.fuzzed.events.get(Some(std::time::Duration::ZERO)) {
+            events.push(e.event_type.as_str().to_string());
+        }
+        let mut exposed = vec![0u8; REGION];
+        let _ = l.exposed.read(0, &mut exposed);
+        let mut priv_bytes = vec![0u8; REGION];
+        let private_intact =
+            l.private.read(0, &mut priv_bytes).is_ok() && priv_bytes.iter().all(|&b| b == PATTERN);
+        let qp_state = l.net.qp(l.fuzzed.id).state();
+        let control_ok = Self::control_check(l);
+        Ok(Observation {
+            alive: true,
+            qp_state,
+            completions,
+            events,
+            exposed,
+            private_intact,
+            control_ok,
+            log: Vec::new(),
+        })
+    }
+}
+

@@ -1,0 +1,125 @@
+//! What the fuzzer plays against: a target, reached through packets, and
+//! observed (through the target agent, or directly on the simulated
+//! network) after every case.
+
+use crate::types::{QpState, QpType};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use uroce_wire::IpContext;
+
+/// The connection between the fuzzer's (virtual) QP and the target's
+/// fuzzed QP, as the target reported it when the QP was set up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conn {
+    /// Transport of the fuzzed QP.
+    pub qp_type: QpType,
+    /// The target's address.
+    pub target: IpAddr,
+    /// The fuzzer's address (the fuzzed QP's peer).
+    pub fuzzer: IpAddr,
+    /// UDP source port of the fuzzer's packets.
+    pub src_port: u16,
+    /// The fuzzed QP.
+    pub qpn: u32,
+    /// The fuzzer's QP number (the fuzzed QP's destination QP).
+    pub fuzzer_qpn: u32,
+    /// The control QP on the target (connected to a peer of its own).
+    pub control_qpn: u32,
+    /// The PSN the fuzzed QP expects next (its receive PSN).
+    pub rq_psn: u32,
+    /// The PSN the fuzzed QP sends next.
+    pub sq_psn: u32,
+    /// The exposed region: address, length, rkey.
+    pub va: u64,
+    /// Its length.
+    pub len: u32,
+    /// Its rkey.
+    pub rkey: u32,
+    /// The rkey of a region without remote access.
+    pub private_rkey: u32,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// Receive WRs posted on the fuzzed QP at set-up.
+    pub recvs_posted: u32,
+}
+
+impl Conn {
+    /// The ICRC context of a packet from the fuzzer to the target.
+    pub fn ip_context(&self) -> IpContext {
+        match (self.fuzzer, self.target) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                IpContext::for_socket_v4(s, d, self.src_port, uroce_wire::ROCEV2_UDP_PORT)
+            }
+            (s, d) => IpContext::v6(v6(s), v6(d), self.src_port, uroce_wire::ROCEV2_UDP_PORT),
+        }
+    }
+}
+
+fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    }
+}
+
+/// One completion the target reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completion {
+    /// Work request ID.
+    pub wr_id: u64,
+    /// Status (`ibv_wc_status` number).
+    pub status: u32,
+    /// Whether it came from the receive queue.
+    pub recv: bool,
+}
+
+/// What the target lets the fuzzer see after a case.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    /// The target process (or guest) still answers.
+    pub alive: bool,
+    /// The fuzzed QP's state.
+    pub qp_state: QpState,
+    /// Completions since the case began.
+    pub completions: Vec<Completion>,
+    /// Async events since the case began (names).
+    pub events: Vec<String>,
+    /// The exposed region's bytes.
+    pub exposed: Vec<u8>,
+    /// Whether the private region still holds its pattern.
+    pub private_intact: bool,
+    /// A SEND and an RDMA WRITE on the untouched control QP succeeded.
+    pub control_ok: bool,
+    /// Problems the target itself reported (kernel log lines, ...).
+    pub log: Vec<String>,
+}
+
+/// Errors talking to a target.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The target (or its agent) did not answer.
+    #[error("target: {0}")]
+    Io(String),
+}
+
+/// A RoCEv2 endpoint the fuzzer plays the peer of.
+pub trait Target {
+    /// A short name ("sim", "udp 127.0.0.1", ...).
+    fn name(&self) -> String;
+    /// Sets up a fresh fuzzed QP of `qp_type` (and the control QP), the
+    /// exposed region filled with the pattern [`PATTERN`] and `recvs`
+    /// receive WRs posted; returns the connection.
+    fn setup(&mut self, qp_type: QpType, recvs: u32) -> Result<Conn, TargetError>;
+    /// Sends one packet (a UDP payload) from the fuzzer to the target.
+    fn send(&mut self, packet: &[u8]);
+    /// Lets `us` microseconds pass; returns the packets the target sent to
+    /// the fuzzer meanwhile.
+    fn wait(&mut self, us: u32) -> Vec<Vec<u8>>;
+    /// Observes the target after a case (lets it settle first).
+    fn observe(&mut self) -> Result<Observation, TargetError>;
+}
+
+/// The byte the exposed region is filled with at set-up.
+pub const PATTERN: u8 = 0x5a;
