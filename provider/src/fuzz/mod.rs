@@ -17,8 +17,10 @@
 
 pub mod case;
 pub mod gen;
+pub mod live;
 pub mod minimize;
 pub mod oracle;
+pub mod session;
 pub mod sim;
 pub mod target;
 
@@ -185,6 +187,8 @@ pub struct Finding {
     pub qp_type: QpType,
     /// Case index.
     pub index: u64,
+    /// Receive WRs posted on the fuzzed QP.
+    pub recvs: u32,
     /// Steps before minimizing.
     pub original_steps: usize,
     /// Trials the minimizer ran.
@@ -346,6 +350,7 @@ pub fn fuzz(
                 mode: cfg.mode,
                 qp_type: cfg.qp_type,
                 index,
+                recvs: cfg.recvs,
                 original_steps: case.steps.len(),
                 trials,
                 case: min,

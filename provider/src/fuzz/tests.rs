@@ -42,7 +42,7 @@ fn a_planted_bug_is_found_and_minimized() {
     let dir = std::env::temp_dir().join(format!("uroce-fuzz-test-{}", std::process::id()));
     let json = f.save(&dir, "finding-1", packets).expect("save");
     let back = Finding::load(&json).expect("load");
-    let again = run_case(&mut t, back.qp_type, 8, &back.case).expect("replay");
+    let again = run_case(&mut t, back.qp_type, back.recvs, &back.case).expect("replay");
     assert!(again.kinds().contains(&"private-region-changed"));
     assert!(dir.join("finding-1.pcap").exists());
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,0 +1,447 @@
+/* uroce-fuzz-agent: the target side of `uroce fuzz`.
+ *
+ * Runs next to the RoCEv2 stack under test (kernel rxe, a NIC, or uroce
+ * through its drop-in libibverbs.so.1) and lets the fuzzer set up QPs and
+ * regions with known contents and observe them, over a line protocol on
+ * TCP. Written against the standard <infiniband/verbs.h> only.
+ *
+ *   cc -O2 -Wall -o uroce-fuzz-agent fuzz/agent/uroce_fuzz_agent.c -libverbs
+ *   uroce-fuzz-agent -a TARGET_IP [-d DEVICE] [-l LISTEN_IP] [-p PORT] [-m MTU] [-k]
+ *
+ * -k passes on new kernel log lines that report a problem (BUG, WARNING,
+ * KASAN, Oops, ...) with every observation: for a kernel target (rxe).
+ *
+ * Protocol (one command per line, answers end with "end" or are one line):
+ *   setup rc|uc|ud RECVS FUZZER_IP FUZZER_QPN FUZZER_PSN
+ *     -> ok qpn=N control_qpn=N rq_psn=N sq_psn=N va=N len=N rkey=N
+ *           private_rkey=N qkey=N mtu=N
+ *   observe
+ *     -> log LINE / state N / wc WR_ID STATUS RECV / event NAME / exposed HEX /
+ *        private ok|changed / control ok|fail / end
+ *   ping -> pong
+ *   quit
+ *
+ * The fuzzed QP is connected to the fuzzer's address and QP number; a
+ * second pair (control QP and its peer, both here, talking through the
+ * device to the device's own address) checks after every case that a
+ * legitimate SEND and RDMA WRITE still work. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REGION 4096
+#define PATTERN 0x5a
+#define QKEY 0x11111111u
+#define DEPTH 64
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static int gid_index = -1;
+static union ibv_gid my_gid;
+static enum ibv_mtu mtu = IBV_MTU_1024;
+static int mtu_bytes = 1024;
+
+/* The fuzzed QP and its regions (re-made by every setup). */
+static struct ibv_cq *fcq;
+static struct ibv_qp *fqp;
+static struct ibv_mr *exposed_mr, *private_mr, *recv_mr;
+static char *exposed, *private_buf, *recv_buf;
+
+/* The control pair. */
+static struct ibv_cq *ccq;
+static struct ibv_qp *cqp, *pqp;
+static struct ibv_mr *cmr;
+static char *cbuf;
+
+static void gid_of_ip(const char *ip, union ibv_gid *g) {
+  memset(g, 0, sizeof(*g));
+  struct in_addr a;
+  if (inet_pton(AF_INET, ip, &a) == 1) {
+    g->raw[10] = 0xff;
+    g->raw[11] = 0xff;
+    memcpy(&g->raw[12], &a, 4);
+  } else {
+    inet_pton(AF_INET6, ip, g->raw);
+  }
+}
+
+static int find_gid(const char *ip) {
+  union ibv_gid want, g;
+  gid_of_ip(ip, &want);
+  struct ibv_port_attr pa;
+  if (ibv_query_port(ctx, 1, &pa))
+    return -1;
+  for (int i = 0; i < pa.gid_tbl_len; i++) {
+    if (ibv_query_gid(ctx, 1, i, &g))
+      continue;
+    if (!memcmp(&g, &want, sizeof(g))) {
+      /* Prefer the RoCEv2 entry (the one after a RoCEv1 twin on rxe). */
+      union ibv_gid n;
+      if (i + 1 < pa.gid_tbl_len && !ibv_query_gid(ctx, 1, i + 1, &n) &&
+          !memcmp(&n, &want, sizeof(n)))
+        return i + 1;
+      return i;
+    }
+  }
+  return -1;
+}
+
+static struct ibv_qp *make_qp(struct ibv_cq *cq, enum ibv_qp_type t) {
+  struct ibv_qp_init_attr ia = {
+      .send_cq = cq,
+      .recv_cq = cq,
+      .cap = {.max_send_wr = DEPTH, .max_recv_wr = DEPTH, .max_send_sge = 1, .max_recv_sge = 1},
+      .qp_type = t,
+  };
+  return ibv_create_qp(pd, &ia);
+}
+
+/* RESET -> INIT -> RTR -> RTS towards (gid, qpn). */
+static int connect_qp(struct ibv_qp *qp, enum ibv_qp_type t, const union ibv_gid *dgid,
+                      uint32_t dqpn, uint32_t rq_psn, uint32_t sq_psn) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1};
+  int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+  if (t == IBV_QPT_UD) {
+    a.qkey = QKEY;
+    mask |= IBV_QP_QKEY;
+  } else {
+    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                        (t == IBV_QPT_RC ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC : 0);
+    mask |= IBV_QP_ACCESS_FLAGS;
+  }
+  if (ibv_modify_qp(qp, &a, mask))
+    return -1;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTR;
+  mask = IBV_QP_STATE;
+  if (t != IBV_QPT_UD) {
+    a.path_mtu = mtu;
+    a.dest_qp_num = dqpn;
+    a.rq_psn = rq_psn;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = *dgid;
+    a.ah_attr.grh.sgid_index = gid_index;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.port_num = 1;
+    mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    if (t == IBV_QPT_RC) {
+      a.max_dest_rd_atomic = 4;
+      a.min_rnr_timer = 1;
+      mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    }
+  }
+  if (ibv_modify_qp(qp, &a, mask))
+    return -1;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = sq_psn;
+  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+  if (t == IBV_QPT_RC) {
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  }
+  return ibv_modify_qp(qp, &a, mask);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int make_control(void) {
+  if (cqp)
+    ibv_destroy_qp(cqp);
+  if (pqp)
+    ibv_destroy_qp(pqp);
+  cqp = pqp = NULL;
+  if (!ccq && !(ccq = ibv_create_cq(ctx, 4 * DEPTH, NULL, NULL, 0)))
+    return -1;
+  if (!cbuf) {
+    cbuf = aligned_alloc(4096, 4096);
+    if (!cbuf || !(cmr = ibv_reg_mr(pd, cbuf, 4096,
+                                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)))
+      return -1;
+  }
+  cqp = make_qp(ccq, IBV_QPT_RC);
+  pqp = make_qp(ccq, IBV_QPT_RC);
+  if (!cqp || !pqp)
+    return -1;
+  if (connect_qp(cqp, IBV_QPT_RC, &my_gid, pqp->qp_num, 100, 200) ||
+      connect_qp(pqp, IBV_QPT_RC, &my_gid, cqp->qp_num, 200, 100))
+    return -1;
+  return 0;
+}
+
+/* A SEND (into cbuf[0..32]) and an RDMA WRITE (into cbuf[64..96]) from the
+ * peer to the control QP; both complete and land within 2 s. */
+static int control_check(void) {
+  struct ibv_wc wc[8];
+  while (ibv_poll_cq(ccq, 8, wc) > 0)
+    ;
+  memset(cbuf, 0, 128);
+  memset(cbuf + 256, 0xc3, 32);
+  struct ibv_sge rs = {.addr = (uintptr_t)cbuf, .length = 32, .lkey = cmr->lkey};
+  struct ibv_recv_wr rwr = {.wr_id = 0xc0, .sg_list = &rs, .num_sge = 1}, *bad_r;
+  struct ibv_sge ss = {.addr = (uintptr_t)(cbuf + 256), .length = 32, .lkey = cmr->lkey};
+  struct ibv_send_wr w2 = {.wr_id = 0xc2, .sg_list = &ss, .num_sge = 1,
+                           .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+  w2.wr.rdma.remote_addr = (uintptr_t)(cbuf + 64);
+  w2.wr.rdma.rkey = cmr->rkey;
+  struct ibv_send_wr w1 = {.wr_id = 0xc1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+                           .send_flags = IBV_SEND_SIGNALED, .next = &w2},
+                     *bad_s;
+  if (ibv_post_recv(cqp, &rwr, &bad_r) || ibv_post_send(pqp, &w1, &bad_s))
+    return 0;
+  int done = 0, good = 1;
+  double end = now_s() + 2;
+  while (done < 3 && now_s() < end) {
+    int n = ibv_poll_cq(ccq, 8, wc);
+    for (int i = 0; i < n; i++) {
+      done++;
+      good &= wc[i].status == IBV_WC_SUCCESS;
+    }
+  }
+  for (int i = 0; i < 32; i++)
+    good &= (unsigned char)cbuf[i] == 0xc3 && (unsigned char)cbuf[64 + i] == 0xc3;
+  return good && done == 3;
+}
+
+static void teardown(void) {
+  if (fqp)
+    ibv_destroy_qp(fqp);
+  if (exposed_mr)
+    ibv_dereg_mr(exposed_mr);
+  if (private_mr)
+    ibv_dereg_mr(private_mr);
+  if (recv_mr)
+    ibv_dereg_mr(recv_mr);
+  if (fcq)
+    ibv_destroy_cq(fcq);
+  free(exposed);
+  free(private_buf);
+  free(recv_buf);
+  fqp = NULL;
+  exposed_mr = private_mr = recv_mr = NULL;
+  fcq = NULL;
+  exposed = private_buf = recv_buf = NULL;
+}
+
+static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, unsigned fqpn,
+                  unsigned fpsn) {
+  enum ibv_qp_type t = !strcmp(type, "uc") ? IBV_QPT_UC
+                       : !strcmp(type, "ud") ? IBV_QPT_UD
+                                             : IBV_QPT_RC;
+  teardown();
+  exposed = aligned_alloc(4096, REGION);
+  private_buf = aligned_alloc(4096, REGION);
+  recv_buf = aligned_alloc(4096, REGION + 64);
+  if (!exposed || !private_buf || !recv_buf) {
+    fprintf(out, "error out of memory\n");
+    return;
+  }
+  memset(exposed, PATTERN, REGION);
+  memset(private_buf, PATTERN, REGION);
+  int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+            IBV_ACCESS_REMOTE_ATOMIC;
+  exposed_mr = ibv_reg_mr(pd, exposed, REGION, all);
+  private_mr = ibv_reg_mr(pd, private_buf, REGION, IBV_ACCESS_LOCAL_WRITE);
+  recv_mr = ibv_reg_mr(pd, recv_buf, REGION + 64, IBV_ACCESS_LOCAL_WRITE);
+  fcq = ibv_create_cq(ctx, 4 * DEPTH, NULL, NULL, 0);
+  if (!exposed_mr || !private_mr || !recv_mr || !fcq || !(fqp = make_qp(fcq, t))) {
+    fprintf(out, "error resources: %s\n", strerror(errno));
+    return;
+  }
+  union ibv_gid fgid;
+  gid_of_ip(fip, &fgid);
+  uint32_t sq_psn = (uint32_t)random() & 0xffffff;
+  if (connect_qp(fqp, t, &fgid, fqpn, fpsn & 0xffffff, sq_psn)) {
+    fprintf(out, "error modify: %s\n", strerror(errno));
+    return;
+  }
+  if (recvs > DEPTH)
+    recvs = DEPTH;
+  unsigned rlen = t == IBV_QPT_UD ? REGION + 40 : REGION;
+  for (unsigned i = 0; i < recvs; i++) {
+    struct ibv_sge s = {.addr = (uintptr_t)recv_buf, .length = rlen, .lkey = recv_mr->lkey};
+    struct ibv_recv_wr w = {.wr_id = i, .sg_list = &s, .num_sge = 1}, *bad;
+    if (ibv_post_recv(fqp, &w, &bad)) {
+      fprintf(out, "error post_recv: %s\n", strerror(errno));
+      return;
+    }
+  }
+  fprintf(out,
+          "ok qpn=%u control_qpn=%u rq_psn=%u sq_psn=%u va=%llu len=%u rkey=%u "
+          "private_rkey=%u qkey=%u mtu=%d\n",
+          fqp->qp_num, cqp ? cqp->qp_num : 0, fpsn & 0xffffff, sq_psn,
+          (unsigned long long)(uintptr_t)exposed, REGION, exposed_mr->rkey, private_mr->rkey,
+          QKEY, mtu_bytes);
+}
+
+/* -k: the kernel log (/dev/kmsg, from the agent's start): new lines that
+ * report a kernel problem are passed on ("log LINE"). */
+static int kmsg = -1;
+
+static void kernel_log(FILE *out) {
+  static const char *bad[] = {"BUG", "WARNING", "KASAN", "Oops", "general protection",
+                              "Call Trace", "UBSAN", "refcount_t", NULL};
+  char rec[2048];
+  ssize_t n;
+  if (kmsg < 0)
+    return;
+  while ((n = read(kmsg, rec, sizeof rec - 1)) > 0 || (n < 0 && errno == EPIPE)) {
+    if (n <= 0)
+      continue;
+    rec[n] = 0;
+    char *msg = strchr(rec, ';');
+    msg = msg ? msg + 1 : rec;
+    msg[strcspn(msg, "\n")] = 0;
+    for (int i = 0; bad[i]; i++)
+      if (strstr(msg, bad[i])) {
+        fprintf(out, "log %s\n", msg);
+        break;
+      }
+  }
+}
+
+static void observe(FILE *out) {
+  kernel_log(out);
+  if (!fqp) {
+    fprintf(out, "error no QP\nend\n");
+    return;
+  }
+  struct ibv_qp_attr a;
+  struct ibv_qp_init_attr ia;
+  int state = ibv_query_qp(fqp, &a, IBV_QP_STATE, &ia) ? -1 : (int)a.qp_state;
+  fprintf(out, "state %d\n", state);
+  struct ibv_wc wc[16];
+  int n;
+  while ((n = ibv_poll_cq(fcq, 16, wc)) > 0)
+    for (int i = 0; i < n; i++)
+      fprintf(out, "wc %llu %d %d\n", (unsigned long long)wc[i].wr_id, wc[i].status,
+              (wc[i].opcode & IBV_WC_RECV) ? 1 : 0);
+  struct ibv_async_event ev;
+  while (ibv_get_async_event(ctx, &ev) == 0) {
+    fprintf(out, "event %s\n", ibv_event_type_str(ev.event_type));
+    ibv_ack_async_event(&ev);
+  }
+  fprintf(out, "exposed ");
+  for (int i = 0; i < REGION; i++)
+    fprintf(out, "%02x", (unsigned char)exposed[i]);
+  fprintf(out, "\n");
+  int intact = 1;
+  for (int i = 0; i < REGION; i++)
+    intact &= (unsigned char)private_buf[i] == PATTERN;
+  fprintf(out, "private %s\n", intact ? "ok" : "changed");
+  int ok = control_check();
+  if (!ok)
+    make_control(); /* a fresh pair for the next case */
+  fprintf(out, "control %s\nend\n", ok ? "ok" : "fail");
+}
+
+static void serve(int fd) {
+  FILE *in = fdopen(fd, "r"), *out = fdopen(dup(fd), "w");
+  char line[512];
+  while (fgets(line, sizeof line, in)) {
+    char type[8], ip[64];
+    unsigned recvs, qpn, psn;
+    if (sscanf(line, "setup %7s %u %63s %u %u", type, &recvs, ip, &qpn, &psn) == 5)
+      setup(out, type, recvs, ip, qpn, psn);
+    else if (!strncmp(line, "observe", 7))
+      observe(out);
+    else if (!strncmp(line, "ping", 4))
+      fprintf(out, "pong\n");
+    else if (!strncmp(line, "quit", 4))
+      break;
+    else
+      fprintf(out, "error unknown command\n");
+    fflush(out);
+  }
+  fclose(in);
+  fclose(out);
+}
+
+int main(int argc, char **argv) {
+  const char *dev = NULL, *addr = NULL, *listen_ip = "0.0.0.0";
+  int port = 4792, opt;
+  while ((opt = getopt(argc, argv, "d:a:l:p:m:k")) != -1) {
+    switch (opt) {
+    case 'k':
+      kmsg = open("/dev/kmsg", O_RDONLY | O_NONBLOCK);
+      if (kmsg >= 0)
+        lseek(kmsg, 0, SEEK_END);
+      else
+        perror("/dev/kmsg");
+      break;
+    case 'd': dev = optarg; break;
+    case 'a': addr = optarg; break;
+    case 'l': listen_ip = optarg; break;
+    case 'p': port = atoi(optarg); break;
+    case 'm':
+      mtu_bytes = atoi(optarg);
+      mtu = mtu_bytes >= 4096 ? IBV_MTU_4096 : mtu_bytes >= 2048 ? IBV_MTU_2048
+            : mtu_bytes >= 1024 ? IBV_MTU_1024 : mtu_bytes >= 512 ? IBV_MTU_512 : IBV_MTU_256;
+      mtu_bytes = 128 << mtu;
+      break;
+    default:
+      fprintf(stderr, "usage: %s -a TARGET_IP [-d DEVICE] [-l LISTEN_IP] [-p PORT] [-m MTU] [-k]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  if (!addr) {
+    fprintf(stderr, "-a TARGET_IP is required (the device's address)\n");
+    return 2;
+  }
+  srandom((unsigned)time(NULL) ^ (unsigned)getpid());
+  int n;
+  struct ibv_device **list = ibv_get_device_list(&n);
+  struct ibv_device *d = NULL;
+  for (int i = 0; list && i < n; i++)
+    if (!dev || !strcmp(ibv_get_device_name(list[i]), dev))
+      d = d ? d : list[i];
+  if (!d || !(ctx = ibv_open_device(d)) || !(pd = ibv_alloc_pd(ctx))) {
+    fprintf(stderr, "no device %s\n", dev ? dev : "");
+    return 1;
+  }
+  if ((gid_index = find_gid(addr)) < 0) {
+    fprintf(stderr, "%s: no GID for %s\n", ibv_get_device_name(d), addr);
+    return 1;
+  }
+  gid_of_ip(addr, &my_gid);
+  fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK);
+  if (make_control()) {
+    fprintf(stderr, "control QPs: %s\n", strerror(errno));
+    return 1;
+  }
+  int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+  inet_pton(AF_INET, listen_ip, &sa.sin_addr);
+  if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1)) {
+    perror("listen");
+    return 1;
+  }
+  printf("uroce-fuzz-agent: %s (GID index %d), listening on %s:%d\n", ibv_get_device_name(d),
+         gid_index, listen_ip, port);
+  fflush(stdout);
+  for (;;) {
+    int c = accept(ls, NULL, NULL);
+    if (c < 0)
+      continue;
+    serve(c);
+  }
+}

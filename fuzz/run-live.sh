@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `uroce fuzz` against a live uroce target, bounded: the target is a uroce
+# device (uroce's libibverbs.so.1 under uroce-fuzz-agent) in a network
+# namespace of its own, the fuzzer sends from another address in it.
+# Every mode and transport runs for a share of the time; any finding
+# fails the run (uroce is expected to run clean), and the findings stay
+# in $OUT (default: a temporary directory, printed).
+#
+#   bash fuzz/run-live.sh [SECONDS_PER_RUN] [CASES_PER_RUN]
+#
+# Needs root (ip netns), a C compiler and libibverbs-dev (the agent).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+per_run=${1:-20}
+cases=${2:-400}
+out=${OUT:-$(mktemp -d /tmp/uroce-fuzz-live.XXXXXX)}
+mkdir -p "$out"
+
+cargo build --release -q -p uroce-ibverbs -p uroce-cli || exit 1
+uroce=$root/target/release/uroce
+libdir=$("$uroce" libdir) || exit 1
+cc -O2 -Wall -o "$out/uroce-fuzz-agent" fuzz/agent/uroce_fuzz_agent.c -libverbs || {
+  echo "the agent does not compile (apt-get install libibverbs-dev)"
+  exit 1
+}
+
+ns=uroce-fuzz-$$
+ip netns add "$ns" || exit 1
+agent_pid=
+cleanup() {
+  [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null
+  ip netns del "$ns" 2>/dev/null
+}
+trap cleanup EXIT
+ip -n "$ns" link set lo up
+
+target=127.0.0.1 fuzzer=127.0.0.2 agent=127.0.0.1:4792
+UROCE_DEVICES=fz0=$target LD_LIBRARY_PATH=$libdir ip netns exec "$ns" \
+  "$out/uroce-fuzz-agent" -a $target -l 127.0.0.1 -p 4792 >"$out/agent.log" 2>&1 &
+agent_pid=$!
+for _ in $(seq 50); do
+  grep -q listening "$out/agent.log" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q listening "$out/agent.log" || { cat "$out/agent.log"; exit 1; }
+
+status=0
+findings=0
+for qp in rc uc ud; do
+  for mode in fields sequence; do
+    t0=$SECONDS
+    ip netns exec "$ns" "$uroce" fuzz --target udp:$target --fuzzer $fuzzer --agent $agent \
+      --qp "$qp" --mode "$mode" --seed 1 --cases "$cases" --time "$per_run" \
+      --out "$out/$qp-$mode" >"$out/$qp-$mode.log" 2>&1
+    rc=$?
+    line=$(grep -m1 "cases in" "$out/$qp-$mode.log")
+    n=$(grep -c "^finding " "$out/$qp-$mode.log")
+    findings=$((findings + n))
+    printf '%-4s %-9s %s (%d s)\n' "$qp" "$mode" "${line:-no summary (exit $rc)}" $((SECONDS - t0))
+    if [ $rc != 0 ] || [ "$n" != 0 ]; then
+      status=1
+      sed 's/^/  | /' "$out/$qp-$mode.log" | head -40
+    fi
+  done
+done
+kill -0 "$agent_pid" 2>/dev/null || { echo "the agent died"; status=1; }
+echo "uroce fuzz (live, netns): $findings findings; logs and findings in $out"
+exit $status

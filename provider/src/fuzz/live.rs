@@ -1,0 +1,252 @@
+//! A live target: any RoCEv2 endpoint reachable over UDP 4791, observed
+//! through `uroce-fuzz-agent` (fuzz/agent/uroce_fuzz_agent.c) on TCP.
+//!
+//! The fuzzer's packets leave a UDP socket bound to the fuzzer's own
+//! address and port 4791 (where the target answers), with DF and IPv4 ID
+//! 0 (IP_PMTUDISC_DO), the header their ICRC is computed for. The
+//! fuzzer's address must not be a uroce device's on the same host.
+
+use super::target::{Completion, Conn, Observation, Target, TargetError};
+use crate::types::{QpState, QpType};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+/// A target reached over UDP and observed through its agent.
+#[derive(Debug)]
+pub struct LiveTarget {
+    sock: UdpSocket,
+    fuzzer: IpAddr,
+    target: IpAddr,
+    agent_addr: SocketAddr,
+    agent: Option<(BufReader<TcpStream>, TcpStream)>,
+    fuzzer_qpn: u32,
+    psn: u32,
+    /// Time the target gets to settle before it is observed.
+    pub settle: Duration,
+}
+
+fn io(e: impl std::fmt::Display) -> TargetError {
+    TargetError::Io(e.to_string())
+}
+
+impl LiveTarget {
+    /// Binds `fuzzer`:4791 and connects to the agent at `agent`.
+    pub fn new(fuzzer: IpAddr, target: IpAddr, agent: SocketAddr) -> Result<LiveTarget, TargetError> {
+        let domain = if fuzzer.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(io)?;
+        let (level, opt, val) = if fuzzer.is_ipv4() {
+            (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
+        } else {
+            (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
+        };
+        // SAFETY: a live socket and a pointer to a live i32 with its size.
+        let r = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&s),
+                level,
+                opt,
+                &val as *const i32 as *const libc::c_void,
+                std::mem::size_of::<i32>() as u32,
+            )
+        };
+        if r != 0 {
+            return Err(io(std::io::Error::last_os_error()));
+        }
+        s.bind(&SocketAddr::new(fuzzer, uroce_wire::ROCEV2_UDP_PORT).into())
+            .map_err(|e| io(format!("bind {fuzzer}:4791: {e}")))?;
+        let sock: UdpSocket = s.into();
+        let mut t = LiveTarget {
+            sock,
+            fuzzer,
+            target,
+            agent_addr: agent,
+            agent: None,
+            fuzzer_qpn: 0x00f0_0d,
+            psn: 0x1234,
+            settle: Duration::from_millis(50),
+        };
+        t.connect_agent()?;
+        Ok(t)
+    }
+
+    fn connect_agent(&mut self) -> Result<(), TargetError> {
+        let s = TcpStream::connect_timeout(&self.agent_addr, Duration::from_secs(5))
+            .map_err(|e| io(format!("agent {}: {e}", self.agent_addr)))?;
+        s.set_read_timeout(Some(Duration::from_secs(20))).map_err(io)?;
+        let w = s.try_clone().map_err(io)?;
+        self.agent = Some((BufReader::new(s), w));
+        Ok(())
+    }
+
+    fn command(&mut self, cmd: &str) -> Result<Vec<String>, TargetError> {
+        let (r, w) = self.agent.as_mut().ok_or_else(|| io("agent gone"))?;
+        w.write_all(cmd.as_bytes()).and_then(|_| w.write_all(b"\n")).map_err(io)?;
+        let multi = cmd == "observe";
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            if r.read_line(&mut l).map_err(io)? == 0 {
+                self.agent = None;
+                return Err(io("the agent closed the connection"));
+            }
+            let l = l.trim_end().to_string();
+            let done = !multi || l == "end";
+            lines.push(l);
+            if done {
+                return Ok(lines);
+            }
+        }
+    }
+}
+
+fn field(line: &str, name: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
+        .collect()
+}
+
+fn state_of(n: i64) -> QpState {
+    match n {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        _ => QpState::Err,
+    }
+}
+
+impl Target for LiveTarget {
+    fn name(&self) -> String {
+        format!("{} (agent {})", self.target, self.agent_addr)
+    }
+
+    fn setup(&mut self, qp_type: QpType, recvs: u32) -> Result<Conn, TargetError> {
+        if self.agent.is_none() {
+            self.connect_agent()?;
+        }
+        // Old answers are not this case's.
+        let _ = self.wait(0);
+        self.psn = self.psn.wrapping_mul(1_103_515_245).wrapping_add(12345) & 0xff_ffff;
+        let t = match qp_type {
+            QpType::Rc => "rc",
+            QpType::Uc => "uc",
+            QpType::Ud => "ud",
+        };
+        let cmd = format!(
+            "setup {t} {recvs} {} {} {}",
+            self.fuzzer, self.fuzzer_qpn, self.psn
+        );
+        let lines = self.command(&cmd)?;
+        let l = &lines[0];
+        if !l.starts_with("ok ") {
+            return Err(io(format!("agent: {l}")));
+        }
+        let f = |n: &str| field(l, n).ok_or_else(|| io(format!("agent: no {n} in {l}")));
+        Ok(Conn {
+            qp_type,
+            target: self.target,
+            fuzzer: self.fuzzer,
+            src_port: uroce_wire::ROCEV2_UDP_PORT,
+            qpn: f("qpn")? as u32,
+            fuzzer_qpn: self.fuzzer_qpn,
+            control_qpn: f("control_qpn")? as u32,
+            rq_psn: f("rq_psn")? as u32,
+            sq_psn: f("sq_psn")? as u32,
+            va: f("va")?,
+            len: f("len")? as u32,
+            rkey: f("rkey")? as u32,
+            private_rkey: f("private_rkey")? as u32,
+            qkey: f("qkey")? as u32,
+            mtu: f("mtu")? as u32,
+            recvs_posted: recvs.min(64),
+        })
+    }
+
+    fn send(&mut self, packet: &[u8]) {
+        let _ = self
+            .sock
+            .send_to(packet, SocketAddr::new(self.target, uroce_wire::ROCEV2_UDP_PORT));
+    }
+
+    fn wait(&mut self, us: u32) -> Vec<Vec<u8>> {
+        let end = Instant::now() + Duration::from_micros(u64::from(us));
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let _ = self.sock.set_nonblocking(left.is_zero());
+            if !left.is_zero() {
+                let _ = self.sock.set_read_timeout(Some(left));
+            }
+            match self.sock.recv_from(&mut buf) {
+                Ok((n, from)) if from.ip() == self.target => out.push(buf[..n].to_vec()),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        out
+    }
+
+    fn observe(&mut self) -> Result<Observation, TargetError> {
+        std::thread::sleep(self.settle);
+        let lines = match self.command("observe") {
+            Ok(l) => l,
+            Err(e) => {
+                return Ok(Observation {
+                    alive: false,
+                    qp_state: QpState::Err,
+                    completions: Vec::new(),
+                    events: Vec::new(),
+                    exposed: Vec::new(),
+                    private_intact: true,
+                    control_ok: false,
+                    log: vec![e.to_string()],
+                })
+            }
+        };
+        let mut o = Observation {
+            alive: true,
+            qp_state: QpState::Err,
+            completions: Vec::new(),
+            events: Vec::new(),
+            exposed: Vec::new(),
+            private_intact: false,
+            control_ok: false,
+            log: Vec::new(),
+        };
+        for l in &lines {
+            let (word, rest) = l.split_once(' ').unwrap_or((l, ""));
+            match word {
+                "state" => o.qp_state = state_of(rest.trim().parse().unwrap_or(-1)),
+                "wc" => {
+                    let v: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+                    if let [wr_id, status, recv] = v[..] {
+                        o.completions.push(Completion {
+                            wr_id,
+                            status: status as u32,
+                            recv: recv != 0,
+                        });
+                    }
+                }
+                "event" => o.events.push(rest.to_string()),
+                "exposed" => o.exposed = hex(rest.trim()),
+                "private" => o.private_intact = rest.trim() == "ok",
+                "control" => o.control_ok = rest.trim() == "ok",
+                "log" => o.log.push(rest.to_string()),
+                "error" => return Err(io(format!("agent: {l}"))),
+                _ => {}
+            }
+        }
+        Ok(o)
+    }
+}

@@ -1,0 +1,216 @@
+//! A fuzzing session as `uroce fuzz` runs it: a target named on the
+//! command line, a live status line, findings written to a directory
+//! with the command that replays each, and the replay itself.
+
+use super::live::LiveTarget;
+use super::sim::{PlantedBug, SimTarget};
+use super::target::{Target, TargetError};
+use super::{fuzz, run_case, Config, Finding, Report, Status};
+use std::io::{IsTerminal, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Which target to play against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetSpec {
+    /// uroce's own QP machines on the simulated network, with a planted
+    /// bug or none.
+    Sim(Option<PlantedBug>),
+    /// A live endpoint: its address, the fuzzer's address, the agent.
+    Udp {
+        /// The target device's address.
+        target: IpAddr,
+        /// The address the fuzzer sends from (and binds :4791).
+        fuzzer: IpAddr,
+        /// The agent's TCP address.
+        agent: SocketAddr,
+    },
+}
+
+impl TargetSpec {
+    /// Parses `sim`, `sim:BUG` (`write-inside-send`, `long-read`) or
+    /// `udp:IP` (with `fuzzer` and `agent`, which default to ... none: a
+    /// live target needs both).
+    pub fn parse(s: &str, fuzzer: Option<IpAddr>, agent: Option<SocketAddr>) -> Result<TargetSpec, String> {
+        if s == "sim" {
+            return Ok(TargetSpec::Sim(None));
+        }
+        if let Some(bug) = s.strip_prefix("sim:") {
+            return PlantedBug::from_name(bug)
+                .map(|b| TargetSpec::Sim(Some(b)))
+                .ok_or_else(|| format!("unknown planted bug {bug:?} (write-inside-send, long-read)"));
+        }
+        if let Some(ip) = s.strip_prefix("udp:") {
+            let target: IpAddr = ip.parse().map_err(|e| format!("{ip}: {e}"))?;
+            let fuzzer = fuzzer.ok_or("a udp target needs --fuzzer ADDRESS (the fuzzer's own)")?;
+            let agent = agent.ok_or("a udp target needs --agent HOST:PORT (uroce-fuzz-agent)")?;
+            return Ok(TargetSpec::Udp { target, fuzzer, agent });
+        }
+        Err(format!("unknown target {s:?} (sim, sim:BUG, udp:IP)"))
+    }
+
+    /// The command-line words that name this target.
+    pub fn args(&self) -> String {
+        match self {
+            TargetSpec::Sim(None) => "--target sim".into(),
+            TargetSpec::Sim(Some(PlantedBug::WriteInsideSend)) => "--target sim:write-inside-send".into(),
+            TargetSpec::Sim(Some(PlantedBug::LongReadStallsQp)) => "--target sim:long-read".into(),
+            TargetSpec::Udp { target, fuzzer, agent } => {
+                format!("--target udp:{target} --fuzzer {fuzzer} --agent {agent}")
+            }
+        }
+    }
+
+    /// Opens the target.
+    pub fn open(&self, seed: u64) -> Result<Box<dyn Target>, TargetError> {
+        Ok(match self {
+            TargetSpec::Sim(bug) => Box::new(SimTarget::new(seed, *bug)),
+            TargetSpec::Udp { target, fuzzer, agent } => Box::new(LiveTarget::new(*fuzzer, *target, *agent)?),
+        })
+    }
+}
+
+/// Runs a session: `cfg` against `spec`, the status line on stderr,
+/// findings into `out_dir`, a summary on `log`.
+pub fn run(
+    spec: &TargetSpec,
+    cfg: &Config,
+    out_dir: &Path,
+    log: &mut dyn Write,
+) -> Result<Report, TargetError> {
+    let mut target = spec.open(cfg.seed)?;
+    let tty = std::io::stderr().is_terminal();
+    let mut last_line = Instant::now();
+    let _ = writeln!(
+        log,
+        "uroce fuzz: {:?} {:?} cases against {} (seed {}, up to {} cases{})",
+        cfg.mode,
+        cfg.qp_type,
+        target.name(),
+        cfg.seed,
+        cfg.cases,
+        cfg.time_limit.map_or(String::new(), |t| format!(", {} s", t.as_secs()))
+    );
+    let report = fuzz(&mut *target, cfg, |s: &Status| {
+        if tty {
+            eprint!("\r{s}   ");
+        } else if last_line.elapsed() >= Duration::from_secs(5) {
+            last_line = Instant::now();
+            eprintln!("{s}");
+        }
+    })?;
+    if tty {
+        eprintln!();
+    }
+    let _ = writeln!(
+        log,
+        "{} cases in {:.1} s ({:.0}/s), {} (QP state, opcode, PSN class) combinations, {} findings",
+        report.cases,
+        report.elapsed.as_secs_f64(),
+        report.cases as f64 / report.elapsed.as_secs_f64().max(1e-9),
+        report.coverage.len(),
+        report.findings.len()
+    );
+    for (i, (f, packets)) in report.findings.iter().enumerate() {
+        let name = format!("finding-{}", i + 1);
+        let saved = f.save(out_dir, &name, packets);
+        let kinds: Vec<String> = f.violations.iter().map(|v| format!("{v:?}")).collect();
+        let _ = writeln!(
+            log,
+            "finding {}: {} (case {}, {} steps minimized to {} in {} trials)",
+            i + 1,
+            kinds.join(", "),
+            f.index,
+            f.original_steps,
+            f.case.steps.len(),
+            f.trials
+        );
+        for r in &f.rules {
+            let _ = writeln!(log, "  rule: {r}");
+        }
+        for p in f.case.packets() {
+            let name = p.info().map_or("unknown opcode", |i| i.name);
+            let _ = writeln!(log, "  packet: {name} psn{:+} {}", p.psn_off, describe(p));
+        }
+        match saved {
+            Ok(json) => {
+                let _ = writeln!(
+                    log,
+                    "  saved: {} and .pcap\n  replay: uroce fuzz replay {} {}",
+                    json.display(),
+                    json.display(),
+                    spec.args()
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(log, "  could not save it in {}: {e}", out_dir.display());
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// The fields of a packet that are not the valid defaults, briefly.
+fn describe(p: &super::case::PacketSpec) -> String {
+    use super::case::{Dest, Icrc};
+    let mut v = Vec::new();
+    if let Some(r) = p.raw_opcode {
+        v.push(format!("opcode byte {r:#04x}"));
+    }
+    if p.dest != Dest::Target {
+        v.push(format!("dest {:?}", p.dest));
+    }
+    if let Icrc::Wrong(x) = p.icrc {
+        v.push(format!("ICRC ^ {x:#x}"));
+    }
+    if let Some(t) = p.truncate {
+        v.push(format!("cut to {t} bytes"));
+    }
+    if let Some(pad) = p.pad {
+        v.push(format!("pad {pad}"));
+    }
+    if p.tver != 0 {
+        v.push(format!("tver {}", p.tver));
+    }
+    if p.pkey != 0xffff {
+        v.push(format!("pkey {:#06x}", p.pkey));
+    }
+    if let Some((off, key, len)) = p.reth {
+        v.push(format!("RETH +{off} {key:?} len {len}"));
+    }
+    if let Some((off, key, ..)) = p.atomic {
+        v.push(format!("AtomicETH +{off} {key:?}"));
+    }
+    v.push(format!("payload {}", p.payload.0));
+    v.join(", ")
+}
+
+/// Replays a saved finding on `spec`; returns the violations of the run.
+pub fn replay(path: &Path, spec: &TargetSpec, log: &mut dyn Write) -> Result<usize, String> {
+    let f = Finding::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut target = spec.open(f.seed).map_err(|e| e.to_string())?;
+    let out = run_case(&mut *target, f.qp_type, f.recvs, &f.case).map_err(|e| e.to_string())?;
+    let _ = writeln!(
+        log,
+        "replayed {} ({} steps) on {}: QP {:?}, {} packets, {} answers",
+        path.display(),
+        f.case.steps.len(),
+        target.name(),
+        out.obs.qp_state,
+        out.packets.iter().filter(|p| p.sent).count(),
+        out.packets.iter().filter(|p| !p.sent).count()
+    );
+    for v in &out.violations {
+        let _ = writeln!(log, "  {v:?}");
+    }
+    if out.violations.is_empty() {
+        let _ = writeln!(log, "  no oracle tripped");
+    }
+    Ok(out.violations.len())
+}
+
+/// The default directory for findings.
+pub fn default_out_dir() -> PathBuf {
+    PathBuf::from("uroce-fuzz-findings")
+}
