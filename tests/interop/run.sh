@@ -21,7 +21,10 @@
 #      UD, clean only), and a REQ to a port nobody listens on (REJ 8);
 #   6. every scenario's traffic captured on the tap, judged by
 #      ../shared/roce-check/check_pcap and read by `uroce decode` (no
-#      malformed packet, no bad ICRC, every MAD a CM message).
+#      malformed packet, no bad ICRC, every MAD a CM message);
+#   7. `uroce fuzz` against rxe through uroce-fuzz-agent in the guest,
+#      every transport and mode for FUZZ_SECONDS each: findings printed
+#      and kept (FUZZ_KEEP), not failures; the guest must survive.
 # Environment: UROCE_INTEROP_ACCEL=kvm|tcg, UROCE_INTEROP_KEEP=1 (keep the
 # run directory with logs and captures), UROCE_INTEROP_QUICK=1 (fewer sizes).
 set -uo pipefail
@@ -604,10 +607,65 @@ cm_matrix() { # SUFFIX
   [ -n "$1" ] || scenario "cm-reject uroce=client" cm_reject
 }
 
+# --- 7. uroce fuzz against kernel rxe -----------------------------------------
+# The fuzzer in the namespace (from the host address), uroce-fuzz-agent in
+# the guest on rxe0 with -k (the guest kernel's BUG/WARNING/KASAN lines
+# come back with every observation). Every transport and mode runs for
+# FUZZ_SECONDS (default 20). Findings are rxe's deviations from the spec
+# as uroce's oracles judge them: printed, and kept in $FUZZ_KEEP (default
+# target/fuzz-rxe); they do not fail the matrix. The run fails if the
+# fuzzer cannot run or the guest stops answering. Not a `scenario`: its
+# capture holds malformed packets on purpose, which check_pcap rejects.
+fuzz_rxe() {
+  local name="uroce fuzz vs rxe" t0=$SECONDS
+  [[ $name =~ $filter ]] || return 0
+  have_cmd fuzz || return 0
+  local d=$VM_RUN/fuzz secs=${FUZZ_SECONDS:-20} keep=${FUZZ_KEEP:-$root/target/fuzz-rxe}
+  local ok=1 total=0 qp mode rc
+  mkdir -p "$d"
+  if ! gcc -O2 -Wall -o "$VM_RUN/fuzz-agent" "$root/fuzz/agent/uroce_fuzz_agent.c" -libverbs; then
+    echo "FAIL $name: the agent does not compile"
+    FAIL=$((FAIL + 1))
+    return
+  fi
+  vm_bg $((secs * 6 + 120)) "$VM_RUN/fuzz-agent -a $VM_GUEST_IP -d rxe0 -l $VM_GUEST_IP -p 4792 -k"
+  local aj=$VM_JOB
+  for _ in $(seq 100); do
+    ns bash -c "exec 3<>/dev/tcp/$VM_GUEST_IP/4792" 2>/dev/null && break
+    sleep 0.3
+  done
+  for qp in rc uc ud; do
+    for mode in fields sequence; do
+      ns timeout -k 5 $((secs * 4 + 60)) "$UROCE" fuzz --target udp:$VM_GUEST_IP \
+        --fuzzer $VM_HOST_IP --agent $VM_GUEST_IP:4792 --qp $qp --mode $mode --seed 1 \
+        --cases 100000 --time "$secs" --out "$d/$qp-$mode" >"$d/$qp-$mode.log" 2>"$d/$qp-$mode.err"
+      rc=$?
+      local n
+      n=$(grep -c "^finding " "$d/$qp-$mode.log")
+      total=$((total + n))
+      echo "     fuzz $qp $mode: $(grep -m1 'cases in' "$d/$qp-$mode.log" || echo "did not run (exit $rc): $(tail -n 1 "$d/$qp-$mode.err")")"
+      [ $rc = 0 ] || [ $rc = 1 ] || ok=0
+      grep -v "^uroce fuzz:\|cases in" "$d/$qp-$mode.log" | sed "s|$d|\$FUZZ_KEEP|g; s/^/     | /"
+    done
+  done
+  vm_run 20 "pkill -f fuzz-agent; true" >/dev/null
+  vm_wait "$aj" >"$d/agent.log" 2>&1
+  vm_run 20 "true" >/dev/null || { ok=0; echo "     the guest stopped answering"; }
+  rm -rf "$keep" && mkdir -p "$(dirname "$keep")" && cp -r "$d" "$keep"
+  if [ $ok = 1 ]; then
+    echo "PASS $name ($((SECONDS - t0)) s; $total findings in rxe, kept in $keep)"
+    PASS=$((PASS + 1))
+  else
+    echo "FAIL $name ($((SECONDS - t0)) s): the fuzzer did not run through (logs in $keep)"
+    FAIL=$((FAIL + 1))
+  fi
+}
+
 pingpong_matrix ""
 ops_matrix ""
 error_matrix
 cm_matrix ""
+fuzz_rxe
 set_loss on
 pingpong_matrix " loss"
 ops_matrix " loss"

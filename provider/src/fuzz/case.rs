@@ -294,7 +294,53 @@ pub struct Case {
     pub steps: Vec<Step>,
 }
 
+/// PSNs a request takes when it is in sequence: a READ one per response
+/// packet (at `mtu`), any other one.
+pub fn psn_span(p: &PacketSpec, mtu: u32) -> i32 {
+    match p.info().map(|i| i.operation) {
+        Some(uroce_wire::Operation::RdmaReadRequest) => {
+            let len = p.reth.map_or(0, |r| r.2);
+            len.div_ceil(mtu.max(1)).max(1) as i32
+        }
+        _ => 1,
+    }
+}
+
 impl Case {
+    /// Each packet's PSN against the PSN a requester in sequence would
+    /// use there (0: in sequence; the expected PSN moves on past every
+    /// packet in sequence).
+    pub fn psn_deltas(&self, mtu: u32) -> Vec<i32> {
+        let mut next = 0i32;
+        self.packets()
+            .map(|p| {
+                let d = p.psn_off.wrapping_sub(next);
+                if d == 0 {
+                    next = next.wrapping_add(psn_span(p, mtu));
+                }
+                d
+            })
+            .collect()
+    }
+
+    /// Sets the packets' PSNs from `deltas` (one per packet, as
+    /// [`Case::psn_deltas`] gives): after packets are removed, the rest
+    /// keep their places in (or out of) sequence.
+    pub fn renumber(&mut self, deltas: &[i32], mtu: u32) {
+        let mut next = 0i32;
+        let mut i = 0;
+        for s in &mut self.steps {
+            if let Step::Packet(p) = s {
+                let d = deltas.get(i).copied().unwrap_or(0);
+                p.psn_off = next.wrapping_add(d);
+                if d == 0 {
+                    next = next.wrapping_add(psn_span(p, mtu));
+                }
+                i += 1;
+            }
+        }
+    }
+
     /// The packets of the case.
     pub fn packets(&self) -> impl Iterator<Item = &PacketSpec> {
         self.steps.iter().filter_map(|s| match s {

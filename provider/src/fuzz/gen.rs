@@ -126,17 +126,6 @@ pub fn valid(op: Opcode, psn_off: i32, conn: &Conn, rng: &mut SmallRng) -> Packe
     p
 }
 
-/// PSN packets of a request take (READs: one per response packet).
-fn psn_span(p: &PacketSpec, conn: &Conn) -> i32 {
-    match p.info().map(|i| i.operation) {
-        Some(Operation::RdmaReadRequest) => {
-            let len = p.reth.map_or(0, |r| r.2);
-            (len.div_ceil(conn.mtu)).max(1) as i32
-        }
-        _ => 1,
-    }
-}
-
 fn one_mutation(p: &mut PacketSpec, rng: &mut SmallRng, conn: &Conn) {
     let ops: Vec<Opcode> = Opcode::all().map(|i| Opcode(i.code)).collect();
     match rng.random_range(0..20) {
@@ -199,7 +188,11 @@ fn one_mutation(p: &mut PacketSpec, rng: &mut SmallRng, conn: &Conn) {
         18 => p.truncate = Some(rng.random_range(0..40)),
         _ => {
             p.aeth = Some((rng.random(), rng.random()));
-            p.ieth = Some(if rng.random() { Key::Private } else { Key::Raw(rng.random()) });
+            p.ieth = Some(if rng.random() {
+                Key::Private
+            } else {
+                Key::Raw(rng.random())
+            });
             p.deth = Some((Some(rng.random()), rng.random()));
         }
     }
@@ -230,7 +223,10 @@ fn sequence_case(rng: &mut SmallRng, conn: &Conn) -> Case {
     let by = |op: Operation, pos: Position| {
         reqs.iter()
             .copied()
-            .filter(|o| o.info().is_some_and(|i| i.operation == op && i.position == pos))
+            .filter(|o| {
+                o.info()
+                    .is_some_and(|i| i.operation == op && i.position == pos)
+            })
             .collect::<Vec<_>>()
     };
     let mut steps = Vec::new();
@@ -242,7 +238,11 @@ fn sequence_case(rng: &mut SmallRng, conn: &Conn) -> Case {
         let roll = rng.random_range(0..100);
         let op = if let (Some((o, left)), true) = (open, roll < 70) {
             // Continue the open message (MIDDLE or LAST).
-            let pos = if left > 1 { Position::Middle } else { Position::Last };
+            let pos = if left > 1 {
+                Position::Middle
+            } else {
+                Position::Last
+            };
             let c = by(o, pos);
             open = if left > 1 { Some((o, left - 1)) } else { None };
             c.get(rng.random_range(0..c.len().max(1))).copied()
@@ -274,7 +274,7 @@ fn sequence_case(rng: &mut SmallRng, conn: &Conn) -> Case {
             one_mutation(&mut p, rng, conn);
         }
         if psn_off == psn {
-            psn += psn_span(&p, conn);
+            psn += super::case::psn_span(&p, conn.mtu);
         }
         steps.push(Step::Packet(p));
         if rng.random_range(0..6) == 0 {

@@ -33,13 +33,29 @@ fn io(e: impl std::fmt::Display) -> TargetError {
 
 impl LiveTarget {
     /// Binds `fuzzer`:4791 and connects to the agent at `agent`.
-    pub fn new(fuzzer: IpAddr, target: IpAddr, agent: SocketAddr) -> Result<LiveTarget, TargetError> {
-        let domain = if fuzzer.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    pub fn new(
+        fuzzer: IpAddr,
+        target: IpAddr,
+        agent: SocketAddr,
+    ) -> Result<LiveTarget, TargetError> {
+        let domain = if fuzzer.is_ipv4() {
+            Domain::IPV4
+        } else {
+            Domain::IPV6
+        };
         let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(io)?;
         let (level, opt, val) = if fuzzer.is_ipv4() {
-            (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
+            (
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+            )
         } else {
-            (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
+            (
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MTU_DISCOVER,
+                libc::IPV6_PMTUDISC_DO,
+            )
         };
         // SAFETY: a live socket and a pointer to a live i32 with its size.
         let r = unsafe {
@@ -63,9 +79,9 @@ impl LiveTarget {
             target,
             agent_addr: agent,
             agent: None,
-            fuzzer_qpn: 0x00f0_0d,
+            fuzzer_qpn: 0xf00d,
             psn: 0x1234,
-            settle: Duration::from_millis(50),
+            settle: Duration::from_millis(5),
         };
         t.connect_agent()?;
         Ok(t)
@@ -74,7 +90,9 @@ impl LiveTarget {
     fn connect_agent(&mut self) -> Result<(), TargetError> {
         let s = TcpStream::connect_timeout(&self.agent_addr, Duration::from_secs(5))
             .map_err(|e| io(format!("agent {}: {e}", self.agent_addr)))?;
-        s.set_read_timeout(Some(Duration::from_secs(20))).map_err(io)?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .map_err(io)?;
+        s.set_nodelay(true).map_err(io)?;
         let w = s.try_clone().map_err(io)?;
         self.agent = Some((BufReader::new(s), w));
         Ok(())
@@ -82,7 +100,9 @@ impl LiveTarget {
 
     fn command(&mut self, cmd: &str) -> Result<Vec<String>, TargetError> {
         let (r, w) = self.agent.as_mut().ok_or_else(|| io("agent gone"))?;
-        w.write_all(cmd.as_bytes()).and_then(|_| w.write_all(b"\n")).map_err(io)?;
+        w.write_all(cmd.as_bytes())
+            .and_then(|_| w.write_all(b"\n"))
+            .map_err(io)?;
         let multi = cmd == "observe";
         let mut lines = Vec::new();
         loop {
@@ -173,9 +193,10 @@ impl Target for LiveTarget {
     }
 
     fn send(&mut self, packet: &[u8]) {
-        let _ = self
-            .sock
-            .send_to(packet, SocketAddr::new(self.target, uroce_wire::ROCEV2_UDP_PORT));
+        let _ = self.sock.send_to(
+            packet,
+            SocketAddr::new(self.target, uroce_wire::ROCEV2_UDP_PORT),
+        );
     }
 
     fn wait(&mut self, us: u32) -> Vec<Vec<u8>> {
@@ -229,7 +250,10 @@ impl Target for LiveTarget {
             match word {
                 "state" => o.qp_state = state_of(rest.trim().parse().unwrap_or(-1)),
                 "wc" => {
-                    let v: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+                    let v: Vec<u64> = rest
+                        .split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect();
                     if let [wr_id, status, recv] = v[..] {
                         o.completions.push(Completion {
                             wr_id,

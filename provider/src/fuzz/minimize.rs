@@ -9,8 +9,11 @@
 use super::case::{Case, Dest, Icrc, PacketSpec, Step};
 
 /// Shrinks `case` while `fails` holds; returns the smallest case found
-/// and the number of trials run.
-pub fn minimize(case: &Case, mut fails: impl FnMut(&Case) -> bool) -> (Case, u32) {
+/// and the number of trials run. `mtu` is the connection's (a READ's PSN
+/// span depends on it): when packets are removed, the PSNs of the rest
+/// are tried as they were and renumbered so that each keeps its place in
+/// (or out of) sequence.
+pub fn minimize(case: &Case, mtu: u32, mut fails: impl FnMut(&Case) -> bool) -> (Case, u32) {
     let mut trials = 0;
     let mut try_case = |c: &Case, trials: &mut u32| {
         *trials += 1;
@@ -27,8 +30,37 @@ pub fn minimize(case: &Case, mut fails: impl FnMut(&Case) -> bool) -> (Case, u32
         while start < cur.steps.len() {
             let end = (start + chunk).min(cur.steps.len());
             let mut c = cur.clone();
-            c.steps.drain(start..end);
-            if !c.steps.is_empty() && try_case(&c, &mut trials) {
+            let removed = c.steps.drain(start..end).collect::<Vec<_>>();
+            let mut renumbered = c.clone();
+            let before = cur.packets().count();
+            let deltas = cur.psn_deltas(mtu);
+            // The deltas of the packets that stay.
+            let first_removed = cur.steps[..start]
+                .iter()
+                .filter(|s| matches!(s, Step::Packet(_)))
+                .count();
+            let n_removed = removed
+                .iter()
+                .filter(|s| matches!(s, Step::Packet(_)))
+                .count();
+            let kept: Vec<i32> = (0..before)
+                .filter(|&i| i < first_removed || i >= first_removed + n_removed)
+                .map(|i| deltas[i])
+                .collect();
+            renumbered.renumber(&kept, mtu);
+            let candidates = if renumbered != c {
+                vec![renumbered, c]
+            } else {
+                vec![c]
+            };
+            let mut hit = None;
+            for cand in candidates {
+                if !cand.steps.is_empty() && try_case(&cand, &mut trials) {
+                    hit = Some(cand);
+                    break;
+                }
+            }
+            if let Some(c) = hit {
                 cur = c;
                 reduced = true;
                 n = (n - 1).max(2);
@@ -119,7 +151,7 @@ mod tests {
             matches!((a, b), (Some(a), Some(b)) if a < b)
         };
         assert!(fails(&case));
-        let (min, trials) = minimize(&case, fails);
+        let (min, trials) = minimize(&case, 1024, fails);
         assert_eq!(min.steps.len(), 2, "{min:#?}");
         let ps: Vec<&PacketSpec> = min.packets().collect();
         assert_eq!((ps[0].psn_off, ps[1].psn_off), (3, 7));

@@ -125,19 +125,31 @@ pub fn run_case(
                 Step::Packet(p) => {
                     if let Some(bytes) = p.emit(&conn) {
                         target.send(&bytes);
-                        packets.push(Traced { us, sent: true, bytes });
+                        packets.push(Traced {
+                            us,
+                            sent: true,
+                            bytes,
+                        });
                     }
                 }
                 Step::Wait(w) => {
                     for a in target.wait(*w) {
-                        packets.push(Traced { us, sent: false, bytes: a });
+                        packets.push(Traced {
+                            us,
+                            sent: false,
+                            bytes: a,
+                        });
                     }
                     us += u64::from(*w);
                 }
             }
         }
         for a in target.wait(1_000) {
-            packets.push(Traced { us, sent: false, bytes: a });
+            packets.push(Traced {
+                us,
+                sent: false,
+                bytes: a,
+            });
         }
         target.observe()
     }));
@@ -264,28 +276,19 @@ impl std::fmt::Display for Status {
 /// The PSN classes of a case's packets, against the model's expected PSN
 /// (which moves on with every in-sequence request).
 pub fn psn_classes(case: &Case, conn: &Conn) -> Vec<(u8, &'static str)> {
-    let mut next = 0i32;
-    let mut out = Vec::new();
-    for p in case.packets() {
-        let d = p.psn_off.wrapping_sub(next);
-        let class = match d {
-            0 => "expected",
-            -128..=-1 => "duplicate",
-            1..=128 => "ahead",
-            _ if d.unsigned_abs() >= 1 << 22 => "far",
-            _ => "out-of-window",
-        };
-        if d == 0 {
-            next += match p.info().map(|i| i.operation) {
-                Some(uroce_wire::Operation::RdmaReadRequest) => {
-                    (p.reth.map_or(0, |r| r.2).div_ceil(conn.mtu)).max(1) as i32
-                }
-                _ => 1,
+    case.packets()
+        .zip(case.psn_deltas(conn.mtu))
+        .map(|(p, d)| {
+            let class = match d {
+                0 => "expected",
+                -128..=-1 => "duplicate",
+                1..=128 => "ahead",
+                _ if d.unsigned_abs() >= 1 << 22 => "far",
+                _ => "out-of-window",
             };
-        }
-        out.push((p.raw_opcode.unwrap_or(p.opcode), class));
-    }
-    out
+            (p.raw_opcode.unwrap_or(p.opcode), class)
+        })
+        .collect()
 }
 
 /// The result of a run.
@@ -313,11 +316,14 @@ pub fn fuzz(
     let mut last = start;
     let mut report = Report::default();
     let mut seen_kinds: BTreeSet<Vec<&'static str>> = BTreeSet::new();
+    // Cases are generated against the first connection's shape (MTU,
+    // region size, transport), which every later one shares; the PSNs,
+    // keys and addresses they name are resolved on each case's own.
+    let probe = target.setup(cfg.qp_type, cfg.recvs)?;
     for index in 0..cfg.cases {
         if cfg.time_limit.is_some_and(|l| start.elapsed() >= l) {
             break;
         }
-        let probe = target.setup(cfg.qp_type, cfg.recvs)?;
         let case = gen.case(index, &probe);
         let out = run_case(target, cfg.qp_type, cfg.recvs, &case)?;
         report.cases += 1;
@@ -329,7 +335,7 @@ pub fn fuzz(
         let kinds = out.kinds();
         if !kinds.is_empty() && seen_kinds.insert(kinds.clone()) {
             let (min, trials) = if cfg.minimize {
-                minimize::minimize(&case, |c| {
+                minimize::minimize(&case, probe.mtu, |c| {
                     run_case(target, cfg.qp_type, cfg.recvs, c)
                         .map(|o| o.kinds() == kinds)
                         .unwrap_or(false)

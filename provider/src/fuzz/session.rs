@@ -32,20 +32,30 @@ impl TargetSpec {
     /// Parses `sim`, `sim:BUG` (`write-inside-send`, `long-read`) or
     /// `udp:IP` (with `fuzzer` and `agent`, which default to ... none: a
     /// live target needs both).
-    pub fn parse(s: &str, fuzzer: Option<IpAddr>, agent: Option<SocketAddr>) -> Result<TargetSpec, String> {
+    pub fn parse(
+        s: &str,
+        fuzzer: Option<IpAddr>,
+        agent: Option<SocketAddr>,
+    ) -> Result<TargetSpec, String> {
         if s == "sim" {
             return Ok(TargetSpec::Sim(None));
         }
         if let Some(bug) = s.strip_prefix("sim:") {
             return PlantedBug::from_name(bug)
                 .map(|b| TargetSpec::Sim(Some(b)))
-                .ok_or_else(|| format!("unknown planted bug {bug:?} (write-inside-send, long-read)"));
+                .ok_or_else(|| {
+                    format!("unknown planted bug {bug:?} (write-inside-send, long-read)")
+                });
         }
         if let Some(ip) = s.strip_prefix("udp:") {
             let target: IpAddr = ip.parse().map_err(|e| format!("{ip}: {e}"))?;
             let fuzzer = fuzzer.ok_or("a udp target needs --fuzzer ADDRESS (the fuzzer's own)")?;
             let agent = agent.ok_or("a udp target needs --agent HOST:PORT (uroce-fuzz-agent)")?;
-            return Ok(TargetSpec::Udp { target, fuzzer, agent });
+            return Ok(TargetSpec::Udp {
+                target,
+                fuzzer,
+                agent,
+            });
         }
         Err(format!("unknown target {s:?} (sim, sim:BUG, udp:IP)"))
     }
@@ -54,9 +64,15 @@ impl TargetSpec {
     pub fn args(&self) -> String {
         match self {
             TargetSpec::Sim(None) => "--target sim".into(),
-            TargetSpec::Sim(Some(PlantedBug::WriteInsideSend)) => "--target sim:write-inside-send".into(),
+            TargetSpec::Sim(Some(PlantedBug::WriteInsideSend)) => {
+                "--target sim:write-inside-send".into()
+            }
             TargetSpec::Sim(Some(PlantedBug::LongReadStallsQp)) => "--target sim:long-read".into(),
-            TargetSpec::Udp { target, fuzzer, agent } => {
+            TargetSpec::Udp {
+                target,
+                fuzzer,
+                agent,
+            } => {
                 format!("--target udp:{target} --fuzzer {fuzzer} --agent {agent}")
             }
         }
@@ -66,7 +82,11 @@ impl TargetSpec {
     pub fn open(&self, seed: u64) -> Result<Box<dyn Target>, TargetError> {
         Ok(match self {
             TargetSpec::Sim(bug) => Box::new(SimTarget::new(seed, *bug)),
-            TargetSpec::Udp { target, fuzzer, agent } => Box::new(LiveTarget::new(*fuzzer, *target, *agent)?),
+            TargetSpec::Udp {
+                target,
+                fuzzer,
+                agent,
+            } => Box::new(LiveTarget::new(*fuzzer, *target, *agent)?),
         })
     }
 }
@@ -90,7 +110,8 @@ pub fn run(
         target.name(),
         cfg.seed,
         cfg.cases,
-        cfg.time_limit.map_or(String::new(), |t| format!(", {} s", t.as_secs()))
+        cfg.time_limit
+            .map_or(String::new(), |t| format!(", {} s", t.as_secs()))
     );
     let report = fuzz(&mut *target, cfg, |s: &Status| {
         if tty {

@@ -7,11 +7,11 @@
 use super::target::{Completion, Conn, Observation, Target, TargetError, PATTERN};
 use crate::memory::MrInner;
 use crate::net::sim::{Faults, SimNet};
+use crate::qp_attr::{AttrMask, QpAttr};
 use crate::testing::{self, sge, PairParams, Side};
+use crate::transport::{Nanos, RxMeta};
 use crate::transport::{QpMachine, Transmit};
 use crate::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
-use crate::qp_attr::{AttrMask, QpAttr};
-use crate::transport::{Nanos, RxMeta};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -248,7 +248,9 @@ impl Target for SimTarget {
             }
         });
         let private = private_slot.expect("set by the closure");
-        private.fill(0, REGION, PATTERN).map_err(|e| TargetError::Io(e.to_string()))?;
+        private
+            .fill(0, REGION, PATTERN)
+            .map_err(|e| TargetError::Io(e.to_string()))?;
         let all = Access::LOCAL_WRITE
             | Access::REMOTE_WRITE
             | Access::REMOTE_READ
@@ -257,7 +259,9 @@ impl Target for SimTarget {
             .keys
             .register_zeroed(testing::PD, REGION, all)
             .expect("alloc");
-        exposed.fill(0, REGION, PATTERN).map_err(|e| TargetError::Io(e.to_string()))?;
+        exposed
+            .fill(0, REGION, PATTERN)
+            .map_err(|e| TargetError::Io(e.to_string()))?;
         let rbuf = fuzzed
             .keys
             .register_zeroed(testing::PD, REGION, Access::LOCAL_WRITE)
@@ -284,8 +288,14 @@ impl Target for SimTarget {
         let peer = testing::side_with(&mut net, ip(PEER), PEER_QPN, &p, rc);
         testing::connect(net.qp(control.id), ip(PEER), PEER_QPN, 1000, 2000, &p);
         testing::connect(net.qp(peer.id), ip(TARGET), CONTROL_QPN, 2000, 1000, &p);
-        let control_mr = control.keys.register_zeroed(testing::PD, 64, all).expect("alloc");
-        let peer_mr = peer.keys.register_zeroed(testing::PD, 64, all).expect("alloc");
+        let control_mr = control
+            .keys
+            .register_zeroed(testing::PD, 64, all)
+            .expect("alloc");
+        let peer_mr = peer
+            .keys
+            .register_zeroed(testing::PD, 64, all)
+            .expect("alloc");
         let conn = Conn {
             qp_type,
             target: ip(TARGET),
@@ -385,4 +395,3 @@ impl Target for SimTarget {
         })
     }
 }
-

@@ -81,9 +81,17 @@ fn uroce_runs_clean() {
             c.qp_type = qp_type;
             let r = fuzz(&mut t, &c, |_| {}).expect("sim target");
             assert_eq!(r.cases, n);
-            let found: Vec<_> = r.findings.iter().map(|(f, _)| (&f.violations, &f.case)).collect();
+            let found: Vec<_> = r
+                .findings
+                .iter()
+                .map(|(f, _)| (&f.violations, &f.case))
+                .collect();
             assert!(found.is_empty(), "{qp_type:?} {mode:?}: {found:#?}");
-            assert!(r.coverage.len() > 10, "{qp_type:?} {mode:?}: {:?}", r.coverage);
+            assert!(
+                r.coverage.len() > 10,
+                "{qp_type:?} {mode:?}: {:?}",
+                r.coverage
+            );
         }
     }
 }
@@ -138,5 +146,8 @@ fn oracles_judge_single_packets() {
     let mut obs = out.obs.clone();
     obs.exposed[200] = 0;
     let v = oracle::check(&out.conn, &ok, &obs);
-    assert!(matches!(v[..], [Violation::WriteOutsideGrant { offset: 200 }]), "{v:?}");
+    assert!(
+        matches!(v[..], [Violation::WriteOutsideGrant { offset: 200 }]),
+        "{v:?}"
+    );
 }

@@ -11,6 +11,7 @@
 //! | `rc-pingpong`, `uc-pingpong`, `ud-pingpong`, `srq-pingpong` | [`pingpong`] |
 //! | `rc-stress` | [`stress`] |
 //! | `cm-echo` | [`cm_echo`] |
+//! | `fuzz`, `fuzz replay` | [`fuzz`] (the engine: [`uroce_provider::fuzz`]) |
 //! | `decode` | [`decode`] |
 //! | `sample-pcap` | [`sample`] |
 //! | `libdir`, `exec` | [`libdir`] |
@@ -19,6 +20,7 @@
 pub mod cm_echo;
 pub mod decode;
 pub mod demo;
+pub mod fuzz;
 pub mod libdir;
 pub mod pingpong;
 pub mod sample;

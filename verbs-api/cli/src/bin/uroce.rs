@@ -43,6 +43,11 @@ enum Cmd {
     },
     /// List the configured devices (UROCE_DEVICES) with their GIDs.
     Devices,
+    /// A stateful RoCEv2 fuzzer: plays the peer of a target (uroce's QP
+    /// machines on the simulated network, or any RoCEv2 device through
+    /// uroce-fuzz-agent), checks oracles after every case, minimizes
+    /// and saves findings (JSON, pcap, the replay command).
+    Fuzz(uroce_cli::fuzz::FuzzArgs),
     /// rdma-core's rdma_server / rdma_client exchange through the
     /// connection manager (RDMA_PS_TCP, port 7471): the client sends 16
     /// bytes, the server answers with 16 (echoing them). Works against
@@ -326,6 +331,7 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Decode { file } => uroce_cli::decode::run(&file),
+        Cmd::Fuzz(a) => uroce_cli::fuzz::run(a),
         Cmd::CmEcho {
             server,
             port,

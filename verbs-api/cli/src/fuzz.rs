@@ -1,0 +1,141 @@
+//! `uroce fuzz`: the command line of the RoCEv2 fuzzer, whose engine is
+//! [`uroce_provider::fuzz`].
+
+use clap::{Args, Subcommand};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use uroce_provider::fuzz::gen::Mode;
+use uroce_provider::fuzz::session::{self, TargetSpec};
+use uroce_provider::fuzz::Config;
+use uroce_verbs::QpType;
+
+/// The target options, shared by a run and a replay.
+#[derive(Args, Debug, Clone)]
+pub struct TargetArgs {
+    /// `sim` (uroce's QP machines on the simulated network), `sim:BUG`
+    /// with a planted bug (`write-inside-send`, `long-read`), or
+    /// `udp:IP` (a live RoCEv2 device at IP, observed through
+    /// uroce-fuzz-agent).
+    #[arg(long, default_value = "sim")]
+    pub target: String,
+    /// The address the fuzzer sends from (a udp target; binds :4791).
+    #[arg(long)]
+    pub fuzzer: Option<IpAddr>,
+    /// The agent's TCP address (a udp target), e.g. 10.0.0.2:4792.
+    #[arg(long)]
+    pub agent: Option<SocketAddr>,
+}
+
+impl TargetArgs {
+    fn spec(&self) -> Result<TargetSpec, String> {
+        TargetSpec::parse(&self.target, self.fuzzer, self.agent)
+    }
+}
+
+/// `uroce fuzz`.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct FuzzArgs {
+    /// Replay a finding instead of fuzzing.
+    #[command(subcommand)]
+    pub sub: Option<FuzzSub>,
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Transport of the fuzzed QP: rc, uc or ud.
+    #[arg(long, default_value = "rc")]
+    pub qp: String,
+    /// `fields` (single packets, every header field mutated) or
+    /// `sequence` (stateful request sequences).
+    #[arg(long, default_value = "fields")]
+    pub mode: String,
+    /// Seed: the same seed makes the same cases.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Cases to run at most.
+    #[arg(long, default_value_t = 1000)]
+    pub cases: u64,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub time: Option<u64>,
+    /// Directory for findings (JSON, pcap).
+    #[arg(long, default_value = "uroce-fuzz-findings")]
+    pub out: PathBuf,
+    /// Keep findings as found (no shrinking).
+    #[arg(long)]
+    pub no_minimize: bool,
+    /// Receive WRs posted on the fuzzed QP per case.
+    #[arg(long, default_value_t = 8)]
+    pub recvs: u32,
+}
+
+/// `uroce fuzz replay`.
+#[derive(Subcommand, Debug)]
+pub enum FuzzSub {
+    /// Replays a saved finding against a target (rewritten for the live
+    /// connection) and reports which oracles it trips.
+    Replay {
+        /// The finding's JSON file.
+        file: PathBuf,
+        /// The target.
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+}
+
+fn qp_type(s: &str) -> Option<QpType> {
+    match s {
+        "rc" => Some(QpType::Rc),
+        "uc" => Some(QpType::Uc),
+        "ud" => Some(QpType::Ud),
+        _ => None,
+    }
+}
+
+/// Runs `uroce fuzz`: exit status 0 with no finding, 1 with findings (or
+/// a replay that still trips an oracle), 2 when it could not run.
+pub fn run(a: FuzzArgs) -> ExitCode {
+    let mut out = std::io::stdout();
+    if let Some(FuzzSub::Replay { file, target }) = a.sub {
+        let spec = match target.spec() {
+            Ok(s) => s,
+            Err(e) => return fail(&e),
+        };
+        return match session::replay(&file, &spec, &mut out) {
+            Ok(0) => ExitCode::SUCCESS,
+            Ok(_) => ExitCode::from(1),
+            Err(e) => fail(&e),
+        };
+    }
+    let spec = match a.target.spec() {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    let Some(qp_type) = qp_type(&a.qp) else {
+        return fail(&format!("--qp {}: rc, uc or ud", a.qp));
+    };
+    let Some(mode) = Mode::from_name(&a.mode) else {
+        return fail(&format!("--mode {}: fields or sequence", a.mode));
+    };
+    let cfg = Config {
+        seed: a.seed,
+        mode,
+        qp_type,
+        cases: a.cases,
+        time_limit: a.time.map(Duration::from_secs),
+        minimize: !a.no_minimize,
+        recvs: a.recvs,
+    };
+    match session::run(&spec, &cfg, &a.out, &mut out) {
+        Ok(r) if r.findings.is_empty() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
+        Err(e) => fail(&e.to_string()),
+    }
+}
+
+fn fail(e: &str) -> ExitCode {
+    eprintln!("uroce fuzz: {e}");
+    ExitCode::from(2)
+}
