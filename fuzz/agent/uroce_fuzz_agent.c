@@ -53,7 +53,9 @@ static enum ibv_mtu mtu = IBV_MTU_1024;
 static int mtu_bytes = 1024;
 
 /* The fuzzed QP and its regions (re-made by every setup). */
-static struct ibv_cq *fcq;
+/* Separate CQs: an error completion's opcode is undefined (IBA 11.4.2.1),
+ * so which queue a completion came from is told by its CQ. */
+static struct ibv_cq *fcq, *frcq;
 static struct ibv_qp *fqp;
 static struct ibv_mr *exposed_mr, *private_mr, *recv_mr;
 static char *exposed, *private_buf, *recv_buf;
@@ -97,14 +99,18 @@ static int find_gid(const char *ip) {
   return -1;
 }
 
-static struct ibv_qp *make_qp(struct ibv_cq *cq, enum ibv_qp_type t) {
+static struct ibv_qp *make_qp2(struct ibv_cq *cq, struct ibv_cq *rcq, enum ibv_qp_type t) {
   struct ibv_qp_init_attr ia = {
       .send_cq = cq,
-      .recv_cq = cq,
+      .recv_cq = rcq,
       .cap = {.max_send_wr = DEPTH, .max_recv_wr = DEPTH, .max_send_sge = 1, .max_recv_sge = 1},
       .qp_type = t,
   };
   return ibv_create_qp(pd, &ia);
+}
+
+static struct ibv_qp *make_qp(struct ibv_cq *cq, enum ibv_qp_type t) {
+  return make_qp2(cq, cq, t);
 }
 
 /* RESET -> INIT -> RTR -> RTS towards (gid, qpn). */
@@ -232,12 +238,14 @@ static void teardown(void) {
     ibv_dereg_mr(recv_mr);
   if (fcq)
     ibv_destroy_cq(fcq);
+  if (frcq)
+    ibv_destroy_cq(frcq);
   free(exposed);
   free(private_buf);
   free(recv_buf);
   fqp = NULL;
   exposed_mr = private_mr = recv_mr = NULL;
-  fcq = NULL;
+  fcq = frcq = NULL;
   exposed = private_buf = recv_buf = NULL;
 }
 
@@ -262,7 +270,9 @@ static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, 
   private_mr = ibv_reg_mr(pd, private_buf, REGION, IBV_ACCESS_LOCAL_WRITE);
   recv_mr = ibv_reg_mr(pd, recv_buf, REGION + 64, IBV_ACCESS_LOCAL_WRITE);
   fcq = ibv_create_cq(ctx, 4 * DEPTH, NULL, NULL, 0);
-  if (!exposed_mr || !private_mr || !recv_mr || !fcq || !(fqp = make_qp(fcq, t))) {
+  frcq = ibv_create_cq(ctx, 4 * DEPTH, NULL, NULL, 0);
+  if (!exposed_mr || !private_mr || !recv_mr || !fcq || !frcq ||
+      !(fqp = make_qp2(fcq, frcq, t))) {
     fprintf(out, "error resources: %s\n", strerror(errno));
     return;
   }
@@ -330,10 +340,10 @@ static void observe(FILE *out) {
   fprintf(out, "state %d\n", state);
   struct ibv_wc wc[16];
   int n;
-  while ((n = ibv_poll_cq(fcq, 16, wc)) > 0)
-    for (int i = 0; i < n; i++)
-      fprintf(out, "wc %llu %d %d\n", (unsigned long long)wc[i].wr_id, wc[i].status,
-              (wc[i].opcode & IBV_WC_RECV) ? 1 : 0);
+  for (int q = 0; q < 2; q++)
+    while ((n = ibv_poll_cq(q ? frcq : fcq, 16, wc)) > 0)
+      for (int i = 0; i < n; i++)
+        fprintf(out, "wc %llu %d %d\n", (unsigned long long)wc[i].wr_id, wc[i].status, q);
   struct ibv_async_event ev;
   while (ibv_get_async_event(ctx, &ev) == 0) {
     fprintf(out, "event %s\n", ibv_event_type_str(ev.event_type));

@@ -128,19 +128,30 @@ impl PacketSpec {
     }
 
     /// Whether the spec says a receiver drops this packet without a
-    /// trace (IBA 9.6 and 9.7: bad ICRC, a version, partition or
-    /// destination it does not accept, headers that do not parse as the
-    /// opcode byte says): no state change, no response, no completion.
-    /// Judged on the bytes the target gets: a header layout made for one
-    /// opcode under another opcode byte is a valid packet of the second
-    /// when it parses as one. (A wrong pad count is not a reason either:
-    /// it only moves the payload's end, which the length checks judge.)
+    /// trace: a bad ICRC, a transport version, partition or destination
+    /// QP it does not accept (IBA 9.6.1.x), or a packet too short for
+    /// the headers its opcode byte names. No state change, no response,
+    /// no completion. Other malformed packets (a payload where the
+    /// opcode has none, a length the MTU does not allow, a reserved
+    /// opcode) are not judged here: the spec has a responder NAK some of
+    /// them and implementations drop others, and the oracles allow both.
     pub fn silently_dropped(&self, conn: &Conn) -> bool {
+        let full = PacketSpec {
+            truncate: None,
+            ..self.clone()
+        };
+        let Some(bytes) = full.emit(conn) else {
+            return true;
+        };
+        let cut = self.truncate.is_some_and(|t| usize::from(t) < bytes.len());
+        let op = bytes.first().copied().unwrap_or(0);
+        let need = Opcode(op).info().map_or(12, |i| 12 + i.ext_len()) + 4;
         matches!(self.icrc, Icrc::Wrong(_))
             || self.tver != 0
             || (self.pkey & 0x7fff) != 0x7fff
             || self.dest != Dest::Target
-            || self.seen(conn).is_none()
+            || cut
+            || bytes.len() < need
     }
 
     /// The packet as the target parses it (None: it does not parse, or

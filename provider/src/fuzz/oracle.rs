@@ -13,7 +13,7 @@
 //! * completions name receive WRs that were posted, each once, and no
 //!   more receives succeed than the case sent messages.
 
-use super::case::{Case, PacketSpec};
+use super::case::{Case, Key, PacketSpec};
 use super::target::{Conn, Observation, PATTERN};
 use crate::types::{QpState, QpType};
 use serde::{Deserialize, Serialize};
@@ -91,28 +91,33 @@ impl Violation {
     }
 }
 
-/// Bytes of the exposed region a valid request in `p` may write
-/// (offset, length), if any: judged on what the target parses.
-fn grant(p: &PacketSpec, conn: &Conn) -> Option<(i64, u64)> {
+/// Bytes of the exposed region a request in `p` may write (offset,
+/// length), if any: a sound over-approximation. The packet is read both
+/// as the target's parser would (the opcode byte it carries) and as it
+/// was laid out, and either reading with the valid rkey grants its range.
+fn grants(p: &PacketSpec, conn: &Conn) -> Vec<(i64, u64)> {
+    let mut g = Vec::new();
     if p.silently_dropped(conn) {
-        return None;
-    }
-    let seen = p.seen(conn)?;
-    if !seen.info.is_request {
-        return None;
+        return g;
     }
     let off = |va: u64| va.wrapping_sub(conn.va) as i64;
-    match seen.info.operation {
-        Operation::RdmaWrite | Operation::AtomicWrite => {
-            let r = seen.reth?;
-            (r.rkey == conn.rkey).then_some((off(r.va), u64::from(r.dma_len)))
+    if let Some(seen) = p.seen(conn) {
+        if let Some(r) = seen.reth.filter(|r| r.rkey == conn.rkey) {
+            g.push((off(r.va), u64::from(r.dma_len).max(u64::from(p.payload.0))));
         }
-        Operation::CompareSwap | Operation::FetchAdd => {
-            let a = seen.atomic?;
-            (a.rkey == conn.rkey).then_some((off(a.va), 8))
+        if let Some(a) = seen.atomic.filter(|a| a.rkey == conn.rkey) {
+            g.push((off(a.va), 8));
         }
-        _ => None,
     }
+    let valid = |k: Key| k == Key::Valid || k == Key::Raw(conn.rkey);
+    if let Some((o, _, len)) = p.reth.filter(|r| valid(r.1)) {
+        g.push((o, u64::from(len).max(u64::from(p.payload.0))));
+    }
+    if let Some((o, ..)) = p.atomic.filter(|a| valid(a.1)) {
+        g.push((o, 8));
+    }
+    // (MIDDLE and LAST packets write inside their FIRST's DMA length.)
+    g
 }
 
 /// Messages that may complete a receive: packets ending a SEND or a
@@ -141,7 +146,7 @@ pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
     if !obs.private_intact {
         v.push(Violation::PrivateRegionChanged);
     }
-    let grants: Vec<(i64, u64)> = case.packets().filter_map(|p| grant(p, conn)).collect();
+    let grants: Vec<(i64, u64)> = case.packets().flat_map(|p| grants(p, conn)).collect();
     let granted = |i: usize| {
         grants.iter().any(|&(off, len)| {
             let i = i as i64;
