@@ -23,8 +23,9 @@
 #      ../shared/roce-check/check_pcap and read by `uroce decode` (no
 #      malformed packet, no bad ICRC, every MAD a CM message);
 #   7. `uroce fuzz` against rxe through uroce-fuzz-agent in the guest,
-#      every transport and mode for FUZZ_SECONDS each: findings printed
-#      and kept (FUZZ_KEEP), not failures; the guest must survive.
+#      every transport and mode for FUZZ_SECONDS each, and RC cases on rxe
+#      versus uroce (differential): findings and differences printed and
+#      kept (FUZZ_KEEP), not failures; the guest must survive.
 # Environment: UROCE_INTEROP_ACCEL=kvm|tcg, UROCE_INTEROP_KEEP=1 (keep the
 # run directory with logs and captures), UROCE_INTEROP_QUICK=1 (fewer sizes).
 set -uo pipefail
@@ -628,7 +629,7 @@ fuzz_rxe() {
     FAIL=$((FAIL + 1))
     return
   fi
-  vm_bg $((secs * 6 + 120)) "$VM_RUN/fuzz-agent -a $VM_GUEST_IP -d rxe0 -l $VM_GUEST_IP -p 4792 -k"
+  vm_bg $((secs * 8 + 180)) "$VM_RUN/fuzz-agent -a $VM_GUEST_IP -d rxe0 -l $VM_GUEST_IP -p 4792 -k"
   local aj=$VM_JOB
   for _ in $(seq 100); do
     ns bash -c "exec 3<>/dev/tcp/$VM_GUEST_IP/4792" 2>/dev/null && break
@@ -647,6 +648,17 @@ fuzz_rxe() {
       [ $rc = 0 ] || [ $rc = 1 ] || ok=0
       grep -v "^uroce fuzz:\|cases in" "$d/$qp-$mode.log" | sed "s|$d|\$FUZZ_KEEP|g; s/^/     | /"
     done
+  done
+  # Differential: the same RC cases on rxe and on uroce's own QP
+  # machines (the simulated target), every difference reported.
+  for mode in fields sequence; do
+    ns timeout -k 5 $((secs * 4 + 60)) "$UROCE" fuzz --target udp:$VM_GUEST_IP \
+      --fuzzer $VM_HOST_IP --agent $VM_GUEST_IP:4792 --versus sim --qp rc --mode $mode \
+      --seed 1 --cases 100000 --time "$secs" --out "$d/diff-$mode" >"$d/diff-$mode.log" 2>"$d/diff-$mode.err"
+    rc=$?
+    echo "     fuzz rc $mode, rxe versus uroce: $(grep -m1 'cases in' "$d/diff-$mode.log" || echo "did not run (exit $rc): $(tail -n 1 "$d/diff-$mode.err")")"
+    [ $rc = 0 ] || [ $rc = 1 ] || ok=0
+    grep -v "^uroce fuzz:\|cases in" "$d/diff-$mode.log" | sed "s|$d|\$FUZZ_KEEP|g; s/^/     | /"
   done
   vm_run 20 "pkill -f fuzz-agent; true" >/dev/null
   vm_wait "$aj" >"$d/agent.log" 2>&1

@@ -16,6 +16,7 @@
 //! same case on every run and every target.
 
 pub mod case;
+pub mod diff;
 pub mod gen;
 pub mod live;
 pub mod minimize;

@@ -235,3 +235,111 @@ pub fn replay(path: &Path, spec: &TargetSpec, log: &mut dyn Write) -> Result<usi
 pub fn default_out_dir() -> PathBuf {
     PathBuf::from("uroce-fuzz-findings")
 }
+
+/// Runs `cfg`'s cases against `a` and `b` (differential), the status line
+/// on stderr, differences into `out_dir`, a summary on `log`.
+pub fn run_diff(
+    a: &TargetSpec,
+    b: &TargetSpec,
+    cfg: &Config,
+    out_dir: &Path,
+    log: &mut dyn Write,
+) -> Result<super::diff::DiffReport, TargetError> {
+    let mut ta = a.open(cfg.seed)?;
+    let mut tb = b.open(cfg.seed)?;
+    let tty = std::io::stderr().is_terminal();
+    let mut last_line = Instant::now();
+    let _ = writeln!(
+        log,
+        "uroce fuzz: {:?} {:?} cases against {} and {} (seed {}, up to {} cases{})",
+        cfg.mode,
+        cfg.qp_type,
+        ta.name(),
+        tb.name(),
+        cfg.seed,
+        cfg.cases,
+        cfg.time_limit
+            .map_or(String::new(), |t| format!(", {} s", t.as_secs()))
+    );
+    let report = super::diff::fuzz_diff(&mut *ta, &mut *tb, cfg, |s: &Status| {
+        if tty {
+            eprint!("\r{s}   ");
+        } else if last_line.elapsed() >= Duration::from_secs(5) {
+            last_line = Instant::now();
+            eprintln!("{s}");
+        }
+    })?;
+    if tty {
+        eprintln!();
+    }
+    let _ = writeln!(
+        log,
+        "{} cases in {:.1} s, {} differed; {} distinct differences{}",
+        report.cases,
+        report.elapsed.as_secs_f64(),
+        report.differing_cases,
+        report.findings.len(),
+        if report.findings.len() >= super::diff::MAX_FINDINGS {
+            " (the first ones kept)"
+        } else {
+            ""
+        }
+    );
+    for (i, (f, xa, xb)) in report.findings.iter().enumerate() {
+        let name = format!("difference-{}", i + 1);
+        let _ = writeln!(
+            log,
+            "difference {}: case {}, {} steps minimized to {}",
+            i + 1,
+            f.index,
+            f.original_steps,
+            f.case.steps.len()
+        );
+        for p in f.case.packets() {
+            let n = p.info().map_or("unknown opcode", |i| i.name);
+            let _ = writeln!(log, "  packet: {n} psn{:+} {}", p.psn_off, describe(p));
+        }
+        for d in &f.differences {
+            let _ = writeln!(log, "  {}: {} | {}", d.what, d.a, d.b);
+        }
+        let saved = std::fs::create_dir_all(out_dir).and_then(|_| {
+            let json = out_dir.join(format!("{name}.json"));
+            let text = serde_json::to_string_pretty(f).map_err(std::io::Error::other)?;
+            std::fs::write(&json, text + "\n")?;
+            // Each side's run as a finding of its own (replayable, with its pcap).
+            for (side, spec, run) in [("a", a, xa), ("b", b, xb)] {
+                let one = Finding {
+                    target: if side == "a" {
+                        f.targets.0.clone()
+                    } else {
+                        f.targets.1.clone()
+                    },
+                    seed: f.seed,
+                    mode: cfg.mode,
+                    qp_type: cfg.qp_type,
+                    index: f.index,
+                    recvs: cfg.recvs,
+                    original_steps: f.original_steps,
+                    trials: 0,
+                    case: f.case.clone(),
+                    violations: Vec::new(),
+                    rules: Vec::new(),
+                    conn: run.conn.clone(),
+                    qp_state: run.obs.qp_state,
+                };
+                let j = one.save(out_dir, &format!("{name}-{side}"), &run.packets)?;
+                let _ = writeln!(
+                    log,
+                    "  replay on {side}: uroce fuzz replay {} {}",
+                    j.display(),
+                    spec.args()
+                );
+            }
+            Ok(json)
+        });
+        if let Err(e) = saved {
+            let _ = writeln!(log, "  could not save it in {}: {e}", out_dir.display());
+        }
+    }
+    Ok(report)
+}

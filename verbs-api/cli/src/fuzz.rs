@@ -69,6 +69,16 @@ pub struct FuzzArgs {
     /// Receive WRs posted on the fuzzed QP per case.
     #[arg(long, default_value_t = 8)]
     pub recvs: u32,
+    /// Differential: run every case on this second target too (`sim`,
+    /// `udp:IP`) and report where the two differ.
+    #[arg(long)]
+    pub versus: Option<String>,
+    /// The fuzzer's address towards the second target (udp).
+    #[arg(long)]
+    pub versus_fuzzer: Option<IpAddr>,
+    /// The second target's agent (udp).
+    #[arg(long)]
+    pub versus_agent: Option<SocketAddr>,
 }
 
 /// `uroce fuzz replay`.
@@ -128,6 +138,17 @@ pub fn run(a: FuzzArgs) -> ExitCode {
         minimize: !a.no_minimize,
         recvs: a.recvs,
     };
+    if let Some(v) = &a.versus {
+        let other = match TargetSpec::parse(v, a.versus_fuzzer, a.versus_agent) {
+            Ok(s) => s,
+            Err(e) => return fail(&format!("--versus: {e}")),
+        };
+        return match session::run_diff(&spec, &other, &cfg, &a.out, &mut out) {
+            Ok(r) if r.findings.is_empty() => ExitCode::SUCCESS,
+            Ok(_) => ExitCode::from(1),
+            Err(e) => fail(&e.to_string()),
+        };
+    }
     match session::run(&spec, &cfg, &a.out, &mut out) {
         Ok(r) if r.findings.is_empty() => ExitCode::SUCCESS,
         Ok(_) => ExitCode::from(1),
