@@ -47,7 +47,7 @@ enum Cmd {
     /// machines on the simulated network, or any RoCEv2 device through
     /// uroce-fuzz-agent), checks oracles after every case, minimizes
     /// and saves findings (JSON, pcap, the replay command).
-    Fuzz(uroce_cli::fuzz::FuzzArgs),
+    Fuzz(Box<uroce_cli::fuzz::FuzzArgs>),
     /// rdma-core's rdma_server / rdma_client exchange through the
     /// connection manager (RDMA_PS_TCP, port 7471): the client sends 16
     /// bytes, the server answers with 16 (echoing them). Works against
@@ -331,7 +331,7 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Decode { file } => uroce_cli::decode::run(&file),
-        Cmd::Fuzz(a) => uroce_cli::fuzz::run(a),
+        Cmd::Fuzz(a) => uroce_cli::fuzz::run(*a),
         Cmd::CmEcho {
             server,
             port,
