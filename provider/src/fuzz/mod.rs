@@ -304,6 +304,10 @@ pub struct Report {
     pub coverage: BTreeSet<(String, u8, &'static str)>,
     /// Time taken.
     pub elapsed: Duration,
+    /// The target stopped answering and the run ended there.
+    pub target_died: bool,
+    last_case: Option<Case>,
+    last_packets: Vec<Traced>,
 }
 
 /// Runs `cfg` against `target`; `status` is called about every 200 ms.
@@ -326,7 +330,41 @@ pub fn fuzz(
             break;
         }
         let case = gen.case(index, &probe);
-        let out = run_case(target, cfg.qp_type, cfg.recvs, &case)?;
+        let out = match run_case(target, cfg.qp_type, cfg.recvs, &case) {
+            Ok(o) => o,
+            Err(e) => {
+                // The target stopped answering between cases: what the
+                // previous case sent may still have been in its queues
+                // (a slow guest handles packets late). Both cases are
+                // kept, unminimized: a dead target cannot replay.
+                let mut steps = report.last_case.take().map_or(Vec::new(), |c| c.steps);
+                steps.push(Step::Wait(1_000_000));
+                steps.extend(case.steps.iter().cloned());
+                report.findings.push((
+                    Finding {
+                        target: target.name(),
+                        seed: cfg.seed,
+                        mode: cfg.mode,
+                        qp_type: cfg.qp_type,
+                        index: index.saturating_sub(1),
+                        recvs: cfg.recvs,
+                        original_steps: steps.len(),
+                        trials: 0,
+                        case: Case { steps },
+                        violations: vec![Violation::TargetDead(format!(
+                            "no answer when case {index} was set up, after case {}: {e}",
+                            index.saturating_sub(1)
+                        ))],
+                        rules: Vec::new(),
+                        conn: probe.clone(),
+                        qp_state: QpState::Err,
+                    },
+                    report.last_packets.clone(),
+                ));
+                report.target_died = true;
+                break;
+            }
+        };
         report.cases += 1;
         for (op, class) in psn_classes(&case, &out.conn) {
             report
@@ -335,6 +373,33 @@ pub fn fuzz(
         }
         let kinds = out.kinds();
         if !kinds.is_empty() && seen_kinds.insert(kinds.clone()) {
+            let dead = out
+                .violations
+                .iter()
+                .any(|v| matches!(v, Violation::TargetDead(_)));
+            if dead && !target.revives() {
+                // Nothing to minimize on: the case is kept as it ran.
+                report.findings.push((
+                    Finding {
+                        target: target.name(),
+                        seed: cfg.seed,
+                        mode: cfg.mode,
+                        qp_type: cfg.qp_type,
+                        index,
+                        recvs: cfg.recvs,
+                        original_steps: case.steps.len(),
+                        trials: 0,
+                        case: case.clone(),
+                        violations: out.violations.clone(),
+                        rules: Vec::new(),
+                        conn: out.conn.clone(),
+                        qp_state: out.obs.qp_state,
+                    },
+                    out.packets.clone(),
+                ));
+                report.target_died = true;
+                break;
+            }
             let (min, trials) = if cfg.minimize {
                 minimize::minimize(&case, probe.mtu, |c| {
                     run_case(target, cfg.qp_type, cfg.recvs, c)
@@ -368,6 +433,8 @@ pub fn fuzz(
             };
             report.findings.push((finding, again.packets));
         }
+        report.last_case = Some(case.clone());
+        report.last_packets = out.packets.clone();
         if last.elapsed() >= Duration::from_millis(200) || index + 1 == cfg.cases {
             last = Instant::now();
             let elapsed = start.elapsed();

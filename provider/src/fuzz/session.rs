@@ -133,6 +133,9 @@ pub fn run(
         report.coverage.len(),
         report.findings.len()
     );
+    if report.target_died {
+        let _ = writeln!(log, "the target stopped answering: the run ended there");
+    }
     for (i, (f, packets)) in report.findings.iter().enumerate() {
         let name = format!("finding-{}", i + 1);
         let saved = f.save(out_dir, &name, packets);

@@ -328,6 +328,10 @@ impl Target for SimTarget {
         Ok(conn)
     }
 
+    fn revives(&self) -> bool {
+        true
+    }
+
     fn send(&mut self, packet: &[u8]) {
         if let Some(l) = self.live.as_mut() {
             l.net.inject(ip(FUZZER), ip(TARGET), packet.to_vec());

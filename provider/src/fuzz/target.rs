@@ -119,6 +119,12 @@ pub trait Target {
     fn wait(&mut self, us: u32) -> Vec<Vec<u8>>;
     /// Observes the target after a case (lets it settle first).
     fn observe(&mut self) -> Result<Observation, TargetError>;
+    /// Whether a target that died comes back at the next set-up (the
+    /// simulated one does: every case is a fresh network), so that the
+    /// run can minimize the case and go on.
+    fn revives(&self) -> bool {
+        false
+    }
 }
 
 /// The byte the exposed region is filled with at set-up.
