@@ -617,7 +617,8 @@ cm_matrix() { # SUFFIX
 # target/fuzz-rxe); they do not fail the matrix, and neither does a
 # guest kernel that crashes under the fuzzer (its console is printed and
 # kept: that is a finding in rxe). The run fails if the fuzzer cannot run.
-# FUZZ_REPLAY=FINDING.json replays one saved finding on rxe instead. Not a `scenario`: its
+# FUZZ_REPLAY=FINDING.json replays one saved finding on rxe instead;
+# FUZZ_QPS="rc" (say) limits the plain runs to those transports ("": none). Not a `scenario`: its
 # capture holds malformed packets on purpose, which check_pcap rejects.
 fuzz_rxe() {
   local name="uroce fuzz vs rxe" t0=$SECONDS
@@ -639,7 +640,7 @@ fuzz_rxe() {
   done
   # UD and UC first, RC last: an RC case may crash the guest's kernel
   # (see the README's "uroce fuzz" section), which ends the runs.
-  local runs="ud uc rc"
+  local runs=${FUZZ_QPS-ud uc rc} crashed=""
   if [ -n "${FUZZ_REPLAY:-}" ]; then
     # One saved finding replayed on rxe instead of fuzzing.
     runs=""
@@ -658,14 +659,16 @@ fuzz_rxe() {
       echo "     fuzz $qp $mode: $(grep -m1 'cases in' "$d/$qp-$mode.log" || echo "did not run (exit $rc): $(tail -n 1 "$d/$qp-$mode.err")")"
       grep -v "^uroce fuzz:\|cases in" "$d/$qp-$mode.log" | sed "s|$d|\$FUZZ_KEEP|g; s/^/     | /"
       if [ $rc != 0 ] && [ $rc != 1 ]; then
-        vm_run 20 "true" >/dev/null || { runs=""; break 2; }
+        vm_run 20 "true" >/dev/null || { crashed=1; break 2; }
         ok=0
       fi
     done
   done
   # Differential: the same RC cases on rxe and on uroce's own QP
   # machines (the simulated target), every difference reported.
-  for mode in ${runs:+fields sequence}; do
+  local diffs="sequence fields"
+  [ -n "${FUZZ_REPLAY:-}" ] || [ -n "$crashed" ] && diffs=""
+  for mode in $diffs; do
     ns timeout -k 5 $((secs * 4 + 60)) "$UROCE" fuzz --target udp:$VM_GUEST_IP \
       --fuzzer $VM_HOST_IP --agent $VM_GUEST_IP:4792 --versus sim --qp rc --mode $mode \
       --seed 1 --cases 100000 --time "$secs" --out "$d/diff-$mode" >"$d/diff-$mode.log" 2>"$d/diff-$mode.err"
@@ -673,12 +676,11 @@ fuzz_rxe() {
     echo "     fuzz rc $mode, rxe versus uroce: $(grep -m1 'cases in' "$d/diff-$mode.log" || echo "did not run (exit $rc): $(tail -n 1 "$d/diff-$mode.err")")"
     grep -v "^uroce fuzz:\|cases in" "$d/diff-$mode.log" | sed "s|$d|\$FUZZ_KEEP|g; s/^/     | /"
     if [ $rc != 0 ] && [ $rc != 1 ]; then
-      vm_run 20 "true" >/dev/null || break
+      vm_run 20 "true" >/dev/null || { crashed=1; break; }
       ok=0
     fi
   done
-  local crashed=""
-  if vm_run 20 "pkill -f fuzz-agent; true" >/dev/null; then
+  if [ -z "$crashed" ] && vm_run 20 "pkill -f fuzz-agent; true" >/dev/null; then
     vm_wait "$aj" >"$d/agent.log" 2>&1
   else
     crashed=1

@@ -190,6 +190,8 @@ pub struct DiffReport {
     pub findings: Vec<(DiffFinding, Outcome, Outcome)>,
     /// Time taken.
     pub elapsed: Duration,
+    /// A target stopped answering and the run ended there.
+    pub target_died: bool,
 }
 
 /// Distinct differences kept at most (the rest are counted).
@@ -218,8 +220,25 @@ pub fn fuzz_diff(
             break;
         }
         let case = gen.case(index, &probe);
-        let (d, ..) = run(a, b, &case)?;
+        let (d, x, y) = run(a, b, &case)?;
         report.cases += 1;
+        let dead = |o: &Outcome, t: &dyn Target| !o.obs.alive && !t.revives();
+        if dead(&x, a) || dead(&y, b) {
+            // A target died: nothing to minimize on, and the run ends.
+            report.differing_cases += 1;
+            let f = DiffFinding {
+                targets: (a.name(), b.name()),
+                seed: cfg.seed,
+                index,
+                original_steps: case.steps.len(),
+                case: case.clone(),
+                answers: (answer(&x), answer(&y)),
+                differences: d,
+            };
+            report.findings.push((f, x, y));
+            report.target_died = true;
+            break;
+        }
         if !d.is_empty() {
             report.differing_cases += 1;
             let sig = signature(&d);
@@ -233,7 +252,11 @@ pub fn fuzz_diff(
                 } else {
                     (case.clone(), 0)
                 };
-                let (d, x, y) = run(a, b, &min)?;
+                let Ok((d, x, y)) = run(a, b, &min) else {
+                    // A trial killed a target: the run ends here.
+                    report.target_died = true;
+                    break;
+                };
                 let f = DiffFinding {
                     targets: (a.name(), b.name()),
                     seed: cfg.seed,

@@ -409,7 +409,15 @@ pub fn fuzz(
             } else {
                 (case.clone(), 0)
             };
-            let again = run_case(target, cfg.qp_type, cfg.recvs, &min)?;
+            // A trial may have killed a target that does not come back:
+            // then the finding is the case as it first ran.
+            let (min, again) = match run_case(target, cfg.qp_type, cfg.recvs, &min) {
+                Ok(o) => (min, o),
+                Err(_) => {
+                    report.target_died = true;
+                    (case.clone(), out.clone())
+                }
+            };
             let rules: BTreeSet<String> = again
                 .violations
                 .iter()
@@ -432,6 +440,9 @@ pub fn fuzz(
                 qp_state: again.obs.qp_state,
             };
             report.findings.push((finding, again.packets));
+            if report.target_died {
+                break;
+            }
         }
         report.last_case = Some(case.clone());
         report.last_packets = out.packets.clone();

@@ -200,10 +200,16 @@ fn describe(p: &super::case::PacketSpec) -> String {
     if p.pkey != 0xffff {
         v.push(format!("pkey {:#06x}", p.pkey));
     }
-    if let Some((off, key, len)) = p.reth {
+    // The extension headers the opcode byte's layout carries (a field
+    // the case leaves unset goes out as its default: offset 0, the valid
+    // key, length 0).
+    let headers = p.info().map_or(&[][..], |i| i.headers);
+    if headers.contains(&uroce_wire::Ext::Reth) {
+        let (off, key, len) = p.reth.unwrap_or((0, super::case::Key::Valid, 0));
         v.push(format!("RETH +{off} {key:?} len {len}"));
     }
-    if let Some((off, key, ..)) = p.atomic {
+    if headers.contains(&uroce_wire::Ext::AtomicEth) {
+        let (off, key, ..) = p.atomic.unwrap_or((0, super::case::Key::Valid, 1, 0));
         v.push(format!("AtomicETH +{off} {key:?}"));
     }
     v.push(format!("payload {}", p.payload.0));
@@ -288,6 +294,12 @@ pub fn run_diff(
             ""
         }
     );
+    if report.target_died {
+        let _ = writeln!(
+            log,
+            "a target stopped answering: the run ended there (the last difference)"
+        );
+    }
     for (i, (f, xa, xb)) in report.findings.iter().enumerate() {
         let name = format!("difference-{}", i + 1);
         let _ = writeln!(

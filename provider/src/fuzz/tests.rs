@@ -151,3 +151,29 @@ fn oracles_judge_single_packets() {
         "{v:?}"
     );
 }
+
+/// Found by the differential run against rxe: an atomic followed by a
+/// request that breaks the opcode sequence. The atomic was executed, so
+/// its ACK goes out before the NAK that ends the QP.
+#[test]
+fn an_executed_atomic_is_answered_before_the_nak() {
+    use case::{Key, PacketSpec};
+    let mut t = SimTarget::new(4, None);
+    let mut fa = PacketSpec::new(uroce_wire::Opcode(0x14), 0); // RC FETCH_ADD
+    fa.atomic = Some((64, Key::Valid, 1, 0));
+    let mut last = PacketSpec::new(uroce_wire::Opcode(0x03), 1); // SEND LAST with imm
+    last.imm = Some(7);
+    last.payload = (8, 0);
+    let case = Case {
+        steps: vec![Step::Packet(fa), Step::Packet(last), Step::Wait(1000)],
+    };
+    let out = run_case(&mut t, QpType::Rc, 2, &case).unwrap();
+    let kinds: Vec<String> = out
+        .packets
+        .iter()
+        .filter(|p| !p.sent)
+        .map(|p| diff::answer_kind(&p.bytes))
+        .collect();
+    assert_eq!(kinds, ["atomic ACK", "NAK invalid request"], "{kinds:?}");
+    assert_eq!(out.obs.qp_state, QpState::Err);
+}

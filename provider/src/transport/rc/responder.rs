@@ -873,7 +873,14 @@ impl RcQp {
         if let Some(wr_id) = self.resp.abort_current() {
             self.complete_recv_error(wr_id, recv_status);
         }
+        // The READ responses and atomic ACKs queued ahead of the NAK answer
+        // requests executed before the error: they still go, in PSN order
+        // (an atomic has changed memory; without its ACK the requester
+        // never learns the original value). Found by `uroce fuzz --versus`
+        // against rxe, which sends them too.
+        let answered = std::mem::take(&mut self.resp.out);
         self.enter_error();
+        self.resp.out = answered;
     }
 
     fn complete_recv_error(&mut self, wr_id: u64, status: WcStatus) {
