@@ -231,6 +231,15 @@ pub fn replay(path: &Path, spec: &TargetSpec, log: &mut dyn Write) -> Result<usi
         out.packets.iter().filter(|p| p.sent).count(),
         out.packets.iter().filter(|p| !p.sent).count()
     );
+    let answers: Vec<String> = out
+        .packets
+        .iter()
+        .filter(|p| !p.sent)
+        .map(|p| super::diff::answer_kind(&p.bytes))
+        .collect();
+    if !answers.is_empty() {
+        let _ = writeln!(log, "  answers: {}", answers.join(", "));
+    }
     for v in &out.violations {
         let _ = writeln!(log, "  {v:?}");
     }
