@@ -269,6 +269,24 @@ fn drop_attr(net: &mut SimNet, src: IpAddr, attr: CmAttr) {
     });
 }
 
+/// Drops the first MAD of `attr` on the network (either direction).
+fn drop_first(net: &mut SimNet, attr: CmAttr) {
+    let mut dropped = false;
+    net.set_filter(move |w| {
+        let id = w
+            .pkt
+            .payload
+            .get(16..18)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]));
+        if id == Some(attr as u16) && !dropped {
+            dropped = true;
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+}
+
 #[test]
 fn a_lost_rep_is_resent_then_unreachable() {
     let mut p = pair(4, Faults::default());
@@ -306,20 +324,7 @@ fn a_lost_rep_is_resent_then_unreachable() {
 fn a_lost_rtu_is_recovered_by_the_rep_retry() {
     let mut p = pair(5, Faults::default());
     // Drop the first RTU only.
-    let mut dropped = false;
-    p.net.set_filter(move |w| {
-        let id = w
-            .pkt
-            .payload
-            .get(16..18)
-            .map(|b| u16::from_be_bytes([b[0], b[1]]));
-        if id == Some(CmAttr::Rtu as u16) && !dropped {
-            dropped = true;
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    });
+    drop_first(&mut p.net, CmAttr::Rtu);
     connect(&mut p);
     let mut seen = Seen::default();
     assert!(p.run(&mut seen, 2_000_000_000, |s| established(&s.b)));
@@ -350,20 +355,7 @@ fn the_drep_goes_twice_so_one_loss_costs_no_dreq_resend() {
     let mut seen = Seen::default();
     assert!(p.run(&mut seen, 1_000_000_000, |s| established(&s.b)));
     // The first DREP is lost; its copy ends A's disconnect.
-    let mut dropped = false;
-    p.net.set_filter(move |w| {
-        let id = w
-            .pkt
-            .payload
-            .get(16..18)
-            .map(|b| u16::from_be_bytes([b[0], b[1]]));
-        if id == Some(CmAttr::Drep as u16) && !dropped {
-            dropped = true;
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    });
+    drop_first(&mut p.net, CmAttr::Drep);
     let now = p.now();
     p.a.lock().disconnect(now, conn, &[]).unwrap();
     assert!(p.run(&mut seen, 1_000_000_000, |s| {

@@ -13,7 +13,7 @@
 
 pub mod capture;
 pub mod device;
-mod socket;
+pub(crate) mod socket;
 
 use crate::counters::Counters;
 use crate::endpoint::Endpoint;

@@ -132,30 +132,8 @@ impl UdpPort {
     /// Binds `ip`:4791, non-blocking, with DF and IP ID 0 (IP_PMTUDISC_DO:
     /// the header our ICRC is computed for; see `wire::icrc`).
     pub fn bind(ip: IpAddr) -> io::Result<UdpPort> {
-        let domain = if ip.is_ipv4() {
-            Domain::IPV4
-        } else {
-            Domain::IPV6
-        };
-        let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-        if ip.is_ipv6() {
-            sock.set_only_v6(true)?;
-        }
+        let sock = df_socket(ip)?;
         let fd = sock.as_raw_fd();
-        let (level, opt, val) = if ip.is_ipv4() {
-            (
-                libc::IPPROTO_IP,
-                libc::IP_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-            )
-        } else {
-            (
-                libc::IPPROTO_IPV6,
-                libc::IPV6_MTU_DISCOVER,
-                libc::IPV6_PMTUDISC_DO,
-            )
-        };
-        setsockopt_int(fd, level, opt, val)?;
         for (force, plain) in [
             (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
             (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
@@ -424,6 +402,37 @@ pub fn wait(sock: std::os::fd::RawFd, bell: &Doorbell, timeout_ns: u64) {
     };
     // SAFETY: two valid pollfd entries and a live timespec; no signal mask.
     unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+}
+
+/// A UDP socket for `ip`'s family that sends with DF and IPv4 ID 0
+/// (IP_PMTUDISC_DO): the header uroce computes its ICRCs for. IPv6
+/// sockets are IPv6-only. Not bound yet.
+pub(crate) fn df_socket(ip: IpAddr) -> io::Result<Socket> {
+    let domain = if ip.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if ip.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    let fd = sock.as_raw_fd();
+    let (level, opt, val) = if ip.is_ipv4() {
+        (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    } else {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    };
+    setsockopt_int(fd, level, opt, val)?;
+    Ok(sock)
 }
 
 fn setsockopt_int(fd: i32, level: i32, opt: i32, val: i32) -> io::Result<()> {

@@ -206,7 +206,7 @@ pub fn fuzz_diff(
 ) -> Result<DiffReport, TargetError> {
     let gen = Generator::new(cfg.seed, cfg.mode);
     let start = Instant::now();
-    let mut last = start;
+    let mut ticker = super::Ticker::new();
     let mut report = DiffReport::default();
     let mut seen: BTreeSet<Vec<String>> = BTreeSet::new();
     let probe = a.setup(cfg.qp_type, cfg.recvs)?;
@@ -269,16 +269,13 @@ pub fn fuzz_diff(
                 report.findings.push((f, x, y));
             }
         }
-        if last.elapsed() >= Duration::from_millis(200) || index + 1 == cfg.cases {
-            last = Instant::now();
-            let elapsed = start.elapsed();
-            status(&Status {
-                cases: report.cases,
-                findings: report.findings.len(),
-                rate: report.cases as f64 / elapsed.as_secs_f64().max(1e-9),
-                coverage: 0,
-                elapsed,
-            });
+        if let Some(st) = ticker.tick(
+            index + 1 == cfg.cases,
+            report.cases,
+            report.findings.len(),
+            0,
+        ) {
+            status(&st);
         }
     }
     report.elapsed = start.elapsed();

@@ -8,7 +8,6 @@
 
 use super::target::{Completion, Conn, Observation, Target, TargetError};
 use crate::types::{QpState, QpType};
-use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -38,38 +37,7 @@ impl LiveTarget {
         target: IpAddr,
         agent: SocketAddr,
     ) -> Result<LiveTarget, TargetError> {
-        let domain = if fuzzer.is_ipv4() {
-            Domain::IPV4
-        } else {
-            Domain::IPV6
-        };
-        let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(io)?;
-        let (level, opt, val) = if fuzzer.is_ipv4() {
-            (
-                libc::IPPROTO_IP,
-                libc::IP_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-            )
-        } else {
-            (
-                libc::IPPROTO_IPV6,
-                libc::IPV6_MTU_DISCOVER,
-                libc::IPV6_PMTUDISC_DO,
-            )
-        };
-        // SAFETY: a live socket and a pointer to a live i32 with its size.
-        let r = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&s),
-                level,
-                opt,
-                &val as *const i32 as *const libc::c_void,
-                std::mem::size_of::<i32>() as u32,
-            )
-        };
-        if r != 0 {
-            return Err(io(std::io::Error::last_os_error()));
-        }
+        let s = crate::engine::socket::df_socket(fuzzer).map_err(io)?;
         s.bind(&SocketAddr::new(fuzzer, uroce_wire::ROCEV2_UDP_PORT).into())
             .map_err(|e| io(format!("bind {fuzzer}:4791: {e}")))?;
         let sock: UdpSocket = s.into();
@@ -222,18 +190,7 @@ impl Target for LiveTarget {
         std::thread::sleep(self.settle);
         let lines = match self.command("observe") {
             Ok(l) => l,
-            Err(e) => {
-                return Ok(Observation {
-                    alive: false,
-                    qp_state: QpState::Err,
-                    completions: Vec::new(),
-                    events: Vec::new(),
-                    exposed: Vec::new(),
-                    private_intact: true,
-                    control_ok: false,
-                    log: vec![e.to_string()],
-                })
-            }
+            Err(e) => return Ok(Observation::dead(vec![e.to_string()])),
         };
         let mut o = Observation {
             alive: true,

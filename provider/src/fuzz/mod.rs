@@ -162,16 +162,7 @@ pub fn run_case(
                 panic_text(&*p)
             ))];
             return Ok(Outcome {
-                obs: Observation {
-                    alive: false,
-                    qp_state: QpState::Err,
-                    completions: Vec::new(),
-                    events: Vec::new(),
-                    exposed: Vec::new(),
-                    private_intact: true,
-                    control_ok: false,
-                    log: Vec::new(),
-                },
+                obs: Observation::dead(Vec::new()),
                 conn,
                 packets,
                 violations,
@@ -219,6 +210,33 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// A finding kept as it ran (the target cannot replay it).
+    fn as_ran(
+        target: &dyn Target,
+        cfg: &Config,
+        index: u64,
+        case: Case,
+        violations: Vec<Violation>,
+        conn: Conn,
+        qp_state: QpState,
+    ) -> Finding {
+        Finding {
+            target: target.name(),
+            seed: cfg.seed,
+            mode: cfg.mode,
+            qp_type: cfg.qp_type,
+            index,
+            recvs: cfg.recvs,
+            original_steps: case.steps.len(),
+            trials: 0,
+            case,
+            violations,
+            rules: Vec::new(),
+            conn,
+            qp_state,
+        }
+    }
+
     /// Writes `<dir>/<name>.json` and `<dir>/<name>.pcap` (the minimized
     /// run: packets sent and answers); returns the JSON's path.
     pub fn save(&self, dir: &Path, name: &str, packets: &[Traced]) -> std::io::Result<PathBuf> {
@@ -274,6 +292,44 @@ impl std::fmt::Display for Status {
     }
 }
 
+/// Paces the status callback (every 200 ms and at the last case) and
+/// makes the [`Status`].
+pub(crate) struct Ticker {
+    start: Instant,
+    last: Instant,
+}
+
+impl Ticker {
+    pub(crate) fn new() -> Ticker {
+        let now = Instant::now();
+        Ticker {
+            start: now,
+            last: now,
+        }
+    }
+    /// The status, if one is due.
+    pub(crate) fn tick(
+        &mut self,
+        last_case: bool,
+        cases: u64,
+        findings: usize,
+        coverage: usize,
+    ) -> Option<Status> {
+        if self.last.elapsed() < Duration::from_millis(200) && !last_case {
+            return None;
+        }
+        self.last = Instant::now();
+        let elapsed = self.start.elapsed();
+        Some(Status {
+            cases,
+            findings,
+            rate: cases as f64 / elapsed.as_secs_f64().max(1e-9),
+            coverage,
+            elapsed,
+        })
+    }
+}
+
 /// The PSN classes of a case's packets, against the model's expected PSN
 /// (which moves on with every in-sequence request).
 pub fn psn_classes(case: &Case, conn: &Conn) -> Vec<(u8, &'static str)> {
@@ -318,7 +374,7 @@ pub fn fuzz(
 ) -> Result<Report, TargetError> {
     let gen = Generator::new(cfg.seed, cfg.mode);
     let start = Instant::now();
-    let mut last = start;
+    let mut ticker = Ticker::new();
     let mut report = Report::default();
     let mut seen_kinds: BTreeSet<Vec<&'static str>> = BTreeSet::new();
     // Cases are generated against the first connection's shape (MTU,
@@ -340,27 +396,20 @@ pub fn fuzz(
                 let mut steps = report.last_case.take().map_or(Vec::new(), |c| c.steps);
                 steps.push(Step::Wait(1_000_000));
                 steps.extend(case.steps.iter().cloned());
-                report.findings.push((
-                    Finding {
-                        target: target.name(),
-                        seed: cfg.seed,
-                        mode: cfg.mode,
-                        qp_type: cfg.qp_type,
-                        index: index.saturating_sub(1),
-                        recvs: cfg.recvs,
-                        original_steps: steps.len(),
-                        trials: 0,
-                        case: Case { steps },
-                        violations: vec![Violation::TargetDead(format!(
-                            "no answer when case {index} was set up, after case {}: {e}",
-                            index.saturating_sub(1)
-                        ))],
-                        rules: Vec::new(),
-                        conn: probe.clone(),
-                        qp_state: QpState::Err,
-                    },
-                    report.last_packets.clone(),
-                ));
+                let why = format!(
+                    "no answer when case {index} was set up, after case {}: {e}",
+                    index.saturating_sub(1)
+                );
+                let f = Finding::as_ran(
+                    target,
+                    cfg,
+                    index.saturating_sub(1),
+                    Case { steps },
+                    vec![Violation::TargetDead(why)],
+                    probe.clone(),
+                    QpState::Err,
+                );
+                report.findings.push((f, report.last_packets.clone()));
                 report.target_died = true;
                 break;
             }
@@ -379,24 +428,16 @@ pub fn fuzz(
                 .any(|v| matches!(v, Violation::TargetDead(_)));
             if dead && !target.revives() {
                 // Nothing to minimize on: the case is kept as it ran.
-                report.findings.push((
-                    Finding {
-                        target: target.name(),
-                        seed: cfg.seed,
-                        mode: cfg.mode,
-                        qp_type: cfg.qp_type,
-                        index,
-                        recvs: cfg.recvs,
-                        original_steps: case.steps.len(),
-                        trials: 0,
-                        case: case.clone(),
-                        violations: out.violations.clone(),
-                        rules: Vec::new(),
-                        conn: out.conn.clone(),
-                        qp_state: out.obs.qp_state,
-                    },
-                    out.packets.clone(),
-                ));
+                let f = Finding::as_ran(
+                    target,
+                    cfg,
+                    index,
+                    case.clone(),
+                    out.violations.clone(),
+                    out.conn.clone(),
+                    out.obs.qp_state,
+                );
+                report.findings.push((f, out.packets.clone()));
                 report.target_died = true;
                 break;
             }
@@ -425,19 +466,18 @@ pub fn fuzz(
                 .filter(|r| !r.is_empty())
                 .collect();
             let finding = Finding {
-                target: target.name(),
-                seed: cfg.seed,
-                mode: cfg.mode,
-                qp_type: cfg.qp_type,
-                index,
-                recvs: cfg.recvs,
                 original_steps: case.steps.len(),
                 trials,
-                case: min,
-                violations: again.violations.clone(),
                 rules: rules.into_iter().collect(),
-                conn: again.conn.clone(),
-                qp_state: again.obs.qp_state,
+                ..Finding::as_ran(
+                    target,
+                    cfg,
+                    index,
+                    min,
+                    again.violations.clone(),
+                    again.conn.clone(),
+                    again.obs.qp_state,
+                )
             };
             report.findings.push((finding, again.packets));
             if report.target_died {
@@ -446,16 +486,9 @@ pub fn fuzz(
         }
         report.last_case = Some(case.clone());
         report.last_packets = out.packets.clone();
-        if last.elapsed() >= Duration::from_millis(200) || index + 1 == cfg.cases {
-            last = Instant::now();
-            let elapsed = start.elapsed();
-            status(&Status {
-                cases: report.cases,
-                findings: report.findings.len(),
-                rate: report.cases as f64 / elapsed.as_secs_f64().max(1e-9),
-                coverage: report.coverage.len(),
-                elapsed,
-            });
+        let (n, f, c) = (report.cases, report.findings.len(), report.coverage.len());
+        if let Some(st) = ticker.tick(index + 1 == cfg.cases, n, f, c) {
+            status(&st);
         }
     }
     report.elapsed = start.elapsed();

@@ -91,6 +91,40 @@ impl TargetSpec {
     }
 }
 
+/// The live status line: rewritten in place on a terminal, a line every
+/// 5 s otherwise (CI logs). Call `done` once the run is over.
+struct StatusLine {
+    tty: bool,
+    last: Instant,
+}
+
+impl StatusLine {
+    fn new() -> StatusLine {
+        StatusLine {
+            tty: std::io::stderr().is_terminal(),
+            last: Instant::now(),
+        }
+    }
+    fn show(&mut self, s: &Status) {
+        if self.tty {
+            eprint!("\r{s}   ");
+        } else if self.last.elapsed() >= Duration::from_secs(5) {
+            self.last = Instant::now();
+            eprintln!("{s}");
+        }
+    }
+    fn done(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+}
+
+fn limit_text(cfg: &Config) -> String {
+    cfg.time_limit
+        .map_or(String::new(), |t| format!(", {} s", t.as_secs()))
+}
+
 /// Runs a session: `cfg` against `spec`, the status line on stderr,
 /// findings into `out_dir`, a summary on `log`.
 pub fn run(
@@ -100,8 +134,6 @@ pub fn run(
     log: &mut dyn Write,
 ) -> Result<Report, TargetError> {
     let mut target = spec.open(cfg.seed)?;
-    let tty = std::io::stderr().is_terminal();
-    let mut last_line = Instant::now();
     let _ = writeln!(
         log,
         "uroce fuzz: {:?} {:?} cases against {} (seed {}, up to {} cases{})",
@@ -110,20 +142,11 @@ pub fn run(
         target.name(),
         cfg.seed,
         cfg.cases,
-        cfg.time_limit
-            .map_or(String::new(), |t| format!(", {} s", t.as_secs()))
+        limit_text(cfg)
     );
-    let report = fuzz(&mut *target, cfg, |s: &Status| {
-        if tty {
-            eprint!("\r{s}   ");
-        } else if last_line.elapsed() >= Duration::from_secs(5) {
-            last_line = Instant::now();
-            eprintln!("{s}");
-        }
-    })?;
-    if tty {
-        eprintln!();
-    }
+    let mut line = StatusLine::new();
+    let report = fuzz(&mut *target, cfg, |s: &Status| line.show(s))?;
+    line.done();
     let _ = writeln!(
         log,
         "{} cases in {:.1} s ({:.0}/s), {} (QP state, opcode, PSN class) combinations, {} findings",
@@ -212,7 +235,9 @@ fn describe(p: &super::case::PacketSpec) -> String {
         let (off, key, ..) = p.atomic.unwrap_or((0, super::case::Key::Valid, 1, 0));
         v.push(format!("AtomicETH +{off} {key:?}"));
     }
-    v.push(format!("payload {}", p.payload.0));
+    if p.info().is_some_and(|i| i.has_payload) {
+        v.push(format!("payload {}", p.payload.0));
+    }
     v.join(", ")
 }
 
@@ -265,8 +290,6 @@ pub fn run_diff(
 ) -> Result<super::diff::DiffReport, TargetError> {
     let mut ta = a.open(cfg.seed)?;
     let mut tb = b.open(cfg.seed)?;
-    let tty = std::io::stderr().is_terminal();
-    let mut last_line = Instant::now();
     let _ = writeln!(
         log,
         "uroce fuzz: {:?} {:?} cases against {} and {} (seed {}, up to {} cases{})",
@@ -276,20 +299,11 @@ pub fn run_diff(
         tb.name(),
         cfg.seed,
         cfg.cases,
-        cfg.time_limit
-            .map_or(String::new(), |t| format!(", {} s", t.as_secs()))
+        limit_text(cfg)
     );
-    let report = super::diff::fuzz_diff(&mut *ta, &mut *tb, cfg, |s: &Status| {
-        if tty {
-            eprint!("\r{s}   ");
-        } else if last_line.elapsed() >= Duration::from_secs(5) {
-            last_line = Instant::now();
-            eprintln!("{s}");
-        }
-    })?;
-    if tty {
-        eprintln!();
-    }
+    let mut line = StatusLine::new();
+    let report = super::diff::fuzz_diff(&mut *ta, &mut *tb, cfg, |s: &Status| line.show(s))?;
+    line.done();
     let _ = writeln!(
         log,
         "{} cases in {:.1} s, {} differed; {} distinct differences{}",

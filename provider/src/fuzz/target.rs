@@ -96,6 +96,23 @@ pub struct Observation {
     pub log: Vec<String>,
 }
 
+impl Observation {
+    /// What is known of a target that stopped answering (or panicked):
+    /// nothing but `why`.
+    pub fn dead(why: Vec<String>) -> Observation {
+        Observation {
+            alive: false,
+            qp_state: QpState::Err,
+            completions: Vec::new(),
+            events: Vec::new(),
+            exposed: Vec::new(),
+            private_intact: true,
+            control_ok: false,
+            log: why,
+        }
+    }
+}
+
 /// Errors talking to a target.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
