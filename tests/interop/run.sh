@@ -612,7 +612,7 @@ cm_matrix() { # SUFFIX
 # The fuzzer in the namespace (from the host address), uroce-fuzz-agent in
 # the guest on rxe0 with -k (the guest kernel's BUG/WARNING/KASAN lines
 # come back with every observation). Every transport and mode runs for
-# FUZZ_SECONDS (default 20). Findings are rxe's deviations from the spec
+# FUZZ_SECONDS (default 12). Findings are rxe's deviations from the spec
 # as uroce's oracles judge them: printed, and kept in $FUZZ_KEEP (default
 # target/fuzz-rxe); they do not fail the matrix, and neither does a
 # guest kernel that crashes under the fuzzer (its console is printed and
@@ -624,7 +624,7 @@ fuzz_rxe() {
   local name="uroce fuzz vs rxe" t0=$SECONDS
   [[ $name =~ $filter ]] || return 0
   have_cmd fuzz || return 0
-  local d=$VM_RUN/fuzz secs=${FUZZ_SECONDS:-20} keep=${FUZZ_KEEP:-$root/target/fuzz-rxe}
+  local d=$VM_RUN/fuzz secs=${FUZZ_SECONDS:-12} keep=${FUZZ_KEEP:-$root/target/fuzz-rxe}
   local ok=1 total=0 qp mode rc
   mkdir -p "$d"
   if ! gcc -O2 -Wall -o "$VM_RUN/fuzz-agent" "$root/fuzz/agent/uroce_fuzz_agent.c" -libverbs; then
