@@ -101,18 +101,6 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-fn state_of(n: i64) -> QpState {
-    match n {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        _ => QpState::Err,
-    }
-}
-
 impl Target for LiveTarget {
     fn name(&self) -> String {
         format!("{} (agent {})", self.target, self.agent_addr)
@@ -205,7 +193,14 @@ impl Target for LiveTarget {
         for l in &lines {
             let (word, rest) = l.split_once(' ').unwrap_or((l, ""));
             match word {
-                "state" => o.qp_state = state_of(rest.trim().parse().unwrap_or(-1)),
+                "state" => {
+                    o.qp_state = rest
+                        .trim()
+                        .parse()
+                        .ok()
+                        .and_then(QpState::from_u32)
+                        .unwrap_or(QpState::Err)
+                }
                 "wc" => {
                     let v: Vec<u64> = rest
                         .split_whitespace()
