@@ -88,6 +88,19 @@ pub struct PacketSpec {
     pub icrc: Icrc,
     /// Cut the packet to this many bytes (after the ICRC).
     pub truncate: Option<u16>,
+    /// A response to the target's requester: the PSN is relative to the
+    /// PSN the target sends next at case start (`Conn::sq_psn`), not to
+    /// the one it expects.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub resp: bool,
+    /// The payload's bytes (a replayed capture's), instead of
+    /// `payload.1` repeated; `payload.0` is still the length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Vec<u8>>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl PacketSpec {
@@ -114,6 +127,18 @@ impl PacketSpec {
             payload: (0, 0),
             icrc: Icrc::Right,
             truncate: None,
+            resp: false,
+            data: None,
+        }
+    }
+
+    /// A response to the target's requester at `psn_off` from the PSN the
+    /// target sends next at case start.
+    pub fn response(opcode: Opcode, psn_off: i32) -> PacketSpec {
+        PacketSpec {
+            resp: true,
+            ack_req: false,
+            ..PacketSpec::new(opcode, psn_off)
         }
     }
 
@@ -124,7 +149,8 @@ impl PacketSpec {
 
     /// The absolute PSN for `conn`.
     pub fn psn(&self, conn: &Conn) -> Psn {
-        Psn::new(conn.rq_psn.wrapping_add(self.psn_off as u32))
+        let base = if self.resp { conn.sq_psn } else { conn.rq_psn };
+        Psn::new(base.wrapping_add(self.psn_off as u32))
     }
 
     /// Whether the spec says a receiver drops this packet without a
@@ -254,6 +280,10 @@ impl PacketSpec {
         let mut buf = vec![0u8; plen + 128];
         let hdr = emit_headers(&h, plen, &mut buf).ok()?;
         buf[hdr..hdr + plen].fill(self.payload.1);
+        if let Some(d) = &self.data {
+            let n = d.len().min(plen);
+            buf[hdr..hdr + n].copy_from_slice(&d[..n]);
+        }
         let ctx = conn.ip_context();
         let total = uroce_wire::packet::finish(&mut buf, hdr, plen, &ctx).ok()?;
         buf.truncate(total);
@@ -289,6 +319,64 @@ pub struct Seen {
     pub atomic: Option<AtomicEthRepr>,
 }
 
+/// A work request the target posts on the fuzzed QP's send queue, so
+/// that the fuzzer answers its requests (the fuzzer as responder).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PostOp {
+    /// SEND.
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// ATOMIC compare and swap.
+    CompareSwap,
+    /// ATOMIC fetch and add.
+    FetchAdd,
+}
+
+/// One signaled work request for the target to post.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Post {
+    /// Work request ID (the completion carries it).
+    pub wr_id: u64,
+    /// Operation.
+    pub op: PostOp,
+    /// Bytes (8 for atomics; 0 is a zero-length message).
+    pub len: u32,
+    /// The local buffer: this offset into the target's exposed region
+    /// (a READ's data and an atomic's original value land there).
+    pub local_off: u32,
+    /// Remote address (in the fuzzer's imaginary memory).
+    pub remote_va: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Swap or add value (atomics).
+    pub swap_add: u64,
+    /// Compare value (compare and swap).
+    pub compare: u64,
+}
+
+impl Post {
+    /// PSNs the request takes on the wire at `mtu`.
+    pub fn span(&self, mtu: u32) -> u32 {
+        match self.op {
+            PostOp::CompareSwap | PostOp::FetchAdd => 1,
+            _ => self.len.div_ceil(mtu.max(1)).max(1),
+        }
+    }
+
+    /// Bytes of the local buffer the target may write for it: a READ's
+    /// length, an atomic's 8 bytes.
+    pub fn local_write(&self) -> Option<(u32, u32)> {
+        match self.op {
+            PostOp::Read => Some((self.local_off, self.len)),
+            PostOp::CompareSwap | PostOp::FetchAdd => Some((self.local_off, 8)),
+            PostOp::Send | PostOp::Write => None,
+        }
+    }
+}
+
 /// One step of a case.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Step {
@@ -296,6 +384,8 @@ pub enum Step {
     Packet(PacketSpec),
     /// Let this many microseconds pass (the target answers, times out).
     Wait(u32),
+    /// Have the target post this work request on the fuzzed QP.
+    Post(Post),
 }
 
 /// A case: what the fuzzer sends, in order.
@@ -320,11 +410,16 @@ pub fn psn_span(p: &PacketSpec, mtu: u32) -> i32 {
 impl Case {
     /// Each packet's PSN against the PSN a requester in sequence would
     /// use there (0: in sequence; the expected PSN moves on past every
-    /// packet in sequence).
+    /// packet in sequence). A response's PSN names the target's own
+    /// request, which the fuzzer's packets do not move: its delta is its
+    /// offset.
     pub fn psn_deltas(&self, mtu: u32) -> Vec<i32> {
         let mut next = 0i32;
         self.packets()
             .map(|p| {
+                if p.resp {
+                    return p.psn_off;
+                }
                 let d = p.psn_off.wrapping_sub(next);
                 if d == 0 {
                     next = next.wrapping_add(psn_span(p, mtu));
@@ -343,20 +438,37 @@ impl Case {
         for s in &mut self.steps {
             if let Step::Packet(p) = s {
                 let d = deltas.get(i).copied().unwrap_or(0);
+                i += 1;
+                if p.resp {
+                    p.psn_off = d;
+                    continue;
+                }
                 p.psn_off = next.wrapping_add(d);
                 if d == 0 {
                     next = next.wrapping_add(psn_span(p, mtu));
                 }
-                i += 1;
             }
         }
+    }
+
+    /// PSNs the target's requests take (the case's posts, in order).
+    pub fn request_span(&self, mtu: u32) -> u32 {
+        self.posts().map(|w| w.span(mtu)).sum()
     }
 
     /// The packets of the case.
     pub fn packets(&self) -> impl Iterator<Item = &PacketSpec> {
         self.steps.iter().filter_map(|s| match s {
             Step::Packet(p) => Some(p),
-            Step::Wait(_) => None,
+            _ => None,
+        })
+    }
+
+    /// The work requests the case has the target post.
+    pub fn posts(&self) -> impl Iterator<Item = &Post> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Post(p) => Some(p),
+            _ => None,
         })
     }
 }

@@ -133,6 +133,11 @@ pub fn run_case(
                         });
                     }
                 }
+                Step::Post(w) => {
+                    // A refused post is not an error of the run: the
+                    // oracles see what did (not) complete.
+                    let _ = target.post(w);
+                }
                 Step::Wait(w) => {
                     for a in target.wait(*w) {
                         packets.push(Traced {
