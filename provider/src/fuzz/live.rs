@@ -24,6 +24,8 @@ pub struct LiveTarget {
     psn: u32,
     /// Time the target gets to settle before it is observed.
     pub settle: Duration,
+    /// A raw IPv4 socket for spoofed sends (made at the first).
+    raw: Option<socket2::Socket>,
 }
 
 fn io(e: impl std::fmt::Display) -> TargetError {
@@ -50,6 +52,7 @@ impl LiveTarget {
             fuzzer_qpn: 0xf00d,
             psn: 0x1234,
             settle: Duration::from_millis(5),
+            raw: None,
         };
         t.connect_agent()?;
         Ok(t)
@@ -174,6 +177,26 @@ impl Target for LiveTarget {
         out
     }
 
+    /// Sends `packet` in an IPv4 datagram from `src` through a raw socket
+    /// (needs CAP_NET_RAW); IPv6 is not supported.
+    fn send_from(&mut self, src: IpAddr, packet: &[u8]) -> Result<(), TargetError> {
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (src, self.target) else {
+            return Err(io("spoofed sends are IPv4 only"));
+        };
+        let dgram = spoofed_datagram(s, d, packet)?;
+        if self.raw.is_none() {
+            // IPPROTO_RAW implies IP_HDRINCL: the datagram carries its header.
+            let proto = socket2::Protocol::from(libc::IPPROTO_RAW);
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::RAW, Some(proto))
+                .map_err(|e| io(format!("raw socket (needs CAP_NET_RAW): {e}")))?;
+            self.raw = Some(sock);
+        }
+        let raw = self.raw.as_ref().ok_or_else(|| io("no raw socket"))?;
+        raw.send_to(&dgram, &SocketAddr::new(self.target, 0).into())
+            .map_err(|e| io(format!("spoofed send from {src}: {e}")))?;
+        Ok(())
+    }
+
     fn observe(&mut self) -> Result<Observation, TargetError> {
         std::thread::sleep(self.settle);
         let lines = match self.command("observe") {
@@ -225,4 +248,26 @@ impl Target for LiveTarget {
         }
         Ok(o)
     }
+}
+
+/// An IPv4 datagram from `src` to `dst` around the RoCEv2 `packet`, with
+/// the header a UDP socket's packet has and the fuzzer's ICRCs are
+/// computed for: DF, ID 0 (the kernel keeps 0 when DF is set), TTL 64,
+/// UDP ports 4791 and checksum 0.
+pub fn spoofed_datagram(
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    packet: &[u8],
+) -> Result<Vec<u8>, TargetError> {
+    use uroce_wire::frame::{build_frame, FrameParams, ETH_HDR_LEN};
+    let port = uroce_wire::ROCEV2_UDP_PORT;
+    let p = FrameParams {
+        udp_checksum: false,
+        ..FrameParams::v4([0; 6], [0; 6], src, dst, 0, port)
+    };
+    let mut buf = vec![0u8; p.frame_len(packet.len())];
+    let n = build_frame(&p, packet, &mut buf).map_err(io)?;
+    buf.truncate(n);
+    buf.drain(..ETH_HDR_LEN);
+    Ok(buf)
 }

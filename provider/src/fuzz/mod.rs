@@ -15,6 +15,7 @@
 //! Everything is deterministic from the seed: case `i` of seed `s` is the
 //! same case on every run and every target.
 
+pub mod attack;
 pub mod case;
 pub mod diff;
 pub mod gen;

@@ -274,6 +274,39 @@ pub fn replay(path: &Path, spec: &TargetSpec, log: &mut dyn Write) -> Result<usi
     Ok(out.violations.len())
 }
 
+/// Runs the attacks `which` (all if empty) against `spec`, printing a
+/// table row on `log` as each ends.
+pub fn attacks(
+    spec: &TargetSpec,
+    cfg: &super::attack::AttackConfig,
+    which: &[&str],
+    log: &mut dyn Write,
+) -> Result<Vec<super::attack::AttackResult>, TargetError> {
+    let mut target = spec.open(1)?;
+    let _ = writeln!(
+        log,
+        "uroce fuzz attack: {:?} QPs on {}, at most {} packets each\n{:<19} {:<10} {:>7} {:>8}  detail",
+        cfg.qp_type,
+        target.name(),
+        cfg.budget,
+        "attack",
+        "verdict",
+        "packets",
+        "time"
+    );
+    super::attack::run(&mut *target, cfg, which, |r| {
+        let _ = writeln!(
+            log,
+            "{:<19} {:<10} {:>7} {:>7.2}s  {}",
+            r.name,
+            r.verdict.to_string(),
+            r.packets,
+            r.elapsed.as_secs_f64(),
+            r.detail
+        );
+    })
+}
+
 /// The default directory for findings.
 pub fn default_out_dir() -> PathBuf {
     PathBuf::from("uroce-fuzz-findings")

@@ -338,6 +338,13 @@ impl Target for SimTarget {
         }
     }
 
+    fn send_from(&mut self, src: IpAddr, packet: &[u8]) -> Result<(), TargetError> {
+        if let Some(l) = self.live.as_mut() {
+            l.net.inject(src, ip(TARGET), packet.to_vec());
+        }
+        Ok(())
+    }
+
     fn wait(&mut self, us: u32) -> Vec<Vec<u8>> {
         let Some(l) = self.live.as_mut() else {
             return Vec::new();

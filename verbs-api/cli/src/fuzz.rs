@@ -93,6 +93,27 @@ pub enum FuzzSub {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Runs ReDMArk's attacks (QPN scan, PSN sweep, rkey guessing,
+    /// spoofed source, one-packet QP kill, READ amplification, resource
+    /// exhaustion) and reports each as prevented, detected or succeeded.
+    Attack {
+        /// Attacks to run, comma-separated (default: all).
+        #[arg(long, value_delimiter = ',')]
+        which: Vec<String>,
+        /// Transport of the attacked QP: rc or uc.
+        #[arg(long, default_value = "rc")]
+        qp: String,
+        /// Packets each attack may send at most.
+        #[arg(long, default_value_t = 1024)]
+        budget: u64,
+        /// The spoofed source address (default: the fuzzer's with its
+        /// last bit flipped).
+        #[arg(long)]
+        spoof: Option<IpAddr>,
+        /// The target.
+        #[command(flatten)]
+        target: TargetArgs,
+    },
 }
 
 fn qp_type(s: &str) -> Option<QpType> {
@@ -105,7 +126,8 @@ fn qp_type(s: &str) -> Option<QpType> {
 }
 
 /// Runs `uroce fuzz`: exit status 0 with no finding, 1 with findings (or
-/// a replay that still trips an oracle), 2 when it could not run.
+/// a replay that still trips an oracle), 2 when it could not run (an
+/// attack run: 0 when it ran).
 pub fn run(a: FuzzArgs) -> ExitCode {
     let mut out = std::io::stdout();
     if let Some(FuzzSub::Replay { file, target }) = a.sub {
@@ -118,6 +140,16 @@ pub fn run(a: FuzzArgs) -> ExitCode {
             Ok(_) => ExitCode::from(1),
             Err(e) => fail(&e),
         };
+    }
+    if let Some(FuzzSub::Attack {
+        which,
+        qp,
+        budget,
+        spoof,
+        target,
+    }) = a.sub
+    {
+        return attack(&which, &qp, budget, spoof, &target);
     }
     let spec = match a.target.spec() {
         Ok(s) => s,
@@ -152,6 +184,40 @@ pub fn run(a: FuzzArgs) -> ExitCode {
     match session::run(&spec, &cfg, &a.out, &mut out) {
         Ok(r) if r.findings.is_empty() => ExitCode::SUCCESS,
         Ok(_) => ExitCode::from(1),
+        Err(e) => fail(&e.to_string()),
+    }
+}
+
+/// `uroce fuzz attack`: exit 0 when the attacks ran (whatever their
+/// verdicts), 2 when they could not.
+fn attack(
+    which: &[String],
+    qp: &str,
+    budget: u64,
+    spoof: Option<IpAddr>,
+    target: &TargetArgs,
+) -> ExitCode {
+    use uroce_provider::fuzz::attack::{names, AttackConfig};
+    let spec = match target.spec() {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    let qp_type = match qp {
+        "rc" => QpType::Rc,
+        "uc" => QpType::Uc,
+        _ => return fail(&format!("--qp {qp}: rc or uc")),
+    };
+    let which: Vec<&str> = which.iter().map(|s| s.as_str()).collect();
+    if let Some(w) = which.iter().find(|w| !names().contains(w)) {
+        return fail(&format!("--which {w}: {}", names().join(", ")));
+    }
+    let cfg = AttackConfig {
+        qp_type,
+        budget,
+        spoof,
+    };
+    match session::attacks(&spec, &cfg, &which, &mut std::io::stdout()) {
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => fail(&e.to_string()),
     }
 }
