@@ -2,7 +2,9 @@
 # `uroce fuzz` against a live uroce target, bounded: the target is a uroce
 # device (uroce's libibverbs.so.1 under uroce-fuzz-agent) in a network
 # namespace of its own, the fuzzer sends from another address in it.
-# Every mode and transport runs for a share of the time; any finding
+# First ReDMArk's attacks (`uroce fuzz attack`, RC and UC, spoofing from
+# 127.0.0.9): their table is printed, only a failure to run fails. Then
+# every mode and transport runs for a share of the time; any finding
 # fails the run (uroce is expected to run clean), and the findings stay
 # in $OUT (default: a temporary directory, printed).
 #
@@ -18,7 +20,7 @@ out=${OUT:-$(mktemp -d /tmp/uroce-fuzz-live.XXXXXX)}
 mkdir -p "$out"
 
 cargo build --release -q -p uroce-ibverbs -p uroce-cli || exit 1
-uroce=$root/target/release/uroce
+uroce=${CARGO_TARGET_DIR:-$root/target}/release/uroce
 libdir=$("$uroce" libdir) || exit 1
 cc -O2 -Wall -o "$out/uroce-fuzz-agent" fuzz/agent/uroce_fuzz_agent.c -libverbs || {
   echo "the agent does not compile (apt-get install libibverbs-dev)"
@@ -46,6 +48,11 @@ done
 grep -q listening "$out/agent.log" || { cat "$out/agent.log"; exit 1; }
 
 status=0
+for qp in rc uc; do
+  ip netns exec "$ns" "$uroce" fuzz attack --target udp:$target --fuzzer $fuzzer --agent $agent \
+    --qp $qp --spoof 127.0.0.9 >"$out/attack-$qp.log" 2>&1 || status=1
+  cat "$out/attack-$qp.log"
+done
 findings=0
 for qp in rc uc ud; do
   for mode in fields sequence; do

@@ -240,7 +240,15 @@ impl Attacker<'_> {
         if o.completions.iter().any(|c| c.status != 0) {
             n.insert("error completion".into());
         }
-        n.extend(o.events.iter().map(|e| format!("event {e}")));
+        // Informational events (port active, communication established)
+        // are not the victim's alarm.
+        let alarm = ["error", "violation", "fatal", "catastrophic"];
+        n.extend(
+            o.events
+                .iter()
+                .filter(|e| alarm.iter().any(|w| e.to_lowercase().contains(w)))
+                .map(|e| format!("event {e}")),
+        );
         n.extend(o.log.iter().take(2).map(|l| format!("log: {l}")));
         Ok(o)
     }
@@ -328,6 +336,9 @@ fn qpn_scan(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
         }
     }
     a.observe()?;
+    let d = own.abs_diff(a.conn.qpn);
+    a.noticed
+        .insert(format!("not found (the QP was {d} QPNs from the attacker's)"));
     Ok(None)
 }
 
@@ -373,7 +384,7 @@ fn psn_sweep(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
         }
         let acked = ans.iter().any(|x| is_ack(x) && x.psn == psn);
         if (acked || n.is_power_of_two()) && a.landed()? {
-            return Ok(Some(format!("the WRITE landed after {n} packets{how}")));
+            return Ok(Some(format!("the WRITE landed at packet {n}{how}")));
         }
     }
     Ok(a.landed()?.then(|| format!("the WRITE landed within {n} packets")))
@@ -417,10 +428,8 @@ fn rkey_guess(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
         n += 1;
         let ans = a.answers(PROBE_US);
         let acked = ans.iter().any(|x| is_ack(x) && x.psn == psn);
-        if acked || n.is_power_of_two() {
-            if a.landed()? {
-                return Ok(Some(format!("rkey {g:#x} found at guess {n}")));
-            }
+        if (acked || n.is_power_of_two()) && a.landed()? {
+            return Ok(Some(format!("rkey {g:#x} found at guess {n}")));
         }
         if let Some(x) = ans.iter().find(|x| is_nak(x)) {
             why = format!(", {} at guess {n}: the QP is gone", x.kind);
@@ -433,7 +442,8 @@ fn rkey_guess(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     if a.landed()? {
         return Ok(Some(format!("the WRITE landed within {n} guesses")));
     }
-    a.noticed.insert(format!("{n} guesses{why} (the key was {right})"));
+    a.noticed
+        .insert(format!("guessed {n} keys{why} (the right one: {right})"));
     Ok(None)
 }
 
@@ -462,9 +472,11 @@ fn spoofed_source(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
         .then(|| format!("a WRITE from {src} landed: the source is not checked")))
 }
 
-/// The single packets that may kill a QP: name, packet (None: not on
-/// this transport).
-const KILLS: &[(&str, fn(&Attacker<'_>, u32) -> Option<PacketSpec>)] = &[
+/// A packet at a PSN (None: not on the connection's transport).
+type MakePacket = fn(&Attacker<'_>, u32) -> Option<PacketSpec>;
+
+/// The single packets that may kill a QP.
+const KILLS: &[(&str, MakePacket)] = &[
     ("WRITE, private key", |a, psn| a.write(psn, Key::Private)),
     ("WRITE past the end", |a, psn| {
         let mut p = a.write(psn, Key::Valid)?;
@@ -764,6 +776,9 @@ mod tests {
             self.sent += 1;
             self.inner.send(packet)
         }
+        fn send_from(&mut self, src: IpAddr, packet: &[u8]) -> Result<(), TargetError> {
+            self.inner.send_from(src, packet)
+        }
         fn wait(&mut self, us: u32) -> Vec<Vec<u8>> {
             self.inner.wait(us)
         }
@@ -799,6 +814,13 @@ mod tests {
         let r = run(&mut t, &uc, &["rkey-guess"], |_| {}).expect("runs");
         assert_eq!(verdicts(&r), [("rkey-guess", Succeeded)], "{r:?}");
         assert!(run(&mut t, &uc, &["no-such"], |_| {}).is_err());
+        // "Spoofing" the peer's own address: the path works, the WRITE lands.
+        let peer = AttackConfig {
+            spoof: Some(t.setup(QpType::Rc, 1).expect("sim").fuzzer),
+            ..AttackConfig::default()
+        };
+        let r = run(&mut t, &peer, &["spoofed-source"], |_| {}).expect("runs");
+        assert_eq!(verdicts(&r), [("spoofed-source", Succeeded)], "{r:?}");
     }
 
     /// A spoofed datagram carries the header its ICRC was computed for.
