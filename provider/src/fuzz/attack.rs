@@ -157,7 +157,10 @@ pub struct Attacker<'a> {
     conn: Conn,
     packets: u64,
     bytes_sent: u64,
+    /// What the victim could tell.
     noticed: BTreeSet<String>,
+    /// What the attacker saw (answers, counts).
+    notes: Vec<String>,
 }
 
 impl Attacker<'_> {
@@ -337,8 +340,7 @@ fn qpn_scan(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     }
     a.observe()?;
     let d = own.abs_diff(a.conn.qpn);
-    a.noticed
-        .insert(format!("not found (the QP was {d} QPNs from the attacker's)"));
+    a.notes.push(format!("not found (the QP was {d} QPNs from the attacker's)"));
     Ok(None)
 }
 
@@ -442,8 +444,7 @@ fn rkey_guess(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     if a.landed()? {
         return Ok(Some(format!("the WRITE landed within {n} guesses")));
     }
-    a.noticed
-        .insert(format!("guessed {n} keys{why} (the right one: {right})"));
+    a.notes.push(format!("{n} guesses{why} (the right key: {right})"));
     Ok(None)
 }
 
@@ -467,9 +468,11 @@ fn spoofed_source(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
         a.packets += 1;
     }
     let _ = a.answers(PROBE_US);
-    Ok(a
-        .landed()?
-        .then(|| format!("a WRITE from {src} landed: the source is not checked")))
+    if a.landed()? {
+        return Ok(Some(format!("a WRITE from {src} landed: the source is not checked")));
+    }
+    a.notes.push(format!("a WRITE from {src} did not land"));
+    Ok(None)
 }
 
 /// A packet at a PSN (None: not on the connection's transport).
@@ -531,7 +534,7 @@ fn qp_kill(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     a.noticed.remove("QP in ERR");
     let survived = format!("survived: {}", not.join("; "));
     if killed.is_empty() {
-        a.noticed.insert(survived);
+        a.notes.push(survived);
         return Ok(None);
     }
     Ok(Some(format!("killed by: {}; {survived}", killed.join("; "))))
@@ -544,7 +547,7 @@ fn read_amplification(a: &mut Attacker<'_>) -> Result<Option<String>, TargetErro
     a.fresh()?;
     let (psn, len, mtu) = (a.conn.rq_psn, a.conn.len, a.conn.mtu.max(1));
     let Some(p) = a.read(psn, len) else {
-        a.noticed.insert("UC has no READ".into());
+        a.notes.push("UC has no READ".into());
         return Ok(None);
     };
     a.send(&p);
@@ -568,7 +571,7 @@ fn read_amplification(a: &mut Attacker<'_>) -> Result<Option<String>, TargetErro
     if factor > 10.0 || over_got > 0 {
         return Ok(Some(text));
     }
-    a.noticed.insert(text);
+    a.notes.push(text);
     Ok(None)
 }
 
@@ -607,7 +610,7 @@ fn exhaustion(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     if !o.alive || !o.control_ok {
         return Ok(Some(format!("{text}; the control QP broke")));
     }
-    a.noticed.insert(text);
+    a.notes.push(text);
     Ok(None)
 }
 
@@ -632,22 +635,21 @@ pub fn run_one(
         packets: 0,
         bytes_sent: 0,
         noticed: BTreeSet::new(),
+        notes: Vec::new(),
     };
     let goal = catch_unwind(AssertUnwindSafe(|| attack(&mut a)))
         .unwrap_or_else(|p| Ok(Some(format!("the target panicked: {}", super::panic_text(&*p)))))?;
-    let (verdict, what) = match goal {
-        Some(g) => (Verdict::Succeeded, g),
-        None if a.noticed.iter().any(|n| VISIBLE.iter().any(|v| n.starts_with(v))) => {
-            (Verdict::Detected, String::new())
-        }
-        None => (Verdict::Prevented, String::new()),
+    let verdict = match &goal {
+        Some(_) => Verdict::Succeeded,
+        None if !a.noticed.is_empty() => Verdict::Detected,
+        None => Verdict::Prevented,
     };
-    let seen: Vec<&str> = a.noticed.iter().map(|s| s.as_str()).collect();
-    let detail = [what.as_str(), &seen.join("; ")]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
+    let mut detail: Vec<String> = goal.into_iter().chain(a.notes).collect();
+    if !a.noticed.is_empty() {
+        let seen: Vec<&str> = a.noticed.iter().map(|s| s.as_str()).collect();
+        detail.push(format!("the victim sees: {}", seen.join(", ")));
+    }
+    let detail = detail.join("; ");
     Ok(AttackResult {
         name: name.into(),
         verdict,
@@ -656,9 +658,6 @@ pub fn run_one(
         detail: format!("{detail} [knows: {knows}]"),
     })
 }
-
-/// The notes that the victim can see (the others are the attacker's).
-const VISIBLE: &[&str] = &["the target died", "QP in ERR", "error completion", "event ", "log: "];
 
 /// Runs the attacks `which` (all if empty) in order; `each` sees every
 /// result as it comes.

@@ -297,7 +297,7 @@ pub fn attacks(
     super::attack::run(&mut *target, cfg, which, |r| {
         let _ = writeln!(
             log,
-            "{:<19} {:<10} {:>7} {:>7.2}s  {}",
+            "{:<19} {:<10} {:>7} {:>7.3}s  {}",
             r.name,
             r.verdict.to_string(),
             r.packets,
