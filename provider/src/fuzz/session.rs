@@ -294,7 +294,7 @@ pub fn attacks(
         "packets",
         "time"
     );
-    super::attack::run(&mut *target, cfg, which, |r| {
+    let results = super::attack::run(&mut *target, cfg, which, |r| {
         let _ = writeln!(
             log,
             "{:<19} {:<10} {:>7} {:>7.3}s  {}",
@@ -304,7 +304,14 @@ pub fn attacks(
             r.elapsed.as_secs_f64(),
             r.detail
         );
-    })
+    })?;
+    let _ = writeln!(log, "what each attacker knows:");
+    for (name, knows, _) in super::attack::ATTACKS {
+        if results.iter().any(|r| r.name == *name) {
+            let _ = writeln!(log, "  {name}: {knows}");
+        }
+    }
+    Ok(results)
 }
 
 /// The default directory for findings.
