@@ -473,7 +473,12 @@ fn rkey_guess(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
         let ans = a.answers(PROBE_US);
         let acked = ans.iter().any(|x| is_ack(x) && x.psn == psn);
         if (acked || n.is_power_of_two()) && a.landed()? {
-            return Ok(Some(format!("rkey {g:#x} found at guess {n}")));
+            let at = if acked {
+                format!("rkey {g:#x} found at guess {n}")
+            } else {
+                format!("the WRITE landed by guess {n} (the right key: {right})")
+            };
+            return Ok(Some(at));
         }
         if let Some(x) = ans.iter().find(|x| is_nak(x)) {
             why = format!(", {} at guess {n}: the QP is gone", x.kind);
