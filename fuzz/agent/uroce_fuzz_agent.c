@@ -15,6 +15,9 @@
  *   setup rc|uc|ud RECVS FUZZER_IP FUZZER_QPN FUZZER_PSN
  *     -> ok qpn=N control_qpn=N rq_psn=N sq_psn=N va=N len=N rkey=N
  *           private_rkey=N qkey=N mtu=N
+ *   post send|write|read|cas|faa WR_ID LEN LOCAL_OFF REMOTE_VA RKEY SWAP_ADD COMPARE
+ *     -> ok | error WHY   (a signaled WR on the fuzzed QP; its local buffer
+ *        is the exposed region at LOCAL_OFF: the fuzzer answers as responder)
  *   observe
  *     -> log LINE / state N / wc WR_ID STATUS RECV / event NAME / exposed HEX /
  *        private ok|changed / control ok|fail / end
@@ -363,14 +366,67 @@ static void observe(FILE *out) {
   fprintf(out, "control %s\nend\n", ok ? "ok" : "fail");
 }
 
+static void post(FILE *out, const char *op, unsigned long long wr_id, unsigned len,
+                 unsigned off, unsigned long long va, unsigned rkey, unsigned long long swap_add,
+                 unsigned long long compare) {
+  if (!fqp) {
+    fprintf(out, "error no QP\n");
+    return;
+  }
+  int atomic = !strcmp(op, "cas") || !strcmp(op, "faa");
+  if (atomic)
+    len = 8;
+  if (off > REGION || len > REGION - off) {
+    fprintf(out, "error local range\n");
+    return;
+  }
+  struct ibv_sge s = {.addr = (uintptr_t)(exposed + off), .length = len, .lkey = exposed_mr->lkey};
+  struct ibv_send_wr w = {.wr_id = wr_id, .sg_list = &s, .num_sge = len ? 1 : 0,
+                          .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  if (!strcmp(op, "send"))
+    w.opcode = IBV_WR_SEND;
+  else if (!strcmp(op, "write"))
+    w.opcode = IBV_WR_RDMA_WRITE;
+  else if (!strcmp(op, "read"))
+    w.opcode = IBV_WR_RDMA_READ;
+  else if (!strcmp(op, "cas"))
+    w.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  else if (!strcmp(op, "faa"))
+    w.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  else {
+    fprintf(out, "error unknown operation %s\n", op);
+    return;
+  }
+  if (atomic) {
+    w.wr.atomic.remote_addr = va;
+    w.wr.atomic.rkey = rkey;
+    w.wr.atomic.compare_add = !strcmp(op, "cas") ? compare : swap_add;
+    w.wr.atomic.swap = swap_add;
+  } else {
+    w.wr.rdma.remote_addr = va;
+    w.wr.rdma.rkey = rkey;
+  }
+  int e = ibv_post_send(fqp, &w, &bad);
+  if (e)
+    fprintf(out, "error post_send: %s\n", strerror(e));
+  else
+    fprintf(out, "ok\n");
+}
+
 static void serve(int fd) {
   FILE *in = fdopen(fd, "r"), *out = fdopen(dup(fd), "w");
   char line[512];
   while (fgets(line, sizeof line, in)) {
     char type[8], ip[64];
     unsigned recvs, qpn, psn;
+    unsigned long long wr_id, va, swap_add, compare;
+    unsigned len, off, rkey;
     if (sscanf(line, "setup %7s %u %63s %u %u", type, &recvs, ip, &qpn, &psn) == 5)
       setup(out, type, recvs, ip, qpn, psn);
+    else if (sscanf(line, "post %7s %llu %u %u %llu %u %llu %llu", type, &wr_id, &len, &off, &va,
+                    &rkey, &swap_add, &compare) == 8)
+      post(out, type, wr_id, len, off, va, rkey, swap_add, compare);
     else if (!strncmp(line, "observe", 7))
       observe(out);
     else if (!strncmp(line, "ping", 4))

@@ -337,10 +337,17 @@ impl Ticker {
 
 /// The PSN classes of a case's packets, against the model's expected PSN
 /// (which moves on with every in-sequence request).
+/// A response's class is against the PSNs the target's requests took.
 pub fn psn_classes(case: &Case, conn: &Conn) -> Vec<(u8, &'static str)> {
+    let sent = case.request_span(conn.mtu) as i32;
     case.packets()
         .zip(case.psn_deltas(conn.mtu))
         .map(|(p, d)| {
+            let d = match (p.resp, d) {
+                (true, d) if (0..sent).contains(&d) => 0,
+                (true, d) if d >= sent => d - sent + 1,
+                (_, d) => d,
+            };
             let class = match d {
                 0 => "expected",
                 -128..=-1 => "duplicate",

@@ -29,7 +29,8 @@ pub enum TargetSpec {
 }
 
 impl TargetSpec {
-    /// Parses `sim`, `sim:BUG` (`write-inside-send`, `long-read`) or
+    /// Parses `sim`, `sim:BUG` (`write-inside-send`, `long-read`,
+    /// `ghost-ack`) or
     /// `udp:IP` (with `fuzzer` and `agent`, which default to ... none: a
     /// live target needs both).
     pub fn parse(
@@ -44,7 +45,7 @@ impl TargetSpec {
             return PlantedBug::from_name(bug)
                 .map(|b| TargetSpec::Sim(Some(b)))
                 .ok_or_else(|| {
-                    format!("unknown planted bug {bug:?} (write-inside-send, long-read)")
+                    format!("unknown planted bug {bug:?} (write-inside-send, long-read, ghost-ack)")
                 });
         }
         if let Some(ip) = s.strip_prefix("udp:") {
@@ -68,6 +69,7 @@ impl TargetSpec {
                 "--target sim:write-inside-send".into()
             }
             TargetSpec::Sim(Some(PlantedBug::LongReadStallsQp)) => "--target sim:long-read".into(),
+            TargetSpec::Sim(Some(PlantedBug::GhostAck)) => "--target sim:ghost-ack".into(),
             TargetSpec::Udp {
                 target,
                 fuzzer,

@@ -15,7 +15,8 @@ use uroce_verbs::QpType;
 #[derive(Args, Debug, Clone)]
 pub struct TargetArgs {
     /// `sim` (uroce's QP machines on the simulated network), `sim:BUG`
-    /// with a planted bug (`write-inside-send`, `long-read`), or
+    /// with a planted bug (`write-inside-send`, `long-read`,
+    /// `ghost-ack`), or
     /// `udp:IP` (a live RoCEv2 device at IP, observed through
     /// uroce-fuzz-agent).
     #[arg(long, default_value = "sim")]
@@ -47,8 +48,9 @@ pub struct FuzzArgs {
     /// Transport of the fuzzed QP: rc, uc or ud.
     #[arg(long, default_value = "rc")]
     pub qp: String,
-    /// `fields` (single packets, every header field mutated) or
-    /// `sequence` (stateful request sequences).
+    /// `fields` (single packets, every header field mutated),
+    /// `sequence` (stateful request sequences) or `responder` (RC: the
+    /// target posts requests, the fuzzer answers them, mutated).
     #[arg(long, default_value = "fields")]
     pub mode: String,
     /// Seed: the same seed makes the same cases.
@@ -127,7 +129,10 @@ pub fn run(a: FuzzArgs) -> ExitCode {
         return fail(&format!("--qp {}: rc, uc or ud", a.qp));
     };
     let Some(mode) = Mode::from_name(&a.mode) else {
-        return fail(&format!("--mode {}: fields or sequence", a.mode));
+        return fail(&format!("--mode {}: fields, sequence or responder", a.mode));
+    };
+    if mode == Mode::Responder && qp_type != QpType::Rc {
+        return fail("--mode responder needs --qp rc (only RC requests are answered)");
     };
     let cfg = Config {
         seed: a.seed,
