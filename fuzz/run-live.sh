@@ -48,7 +48,9 @@ grep -q listening "$out/agent.log" || { cat "$out/agent.log"; exit 1; }
 status=0
 findings=0
 for qp in rc uc ud; do
-  for mode in fields sequence; do
+  modes="fields sequence"
+  [ $qp = rc ] && modes="$modes responder"
+  for mode in $modes; do
     t0=$SECONDS
     ip netns exec "$ns" "$uroce" fuzz --target udp:$target --fuzzer $fuzzer --agent $agent \
       --qp "$qp" --mode "$mode" --seed 1 --cases "$cases" --time "$per_run" \

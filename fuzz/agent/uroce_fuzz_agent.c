@@ -117,8 +117,12 @@ static struct ibv_qp *make_qp(struct ibv_cq *cq, enum ibv_qp_type t) {
 }
 
 /* RESET -> INIT -> RTR -> RTS towards (gid, qpn). */
+/* The fuzzed QP's requester gives up as fast as uroce's simulated target
+ * does (timeout 8: ~1 ms, 3 retries, 2 RNR retries), so that a case's
+ * requests end within its observation on both (the differential mode);
+ * the control pair keeps patient defaults. */
 static int connect_qp(struct ibv_qp *qp, enum ibv_qp_type t, const union ibv_gid *dgid,
-                      uint32_t dqpn, uint32_t rq_psn, uint32_t sq_psn) {
+                      uint32_t dqpn, uint32_t rq_psn, uint32_t sq_psn, int fuzzed) {
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1};
   int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
   if (t == IBV_QPT_UD) {
@@ -157,9 +161,9 @@ static int connect_qp(struct ibv_qp *qp, enum ibv_qp_type t, const union ibv_gid
   a.sq_psn = sq_psn;
   mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
   if (t == IBV_QPT_RC) {
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
+    a.timeout = fuzzed ? 8 : 14;
+    a.retry_cnt = fuzzed ? 3 : 7;
+    a.rnr_retry = fuzzed ? 2 : 7;
     a.max_rd_atomic = 4;
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
@@ -190,8 +194,8 @@ static int make_control(void) {
   pqp = make_qp(ccq, IBV_QPT_RC);
   if (!cqp || !pqp)
     return -1;
-  if (connect_qp(cqp, IBV_QPT_RC, &my_gid, pqp->qp_num, 100, 200) ||
-      connect_qp(pqp, IBV_QPT_RC, &my_gid, cqp->qp_num, 200, 100))
+  if (connect_qp(cqp, IBV_QPT_RC, &my_gid, pqp->qp_num, 100, 200, 0) ||
+      connect_qp(pqp, IBV_QPT_RC, &my_gid, cqp->qp_num, 200, 100, 0))
     return -1;
   return 0;
 }
@@ -282,7 +286,7 @@ static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, 
   union ibv_gid fgid;
   gid_of_ip(fip, &fgid);
   uint32_t sq_psn = (uint32_t)random() & 0xffffff;
-  if (connect_qp(fqp, t, &fgid, fqpn, fpsn & 0xffffff, sq_psn)) {
+  if (connect_qp(fqp, t, &fgid, fqpn, fpsn & 0xffffff, sq_psn, 1)) {
     fprintf(out, "error modify: %s\n", strerror(errno));
     return;
   }

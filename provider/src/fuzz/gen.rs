@@ -457,7 +457,9 @@ fn mutate_answers(
         // An RNR NAK with some timer.
         4 => {
             let psn = psn_of(ans, at);
-            let timer = rng.random_range(0..32);
+            // Short timers (10 us .. 2.56 ms): the target's retries end
+            // within the case (timer 0 is 655 ms).
+            let timer = rng.random_range(1..=16);
             ans.insert(at, ack(Opcode::RC_ACKNOWLEDGE, psn, 0x20 | timer));
         }
         // Implied NAK: a READ's responses left out (a later answer then

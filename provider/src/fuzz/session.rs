@@ -178,10 +178,7 @@ pub fn run(
         for r in &f.rules {
             let _ = writeln!(log, "  rule: {r}");
         }
-        for p in f.case.packets() {
-            let name = p.info().map_or("unknown opcode", |i| i.name);
-            let _ = writeln!(log, "  packet: {name} psn{:+} {}", p.psn_off, describe(p));
-        }
+        print_steps(log, &f.case);
         match saved {
             Ok(json) => {
                 let _ = writeln!(
@@ -198,6 +195,34 @@ pub fn run(
         }
     }
     Ok(report)
+}
+
+/// A case's posts and packets, a line each. A response's PSN is counted
+/// from the target's first request ("sq psn"), a request's from the PSN
+/// the target expects.
+fn print_steps(log: &mut dyn Write, case: &super::case::Case) {
+    for s in &case.steps {
+        match s {
+            super::case::Step::Post(w) => {
+                let _ = writeln!(
+                    log,
+                    "  post: {:?} {} bytes (wr_id {:#x})",
+                    w.op, w.len, w.wr_id
+                );
+            }
+            super::case::Step::Packet(p) => {
+                let name = p.info().map_or("unknown opcode", |i| i.name);
+                let base = if p.resp { "sq psn" } else { "psn" };
+                let _ = writeln!(
+                    log,
+                    "  packet: {name} {base}{:+} {}",
+                    p.psn_off,
+                    describe(p)
+                );
+            }
+            super::case::Step::Wait(_) => {}
+        }
+    }
 }
 
 /// The fields of a packet that are not the valid defaults, briefly.
@@ -236,6 +261,10 @@ fn describe(p: &super::case::PacketSpec) -> String {
     if headers.contains(&uroce_wire::Ext::AtomicEth) {
         let (off, key, ..) = p.atomic.unwrap_or((0, super::case::Key::Valid, 1, 0));
         v.push(format!("AtomicETH +{off} {key:?}"));
+    }
+    if headers.contains(&uroce_wire::Ext::Aeth) {
+        let syn = uroce_wire::AethSyndrome::from_byte(p.aeth.map_or(0, |a| a.0));
+        v.push(format!("AETH {syn:?}"));
     }
     if p.info().is_some_and(|i| i.has_payload) {
         v.push(format!("payload {}", p.payload.0));
@@ -335,10 +364,7 @@ pub fn run_diff(
             f.original_steps,
             f.case.steps.len()
         );
-        for p in f.case.packets() {
-            let n = p.info().map_or("unknown opcode", |i| i.name);
-            let _ = writeln!(log, "  packet: {n} psn{:+} {}", p.psn_off, describe(p));
-        }
+        print_steps(log, &f.case);
         for d in &f.differences {
             let _ = writeln!(log, "  {}: {} | {}", d.what, d.a, d.b);
         }
