@@ -21,6 +21,7 @@ pub mod gen;
 pub mod live;
 pub mod minimize;
 pub mod oracle;
+pub mod replay;
 pub mod session;
 pub mod sim;
 pub mod target;
@@ -390,9 +391,20 @@ pub struct Report {
 pub fn fuzz(
     target: &mut dyn Target,
     cfg: &Config,
-    mut status: impl FnMut(&Status),
+    status: impl FnMut(&Status),
 ) -> Result<Report, TargetError> {
     let gen = Generator::new(cfg.seed, cfg.mode);
+    fuzz_cases(target, cfg, |index, probe| gen.case(index, probe), status)
+}
+
+/// [`fuzz`] with the cases `make` gives: case `index` for the shape of
+/// the first connection (`cfg.mode` only names them in findings).
+pub fn fuzz_cases(
+    target: &mut dyn Target,
+    cfg: &Config,
+    mut make: impl FnMut(u64, &Conn) -> Case,
+    mut status: impl FnMut(&Status),
+) -> Result<Report, TargetError> {
     let start = Instant::now();
     let mut ticker = Ticker::new();
     let mut report = Report::default();
@@ -405,7 +417,7 @@ pub fn fuzz(
         if cfg.time_limit.is_some_and(|l| start.elapsed() >= l) {
             break;
         }
-        let case = gen.case(index, &probe);
+        let case = make(index, &probe);
         let out = match run_case(target, cfg.qp_type, cfg.recvs, &case) {
             Ok(o) => o,
             Err(e) => {

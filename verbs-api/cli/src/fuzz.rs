@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use uroce_provider::fuzz::gen::Mode;
+use uroce_provider::fuzz::replay::Options as ReplayOptions;
 use uroce_provider::fuzz::session::{self, TargetSpec};
 use uroce_provider::fuzz::Config;
 use uroce_verbs::QpType;
@@ -83,7 +84,7 @@ pub struct FuzzArgs {
     pub versus_agent: Option<SocketAddr>,
 }
 
-/// `uroce fuzz replay`.
+/// `uroce fuzz replay`, `uroce fuzz pcap`.
 #[derive(Subcommand, Debug)]
 pub enum FuzzSub {
     /// Replays a saved finding against a target (rewritten for the live
@@ -91,6 +92,33 @@ pub enum FuzzSub {
     Replay {
         /// The finding's JSON file.
         file: PathBuf,
+        /// The target.
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Replays a capture (pcap or pcapng) against a target: one flow's
+    /// requests, rewritten to the live connection (QP, PSNs, rkey,
+    /// addresses), then optionally mutants of them.
+    Pcap {
+        /// The capture file.
+        file: PathBuf,
+        /// The flow to replay, by its number in the listing (default:
+        /// the one with the most requests).
+        #[arg(long)]
+        flow: Option<usize>,
+        /// Also run this many mutants of the replayed case (1 to 3
+        /// packets' fields mutated each); findings are minimized and saved.
+        #[arg(long, default_value_t = 0)]
+        mutate: u64,
+        /// Seed of the mutants.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Transport of the live QP: rc, uc or ud (default: the flow's).
+        #[arg(long)]
+        qp: Option<String>,
+        /// Directory for findings (JSON, pcap).
+        #[arg(long, default_value = "uroce-fuzz-findings")]
+        out: PathBuf,
         /// The target.
         #[command(flatten)]
         target: TargetArgs,
@@ -115,11 +143,34 @@ pub fn run(a: FuzzArgs) -> ExitCode {
             Ok(s) => s,
             Err(e) => return fail(&e),
         };
-        return match session::replay(&file, &spec, &mut out) {
-            Ok(0) => ExitCode::SUCCESS,
-            Ok(_) => ExitCode::from(1),
-            Err(e) => fail(&e),
+        return exit(session::replay(&file, &spec, &mut out));
+    }
+    if let Some(FuzzSub::Pcap {
+        file,
+        flow,
+        mutate,
+        seed,
+        qp,
+        out: dir,
+        target,
+    }) = a.sub
+    {
+        let spec = match target.spec() {
+            Ok(s) => s,
+            Err(e) => return fail(&e),
         };
+        let qp_type = match qp.as_deref().map(|q| (q, qp_type(q))) {
+            None => None,
+            Some((_, Some(t))) => Some(t),
+            Some((q, None)) => return fail(&format!("--qp {q}: rc, uc or ud")),
+        };
+        let opts = ReplayOptions {
+            flow,
+            qp_type,
+            mutate,
+            seed,
+        };
+        return exit(session::replay_pcap(&file, &opts, &spec, &dir, &mut out));
     }
     let spec = match a.target.spec() {
         Ok(s) => s,
@@ -158,6 +209,15 @@ pub fn run(a: FuzzArgs) -> ExitCode {
         Ok(r) if r.findings.is_empty() => ExitCode::SUCCESS,
         Ok(_) => ExitCode::from(1),
         Err(e) => fail(&e.to_string()),
+    }
+}
+
+/// 0: nothing tripped, 1: oracles tripped or findings, 2: could not run.
+fn exit(r: Result<usize, String>) -> ExitCode {
+    match r {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
+        Err(e) => fail(&e),
     }
 }
 
