@@ -4,7 +4,8 @@
 # namespace of its own, the fuzzer sends from another address in it.
 # Every mode and transport runs for a share of the time; any finding
 # fails the run (uroce is expected to run clean), and the findings stay
-# in $OUT (default: a temporary directory, printed).
+# in $OUT (default: a temporary directory, printed). Last, a capture of
+# `uroce demo` is replayed on the target (`uroce fuzz pcap`, with mutants).
 #
 #   bash fuzz/run-live.sh [SECONDS_PER_RUN] [CASES_PER_RUN]
 #
@@ -18,7 +19,7 @@ out=${OUT:-$(mktemp -d /tmp/uroce-fuzz-live.XXXXXX)}
 mkdir -p "$out"
 
 cargo build --release -q -p uroce-ibverbs -p uroce-cli || exit 1
-uroce=$root/target/release/uroce
+uroce=${CARGO_TARGET_DIR:-$root/target}/release/uroce
 libdir=$("$uroce" libdir) || exit 1
 cc -O2 -Wall -o "$out/uroce-fuzz-agent" fuzz/agent/uroce_fuzz_agent.c -libverbs || {
   echo "the agent does not compile (apt-get install libibverbs-dev)"
@@ -66,6 +67,23 @@ for qp in rc uc ud; do
     fi
   done
 done
+# Replay: a capture uroce makes of its own traffic (the demo, between two
+# addresses on a veth pair of MTU 1500, so at the target's RoCE MTU of
+# 1024), its main flow replayed on the target, then mutants of it. Fails
+# if it cannot run or an oracle trips.
+t0=$SECONDS
+ip -n "$ns" link add rp0 mtu 1500 type veth peer name rp1 mtu 1500
+for i in 0 1; do
+  ip -n "$ns" addr add 10.99.0.$((i + 1))/24 dev rp$i && ip -n "$ns" link set rp$i up
+done
+ip netns exec "$ns" "$uroce" demo --a 10.99.0.1 --b 10.99.0.2 -n 3 --mib 1 \
+  --pcap "$out/demo.pcap" >"$out/demo.log" 2>&1 || { cat "$out/demo.log"; status=1; }
+ip netns exec "$ns" "$uroce" fuzz pcap "$out/demo.pcap" --target udp:$target --fuzzer $fuzzer \
+  --agent $agent --mutate 10 --out "$out/pcap" >"$out/pcap.log" 2>&1
+rc=$?
+printf 'pcap replay (%d s, exit %d):\n' $((SECONDS - t0)) $rc
+sed 's/^/  | /' "$out/pcap.log" | head -40
+[ $rc = 0 ] || status=1
 kill -0 "$agent_pid" 2>/dev/null || { echo "the agent died"; status=1; }
 echo "uroce fuzz (live, netns): $findings findings; logs and findings in $out"
 exit $status

@@ -223,6 +223,8 @@ impl ReplayPlan {
                 plan.frames, plan.roce, plan.unparsable
             ));
         }
+        // None chosen yet (for the listing in an error).
+        plan.chosen = usize::MAX;
         plan.chosen = match opts.flow {
             None => 0,
             Some(n) if (1..=plan.flows.len()).contains(&n) => n - 1,
@@ -231,7 +233,7 @@ impl ReplayPlan {
                     "{name}: no flow {n}: the capture has {} (1 to {})\n{}",
                     plan.flows.len(),
                     plan.flows.len(),
-                    plan.listing()
+                    plan.listing().trim_end()
                 ))
             }
         };
