@@ -796,6 +796,64 @@ mod tests {
         assert!(ReplayPlan::from_file(&tmp("absent"), &Options::default()).is_err());
     }
 
+    /// A capture made by hand (UD SENDs, one with another Q_Key): the
+    /// usual Q_Key becomes the live one, the other stays and is dropped.
+    #[test]
+    fn ud_qkeys_map_to_the_live_one() {
+        let rec = Conn {
+            qp_type: QpType::Ud,
+            target: IpAddr::from([10, 0, 0, 2]),
+            fuzzer: IpAddr::from([10, 0, 0, 1]),
+            src_port: uroce_wire::ROCEV2_UDP_PORT,
+            qpn: 0x42,
+            fuzzer_qpn: 0x43,
+            control_qpn: 0x44,
+            rq_psn: 100,
+            sq_psn: 0,
+            va: 0,
+            len: 0,
+            rkey: 0,
+            private_rkey: 0,
+            qkey: 0x1234,
+            mtu: 1024,
+            recvs_posted: 0,
+        };
+        let path = tmp("ud.pcap");
+        let mut cap = Capture::create(&path).expect("create");
+        for i in 0..4 {
+            let mut p = PacketSpec::new(uroce_wire::Opcode(0x64), i);
+            p.payload = (16, 0xab);
+            p.deth = Some(((i == 3).then_some(0x9999), 0x43));
+            let b = p.emit(&rec).expect("emits");
+            let port = uroce_wire::ROCEV2_UDP_PORT;
+            let (s, d) = (
+                SocketAddr::new(rec.fuzzer, port),
+                SocketAddr::new(rec.target, port),
+            );
+            cap.record(s, d, (0, true), &b);
+        }
+        cap.finish().expect("finish");
+        let plan = ReplayPlan::from_file(&path, &Options::default()).expect("plan");
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(
+            (plan.qp_type, plan.qkey, plan.bad_icrc),
+            (QpType::Ud, Some(0x1234), 0)
+        );
+        let deths: Vec<_> = plan.case.packets().map(|p| p.deth).collect();
+        let mut want = vec![Some((None, 0x43)); 3];
+        want.push(Some((Some(0x9999), 0x43)));
+        assert_eq!(deths, want);
+        let mut t = SimTarget::new(3, None);
+        let out = run_case(&mut t, plan.qp_type, plan.recvs(), &plan.case).expect("run");
+        assert!(out.violations.is_empty(), "{:?}", out.violations);
+        let ok = out
+            .obs
+            .completions
+            .iter()
+            .filter(|c| c.recv && c.status == 0);
+        assert_eq!(ok.count(), 3);
+    }
+
     #[test]
     fn psn_distances_wrap() {
         assert_eq!(psn_distance(5, 3), 2);
