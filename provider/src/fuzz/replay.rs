@@ -198,7 +198,9 @@ impl ReplayPlan {
             if icrc_error != 0 {
                 plan.bad_icrc += 1;
             }
-            if p.info.is_request {
+            // A CNP is not a request: the target's congestion control,
+            // not its responder, handles it.
+            if p.info.is_request && p.info.transport != Transport::Cnp {
                 packets.push(Captured {
                     at: rec.timestamp,
                     src: frame.src,
@@ -852,6 +854,29 @@ mod tests {
             .iter()
             .filter(|c| c.recv && c.status == 0);
         assert_eq!(ok.count(), 3);
+    }
+
+    /// A capture made elsewhere (scapy's test vectors: IPv4 and IPv6, RC,
+    /// UD, CNPs): every flow of requests replays; CNPs are no flow.
+    #[test]
+    fn a_foreign_capture_replays() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wire/tests/data/scapy_roce.pcap");
+        let plan = ReplayPlan::from_file(&path, &Options::default()).expect("plan");
+        assert_eq!(
+            (plan.roce, plan.bad_icrc, plan.flows.len()),
+            (9, 0, 5),
+            "{plan}"
+        );
+        let mut t = SimTarget::new(3, None);
+        for n in 1..=plan.flows.len() {
+            let o = Options {
+                flow: Some(n),
+                ..Options::default()
+            };
+            let plan = ReplayPlan::from_file(&path, &o).expect("plan");
+            let out = run_case(&mut t, plan.qp_type, plan.recvs(), &plan.case).expect("run");
+            assert!(out.violations.is_empty(), "flow {n}: {:?}", out.violations);
+        }
     }
 
     #[test]
