@@ -6,7 +6,8 @@
 # 127.0.0.9): their table is printed, only a failure to run fails. Then
 # every mode and transport runs for a share of the time; any finding
 # fails the run (uroce is expected to run clean), and the findings stay
-# in $OUT (default: a temporary directory, printed).
+# in $OUT (default: a temporary directory, printed). Last, a capture of
+# `uroce demo` is replayed on the target (`uroce fuzz pcap`, with mutants).
 #
 #   bash fuzz/run-live.sh [SECONDS_PER_RUN] [CASES_PER_RUN]
 #
@@ -55,7 +56,9 @@ for qp in rc uc; do
 done
 findings=0
 for qp in rc uc ud; do
-  for mode in fields sequence; do
+  modes="fields sequence"
+  [ $qp = rc ] && modes="$modes responder"
+  for mode in $modes; do
     t0=$SECONDS
     ip netns exec "$ns" "$uroce" fuzz --target udp:$target --fuzzer $fuzzer --agent $agent \
       --qp "$qp" --mode "$mode" --seed 1 --cases "$cases" --time "$per_run" \
@@ -71,6 +74,23 @@ for qp in rc uc ud; do
     fi
   done
 done
+# Replay: a capture uroce makes of its own traffic (the demo, between two
+# addresses on a veth pair of MTU 1500, so at the target's RoCE MTU of
+# 1024), its main flow replayed on the target, then mutants of it. Fails
+# if it cannot run or an oracle trips.
+t0=$SECONDS
+ip -n "$ns" link add rp0 mtu 1500 type veth peer name rp1 mtu 1500
+for i in 0 1; do
+  ip -n "$ns" addr add 10.99.0.$((i + 1))/24 dev rp$i && ip -n "$ns" link set rp$i up
+done
+ip netns exec "$ns" "$uroce" demo --a 10.99.0.1 --b 10.99.0.2 -n 3 --mib 1 \
+  --pcap "$out/demo.pcap" >"$out/demo.log" 2>&1 || { cat "$out/demo.log"; status=1; }
+ip netns exec "$ns" "$uroce" fuzz pcap "$out/demo.pcap" --target udp:$target --fuzzer $fuzzer \
+  --agent $agent --mutate 10 --out "$out/pcap" >"$out/pcap.log" 2>&1
+rc=$?
+printf 'pcap replay (%d s, exit %d):\n' $((SECONDS - t0)) $rc
+sed 's/^/  | /' "$out/pcap.log" | head -40
+[ $rc = 0 ] || status=1
 kill -0 "$agent_pid" 2>/dev/null || { echo "the agent died"; status=1; }
 echo "uroce fuzz (live, netns): $findings findings; logs and findings in $out"
 exit $status

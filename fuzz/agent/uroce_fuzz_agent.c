@@ -15,6 +15,9 @@
  *   setup rc|uc|ud RECVS FUZZER_IP FUZZER_QPN FUZZER_PSN
  *     -> ok qpn=N control_qpn=N rq_psn=N sq_psn=N va=N len=N rkey=N
  *           private_rkey=N qkey=N mtu=N
+ *   post send|write|read|cas|faa WR_ID LEN LOCAL_OFF REMOTE_VA RKEY SWAP_ADD COMPARE
+ *     -> ok | error WHY   (a signaled WR on the fuzzed QP; its local buffer
+ *        is the exposed region at LOCAL_OFF: the fuzzer answers as responder)
  *   observe
  *     -> log LINE / state N / wc WR_ID STATUS RECV / event NAME / exposed HEX /
  *        private ok|changed / control ok|fail / end
@@ -114,8 +117,12 @@ static struct ibv_qp *make_qp(struct ibv_cq *cq, enum ibv_qp_type t) {
 }
 
 /* RESET -> INIT -> RTR -> RTS towards (gid, qpn). */
+/* The fuzzed QP's requester gives up as fast as uroce's simulated target
+ * does (timeout 8: ~1 ms, 3 retries, 2 RNR retries), so that a case's
+ * requests end within its observation on both (the differential mode);
+ * the control pair keeps patient defaults. */
 static int connect_qp(struct ibv_qp *qp, enum ibv_qp_type t, const union ibv_gid *dgid,
-                      uint32_t dqpn, uint32_t rq_psn, uint32_t sq_psn) {
+                      uint32_t dqpn, uint32_t rq_psn, uint32_t sq_psn, int fuzzed) {
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1};
   int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
   if (t == IBV_QPT_UD) {
@@ -154,9 +161,9 @@ static int connect_qp(struct ibv_qp *qp, enum ibv_qp_type t, const union ibv_gid
   a.sq_psn = sq_psn;
   mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
   if (t == IBV_QPT_RC) {
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
+    a.timeout = fuzzed ? 8 : 14;
+    a.retry_cnt = fuzzed ? 3 : 7;
+    a.rnr_retry = fuzzed ? 2 : 7;
     a.max_rd_atomic = 4;
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
@@ -187,8 +194,8 @@ static int make_control(void) {
   pqp = make_qp(ccq, IBV_QPT_RC);
   if (!cqp || !pqp)
     return -1;
-  if (connect_qp(cqp, IBV_QPT_RC, &my_gid, pqp->qp_num, 100, 200) ||
-      connect_qp(pqp, IBV_QPT_RC, &my_gid, cqp->qp_num, 200, 100))
+  if (connect_qp(cqp, IBV_QPT_RC, &my_gid, pqp->qp_num, 100, 200, 0) ||
+      connect_qp(pqp, IBV_QPT_RC, &my_gid, cqp->qp_num, 200, 100, 0))
     return -1;
   return 0;
 }
@@ -279,7 +286,7 @@ static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, 
   union ibv_gid fgid;
   gid_of_ip(fip, &fgid);
   uint32_t sq_psn = (uint32_t)random() & 0xffffff;
-  if (connect_qp(fqp, t, &fgid, fqpn, fpsn & 0xffffff, sq_psn)) {
+  if (connect_qp(fqp, t, &fgid, fqpn, fpsn & 0xffffff, sq_psn, 1)) {
     fprintf(out, "error modify: %s\n", strerror(errno));
     return;
   }
@@ -363,14 +370,67 @@ static void observe(FILE *out) {
   fprintf(out, "control %s\nend\n", ok ? "ok" : "fail");
 }
 
+static void post(FILE *out, const char *op, unsigned long long wr_id, unsigned len,
+                 unsigned off, unsigned long long va, unsigned rkey, unsigned long long swap_add,
+                 unsigned long long compare) {
+  if (!fqp) {
+    fprintf(out, "error no QP\n");
+    return;
+  }
+  int atomic = !strcmp(op, "cas") || !strcmp(op, "faa");
+  if (atomic)
+    len = 8;
+  if (off > REGION || len > REGION - off) {
+    fprintf(out, "error local range\n");
+    return;
+  }
+  struct ibv_sge s = {.addr = (uintptr_t)(exposed + off), .length = len, .lkey = exposed_mr->lkey};
+  struct ibv_send_wr w = {.wr_id = wr_id, .sg_list = &s, .num_sge = len ? 1 : 0,
+                          .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  if (!strcmp(op, "send"))
+    w.opcode = IBV_WR_SEND;
+  else if (!strcmp(op, "write"))
+    w.opcode = IBV_WR_RDMA_WRITE;
+  else if (!strcmp(op, "read"))
+    w.opcode = IBV_WR_RDMA_READ;
+  else if (!strcmp(op, "cas"))
+    w.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  else if (!strcmp(op, "faa"))
+    w.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  else {
+    fprintf(out, "error unknown operation %s\n", op);
+    return;
+  }
+  if (atomic) {
+    w.wr.atomic.remote_addr = va;
+    w.wr.atomic.rkey = rkey;
+    w.wr.atomic.compare_add = !strcmp(op, "cas") ? compare : swap_add;
+    w.wr.atomic.swap = swap_add;
+  } else {
+    w.wr.rdma.remote_addr = va;
+    w.wr.rdma.rkey = rkey;
+  }
+  int e = ibv_post_send(fqp, &w, &bad);
+  if (e)
+    fprintf(out, "error post_send: %s\n", strerror(e));
+  else
+    fprintf(out, "ok\n");
+}
+
 static void serve(int fd) {
   FILE *in = fdopen(fd, "r"), *out = fdopen(dup(fd), "w");
   char line[512];
   while (fgets(line, sizeof line, in)) {
     char type[8], ip[64];
     unsigned recvs, qpn, psn;
+    unsigned long long wr_id, va, swap_add, compare;
+    unsigned len, off, rkey;
     if (sscanf(line, "setup %7s %u %63s %u %u", type, &recvs, ip, &qpn, &psn) == 5)
       setup(out, type, recvs, ip, qpn, psn);
+    else if (sscanf(line, "post %7s %llu %u %u %llu %u %llu %llu", type, &wr_id, &len, &off, &va,
+                    &rkey, &swap_add, &compare) == 8)
+      post(out, type, wr_id, len, off, va, rkey, swap_add, compare);
     else if (!strncmp(line, "observe", 7))
       observe(out);
     else if (!strncmp(line, "ping", 4))

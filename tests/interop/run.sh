@@ -656,7 +656,10 @@ fuzz_rxe() {
       --fuzzer $VM_HOST_IP --agent $VM_GUEST_IP:4792 2>&1 | sed 's/^/     | /'
   fi
   for qp in $runs; do
-    for mode in fields sequence; do
+    # RC: the fuzzer as responder first (its cases do not crash rxe).
+    local modes="fields sequence"
+    [ $qp = rc ] && modes="responder sequence fields"
+    for mode in $modes; do
       ns timeout -k 5 $((secs * 4 + 60)) "$UROCE" fuzz --target udp:$VM_GUEST_IP \
         --fuzzer $VM_HOST_IP --agent $VM_GUEST_IP:4792 --qp $qp --mode $mode --seed 1 \
         --cases 100000 --time "$secs" --out "$d/$qp-$mode" >"$d/$qp-$mode.log" 2>"$d/$qp-$mode.err"
@@ -674,7 +677,7 @@ fuzz_rxe() {
   done
   # Differential: the same RC cases on rxe and on uroce's own QP
   # machines (the simulated target), every difference reported.
-  local diffs="sequence fields"
+  local diffs="responder sequence fields"
   [ -n "${FUZZ_REPLAY:-}" ] || [ -n "$crashed" ] && diffs=""
   for mode in $diffs; do
     ns timeout -k 5 $((secs * 4 + 60)) "$UROCE" fuzz --target udp:$VM_GUEST_IP \

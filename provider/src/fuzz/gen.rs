@@ -15,8 +15,18 @@
 //!   by their response count), with duplicates, gaps, opcode-sequence
 //!   violations (a message interrupted by another, a MIDDLE without a
 //!   FIRST) and waits interleaved.
+//! * [`Mode::Responder`] (RC): the fuzzer is the responder. The target
+//!   posts one to four SENDs, WRITEs, READs and atomics; the fuzzer
+//!   answers them from a model of a correct responder (ACKs, some
+//!   coalesced, READ responses, atomic ACKs, with the right PSNs and
+//!   MSNs), then breaks one to three things: ghost ACKs (for PSNs never
+//!   sent), duplicates, sequence NAKs, error NAKs, RNR NAKs, implied NAKs
+//!   (a READ's responses left out before a later ACK), partial, reordered
+//!   and over-long READ responses, atomic ACKs for the wrong PSN,
+//!   response opcodes swapped, and the header mutations of the other
+//!   modes.
 
-use super::case::{Case, Dest, Icrc, Key, PacketSpec, Step};
+use super::case::{Case, Dest, Icrc, Key, PacketSpec, Post, PostOp, Step};
 use super::target::Conn;
 use crate::types::QpType;
 use rand::rngs::SmallRng;
@@ -31,6 +41,8 @@ pub enum Mode {
     Fields,
     /// Stateful request sequences.
     Sequence,
+    /// The fuzzer answers the target's requests (RC).
+    Responder,
 }
 
 impl Mode {
@@ -39,6 +51,7 @@ impl Mode {
         match s {
             "fields" => Some(Mode::Fields),
             "sequence" | "seq" => Some(Mode::Sequence),
+            "responder" => Some(Mode::Responder),
             _ => None,
         }
     }
@@ -83,6 +96,7 @@ impl Generator {
         match self.mode {
             Mode::Fields => fields_case(&mut rng, conn),
             Mode::Sequence => sequence_case(&mut rng, conn),
+            Mode::Responder => responder_case(&mut rng, conn),
         }
     }
 }
@@ -126,7 +140,7 @@ pub fn valid(op: Opcode, psn_off: i32, conn: &Conn, rng: &mut SmallRng) -> Packe
     p
 }
 
-fn one_mutation(p: &mut PacketSpec, rng: &mut SmallRng, conn: &Conn) {
+pub(crate) fn one_mutation(p: &mut PacketSpec, rng: &mut SmallRng, conn: &Conn) {
     let ops: Vec<Opcode> = Opcode::all().map(|i| Opcode(i.code)).collect();
     match rng.random_range(0..20) {
         0 => p.opcode = ops[rng.random_range(0..ops.len())].0,
@@ -283,4 +297,236 @@ fn sequence_case(rng: &mut SmallRng, conn: &Conn) -> Case {
     }
     steps.push(Step::Wait(5_000));
     Case { steps }
+}
+
+/// An ACK-class AETH syndrome: ACK with an invalid credit count (no
+/// end-to-end flow control), as most responders send.
+const ACK: u8 = 0x1f;
+
+/// The valid answers to `posts` (each with the PSN offset its request
+/// starts at): what a correct responder sends, one message after another.
+fn answers(posts: &[(Post, i32)], conn: &Conn, rng: &mut SmallRng) -> Vec<PacketSpec> {
+    let mtu = conn.mtu;
+    let mut out = Vec::new();
+    for (msn, (w, start)) in posts.iter().enumerate() {
+        let msn = msn as u32 + 1;
+        let last = start + w.span(mtu) as i32 - 1;
+        match w.op {
+            PostOp::Send | PostOp::Write => {
+                let mut a = PacketSpec::response(Opcode::RC_ACKNOWLEDGE, last);
+                a.aeth = Some((ACK, msn));
+                out.push(a);
+            }
+            PostOp::CompareSwap | PostOp::FetchAdd => {
+                let mut a = PacketSpec::response(Opcode::RC_ATOMIC_ACKNOWLEDGE, *start);
+                a.aeth = Some((ACK, msn));
+                a.atomic_ack = Some(rng.random());
+                out.push(a);
+            }
+            PostOp::Read => {
+                let n = w.span(mtu);
+                let fill = rng.random();
+                for i in 0..n {
+                    let op = match (n, i) {
+                        (1, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                        (_, 0) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                        (_, i) if i + 1 == n => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                        _ => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                    };
+                    let mut a = PacketSpec::response(op, start + i as i32);
+                    let len = (w.len - i * mtu).min(mtu);
+                    a.payload = (len as u16, fill);
+                    a.aeth = Some((ACK, msn));
+                    out.push(a);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn responder_case(rng: &mut SmallRng, conn: &Conn) -> Case {
+    let mtu = conn.mtu;
+    let mut steps = Vec::new();
+    let mut posts = Vec::new();
+    let mut psn = 0i32;
+    for i in 0..rng.random_range(1..=4u64) {
+        let op = [
+            PostOp::Send,
+            PostOp::Write,
+            PostOp::Read,
+            PostOp::CompareSwap,
+            PostOp::FetchAdd,
+        ][rng.random_range(0..5)];
+        let atomic = matches!(op, PostOp::CompareSwap | PostOp::FetchAdd);
+        let len = if atomic {
+            8
+        } else {
+            rng.random_range(0..=(3 * mtu).min(conn.len))
+        };
+        let local_off = if atomic {
+            rng.random_range(0..conn.len / 8) * 8
+        } else {
+            rng.random_range(0..=conn.len - len)
+        };
+        let w = Post {
+            wr_id: 0x100 + i,
+            op,
+            len,
+            local_off,
+            remote_va: 0x7f00_0000_0000 + u64::from(rng.random::<u16>()) * 8,
+            rkey: 0x4242,
+            swap_add: rng.random(),
+            compare: rng.random(),
+        };
+        posts.push((w.clone(), psn));
+        psn += w.span(mtu) as i32;
+        steps.push(Step::Post(w));
+    }
+    let span = psn;
+    steps.push(Step::Wait(1_000));
+    let mut ans = answers(&posts, conn, rng);
+    // Coalesced ACKs: a plain ACK before another answer may be left out.
+    let mut i = 0;
+    while i + 1 < ans.len() {
+        if ans[i].opcode == Opcode::RC_ACKNOWLEDGE.0 && rng.random_range(0..3) == 0 {
+            ans.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+    for _ in 0..rng.random_range(1..=3) {
+        mutate_answers(&mut ans, &posts, span, conn, rng);
+    }
+    for a in ans {
+        steps.push(Step::Packet(a));
+        if rng.random_range(0..4) == 0 {
+            steps.push(Step::Wait(rng.random_range(1..500)));
+        }
+    }
+    steps.push(Step::Wait(5_000));
+    Case { steps }
+}
+
+/// Breaks the answers one way.
+fn mutate_answers(
+    ans: &mut Vec<PacketSpec>,
+    posts: &[(Post, i32)],
+    span: i32,
+    conn: &Conn,
+    rng: &mut SmallRng,
+) {
+    let ack = |op: Opcode, psn: i32, syn: u8| {
+        let mut a = PacketSpec::response(op, psn);
+        a.aeth = Some((syn, 1));
+        a
+    };
+    let pick = |rng: &mut SmallRng, n: usize| rng.random_range(0..n.max(1));
+    let at = pick(rng, ans.len() + 1).min(ans.len());
+    let psn_of = |ans: &[PacketSpec], i: usize| ans.get(i).map_or(0, |a| a.psn_off);
+    match rng.random_range(0..12) {
+        // Ghost ACK: a PSN never sent (just past the last, far ahead, or
+        // before the first).
+        0 => {
+            let psn = match rng.random_range(0..3) {
+                0 => span + rng.random_range(0..64),
+                1 => (1 << 23) + rng.random_range(-2..2),
+                _ => -rng.random_range(1..64),
+            };
+            ans.insert(at, ack(Opcode::RC_ACKNOWLEDGE, psn, ACK));
+        }
+        // A duplicate of an answer, later.
+        1 if !ans.is_empty() => {
+            let i = pick(rng, ans.len());
+            let d = ans[i].clone();
+            let j = rng.random_range(i..=ans.len());
+            ans.insert(j, d);
+        }
+        // A sequence NAK (the requester resends from there).
+        2 => {
+            let psn = psn_of(ans, at);
+            ans.insert(at, ack(Opcode::RC_ACKNOWLEDGE, psn, 0x60));
+        }
+        // An error NAK: invalid request, remote access, remote operation,
+        // or a reserved NAK code.
+        3 => {
+            let code = [0x61, 0x62, 0x63, 0x64, 0x6f][rng.random_range(0..5)];
+            let psn = psn_of(ans, at);
+            ans.insert(at, ack(Opcode::RC_ACKNOWLEDGE, psn, code));
+        }
+        // An RNR NAK with some timer.
+        4 => {
+            let psn = psn_of(ans, at);
+            // Short timers (10 us .. 2.56 ms): the target's retries end
+            // within the case (timer 0 is 655 ms).
+            let timer = rng.random_range(1..=16);
+            ans.insert(at, ack(Opcode::RC_ACKNOWLEDGE, psn, 0x20 | timer));
+        }
+        // Implied NAK: a READ's responses left out (a later answer then
+        // acknowledges past it).
+        5 => {
+            let reads: Vec<&(Post, i32)> =
+                posts.iter().filter(|(w, _)| w.op == PostOp::Read).collect();
+            if let Some((w, s)) = reads.get(pick(rng, reads.len())) {
+                let end = s + w.span(conn.mtu) as i32;
+                ans.retain(|a| !(a.psn_off >= *s && a.psn_off < end && is_read_response(a)));
+                if ans.last().is_none_or(|a| a.psn_off < end) {
+                    ans.push(ack(Opcode::RC_ACKNOWLEDGE, span - 1, ACK));
+                }
+            }
+        }
+        // Partial READ: one response left out.
+        6 => {
+            let r: Vec<usize> = (0..ans.len()).filter(|&i| is_read_response(&ans[i])).collect();
+            if let Some(&i) = r.get(pick(rng, r.len())) {
+                ans.remove(i);
+            }
+        }
+        // Reordered: two answers swapped.
+        7 if ans.len() >= 2 => {
+            let i = pick(rng, ans.len() - 1);
+            let j = rng.random_range(i + 1..ans.len());
+            ans.swap(i, j);
+        }
+        // A READ response with another length than the request's.
+        8 => {
+            let r: Vec<usize> = (0..ans.len()).filter(|&i| is_read_response(&ans[i])).collect();
+            if let Some(&i) = r.get(pick(rng, r.len())) {
+                let l = &mut ans[i].payload.0;
+                *l = match rng.random_range(0..3) {
+                    0 => l.saturating_add(rng.random_range(1..64)),
+                    1 => l.saturating_sub(rng.random_range(1..64)),
+                    _ => conn.mtu as u16 + 8,
+                };
+            }
+        }
+        // An atomic ACK for the wrong PSN.
+        9 => {
+            let r: Vec<usize> = (0..ans.len())
+                .filter(|&i| ans[i].opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE.0)
+                .collect();
+            if let Some(&i) = r.get(pick(rng, r.len())) {
+                ans[i].psn_off += [-1, 1, span][rng.random_range(0..3)];
+            } else {
+                let mut a = ack(Opcode::RC_ATOMIC_ACKNOWLEDGE, psn_of(ans, at), ACK);
+                a.atomic_ack = Some(rng.random());
+                ans.insert(at, a);
+            }
+        }
+        // A response opcode swapped for another.
+        10 if !ans.is_empty() => {
+            let i = pick(rng, ans.len());
+            ans[i].opcode = rng.random_range(0x0d..=0x12);
+        }
+        // A header mutation as the other modes make.
+        _ if !ans.is_empty() => {
+            let i = pick(rng, ans.len());
+            one_mutation(&mut ans[i], rng, conn);
+        }
+        _ => {}
+    }
+}
+
+fn is_read_response(a: &PacketSpec) -> bool {
+    (0x0d..=0x10).contains(&a.opcode)
 }

@@ -151,6 +151,26 @@ impl Target for LiveTarget {
         })
     }
 
+    fn post(&mut self, wr: &super::case::Post) -> Result<(), TargetError> {
+        use super::case::PostOp;
+        let op = match wr.op {
+            PostOp::Send => "send",
+            PostOp::Write => "write",
+            PostOp::Read => "read",
+            PostOp::CompareSwap => "cas",
+            PostOp::FetchAdd => "faa",
+        };
+        let cmd = format!(
+            "post {op} {} {} {} {} {} {} {}",
+            wr.wr_id, wr.len, wr.local_off, wr.remote_va, wr.rkey, wr.swap_add, wr.compare
+        );
+        let lines = self.command(&cmd)?;
+        match lines.first() {
+            Some(l) if l == "ok" => Ok(()),
+            l => Err(io(format!("agent: {}", l.map_or("", |l| l.as_str())))),
+        }
+    }
+
     fn send(&mut self, packet: &[u8]) {
         let _ = self.sock.send_to(
             packet,

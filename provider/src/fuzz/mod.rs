@@ -22,6 +22,7 @@ pub mod gen;
 pub mod live;
 pub mod minimize;
 pub mod oracle;
+pub mod replay;
 pub mod session;
 pub mod sim;
 pub mod target;
@@ -151,7 +152,15 @@ pub fn run_case(
                 }
             }
         }
-        for a in target.wait(1_000) {
+        // The target's own requests (the fuzzer as responder) get time
+        // to be retried and to fail: a requester with a 1 ms timeout and
+        // 3 retries, on a kernel timer of 4 ms granularity.
+        let tail = if case.posts().next().is_some() {
+            50_000
+        } else {
+            1_000
+        };
+        for a in target.wait(tail) {
             packets.push(Traced {
                 us,
                 sent: false,
@@ -338,10 +347,17 @@ impl Ticker {
 
 /// The PSN classes of a case's packets, against the model's expected PSN
 /// (which moves on with every in-sequence request).
+/// A response's class is against the PSNs the target's requests took.
 pub fn psn_classes(case: &Case, conn: &Conn) -> Vec<(u8, &'static str)> {
+    let sent = case.request_span(conn.mtu) as i32;
     case.packets()
         .zip(case.psn_deltas(conn.mtu))
         .map(|(p, d)| {
+            let d = match (p.resp, d) {
+                (true, d) if (0..sent).contains(&d) => 0,
+                (true, d) if d >= sent => d - sent + 1,
+                (_, d) => d,
+            };
             let class = match d {
                 0 => "expected",
                 -128..=-1 => "duplicate",
@@ -376,9 +392,20 @@ pub struct Report {
 pub fn fuzz(
     target: &mut dyn Target,
     cfg: &Config,
-    mut status: impl FnMut(&Status),
+    status: impl FnMut(&Status),
 ) -> Result<Report, TargetError> {
     let gen = Generator::new(cfg.seed, cfg.mode);
+    fuzz_cases(target, cfg, |index, probe| gen.case(index, probe), status)
+}
+
+/// [`fuzz`] with the cases `make` gives: case `index` for the shape of
+/// the first connection (`cfg.mode` only names them in findings).
+pub fn fuzz_cases(
+    target: &mut dyn Target,
+    cfg: &Config,
+    mut make: impl FnMut(u64, &Conn) -> Case,
+    mut status: impl FnMut(&Status),
+) -> Result<Report, TargetError> {
     let start = Instant::now();
     let mut ticker = Ticker::new();
     let mut report = Report::default();
@@ -391,7 +418,7 @@ pub fn fuzz(
         if cfg.time_limit.is_some_and(|l| start.elapsed() >= l) {
             break;
         }
-        let case = gen.case(index, &probe);
+        let case = make(index, &probe);
         let out = match run_case(target, cfg.qp_type, cfg.recvs, &case) {
             Ok(o) => o,
             Err(e) => {

@@ -11,13 +11,19 @@
 //!   RTS with nothing written and nothing completed when every packet of
 //!   the case is one the spec says to drop silently;
 //! * completions name receive WRs that were posted, each once, and no
-//!   more receives succeed than the case sent messages.
+//!   more receives succeed than the case sent messages;
+//! * the fuzzer as responder (the case has the target post requests):
+//!   send completions name posted WRs, each once, in the order posted;
+//!   a WR completes successfully only if the case answered it (an ACK,
+//!   a sequence or RNR NAK past it, or a later response, at a PSN the
+//!   target sent; a READ's last response; an atomic ACK at its PSN), and
+//!   a successful READ holds the bytes its responses carried.
 
-use super::case::{Case, Key, PacketSpec};
+use super::case::{Case, Key, PacketSpec, Post, PostOp};
 use super::target::{Conn, Observation, PATTERN};
 use crate::types::{QpState, QpType};
 use serde::{Deserialize, Serialize};
-use uroce_wire::Operation;
+use uroce_wire::{AethSyndrome, Operation};
 
 /// A broken rule.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +51,19 @@ pub enum Violation {
     UnknownCompletion(u64),
     /// A WR completed twice.
     DuplicateCompletion(u64),
+    /// Send completions out of the order the WRs were posted in.
+    OutOfOrderCompletion(u64),
+    /// A WR completed successfully that no answer of the case covered
+    /// (a ghost ACK, a NAK, a partial READ was taken for success).
+    UnearnedSuccess(u64),
+    /// A READ completed successfully with other bytes than its responses
+    /// carried.
+    ReadDataWrong {
+        /// The WR.
+        wr_id: u64,
+        /// First wrong offset in the region.
+        offset: usize,
+    },
     /// More successful receives than messages sent.
     TooManyReceives {
         /// Successful receive completions.
@@ -70,6 +89,9 @@ impl Violation {
             Violation::UnknownCompletion(_) => "unknown-completion",
             Violation::DuplicateCompletion(_) => "duplicate-completion",
             Violation::TooManyReceives { .. } => "too-many-receives",
+            Violation::OutOfOrderCompletion(_) => "out-of-order-completion",
+            Violation::UnearnedSuccess(_) => "unearned-success",
+            Violation::ReadDataWrong { .. } => "read-data-wrong",
         }
     }
 
@@ -83,6 +105,15 @@ impl Violation {
                 "IBA 9.6.1 / 9.7.1 (C9-xx): packets failing header or ICRC checks are silently dropped"
             }
             Violation::IllegalState(_) => "IBA 10.3.1: responder errors move an RC/UC QP to Error only",
+            Violation::OutOfOrderCompletion(_) => {
+                "IBA 10.8.6 (C10-?): an RC send queue's WRs complete in the order posted"
+            }
+            Violation::UnearnedSuccess(_) => {
+                "IBA 9.7.5.1 (C9-92..): a request completes only when acknowledged; ghost ACKs are dropped, NAKs and implied NAKs retry or fail it"
+            }
+            Violation::ReadDataWrong { .. } => {
+                "IBA 9.7.5.1.1: READ responses are placed in PSN order, each at its offset"
+            }
             Violation::TooManyReceives { .. }
             | Violation::UnknownCompletion(_)
             | Violation::DuplicateCompletion(_) => "IBA 10.8: each WR completes exactly once",
@@ -135,6 +166,95 @@ fn may_receive(case: &Case, conn: &Conn) -> usize {
         .count()
 }
 
+/// The answers of `case` that the target takes as answers: responses not
+/// silently dropped, as it parses them, with their PSN offsets.
+fn answers<'a>(
+    case: &'a Case,
+    conn: &'a Conn,
+) -> impl Iterator<Item = (&'static uroce_wire::OpcodeInfo, i32, &'a PacketSpec)> + 'a {
+    case.packets()
+        .filter(|p| p.resp && !p.silently_dropped(conn))
+        .filter_map(|p| Some((p.seen(conn)?.info, p.psn_off, p)))
+}
+
+/// Whether the successful completion of `posts[i]` was earned by an
+/// answer of the case, and (a READ) holds its data.
+fn check_success(
+    conn: &Conn,
+    case: &Case,
+    posts: &[&Post],
+    i: usize,
+    obs: &Observation,
+) -> Vec<Violation> {
+    let mtu = conn.mtu;
+    let start: i32 = posts[..i].iter().map(|w| w.span(mtu) as i32).sum();
+    let w = posts[i];
+    let last = start + w.span(mtu) as i32 - 1;
+    let sent = case.request_span(mtu) as i32;
+    let aeth = |p: &PacketSpec| AethSyndrome::from_byte(p.aeth.map_or(0, |a| a.0));
+    let earned = answers(case, conn).any(|(info, psn, p)| match w.op {
+        PostOp::Send | PostOp::Write => {
+            // An answer at a PSN the target sent acknowledges everything
+            // before it (and an ACK-class one its own PSN too).
+            let own = match info.operation {
+                Operation::Acknowledge => matches!(aeth(p), AethSyndrome::Ack { .. }),
+                Operation::AtomicAcknowledge | Operation::RdmaReadResponse => true,
+                _ => false,
+            };
+            let acks = matches!(
+                info.operation,
+                Operation::Acknowledge | Operation::AtomicAcknowledge | Operation::RdmaReadResponse
+            );
+            acks && psn < sent && (psn > last || (own && psn == last))
+        }
+        PostOp::Read => {
+            info.operation == Operation::RdmaReadResponse
+                && info.position.ends_message()
+                && psn == last
+        }
+        PostOp::CompareSwap | PostOp::FetchAdd => {
+            info.operation == Operation::AtomicAcknowledge && psn == start
+        }
+    });
+    let mut v = Vec::new();
+    if !earned {
+        v.push(Violation::UnearnedSuccess(w.wr_id));
+        return v;
+    }
+    // A READ's bytes: all its responses carry one fill byte; checked when
+    // no other post writes the same bytes and no response carries data.
+    if w.op == PostOp::Read && w.len > 0 {
+        let lo = w.local_off as usize;
+        let hi = lo + w.len as usize;
+        let overlaps = posts.iter().enumerate().any(|(j, o)| {
+            j != i
+                && o.local_write()
+                    .is_some_and(|(a, l)| (a as usize) < hi && lo < (a + l) as usize)
+        });
+        let fills: Vec<u8> = answers(case, conn)
+            .filter(|(info, psn, p)| {
+                info.operation == Operation::RdmaReadResponse
+                    && *psn >= start
+                    && *psn <= last
+                    && p.data.is_none()
+            })
+            .map(|(.., p)| p.payload.1)
+            .collect();
+        let one_fill = fills.windows(2).all(|f| f[0] == f[1]);
+        if let (false, true, Some(&fill), Some(bytes)) =
+            (overlaps, one_fill, fills.first(), obs.exposed.get(lo..hi))
+        {
+            if let Some(k) = bytes.iter().position(|&b| b != fill) {
+                v.push(Violation::ReadDataWrong {
+                    wr_id: w.wr_id,
+                    offset: lo + k,
+                });
+            }
+        }
+    }
+    v
+}
+
 /// Checks `obs` after `case` on `conn`.
 pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
     let mut v = Vec::new();
@@ -146,7 +266,12 @@ pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
     if !obs.private_intact {
         v.push(Violation::PrivateRegionChanged);
     }
-    let grants: Vec<(i64, u64)> = case.packets().flat_map(|p| grants(p, conn)).collect();
+    let mut grants: Vec<(i64, u64)> = case.packets().flat_map(|p| grants(p, conn)).collect();
+    grants.extend(
+        case.posts()
+            .filter_map(|w| w.local_write())
+            .map(|(o, l)| (i64::from(o), u64::from(l))),
+    );
     let granted = |i: usize| {
         grants.iter().any(|&(off, len)| {
             let i = i as i64;
@@ -169,7 +294,8 @@ pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
     if !allowed.contains(&obs.qp_state) {
         v.push(Violation::IllegalState(obs.qp_state));
     }
-    let all_silent = case.packets().all(|p| p.silently_dropped(conn));
+    let posts: Vec<&Post> = case.posts().collect();
+    let all_silent = posts.is_empty() && case.packets().all(|p| p.silently_dropped(conn));
     if all_silent {
         if obs.qp_state != QpState::Rts && allowed.contains(&obs.qp_state) {
             v.push(Violation::StateChangedBySilentDrop(obs.qp_state));
@@ -183,10 +309,27 @@ pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
     }
     let mut seen = std::collections::HashSet::new();
     let mut ok_recvs = 0;
+    let mut last_send = None;
     for c in &obs.completions {
-        if !c.recv || c.wr_id >= u64::from(conn.recvs_posted) {
+        if !c.recv {
+            match posts.iter().position(|w| w.wr_id == c.wr_id) {
+                None => v.push(Violation::UnknownCompletion(c.wr_id)),
+                Some(_) if !seen.insert((false, c.wr_id)) => {
+                    v.push(Violation::DuplicateCompletion(c.wr_id))
+                }
+                Some(i) => {
+                    if last_send.is_some_and(|l| l > i) {
+                        v.push(Violation::OutOfOrderCompletion(c.wr_id));
+                    }
+                    last_send = Some(i);
+                    if c.status == 0 {
+                        v.extend(check_success(conn, case, &posts, i, obs));
+                    }
+                }
+            }
+        } else if c.wr_id >= u64::from(conn.recvs_posted) {
             v.push(Violation::UnknownCompletion(c.wr_id));
-        } else if !seen.insert(c.wr_id) {
+        } else if !seen.insert((true, c.wr_id)) {
             v.push(Violation::DuplicateCompletion(c.wr_id));
         } else if c.status == 0 {
             ok_recvs += 1;

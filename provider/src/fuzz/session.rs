@@ -3,9 +3,10 @@
 //! with the command that replays each, and the replay itself.
 
 use super::live::LiveTarget;
+use super::replay::{Options as ReplayOptions, ReplayPlan};
 use super::sim::{PlantedBug, SimTarget};
 use super::target::{Target, TargetError};
-use super::{fuzz, run_case, Config, Finding, Report, Status};
+use super::{fuzz, fuzz_cases, run_case, Config, Finding, Outcome, Report, Status};
 use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -29,7 +30,8 @@ pub enum TargetSpec {
 }
 
 impl TargetSpec {
-    /// Parses `sim`, `sim:BUG` (`write-inside-send`, `long-read`) or
+    /// Parses `sim`, `sim:BUG` (`write-inside-send`, `long-read`,
+    /// `ghost-ack`) or
     /// `udp:IP` (with `fuzzer` and `agent`, which default to ... none: a
     /// live target needs both).
     pub fn parse(
@@ -44,7 +46,7 @@ impl TargetSpec {
             return PlantedBug::from_name(bug)
                 .map(|b| TargetSpec::Sim(Some(b)))
                 .ok_or_else(|| {
-                    format!("unknown planted bug {bug:?} (write-inside-send, long-read)")
+                    format!("unknown planted bug {bug:?} (write-inside-send, long-read, ghost-ack)")
                 });
         }
         if let Some(ip) = s.strip_prefix("udp:") {
@@ -68,6 +70,7 @@ impl TargetSpec {
                 "--target sim:write-inside-send".into()
             }
             TargetSpec::Sim(Some(PlantedBug::LongReadStallsQp)) => "--target sim:long-read".into(),
+            TargetSpec::Sim(Some(PlantedBug::GhostAck)) => "--target sim:ghost-ack".into(),
             TargetSpec::Udp {
                 target,
                 fuzzer,
@@ -159,6 +162,13 @@ pub fn run(
     if report.target_died {
         let _ = writeln!(log, "the target stopped answering: the run ended there");
     }
+    print_findings(&report, spec, out_dir, log);
+    Ok(report)
+}
+
+/// Saves each finding of `report` into `out_dir` and prints it with the
+/// command that replays it.
+fn print_findings(report: &Report, spec: &TargetSpec, out_dir: &Path, log: &mut dyn Write) {
     for (i, (f, packets)) in report.findings.iter().enumerate() {
         let name = format!("finding-{}", i + 1);
         let saved = f.save(out_dir, &name, packets);
@@ -176,10 +186,7 @@ pub fn run(
         for r in &f.rules {
             let _ = writeln!(log, "  rule: {r}");
         }
-        for p in f.case.packets() {
-            let name = p.info().map_or("unknown opcode", |i| i.name);
-            let _ = writeln!(log, "  packet: {name} psn{:+} {}", p.psn_off, describe(p));
-        }
+        print_steps(log, &f.case);
         match saved {
             Ok(json) => {
                 let _ = writeln!(
@@ -195,7 +202,34 @@ pub fn run(
             }
         }
     }
-    Ok(report)
+}
+
+/// A case's posts and packets, a line each. A response's PSN is counted
+/// from the target's first request ("sq psn"), a request's from the PSN
+/// the target expects.
+fn print_steps(log: &mut dyn Write, case: &super::case::Case) {
+    for s in &case.steps {
+        match s {
+            super::case::Step::Post(w) => {
+                let _ = writeln!(
+                    log,
+                    "  post: {:?} {} bytes (wr_id {:#x})",
+                    w.op, w.len, w.wr_id
+                );
+            }
+            super::case::Step::Packet(p) => {
+                let name = p.info().map_or("unknown opcode", |i| i.name);
+                let base = if p.resp { "sq psn" } else { "psn" };
+                let _ = writeln!(
+                    log,
+                    "  packet: {name} {base}{:+} {}",
+                    p.psn_off,
+                    describe(p)
+                );
+            }
+            super::case::Step::Wait(_) => {}
+        }
+    }
 }
 
 /// The fields of a packet that are not the valid defaults, briefly.
@@ -235,6 +269,10 @@ fn describe(p: &super::case::PacketSpec) -> String {
         let (off, key, ..) = p.atomic.unwrap_or((0, super::case::Key::Valid, 1, 0));
         v.push(format!("AtomicETH +{off} {key:?}"));
     }
+    if headers.contains(&uroce_wire::Ext::Aeth) {
+        let syn = uroce_wire::AethSyndrome::from_byte(p.aeth.map_or(0, |a| a.0));
+        v.push(format!("AETH {syn:?}"));
+    }
     if p.info().is_some_and(|i| i.has_payload) {
         v.push(format!("payload {}", p.payload.0));
     }
@@ -256,6 +294,12 @@ pub fn replay(path: &Path, spec: &TargetSpec, log: &mut dyn Write) -> Result<usi
         out.packets.iter().filter(|p| p.sent).count(),
         out.packets.iter().filter(|p| !p.sent).count()
     );
+    print_outcome(&out, log);
+    Ok(out.violations.len())
+}
+
+/// The answers of a run and the oracles it tripped.
+fn print_outcome(out: &Outcome, log: &mut dyn Write) {
     let answers: Vec<String> = out
         .packets
         .iter()
@@ -271,7 +315,109 @@ pub fn replay(path: &Path, spec: &TargetSpec, log: &mut dyn Write) -> Result<usi
     if out.violations.is_empty() {
         let _ = writeln!(log, "  no oracle tripped");
     }
-    Ok(out.violations.len())
+}
+
+/// Replays a capture's flow on `spec` ([`super::replay`]), then
+/// `opts.mutate` mutants of it, findings into `out_dir`; returns the
+/// oracles the replay tripped plus the mutants' findings.
+pub fn replay_pcap(
+    path: &Path,
+    opts: &ReplayOptions,
+    spec: &TargetSpec,
+    out_dir: &Path,
+    log: &mut dyn Write,
+) -> Result<usize, String> {
+    let plan = ReplayPlan::from_file(path, opts)?;
+    let _ = write!(log, "uroce fuzz pcap {}: {plan}", path.display());
+    let mut target = spec.open(opts.seed).map_err(|e| e.to_string())?;
+    let recvs = plan.recvs();
+    let out = run_case(&mut *target, plan.qp_type, recvs, &plan.case).map_err(|e| e.to_string())?;
+    let sent = out.packets.iter().filter(|p| p.sent).count();
+    let answers = out.packets.len() - sent;
+    let _ = writeln!(
+        log,
+        "replayed on {} (QP {:#x}, PSN {:#08x}, region {:#x} + {} bytes): {sent} packets, {answers} answers",
+        target.name(),
+        out.conn.qpn,
+        out.conn.rq_psn,
+        out.conn.va,
+        out.conn.len
+    );
+    for r in plan.out_of_range(out.conn.len) {
+        let _ = writeln!(
+            log,
+            "  packet {} ({}): offset {} + {} bytes, outside the live region: the target must reject it",
+            r.packet, r.opcode, r.offset, r.len
+        );
+    }
+    let long = plan.over_mtu(out.conn.mtu);
+    if long > 0 {
+        let _ = writeln!(
+            log,
+            "  {long} packets longer than the live path MTU ({}): the target must reject them",
+            out.conn.mtu
+        );
+    }
+    let o = &out.obs;
+    let changed = o
+        .exposed
+        .iter()
+        .filter(|&&b| b != super::target::PATTERN)
+        .count();
+    let done: Vec<String> = o
+        .completions
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} status {}",
+                if c.recv { "recv" } else { "send" },
+                c.wr_id,
+                c.status
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        log,
+        "  observed: QP {:?}, completions [{}], {changed} bytes of the region written, private region {}, control QP {}{}",
+        o.qp_state,
+        done.join(", "),
+        if o.private_intact { "intact" } else { "CHANGED" },
+        if o.control_ok { "ok" } else { "BROKEN" },
+        if o.events.is_empty() { String::new() } else { format!(", events {}", o.events.join(" ")) }
+    );
+    print_outcome(&out, log);
+    let mut tripped = out.violations.len();
+    if opts.mutate > 0 {
+        let cfg = Config {
+            seed: opts.seed,
+            mode: super::gen::Mode::Fields,
+            qp_type: plan.qp_type,
+            cases: opts.mutate,
+            time_limit: None,
+            minimize: true,
+            recvs,
+        };
+        let mut line = StatusLine::new();
+        let mutant = |i: u64, probe: &super::target::Conn| plan.mutant(opts.seed, i, probe);
+        let report = fuzz_cases(&mut *target, &cfg, mutant, |s: &Status| line.show(s))
+            .map_err(|e| e.to_string())?;
+        line.done();
+        let _ = writeln!(
+            log,
+            "{} mutants (seed {}): {} findings{}",
+            report.cases,
+            opts.seed,
+            report.findings.len(),
+            if report.target_died {
+                " (the target stopped answering)"
+            } else {
+                ""
+            }
+        );
+        print_findings(&report, spec, out_dir, log);
+        tripped += report.findings.len();
+    }
+    Ok(tripped)
 }
 
 /// Runs the attacks `which` (all if empty) against `spec`, printing a
@@ -373,10 +519,7 @@ pub fn run_diff(
             f.original_steps,
             f.case.steps.len()
         );
-        for p in f.case.packets() {
-            let n = p.info().map_or("unknown opcode", |i| i.name);
-            let _ = writeln!(log, "  packet: {n} psn{:+} {}", p.psn_off, describe(p));
-        }
+        print_steps(log, &f.case);
         for d in &f.differences {
             let _ = writeln!(log, "  {}: {} | {}", d.what, d.a, d.b);
         }

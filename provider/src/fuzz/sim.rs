@@ -28,6 +28,10 @@ pub enum PlantedBug {
     /// A READ request of more than half the region, once answered, moves
     /// the QP to SQD (a state a responder never enters on its own).
     LongReadStallsQp,
+    /// A ghost ACK (for a PSN the QP never sent) makes the requester
+    /// write into the private region, as if it completed a stale request
+    /// into a stale buffer.
+    GhostAck,
 }
 
 impl PlantedBug {
@@ -36,6 +40,7 @@ impl PlantedBug {
         match s {
             "write-inside-send" => Some(PlantedBug::WriteInsideSend),
             "long-read" => Some(PlantedBug::LongReadStallsQp),
+            "ghost-ack" => Some(PlantedBug::GhostAck),
             _ => None,
         }
     }
@@ -49,6 +54,8 @@ struct Planted {
     bug: PlantedBug,
     private: Arc<MrInner>,
     in_send: bool,
+    /// The next PSN the QP sends (as seen on its packets).
+    next_sent: Option<u32>,
 }
 
 impl QpMachine for Planted {
@@ -84,6 +91,15 @@ impl QpMachine for Planted {
             }
             _ => {}
         }
+        if self.bug == PlantedBug::GhostAck && info.operation == Operation::Acknowledge {
+            // PSNs from the next one to send on are ghosts (within half
+            // the PSN space: the rest are old).
+            let next = self.next_sent.unwrap_or(self.inner.attr().sq_psn);
+            let ahead = pkt.bth.psn.value().wrapping_sub(next) & 0xff_ffff;
+            if ahead < 1 << 23 {
+                let _ = self.private.fill(0, 8, !PATTERN);
+            }
+        }
         self.inner.handle_packet(now, meta, pkt);
         if self.bug == PlantedBug::LongReadStallsQp
             && info.operation == Operation::RdmaReadRequest
@@ -98,7 +114,19 @@ impl QpMachine for Planted {
         }
     }
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        self.inner.poll_transmit(now, buf)
+        let t = self.inner.poll_transmit(now, buf)?;
+        if let Ok(p) = uroce_wire::packet::parse(&buf[..t.len]) {
+            if p.info.is_request {
+                let psn = p.bth.psn.value().wrapping_add(1) & 0xff_ffff;
+                let later = self
+                    .next_sent
+                    .is_none_or(|n| psn.wrapping_sub(n) & 0xff_ffff < 1 << 23);
+                if later {
+                    self.next_sent = Some(psn);
+                }
+            }
+        }
+        Some(t)
     }
     fn poll_timeout(&self) -> Option<Nanos> {
         self.inner.poll_timeout()
@@ -243,6 +271,7 @@ impl Target for SimTarget {
                     bug,
                     private,
                     in_send: false,
+                    next_sent: None,
                 }),
                 None => qp,
             }
@@ -330,6 +359,38 @@ impl Target for SimTarget {
 
     fn revives(&self) -> bool {
         true
+    }
+
+    fn post(&mut self, wr: &super::case::Post) -> Result<(), TargetError> {
+        use super::case::PostOp;
+        let l = self
+            .live
+            .as_mut()
+            .ok_or_else(|| TargetError::Io("no QP set up".into()))?;
+        let (opcode, len) = match wr.op {
+            PostOp::Send => (WrOpcode::Send, wr.len),
+            PostOp::Write => (WrOpcode::RdmaWrite, wr.len),
+            PostOp::Read => (WrOpcode::RdmaRead, wr.len),
+            PostOp::CompareSwap => (WrOpcode::AtomicCmpAndSwp, 8),
+            PostOp::FetchAdd => (WrOpcode::AtomicFetchAndAdd, 8),
+        };
+        let mut w = SendWr::new(wr.wr_id, opcode);
+        w.flags = SendFlags::SIGNALED;
+        if len > 0 {
+            w.sg_list = [sge(&l.exposed, u64::from(wr.local_off), len)]
+                .into_iter()
+                .collect();
+        }
+        w.remote_addr = wr.remote_va;
+        w.rkey = wr.rkey;
+        (w.compare_add, w.swap) = match wr.op {
+            PostOp::CompareSwap => (wr.compare, wr.swap_add),
+            _ => (wr.swap_add, 0),
+        };
+        l.fuzzed
+            .sq
+            .post(w)
+            .map_err(|e| TargetError::Io(format!("post: {e:?}")))
     }
 
     fn send(&mut self, packet: &[u8]) {

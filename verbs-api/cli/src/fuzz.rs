@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use uroce_provider::fuzz::gen::Mode;
+use uroce_provider::fuzz::replay::Options as ReplayOptions;
 use uroce_provider::fuzz::session::{self, TargetSpec};
 use uroce_provider::fuzz::Config;
 use uroce_verbs::QpType;
@@ -15,7 +16,8 @@ use uroce_verbs::QpType;
 #[derive(Args, Debug, Clone)]
 pub struct TargetArgs {
     /// `sim` (uroce's QP machines on the simulated network), `sim:BUG`
-    /// with a planted bug (`write-inside-send`, `long-read`), or
+    /// with a planted bug (`write-inside-send`, `long-read`,
+    /// `ghost-ack`), or
     /// `udp:IP` (a live RoCEv2 device at IP, observed through
     /// uroce-fuzz-agent).
     #[arg(long, default_value = "sim")]
@@ -47,8 +49,9 @@ pub struct FuzzArgs {
     /// Transport of the fuzzed QP: rc, uc or ud.
     #[arg(long, default_value = "rc")]
     pub qp: String,
-    /// `fields` (single packets, every header field mutated) or
-    /// `sequence` (stateful request sequences).
+    /// `fields` (single packets, every header field mutated),
+    /// `sequence` (stateful request sequences) or `responder` (RC: the
+    /// target posts requests, the fuzzer answers them, mutated).
     #[arg(long, default_value = "fields")]
     pub mode: String,
     /// Seed: the same seed makes the same cases.
@@ -81,7 +84,7 @@ pub struct FuzzArgs {
     pub versus_agent: Option<SocketAddr>,
 }
 
-/// `uroce fuzz replay`.
+/// `uroce fuzz replay`, `uroce fuzz pcap`.
 #[derive(Subcommand, Debug)]
 pub enum FuzzSub {
     /// Replays a saved finding against a target (rewritten for the live
@@ -114,6 +117,33 @@ pub enum FuzzSub {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Replays a capture (pcap or pcapng) against a target: one flow's
+    /// requests, rewritten to the live connection (QP, PSNs, rkey,
+    /// addresses), then optionally mutants of them.
+    Pcap {
+        /// The capture file.
+        file: PathBuf,
+        /// The flow to replay, by its number in the listing (default:
+        /// the one with the most requests).
+        #[arg(long)]
+        flow: Option<usize>,
+        /// Also run this many mutants of the replayed case (1 to 3
+        /// packets' fields mutated each); findings are minimized and saved.
+        #[arg(long, default_value_t = 0)]
+        mutate: u64,
+        /// Seed of the mutants.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Transport of the live QP: rc, uc or ud (default: the flow's).
+        #[arg(long)]
+        qp: Option<String>,
+        /// Directory for findings (JSON, pcap).
+        #[arg(long, default_value = "uroce-fuzz-findings")]
+        out: PathBuf,
+        /// The target.
+        #[command(flatten)]
+        target: TargetArgs,
+    },
 }
 
 fn qp_type(s: &str) -> Option<QpType> {
@@ -135,11 +165,34 @@ pub fn run(a: FuzzArgs) -> ExitCode {
             Ok(s) => s,
             Err(e) => return fail(&e),
         };
-        return match session::replay(&file, &spec, &mut out) {
-            Ok(0) => ExitCode::SUCCESS,
-            Ok(_) => ExitCode::from(1),
-            Err(e) => fail(&e),
+        return exit(session::replay(&file, &spec, &mut out));
+    }
+    if let Some(FuzzSub::Pcap {
+        file,
+        flow,
+        mutate,
+        seed,
+        qp,
+        out: dir,
+        target,
+    }) = a.sub
+    {
+        let spec = match target.spec() {
+            Ok(s) => s,
+            Err(e) => return fail(&e),
         };
+        let qp_type = match qp.as_deref().map(|q| (q, qp_type(q))) {
+            None => None,
+            Some((_, Some(t))) => Some(t),
+            Some((q, None)) => return fail(&format!("--qp {q}: rc, uc or ud")),
+        };
+        let opts = ReplayOptions {
+            flow,
+            qp_type,
+            mutate,
+            seed,
+        };
+        return exit(session::replay_pcap(&file, &opts, &spec, &dir, &mut out));
     }
     if let Some(FuzzSub::Attack {
         which,
@@ -159,7 +212,10 @@ pub fn run(a: FuzzArgs) -> ExitCode {
         return fail(&format!("--qp {}: rc, uc or ud", a.qp));
     };
     let Some(mode) = Mode::from_name(&a.mode) else {
-        return fail(&format!("--mode {}: fields or sequence", a.mode));
+        return fail(&format!("--mode {}: fields, sequence or responder", a.mode));
+    };
+    if mode == Mode::Responder && qp_type != QpType::Rc {
+        return fail("--mode responder needs --qp rc (only RC requests are answered)");
     };
     let cfg = Config {
         seed: a.seed,
@@ -219,6 +275,15 @@ fn attack(
     match session::attacks(&spec, &cfg, &which, &mut std::io::stdout()) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => fail(&e.to_string()),
+    }
+}
+
+/// 0: nothing tripped, 1: oracles tripped or findings, 2: could not run.
+fn exit(r: Result<usize, String>) -> ExitCode {
+    match r {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
+        Err(e) => fail(&e),
     }
 }
 

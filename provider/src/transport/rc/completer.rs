@@ -29,8 +29,7 @@ impl RcQp {
                     AethSyndrome::Ack { .. } => self.ack_through(psn),
                     AethSyndrome::RnrNak { timer } => {
                         Counters::inc(&self.core.cfg.counters.rnr_naks_rcvd);
-                        self.ack_before(psn);
-                        if self.core.state == crate::types::QpState::Err {
+                        if !self.nak_reaches(psn) {
                             return;
                         }
                         if self.core.attr.rnr_retry != 7 {
@@ -46,8 +45,7 @@ impl RcQp {
                     }
                     AethSyndrome::Nak(NakCode::PsnSequenceError) => {
                         Counters::inc(&self.core.cfg.counters.seq_naks_rcvd);
-                        self.ack_before(psn);
-                        if self.core.state == crate::types::QpState::Err {
+                        if !self.nak_reaches(psn) {
                             return;
                         }
                         // A NAK for the PSN we are already resending from,
@@ -71,8 +69,7 @@ impl RcQp {
                         // 459 s); timeouts and the device budget are.
                     }
                     AethSyndrome::Nak(code) => {
-                        self.ack_before(psn);
-                        if self.core.state != crate::types::QpState::Err {
+                        if self.nak_reaches(psn) {
                             self.fail_at(psn, requester_status(code));
                         }
                     }
@@ -102,6 +99,18 @@ impl RcQp {
             };
         }
         self.retire();
+    }
+
+    /// A NAK (or RNR NAK) for `psn` acknowledges everything before it;
+    /// whether it then applies to `psn`. It does not when a READ or atomic
+    /// before `psn` is still unanswered: its response was lost (an implied
+    /// NAK), it is resent first, and the responder NAKs `psn` again when
+    /// the resend reaches it. Taking the NAK at once would complete the
+    /// READ or atomic without its data (found by `uroce fuzz --mode
+    /// responder`), or resume past it.
+    fn nak_reaches(&mut self, psn: Psn) -> bool {
+        self.ack_before(psn);
+        self.req.una == psn && self.core.state != crate::types::QpState::Err
     }
 
     /// Everything before `psn` is acknowledged.
