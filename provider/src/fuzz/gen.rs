@@ -477,7 +477,9 @@ fn mutate_answers(
         }
         // Partial READ: one response left out.
         6 => {
-            let r: Vec<usize> = (0..ans.len()).filter(|&i| is_read_response(&ans[i])).collect();
+            let r: Vec<usize> = (0..ans.len())
+                .filter(|&i| is_read_response(&ans[i]))
+                .collect();
             if let Some(&i) = r.get(pick(rng, r.len())) {
                 ans.remove(i);
             }
@@ -490,7 +492,9 @@ fn mutate_answers(
         }
         // A READ response with another length than the request's.
         8 => {
-            let r: Vec<usize> = (0..ans.len()).filter(|&i| is_read_response(&ans[i])).collect();
+            let r: Vec<usize> = (0..ans.len())
+                .filter(|&i| is_read_response(&ans[i]))
+                .collect();
             if let Some(&i) = r.get(pick(rng, r.len())) {
                 let l = &mut ans[i].payload.0;
                 *l = match rng.random_range(0..3) {

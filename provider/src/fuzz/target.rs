@@ -140,14 +140,20 @@ pub trait Target {
     /// its requests go to the fuzzer, which answers as the responder.
     fn post(&mut self, wr: &super::case::Post) -> Result<(), TargetError> {
         let _ = wr;
-        Err(TargetError::Io(format!("{}: cannot post work requests", self.name())))
+        Err(TargetError::Io(format!(
+            "{}: cannot post work requests",
+            self.name()
+        )))
     }
     /// Sends one packet from another address than the fuzzer's
     /// (`packet`'s ICRC computed for that source): injection with a
     /// spoofed source.
     fn send_from(&mut self, src: IpAddr, packet: &[u8]) -> Result<(), TargetError> {
         let _ = (src, packet);
-        Err(TargetError::Io(format!("{}: cannot send from another address", self.name())))
+        Err(TargetError::Io(format!(
+            "{}: cannot send from another address",
+            self.name()
+        )))
     }
     /// Whether a target that died comes back at the next set-up (the
     /// simulated one does: every case is a fresh network), so that the

@@ -1,5 +1,5 @@
-use super::sim::{PlantedBug, SimTarget};
 use super::case::PacketSpec;
+use super::sim::{PlantedBug, SimTarget};
 use super::*;
 
 fn cfg(mode: Mode, cases: u64) -> Config {
@@ -234,7 +234,11 @@ fn an_error_nak_past_an_unanswered_atomic_does_not_complete_it() {
     let out = run_case(&mut t, QpType::Rc, 8, &case).expect("sim target");
     assert!(out.violations.is_empty(), "{:?}", out.violations);
     let atomic = out.obs.completions.iter().find(|c| c.wr_id == 1);
-    assert!(atomic.is_some_and(|c| c.status != 0), "{:?}", out.obs.completions);
+    assert!(
+        atomic.is_some_and(|c| c.status != 0),
+        "{:?}",
+        out.obs.completions
+    );
     // The atomic was resent after the NAK (the implied NAK).
     let sent_atomics = out
         .packets
