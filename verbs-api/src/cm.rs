@@ -222,6 +222,23 @@ impl CmDevice {
         r
     }
 
+    /// Waits (at most `limit`) while our DREQ for `conn` is unanswered.
+    /// The kernel's CM answers the peer from time-wait after the program
+    /// has gone; uroce's CM goes with the program. A program that
+    /// disconnects, destroys its id and exits at once (perftest -R's
+    /// server) would otherwise leave a peer whose own DREQ crossed a lost
+    /// one of ours with nobody to answer it: ~100 s of DREQ retries
+    /// before the kernel reports DISCONNECTED. The peer's DREP, or its
+    /// DREQ (answered), ends the wait; the time-wait period bounds it.
+    fn linger(&self, conn: u32, limit: Duration) {
+        let end = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < end
+            && self.agent.lock().state(conn) == Some(pcm::ConnState::DreqSent)
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
     /// On the engine thread: each event to its id's channel.
     fn route(&self, events: Vec<pcm::CmEvent>) {
         for e in events {
@@ -461,7 +478,16 @@ impl Drop for IdInner {
         if let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first()) {
             let dev = &ctx.inner.cm;
             dev.routes.lock().conns.remove(&conn);
-            dev.with_agent(|a, now| a.destroy(now, conn));
+            let linger = dev.with_agent(|a, now| {
+                a.destroy(now, conn);
+                (a.state(conn) == Some(pcm::ConnState::DreqSent)).then(|| a.timewait_ns())
+            });
+            if let Some(ns) = linger {
+                dev.linger(conn, Duration::from_nanos(ns));
+                // A whole engine pass more: the DREPs that answered the
+                // peer's DREQ are sent, not just queued.
+                let _ = ctx.inner.engine.settle();
+            }
         }
     }
 }

@@ -408,3 +408,33 @@ fn a_silent_peer_still_ends_in_disconnected() {
     assert!(t0.elapsed() > Duration::from_millis(500));
     sctx.set_faults(None).unwrap();
 }
+
+/// rdma_destroy_id right after rdma_disconnect (perftest -R's server,
+/// which then exits) returns only once the peer has answered the DREQ:
+/// uroce's CM ends with the program, so nothing would answer the peer
+/// later. When the drop returns, the client already has DISCONNECTED.
+#[test]
+fn destroy_after_disconnect_waits_for_the_peers_answer() {
+    init();
+    let port = 7479;
+    let sch = EventChannel::new().unwrap();
+    let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    listen.bind_addr(addr(SERVER, port)).unwrap();
+    listen.listen(1).unwrap();
+    let (cch, cid) = client_to(port, PortSpace::Tcp);
+    let _c = end(&cid, QpType::Rc);
+    cid.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, CmEventType::ConnectRequest);
+    let sid = req.id.clone();
+    let s = end(&sid, QpType::Rc);
+    sid.accept(&ConnParam::default()).unwrap();
+    expect(&cch, CmEventType::Established);
+    expect(&sch, CmEventType::Established);
+    sid.disconnect().unwrap();
+    drop((req, sid, s));
+    let e = cch
+        .get_event_timeout(Some(Duration::ZERO))
+        .unwrap()
+        .expect("DISCONNECTED before the server's destroy returned");
+    assert_eq!(e.event, CmEventType::Disconnected);
+}

@@ -67,12 +67,17 @@ impl GsiQp {
         }
     }
 
-    /// Hands the agent's events to the sink, outside the agent's lock.
+    /// Hands the agent's events to the sink, outside the agent's lock —
+    /// once the MADs queued with them have been emitted: an event can
+    /// end the program (DISCONNECTED is often the last thing it waits
+    /// for), and the DREP that came with it must not die with it. The
+    /// endpoint drains this QP's output right after a packet or a timer
+    /// (and after a kick), and [`GsiQp::poll_transmit`] delivers then.
     fn deliver(&self, mut agent: parking_lot::MutexGuard<'_, CmAgent>) {
         let Some(sink) = &self.sink else {
             return;
         };
-        if !agent.has_events() {
+        if !agent.has_events() || agent.has_output() {
             return;
         }
         let events: Vec<CmEvent> = std::iter::from_fn(|| agent.poll_event()).collect();
@@ -140,7 +145,11 @@ impl QpMachine for GsiQp {
     fn poll_transmit(&mut self, _now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         let mut agent = self.agent.lock();
         loop {
-            let out = agent.poll_transmit()?;
+            let Some(out) = agent.poll_transmit() else {
+                // Drained: what the events answered is on its way.
+                self.deliver(agent);
+                return None;
+            };
             let mut h = Headers::new(BthRepr {
                 opcode: Opcode::UD_SEND_ONLY,
                 pkey: 0xffff,

@@ -402,6 +402,17 @@ impl CmAgent {
         !self.events.is_empty()
     }
 
+    /// How long a connection stays in time-wait (twice the packet
+    /// lifetime), answering the peer's DREQs.
+    pub fn timewait_ns(&self) -> u64 {
+        2 * iba_time_ns(self.cfg.packet_lifetime)
+    }
+
+    /// Whether a MAD waits to be sent.
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// The earliest deadline.
     pub fn poll_timeout(&self) -> Option<Nanos> {
         self.conns.values().filter_map(|c| c.deadline).min()
@@ -829,7 +840,7 @@ impl CmAgent {
     }
 
     fn enter_timewait(&mut self, now: Nanos, id: u32, private_data: [u8; 224]) {
-        let wait = 2 * iba_time_ns(self.cfg.packet_lifetime);
+        let wait = self.timewait_ns();
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };

@@ -21,10 +21,18 @@ struct Pair {
     a: Arc<Mutex<CmAgent>>,
     b: Arc<Mutex<CmAgent>>,
     counters: Arc<Counters>,
+    /// A's events go to a sink: [`Pair::run`] leaves them alone.
+    a_sink: bool,
 }
 
 /// Two agents with short timeouts (exponent 14: 67 ms, lifetime 10).
 fn pair(seed: u64, faults: Faults) -> Pair {
+    pair_with_sink(seed, faults, None)
+}
+
+/// [`pair`], with A's events going to `sink_a` as the engine hands them
+/// out (the drop-in library's way) instead of staying in the agent.
+fn pair_with_sink(seed: u64, faults: Faults, sink_a: Option<gsi::Sink>) -> Pair {
     let counters = Arc::new(Counters::default());
     let mut net = SimNet::new(seed, faults);
     let mk = |addr: &str, guid: u64| {
@@ -36,13 +44,18 @@ fn pair(seed: u64, faults: Faults) -> Pair {
     };
     let a = mk(A, 0xa);
     let b = mk(B, 0xb);
-    net.add(ip(A), GsiQp::new(a.clone(), ip(A), counters.clone(), None));
+    let a_sink = sink_a.is_some();
+    net.add(
+        ip(A),
+        GsiQp::new(a.clone(), ip(A), counters.clone(), sink_a),
+    );
     net.add(ip(B), GsiQp::new(b.clone(), ip(B), counters.clone(), None));
     Pair {
         net,
         a,
         b,
         counters,
+        a_sink,
     }
 }
 
@@ -95,6 +108,9 @@ impl Pair {
             for (agent, log, passive) in
                 [(&self.a, &mut seen.a, false), (&self.b, &mut seen.b, true)]
             {
+                if !passive && self.a_sink {
+                    continue;
+                }
                 let mut g = agent.lock();
                 while let Some(e) = g.poll_event() {
                     match &e {
@@ -365,6 +381,72 @@ fn the_drep_goes_twice_so_one_loss_costs_no_dreq_resend() {
     assert_eq!(p.counters.cm_retries.load(Ordering::Relaxed), 0);
     // Only the copy arrived: nothing to count as a duplicate.
     assert_eq!(p.counters.cm_duplicates.load(Ordering::Relaxed), 0);
+}
+
+/// The user sees DISCONNECTED only once the DREPs that answered the
+/// peer's DREQ are on the wire: DISCONNECTED often ends the program, and
+/// with the program ends the CM that would send them (perftest -R's
+/// server did exit between the two, and the kernel peer then resent its
+/// DREQ to nobody for 100 s).
+#[test]
+fn events_wait_for_the_mads_sent_with_them() {
+    use std::sync::atomic::AtomicUsize;
+    // A's user, in the sink: establishes on REP; logs each event with
+    // the DREPs A had put on the wire by then.
+    let a_cell: Arc<Mutex<Option<Arc<Mutex<CmAgent>>>>> = Arc::new(Mutex::new(None));
+    let dreps_from_a = Arc::new(AtomicUsize::new(0));
+    let log: Arc<Mutex<Vec<(CmEvent, usize)>>> = Arc::default();
+    let sink: gsi::Sink = {
+        let (a_cell, dreps, log) = (a_cell.clone(), dreps_from_a.clone(), log.clone());
+        Arc::new(move |events| {
+            for e in events {
+                if let CmEvent::RepReceived { conn, .. } = &e {
+                    let a = a_cell.lock().clone().expect("set");
+                    a.lock().establish(*conn, &[]).unwrap();
+                }
+                log.lock().push((e, dreps.load(Ordering::Relaxed)));
+            }
+        })
+    };
+    let mut p = pair_with_sink(21, Faults::default(), Some(sink));
+    *a_cell.lock() = Some(p.a.clone());
+    let counted = dreps_from_a.clone();
+    p.net.set_filter(move |w| {
+        let id = w
+            .pkt
+            .payload
+            .get(16..18)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]));
+        if w.src == ip(A) && id == Some(CmAttr::Drep as u16) {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+        Verdict::Pass
+    });
+    connect(&mut p);
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| established(&s.b)));
+    let conn_b = seen
+        .b
+        .iter()
+        .find_map(|e| match e {
+            CmEvent::Established { conn } => Some(*conn),
+            _ => None,
+        })
+        .unwrap();
+    let now = p.now();
+    p.b.lock().disconnect(now, conn_b, &[]).unwrap();
+    let l = log.clone();
+    let ok = p.run(&mut seen, 1_000_000_000, move |_| {
+        l.lock()
+            .iter()
+            .any(|(e, _)| matches!(e, CmEvent::Disconnected { .. }))
+    });
+    assert!(ok, "{:?} {:?}", log.lock(), seen);
+    let log = log.lock();
+    let at = log
+        .iter()
+        .find_map(|(e, n)| matches!(e, CmEvent::Disconnected { .. }).then_some(*n));
+    assert_eq!(at, Some(2), "{log:?}");
 }
 
 #[test]
