@@ -27,7 +27,10 @@
 #      versus uroce (differential): findings and differences printed and
 #      kept (FUZZ_KEEP), not failures; the guest must survive.
 # Environment: UROCE_INTEROP_ACCEL=kvm|tcg, UROCE_INTEROP_KEEP=1 (keep the
-# run directory with logs and captures), UROCE_INTEROP_QUICK=1 (fewer sizes).
+# run directory with logs and captures), UROCE_INTEROP_QUICK=1 (fewer sizes),
+# UROCE_INTEROP_REPEAT=N (each chosen scenario N times), UROCE_INTEROP_NETEM=
+# "netem options" (the loss runs' impairment; default "loss 2% delay 1ms
+# reorder 10%").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -169,10 +172,20 @@ cap_complete() { # PCAP — every packet the filter took was written
 # scenario NAME FUNC ARGS... — runs FUNC ARGS with the tap captured, judges
 # the capture, prints one line.
 SCEN_N=0
+# UROCE_INTEROP_REPEAT=N runs each chosen scenario N times (a rare failure
+# chased within one guest boot); the runs after the first say "(run K)".
 scenario() {
+  local name=$1 k
+  [[ $name =~ $filter ]] || return 0
+  shift
+  scenario_once "$name" "$@"
+  for ((k = 2; k <= ${UROCE_INTEROP_REPEAT:-1}; k++)); do
+    scenario_once "$name (run $k)" "$@"
+  done
+}
+scenario_once() {
   local name=$1
   shift
-  [[ $name =~ $filter ]] || return 0
   SCEN_N=$((SCEN_N + 1))
   local d=$VM_RUN/s$SCEN_N t0=$SECONDS why="" ok=1 chk
   mkdir -p "$d"
@@ -221,7 +234,10 @@ uroce decode: $(echo "$dec" | tail -n 1)"
     echo "FAIL $name ($((SECONDS - t0)) s): $why"
     # What both sides said (the run directory goes unless
     # UROCE_INTEROP_KEEP=1).
-    grep -v '^\s*$' "$d/log" | tail -n 30 | sed 's/^/     | /'
+    grep -v '^\s*$' "$d/log" | tail -n 60 | sed 's/^/     | /'
+    # The capture's last RoCEv2 packets: what each side sent last.
+    echo "     | --- the capture's last 20 RoCEv2 packets:"
+    tshark -r "$d/tap.pcap" -Y 'udp.port == 4791' 2>/dev/null | tail -n 20 | sed 's/^/     | /'
     FAIL=$((FAIL + 1))
   fi
 }
@@ -396,17 +412,27 @@ set_mtu() { # 1024|4096: netdev MTU 1500 or 9000 on both ends
 }
 
 LOSS_HOW=""
-NETEM="loss 2% delay 1ms reorder 10%"
-# Loss and reordering on the RoCEv2 packets that carry requests or data.
-# Plain ACKs/NAKs (UDP length 28) pass unharmed: the ping-pong tools exit
-# as soon as their last WR completes, so a lost final ACK would leave the
-# other side resending to a destroyed QP (rxe forever, uroce until
-# retry_cnt) — a race of the tools, not of the transports.
-lossy_qdisc() { # DEV
+NETEM=${UROCE_INTEROP_NETEM:-"loss 2% delay 1ms reorder 10%"}
+# Loss and reordering on the RoCEv2 packets that carry requests or data,
+# and on the CM's MADs. Plain ACKs/NAKs (UDP length 28) pass unharmed:
+# the ping-pong tools exit as soon as their last WR completes, so a lost
+# final ACK would leave the other side resending to a destroyed QP (rxe
+# forever, uroce until retry_cnt) — a race of the tools, not of the
+# transports. With a second argument, DREPs (CM class 0x07, attribute
+# 0x0016) pass unharmed too, for a like reason: uroce's CM lives in the
+# program, so once a program that answered the peer's DREQ exits,
+# nothing answers the DREQ's resends (the kernel's CM outlives its
+# programs), and the peer waits out every retry (rxe: 15 x 6.4 s) before
+# it reports DISCONNECTED. Only uroce's DREPs are spared (on ifb0); the
+# README lists this under connection management.
+lossy_qdisc() { # DEV [spare-dreps]
+  local drep=""
+  [ -n "${2:-}" ] && drep="tc filter replace dev $1 parent 1: prio 2 protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff match u8 0x07 0xff at 49 match u16 0x0016 0xffff at 64 flowid 1:2 &&"
   echo "tc qdisc replace dev $1 root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 &&
     tc qdisc replace dev $1 parent 1:3 handle 30: netem $NETEM &&
     tc filter replace dev $1 parent 1: prio 1 protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff match u16 28 0xffff at 24 flowid 1:2 &&
-    tc filter replace dev $1 parent 1: prio 2 protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:3"
+    $drep
+    tc filter replace dev $1 parent 1: prio 3 protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:3"
 }
 set_loss() { # on|off
   if [ "$1" = off ]; then
@@ -422,8 +448,8 @@ set_loss() { # on|off
         { ip link show ifb0 >/dev/null 2>&1 || ip link add ifb0 type ifb; } && ip link set ifb0 mtu 9000 up &&
         tc qdisc replace dev eth0 handle ffff: ingress &&
         tc filter replace dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0 &&
-        $(lossy_qdisc ifb0)" >>"$VM_RUN/netem.log" 2>&1; then
-      LOSS_HOW="$LOSS_HOW and on eth0 ingress via ifb0 (uroce -> rxe): $NETEM on RoCEv2 requests and data, plain ACKs/NAKs spared"
+        $(lossy_qdisc ifb0 spare-dreps)" >>"$VM_RUN/netem.log" 2>&1; then
+      LOSS_HOW="$LOSS_HOW and on eth0 ingress via ifb0 (uroce -> rxe): $NETEM on RoCEv2 requests, data and MADs; plain ACKs/NAKs spared, and uroce's DREPs"
     else
       export UROCE_FAULTS="loss=0.02,reorder=0.1,delay=1ms,seed=7"
       LOSS_HOW="$LOSS_HOW: $NETEM on requests and data; uroce -> rxe by UROCE_FAULTS=$UROCE_FAULTS (no ifb in the guest)"
@@ -532,6 +558,26 @@ cm_reject() {
 # the namespace, on the kernel's rdma_cm in the guest. WHO is uroce's
 # role. {S} and {C} in the commands become the server's and the client's
 # address. The client's output must match REGEX, both must exit 0.
+# guest_watched TIMEOUT CMD — CMD for the guest, with a watcher that, if
+# CMD still runs 8 s before its timeout, says where it waits: its kernel
+# stack and system call per thread, and rxe's QPs and CM ids. A hang then
+# shows whether the program polls a CQ (running, no system call) or waits
+# for a CM event (read on the rdma_cm fd), and in which kernel function.
+guest_watched() {
+  echo "$2 & p=\$!
+( sleep $(($1 - 8)); kill -0 \$p 2>/dev/null || exit 0
+  echo \"--- still running after $(($1 - 8)) s: \$(tr '\\0' ' ' </proc/\$p/cmdline)\"
+  for t in /proc/\$p/task/*; do
+    echo \"thread \${t##*/} \$(cat \$t/stat | cut -d' ' -f3) syscall: \$(cat \$t/syscall)\"
+    sed 's/^/    /' \$t/stack
+  done
+  ls -l /proc/\$p/fd | grep -v ' -> /dev/\\(null\\|pts\\|tty\\)' | sed 's/^/  fd /'
+  rdma res show qp; rdma res show cm_id; rdma statistic show link rxe0/1
+  tc -s qdisc show dev ifb0 2>/dev/null | grep -A1 netem
+  dmesg | tail -n 10 ) & w=\$!
+wait \$p; rc=\$?; kill \$w 2>/dev/null; exit \$rc"
+}
+
 cm_prog() {
   local who=$1 regex=$2 t=120 a srv=() cli=() sip cip
   shift 2
@@ -553,7 +599,7 @@ cm_prog() {
   else
     host_bg "$S_DIR/server.out" $t env LD_LIBRARY_PATH="$LIBDIR" "${srv[@]}"
     sleep 2
-    vm_run $t "${cli[*]}" >"$S_DIR/client.out"
+    vm_run $t "$(guest_watched $t "${cli[*]}")" >"$S_DIR/client.out"
     local crc=$?
     wait "$HOST_PID"
     local src=$?
