@@ -134,14 +134,7 @@ impl UdpPort {
     pub fn bind(ip: IpAddr) -> io::Result<UdpPort> {
         let sock = df_socket(ip)?;
         let fd = sock.as_raw_fd();
-        for (force, plain) in [
-            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-        ] {
-            if setsockopt_int(fd, libc::SOL_SOCKET, force, SOCK_BUF as i32).is_err() {
-                let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, SOCK_BUF as i32);
-            }
-        }
+        grow_buffers(&sock, SOCK_BUF);
         sock.bind(&SockAddr::from(SocketAddr::new(
             ip,
             uroce_wire::ROCEV2_UDP_PORT,
@@ -433,6 +426,22 @@ pub(crate) fn df_socket(ip: IpAddr) -> io::Result<Socket> {
     };
     setsockopt_int(fd, level, opt, val)?;
     Ok(sock)
+}
+
+/// Sets both socket buffers to `bytes`: past net.core.{r,w}mem_max where
+/// the process may (SO_*BUFFORCE needs CAP_NET_ADMIN), else as far as the
+/// limit allows.
+pub(crate) fn grow_buffers(sock: &Socket, bytes: usize) {
+    let fd = sock.as_raw_fd();
+    let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if setsockopt_int(fd, libc::SOL_SOCKET, force, bytes).is_err() {
+            let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, bytes);
+        }
+    }
 }
 
 fn setsockopt_int(fd: i32, level: i32, opt: i32, val: i32) -> io::Result<()> {

@@ -451,6 +451,47 @@ impl Case {
         }
     }
 
+    /// After the steps `removed` of `old` are gone (this case is what is
+    /// left), moves each response's PSN so that it answers the same post
+    /// as before: a post removed ahead of it no longer takes PSNs. A
+    /// response inside a removed post, or before the first, stays put.
+    pub fn rebase_responses(&mut self, old: &Case, removed: std::ops::Range<usize>, mtu: u32) {
+        // (old start, new start, span) of each old post; None when removed.
+        let (mut old_next, mut new_next) = (0i64, 0i64);
+        let mut posts = Vec::new();
+        for (i, s) in old.steps.iter().enumerate() {
+            if let Step::Post(w) = s {
+                let span = i64::from(w.span(mtu));
+                let kept = !removed.contains(&i);
+                posts.push((old_next, kept.then_some(new_next), span));
+                old_next += span;
+                if kept {
+                    new_next += span;
+                }
+            }
+        }
+        if posts.iter().all(|p| p.1.is_some()) {
+            return;
+        }
+        let map = |off: i32| -> i32 {
+            let o = i64::from(off);
+            if o >= old_next {
+                return (o - old_next + new_next) as i32;
+            }
+            match posts.iter().find(|p| p.0 <= o && o < p.0 + p.2) {
+                Some(&(start, Some(new_start), _)) => (new_start + o - start) as i32,
+                _ => off,
+            }
+        };
+        for s in &mut self.steps {
+            if let Step::Packet(p) = s {
+                if p.resp {
+                    p.psn_off = map(p.psn_off);
+                }
+            }
+        }
+    }
+
     /// PSNs the target's requests take (the case's posts, in order).
     pub fn request_span(&self, mtu: u32) -> u32 {
         self.posts().map(|w| w.span(mtu)).sum()

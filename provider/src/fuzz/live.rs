@@ -28,6 +28,9 @@ pub struct LiveTarget {
     raw: Option<socket2::Socket>,
 }
 
+/// The fuzzer socket's buffers.
+const FUZZ_SOCK_BUF: usize = 4 << 20;
+
 fn io(e: impl std::fmt::Display) -> TargetError {
     TargetError::Io(e.to_string())
 }
@@ -42,6 +45,9 @@ impl LiveTarget {
         let s = crate::engine::socket::df_socket(fuzzer).map_err(io)?;
         s.bind(&SocketAddr::new(fuzzer, uroce_wire::ROCEV2_UDP_PORT).into())
             .map_err(|e| io(format!("bind {fuzzer}:4791: {e}")))?;
+        // Room for a burst of answers (exhaustion's 256 READ responses of
+        // a full MTU): the default buffer drops them before they are read.
+        crate::engine::socket::grow_buffers(&s, FUZZ_SOCK_BUF);
         let sock: UdpSocket = s.into();
         let mut t = LiveTarget {
             sock,

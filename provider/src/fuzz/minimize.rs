@@ -12,7 +12,8 @@ use super::case::{Case, Dest, Icrc, PacketSpec, Step};
 /// and the number of trials run. `mtu` is the connection's (a READ's PSN
 /// span depends on it): when packets are removed, the PSNs of the rest
 /// are tried as they were and renumbered so that each keeps its place in
-/// (or out of) sequence.
+/// (or out of) sequence; when a post the target makes is removed, the
+/// answers to the posts after it are tried moved up by its PSNs.
 pub fn minimize(case: &Case, mtu: u32, mut fails: impl FnMut(&Case) -> bool) -> (Case, u32) {
     let mut trials = 0;
     let mut try_case = |c: &Case, trials: &mut u32| {
@@ -48,11 +49,11 @@ pub fn minimize(case: &Case, mtu: u32, mut fails: impl FnMut(&Case) -> bool) -> 
                 .map(|i| deltas[i])
                 .collect();
             renumbered.renumber(&kept, mtu);
-            let candidates = if renumbered != c {
-                vec![renumbered, c]
-            } else {
-                vec![c]
-            };
+            // Without a removed post's PSNs the answers after it move up.
+            let mut rebased = renumbered.clone();
+            rebased.rebase_responses(&cur, start..end, mtu);
+            let mut candidates = vec![rebased, renumbered, c];
+            candidates.dedup();
             let mut hit = None;
             for cand in candidates {
                 if !cand.steps.is_empty() && try_case(&cand, &mut trials) {
@@ -123,7 +124,61 @@ const SIMPLIFICATIONS: &[Simplify] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuzz::case::{Post, PostOp};
     use uroce_wire::Opcode;
+
+    fn post(op: PostOp, len: u32) -> Step {
+        Step::Post(Post {
+            wr_id: 0,
+            op,
+            len,
+            local_off: 0,
+            remote_va: 0,
+            rkey: 0,
+            swap_add: 0,
+            compare: 0,
+        })
+    }
+
+    /// A responder case fails when a READ RESPONSE ONLY answers the READ
+    /// post's PSN exactly. Removing the 3-packet WRITE ahead of the READ
+    /// moves the READ's PSN, so only with the answers moved up can the
+    /// minimizer drop the WRITE and its ACK.
+    #[test]
+    fn removing_a_post_moves_the_answers_after_it() {
+        let mut ack = PacketSpec::response(Opcode::RC_ACKNOWLEDGE, 2);
+        ack.aeth = Some(Default::default());
+        let case = Case {
+            steps: vec![
+                post(PostOp::Write, 3000),
+                post(PostOp::Send, 10),
+                post(PostOp::Read, 100),
+                Step::Packet(ack),
+                Step::Packet(PacketSpec::response(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 4)),
+                Step::Wait(5),
+            ],
+        };
+        let fails = |c: &Case| {
+            let mut off = 0;
+            let mut read_at = None;
+            for w in c.posts() {
+                if w.op == PostOp::Read {
+                    read_at = Some(off as i32);
+                }
+                off += w.span(1024);
+            }
+            c.packets().any(|p| {
+                p.resp
+                    && p.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY.0
+                    && Some(p.psn_off) == read_at
+            })
+        };
+        assert!(fails(&case));
+        let (min, _) = minimize(&case, 1024, fails);
+        assert_eq!(min.steps.len(), 2, "{min:#?}");
+        assert!(matches!(&min.steps[0], Step::Post(w) if w.op == PostOp::Read));
+        assert!(matches!(&min.steps[1], Step::Packet(p) if p.psn_off == 0));
+    }
 
     /// A case fails when it holds packet 3 followed (later) by packet 7
     /// with a wrong ICRC: the minimizer must find exactly those two, with
