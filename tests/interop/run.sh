@@ -62,7 +62,10 @@ check_pcap=$root/../shared/roce-check/check_pcap
 [ -x "$check_pcap" ] || cant "missing: $check_pcap"
 
 echo "interop: building uroce and the peers"
-(cd "$root" && nice -n 10 cargo build --release -q -p uroce-cli --bin uroce -p uroce-ibverbs &&
+# Two builds: `--bin uroce` would select only that target of every
+# package named, and the drop-in libraries would stay as they were.
+(cd "$root" && nice -n 10 cargo build --release -q -p uroce-cli --bin uroce &&
+  nice -n 10 cargo build --release -q -p uroce-ibverbs &&
   { ! grep -q interop-peer tests/Cargo.toml || nice -n 10 cargo build --release -q -p uroce-tests --example interop-peer; }) ||
   cant "cargo build failed"
 tdir=$(cd "$root" && cargo metadata --format-version 1 --no-deps 2>/dev/null |

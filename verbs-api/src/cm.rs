@@ -465,17 +465,23 @@ struct IdInner {
     st: Mutex<IdState2>,
 }
 
-impl Drop for IdInner {
-    fn drop(&mut self) {
-        let st = self.st.get_mut();
-        for ctx in st.ctxs.iter() {
+impl IdInner {
+    /// What destroying the id does (once): its listen ends, its
+    /// connection is torn down as its state says, and a DREQ of ours
+    /// still unanswered is waited for (see [`CmDevice::linger`]).
+    fn teardown(&self) {
+        let (listening, conn, ctxs) = {
+            let mut st = self.st.lock();
+            (st.listening.take(), st.conn.take(), st.ctxs.clone())
+        };
+        for ctx in ctxs.iter() {
             let dev = &ctx.inner.cm;
-            if let Some(sid) = st.listening {
+            if let Some(sid) = listening {
                 dev.routes.lock().listeners.remove(&sid);
                 dev.with_agent(|a, _| a.unlisten(sid));
             }
         }
-        if let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first()) {
+        if let (Some(conn), Some(ctx)) = (conn, ctxs.first()) {
             let dev = &ctx.inner.cm;
             dev.routes.lock().conns.remove(&conn);
             let linger = dev.with_agent(|a, now| {
@@ -489,6 +495,12 @@ impl Drop for IdInner {
                 let _ = ctx.inner.engine.settle();
             }
         }
+    }
+}
+
+impl Drop for IdInner {
+    fn drop(&mut self) {
+        self.teardown();
     }
 }
 
@@ -599,6 +611,15 @@ fn ports() -> &'static PortTable {
 }
 
 impl CmId {
+    /// `rdma_destroy_id` now, whatever clones and queued events remain:
+    /// the listen ends and the connection is torn down as its state says
+    /// (a DREQ for an established one, then a wait of at most the
+    /// time-wait period for its answer: the peer has nobody to answer it
+    /// once this program exits). Dropping the last clone does the same.
+    pub fn destroy(&self) {
+        self.inner.teardown();
+    }
+
     /// `rdma_create_id`: an id in `ps` (TCP and IB: RC; UDP: UD) whose
     /// events go to `channel`.
     pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId> {

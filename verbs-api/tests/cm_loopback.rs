@@ -431,10 +431,13 @@ fn destroy_after_disconnect_waits_for_the_peers_answer() {
     expect(&cch, CmEventType::Established);
     expect(&sch, CmEventType::Established);
     sid.disconnect().unwrap();
-    drop((req, sid, s));
+    // The request event still holds the id: destroy() does not wait for
+    // the last clone (rdma_destroy_id with events unacknowledged).
+    sid.destroy();
     let e = cch
         .get_event_timeout(Some(Duration::ZERO))
         .unwrap()
         .expect("DISCONNECTED before the server's destroy returned");
     assert_eq!(e.event, CmEventType::Disconnected);
+    drop((req, sid, s));
 }
