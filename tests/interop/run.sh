@@ -556,11 +556,6 @@ cm_reject() {
   return 1
 }
 
-# cm_prog WHO REGEX SERVER-CMD -- CLIENT-CMD — one of Debian's rdma_cm
-# programs on both ends: on uroce's librdmacm.so.1 (LD_LIBRARY_PATH) in
-# the namespace, on the kernel's rdma_cm in the guest. WHO is uroce's
-# role. {S} and {C} in the commands become the server's and the client's
-# address. The client's output must match REGEX, both must exit 0.
 # guest_watched TIMEOUT CMD — CMD for the guest, with a watcher that, if
 # CMD still runs 8 s before its timeout, says where it waits: its kernel
 # stack and system call per thread, and rxe's QPs and CM ids. A hang then
@@ -581,6 +576,11 @@ guest_watched() {
 wait \$p; rc=\$?; kill \$w 2>/dev/null; exit \$rc"
 }
 
+# cm_prog WHO REGEX SERVER-CMD -- CLIENT-CMD — one of Debian's rdma_cm
+# programs on both ends: on uroce's librdmacm.so.1 (LD_LIBRARY_PATH) in
+# the namespace, on the kernel's rdma_cm in the guest. WHO is uroce's
+# role. {S} and {C} in the commands become the server's and the client's
+# address. The client's output must match REGEX, both must exit 0.
 cm_prog() {
   local who=$1 regex=$2 t=120 a srv=() cli=() sip cip
   shift 2

@@ -488,7 +488,8 @@ impl IdInner {
                 a.destroy(now, conn);
                 (a.state(conn) == Some(pcm::ConnState::DreqSent)).then(|| a.timewait_ns())
             });
-            if let Some(ns) = linger {
+            // Never on the engine thread: the wait needs it to run.
+            if let Some(ns) = linger.filter(|_| !ctx.inner.engine.on_own_thread()) {
                 dev.linger(conn, Duration::from_nanos(ns));
                 // A whole engine pass more: the DREPs that answered the
                 // peer's DREQ are sent, not just queued.

@@ -412,7 +412,7 @@ fn a_silent_peer_still_ends_in_disconnected() {
 /// rdma_destroy_id right after rdma_disconnect (perftest -R's server,
 /// which then exits) returns only once the peer has answered the DREQ:
 /// uroce's CM ends with the program, so nothing would answer the peer
-/// later. When the drop returns, the client already has DISCONNECTED.
+/// later. When destroy() returns, the client already has DISCONNECTED.
 #[test]
 fn destroy_after_disconnect_waits_for_the_peers_answer() {
     init();

@@ -49,10 +49,14 @@ pub fn minimize(case: &Case, mtu: u32, mut fails: impl FnMut(&Case) -> bool) -> 
                 .map(|i| deltas[i])
                 .collect();
             renumbered.renumber(&kept, mtu);
-            // Without a removed post's PSNs the answers after it move up.
-            let mut rebased = renumbered.clone();
-            rebased.rebase_responses(&cur, start..end, mtu);
-            let mut candidates = vec![rebased, renumbered, c];
+            let mut candidates = Vec::with_capacity(3);
+            if removed.iter().any(|s| matches!(s, Step::Post(_))) {
+                // Without a removed post's PSNs the answers after it move up.
+                let mut rebased = renumbered.clone();
+                rebased.rebase_responses(&cur, start..end, mtu);
+                candidates.push(rebased);
+            }
+            candidates.extend([renumbered, c]);
             candidates.dedup();
             let mut hit = None;
             for cand in candidates {
