@@ -363,3 +363,49 @@ fn the_last_ack_survives_an_immediate_destroy() {
         assert_eq!(sent[0].status, WcStatus::Success, "round {round}");
     }
 }
+
+/// A post from an application thread sends at once, on that thread, and
+/// arms the QP's retransmission timer there; the engine thread, asleep
+/// until its last deadline (or for up to a second when it had none),
+/// must learn of the new one, or the timer runs out that much late. Here
+/// the peer is a socket that swallows everything and the application
+/// only polls its CQ (`poll_one` drives nothing), as a program that
+/// waits on a completion channel: with timeout 12 (16.8 ms) and one
+/// retry the SEND fails with retry exceeded after about 34 ms. Before
+/// the fix it took the engine's one-second sleep: in an interop capture
+/// a lost ACK-requesting packet stalled a QP for 1.0 s instead of 67 ms.
+#[test]
+fn a_timer_armed_by_a_post_wakes_the_sleeping_engine() {
+    let peer = "127.10.13.2";
+    let _hole = std::net::UdpSocket::bind((peer, 4791)).expect("bind the silent peer");
+    let a = end("127.10.13.1");
+    let o = ConnectOptions {
+        path_mtu: Some(Mtu::Mtu1024),
+        timeout: 12,
+        retry_cnt: 1,
+        ..ConnectOptions::default()
+    };
+    a.qp.init_with(&o).unwrap();
+    a.qp.rtr_rts(&AddressVector::to_ip(peer.parse().unwrap()), 0x99, 0, 0, &o)
+        .unwrap();
+    let src = a.pd.alloc_mr(64, ALL).unwrap();
+    // Long enough for the engine thread to go to sleep.
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = std::time::Instant::now();
+    a.qp.post_send(&[signaled(1, WrOpcode::Send, &[src.sge(0, 64)])])
+        .unwrap();
+    let wc = loop {
+        if let Some(wc) = a.cq.poll_one() {
+            break wc;
+        }
+        assert!(t0.elapsed() < T, "no completion");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let took = t0.elapsed();
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RetryExcErr));
+    // 34 ms due; a sleeping engine would have taken about 800 ms.
+    assert!(
+        took < Duration::from_millis(500),
+        "the SEND failed after {took:?}"
+    );
+}

@@ -31,7 +31,7 @@ use socket::{
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -122,6 +122,13 @@ struct Shared {
     /// Application threads may drive the device (`UROCE_APP_PROGRESS=0`:
     /// only the engine thread does).
     app_progress: bool,
+    /// The deadline the engine thread last planned to wake at (engine
+    /// nanoseconds; `u64::MAX`: none), written under the driver's lock.
+    planned: AtomicU64,
+    /// An application thread's pass set a deadline before `planned` (it
+    /// armed a timer: a post sends on the posting thread): the engine
+    /// thread must not sleep past it (see `Engine::drive`).
+    deadline_moved: AtomicBool,
 }
 
 impl Shared {
@@ -235,6 +242,8 @@ impl Engine {
             sock_fd,
             epoch,
             app_progress: std::env::var("UROCE_APP_PROGRESS").map_or(true, |v| v.trim() != "0"),
+            planned: AtomicU64::new(u64::MAX),
+            deadline_moved: AtomicBool::new(false),
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -352,10 +361,25 @@ impl Engine {
         ENGINE_THREAD.with(|t| t.set(was));
         // Output left behind (a deferred ACK, more than one pass's worth)
         // must not wait for this thread to come back: a sleeping engine
-        // thread is woken to send it.
+        // thread is woken to send it. So must a deadline earlier than the
+        // one the engine thread sleeps until (a timer this pass armed):
+        // this thread may not come back in time (it waits on a completion
+        // channel, or polls without driving).
         let pending = d.ep.has_output();
+        let moved = d.deadline().is_some_and(|t| {
+            let earlier = t.0 < self.shared.planned.load(Ordering::Relaxed);
+            if earlier {
+                self.shared.planned.store(t.0, Ordering::Relaxed);
+                // Paired with the engine thread's `set_sleeping(true)`
+                // then `deadline_moved.swap`: either it sees this flag
+                // and does not sleep, or this thread sees it sleeping
+                // and rings.
+                self.shared.deadline_moved.store(true, Ordering::SeqCst);
+            }
+            earlier
+        });
         drop(g);
-        if pending {
+        if pending || moved {
             self.shared.doorbell.ring_if_sleeping();
         }
         r
@@ -910,7 +934,11 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
             let mut work = d.commands(cmds);
             work |= d.pass(&shared.ready);
             work |= d.ep.has_output();
-            (work, d.deadline())
+            let deadline = d.deadline();
+            shared
+                .planned
+                .store(deadline.map_or(u64::MAX, |t| t.0), Ordering::Relaxed);
+            (work, deadline)
         };
         if work {
             idle_since = None;
@@ -927,7 +955,10 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
         // Block until a packet, a doorbell or the next deadline.
         let timeout_ns = deadline.map_or(1_000_000_000, |t| t.0.saturating_sub(now.0));
         shared.doorbell.set_sleeping(true);
-        if shared.ready.is_empty() && cmds.is_empty() {
+        // After `set_sleeping`: an application pass that moved the
+        // deadline either shows here or rings (see `Engine::drive`).
+        let moved = shared.deadline_moved.swap(false, Ordering::SeqCst);
+        if shared.ready.is_empty() && cmds.is_empty() && !moved {
             socket::wait(
                 shared.sock_fd,
                 &shared.doorbell,
