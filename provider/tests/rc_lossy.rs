@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use uroce_provider::net::sim::Faults;
-use uroce_provider::testing::{PairParams, RcPair};
+use uroce_provider::testing::{sge, signaled_wr, PairParams, RcPair};
 use uroce_provider::types::*;
 
 const ALL: Access = Access::LOCAL_WRITE
@@ -272,4 +272,67 @@ fn atomic_write_and_flush_under_loss() {
         duplicates += p.b.counters.snapshot().duplicate_requests;
     }
     assert!(duplicates > 0, "the responder saw duplicates to answer");
+}
+
+/// A READ from a slow responder under loss, then a SEND: `rc-ops` against
+/// kernel rxe in an emulated guest (about 6,000 packets a second) at the
+/// end of its run, where the SEND once failed with retry exceeded. Each
+/// re-request of a READ makes the responder send the rest of it again,
+/// and it answers in order: re-requests sent while it still sends earlier
+/// ones' answers only queue more behind them. A requester that took the
+/// stream of answers to earlier re-requests for silence re-requested again
+/// at every timeout, and again when an answer ahead of the hole came: the
+/// queue grew until the SEND's ACK came after seven timeouts. Answers
+/// for the READ being waited for restart its timer (as rxe's requester
+/// restarts it at every response), and a resend after a timeout counts
+/// as that hole's re-request.
+#[test]
+fn a_slow_responders_read_answers_keep_the_read_alive() {
+    const LEN: usize = 1 << 20;
+    for seed in 1..=6u64 {
+        let faults = Faults {
+            loss: 0.02,
+            reorder: 0.1,
+            reorder_ns: 1_000_000,
+            delay_ns: 1_000_000,
+            ..Default::default()
+        };
+        let mut p = RcPair::new(
+            seed,
+            faults,
+            PairParams {
+                timeout: 14,
+                retry_cnt: 7,
+                ..Default::default()
+            },
+        );
+        let (a_ip, b_ip) = (p.a.ip, p.b.ip);
+        p.net.set_link_rate(b_ip, a_ip, 6_000 * 1100);
+        let back = p.mr(true, LEN, ALL);
+        let remote = p.mr(false, LEN, ALL);
+        let data: Vec<u8> = (0..LEN).map(|i| (i * 13 + i / 1000) as u8).collect();
+        remote.write(0, &data).unwrap();
+        let end = p.mr(true, 8, ALL);
+        let recv = p.mr(false, 8, ALL);
+        p.post_recv(false, 9, &[sge(&recv, 0, 8)]);
+        let mut read = signaled_wr(1, WrOpcode::RdmaRead, &[sge(&back, 0, LEN as u32)]);
+        read.remote_addr = remote.iova();
+        read.rkey = remote.rkey();
+        p.post_send(true, read);
+        p.post_send(true, signaled_wr(2, WrOpcode::Send, &[sge(&end, 0, 8)]));
+        let s = p.wait(true, true, 2, 120_000_000_000);
+        let got: Vec<_> = s.iter().map(|w| (w.wr_id, w.status)).collect();
+        let timeouts = p.a.counters.snapshot().retry_timeouts;
+        assert_eq!(
+            got,
+            [(1, WcStatus::Success), (2, WcStatus::Success)],
+            "seed {seed}: {timeouts} timeouts"
+        );
+        // Silence, not a stream of answers, is what times out (21 timeouts
+        // for seed 1 before; 0 or 1 now).
+        assert!(timeouts <= 2, "seed {seed}: {timeouts} timeouts");
+        let mut mine = vec![0u8; LEN];
+        back.read(0, &mut mine).unwrap();
+        assert!(mine == data, "seed {seed}: the READ's data");
+    }
 }

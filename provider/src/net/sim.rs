@@ -68,6 +68,10 @@ struct Link {
     mtu: Option<usize>,
     /// Everything sent in `[from, until)` is lost.
     black_holes: Vec<(Nanos, Nanos)>,
+    /// Bytes per second the sender puts on this link, if limited.
+    rate: Option<u64>,
+    /// When the link finishes sending what is queued on it.
+    free_at: Nanos,
 }
 
 /// Identifies a QP in the network.
@@ -151,6 +155,8 @@ impl SimNet {
                     faults: None,
                     mtu: None,
                     black_holes: Vec::new(),
+                    rate: None,
+                    free_at: Nanos(0),
                 });
                 self.links.len() - 1
             }
@@ -173,6 +179,16 @@ impl SimNet {
     /// as on a link with DF set.
     pub fn set_link_mtu(&mut self, src: IpAddr, dst: IpAddr, mtu: usize) {
         self.link(src, dst).mtu = Some(mtu);
+    }
+
+    /// Limits what `src` sends to `dst` to `bytes_per_sec`: packets queue
+    /// behind each other (without bound) before their delay starts. A
+    /// slow sender, as kernel rxe in an emulated guest (a few thousand
+    /// packets a second), whose answers to later requests wait behind
+    /// what it still has to send for earlier ones. Packets lost on the
+    /// way take their time on the link too.
+    pub fn set_link_rate(&mut self, src: IpAddr, dst: IpAddr, bytes_per_sec: u64) {
+        self.link(src, dst).rate = Some(bytes_per_sec.max(1));
     }
 
     /// Loses everything sent from `src` to `dst` between `from_ns` and
@@ -333,8 +349,16 @@ impl SimNet {
             _ => 1,
         };
         let now = self.now;
-        let link = self.links.iter_mut().find(|l| l.src == src && l.dst == dst);
+        let mut link = self.links.iter_mut().find(|l| l.src == src && l.dst == dst);
         let ip_udp = if src.is_ipv4() { 28 } else { 48 };
+        let mut queued_ns = 0;
+        if let Some(l) = link.as_mut() {
+            if let Some(rate) = l.rate {
+                let wire = (bytes.len() + ip_udp) as u128 * 1_000_000_000 / rate as u128;
+                l.free_at = l.free_at.max(now).plus(wire as u64);
+                queued_ns = l.free_at.0 - now.0;
+            }
+        }
         if let Some(l) = &link {
             if l.mtu.is_some_and(|m| bytes.len() + ip_udp > m)
                 || l.black_holes.iter().any(|(a, b)| *a <= now && now < *b)
@@ -352,7 +376,7 @@ impl SimNet {
             if let Some(bit) = plan.flip_bit {
                 b[bit / 8] ^= 1 << (bit % 8);
             }
-            let mut delay = plan.delay_ns[i.min(1)];
+            let mut delay = plan.delay_ns[i.min(1)] + queued_ns;
             if let Verdict::Delay(d) = verdict {
                 delay += d;
             }

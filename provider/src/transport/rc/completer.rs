@@ -13,6 +13,9 @@ use uroce_wire::{Operation, Psn};
 impl RcQp {
     pub(super) fn handle_response(&mut self, now: Nanos, pkt: &ParsedPacket<'_>) {
         let psn = pkt.bth.psn;
+        if pkt.info.operation == Operation::RdmaReadResponse {
+            self.read_answer_seen(now, psn);
+        }
         // A response must be for a PSN we sent and that is not yet
         // acknowledged; anything else is stale (or a ghost) and dropped.
         let outstanding = self.req.hwm.distance_from(self.req.una);
@@ -99,6 +102,29 @@ impl RcQp {
             };
         }
         self.retire();
+    }
+
+    /// A response for the READ being waited for, whether it fills the
+    /// hole, lies ahead of it or repeats one already placed, shows the
+    /// responder alive and answering: the retransmission timer restarts
+    /// (rxe's requester restarts it at every response). A responder
+    /// answers in order, and each re-request of a READ makes it send the
+    /// rest of the READ again: while it still sends answers to earlier
+    /// requests, a re-request only queues another answer behind them. A
+    /// timer that ran out during the stream would re-request again and
+    /// again; against a slow responder (rxe in an emulated guest) the
+    /// queue grew until a later request's ACK came after every retry
+    /// (`a_slow_responders_read_answers_keep_the_read_alive`).
+    fn read_answer_seen(&mut self, now: Nanos, psn: Psn) {
+        if self.req.timer.is_none() || self.core.attr.timeout == 0 {
+            return;
+        }
+        let waited = self.req.wqes.iter().find(|e| !e.done && e.error.is_none());
+        if waited.is_some_and(|e| e.started && e.wr.opcode == WrOpcode::RdmaRead && e.contains(psn))
+        {
+            self.req.timer =
+                Some(now.plus(super::requester::ack_timeout_ns(self.core.attr.timeout)));
+        }
     }
 
     /// A NAK (or RNR NAK) for `psn` acknowledges everything before it;

@@ -595,7 +595,16 @@ impl RcQp {
         self.req.on_congestion();
         Counters::inc(&self.core.cfg.counters.window_cuts);
         let una = self.req.una;
-        self.req.read_rerequest = None;
+        // A READ resent from `una` is that hole's re-request: answers
+        // ahead of the hole still on their way (to earlier requests) must
+        // not make another one (see `RcQp::read_answer_seen`).
+        let in_read = self
+            .req
+            .wqes
+            .iter()
+            .find(|e| e.contains(una))
+            .is_some_and(|e| e.wr.opcode == WrOpcode::RdmaRead);
+        self.req.read_rerequest = in_read.then_some(una);
         self.req.read_hole = None;
         self.req.go_back(una);
     }
