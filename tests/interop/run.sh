@@ -27,7 +27,9 @@
 #      versus uroce (differential): findings and differences printed and
 #      kept (FUZZ_KEEP), not failures; the guest must survive.
 # Environment: UROCE_INTEROP_ACCEL=kvm|tcg, UROCE_INTEROP_KEEP=1 (keep the
-# run directory with logs and captures), UROCE_INTEROP_QUICK=1 (fewer sizes),
+# run directory with logs and captures), UROCE_INTEROP_QUICK=1 (the subset
+# .ci/run runs: ping-pong sizes 1, 4096 and 1 MiB, and under loss 1 MiB at
+# MTU 4096 only; the whole matrix is the same command without it),
 # UROCE_INTEROP_REPEAT=N (each chosen scenario N times), UROCE_INTEROP_NETEM=
 # "netem options" (the loss runs' impairment; default "loss 2% delay 1ms
 # reorder 10%").
@@ -480,6 +482,10 @@ pingpong_matrix() { # SUFFIX
         if [ $kind = ud ] && [ "$size" -gt $mtu ]; then continue; fi
         # Under loss UD has nothing to recover with: the ping-pong would hang.
         if [ $kind = ud ] && [ -n "$sfx" ]; then continue; fi
+        # The quick subset leaves out the slowest scenarios (1.5-2.5 min
+        # each in a TCG guest): 1 MiB at MTU 1024 under loss. rc-ops at
+        # MTU 1024 under loss still moves 64 KiB WRITEs and a 1 MiB READ.
+        if [ -n "${UROCE_INTEROP_QUICK:-}" ] && [ -n "$sfx" ] && [ "$mtu" = 1024 ] && [ "$size" = 1048576 ]; then continue; fi
         for who in client server; do
           scenario "$kind-pingpong mtu=$mtu size=$size uroce=$who$sfx" pp $kind $mtu "$size" $who
         done
