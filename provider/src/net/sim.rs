@@ -358,8 +358,6 @@ impl SimNet {
                 l.free_at = l.free_at.max(now).plus(wire as u64);
                 queued_ns = l.free_at.0 - now.0;
             }
-        }
-        if let Some(l) = &link {
             if l.mtu.is_some_and(|m| bytes.len() + ip_udp > m)
                 || l.black_holes.iter().any(|(a, b)| *a <= now && now < *b)
             {
