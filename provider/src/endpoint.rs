@@ -419,17 +419,7 @@ fn compact_timers(timers: &mut BinaryHeap<Reverse<(Nanos, u32)>>, qps: &HashMap<
 /// The ICRC context of a datagram from `from` to our `local` address on
 /// port 4791 (the IPv4 identification is solved for; see `wire::icrc`).
 fn icrc_context(from: SocketAddr, local: IpAddr) -> IpContext {
-    match (from.ip(), local) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            IpContext::for_socket_v4(s, d, from.port(), uroce_wire::ROCEV2_UDP_PORT)
-        }
-        (s, d) => IpContext::v6(
-            crate::transport::to_v6(s),
-            crate::transport::to_v6(d),
-            from.port(),
-            uroce_wire::ROCEV2_UDP_PORT,
-        ),
-    }
+    IpContext::between(from.ip(), local, from.port(), uroce_wire::ROCEV2_UDP_PORT)
 }
 
 #[cfg(test)]

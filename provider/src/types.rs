@@ -161,6 +161,22 @@ pub enum WrOpcode {
 }
 
 impl WrOpcode {
+    /// Every send opcode.
+    pub const ALL: [WrOpcode; 12] = [
+        WrOpcode::RdmaWrite,
+        WrOpcode::RdmaWriteWithImm,
+        WrOpcode::Send,
+        WrOpcode::SendWithImm,
+        WrOpcode::RdmaRead,
+        WrOpcode::AtomicCmpAndSwp,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::LocalInv,
+        WrOpcode::BindMw,
+        WrOpcode::SendWithInv,
+        WrOpcode::Flush,
+        WrOpcode::AtomicWrite,
+    ];
+
     /// The wire operation of a request WR and what its last packet carries
     /// (the opcode table then gives each packet's opcode:
     /// [`uroce_wire::Opcode::request`]); `None` for local operations.
@@ -474,6 +490,32 @@ pub enum QpType {
     Ud = 4,
 }
 
+impl QpType {
+    /// The transport its packets belong to (the BTH opcode's high bits).
+    pub const fn transport(self) -> uroce_wire::Transport {
+        match self {
+            QpType::Rc => uroce_wire::Transport::Rc,
+            QpType::Uc => uroce_wire::Transport::Uc,
+            QpType::Ud => uroce_wire::Transport::Ud,
+        }
+    }
+
+    /// Whether a QP of this type may post `op`: the one table of what each
+    /// QP type sends. A request operation must have an opcode on the
+    /// type's transport in the opcode table (IBA table 38: UC has SEND and
+    /// RDMA WRITE, UD SEND alone); the local operations (LOCAL_INV,
+    /// BIND_MW) run on the connected types, as rxe allows them. Posting
+    /// anything else is EINVAL; the engine completes it with
+    /// LOC_QP_OP_ERR should it get there.
+    pub const fn may_post(self, op: WrOpcode) -> bool {
+        if op.is_local() {
+            return !matches!(self, QpType::Ud);
+        }
+        op.request_opcode(self.transport(), uroce_wire::Position::Only)
+            .is_some()
+    }
+}
+
 /// QP state (`ibv_qp_state`).
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -587,5 +629,28 @@ mod tests {
         );
         assert_eq!(WcOpcode::RecvRdmaWithImm as u32, 129);
         assert_eq!(WrOpcode::SendWithInv as u32, 9);
+    }
+    #[test]
+    fn what_each_qp_type_may_post() {
+        use WrOpcode::*;
+        let allowed = |t: QpType| -> Vec<WrOpcode> {
+            WrOpcode::ALL
+                .into_iter()
+                .filter(|&op| t.may_post(op))
+                .collect()
+        };
+        assert_eq!(allowed(QpType::Rc), WrOpcode::ALL.to_vec());
+        assert_eq!(
+            allowed(QpType::Uc),
+            [
+                RdmaWrite,
+                RdmaWriteWithImm,
+                Send,
+                SendWithImm,
+                LocalInv,
+                BindMw
+            ]
+        );
+        assert_eq!(allowed(QpType::Ud), [Send, SendWithImm]);
     }
 }

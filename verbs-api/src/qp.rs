@@ -271,16 +271,7 @@ impl QueuePair {
     /// for the rest), and for UD, a destination and a length within the
     /// path MTU.
     fn check_opcode(&self, wr: &SendWr) -> Result<()> {
-        use WrOpcode::*;
-        let ok = match self.qp_type {
-            QpType::Rc => true,
-            QpType::Uc => matches!(
-                wr.opcode,
-                Send | SendWithImm | RdmaWrite | RdmaWriteWithImm | LocalInv | BindMw
-            ),
-            QpType::Ud => matches!(wr.opcode, Send | SendWithImm),
-        };
-        if !ok {
+        if !self.qp_type.may_post(wr.opcode) {
             return Err(Error::Invalid(format!(
                 "{:?} is not a {:?} operation",
                 wr.opcode, self.qp_type

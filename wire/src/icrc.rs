@@ -47,7 +47,7 @@
 use crate::bth::BTH_LEN;
 use crate::error::{Error, Result};
 use crate::ICRC_LEN;
-use core::net::{Ipv4Addr, Ipv6Addr};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// IPv4 "don't fragment" flag in the flags/fragment-offset field.
 pub const IPV4_DF: u16 = 0x4000;
@@ -114,6 +114,25 @@ impl IpContext {
             src_port,
             dst_port,
         }
+    }
+    /// The context of a datagram from `src` to `dst`, whatever their
+    /// versions: two IPv4 addresses give the header a UDP socket produces
+    /// ([`IpContext::for_socket_v4`]); anything else is IPv6, an IPv4
+    /// address taken as IPv4-mapped. The one builder every sender and
+    /// receiver of uroce uses.
+    pub const fn between(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16) -> Self {
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::for_socket_v4(s, d, src_port, dst_port),
+            (s, d) => IpContext::v6(as_v6(s), as_v6(d), src_port, dst_port),
+        }
+    }
+}
+
+/// `ip` as IPv6 (IPv4-mapped for IPv4).
+const fn as_v6(ip: IpAddr) -> Ipv6Addr {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
     }
 }
 

@@ -88,17 +88,7 @@ impl GsiQp {
 
 fn ip_context(src: IpAddr, dst: IpAddr) -> IpContext {
     let port = uroce_wire::ROCEV2_UDP_PORT;
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::for_socket_v4(s, d, port, port),
-        (s, d) => IpContext::v6(v6(s), v6(d), port, port),
-    }
-}
-
-fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
-    match ip {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    }
+    IpContext::between(src, dst, port, port)
 }
 
 impl QpMachine for GsiQp {

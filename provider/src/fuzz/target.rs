@@ -48,19 +48,12 @@ pub struct Conn {
 impl Conn {
     /// The ICRC context of a packet from the fuzzer to the target.
     pub fn ip_context(&self) -> IpContext {
-        match (self.fuzzer, self.target) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                IpContext::for_socket_v4(s, d, self.src_port, uroce_wire::ROCEV2_UDP_PORT)
-            }
-            (s, d) => IpContext::v6(v6(s), v6(d), self.src_port, uroce_wire::ROCEV2_UDP_PORT),
-        }
-    }
-}
-
-fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
-    match ip {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
+        IpContext::between(
+            self.fuzzer,
+            self.target,
+            self.src_port,
+            uroce_wire::ROCEV2_UDP_PORT,
+        )
     }
 }
 

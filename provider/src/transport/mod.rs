@@ -363,17 +363,12 @@ impl QpConfig {
     /// The ICRC context of packets we send to `dst` (UDP from our port to
     /// 4791; for IPv4 the header our socket produces: DF, ID 0).
     pub fn ip_context(&self, dst: IpAddr) -> IpContext {
-        match (self.local_ip, dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                IpContext::for_socket_v4(s, d, self.src_port, uroce_wire::ROCEV2_UDP_PORT)
-            }
-            (s, d) => IpContext::v6(
-                to_v6(s),
-                to_v6(d),
-                self.src_port,
-                uroce_wire::ROCEV2_UDP_PORT,
-            ),
-        }
+        IpContext::between(
+            self.local_ip,
+            dst,
+            self.src_port,
+            uroce_wire::ROCEV2_UDP_PORT,
+        )
     }
 
     /// Writes headers + payload (filled by `fill`, which may refuse) + pad

@@ -242,13 +242,8 @@ impl UcQp {
     /// Checks a posted WR locally (opcode valid for UC, SGEs, length) and
     /// resolves its buffers: the data and the message length.
     fn admit(&self, wr: &SendWr) -> Result<(Resolved, u64), WcStatus> {
-        if !matches!(
-            wr.opcode,
-            WrOpcode::Send
-                | WrOpcode::SendWithImm
-                | WrOpcode::RdmaWrite
-                | WrOpcode::RdmaWriteWithImm
-        ) {
+        // Local operations were executed before this.
+        if !QpType::Uc.may_post(wr.opcode) {
             return Err(WcStatus::LocQpOpErr);
         }
         let (data, len) = self.core.cfg.send_buffers(wr)?;

@@ -19,7 +19,7 @@ use uroce_verbs::provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
 use uroce_verbs::{
     Access, AddressHandle, CompChannel, CompletionQueue, Context, Error, MemoryRegion,
     MemoryWindow, Mtu, MwType, ProtectionDomain, QpInitAttr, QpState, QpType, QueuePair, SendWr,
-    SharedReceiveQueue, SrqAttr, SrqAttrMask, Wc, WcOpcode, WcStatus,
+    SharedReceiveQueue, SrqAttr, SrqAttrMask, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 
 crate::symbol_versions! {
@@ -1388,39 +1388,30 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
     })
 }
 
-/// The `IBV_QP_EX_WITH_*` operations uroce has for a QP type (RC: SEND,
-/// WRITE, READ, atomics, SEND with invalidate; UC: SEND and WRITE; UD:
-/// SEND), each with immediate data where the operation has it.
+/// The `IBV_QP_EX_WITH_*` operations uroce has for a QP type: those the
+/// provider's table lets the type post ([`QpType::may_post`]).
 fn send_ops_supported(qp_type: QpType) -> u64 {
-    const WRITE: u64 = 1;
-    const WRITE_IMM: u64 = 1 << 1;
-    const SEND: u64 = 1 << 2;
-    const SEND_IMM: u64 = 1 << 3;
-    const READ: u64 = 1 << 4;
-    const CMP_SWP: u64 = 1 << 5;
-    const FETCH_ADD: u64 = 1 << 6;
-    const LOCAL_INV: u64 = 1 << 7;
-    const BIND_MW: u64 = 1 << 8;
-    const SEND_INV: u64 = 1 << 9;
-    const FLUSH: u64 = 1 << 11;
-    const ATOMIC_WRITE: u64 = 1 << 12;
-    match qp_type {
-        QpType::Rc => {
-            FLUSH
-                | ATOMIC_WRITE
-                | WRITE
-                | WRITE_IMM
-                | SEND
-                | SEND_IMM
-                | READ
-                | CMP_SWP
-                | FETCH_ADD
-                | LOCAL_INV
-                | BIND_MW
-                | SEND_INV
-        }
-        QpType::Uc => WRITE | WRITE_IMM | SEND | SEND_IMM | LOCAL_INV | BIND_MW,
-        QpType::Ud => SEND | SEND_IMM,
+    WrOpcode::ALL
+        .into_iter()
+        .filter(|&op| qp_type.may_post(op))
+        .fold(0, |m, op| m | send_op_flag(op))
+}
+
+/// The `IBV_QP_EX_WITH_*` bit of a send opcode.
+fn send_op_flag(op: WrOpcode) -> u64 {
+    match op {
+        WrOpcode::RdmaWrite => 1,
+        WrOpcode::RdmaWriteWithImm => 1 << 1,
+        WrOpcode::Send => 1 << 2,
+        WrOpcode::SendWithImm => 1 << 3,
+        WrOpcode::RdmaRead => 1 << 4,
+        WrOpcode::AtomicCmpAndSwp => 1 << 5,
+        WrOpcode::AtomicFetchAndAdd => 1 << 6,
+        WrOpcode::LocalInv => 1 << 7,
+        WrOpcode::BindMw => 1 << 8,
+        WrOpcode::SendWithInv => 1 << 9,
+        WrOpcode::Flush => 1 << 11,
+        WrOpcode::AtomicWrite => 1 << 12,
     }
 }
 
