@@ -1,10 +1,10 @@
 //! Stateful fuzzing of a connected RC pair on the simulated network:
 //! posts, forged packets, drops and time chosen by the fuzzer, with the
-//! invariants of `uroce_provider::fuzzing` checked after every step.
+//! invariants of `uroce_fuzz::pair` checked after every step.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use uroce_provider::types::QpType;
 
 fuzz_target!(|data: &[u8]| {
-    uroce_provider::fuzzing::run(QpType::Rc, data);
+    uroce_fuzz::pair::run(QpType::Rc, data);
 });

@@ -10,13 +10,10 @@ pub mod cq;
 pub mod endpoint;
 pub mod engine;
 pub mod events;
-#[doc(hidden)]
-pub mod fuzz;
-pub mod fuzzing;
 pub mod memory;
 pub mod net;
 pub mod qp_attr;
-#[doc(hidden)]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod transport;
 pub mod types;

@@ -1,5 +1,25 @@
-//! Test fixtures: two connected RC QPs on the simulated network (after
-//! quinn's `Pair`). Public so that integration tests and benches share it.
+//! The testing face: fixtures of connected QPs on the simulated network
+//! (after quinn's `Pair`), built from the provider's own parts as a device
+//! would build them, without a device or an engine.
+//!
+//! * [`config`]: a [`QpConfig`] with its own key table, CQs, queues,
+//!   counters and event queue; [`side_with`]: such an endpoint, with a QP
+//!   of any type made from it, attached to a [`SimNet`] ([`Side`]);
+//! * [`connect`], [`to_rtr`], [`to_rts`], [`uc_connect`], [`ud_up`]: the
+//!   modify-QP sequences that bring a QP up (RC, UC, UD);
+//! * [`RcPair`]: two connected RC QPs, with regions, posts and waiting
+//!   for completions in virtual time; [`PairParams`] its connection;
+//! * [`sge`], [`signaled_wr`]: work request shorthands.
+//!
+//! It is compiled for this crate's unit tests and, with the non-default
+//! feature `testing`, for its users: the provider's integration tests
+//! (`provider/tests/*.rs`, through a dev-dependency of the crate on itself
+//! with the feature), the benches, uroce-verbs' examples and uroce-fuzz
+//! (the fuzzer's simulated target and the pair harness of the cargo-fuzz
+//! targets). It uses the crate's public API only, and carries no fuzzer
+//! code and no serialization: a build of the device library that has it
+//! (feature unification with uroce-fuzz, through uroce-cli) gains nothing
+//! but these few functions, which nothing in the library calls.
 
 use crate::counters::Counters;
 use crate::cq::CqInner;

@@ -482,7 +482,7 @@ impl Wc {
 
 /// QP transport type (`ibv_qp_type`).
 #[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum QpType {
     Rc = 2,
@@ -518,7 +518,7 @@ impl QpType {
 
 /// QP state (`ibv_qp_state`).
 #[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum QpState {
     Reset = 0,

@@ -400,7 +400,7 @@ pub fn wait(sock: std::os::fd::RawFd, bell: &Doorbell, timeout_ns: u64) {
 /// A UDP socket for `ip`'s family that sends with DF and IPv4 ID 0
 /// (IP_PMTUDISC_DO): the header uroce computes its ICRCs for. IPv6
 /// sockets are IPv6-only. Not bound yet.
-pub(crate) fn df_socket(ip: IpAddr) -> io::Result<Socket> {
+pub fn df_socket(ip: IpAddr) -> io::Result<Socket> {
     let domain = if ip.is_ipv4() {
         Domain::IPV4
     } else {
@@ -431,7 +431,7 @@ pub(crate) fn df_socket(ip: IpAddr) -> io::Result<Socket> {
 /// Sets both socket buffers to `bytes`: past net.core.{r,w}mem_max where
 /// the process may (SO_*BUFFORCE needs CAP_NET_ADMIN), else as far as the
 /// limit allows.
-pub(crate) fn grow_buffers(sock: &Socket, bytes: usize) {
+pub fn grow_buffers(sock: &Socket, bytes: usize) {
     let fd = sock.as_raw_fd();
     let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
     for (force, plain) in [

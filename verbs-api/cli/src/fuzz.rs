@@ -1,15 +1,15 @@
 //! `uroce fuzz`: the command line of the RoCEv2 fuzzer, whose engine is
-//! [`uroce_provider::fuzz`].
+//! [`uroce_fuzz`].
 
 use clap::{Args, Subcommand};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use uroce_provider::fuzz::gen::Mode;
-use uroce_provider::fuzz::replay::Options as ReplayOptions;
-use uroce_provider::fuzz::session::{self, TargetSpec};
-use uroce_provider::fuzz::Config;
+use uroce_fuzz::gen::Mode;
+use uroce_fuzz::replay::Options as ReplayOptions;
+use uroce_fuzz::session::{self, TargetSpec};
+use uroce_fuzz::Config;
 use uroce_verbs::QpType;
 
 /// The target options, shared by a run and a replay.
@@ -253,7 +253,7 @@ fn attack(
     spoof: Option<IpAddr>,
     target: &TargetArgs,
 ) -> ExitCode {
-    use uroce_provider::fuzz::attack::{names, AttackConfig};
+    use uroce_fuzz::attack::{names, AttackConfig};
     let spec = match target.spec() {
         Ok(s) => s,
         Err(e) => return fail(&e),

@@ -11,7 +11,7 @@
 //! | `rc-pingpong`, `uc-pingpong`, `ud-pingpong`, `srq-pingpong` | [`pingpong`] |
 //! | `rc-stress` | [`stress`] |
 //! | `cm-echo` | [`cm_echo`] |
-//! | `fuzz`, `fuzz replay` | [`fuzz`] (the engine: [`uroce_provider::fuzz`]) |
+//! | `fuzz`, `fuzz replay` | [`fuzz`] (the engine: [`uroce_fuzz`]) |
 //! | `decode` | [`decode`] |
 //! | `sample-pcap` | [`sample`] |
 //! | `libdir`, `exec` | [`libdir`] |

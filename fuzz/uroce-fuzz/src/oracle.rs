@@ -21,8 +21,8 @@
 
 use super::case::{Case, Key, PacketSpec, Post, PostOp};
 use super::target::{Conn, Observation, PATTERN};
-use crate::types::{QpState, QpType};
 use serde::{Deserialize, Serialize};
+use uroce_provider::types::{QpState, QpType};
 use uroce_wire::{AethSyndrome, Operation};
 
 /// A broken rule.
@@ -40,9 +40,9 @@ pub enum Violation {
         offset: usize,
     },
     /// The fuzzed QP is in a state a responder does not enter on its own.
-    IllegalState(QpState),
+    IllegalState(#[serde(with = "crate::serde_qp::QpStateDef")] QpState),
     /// Packets the spec says to drop silently changed the QP's state.
-    StateChangedBySilentDrop(QpState),
+    StateChangedBySilentDrop(#[serde(with = "crate::serde_qp::QpStateDef")] QpState),
     /// Packets the spec says to drop silently completed a WR or wrote.
     EffectOfSilentDrop(String),
     /// The untouched control QP stopped working.
@@ -348,8 +348,8 @@ pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fuzz::case::Step;
-    use crate::fuzz::target::Completion;
+    use crate::case::Step;
+    use crate::target::Completion;
     use std::net::{IpAddr, Ipv4Addr};
     use uroce_wire::Opcode;
 

@@ -7,10 +7,10 @@
 //! fuzzer's address must not be a uroce device's on the same host.
 
 use super::target::{Completion, Conn, Observation, Target, TargetError};
-use crate::types::{QpState, QpType};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
+use uroce_provider::types::{QpState, QpType};
 
 /// A target reached over UDP and observed through its agent.
 #[derive(Debug)]
@@ -42,12 +42,12 @@ impl LiveTarget {
         target: IpAddr,
         agent: SocketAddr,
     ) -> Result<LiveTarget, TargetError> {
-        let s = crate::engine::socket::df_socket(fuzzer).map_err(io)?;
+        let s = uroce_provider::engine::df_socket(fuzzer).map_err(io)?;
         s.bind(&SocketAddr::new(fuzzer, uroce_wire::ROCEV2_UDP_PORT).into())
             .map_err(|e| io(format!("bind {fuzzer}:4791: {e}")))?;
         // Room for a burst of answers (exhaustion's 256 READ responses of
         // a full MTU): the default buffer drops them before they are read.
-        crate::engine::socket::grow_buffers(&s, FUZZ_SOCK_BUF);
+        uroce_provider::engine::grow_buffers(&s, FUZZ_SOCK_BUF);
         let sock: UdpSocket = s.into();
         let mut t = LiveTarget {
             sock,

@@ -128,7 +128,7 @@ const SIMPLIFICATIONS: &[Simplify] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fuzz::case::{Post, PostOp};
+    use crate::case::{Post, PostOp};
     use uroce_wire::Opcode;
 
     fn post(op: PostOp, len: u32) -> Step {

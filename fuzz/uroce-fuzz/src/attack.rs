@@ -23,12 +23,12 @@
 use super::case::{Dest, Key, PacketSpec};
 use super::diff::answer_kind;
 use super::target::{Conn, Observation, Target, TargetError, PATTERN};
-use crate::types::{QpState, QpType};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
+use uroce_provider::types::{QpState, QpType};
 use uroce_wire::{AethSyndrome, NakCode, Opcode};
 
 /// How an attack ended.
@@ -751,7 +751,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fuzz::sim::SimTarget;
+    use crate::sim::SimTarget;
     use Verdict::*;
 
     fn attacks(t: &mut dyn Target, qp_type: QpType) -> Vec<AttackResult> {
@@ -926,7 +926,7 @@ mod tests {
         let IpAddr::V4(dst) = conn.target else {
             panic!("v4")
         };
-        let d = crate::fuzz::live::spoofed_datagram(src, dst, &bytes).expect("builds");
+        let d = crate::live::spoofed_datagram(src, dst, &bytes).expect("builds");
         assert_eq!(
             (d[0], d[6], d[4], d[5], d[8], d[9]),
             (0x45, 0x40, 0, 0, 64, 17)

@@ -14,10 +14,10 @@ use super::gen::Generator;
 use super::minimize::minimize;
 use super::target::{Target, TargetError};
 use super::{run_case, Config, Outcome, Status};
-use crate::types::QpState;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+use uroce_provider::types::QpState;
 use uroce_wire::{AethSyndrome, NakCode, Operation};
 
 /// What is compared of one side's run.
@@ -26,6 +26,7 @@ pub struct Answer {
     /// The kinds of packets the target answered with.
     pub answers: BTreeSet<String>,
     /// The fuzzed QP's state afterwards.
+    #[serde(with = "crate::serde_qp::QpStateDef")]
     pub state: QpState,
     /// Completions: (receive queue?, status), sorted.
     pub completions: Vec<(bool, u32)>,
@@ -285,9 +286,9 @@ pub fn fuzz_diff(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fuzz::gen::Mode;
-    use crate::fuzz::sim::{PlantedBug, SimTarget};
-    use crate::types::QpType;
+    use crate::gen::Mode;
+    use crate::sim::{PlantedBug, SimTarget};
+    use uroce_provider::types::QpType;
 
     /// uroce against itself: no difference. uroce against uroce with a
     /// planted bug: the bug is a difference, minimized to its packets.

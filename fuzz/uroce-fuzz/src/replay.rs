@@ -19,7 +19,6 @@
 use super::case::{Case, Icrc, Key, PacketSpec, Step};
 use super::gen::one_mutation;
 use super::target::Conn;
-use crate::types::QpType;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -27,6 +26,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
+use uroce_provider::types::QpType;
 use uroce_wire::frame::parse_frame;
 use uroce_wire::pcap::{CaptureError, CaptureReader};
 use uroce_wire::{Error as WireError, Transport};
@@ -563,18 +563,18 @@ impl fmt::Display for ReplayPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::capture::Capture;
-    use crate::fuzz::case::Icrc;
-    use crate::fuzz::run_case;
-    use crate::fuzz::sim::SimTarget;
-    use crate::fuzz::target::PATTERN;
-    use crate::memory::MrInner;
-    use crate::net::sim::Faults;
-    use crate::testing::{sge, signaled_wr, PairParams, RcPair};
-    use crate::types::{Access, WrOpcode};
+    use crate::case::Icrc;
+    use crate::run_case;
+    use crate::sim::SimTarget;
+    use crate::target::PATTERN;
     use std::net::SocketAddr;
     use std::path::PathBuf;
     use std::sync::Arc;
+    use uroce_provider::engine::capture::Capture;
+    use uroce_provider::memory::MrInner;
+    use uroce_provider::net::sim::Faults;
+    use uroce_provider::testing::{sge, signaled_wr, PairParams, RcPair};
+    use uroce_provider::types::{Access, WrOpcode};
 
     const ALL: Access = Access::LOCAL_WRITE
         .union(Access::REMOTE_WRITE)
@@ -603,7 +603,7 @@ mod tests {
         from: u64,
         to: u64,
         len: u32,
-    ) -> crate::types::SendWr {
+    ) -> uroce_provider::types::SendWr {
         let mut w = signaled_wr(id, WrOpcode::RdmaWrite, &[sge(a, from, len)]);
         w.remote_addr = b.iova() + to;
         w.rkey = b.rkey();
@@ -690,7 +690,7 @@ mod tests {
             .packets
             .iter()
             .filter(|p| !p.sent)
-            .map(|p| crate::fuzz::diff::answer_kind(&p.bytes))
+            .map(|p| crate::diff::answer_kind(&p.bytes))
             .collect();
         assert!(answers.iter().any(|a| a == "READ response"), "{answers:?}");
         assert!(answers.iter().any(|a| a == "atomic ACK"), "{answers:?}");
@@ -741,10 +741,10 @@ mod tests {
             ..Options::default()
         };
         let dir = tmp("findings");
-        let r = crate::fuzz::session::replay_pcap(
+        let r = crate::session::replay_pcap(
             &path,
             &opts,
-            &crate::fuzz::session::TargetSpec::Sim(None),
+            &crate::session::TargetSpec::Sim(None),
             &dir,
             &mut log,
         );
@@ -850,7 +850,8 @@ mod tests {
     /// UD, CNPs): every flow of requests replays; CNPs are no flow.
     #[test]
     fn a_foreign_capture_replays() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wire/tests/data/scapy_roce.pcap");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wire/tests/data/scapy_roce.pcap");
         let plan = ReplayPlan::from_file(&path, &Options::default()).expect("plan");
         assert_eq!(
             (plan.roce, plan.bad_icrc, plan.flows.len()),

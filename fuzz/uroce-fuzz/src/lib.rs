@@ -1,4 +1,10 @@
-//! A stateful RoCEv2 fuzzer: the engine behind `uroce fuzz`.
+//! # uroce-fuzz
+//!
+//! A stateful RoCEv2 fuzzer: the engine behind `uroce fuzz`; and the
+//! stateful pair harness of the cargo-fuzz targets ([`pair`]). A crate of
+//! its own so that none of it (nor serde) is in uroce's device library:
+//! it uses uroce-provider's public API and its testing face
+//! (`uroce_provider::testing`, feature `testing`) only.
 //!
 //! The fuzzer plays the peer of a [`Target`]: any RoCEv2 endpoint it can
 //! send packets to and observe (a uroce device, kernel rxe, a NIC, through
@@ -14,6 +20,7 @@
 //!
 //! Everything is deterministic from the seed: case `i` of seed `s` is the
 //! same case on every run and every target.
+#![warn(missing_docs)]
 
 pub mod attack;
 pub mod case;
@@ -22,12 +29,14 @@ pub mod gen;
 pub mod live;
 pub mod minimize;
 pub mod oracle;
+pub mod pair;
 pub mod replay;
 pub mod session;
 pub mod sim;
 pub mod target;
 
-use crate::types::{QpState, QpType};
+mod serde_qp;
+
 use case::{Case, Step};
 use gen::{Generator, Mode};
 use oracle::Violation;
@@ -37,6 +46,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use target::{Conn, Observation, Target, TargetError};
+use uroce_provider::types::{QpState, QpType};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -203,6 +213,7 @@ pub struct Finding {
     /// Generator.
     pub mode: Mode,
     /// Transport.
+    #[serde(with = "crate::serde_qp::QpTypeDef")]
     pub qp_type: QpType,
     /// Case index.
     pub index: u64,
@@ -221,6 +232,7 @@ pub struct Finding {
     /// The connection of the minimized run.
     pub conn: Conn,
     /// The QP state after it.
+    #[serde(with = "crate::serde_qp::QpStateDef")]
     pub qp_state: QpState,
 }
 
@@ -259,8 +271,9 @@ impl Finding {
         let json = dir.join(format!("{name}.json"));
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
         std::fs::write(&json, text + "\n")?;
-        let mut cap = crate::engine::capture::Capture::create(&dir.join(format!("{name}.pcap")))
-            .map_err(std::io::Error::other)?;
+        let mut cap =
+            uroce_provider::engine::capture::Capture::create(&dir.join(format!("{name}.pcap")))
+                .map_err(std::io::Error::other)?;
         let f = std::net::SocketAddr::new(self.conn.fuzzer, self.conn.src_port);
         let t = std::net::SocketAddr::new(self.conn.target, uroce_wire::ROCEV2_UDP_PORT);
         for p in packets {

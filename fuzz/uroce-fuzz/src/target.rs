@@ -2,9 +2,9 @@
 //! observed (through the target agent, or directly on the simulated
 //! network) after every case.
 
-use crate::types::{QpState, QpType};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
+use uroce_provider::types::{QpState, QpType};
 use uroce_wire::IpContext;
 
 /// The connection between the fuzzer's (virtual) QP and the target's
@@ -12,6 +12,7 @@ use uroce_wire::IpContext;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conn {
     /// Transport of the fuzzed QP.
+    #[serde(with = "crate::serde_qp::QpTypeDef")]
     pub qp_type: QpType,
     /// The target's address.
     pub target: IpAddr,
@@ -74,6 +75,7 @@ pub struct Observation {
     /// The target process (or guest) still answers.
     pub alive: bool,
     /// The fuzzed QP's state.
+    #[serde(with = "crate::serde_qp::QpStateDef")]
     pub qp_state: QpState,
     /// Completions since the case began.
     pub completions: Vec<Completion>,

@@ -5,16 +5,16 @@
 //! minimizer and the oracles are tested.
 
 use super::target::{Completion, Conn, Observation, Target, TargetError, PATTERN};
-use crate::memory::MrInner;
-use crate::net::sim::{Faults, SimNet};
-use crate::qp_attr::{AttrMask, QpAttr};
-use crate::testing::{self, sge, PairParams, Side};
-use crate::transport::{Nanos, RxMeta};
-use crate::transport::{QpMachine, Transmit};
-use crate::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::Arc;
+use uroce_provider::memory::MrInner;
+use uroce_provider::net::sim::{Faults, SimNet};
+use uroce_provider::qp_attr::{AttrMask, QpAttr};
+use uroce_provider::testing::{self, sge, PairParams, Side};
+use uroce_provider::transport::{Nanos, RxMeta};
+use uroce_provider::transport::{QpMachine, Transmit};
+use uroce_provider::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
 use uroce_wire::packet::ParsedPacket;
 use uroce_wire::{Operation, Position, Psn};
 
@@ -71,7 +71,11 @@ impl QpMachine for Planted {
     fn attr(&self) -> QpAttr {
         self.inner.attr()
     }
-    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), crate::qp_attr::ModifyError> {
+    fn modify(
+        &mut self,
+        attr: &QpAttr,
+        mask: AttrMask,
+    ) -> Result<(), uroce_provider::qp_attr::ModifyError> {
         self.inner.modify(attr, mask)
     }
     fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
@@ -220,11 +224,11 @@ impl SimTarget {
         l.net.run_until(2_000_000_000, |_| {
             while let Some(wc) = l.peer.send_cq.poll_one() {
                 done += 1;
-                good &= wc.status == crate::types::WcStatus::Success;
+                good &= wc.status == uroce_provider::types::WcStatus::Success;
             }
             while let Some(wc) = l.control.recv_cq.poll_one() {
                 done += 1;
-                good &= wc.status == crate::types::WcStatus::Success;
+                good &= wc.status == uroce_provider::types::WcStatus::Success;
             }
             done >= 3
         });
@@ -260,7 +264,7 @@ impl Target for SimTarget {
                 .register_zeroed(testing::PD, REGION, Access::LOCAL_WRITE)
                 .expect("alloc");
             private_slot = Some(private.clone());
-            let qp = crate::transport::new_qp(qp_type, cfg).expect("capacities");
+            let qp = uroce_provider::transport::new_qp(qp_type, cfg).expect("capacities");
             match bug {
                 Some(bug) => Box::new(Planted {
                     inner: qp,
@@ -308,7 +312,7 @@ impl Target for SimTarget {
             });
         }
         // The control pair: an RC QP on the target and its own peer.
-        let rc = |cfg| crate::transport::new_qp(QpType::Rc, cfg).expect("capacities");
+        let rc = |cfg| uroce_provider::transport::new_qp(QpType::Rc, cfg).expect("capacities");
         let control = testing::side_with(&mut net, ip(TARGET), CONTROL_QPN, &p, rc);
         let peer = testing::side_with(&mut net, ip(PEER), PEER_QPN, &p, rc);
         testing::connect(net.qp(control.id), ip(PEER), PEER_QPN, 1000, 2000, &p);

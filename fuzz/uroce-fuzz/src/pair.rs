@@ -17,20 +17,22 @@
 //!   (by the peer's WRs or by a forged packet that ends a message).
 //!
 //! The same harness runs as a property test under `cargo test`
-//! (`provider/tests/fuzz_harness.rs`) and as cargo-fuzz targets
+//! (`fuzz/uroce-fuzz/tests/pair_harness.rs`) and as cargo-fuzz targets
 //! (`fuzz/fuzz_targets/{rc,uc,ud}_pair.rs`).
 
-use crate::memory::MrInner;
-use crate::net::sim::{Faults, SimNet, Verdict, Wire};
-use crate::qp_attr::{AttrMask, QpAttr};
-use crate::testing::{config, connect, sge, side_with, uc_connect, ud_up, PairParams, Side};
-use crate::transport::QpConfig;
-use crate::types::{
-    Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, UdDest, Wc, WcStatus, WrOpcode,
-};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use uroce_provider::memory::MrInner;
+use uroce_provider::net::sim::{Faults, SimNet, Verdict, Wire};
+use uroce_provider::qp_attr::{AttrMask, QpAttr};
+use uroce_provider::testing::{
+    config, connect, sge, side_with, uc_connect, ud_up, PairParams, Side,
+};
+use uroce_provider::transport::QpConfig;
+use uroce_provider::types::{
+    Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, UdDest, Wc, WcStatus, WrOpcode,
+};
 use uroce_wire::packet::Headers;
 use uroce_wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Ext, Opcode,
@@ -191,7 +193,8 @@ impl Pair {
             psn: (seed as u32) & 0xff_ffff,
             depth: 64,
         };
-        let make = |cfg: QpConfig| crate::transport::new_qp(kind, cfg).expect("capacities");
+        let make =
+            |cfg: QpConfig| uroce_provider::transport::new_qp(kind, cfg).expect("capacities");
         let a = side_with(&mut net, ip(0), 0x11, &p, make);
         let b = side_with(&mut net, ip(1), 0x22, &p, make);
         let (pa, pb) = (p.psn, (p.psn + 0x1000) & 0xff_ffff);

@@ -28,10 +28,10 @@
 
 use super::case::{Case, Dest, Icrc, Key, PacketSpec, Post, PostOp, Step};
 use super::target::Conn;
-use crate::types::QpType;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+use uroce_provider::types::QpType;
 use uroce_wire::{Opcode, Operation, Position, Transport};
 
 /// What the generator makes.

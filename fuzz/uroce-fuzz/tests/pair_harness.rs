@@ -1,11 +1,11 @@
-//! The stateful fuzz harness (`uroce_provider::fuzzing`) as a property
+//! The stateful fuzz harness (`uroce_fuzz::pair`) as a property
 //! test: random scripts of posts, forged packets, drops and time for an
 //! RC, a UC and a UD pair, with the invariants checked after every step.
 //! cargo-fuzz runs the same harness with coverage guidance
 //! (`fuzz/fuzz_targets/{rc,uc,ud}_pair.rs`).
 
 use proptest::prelude::*;
-use uroce_provider::fuzzing::run;
+use uroce_fuzz::pair::run;
 use uroce_provider::types::QpType;
 
 fn cases() -> ProptestConfig {
@@ -35,7 +35,7 @@ proptest! {
 /// The committed seeds (fuzz/seeds_pair) still pass.
 #[test]
 fn committed_seeds() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds_pair");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../seeds_pair");
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return;
     };
