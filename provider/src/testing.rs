@@ -17,9 +17,9 @@
 //! with the feature), the benches, uroce-verbs' examples and uroce-fuzz
 //! (the fuzzer's simulated target and the pair harness of the cargo-fuzz
 //! targets). It uses the crate's public API only, and carries no fuzzer
-//! code and no serialization: a build of the device library that has it
-//! (feature unification with uroce-fuzz, through uroce-cli) gains nothing
-//! but these few functions, which nothing in the library calls.
+//! code and no serialization. A build of the device library in which the
+//! feature is on (unified with uroce-fuzz's, when uroce-cli is built in
+//! the same cargo invocation) links none of it: nothing there calls it.
 
 use crate::counters::Counters;
 use crate::cq::CqInner;
