@@ -155,11 +155,21 @@ pub trait Service: Default + std::fmt::Debug + Send + Sized + 'static {
     /// The QP type: the modify table's column, the error table's column.
     const QP_TYPE: QpType;
     /// The transport of the QP's packets (the opcode table's column).
-    const TRANSPORT: Transport;
+    const TRANSPORT: Transport = match Self::QP_TYPE {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    };
 
-    /// The attributes as `ibv_query_qp` reports them (the service's send
-    /// and receive PSNs; [`QpCore::query`]).
-    fn query(qp: &Qp<Self>) -> QpAttr;
+    /// The send PSN and the expected receive PSN, as `ibv_query_qp`
+    /// reports them (`sq_psn`, `rq_psn`).
+    fn psns(&self) -> (Psn, Psn);
+
+    /// The attributes as `ibv_query_qp` reports them.
+    fn query(qp: &Qp<Self>) -> QpAttr {
+        let (sq, rq) = qp.svc.psns();
+        qp.core.query(sq.value(), rq.value())
+    }
 
     /// A modify call, checked against the spec's table, to state `to`
     /// (the QP still in its old state): the service takes its own

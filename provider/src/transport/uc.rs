@@ -84,11 +84,9 @@ struct Responder {
 
 impl Service for UcService {
     const QP_TYPE: QpType = QpType::Uc;
-    const TRANSPORT: Transport = Transport::Uc;
 
-    fn query(qp: &UcQp) -> QpAttr {
-        qp.core
-            .query(qp.svc.req.next_psn.value(), qp.svc.resp.epsn.value())
+    fn psns(&self) -> (Psn, Psn) {
+        (self.req.next_psn, self.resp.epsn)
     }
 
     fn apply_modify(qp: &mut UcQp, attr: &QpAttr, mask: AttrMask, _to: QpState) {
@@ -478,10 +476,7 @@ mod tests {
 
     #[test]
     fn opcodes_by_position() {
-        assert_eq!(position(0, 1), Position::Only);
-        assert_eq!(position(0, 3), Position::First);
-        assert_eq!(position(1, 3), Position::Middle);
-        assert_eq!(position(2, 3), Position::Last);
+        // (Positions themselves: `message::tests`.)
         assert_eq!(
             request_opcode(WrOpcode::RdmaWriteWithImm, Position::Only),
             Some(Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)

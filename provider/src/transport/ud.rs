@@ -67,52 +67,6 @@ pub struct UdService {
     seen: DupFilter,
 }
 
-impl Service for UdService {
-    const QP_TYPE: QpType = QpType::Ud;
-    const TRANSPORT: Transport = Transport::Ud;
-
-    /// A UD QP's path MTU is the port's active MTU.
-    fn query(qp: &UdQp) -> QpAttr {
-        let mut a = qp.core.query(qp.svc.next_psn.value(), 0);
-        a.path_mtu = qp.core.cfg.limits.active_mtu;
-        a.port_num = 1;
-        a
-    }
-
-    /// The send PSN. WRs posted while in SQE are flushed on SQE -> RTS,
-    /// even if the engine has not come round to them before the QP leaves
-    /// SQE.
-    fn apply_modify(qp: &mut UdQp, attr: &QpAttr, mask: AttrMask, to: QpState) {
-        if mask.contains(AttrMask::SQ_PSN) {
-            qp.svc.next_psn = Psn::new(attr.sq_psn);
-        }
-        if qp.core.state == QpState::Sqe && to == QpState::Rts {
-            qp.flush_sends();
-        }
-    }
-
-    /// Nothing held: every WR goes out whole as soon as it is taken, and a
-    /// datagram is placed as soon as it comes.
-    fn on_error(_qp: &mut UdQp) {}
-
-    fn on_reset(qp: &mut UdQp) {
-        qp.svc = UdService::default();
-    }
-
-    fn receive(qp: &mut UdQp, _now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
-        qp.receive_datagram(meta, pkt);
-    }
-
-    /// SQD: no new WR starts (and none is ever half sent).
-    fn request(qp: &mut UdQp, _now: Nanos, buf: &mut [u8], allow_new: bool) -> Option<Transmit> {
-        if allow_new {
-            qp.transmit(buf)
-        } else {
-            None
-        }
-    }
-}
-
 impl UdQp {
     /// Takes one packet addressed to this QP (parsed and ICRC-checked).
     fn receive_datagram(&mut self, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
@@ -267,6 +221,56 @@ impl UdQp {
             // buffer is too small for the packet).
             .ok_or(WcStatus::LocProtErr)?;
         Ok((Transmit { dst, len: n }, len))
+    }
+}
+
+impl Service for UdService {
+    const QP_TYPE: QpType = QpType::Ud;
+
+    /// No receive PSN: a datagram is taken whatever its PSN.
+    fn psns(&self) -> (Psn, Psn) {
+        (self.next_psn, Psn::default())
+    }
+
+    /// A UD QP's path MTU is the port's active MTU.
+    fn query(qp: &UdQp) -> QpAttr {
+        let mut a = qp.core.query(qp.svc.next_psn.value(), 0);
+        a.path_mtu = qp.core.cfg.limits.active_mtu;
+        a.port_num = 1;
+        a
+    }
+
+    /// The send PSN. WRs posted while in SQE are flushed on SQE -> RTS,
+    /// even if the engine has not come round to them before the QP leaves
+    /// SQE.
+    fn apply_modify(qp: &mut UdQp, attr: &QpAttr, mask: AttrMask, to: QpState) {
+        if mask.contains(AttrMask::SQ_PSN) {
+            qp.svc.next_psn = Psn::new(attr.sq_psn);
+        }
+        if qp.core.state == QpState::Sqe && to == QpState::Rts {
+            qp.flush_sends();
+        }
+    }
+
+    /// Nothing held: every WR goes out whole as soon as it is taken, and a
+    /// datagram is placed as soon as it comes.
+    fn on_error(_qp: &mut UdQp) {}
+
+    fn on_reset(qp: &mut UdQp) {
+        qp.svc = UdService::default();
+    }
+
+    fn receive(qp: &mut UdQp, _now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        qp.receive_datagram(meta, pkt);
+    }
+
+    /// SQD: no new WR starts (and none is ever half sent).
+    fn request(qp: &mut UdQp, _now: Nanos, buf: &mut [u8], allow_new: bool) -> Option<Transmit> {
+        if allow_new {
+            qp.transmit(buf)
+        } else {
+            None
+        }
     }
 }
 

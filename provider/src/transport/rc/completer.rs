@@ -121,12 +121,7 @@ impl RcQp {
         if self.svc.req.timer.is_none() || self.core.attr.timeout == 0 {
             return;
         }
-        let waited = self
-            .svc
-            .req
-            .wqes
-            .iter()
-            .find(|e| !e.done && e.error.is_none());
+        let waited = self.svc.req.waited().map(|i| &self.svc.req.wqes[i]);
         if waited.is_some_and(|e| e.started && e.wr.opcode == WrOpcode::RdmaRead && e.contains(psn))
         {
             self.svc.req.timer =
@@ -218,13 +213,7 @@ impl RcQp {
         if first.is_after(self.svc.req.una) {
             self.ack_before(first);
         }
-        let Some(i) = self
-            .svc
-            .req
-            .wqes
-            .iter()
-            .position(|e| !e.done && e.error.is_none())
-        else {
+        let Some(i) = self.svc.req.waited() else {
             return;
         };
         let reorder_ns = reorder_window_ns(self.core.attr.timeout);
@@ -298,13 +287,7 @@ impl RcQp {
 
     fn atomic_ack(&mut self, psn: Psn, pkt: &ParsedPacket<'_>) {
         self.ack_before(psn);
-        let Some(i) = self
-            .svc
-            .req
-            .wqes
-            .iter()
-            .position(|e| !e.done && e.error.is_none())
-        else {
+        let Some(i) = self.svc.req.waited() else {
             return;
         };
         let e = &mut self.svc.req.wqes[i];

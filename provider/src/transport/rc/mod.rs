@@ -22,7 +22,7 @@ use requester::Requester;
 use responder::Responder;
 pub use responder::{MAX_DEFERRED, MAX_QUEUED_RESPONSES};
 use uroce_wire::packet::ParsedPacket;
-use uroce_wire::{Psn, Transport};
+use uroce_wire::Psn;
 
 pub use super::message::MAX_MSG_SIZE;
 pub use super::QpConfig;
@@ -48,27 +48,15 @@ pub struct RcService {
 
 impl Service for RcService {
     const QP_TYPE: QpType = QpType::Rc;
-    const TRANSPORT: Transport = Transport::Rc;
 
-    fn query(qp: &RcQp) -> QpAttr {
-        qp.core
-            .query(qp.svc.req.next_psn.value(), qp.svc.resp.epsn.value())
+    fn psns(&self) -> (Psn, Psn) {
+        (self.req.next_psn, self.resp.epsn)
     }
 
-    /// PSNs and the retry counters.
+    /// The requester's PSN and retry counters, the responder's PSN.
     fn apply_modify(qp: &mut RcQp, attr: &QpAttr, mask: AttrMask, _to: QpState) {
-        if mask.contains(AttrMask::RQ_PSN) {
-            qp.svc.resp.reset_psn(Psn::new(attr.rq_psn));
-        }
-        if mask.contains(AttrMask::SQ_PSN) {
-            qp.svc.req.reset_psn(Psn::new(attr.sq_psn));
-        }
-        if mask.contains(AttrMask::RETRY_CNT) {
-            qp.svc.req.retry_left = attr.retry_cnt;
-        }
-        if mask.contains(AttrMask::RNR_RETRY) {
-            qp.svc.req.rnr_left = attr.rnr_retry;
-        }
+        qp.svc.req.modify(attr, mask);
+        qp.svc.resp.modify(attr, mask);
     }
 
     /// The WRs the requester took complete with WR_FLUSH_ERR, in order,

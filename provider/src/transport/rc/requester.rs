@@ -3,6 +3,7 @@
 use super::{RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS, MIN_CWND};
 use crate::counters::Counters;
 use crate::memory::KeyError;
+use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::message::MAX_MSG_SIZE;
 use crate::transport::message::{fill_payload, message_headers, npkts, position, segment};
 use crate::transport::sgl::Resolved;
@@ -59,6 +60,10 @@ impl SqEntry {
     pub fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts - 1)
     }
+    /// Not finished yet, successfully or not.
+    pub fn pending(&self) -> bool {
+        !self.done && self.error.is_none()
+    }
     /// Whether `psn` lies in the WR's PSN range.
     pub fn contains(&self, psn: Psn) -> bool {
         self.started && psn.distance_from(self.first_psn) < self.npkts
@@ -106,10 +111,21 @@ pub(super) struct Requester {
 }
 
 impl Requester {
-    pub fn reset_psn(&mut self, psn: Psn) {
-        self.next_psn = psn;
-        self.una = psn;
-        self.hwm = psn;
+    /// Takes a modify's send PSN (nothing sent yet from there) and retry
+    /// counters.
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) {
+        if mask.contains(AttrMask::SQ_PSN) {
+            let psn = Psn::new(attr.sq_psn);
+            self.next_psn = psn;
+            self.una = psn;
+            self.hwm = psn;
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            self.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            self.rnr_left = attr.rnr_retry;
+        }
     }
     pub fn inflight(&self) -> u32 {
         self.next_psn.distance_from(self.una)
@@ -204,12 +220,17 @@ impl Requester {
         }
     }
 
+    /// The oldest WR not yet finished: the one a response is waited for.
+    pub fn waited(&self) -> Option<usize> {
+        self.wqes.iter().position(SqEntry::pending)
+    }
+
     /// Incomplete READ/atomic WRs before the one being sent.
     fn rd_atomic_outstanding(&self) -> usize {
         self.wqes
             .iter()
             .take(self.send_idx)
-            .filter(|e| e.wr.opcode.takes_rd_atomic_credit() && !e.done && e.error.is_none())
+            .filter(|e| e.wr.opcode.takes_rd_atomic_credit() && e.pending())
             .count()
     }
 }

@@ -6,6 +6,7 @@ use super::RcQp;
 use crate::counters::Counters;
 use crate::events::EventType;
 use crate::memory::MrInner;
+use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::core::bth;
 use crate::transport::message::{check_op_allowed, check_payload_length, check_rkey};
 use crate::transport::message::{npkts, position, segment, Inbound, RecvTarget, Target};
@@ -170,6 +171,17 @@ pub(super) enum RespItem {
     },
 }
 
+impl RespItem {
+    /// The (first) PSN the item answers.
+    fn psn(&self) -> Psn {
+        match self {
+            RespItem::Ack { psn, .. }
+            | RespItem::Read { psn, .. }
+            | RespItem::AtomicAck { psn, .. } => *psn,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Responder {
     /// Expected PSN.
@@ -195,8 +207,11 @@ pub(super) struct Responder {
 }
 
 impl Responder {
-    pub fn reset_psn(&mut self, psn: Psn) {
-        self.epsn = psn;
+    /// Takes a modify's expected PSN.
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) {
+        if mask.contains(AttrMask::RQ_PSN) {
+            self.epsn = Psn::new(attr.rq_psn);
+        }
     }
     /// READ responses still to be sent.
     fn reads_pending(&self) -> bool {
@@ -248,6 +263,17 @@ impl Responder {
             npkts: n,
             msn,
         });
+    }
+    /// Queues `item`, the answer to a duplicate request, unless the same
+    /// answer (of its kind, for its PSN) is queued already or the output
+    /// queue is full.
+    fn queue_again(&mut self, item: RespItem) {
+        let same = |i: &RespItem| {
+            std::mem::discriminant(i) == std::mem::discriminant(&item) && i.psn() == item.psn()
+        };
+        if !self.out.iter().any(same) && !self.out_full() {
+            self.out.push_back(item);
+        }
     }
     /// True when the output queue holds its maximum (a flood of requests
     /// that each want an answer cannot grow it).
@@ -686,18 +712,9 @@ impl RcQp {
                 let Some(orig) = r.repeats_atomic(psn, compare_swap, &a) else {
                     return self.drop_unmatched();
                 };
-                let queued = self
-                    .svc
+                self.svc
                     .resp
-                    .out
-                    .iter()
-                    .any(|i| matches!(i, RespItem::AtomicAck { psn: p, .. } if *p == psn));
-                if !queued && !self.svc.resp.out_full() {
-                    self.svc
-                        .resp
-                        .out
-                        .push_back(RespItem::AtomicAck { psn, orig, msn });
-                }
+                    .queue_again(RespItem::AtomicAck { psn, orig, msn });
             }
             (op @ (Operation::Flush | Operation::AtomicWrite), Some(r))
                 if r.psn == psn
@@ -706,15 +723,15 @@ impl RcQp {
                             atomic_write: op == Operation::AtomicWrite,
                         }) =>
             {
-                let queued = self
-                    .svc
-                    .resp
-                    .out
-                    .iter()
-                    .any(|i| matches!(i, RespItem::Read { psn: p, .. } if *p == psn));
-                if !queued && !self.svc.resp.out_full() {
-                    self.svc.resp.queue_read(psn, None, 0, 0, 1, msn);
-                }
+                self.svc.resp.queue_again(RespItem::Read {
+                    psn,
+                    mr: None,
+                    offset: 0,
+                    len: 0,
+                    sent: 0,
+                    npkts: 1,
+                    msn,
+                });
             }
             _ => self.drop_unmatched(),
         }
