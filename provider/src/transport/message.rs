@@ -1,18 +1,18 @@
 //! What RC and UC share about SEND and RDMA WRITE messages (IBA ch. 9.7):
 //!
-//! * segmentation: [`MAX_MSG_SIZE`], [`npkts`], [`position`],
-//!   [`segment`] (which bytes packet `k` carries);
-//! * the requester's packet of a SEND or WRITE WR: [`message_headers`]
+//! * segmentation: [`MAX_MSG_SIZE`], `npkts`, `position`,
+//!   `segment` (which bytes packet `k` carries);
+//! * the requester's packet of a SEND or WRITE WR: `message_headers`
 //!   (RETH on the first packet, immediate data, IETH, SE on the last) and
-//!   [`fill_payload`] (inline bytes or gathered from the WR's buffers);
+//!   `fill_payload` (inline bytes or gathered from the WR's buffers);
 //! * the responder's checks that do not depend on the transport, each
 //!   returning the [`RespError`] it detects (what the error then does is
-//!   the one table, [`RespError::action`]): [`check_op_allowed`],
-//!   [`check_payload_length`] (with [`payload_length_ok`]),
-//!   [`check_rkey`];
-//! * the message being received, [`Inbound`]: a SEND placed into a
-//!   receive WR ([`Inbound::send_packet`]), a WRITE placed into a memory
-//!   region ([`Inbound::write_packet`], [`Inbound::place_write`]).
+//!   the one table, [`RespError::action`]): `check_op_allowed`,
+//!   `check_payload_length` (with [`payload_length_ok`]),
+//!   `check_rkey`;
+//! * the message being received, `Inbound`: a SEND placed into a
+//!   receive WR (`Inbound::send_packet`), a WRITE placed into a memory
+//!   region (`Inbound::write_packet`, `Inbound::place_write`).
 
 use super::sgl::Resolved;
 use super::status::RespError;

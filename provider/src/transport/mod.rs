@@ -14,6 +14,27 @@
 //!   CQs.
 //!
 //! The same code runs under the UDP engine and the simulated network.
+//!
+//! # Layout
+//!
+//! * [`core`]: the one QP engine, [`core::Qp<S>`], and what it owns for
+//!   every transport (state, modify, completions and the QP_FATAL rule,
+//!   ERR/SQE/RESET and flushing, the state switch of `poll_transmit`, the
+//!   [`QpMachine`] impl), and the [`core::Service`] hooks a transport
+//!   supplies;
+//! * [`rc`], [`uc`], [`ud`]: the three services, `RcQp`, `UcQp` and
+//!   `UdQp` being `Qp<RcService>`, `Qp<UcService>`, `Qp<UdService>`;
+//! * [`message`]: SEND and RDMA WRITE as RC and UC share them
+//!   (segmentation, the request packet, the responder's checks and the
+//!   placement of a message);
+//! * [`status`]: the one error table, what a failed responder check does
+//!   per QP type;
+//! * [`admission`]: what a packet must pass before a transport sees it
+//!   (partition, peer, the reasons of a drop, PSN sweeps);
+//! * [`queues`]: the work queues shared with the posting threads, and the
+//!   published QP state;
+//! * [`config`]: what a QP is built from, [`QpConfig`];
+//! * [`sgl`]: scatter/gather lists resolved against the key table.
 
 pub mod admission;
 pub mod config;

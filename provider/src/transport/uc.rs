@@ -22,6 +22,15 @@
 //!   resources (a receive WR), length, R_Key; a failed check drops the
 //!   message silently (IBA class D/D1, counted in `uc_dropped_msgs`); a
 //!   receive WR consumed by a dropped SEND is reused for the next message.
+//!
+//! As a [`Service`] of the one QP engine ([`super::core`]), UC supplies
+//! its requester and responder; segmentation, the SEND/WRITE packets, the
+//! op-validity, length and R_Key checks and the placement of a message
+//! are RC's too ([`super::message`]); what a failed check does is the
+//! error table's UC column ([`RespError::action`]). The engine owns SQE
+//! (the failed WR completes, the send queue flushes, SQD's draining ends),
+//! ERR (UC flushes the WR being sent, then the receive WRs it holds) and
+//! RESET.
 
 use super::core::{Qp, Service};
 use super::message::{check_op_allowed, check_payload_length, fill_payload, message_headers};

@@ -22,14 +22,21 @@
 //!   malformed WQE); one too small for GRH + payload completes with
 //!   LOC_LEN_ERR and the QP stays up.
 //!
+//! As a [`Service`] of the one QP engine ([`super::core`]), UD supplies
+//! its PSN and duplicate filter, the datagram path (`receive`, `request`)
+//! and the flush of WRs posted in SQE on SQE -> RTS; modify checks the
+//! spec's table for UD, with the controlled Q_Key rule. It holds no WR
+//! between calls, so ERR and SQD need nothing of it. Its responder's drop
+//! decisions go through the error table's UD column
+//! ([`RespError::action`], `DropDatagram`).
+//!
 //! Where uroce differs from rxe: rxe delivers a datagram the network
 //! duplicated twice; uroce remembers the last [`DUP_WINDOW`] PSNs of up to
 //! [`MAX_DUP_SOURCES`] senders (source address and QP) and drops repeats,
 //! counted in `duplicate_requests`.
 
 use super::core::{Qp, Service};
-use super::message::fill_payload;
-use super::sgl::Resolved;
+use super::message::{fill_payload, RecvTarget};
 use super::status::{ErrorAction, RespError};
 use super::{pkey_matches, to_v6, Drop, Nanos, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
@@ -111,12 +118,7 @@ impl UdQp {
         // The datagram consumed a WR: a repeat of it is a duplicate from
         // now on (one lost for want of a WR may still come again).
         self.svc.seen.record(src, src_qp, bth.psn);
-        let Ok(sgl) = Resolved::resolve(
-            &self.core.cfg.keys,
-            self.core.cfg.pd,
-            &wr.sg_list,
-            crate::types::Access::LOCAL_WRITE,
-        ) else {
+        let Ok(RecvTarget { sgl, .. }) = RecvTarget::resolve(&self.core.cfg, &wr) else {
             return self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
         };
         // Length: the buffer must hold GRH + payload.
@@ -255,6 +257,12 @@ impl Service for UdService {
     /// Nothing held: every WR goes out whole as soon as it is taken, and a
     /// datagram is placed as soon as it comes.
     fn on_error(_qp: &mut UdQp) {}
+
+    /// Every WR goes out whole as soon as it is taken, so the send queue
+    /// is drained the moment the QP reaches SQD.
+    fn drained(&self) -> bool {
+        true
+    }
 
     fn on_reset(qp: &mut UdQp) {
         qp.svc = UdService::default();

@@ -8,6 +8,16 @@
 //! * `responder` checks and executes requests (PSN, op sequence, op
 //!   validity, resources, length, R_Key; execute; acknowledge), answers
 //!   READs and atomics, and completes receive WRs.
+//!
+//! RC is a [`Service`] of the one QP engine ([`super::core`]): the engine
+//! owns the QP's life (modify, completions, ERR, RESET, the state switch
+//! of `poll_transmit`); RC supplies its hooks: its modify attributes
+//! (PSNs, retry counters), the flush of the WRs its requester holds and
+//! of the receive WR of a message in progress, both halves of the receive
+//! path (requests to the responder, responses to the completer, then the
+//! SQD drain check), responses before requests, the retransmission and
+//! RNR timers, the in-flight count and the device's throttle. SEND and
+//! WRITE segmentation and placement are UC's too ([`super::message`]).
 
 mod completer;
 mod requester;
