@@ -1,12 +1,50 @@
-//! What every QP type shares (RC, UC, UD): its configuration, state and
-//! attributes, admission of packets, COMM_EST, the query view, modify's
-//! checks and state publishing. The transports hold one [`QpCore`] and add
-//! their requester and responder.
+//! The one QP engine under RC, UC and UD.
+//!
+//! A QP is a [`Qp<S>`]: the [`QpCore`] every QP type shares, and the state
+//! of its transport service `S` ([`Service`]: RC's requester, completer and
+//! responder; UC's requester and reassembly; UD's PSN and duplicate
+//! filter). `RcQp`, `UcQp` and `UdQp` are `Qp<RcService>`,
+//! `Qp<UcService>` and `Qp<UdService>`: one engine, monomorphised per
+//! transport (no dynamic dispatch, no allocation of its own on the hot
+//! path), as kernel rxe has one requester, responder and completer with
+//! per-type switches and quinn one `Connection` with sub-objects.
+//!
+//! The engine owns the life every QP type shares:
+//!
+//! * configuration, state (published to [`super::StateCell`]),
+//!   attributes, COMM_EST, the connected peer's pin, the query view;
+//! * modify: the spec's table (IBA ch. 10-11, table 91), the attributes,
+//!   the move to ERR or RESET, SQD's draining flag and the SQ_DRAINED
+//!   event (IBA 11.6.3.1);
+//! * completions: a completion lost to a full CQ is a catastrophic error
+//!   of the QP (IBA 11.4.2.1): QP_FATAL and ERR, once;
+//! * errors: ERR completes every outstanding WR with WR_FLUSH_ERR in
+//!   posting order, receive WRs too, and reports LAST_WQE_REACHED to an
+//!   SRQ's owner (IBA 10.3.1, 11.6.3.1); SQE, the send queue error of UC
+//!   and UD, completes the failed WR and flushes the send queue while the
+//!   receive queue keeps working (IBA ch. 10, the SQ Error state); a local
+//!   error of the receive queue (class A) moves the QP to ERR;
+//! * the state switch of `poll_transmit`: ERR flushes what is posted, SQE
+//!   flushes the send queue; responses go in any state, requests in RTS
+//!   (new WRs) and SQD (only what started);
+//! * timers and in-flight accounting, which count only in RTS and SQD;
+//! * the [`QpMachine`] impl.
+//!
+//! A transport supplies only what differs, the [`Service`] hooks:
+//! `apply_modify` (its attributes of a modify), `on_error` (flush the WRs
+//! it holds), `on_reset` (forget them), `receive` (admission and its
+//! responder or completer), `respond` and `request` (its packets),
+//! `drained` (SQD), `deadline`/`timeout` and `inflight`/`set_throttled`
+//! (RC's retransmission and the device's in-flight budget).
 
-use super::{PeerPin, QpConfig};
+use super::Nanos;
+use super::{PeerPin, QpConfig, QpMachine, RxMeta, Transmit, PKEY};
+use crate::counters::Counters;
 use crate::events::EventType;
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
-use crate::types::{QpState, QpType};
+use crate::types::{QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus};
+use uroce_wire::packet::{Headers, ParsedPacket};
+use uroce_wire::{BthRepr, Opcode, Psn, Transport};
 
 /// The state every QP type shares.
 #[derive(Debug)]
@@ -49,6 +87,12 @@ impl QpCore {
         )
     }
 
+    /// True in the states whose send queue runs (RTS, SQD): timers and
+    /// packets in flight count only there.
+    pub fn sending(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
+    }
+
     /// The attributes as `ibv_query_qp` reports them, with the transport's
     /// own send and receive PSNs.
     pub fn query(&self, sq_psn: u32, rq_psn: u32) -> QpAttr {
@@ -63,8 +107,7 @@ impl QpCore {
 
     /// The first half of every modify: the spec's table for `qp_type`
     /// (IBA ch. 10-11, table 91), then the attributes taken. Returns the
-    /// state to move to; the transport applies its own attributes and
-    /// calls [`QpCore::finish_modify`].
+    /// state to move to.
     pub fn begin_modify(
         &mut self,
         qp_type: QpType,
@@ -101,5 +144,398 @@ impl QpCore {
         self.comm_est = false;
         self.pin = PeerPin::default();
         self.attr = QpAttr::default();
+    }
+}
+
+/// What a transport service (RC, UC, UD) adds to the engine: its state
+/// (`Self`, reset to `Default` with the QP) and the hooks the engine calls.
+/// Each hook gets the whole QP: the engine's helpers (completion, errors,
+/// emitting packets) are methods of [`Qp`].
+pub trait Service: Default + std::fmt::Debug + Send + Sized + 'static {
+    /// The QP type: the modify table's column, the error table's column.
+    const QP_TYPE: QpType;
+    /// The transport of the QP's packets (the opcode table's column).
+    const TRANSPORT: Transport = match Self::QP_TYPE {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    };
+
+    /// The send PSN and the expected receive PSN, as `ibv_query_qp`
+    /// reports them (`sq_psn`, `rq_psn`).
+    fn psns(&self) -> (Psn, Psn);
+
+    /// The attributes as `ibv_query_qp` reports them.
+    fn query(qp: &Qp<Self>) -> QpAttr {
+        let (sq, rq) = qp.svc.psns();
+        qp.core.query(sq.value(), rq.value())
+    }
+
+    /// A modify call, checked against the spec's table, to state `to`
+    /// (the QP still in its old state): the service takes its own
+    /// attributes (PSNs, retry counters) and does what the transition
+    /// needs first. A completion it produces may move the QP to ERR; the
+    /// modify then ends there.
+    fn apply_modify(qp: &mut Qp<Self>, attr: &QpAttr, mask: AttrMask, to: QpState);
+
+    /// Entering ERR (the state is already ERR): the WRs the service took
+    /// from the queues complete with WR_FLUSH_ERR, in posting order, and
+    /// what answers nothing more is dropped. The engine then flushes the
+    /// posted WRs.
+    fn on_error(qp: &mut Qp<Self>);
+
+    /// To RESET: the send WRs the service took are retired without
+    /// completions and its state forgotten. The engine then discards the
+    /// posted WRs.
+    fn on_reset(qp: &mut Qp<Self>);
+
+    /// One parsed, ICRC-checked packet addressed to the QP, in any state:
+    /// admission (IBA 9.6), then the responder (and RC's completer).
+    fn receive(qp: &mut Qp<Self>, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>);
+
+    /// A response to send (RC's ACKs, NAKs, READ responses, atomic ACKs),
+    /// asked first and in any state; `None`: none now.
+    fn respond(_qp: &mut Qp<Self>, _now: Nanos, _buf: &mut [u8]) -> Option<Transmit> {
+        None
+    }
+
+    /// The next request packet, asked in RTS (`allow_new`) and SQD (only
+    /// WRs already started go on).
+    fn request(qp: &mut Qp<Self>, now: Nanos, buf: &mut [u8], allow_new: bool) -> Option<Transmit>;
+
+    /// True when no WR that started is outstanding (SQD: the send queue
+    /// is drained).
+    fn drained(&self) -> bool {
+        true
+    }
+
+    /// The next deadline (asked in RTS and SQD).
+    fn deadline(&self) -> Option<Nanos> {
+        None
+    }
+
+    /// Time passed (in RTS and SQD; possibly spuriously).
+    fn timeout(_qp: &mut Qp<Self>, _now: Nanos) {}
+
+    /// Request PSNs in flight (in RTS and SQD).
+    fn inflight(&self) -> u32 {
+        0
+    }
+
+    /// See [`QpMachine::set_throttled`].
+    fn set_throttled(&mut self, _on: bool) {}
+}
+
+/// A QP of transport service `S`: the engine.
+#[derive(Debug)]
+pub struct Qp<S: Service> {
+    pub(crate) core: QpCore,
+    pub(crate) svc: S,
+}
+
+impl<S: Service> Qp<S> {
+    /// A QP in the RESET state.
+    pub fn new(cfg: QpConfig) -> Qp<S> {
+        Qp {
+            core: QpCore::new(cfg),
+            svc: S::default(),
+        }
+    }
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.core.cfg.qpn
+    }
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.core.state
+    }
+    /// The configuration.
+    pub fn config(&self) -> &QpConfig {
+        &self.core.cfg
+    }
+    /// Current attributes (as `ibv_query_qp` reports them).
+    pub fn attr(&self) -> QpAttr {
+        S::query(self)
+    }
+
+    /// Applies a modify-QP call (checked against the spec's table for the
+    /// QP's type).
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        let to = self.core.begin_modify(S::QP_TYPE, attr, mask)?;
+        let from = self.core.state;
+        S::apply_modify(self, attr, mask, to);
+        if self.core.state != from {
+            // A completion lost to a full CQ moved the QP to ERR.
+            return Ok(());
+        }
+        match to {
+            QpState::Err if from != QpState::Err => self.enter_error(),
+            QpState::Reset => self.reset(),
+            _ => {}
+        }
+        self.core.finish_modify(from, to);
+        self.check_drained();
+        Ok(())
+    }
+
+    /// Takes one packet addressed to this QP (parsed and ICRC-checked).
+    pub fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        S::receive(self, now, meta, pkt);
+    }
+
+    /// Writes the next packet to send into `buf` (at least path MTU + 128
+    /// bytes), or returns `None` when there is nothing to send now.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        match self.core.state {
+            QpState::Err => self.core.cfg.flush_posted(),
+            QpState::Sqe => self.flush_sends(),
+            _ => {}
+        }
+        let t = match S::respond(self, now, buf) {
+            Some(t) => t,
+            None => match self.core.state {
+                QpState::Rts => S::request(self, now, buf, true)?,
+                QpState::Sqd => S::request(self, now, buf, false)?,
+                _ => return None,
+            },
+        };
+        Counters::inc(&self.core.cfg.counters.sent_pkts);
+        Some(t)
+    }
+
+    /// The next deadline.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        if !self.core.sending() {
+            return None;
+        }
+        self.svc.deadline()
+    }
+
+    /// Handles the passing of time (safe to call spuriously).
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        if self.core.sending() {
+            S::timeout(self, now);
+            self.check_drained();
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Completions and errors
+    // ---------------------------------------------------------------
+
+    /// Adds a completion (`solicited`: a receive completion whose message
+    /// asked for a solicited event). A full CQ is a catastrophic error for
+    /// the QP (IBA 11.4.2.1, QP_FATAL).
+    pub(crate) fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
+        if !self.core.cfg.complete(send, wc, solicited) {
+            self.fatal();
+        }
+    }
+
+    /// A completion was lost to a full CQ: QP_FATAL and ERR (once).
+    pub(crate) fn fatal(&mut self) {
+        if self.core.state != QpState::Err {
+            self.core.cfg.event(EventType::QpFatal);
+            self.enter_error();
+        }
+    }
+
+    /// A send WR leaves the QP: its send queue slot is retired and it
+    /// completes with `status` (a successful one only when signaled),
+    /// reporting `byte_len` bytes.
+    pub(crate) fn retire_send(&mut self, wr: &SendWr, status: WcStatus, byte_len: u64) {
+        self.core.cfg.sq.retire(1);
+        let signaled = self.core.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+        if status != WcStatus::Success || signaled {
+            let mut wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
+            wc.byte_len = byte_len as u32;
+            self.complete(true, wc, false);
+        }
+    }
+
+    /// A receive WR completes with `status` and no data.
+    pub(crate) fn complete_recv(&mut self, wr_id: u64, status: WcStatus) {
+        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.core.cfg.qpn);
+        self.complete(false, wc, false);
+    }
+
+    /// The completion of a message received from the connected peer:
+    /// `byte_len` bytes, with its immediate data if any.
+    pub(crate) fn received(&self, wr_id: u64, op: WcOpcode, byte_len: u64, imm: Option<u32>) -> Wc {
+        let dqp = self.core.attr.dest_qp_num;
+        Wc::received(wr_id, op, self.core.cfg.qpn, byte_len as u32, dqp, imm)
+    }
+
+    /// Moves to ERR: every outstanding WR completes with WR_FLUSH_ERR in
+    /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
+    /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
+    pub(crate) fn enter_error(&mut self) {
+        self.core.set_state(QpState::Err);
+        S::on_error(self);
+        self.core.cfg.flush_posted();
+        self.core.cfg.report_last_wqe();
+    }
+
+    /// To RESET: everything is discarded without completions.
+    fn reset(&mut self) {
+        S::on_reset(self);
+        self.core.cfg.discard_posted();
+        self.core.reset();
+    }
+
+    /// A send WR failed locally (UC, UD): it completes with `status`
+    /// (signaled or not) and the QP moves to SQE, leaving SQD's draining
+    /// behind; the WRs waiting in the send queue are flushed (IBA ch. 10:
+    /// a send queue error of a UC or UD QP leaves the receive queue
+    /// running).
+    pub(crate) fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
+        self.core.cfg.sq.retire(1);
+        let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
+        self.core.set_state(QpState::Sqe);
+        self.core.attr.sq_draining = false;
+        self.complete(true, wc, false);
+        if self.core.state == QpState::Sqe {
+            self.flush_sends();
+        }
+    }
+
+    /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
+    /// is fatal, as for any completion).
+    pub(crate) fn flush_sends(&mut self) {
+        if !self.core.cfg.flush_sends() {
+            self.fatal();
+        }
+    }
+
+    /// A local error of the receive queue (class A: a receive WR's own
+    /// buffers are bad): the WR completes with `status` and the QP goes to
+    /// ERR (rxe: a malformed receive WQE).
+    pub(crate) fn recv_local_error(&mut self, wr_id: u64, status: WcStatus) {
+        self.complete_recv(wr_id, status);
+        if self.core.state != QpState::Err {
+            self.enter_error();
+        }
+    }
+
+    /// In SQD: once no started WR is outstanding, the send queue is
+    /// drained (reported as SQ_DRAINED when asked for at RTS->SQD).
+    pub(crate) fn check_drained(&mut self) {
+        if self.core.state == QpState::Sqd && self.core.attr.sq_draining && self.svc.drained() {
+            self.core.attr.sq_draining = false;
+            if self.core.attr.en_sqd_async_notify {
+                self.core.cfg.event(EventType::SqDrained);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Packets of a connected QP (RC, UC)
+    // ---------------------------------------------------------------
+
+    /// The receive path of a connected QP (IBA 9.6, header validation): a
+    /// packet must come in a state that takes it (`receiving`), be of the
+    /// QP's transport, from the connected peer (and, pinned, its port), in
+    /// the QP's partition; else it is dropped and counted. An admitted one
+    /// is counted, the first in RTR reports COMM_EST, and `handle` takes
+    /// it and says whether it moved the QP forward: then, in strict mode,
+    /// the peer's source port is pinned.
+    pub(crate) fn receive_connected(
+        &mut self,
+        receiving: bool,
+        meta: &RxMeta,
+        pkt: &ParsedPacket<'_>,
+        handle: impl FnOnce(&mut Self) -> bool,
+    ) {
+        let c = &self.core.cfg.counters;
+        let peer = self.core.attr.ah_attr.ip();
+        if let Err(d) = self
+            .core
+            .pin
+            .admit(receiving, peer, S::TRANSPORT, meta, pkt)
+        {
+            d.count(c);
+            return;
+        }
+        Counters::inc(&c.rcvd_pkts);
+        self.core.note_received();
+        if handle(self) {
+            let strict = self.core.cfg.strict_source_port;
+            self.core.pin.accepted(strict, meta);
+        }
+    }
+
+    /// The path MTU in bytes.
+    pub(crate) fn mtu(&self) -> u32 {
+        self.core.attr.path_mtu.bytes()
+    }
+
+    /// A BTH to the connected peer's QP.
+    pub(crate) fn bth(&self, opcode: Opcode, psn: Psn) -> BthRepr {
+        bth(self.core.attr.dest_qp_num, opcode, psn)
+    }
+
+    /// Writes headers + payload (filled by `fill`, which may refuse) + pad
+    /// + ICRC for the connected peer into `buf`; returns the packet.
+    pub(crate) fn emit(
+        &self,
+        h: &Headers,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Option<Transmit> {
+        let dst = self.core.attr.ah_attr.ip();
+        let len = self.core.cfg.emit(dst, h, payload_len, buf, fill)?;
+        Some(Transmit { dst, len })
+    }
+}
+
+/// A BTH to `dest_qp` with the default P_Key.
+pub(crate) fn bth(dest_qp: u32, opcode: Opcode, psn: Psn) -> BthRepr {
+    BthRepr {
+        opcode,
+        pkey: PKEY,
+        dest_qp,
+        psn,
+        ..BthRepr::default()
+    }
+}
+
+impl<S: Service> QpMachine for Qp<S> {
+    fn qpn(&self) -> u32 {
+        self.core.cfg.qpn
+    }
+    fn qp_type(&self) -> QpType {
+        S::QP_TYPE
+    }
+    fn state(&self) -> QpState {
+        self.core.state
+    }
+    fn attr(&self) -> QpAttr {
+        S::query(self)
+    }
+    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        Qp::modify(self, attr, mask)
+    }
+    fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        S::receive(self, now, meta, pkt);
+    }
+    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        Qp::poll_transmit(self, now, buf)
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        Qp::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: Nanos) {
+        Qp::handle_timeout(self, now)
+    }
+    fn inflight(&self) -> u32 {
+        if self.core.sending() {
+            self.svc.inflight()
+        } else {
+            0
+        }
+    }
+    fn set_throttled(&mut self, on: bool) {
+        self.svc.set_throttled(on);
     }
 }

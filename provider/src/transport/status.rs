@@ -29,8 +29,12 @@ pub enum ErrorAction {
         /// Status of a receive WR taken from an SRQ.
         srq_status: WcStatus,
     },
-    /// UD: the datagram is dropped; the QP stays up.
-    DropDatagram,
+    /// UD: the datagram is dropped; the QP stays up. A receive WR the
+    /// datagram took (one too small for it) completes with `recv_status`.
+    DropDatagram {
+        /// Status of a receive WR the datagram consumed.
+        recv_status: WcStatus,
+    },
 }
 
 /// A responder check that failed.
@@ -65,7 +69,9 @@ impl RespError {
             (QpType::Uc, e) => ErrorAction::DropMessage {
                 srq_status: e.recv_status(),
             },
-            (QpType::Ud, _) => ErrorAction::DropDatagram,
+            (QpType::Ud, e) => ErrorAction::DropDatagram {
+                recv_status: e.recv_status(),
+            },
         }
     }
     /// The NAK code sent.

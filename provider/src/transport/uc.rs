@@ -22,27 +22,34 @@
 //!   resources (a receive WR), length, R_Key; a failed check drops the
 //!   message silently (IBA class D/D1, counted in `uc_dropped_msgs`); a
 //!   receive WR consumed by a dropped SEND is reused for the next message.
+//!
+//! As a [`Service`] of the one QP engine ([`super::core`]), UC supplies
+//! its requester and responder; segmentation, the SEND/WRITE packets, the
+//! op-validity, length and R_Key checks and the placement of a message
+//! are RC's too ([`super::message`]); what a failed check does is the
+//! error table's UC column ([`RespError::action`]). The engine owns SQE
+//! (the failed WR completes, the send queue flushes, SQD's draining ends),
+//! ERR (UC flushes the WR being sent, then the receive WRs it holds) and
+//! RESET.
 
+use super::core::{Qp, Service};
+use super::message::{check_op_allowed, check_payload_length, fill_payload, message_headers};
+use super::message::{npkts, position, segment, Inbound, RecvTarget, MAX_MSG_SIZE};
 use super::sgl::Resolved;
 use super::status::{ErrorAction, RespError};
-use super::{Nanos, QpConfig, QpMachine, RxMeta, Transmit};
+use super::{Nanos, RxMeta, SweepDetector, Transmit};
 use crate::counters::Counters;
-use crate::events::EventType;
-use crate::memory::MrInner;
-use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
-use crate::transport::rc::{check_op_allowed, check_payload_length};
-use crate::transport::rc::{npkts, position, MAX_MSG_SIZE, PKEY};
-use crate::transport::QpCore;
-use crate::transport::SweepDetector;
-use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
-use std::sync::Arc;
-use uroce_wire::packet::{Headers, ParsedPacket};
-use uroce_wire::{BthRepr, Opcode, Operation, Position, Psn, RethRepr, Transport};
+use crate::qp_attr::{AttrMask, QpAttr};
+use crate::types::{QpState, QpType, SendWr, WcOpcode, WcStatus, WrOpcode};
+use uroce_wire::packet::ParsedPacket;
+use uroce_wire::{Opcode, Operation, Position, Psn, Transport};
 
-/// A UC QP.
-#[derive(Debug)]
-pub struct UcQp {
-    core: QpCore,
+/// A UC QP: the engine ([`Qp`]) with UC's requester and responder.
+pub type UcQp = Qp<UcService>;
+
+/// UC's part of a QP.
+#[derive(Debug, Default)]
+pub struct UcService {
     req: Requester,
     resp: Responder,
     /// Out-of-window request PSNs (a sweep).
@@ -71,170 +78,80 @@ struct Requester {
     next_psn: Psn,
 }
 
-/// A receive WR taken from the receive queue, its buffers resolved.
-#[derive(Debug)]
-struct TakenRecv {
-    wr_id: u64,
-    sgl: Resolved,
-}
-
-/// The message being received.
-#[derive(Debug)]
-enum Current {
-    Send {
-        recv: TakenRecv,
-        written: u64,
-    },
-    Write {
-        mr: Option<Arc<MrInner>>,
-        offset: usize,
-        total: u64,
-        written: u64,
-    },
-}
-
 #[derive(Debug, Default)]
 struct Responder {
     /// Expected PSN.
     epsn: Psn,
-    cur: Option<Current>,
+    cur: Option<Inbound>,
     /// A message was dropped: packets are ignored until the next FIRST or
     /// ONLY (rxe's `drop_msg`).
     dropping: bool,
     /// The receive WR of a dropped SEND, kept for the next message that
     /// needs one (it is the oldest WR this QP holds).
-    held: Option<TakenRecv>,
+    held: Option<RecvTarget>,
+}
+
+impl Service for UcService {
+    const QP_TYPE: QpType = QpType::Uc;
+
+    fn psns(&self) -> (Psn, Psn) {
+        (self.req.next_psn, self.resp.epsn)
+    }
+
+    fn apply_modify(qp: &mut UcQp, attr: &QpAttr, mask: AttrMask, _to: QpState) {
+        if mask.contains(AttrMask::RQ_PSN) {
+            qp.svc.resp.epsn = Psn::new(attr.rq_psn);
+        }
+        if mask.contains(AttrMask::SQ_PSN) {
+            qp.svc.req.next_psn = Psn::new(attr.sq_psn);
+        }
+    }
+
+    /// The WR being sent completes with WR_FLUSH_ERR, then the receive WR
+    /// held back from a dropped message and that of the SEND in progress.
+    fn on_error(qp: &mut UcQp) {
+        if let Some(w) = qp.svc.req.cur.take() {
+            qp.retire_send(&w.wr, WcStatus::WrFlushErr, 0);
+        }
+        let held = qp.svc.resp.held.take();
+        let open = qp.svc.resp.cur.take().and_then(Inbound::into_recv);
+        for recv in held.into_iter().chain(open) {
+            qp.complete_recv(recv.wr_id, WcStatus::WrFlushErr);
+        }
+        qp.svc.resp.dropping = false;
+    }
+
+    /// The sweep detector keeps counting across a reset.
+    fn on_reset(qp: &mut UcQp) {
+        if qp.svc.req.cur.take().is_some() {
+            qp.core.cfg.sq.retire(1);
+        }
+        qp.svc.req = Requester::default();
+        qp.svc.resp = Responder::default();
+    }
+
+    /// Requests only: UC has no responses.
+    fn receive(qp: &mut UcQp, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        let receiving = qp.core.receiving() && pkt.info.is_request;
+        qp.receive_connected(receiving, meta, pkt, |qp| {
+            let epsn = qp.svc.resp.epsn;
+            qp.svc.sweep.note(now, pkt.bth.psn, epsn, &qp.core.cfg);
+            qp.receive(pkt);
+            qp.svc.resp.epsn != epsn
+        });
+    }
+
+    fn request(qp: &mut UcQp, _now: Nanos, buf: &mut [u8], allow_new: bool) -> Option<Transmit> {
+        qp.transmit_request(buf, allow_new)
+    }
+
+    /// The WR being sent has gone out entirely.
+    fn drained(&self) -> bool {
+        self.req.cur.is_none()
+    }
 }
 
 impl UcQp {
-    /// A QP in the RESET state.
-    pub fn new(cfg: QpConfig) -> UcQp {
-        UcQp {
-            core: QpCore::new(cfg),
-            req: Requester::default(),
-            resp: Responder::default(),
-            sweep: SweepDetector::default(),
-        }
-    }
-    /// QP number.
-    pub fn qpn(&self) -> u32 {
-        self.core.cfg.qpn
-    }
-    /// Current state.
-    pub fn state(&self) -> QpState {
-        self.core.state
-    }
-    /// The configuration.
-    pub fn config(&self) -> &QpConfig {
-        &self.core.cfg
-    }
-    /// Current attributes (as `ibv_query_qp` reports them).
-    pub fn attr(&self) -> QpAttr {
-        self.core
-            .query(self.req.next_psn.value(), self.resp.epsn.value())
-    }
-
-    /// Applies a modify-QP call (checked against the spec's table for UC).
-    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
-        let to = self.core.begin_modify(QpType::Uc, attr, mask)?;
-        if mask.contains(AttrMask::RQ_PSN) {
-            self.resp.epsn = Psn::new(attr.rq_psn);
-        }
-        if mask.contains(AttrMask::SQ_PSN) {
-            self.req.next_psn = Psn::new(attr.sq_psn);
-        }
-        let from = self.core.state;
-        match to {
-            QpState::Err if from != QpState::Err => self.enter_error(),
-            QpState::Reset => self.reset(),
-            _ => {}
-        }
-        self.core.finish_modify(from, to);
-        self.check_drained();
-        Ok(())
-    }
-
-    /// In SQD: once the WR being sent has gone out entirely, the send queue
-    /// is drained (reported as SQ_DRAINED when asked for at RTS->SQD).
-    fn check_drained(&mut self) {
-        if self.core.state == QpState::Sqd && self.core.attr.sq_draining && self.req.cur.is_none() {
-            self.core.attr.sq_draining = false;
-            if self.core.attr.en_sqd_async_notify {
-                self.core.cfg.event(EventType::SqDrained);
-            }
-        }
-    }
-
-    /// Takes one packet addressed to this QP (parsed and ICRC-checked).
-    pub fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
-        let c = &self.core.cfg.counters;
-        let receiving = self.core.receiving() && pkt.info.is_request;
-        if let Err(d) = self.core.pin.admit(
-            receiving,
-            self.core.attr.ah_attr.ip(),
-            Transport::Uc,
-            meta,
-            pkt,
-        ) {
-            d.count(c);
-            return;
-        }
-        Counters::inc(&c.rcvd_pkts);
-        self.core.note_received();
-        self.sweep
-            .note(now, pkt.bth.psn, self.resp.epsn, &self.core.cfg);
-        let epsn = self.resp.epsn;
-        self.receive(pkt);
-        if self.resp.epsn != epsn {
-            self.core
-                .pin
-                .accepted(self.core.cfg.strict_source_port, meta);
-        }
-    }
-
-    /// Writes the next packet to send into `buf` (at least path MTU + 128
-    /// bytes), or returns `None` when there is nothing to send now.
-    pub fn poll_transmit(&mut self, _now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        let len = match self.core.state {
-            QpState::Err => {
-                self.core.cfg.flush_posted();
-                None
-            }
-            QpState::Sqe => {
-                self.flush_sends();
-                None
-            }
-            QpState::Rts => self.transmit_request(buf, true),
-            QpState::Sqd => self.transmit_request(buf, false),
-            _ => None,
-        }?;
-        Counters::inc(&self.core.cfg.counters.sent_pkts);
-        Some(Transmit {
-            dst: self.core.attr.ah_attr.ip(),
-            len,
-        })
-    }
-
-    fn mtu(&self) -> u32 {
-        self.core.attr.path_mtu.bytes()
-    }
-
-    /// Adds a completion; a full CQ is a catastrophic error for the QP
-    /// (IBA 11.4.2.1, QP_FATAL).
-    fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
-        if !self.core.cfg.complete(send, wc, solicited) {
-            self.fatal();
-        }
-    }
-
-    /// A completion was lost to a full CQ: QP_FATAL and ERR (once).
-    fn fatal(&mut self) {
-        if self.core.state != QpState::Err {
-            self.core.cfg.event(EventType::QpFatal);
-            self.enter_error();
-        }
-    }
-
     // ---------------------------------------------------------------
     // Requester
     // ---------------------------------------------------------------
@@ -255,8 +172,8 @@ impl UcQp {
 
     /// Produces the next request packet. With `allow_new` false (SQD) only
     /// the WR already started goes on.
-    fn transmit_request(&mut self, buf: &mut [u8], allow_new: bool) -> Option<usize> {
-        if self.req.cur.is_none() {
+    fn transmit_request(&mut self, buf: &mut [u8], allow_new: bool) -> Option<Transmit> {
+        if self.svc.req.cur.is_none() {
             if !allow_new {
                 return None;
             }
@@ -268,22 +185,13 @@ impl UcQp {
                     self.send_error(&wr, status);
                     return None;
                 }
-                self.core.cfg.sq.retire(1);
-                if self.core.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
-                    let wc = Wc::new(
-                        wr.wr_id,
-                        WcStatus::Success,
-                        wr.opcode.wc_opcode(),
-                        self.core.cfg.qpn,
-                    );
-                    self.complete(true, wc, false);
-                }
+                self.retire_send(&wr, WcStatus::Success, 0);
                 self.check_drained();
                 wr = self.core.cfg.sq.take()?;
             }
             match self.admit(&wr) {
                 Ok((data, len)) => {
-                    self.req.cur = Some(SendWqe {
+                    self.svc.req.cur = Some(SendWqe {
                         wr,
                         data,
                         len,
@@ -297,105 +205,40 @@ impl UcQp {
                 }
             }
         }
-        let len = match self.build_request(buf) {
-            Some(len) => len,
+        let t = match self.build_request(buf) {
+            Some(t) => t,
             None => {
                 // The memory went away under us (deregistered): a local
                 // protection error. What went out of the message is
                 // dropped by the responder at our next FIRST/ONLY.
-                let w = self.req.cur.take()?;
+                let w = self.svc.req.cur.take()?;
                 self.send_error(&w.wr, WcStatus::LocProtErr);
                 return None;
             }
         };
-        self.req.next_psn = self.req.next_psn.next();
-        let w = self.req.cur.as_mut()?;
+        self.svc.req.next_psn = self.svc.req.next_psn.next();
+        let w = self.svc.req.cur.as_mut()?;
         w.sent += 1;
         if w.sent == w.npkts {
-            let w = self.req.cur.take()?;
-            self.core.cfg.sq.retire(1);
-            if self.core.cfg.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED) {
-                let mut wc = Wc::new(
-                    w.wr.wr_id,
-                    WcStatus::Success,
-                    w.wr.opcode.wc_opcode(),
-                    self.core.cfg.qpn,
-                );
-                wc.byte_len = w.len as u32;
-                self.complete(true, wc, false);
-            }
+            let w = self.svc.req.cur.take()?;
+            self.retire_send(&w.wr, WcStatus::Success, w.len);
             self.check_drained();
         }
-        Some(len)
+        Some(t)
     }
 
     /// Writes the next packet of the current WR into `buf`.
-    fn build_request(&self, buf: &mut [u8]) -> Option<usize> {
-        let w = self.req.cur.as_ref()?;
-        let mtu = self.mtu() as u64;
-        let k = w.sent;
-        let pos = position(k, w.npkts);
+    fn build_request(&self, buf: &mut [u8]) -> Option<Transmit> {
+        let w = self.svc.req.cur.as_ref()?;
+        let pos = position(w.sent, w.npkts);
         let opcode = request_opcode(w.wr.opcode, pos)?;
-        let info = opcode.info()?;
-        let mut h = Headers::new(BthRepr {
-            opcode,
-            pkey: PKEY,
-            dest_qp: self.core.attr.dest_qp_num,
-            psn: self.req.next_psn,
-            ..BthRepr::default()
-        });
-        if info.has(uroce_wire::Ext::Reth) {
-            h.reth = Some(RethRepr {
-                va: w.wr.remote_addr,
-                rkey: w.wr.rkey,
-                dma_len: w.len as u32,
-            });
-        }
-        if info.has_imm() {
-            h.imm = Some(w.wr.imm_data);
-        }
-        h.bth.se = pos.ends_message() && w.wr.flags.contains(SendFlags::SOLICITED);
-        let off = k as u64 * mtu;
-        let plen = (w.len - off.min(w.len)).min(mtu) as usize;
-        let inline = w.wr.flags.contains(SendFlags::INLINE);
-        self.core
-            .cfg
-            .emit(self.core.attr.ah_attr.ip(), &h, plen, buf, |dst| {
-                if inline {
-                    let s = off as usize;
-                    match w.wr.inline_data.get(s..s + dst.len()) {
-                        Some(src) => {
-                            dst.copy_from_slice(src);
-                            true
-                        }
-                        None => false,
-                    }
-                } else {
-                    w.data.gather(off, dst).is_ok()
-                }
-            })
-    }
-
-    /// A send WR failed locally: it completes with `status` and the QP
-    /// moves to SQE (for UC, a send queue error does not stop the receive
-    /// queue).
-    fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
-        self.core.cfg.sq.retire(1);
-        let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
-        self.core.set_state(QpState::Sqe);
-        self.core.attr.sq_draining = false;
-        self.complete(true, wc, false);
-        if self.core.state == QpState::Sqe {
-            self.flush_sends();
-        }
-    }
-
-    /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
-    /// is fatal, as for any completion).
-    fn flush_sends(&mut self) {
-        if !self.core.cfg.flush_sends() {
-            self.fatal();
-        }
+        let bth = self.bth(opcode, self.svc.req.next_psn);
+        let h = message_headers(bth, &w.wr, w.len, pos)?;
+        let (off, plen) = segment(w.len, w.sent, self.mtu() as u64);
+        let inline = w.wr.flags.contains(crate::types::SendFlags::INLINE);
+        self.emit(&h, plen, buf, |dst| {
+            fill_payload(&w.wr, &w.data, inline, off, dst)
+        })
     }
 
     // ---------------------------------------------------------------
@@ -411,32 +254,32 @@ impl UcQp {
         // PSN (rxe check_psn for UC): a PSN other than the
         // expected one, or any packet while a message is being dropped,
         // is dropped unless it starts a message; a FIRST or ONLY resyncs.
-        if psn != self.resp.epsn || self.resp.dropping {
+        if psn != self.svc.resp.epsn || self.svc.resp.dropping {
             if !starts {
-                if !self.resp.dropping {
+                if !self.svc.resp.dropping {
                     self.drop_message();
                 }
                 return;
             }
-            self.resp.dropping = false;
+            self.svc.resp.dropping = false;
         }
         // Op sequence: a message in progress continues with a MIDDLE or
         // LAST of the same operation. A FIRST or ONLY while one is open
         // ends it unfinished (missing LAST, class D1): the open message is
         // dropped and the packet may start a valid new one.
-        match (&self.resp.cur, info.operation, starts) {
-            (None, _, true) => {}
-            (Some(_), _, true) => {
+        let in_seq = match &self.svc.resp.cur {
+            None => starts,
+            Some(_) if starts => {
                 Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
                 self.abort_current();
+                true
             }
-            (Some(Current::Send { .. }), Operation::Send, false)
-            | (Some(Current::Write { .. }), Operation::RdmaWrite, false) => {}
-            _ => {
-                Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
-                self.drop_message();
-                return;
-            }
+            Some(m) => m.continues(info.operation),
+        };
+        if !in_seq {
+            Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
+            self.drop_message();
+            return;
         }
         // Length of the packet: the same step as RC's.
         if let Err(e) = check_payload_length(pkt, self.mtu() as usize) {
@@ -452,209 +295,132 @@ impl UcQp {
             }
         };
         if accepted {
-            self.resp.epsn = psn.next();
+            self.svc.resp.epsn = psn.next();
         }
     }
 
     /// Takes the receive WR a message consumes: the one held back from a
     /// dropped message, else the next posted one.
-    fn take_recv(&mut self) -> Result<Option<TakenRecv>, ()> {
-        if let Some(t) = self.resp.held.take() {
+    fn take_recv(&mut self) -> Result<Option<RecvTarget>, ()> {
+        if let Some(t) = self.svc.resp.held.take() {
             return Ok(Some(t));
         }
         let Some(wr) = self.core.cfg.rq.take() else {
             return Ok(None);
         };
-        match Resolved::resolve(
-            &self.core.cfg.keys,
-            self.core.cfg.pd,
-            &wr.sg_list,
-            Access::LOCAL_WRITE,
-        ) {
-            Ok(sgl) => Ok(Some(TakenRecv {
-                wr_id: wr.wr_id,
-                sgl,
-            })),
-            Err(_) => {
+        RecvTarget::resolve(&self.core.cfg, &wr)
+            .map(Some)
+            .map_err(|wr_id| {
                 // The receive WR's own buffers are bad: a local error of
                 // the receive queue (class A), the QP goes to ERR.
-                self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
-                Err(())
+                self.recv_local_error(wr_id, WcStatus::LocProtErr);
+            })
+    }
+
+    /// The receive WR of a message: UC has no RNR, without one the message
+    /// is dropped (rxe: class D, `drop_msg`). `None`: not there.
+    fn message_recv(&mut self) -> Option<RecvTarget> {
+        match self.take_recv() {
+            Ok(Some(r)) => Some(r),
+            Ok(None) => {
+                self.drop_message();
+                None
             }
+            Err(()) => None,
         }
     }
 
     /// Returns whether the packet was accepted (the expected PSN moves on).
     fn exec_send(&mut self, pkt: &ParsedPacket<'_>) -> bool {
-        let pos = pkt.info.position;
-        if pos.starts_message() {
-            let recv = match self.take_recv() {
-                Ok(Some(r)) => r,
-                // UC has no RNR: without a receive WR the message is
-                // dropped (rxe: class D, `drop_msg`).
-                Ok(None) => {
-                    self.drop_message();
-                    return false;
-                }
-                Err(()) => return false,
-            };
-            self.resp.cur = Some(Current::Send { recv, written: 0 });
-        }
-        let Some(Current::Send { recv, written }) = &mut self.resp.cur else {
-            return false;
-        };
-        let plen = pkt.payload.len() as u64;
-        if *written + plen > recv.sgl.total() {
-            // The message does not fit the receive WR. rxe (UC, own RQ)
-            // treats this as class D: drops the message silently and keeps
-            // the WR; with an SRQ as class E: completes the WR with
-            // REM_INV_REQ_ERR. Neither moves the QP to ERR. We keep the QP
-            // running as rxe does, but consume the WR and complete it with
-            // LOC_LEN_ERR, the status IBA and verbs define for a receive
-            // buffer too small, so that the application learns of the loss.
-            let wr_id = recv.wr_id;
-            self.resp.cur = None;
-            self.resp.dropping = true;
-            Counters::inc(&self.core.cfg.counters.uc_dropped_msgs);
-            let wc = Wc::new(
-                wr_id,
-                WcStatus::LocLenErr,
-                WcOpcode::Recv,
-                self.core.cfg.qpn,
-            );
-            self.complete(false, wc, false);
-            return false;
-        }
-        if recv.sgl.scatter(*written, pkt.payload).is_err() {
-            // Memory deregistered under the WR: class A.
-            let wr_id = recv.wr_id;
-            self.resp.cur = None;
-            self.recv_local_error(wr_id, WcStatus::LocProtErr);
-            return false;
-        }
-        *written += plen;
-        if pos.ends_message() {
-            let Some(Current::Send { recv, written }) = self.resp.cur.take() else {
+        if pkt.info.position.starts_message() {
+            let Some(recv) = self.message_recv() else {
                 return false;
             };
-            let wc = Wc::received(
-                recv.wr_id,
-                WcOpcode::Recv,
-                self.core.cfg.qpn,
-                written as u32,
-                self.core.attr.dest_qp_num,
-                pkt.imm(),
-            );
-            self.complete(false, wc, pkt.bth.se);
+            self.svc.resp.cur = Some(Inbound::Send { recv, written: 0 });
+        }
+        match Inbound::send_packet(&mut self.svc.resp.cur, pkt) {
+            Ok(None) => {}
+            Ok(Some((recv, written))) => {
+                let wc = self.received(recv.wr_id, WcOpcode::Recv, written, pkt.imm());
+                self.complete(false, wc, pkt.bth.se);
+            }
+            Err(e @ RespError::LengthError) => {
+                // The message does not fit the receive WR. rxe (UC, own
+                // RQ) treats this as class D: drops the message silently
+                // and keeps the WR; with an SRQ as class E: completes the
+                // WR with REM_INV_REQ_ERR. Neither moves the QP to ERR. We
+                // keep the QP running as rxe does, but consume the WR and
+                // complete it with LOC_LEN_ERR, the status IBA and verbs
+                // define for a receive buffer too small (the table's
+                // receive status of a length error), so that the
+                // application learns of the loss.
+                let recv = self.svc.resp.cur.take().and_then(Inbound::into_recv);
+                self.svc.resp.dropping = true;
+                Counters::inc(&self.core.cfg.counters.uc_dropped_msgs);
+                if let Some(r) = recv {
+                    self.complete_recv(r.wr_id, e.recv_status());
+                }
+                return false;
+            }
+            Err(RespError::RemoteOperational) => {
+                // Memory deregistered under the WR: class A.
+                if let Some(r) = self.svc.resp.cur.take().and_then(Inbound::into_recv) {
+                    self.recv_local_error(r.wr_id, WcStatus::LocProtErr);
+                }
+                return false;
+            }
+            Err(_) => return false,
         }
         true
     }
 
     /// Returns whether the packet was accepted.
     fn exec_write(&mut self, pkt: &ParsedPacket<'_>) -> bool {
-        let pos = pkt.info.position;
-        if pos.starts_message() {
-            // Op validity: the QP must allow remote writes (the same
-            // step as RC's; for UC the policy drops the message).
+        let ends = pkt.info.position.ends_message();
+        // Op validity: the QP must allow remote writes (the same step as
+        // RC's; for UC the policy drops the message).
+        if pkt.info.position.starts_message() {
             if let Err(e) = check_op_allowed(pkt.info.operation, self.core.attr.qp_access_flags) {
                 self.responder_error(e);
                 return false;
             }
-            let Some(reth) = pkt.reth() else {
-                self.drop_message();
-                return false;
-            };
-            let total = reth.dma_len as u64;
-            // R_Key (a zero-length WRITE needs no valid key): a violation
-            // drops the message silently (rxe: UC class D/E, no NAK).
-            let target = if total == 0 {
-                Ok((None, 0))
-            } else {
-                self.core
-                    .cfg
-                    .keys
-                    .check_rkey(
-                        reth.rkey,
-                        self.core.cfg.pd,
-                        self.core.cfg.qpn,
-                        reth.va,
-                        total,
-                        Access::REMOTE_WRITE,
-                    )
-                    .map(|(mr, off)| (Some(mr), off))
-            };
-            let Ok((mr, offset)) = target else {
-                self.drop_message();
-                return false;
-            };
-            self.resp.cur = Some(Current::Write {
-                mr,
-                offset,
-                total,
-                written: 0,
-            });
         }
-        let ends = pos.ends_message();
-        let Some(Current::Write {
-            mr,
-            offset,
-            total,
-            written,
-        }) = &self.resp.cur
-        else {
-            return false;
-        };
-        let plen = pkt.payload.len() as u64;
-        if *written + plen > *total || (ends && *written + plen != *total) {
-            self.drop_message();
+        // The RETH and the R_Key (a zero-length WRITE needs no valid key),
+        // the length: a violation drops the message silently (rxe: UC
+        // class D/E, no NAK).
+        if let Err(e) = Inbound::write_packet(&mut self.svc.resp.cur, &self.core.cfg, pkt) {
+            self.responder_error(e);
             return false;
         }
-        let (mr, at, total) = (mr.clone(), *offset + *written as usize, *total);
         // WRITE with immediate consumes a receive WR at its last packet;
         // taken before memory is touched so that, without one, the last
         // packet changes nothing (rxe check_resource precedes execute).
         let recv = if ends && pkt.imm().is_some() {
-            match self.take_recv() {
-                Ok(Some(r)) => Some(r),
-                Ok(None) => {
-                    self.drop_message();
-                    return false;
-                }
-                Err(()) => return false,
-            }
+            let Some(r) = self.message_recv() else {
+                return false;
+            };
+            Some(r)
         } else {
             None
         };
-        if plen > 0 {
-            let ok = mr
-                .as_ref()
-                .is_some_and(|mr| mr.is_valid() && mr.write(at, pkt.payload).is_ok());
-            if !ok {
+        match Inbound::place_write(&mut self.svc.resp.cur, pkt) {
+            Ok(None) => {}
+            Ok(Some(total)) => {
+                if let Some(r) = recv {
+                    let imm = Some(pkt.imm().unwrap_or(0));
+                    let wc = self.received(r.wr_id, WcOpcode::RecvRdmaWithImm, total, imm);
+                    self.complete(false, wc, pkt.bth.se);
+                }
+            }
+            Err(e) => {
                 // The region went away mid-message: as an R_Key violation.
                 if let (Some(r), ErrorAction::DropMessage { srq_status }) =
-                    (recv, RespError::RemoteAccess.action(QpType::Uc))
+                    (recv, e.action(QpType::Uc))
                 {
                     self.give_back(r, srq_status);
                 }
-                self.responder_error(RespError::RemoteAccess);
+                self.responder_error(e);
                 return false;
-            }
-        }
-        if let Some(Current::Write { written, .. }) = &mut self.resp.cur {
-            *written += plen;
-        }
-        if ends {
-            self.resp.cur = None;
-            if let Some(r) = recv {
-                let wc = Wc::received(
-                    r.wr_id,
-                    WcOpcode::RecvRdmaWithImm,
-                    self.core.cfg.qpn,
-                    total as u32,
-                    self.core.attr.dest_qp_num,
-                    Some(pkt.imm().unwrap_or(0)),
-                );
-                self.complete(false, wc, pkt.bth.se);
             }
         }
         true
@@ -679,91 +445,31 @@ impl UcQp {
             return;
         };
         Counters::inc(&self.core.cfg.counters.uc_dropped_msgs);
-        if let Some(Current::Send { recv, .. }) = self.resp.cur.take() {
+        if let Some(recv) = self.svc.resp.cur.take().and_then(Inbound::into_recv) {
             self.give_back(recv, srq_status);
         }
-        self.resp.dropping = true;
+        self.svc.resp.dropping = true;
     }
 
     /// Ends the message in progress unfinished (a FIRST or ONLY packet
     /// while one is open): dropped as an invalid request, and the new
     /// packet may start a valid message.
     fn abort_current(&mut self) {
-        if self.resp.cur.is_some() {
+        if self.svc.resp.cur.is_some() {
             self.responder_error(RespError::InvalidRequest);
-            self.resp.dropping = false;
+            self.svc.resp.dropping = false;
         }
     }
 
     /// A receive WR taken for a message that was then dropped: kept for the
     /// next message (class D1), or, taken from an SRQ, completed with
     /// `srq_status` (class E).
-    fn give_back(&mut self, recv: TakenRecv, srq_status: WcStatus) {
+    fn give_back(&mut self, recv: RecvTarget, srq_status: WcStatus) {
         if self.core.cfg.rq.is_srq() {
-            let wc = Wc::new(recv.wr_id, srq_status, WcOpcode::Recv, self.core.cfg.qpn);
-            self.complete(false, wc, false);
+            self.complete_recv(recv.wr_id, srq_status);
         } else {
-            self.resp.held = Some(recv);
+            self.svc.resp.held = Some(recv);
         }
-    }
-
-    /// A local error of the receive queue (class A): the WR completes with
-    /// `status` and the QP goes to ERR.
-    fn recv_local_error(&mut self, wr_id: u64, status: WcStatus) {
-        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.core.cfg.qpn);
-        self.complete(false, wc, false);
-        if self.core.state != QpState::Err {
-            self.enter_error();
-        }
-    }
-
-    // ---------------------------------------------------------------
-    // Error and reset
-    // ---------------------------------------------------------------
-
-    /// Moves to ERR: every outstanding WR completes with WR_FLUSH_ERR in
-    /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
-    /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
-    fn enter_error(&mut self) {
-        self.core.set_state(QpState::Err);
-        if let Some(w) = self.req.cur.take() {
-            self.core.cfg.sq.retire(1);
-            let wc = Wc::new(
-                w.wr.wr_id,
-                WcStatus::WrFlushErr,
-                w.wr.opcode.wc_opcode(),
-                self.core.cfg.qpn,
-            );
-            self.complete(true, wc, false);
-        }
-        let held = self.resp.held.take().map(|r| r.wr_id);
-        let open = match self.resp.cur.take() {
-            Some(Current::Send { recv, .. }) => Some(recv.wr_id),
-            _ => None,
-        };
-        for wr_id in held.into_iter().chain(open) {
-            let wc = Wc::new(
-                wr_id,
-                WcStatus::WrFlushErr,
-                WcOpcode::Recv,
-                self.core.cfg.qpn,
-            );
-            self.complete(false, wc, false);
-        }
-        self.resp.dropping = false;
-        self.core.cfg.flush_posted();
-        self.core.cfg.report_last_wqe();
-    }
-
-    /// To RESET: everything is discarded without completions.
-    fn reset(&mut self) {
-        if self.req.cur.take().is_some() {
-            self.core.cfg.sq.retire(1);
-        }
-        self.core.cfg.discard_posted();
-        self.core.reset();
-        self.req = Requester::default();
-        self.resp = Responder::default();
     }
 }
 
@@ -773,45 +479,13 @@ fn request_opcode(op: WrOpcode, pos: Position) -> Option<Opcode> {
     op.request_opcode(Transport::Uc, pos)
 }
 
-impl QpMachine for UcQp {
-    fn qpn(&self) -> u32 {
-        self.core.cfg.qpn
-    }
-    fn qp_type(&self) -> QpType {
-        QpType::Uc
-    }
-    fn state(&self) -> QpState {
-        self.core.state
-    }
-    fn attr(&self) -> QpAttr {
-        UcQp::attr(self)
-    }
-    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
-        UcQp::modify(self, attr, mask)
-    }
-    fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
-        UcQp::handle_packet(self, now, meta, pkt)
-    }
-    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        UcQp::poll_transmit(self, now, buf)
-    }
-    /// UC never waits for anything.
-    fn poll_timeout(&self) -> Option<Nanos> {
-        None
-    }
-    fn handle_timeout(&mut self, _now: Nanos) {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn opcodes_by_position() {
-        assert_eq!(position(0, 1), Position::Only);
-        assert_eq!(position(0, 3), Position::First);
-        assert_eq!(position(1, 3), Position::Middle);
-        assert_eq!(position(2, 3), Position::Last);
+        // (Positions themselves: `message::tests`.)
         assert_eq!(
             request_opcode(WrOpcode::RdmaWriteWithImm, Position::Only),
             Some(Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)

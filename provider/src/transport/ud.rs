@@ -22,21 +22,26 @@
 //!   malformed WQE); one too small for GRH + payload completes with
 //!   LOC_LEN_ERR and the QP stays up.
 //!
+//! As a [`Service`] of the one QP engine ([`super::core`]), UD supplies
+//! its PSN and duplicate filter, the datagram path (`receive`, `request`)
+//! and the flush of WRs posted in SQE on SQE -> RTS; modify checks the
+//! spec's table for UD, with the controlled Q_Key rule. It holds no WR
+//! between calls, so ERR and SQD need nothing of it. Its responder's drop
+//! decisions go through the error table's UD column
+//! ([`RespError::action`], `DropDatagram`).
+//!
 //! Where uroce differs from rxe: rxe delivers a datagram the network
 //! duplicated twice; uroce remembers the last [`DUP_WINDOW`] PSNs of up to
 //! [`MAX_DUP_SOURCES`] senders (source address and QP) and drops repeats,
 //! counted in `duplicate_requests`.
 
-use super::sgl::Resolved;
-use super::{to_v6, Nanos, QpConfig, QpMachine, RxMeta, Transmit};
+use super::core::{Qp, Service};
+use super::message::{fill_payload, RecvTarget};
+use super::status::{ErrorAction, RespError};
+use super::{pkey_matches, to_v6, Drop, Nanos, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
-use crate::events::EventType;
-use crate::qp_attr::{AttrMask, ModifyError, QpAttr, QKEY_CONTROLLED};
-use crate::transport::QpCore;
-use crate::transport::{pkey_matches, Drop, PKEY};
-use crate::types::{
-    Access, QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
-};
+use crate::qp_attr::{AttrMask, QpAttr, QKEY_CONTROLLED};
+use crate::types::{QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use uroce_wire::frame::{ipv4_header_valid, write_ip_header, IpParams};
@@ -57,10 +62,12 @@ pub const MAX_DUP_SOURCES: usize = 256;
 const IPV4_HDR_LEN: usize = 20;
 const UDP_HDR_LEN: usize = 8;
 
-/// A UD QP.
-#[derive(Debug)]
-pub struct UdQp {
-    core: QpCore,
+/// A UD QP: the engine ([`Qp`]) with UD's datagram service.
+pub type UdQp = Qp<UdService>;
+
+/// UD's part of a QP.
+#[derive(Debug, Default)]
+pub struct UdService {
     /// PSN of the next packet.
     next_psn: Psn,
     /// Datagrams seen recently, per sender.
@@ -68,70 +75,8 @@ pub struct UdQp {
 }
 
 impl UdQp {
-    /// A QP in the RESET state.
-    pub fn new(cfg: QpConfig) -> UdQp {
-        UdQp {
-            core: QpCore::new(cfg),
-            next_psn: Psn::default(),
-            seen: DupFilter::default(),
-        }
-    }
-    /// QP number.
-    pub fn qpn(&self) -> u32 {
-        self.core.cfg.qpn
-    }
-    /// Current state.
-    pub fn state(&self) -> QpState {
-        self.core.state
-    }
-    /// The configuration.
-    pub fn config(&self) -> &QpConfig {
-        &self.core.cfg
-    }
-    /// Current attributes (as `ibv_query_qp` reports them): a UD QP's path
-    /// MTU is the port's active MTU.
-    pub fn attr(&self) -> QpAttr {
-        let mut a = self.core.query(self.next_psn.value(), 0);
-        a.path_mtu = self.core.cfg.limits.active_mtu;
-        a.port_num = 1;
-        a
-    }
-
-    /// Applies a modify-QP call (checked against the spec's table for UD,
-    /// including the controlled Q_Key rule).
-    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
-        let to = self.core.begin_modify(QpType::Ud, attr, mask)?;
-        if mask.contains(AttrMask::SQ_PSN) {
-            self.next_psn = Psn::new(attr.sq_psn);
-        }
-        let from = self.core.state;
-        // WRs posted while in SQE are flushed, even if the engine has not
-        // come round to them before the QP leaves SQE.
-        if from == QpState::Sqe && to == QpState::Rts {
-            self.flush_sends();
-            if self.core.state == QpState::Err {
-                return Ok(());
-            }
-        }
-        match to {
-            QpState::Err if from != QpState::Err => self.enter_error(),
-            QpState::Reset => self.reset(),
-            _ => {}
-        }
-        self.core.finish_modify(from, to);
-        // Every WR goes out whole as soon as it is taken, so the send
-        // queue is drained the moment the QP reaches SQD.
-        if self.core.attr.sq_draining {
-            self.core.attr.sq_draining = false;
-            if self.core.attr.en_sqd_async_notify {
-                self.core.cfg.event(EventType::SqDrained);
-            }
-        }
-        Ok(())
-    }
-
     /// Takes one packet addressed to this QP (parsed and ICRC-checked).
-    pub fn handle_packet(&mut self, _now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+    fn receive_datagram(&mut self, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
         let c = &self.core.cfg.counters;
         let bth = &pkt.bth;
         let receiving = self.core.receiving();
@@ -151,98 +96,59 @@ impl UdQp {
         }
         Counters::inc(&c.rcvd_pkts);
         // IBA 10.2.4: a datagram whose Q_Key differs from the QP's is
-        // discarded.
+        // discarded (the Q_Key is a datagram's access key).
         if deth.qkey != self.core.attr.qkey {
             Counters::inc(&c.qkey_violations);
-            return;
+            return self.drop_datagram(RespError::RemoteAccess, None);
         }
+        // Not one of the spec's checks (a UD responder checks no PSN):
+        // uroce's filter of datagrams the network repeated.
         let src = meta.src.to_canonical();
         let src_qp = deth.src_qp & 0xff_ffff;
-        if self.seen.is_duplicate(src, src_qp, bth.psn) {
+        if self.svc.seen.is_duplicate(src, src_qp, bth.psn) {
             Counters::inc(&c.duplicate_requests);
             return;
         }
-        // No RNR for UD: without a receive WR the datagram is lost.
+        // Resources: no RNR for UD, without a receive WR the datagram is
+        // lost.
         let Some(wr) = self.core.cfg.rq.take() else {
             Counters::inc(&c.ud_no_recv_drops);
-            return;
+            return self.drop_datagram(RespError::Rnr, None);
         };
         // The datagram consumed a WR: a repeat of it is a duplicate from
         // now on (one lost for want of a WR may still come again).
-        self.seen.record(src, src_qp, bth.psn);
-        let Ok(sgl) = Resolved::resolve(
-            &self.core.cfg.keys,
-            self.core.cfg.pd,
-            &wr.sg_list,
-            Access::LOCAL_WRITE,
-        ) else {
-            self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
-            return;
+        self.svc.seen.record(src, src_qp, bth.psn);
+        let Ok(RecvTarget { sgl, .. }) = RecvTarget::resolve(&self.core.cfg, &wr) else {
+            return self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
         };
+        // Length: the buffer must hold GRH + payload.
         let len = GRH_LEN + pkt.payload.len();
         if len as u64 > sgl.total() {
-            // The buffer cannot hold GRH + payload: the WR completes with
-            // LOC_LEN_ERR and the datagram is lost; the QP stays up.
-            let wc = Wc::new(
-                wr.wr_id,
-                WcStatus::LocLenErr,
-                WcOpcode::Recv,
-                self.core.cfg.qpn,
-            );
-            self.complete(false, wc, false);
-            return;
+            return self.drop_datagram(RespError::LengthError, Some(wr.wr_id));
         }
         let mut grh = [0u8; GRH_LEN];
         build_grh(meta, pkt.bytes.len(), &mut grh);
         if sgl.scatter(0, &grh).is_err() || sgl.scatter(GRH_LEN as u64, pkt.payload).is_err() {
             // Memory deregistered under the WR.
-            self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
-            return;
+            return self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
         }
-        let mut wc = Wc::received(
-            wr.wr_id,
-            WcOpcode::Recv,
-            self.core.cfg.qpn,
-            len as u32,
-            src_qp,
-            pkt.imm(),
-        );
+        let qpn = self.core.cfg.qpn;
+        let mut wc = Wc::received(wr.wr_id, WcOpcode::Recv, qpn, len as u32, src_qp, pkt.imm());
         wc.wc_flags |= WcFlags::GRH;
         wc.sl = roce_packet_type(meta);
         self.complete(false, wc, bth.se);
     }
 
-    /// Writes the next packet to send into `buf` (at least active MTU + 128
-    /// bytes), or returns `None` when there is nothing to send now.
-    pub fn poll_transmit(&mut self, _now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        match self.core.state {
-            QpState::Err => {
-                self.core.cfg.flush_posted();
-                None
-            }
-            QpState::Sqe => {
-                self.flush_sends();
-                None
-            }
-            QpState::Rts => self.transmit(buf),
-            // SQD: no new WR starts (and none is ever half sent).
-            _ => None,
-        }
-    }
-
-    /// Adds a completion; a full CQ is a catastrophic error for the QP
-    /// (IBA 11.4.2.1, QP_FATAL).
-    fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
-        if !self.core.cfg.complete(send, wc, solicited) {
-            self.fatal();
-        }
-    }
-
-    /// A completion was lost to a full CQ: QP_FATAL and ERR (once).
-    fn fatal(&mut self) {
-        if self.core.state != QpState::Err {
-            self.core.cfg.event(EventType::QpFatal);
-            self.enter_error();
+    /// A failed check, as the one policy table says for UD
+    /// ([`RespError::action`]): the datagram is dropped and the QP stays
+    /// up; a receive WR it consumed (`consumed`) completes with the
+    /// table's status (LOC_LEN_ERR for a buffer too small).
+    fn drop_datagram(&mut self, err: RespError, consumed: Option<u64>) {
+        let ErrorAction::DropDatagram { recv_status } = err.action(QpType::Ud) else {
+            return;
+        };
+        if let Some(wr_id) = consumed {
+            self.complete_recv(wr_id, recv_status);
         }
     }
 
@@ -253,32 +159,21 @@ impl UdQp {
     /// Takes the next send WR and produces its packet.
     fn transmit(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         let wr = self.core.cfg.sq.take()?;
-        let (dst, len, msg_len) = match self.build(&wr, buf) {
+        let (t, msg_len) = match self.build(&wr, buf) {
             Ok(x) => x,
             Err(status) => {
                 self.send_error(&wr, status);
                 return None;
             }
         };
-        self.next_psn = self.next_psn.next();
-        Counters::inc(&self.core.cfg.counters.sent_pkts);
-        self.core.cfg.sq.retire(1);
-        if self.core.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
-            let mut wc = Wc::new(
-                wr.wr_id,
-                WcStatus::Success,
-                WcOpcode::Send,
-                self.core.cfg.qpn,
-            );
-            wc.byte_len = msg_len as u32;
-            self.complete(true, wc, false);
-        }
-        Some(Transmit { dst, len })
+        self.svc.next_psn = self.svc.next_psn.next();
+        self.retire_send(&wr, WcStatus::Success, msg_len);
+        Some(t)
     }
 
     /// Checks a send WR locally and writes its packet into `buf`: returns
-    /// the destination, the packet length and the message length.
-    fn build(&self, wr: &SendWr, buf: &mut [u8]) -> Result<(IpAddr, usize, u64), WcStatus> {
+    /// the packet and the message length.
+    fn build(&self, wr: &SendWr, buf: &mut [u8]) -> Result<(Transmit, u64), WcStatus> {
         // From the opcode table: UD has SEND ONLY (with immediate) alone.
         let opcode = wr
             .opcode
@@ -307,7 +202,7 @@ impl UdQp {
             se: wr.flags.contains(SendFlags::SOLICITED),
             pkey: PKEY,
             dest_qp: ud.remote_qpn & 0xff_ffff,
-            psn: self.next_psn,
+            psn: self.svc.next_psn,
             ack_req: false,
             ..BthRepr::default()
         });
@@ -322,105 +217,69 @@ impl UdQp {
             .core
             .cfg
             .emit(dst, &h, len as usize, buf, |out| {
-                if inline {
-                    match wr.inline_data.get(..out.len()) {
-                        Some(src) => {
-                            out.copy_from_slice(src);
-                            true
-                        }
-                        None => false,
-                    }
-                } else {
-                    data.gather(0, out).is_ok()
-                }
+                fill_payload(wr, &data, inline, 0, out)
             })
             // The memory went away since it was resolved (or the caller's
             // buffer is too small for the packet).
             .ok_or(WcStatus::LocProtErr)?;
-        Ok((dst, n, len))
-    }
-
-    /// A send WR failed locally: it completes with `status` (signaled or
-    /// not) and the QP moves to SQE (IBA ch. 10: for UD a send queue
-    /// error leaves the receive queue running).
-    fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
-        self.core.cfg.sq.retire(1);
-        let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
-        self.core.set_state(QpState::Sqe);
-        self.complete(true, wc, false);
-        if self.core.state == QpState::Sqe {
-            self.flush_sends();
-        }
-    }
-
-    /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
-    /// is fatal, as for any completion).
-    fn flush_sends(&mut self) {
-        if !self.core.cfg.flush_sends() {
-            self.fatal();
-        }
-    }
-
-    // ---------------------------------------------------------------
-    // Errors and reset
-    // ---------------------------------------------------------------
-
-    /// A local error of the receive queue (a WR's buffers are bad): the WR
-    /// completes with `status` and the QP goes to ERR, as rxe does for a
-    /// malformed receive WQE.
-    fn recv_local_error(&mut self, wr_id: u64, status: WcStatus) {
-        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.core.cfg.qpn);
-        self.complete(false, wc, false);
-        if self.core.state != QpState::Err {
-            self.enter_error();
-        }
-    }
-
-    /// Moves to ERR: every outstanding WR completes with WR_FLUSH_ERR in
-    /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
-    /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
-    fn enter_error(&mut self) {
-        self.core.set_state(QpState::Err);
-        self.core.cfg.flush_posted();
-        self.core.cfg.report_last_wqe();
-    }
-
-    /// To RESET: everything is discarded without completions.
-    fn reset(&mut self) {
-        self.core.cfg.discard_posted();
-        self.next_psn = Psn::default();
-        self.seen = DupFilter::default();
-        self.core.reset();
+        Ok((Transmit { dst, len: n }, len))
     }
 }
 
-impl QpMachine for UdQp {
-    fn qpn(&self) -> u32 {
-        self.core.cfg.qpn
+impl Service for UdService {
+    const QP_TYPE: QpType = QpType::Ud;
+
+    /// No receive PSN: a datagram is taken whatever its PSN.
+    fn psns(&self) -> (Psn, Psn) {
+        (self.next_psn, Psn::default())
     }
-    fn qp_type(&self) -> QpType {
-        QpType::Ud
+
+    /// A UD QP's path MTU is the port's active MTU.
+    fn query(qp: &UdQp) -> QpAttr {
+        let mut a = qp.core.query(qp.svc.next_psn.value(), 0);
+        a.path_mtu = qp.core.cfg.limits.active_mtu;
+        a.port_num = 1;
+        a
     }
-    fn state(&self) -> QpState {
-        self.core.state
+
+    /// The send PSN. WRs posted while in SQE are flushed on SQE -> RTS,
+    /// even if the engine has not come round to them before the QP leaves
+    /// SQE.
+    fn apply_modify(qp: &mut UdQp, attr: &QpAttr, mask: AttrMask, to: QpState) {
+        if mask.contains(AttrMask::SQ_PSN) {
+            qp.svc.next_psn = Psn::new(attr.sq_psn);
+        }
+        if qp.core.state == QpState::Sqe && to == QpState::Rts {
+            qp.flush_sends();
+        }
     }
-    fn attr(&self) -> QpAttr {
-        UdQp::attr(self)
+
+    /// Nothing held: every WR goes out whole as soon as it is taken, and a
+    /// datagram is placed as soon as it comes.
+    fn on_error(_qp: &mut UdQp) {}
+
+    /// Every WR goes out whole as soon as it is taken, so the send queue
+    /// is drained the moment the QP reaches SQD.
+    fn drained(&self) -> bool {
+        true
     }
-    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
-        UdQp::modify(self, attr, mask)
+
+    fn on_reset(qp: &mut UdQp) {
+        qp.svc = UdService::default();
     }
-    fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
-        UdQp::handle_packet(self, now, meta, pkt)
+
+    fn receive(qp: &mut UdQp, _now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        qp.receive_datagram(meta, pkt);
     }
-    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        UdQp::poll_transmit(self, now, buf)
+
+    /// SQD: no new WR starts (and none is ever half sent).
+    fn request(qp: &mut UdQp, _now: Nanos, buf: &mut [u8], allow_new: bool) -> Option<Transmit> {
+        if allow_new {
+            qp.transmit(buf)
+        } else {
+            None
+        }
     }
-    /// UD never waits for anything.
-    fn poll_timeout(&self) -> Option<Nanos> {
-        None
-    }
-    fn handle_timeout(&mut self, _now: Nanos) {}
 }
 
 // -------------------------------------------------------------------

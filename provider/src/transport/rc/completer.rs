@@ -18,13 +18,13 @@ impl RcQp {
         }
         // A response must be for a PSN we sent and that is not yet
         // acknowledged; anything else is stale (or a ghost) and dropped.
-        let outstanding = self.req.hwm.distance_from(self.req.una);
-        if psn.distance_from(self.req.una) >= outstanding {
+        let outstanding = self.svc.req.hwm.distance_from(self.svc.req.una);
+        if psn.distance_from(self.svc.req.una) >= outstanding {
             // An ACK for the PSN just before una re-acknowledges: harmless.
             Counters::inc(&self.core.cfg.counters.dropped_pkts);
             return;
         }
-        let before = self.req.una;
+        let before = self.svc.req.una;
         match pkt.info.operation {
             Operation::Acknowledge => {
                 let Some(aeth) = pkt.aeth() else { return };
@@ -36,15 +36,15 @@ impl RcQp {
                             return;
                         }
                         if self.core.attr.rnr_retry != 7 {
-                            if self.req.rnr_left == 0 {
+                            if self.svc.req.rnr_left == 0 {
                                 self.fail_at(psn, WcStatus::RnrRetryExcErr);
                                 return;
                             }
-                            self.req.rnr_left -= 1;
+                            self.svc.req.rnr_left -= 1;
                         }
-                        self.req.go_back(psn);
-                        self.req.timer = None;
-                        self.req.rnr_until = Some(now.plus(rnr_timer_ns(timer)));
+                        self.svc.req.go_back(psn);
+                        self.svc.req.timer = None;
+                        self.svc.req.rnr_until = Some(now.plus(rnr_timer_ns(timer)));
                     }
                     AethSyndrome::Nak(NakCode::PsnSequenceError) => {
                         Counters::inc(&self.core.cfg.counters.seq_naks_rcvd);
@@ -54,8 +54,8 @@ impl RcQp {
                         // A NAK for the PSN we are already resending from,
                         // caused by packets sent before that resend began
                         // (reordering), asks for nothing new.
-                        if let Some((p, h)) = self.req.nak_resend {
-                            if p == psn && h.is_after(self.req.next_psn) {
+                        if let Some((p, h)) = self.svc.req.nak_resend {
+                            if p == psn && h.is_after(self.svc.req.next_psn) {
                                 return;
                             }
                         }
@@ -64,8 +64,8 @@ impl RcQp {
                         // spending the retry budget (which detects dead
                         // paths). Under heavy reordering go-back-N would
                         // otherwise exhaust it while making progress.
-                        self.req.go_back(psn);
-                        self.req.nak_resend = Some((psn, self.req.hwm));
+                        self.svc.req.go_back(psn);
+                        self.svc.req.nak_resend = Some((psn, self.svc.req.hwm));
                         // Not a congestion signal: reordering makes them
                         // too (25% reordering with halving at each NAK
                         // took a lossy-link stress run from 250 s to
@@ -85,17 +85,19 @@ impl RcQp {
             Operation::AtomicAcknowledge => self.atomic_ack(psn, pkt),
             _ => Counters::inc(&self.core.cfg.counters.dropped_pkts),
         }
-        if self.req.una != before
+        if self.svc.req.una != before
             && matches!(
                 self.core.state,
                 crate::types::QpState::Rts | crate::types::QpState::Sqd
             )
         {
             // Progress: fresh retry budget and timer; the window grows.
-            self.req.on_acked(self.req.una.distance_from(before));
-            self.req.retry_left = self.core.attr.retry_cnt;
-            self.req.rnr_left = self.core.attr.rnr_retry;
-            self.req.timer = if self.req.inflight() > 0 && self.core.attr.timeout != 0 {
+            self.svc
+                .req
+                .on_acked(self.svc.req.una.distance_from(before));
+            self.svc.req.retry_left = self.core.attr.retry_cnt;
+            self.svc.req.rnr_left = self.core.attr.rnr_retry;
+            self.svc.req.timer = if self.svc.req.inflight() > 0 && self.core.attr.timeout != 0 {
                 Some(now.plus(super::requester::ack_timeout_ns(self.core.attr.timeout)))
             } else {
                 None
@@ -116,13 +118,13 @@ impl RcQp {
     /// queue grew until a later request's ACK came after every retry
     /// (`a_slow_responders_read_answers_keep_the_read_alive`).
     fn read_answer_seen(&mut self, now: Nanos, psn: Psn) {
-        if self.req.timer.is_none() || self.core.attr.timeout == 0 {
+        if self.svc.req.timer.is_none() || self.core.attr.timeout == 0 {
             return;
         }
-        let waited = self.req.wqes.iter().find(|e| !e.done && e.error.is_none());
+        let waited = self.svc.req.waited().map(|i| &self.svc.req.wqes[i]);
         if waited.is_some_and(|e| e.started && e.wr.opcode == WrOpcode::RdmaRead && e.contains(psn))
         {
-            self.req.timer =
+            self.svc.req.timer =
                 Some(now.plus(super::requester::ack_timeout_ns(self.core.attr.timeout)));
         }
     }
@@ -136,12 +138,12 @@ impl RcQp {
     /// responder`), or resume past it.
     fn nak_reaches(&mut self, psn: Psn) -> bool {
         self.ack_before(psn);
-        self.req.una == psn && self.core.state != crate::types::QpState::Err
+        self.svc.req.una == psn && self.core.state != crate::types::QpState::Err
     }
 
     /// Everything before `psn` is acknowledged.
     fn ack_before(&mut self, psn: Psn) {
-        if psn != self.req.una {
+        if psn != self.svc.req.una {
             self.ack_through(psn.sub(1));
         }
     }
@@ -152,8 +154,8 @@ impl RcQp {
     fn ack_through(&mut self, psn: Psn) {
         // All PSNs compared here lie within the send window (< 2^23 wide),
         // so the signed 24-bit order is exact.
-        for i in 0..self.req.wqes.len() {
-            let e = &mut self.req.wqes[i];
+        for i in 0..self.svc.req.wqes.len() {
+            let e = &mut self.svc.req.wqes[i];
             if e.done || e.error.is_some() || !e.started {
                 continue;
             }
@@ -166,14 +168,14 @@ impl RcQp {
                 if resume.is_after(psn) {
                     break;
                 }
-                self.req.una = resume;
+                self.svc.req.una = resume;
                 // Once per hole: every later response of the same READ
                 // implies the same NAK, and each re-request would make
                 // the responder replay the rest of the READ again. A lost
                 // re-request is covered by the ACK timer.
-                if self.req.read_rerequest != Some(resume) {
-                    self.req.read_rerequest = Some(resume);
-                    self.req.go_back(resume);
+                if self.svc.req.read_rerequest != Some(resume) {
+                    self.svc.req.read_rerequest = Some(resume);
+                    self.svc.req.go_back(resume);
                 }
                 return;
             }
@@ -181,15 +183,15 @@ impl RcQp {
                 e.done = true;
             }
         }
-        self.req.una = psn.next();
-        self.req.resume_after_una();
+        self.svc.req.una = psn.next();
+        self.svc.req.resume_after_una();
     }
 
     fn read_response(&mut self, now: Nanos, psn: Psn, pkt: &ParsedPacket<'_>) {
         let mtu = self.mtu() as u64;
         // FLUSH and ATOMIC WRITE are answered by an empty READ RESPONSE
         // ONLY (as rxe answers them): an acknowledgement of their PSN.
-        if let Some(e) = self.req.wqes.iter().find(|e| e.contains(psn)) {
+        if let Some(e) = self.svc.req.wqes.iter().find(|e| e.contains(psn)) {
             if e.wr.opcode.is_flush_or_atomic_write() {
                 if pkt.info.position == uroce_wire::Position::Only && pkt.payload.is_empty() {
                     self.ack_through(psn);
@@ -202,24 +204,20 @@ impl RcQp {
         // Responses also acknowledge the requests before their READ (not
         // the READ's own earlier PSNs: a hole in them is handled below).
         let first = self
+            .svc
             .req
             .wqes
             .iter()
             .find(|e| e.wr.opcode == WrOpcode::RdmaRead && e.contains(psn))
             .map_or(psn, |e| e.first_psn);
-        if first.is_after(self.req.una) {
+        if first.is_after(self.svc.req.una) {
             self.ack_before(first);
         }
-        let Some(i) = self
-            .req
-            .wqes
-            .iter()
-            .position(|e| !e.done && e.error.is_none())
-        else {
+        let Some(i) = self.svc.req.waited() else {
             return;
         };
         let reorder_ns = reorder_window_ns(self.core.attr.timeout);
-        let e = &mut self.req.wqes[i];
+        let e = &mut self.svc.req.wqes[i];
         if e.wr.opcode != WrOpcode::RdmaRead || !e.contains(psn) {
             Counters::inc(&self.core.cfg.counters.dropped_pkts);
             return;
@@ -252,19 +250,19 @@ impl RcQp {
                 Counters::inc(&self.core.cfg.counters.dropped_pkts);
             }
             let is_last = idx + 1 == e.npkts;
-            let (since, seen) = match self.req.read_hole {
+            let (since, seen) = match self.svc.req.read_hole {
                 Some((h, t, n)) if h == expected => (t, n + 1),
                 _ => (now, 1),
             };
-            self.req.read_hole = Some((expected, since, seen));
+            self.svc.req.read_hole = Some((expected, since, seen));
             let lost = k >= 128
                 || is_last
                 || seen >= REORDER_PKTS
                 || now.0.saturating_sub(since.0) >= reorder_ns;
-            if lost && self.req.read_rerequest != Some(expected) {
-                self.req.read_rerequest = Some(expected);
-                self.req.una = expected;
-                self.req.go_back(expected);
+            if lost && self.svc.req.read_rerequest != Some(expected) {
+                self.svc.req.read_rerequest = Some(expected);
+                self.svc.req.una = expected;
+                self.svc.req.go_back(expected);
             }
             return;
         }
@@ -283,21 +281,16 @@ impl RcQp {
         if e.read_done == e.npkts {
             e.done = true;
         }
-        self.req.una = e.first_psn.add(e.read_done);
-        self.req.read_hole = None;
+        self.svc.req.una = e.first_psn.add(e.read_done);
+        self.svc.req.read_hole = None;
     }
 
     fn atomic_ack(&mut self, psn: Psn, pkt: &ParsedPacket<'_>) {
         self.ack_before(psn);
-        let Some(i) = self
-            .req
-            .wqes
-            .iter()
-            .position(|e| !e.done && e.error.is_none())
-        else {
+        let Some(i) = self.svc.req.waited() else {
             return;
         };
-        let e = &mut self.req.wqes[i];
+        let e = &mut self.svc.req.wqes[i];
         if !e.wr.opcode.is_atomic() || e.first_psn != psn || !e.started {
             Counters::inc(&self.core.cfg.counters.dropped_pkts);
             return;
@@ -309,7 +302,7 @@ impl RcQp {
             return;
         }
         e.done = true;
-        self.req.una = psn.next();
+        self.svc.req.una = psn.next();
     }
 }
 

@@ -1,11 +1,14 @@
 //! The requester: send WRs to request packets (IBA 9.7.1-9.7.4).
 
-use super::{npkts, position, RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS, MAX_MSG_SIZE, MIN_CWND};
+use super::{RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS, MIN_CWND};
 use crate::counters::Counters;
 use crate::memory::KeyError;
+use crate::qp_attr::{AttrMask, QpAttr};
+use crate::transport::message::MAX_MSG_SIZE;
+use crate::transport::message::{fill_payload, message_headers, npkts, position, segment};
 use crate::transport::sgl::Resolved;
-use crate::transport::Nanos;
-use crate::types::{Access, SendFlags, SendWr, Wc, WcStatus, WrOpcode};
+use crate::transport::{Nanos, Transmit};
+use crate::types::{Access, SendFlags, SendWr, WcStatus, WrOpcode};
 use std::collections::VecDeque;
 use uroce_wire::packet::Headers;
 use uroce_wire::{AtomicEthRepr, Opcode, Position, Psn, RethRepr};
@@ -46,8 +49,7 @@ impl SqEntry {
         ends: bool,
         payload: &[u8],
     ) -> Result<(), WcStatus> {
-        let off = u64::from(idx) * mtu;
-        let want_len = (self.len - off.min(self.len)).min(mtu) as usize;
+        let (off, want_len) = segment(self.len, idx, mtu);
         if ends != (idx + 1 == self.npkts) || payload.len() != want_len {
             return Err(WcStatus::BadRespErr);
         }
@@ -58,12 +60,13 @@ impl SqEntry {
     pub fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts - 1)
     }
+    /// Not finished yet, successfully or not.
+    pub fn pending(&self) -> bool {
+        !self.done && self.error.is_none()
+    }
     /// Whether `psn` lies in the WR's PSN range.
     pub fn contains(&self, psn: Psn) -> bool {
         self.started && psn.distance_from(self.first_psn) < self.npkts
-    }
-    pub fn signaled(&self, sig_all: bool) -> bool {
-        sig_all || self.wr.flags.contains(SendFlags::SIGNALED)
     }
 }
 
@@ -108,10 +111,21 @@ pub(super) struct Requester {
 }
 
 impl Requester {
-    pub fn reset_psn(&mut self, psn: Psn) {
-        self.next_psn = psn;
-        self.una = psn;
-        self.hwm = psn;
+    /// Takes a modify's send PSN (nothing sent yet from there) and retry
+    /// counters.
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) {
+        if mask.contains(AttrMask::SQ_PSN) {
+            let psn = Psn::new(attr.sq_psn);
+            self.next_psn = psn;
+            self.una = psn;
+            self.hwm = psn;
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            self.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            self.rnr_left = attr.rnr_retry;
+        }
     }
     pub fn inflight(&self) -> u32 {
         self.next_psn.distance_from(self.una)
@@ -206,12 +220,17 @@ impl Requester {
         }
     }
 
+    /// The oldest WR not yet finished: the one a response is waited for.
+    pub fn waited(&self) -> Option<usize> {
+        self.wqes.iter().position(SqEntry::pending)
+    }
+
     /// Incomplete READ/atomic WRs before the one being sent.
     fn rd_atomic_outstanding(&self) -> usize {
         self.wqes
             .iter()
             .take(self.send_idx)
-            .filter(|e| e.wr.opcode.takes_rd_atomic_credit() && !e.done && e.error.is_none())
+            .filter(|e| e.wr.opcode.takes_rd_atomic_credit() && e.pending())
             .count()
     }
 }
@@ -306,29 +325,34 @@ impl RcQp {
         now: Nanos,
         buf: &mut [u8],
         allow_new: bool,
-    ) -> Option<usize> {
-        if let Some(t) = self.req.rnr_until {
+    ) -> Option<Transmit> {
+        if let Some(t) = self.svc.req.rnr_until {
             if now < t {
                 return None;
             }
-            self.req.rnr_until = None;
+            self.svc.req.rnr_until = None;
         }
         if !allow_new
             && self
+                .svc
                 .req
                 .wqes
-                .get(self.req.send_idx)
+                .get(self.svc.req.send_idx)
                 .is_none_or(|e| !e.started)
         {
             return None;
         }
         loop {
-            if self.req.send_idx == self.req.wqes.len() {
+            if self.svc.req.send_idx == self.svc.req.wqes.len() {
                 let wr = self.core.cfg.sq.take()?;
                 let e = self.admit(wr);
-                self.req.wqes.push_back(e);
+                self.svc.req.wqes.push_back(e);
             }
-            if !self.req.wqes[self.req.send_idx].wr.opcode.is_local() {
+            if !self.svc.req.wqes[self.svc.req.send_idx]
+                .wr
+                .opcode
+                .is_local()
+            {
                 break;
             }
             // Executed in order with the packets around it; its
@@ -337,58 +361,59 @@ impl RcQp {
                 return None;
             }
         }
-        let idx = self.req.send_idx;
-        if self.req.wqes[idx].error.is_some() {
+        let idx = self.svc.req.send_idx;
+        if self.svc.req.wqes[idx].error.is_some() {
             // A local error: complete what precedes, then this one, in order.
             self.retire();
             return None;
         }
-        let inflight = self.req.inflight();
-        if inflight >= self.req.window() || (self.req.throttled && inflight > 0) {
+        let inflight = self.svc.req.inflight();
+        if inflight >= self.svc.req.window() || (self.svc.req.throttled && inflight > 0) {
             return None;
         }
-        if !self.req.wqes[idx].started {
-            let e = &self.req.wqes[idx];
+        if !self.svc.req.wqes[idx].started {
+            let e = &self.svc.req.wqes[idx];
             let rd_atomic = e.wr.opcode.takes_rd_atomic_credit();
             let fence = e.wr.flags.contains(SendFlags::FENCE);
-            if (fence || rd_atomic) && self.req.rd_atomic_outstanding() > 0 {
+            if (fence || rd_atomic) && self.svc.req.rd_atomic_outstanding() > 0 {
                 let limit = (self.core.attr.max_rd_atomic as usize).max(1);
-                if fence || self.req.rd_atomic_outstanding() >= limit {
+                if fence || self.svc.req.rd_atomic_outstanding() >= limit {
                     return None;
                 }
             }
-            let psn = self.req.next_psn;
-            let e = &mut self.req.wqes[idx];
+            let psn = self.svc.req.next_psn;
+            let e = &mut self.svc.req.wqes[idx];
             e.first_psn = psn;
             e.started = true;
         }
-        let len = self.build_request(idx, self.req.send_pkt, buf)?;
+        let t = self.build_request(idx, self.svc.req.send_pkt, buf)?;
         // Advance.
-        let e = &self.req.wqes[idx];
-        let psn = self.req.next_psn;
-        if psn.distance_from(self.req.una) < self.req.hwm.distance_from(self.req.una) {
+        let e = &self.svc.req.wqes[idx];
+        let psn = self.svc.req.next_psn;
+        if psn.distance_from(self.svc.req.una) < self.svc.req.hwm.distance_from(self.svc.req.una) {
             Counters::inc(&self.core.cfg.counters.retransmits);
         }
         if e.wr.opcode == WrOpcode::RdmaRead {
-            self.req.next_psn = e.first_psn.add(e.npkts);
-            self.req.send_idx += 1;
-            self.req.send_pkt = 0;
+            self.svc.req.next_psn = e.first_psn.add(e.npkts);
+            self.svc.req.send_idx += 1;
+            self.svc.req.send_pkt = 0;
         } else {
-            self.req.next_psn = psn.next();
-            self.req.send_pkt += 1;
-            if self.req.send_pkt == e.npkts {
-                self.req.send_idx += 1;
-                self.req.send_pkt = 0;
+            self.svc.req.next_psn = psn.next();
+            self.svc.req.send_pkt += 1;
+            if self.svc.req.send_pkt == e.npkts {
+                self.svc.req.send_idx += 1;
+                self.svc.req.send_pkt = 0;
             }
         }
-        if self.req.next_psn.distance_from(self.req.una) > self.req.hwm.distance_from(self.req.una)
+        if self.svc.req.next_psn.distance_from(self.svc.req.una)
+            > self.svc.req.hwm.distance_from(self.svc.req.una)
         {
-            self.req.hwm = self.req.next_psn;
+            self.svc.req.hwm = self.svc.req.next_psn;
         }
-        if self.req.timer.is_none() && self.core.attr.timeout != 0 {
-            self.req.timer = Some(now.plus(ack_timeout_ns(self.core.attr.timeout)));
+        if self.svc.req.timer.is_none() && self.core.attr.timeout != 0 {
+            self.svc.req.timer = Some(now.plus(ack_timeout_ns(self.core.attr.timeout)));
         }
-        Some(len)
+        Some(t)
     }
 
     /// Executes the local operation (BIND_MW, LOCAL_INV) at `send_idx`
@@ -399,25 +424,25 @@ impl RcQp {
     /// Returns false when it failed: sending then stays at it until it
     /// completes in error, as for any WR that failed locally.
     fn execute_local(&mut self) -> bool {
-        let idx = self.req.send_idx;
-        let e = &mut self.req.wqes[idx];
+        let idx = self.svc.req.send_idx;
+        let e = &mut self.svc.req.wqes[idx];
         if e.error.is_some() {
             self.retire();
             return false;
         }
-        self.req.send_pkt = 0;
+        self.svc.req.send_pkt = 0;
         if e.started {
-            self.req.send_idx += 1;
+            self.svc.req.send_idx += 1;
             return true;
         }
         e.started = true;
-        e.first_psn = self.req.next_psn;
+        e.first_psn = self.svc.req.next_psn;
         let result = self.core.cfg.execute_local(&e.wr);
         let ok = result.is_ok();
         match result {
             Ok(()) => {
                 e.done = true;
-                self.req.send_idx += 1;
+                self.svc.req.send_idx += 1;
             }
             Err(s) => e.error = Some(s),
         }
@@ -426,10 +451,10 @@ impl RcQp {
     }
 
     /// Writes packet `k` of WR `idx` into `buf`.
-    fn build_request(&mut self, idx: usize, k: u32, buf: &mut [u8]) -> Option<usize> {
+    fn build_request(&mut self, idx: usize, k: u32, buf: &mut [u8]) -> Option<Transmit> {
         let mtu = self.mtu();
-        let psn = self.req.next_psn;
-        let e = &self.req.wqes[idx];
+        let psn = self.svc.req.next_psn;
+        let e = &self.svc.req.wqes[idx];
         let op = e.wr.opcode;
         let pos = position(k, e.npkts);
         let mut h = Headers::new(self.bth(request_opcode(op, pos)?, psn));
@@ -475,57 +500,30 @@ impl RcQp {
                 });
                 h.bth.ack_req = true;
             }
+            // SEND and WRITE: as UC builds them, and an ACK asked for at
+            // the end of the message, every ACK_REQ_EVERY packets and when
+            // the window fills.
             _ => {
-                let off = k as u64 * mtu as u64;
-                let plen = (e.len - off.min(e.len)).min(mtu as u64) as usize;
-                payload = (off, plen);
-                if matches!(pos, Position::First | Position::Only)
-                    && h.bth.opcode.info()?.has(uroce_wire::Ext::Reth)
-                {
-                    h.reth = Some(RethRepr {
-                        va: e.wr.remote_addr,
-                        rkey: e.wr.rkey,
-                        dma_len: e.len as u32,
-                    });
-                }
-                let info = h.bth.opcode.info()?;
-                if info.has_imm() {
-                    h.imm = Some(e.wr.imm_data);
-                }
-                if info.has_ieth() {
-                    h.ieth = Some(e.wr.invalidate_rkey);
-                }
-                let last = pos.ends_message();
-                h.bth.se = last && e.wr.flags.contains(SendFlags::SOLICITED);
-                h.bth.ack_req = last
-                    || self.req.since_ack_req + 1 >= ACK_REQ_EVERY
-                    || self.req.inflight() + 1 >= self.req.window();
+                payload = segment(e.len, k, mtu as u64);
+                h = message_headers(h.bth, &e.wr, e.len, pos)?;
+                h.bth.ack_req = pos.ends_message()
+                    || self.svc.req.since_ack_req + 1 >= ACK_REQ_EVERY
+                    || self.svc.req.inflight() + 1 >= self.svc.req.window();
             }
         }
         if h.bth.ack_req {
-            self.req.since_ack_req = 0;
+            self.svc.req.since_ack_req = 0;
         } else {
-            self.req.since_ack_req += 1;
+            self.svc.req.since_ack_req += 1;
         }
-        let e = &self.req.wqes[idx];
+        let e = &self.svc.req.wqes[idx];
         let inline = e.wr.flags.contains(SendFlags::INLINE) || op == WrOpcode::AtomicWrite;
         let res = self.emit(&h, payload.1, buf, |dst| {
-            if inline {
-                let s = payload.0 as usize;
-                match e.wr.inline_data.get(s..s + dst.len()) {
-                    Some(src) => {
-                        dst.copy_from_slice(src);
-                        true
-                    }
-                    None => false,
-                }
-            } else {
-                e.data.gather(payload.0, dst).is_ok()
-            }
+            fill_payload(&e.wr, &e.data, inline, payload.0, dst)
         });
         if res.is_none() {
             // The memory went away under us (deregistered): local protection error.
-            self.req.wqes[idx].error = Some(WcStatus::LocProtErr);
+            self.svc.req.wqes[idx].error = Some(WcStatus::LocProtErr);
             self.retire();
         }
         res
@@ -534,94 +532,84 @@ impl RcQp {
     /// Completes finished WRs at the head of the queue, in posting order.
     /// A WR that failed completes with its status and moves the QP to ERR.
     pub(super) fn retire(&mut self) {
-        while let Some(front) = self.req.wqes.front() {
-            if let Some(status) = front.error {
-                let e = self.req.wqes.pop_front().expect("front exists");
-                self.req.pop_adjust();
-                self.core.cfg.sq.retire(1);
-                let mut wc = Wc::new(
-                    e.wr.wr_id,
-                    status,
-                    e.wr.opcode.wc_opcode(),
-                    self.core.cfg.qpn,
-                );
-                wc.byte_len = 0;
-                self.complete(true, wc);
+        while let Some(front) = self.svc.req.wqes.front() {
+            let (error, done) = (front.error, front.done);
+            if error.is_none() && !done {
+                break;
+            }
+            let e = self.svc.req.wqes.pop_front().expect("front exists");
+            self.svc.req.pop_adjust();
+            if let Some(status) = error {
+                self.retire_send(&e.wr, status, 0);
                 self.enter_error();
                 return;
             }
-            if !front.done {
-                break;
-            }
-            let e = self.req.wqes.pop_front().expect("front exists");
-            self.req.pop_adjust();
-            self.core.cfg.sq.retire(1);
-            if e.signaled(self.core.cfg.sq_sig_all) {
-                let mut wc = Wc::new(
-                    e.wr.wr_id,
-                    WcStatus::Success,
-                    e.wr.opcode.wc_opcode(),
-                    self.core.cfg.qpn,
-                );
-                wc.byte_len = e.len as u32;
-                self.complete(true, wc);
-            }
+            self.retire_send(&e.wr, WcStatus::Success, e.len);
         }
-        self.req.resume_after_una();
+        self.svc.req.resume_after_una();
     }
 
     /// The retransmission timer or the RNR wait ran out.
     pub(super) fn requester_timeout(&mut self, now: Nanos) {
-        if let Some(t) = self.req.rnr_until {
+        if let Some(t) = self.svc.req.rnr_until {
             if now >= t {
-                self.req.rnr_until = None;
+                self.svc.req.rnr_until = None;
             }
         }
-        let Some(t) = self.req.timer else { return };
+        let Some(t) = self.svc.req.timer else { return };
         if now < t {
             return;
         }
-        self.req.timer = None;
-        if self.req.inflight() == 0 && self.req.wqes.iter().take(self.req.send_idx).all(|e| e.done)
+        self.svc.req.timer = None;
+        if self.svc.req.inflight() == 0
+            && self
+                .svc
+                .req
+                .wqes
+                .iter()
+                .take(self.svc.req.send_idx)
+                .all(|e| e.done)
         {
             return;
         }
         Counters::inc(&self.core.cfg.counters.retry_timeouts);
-        if self.req.retry_left == 0 {
-            self.fail_at(self.req.una, WcStatus::RetryExcErr);
+        if self.svc.req.retry_left == 0 {
+            self.fail_at(self.svc.req.una, WcStatus::RetryExcErr);
             return;
         }
-        self.req.retry_left -= 1;
-        self.req.on_congestion();
+        self.svc.req.retry_left -= 1;
+        self.svc.req.on_congestion();
         Counters::inc(&self.core.cfg.counters.window_cuts);
-        let una = self.req.una;
+        let una = self.svc.req.una;
         // A READ resent from `una` is that hole's re-request: answers
         // ahead of the hole still on their way (to earlier requests) must
         // not make another one (see `RcQp::read_answer_seen`).
         let in_read = self
+            .svc
             .req
             .wqes
             .iter()
             .find(|e| e.contains(una))
             .is_some_and(|e| e.wr.opcode == WrOpcode::RdmaRead);
-        self.req.read_rerequest = in_read.then_some(una);
-        self.req.read_hole = None;
-        self.req.go_back(una);
+        self.svc.req.read_rerequest = in_read.then_some(una);
+        self.svc.req.read_hole = None;
+        self.svc.req.go_back(una);
     }
 
     /// The WR holding `psn` (or the oldest one) fails with `status`.
     pub(super) fn fail_at(&mut self, psn: Psn, status: WcStatus) {
         let i = self
+            .svc
             .req
             .wqes
             .iter()
             .position(|e| e.contains(psn) && !e.done)
             .unwrap_or(0);
-        if let Some(e) = self.req.wqes.get_mut(i) {
+        if let Some(e) = self.svc.req.wqes.get_mut(i) {
             e.error = Some(status);
         }
         // Everything before it has been acknowledged.
-        for e in self.req.wqes.iter_mut().take(i) {
+        for e in self.svc.req.wqes.iter_mut().take(i) {
             if e.error.is_none() {
                 e.done = true;
             }

@@ -2,14 +2,18 @@
 //! spec's checks: PSN, op sequence, op validity, resources, length, R_Key;
 //! execute; acknowledge.
 
-use super::{npkts, RcQp};
+use super::RcQp;
 use crate::counters::Counters;
 use crate::events::EventType;
-use crate::memory::{MemError, MrInner};
+use crate::memory::MrInner;
+use crate::qp_attr::{AttrMask, QpAttr};
+use crate::transport::core::bth;
+use crate::transport::message::{check_op_allowed, check_payload_length, check_rkey};
+use crate::transport::message::{npkts, position, segment, Inbound, RecvTarget, Target};
 use crate::transport::sgl::Resolved;
 use crate::transport::status::{ErrorAction, RespError};
-use crate::transport::{payload_length_ok, Drop, Nanos, SweepDetector};
-use crate::types::{Access, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus};
+use crate::transport::{Drop, Nanos, SweepDetector, Transmit};
+use crate::types::{Access, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,22 +21,6 @@ use uroce_wire::aeth::{AethSyndrome, NakCode, CREDITS_INVALID};
 use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::psn::PsnClass;
 use uroce_wire::{AethRepr, AtomicAckEthRepr, Opcode, Operation, Position, Psn};
-
-/// A message being received across several packets.
-#[derive(Debug)]
-enum Current {
-    Send {
-        wr_id: u64,
-        sgl: Resolved,
-        written: u64,
-    },
-    Write {
-        mr: Option<Arc<MrInner>>,
-        offset: usize,
-        total: u64,
-        written: u64,
-    },
-}
 
 /// An executed RDMA READ or atomic, kept so that a duplicate of it can be
 /// answered again: one of the QP's responder resources (IBA ch. 9.7,
@@ -129,25 +117,6 @@ impl RdAtomicRes {
     }
 }
 
-/// Op validity (IBA ch. 9.7 and 10.6): the QP's access flags must allow
-/// the operation (remote write, read, atomic); SENDs need none. Else:
-/// invalid request.
-pub(crate) fn check_op_allowed(op: Operation, qp_access: Access) -> Result<(), RespError> {
-    let need = match op {
-        Operation::RdmaWrite => Access::REMOTE_WRITE,
-        Operation::RdmaReadRequest => Access::REMOTE_READ,
-        Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
-        Operation::AtomicWrite => Access::REMOTE_WRITE,
-        // FLUSH: what it needs depends on its FETH (see `flush_access`).
-        _ => Access::empty(),
-    };
-    if qp_access.contains(need) {
-        Ok(())
-    } else {
-        Err(RespError::InvalidRequest)
-    }
-}
-
 /// Responder resources (IBA ch. 9.7, the QP's `max_dest_rd_atomic`): a QP
 /// that offers none takes no READ or atomic. Else: invalid request.
 fn check_responder_resources(op: Operation, max_dest_rd_atomic: u8) -> Result<(), RespError> {
@@ -178,16 +147,6 @@ fn flush_access(placement: u8) -> Access {
     a
 }
 
-/// Packet length (IBA ch. 9.7, [`payload_length_ok`]): every packet of a
-/// message but the last carries the path MTU. Else: invalid request.
-pub(crate) fn check_payload_length(pkt: &ParsedPacket<'_>, mtu: usize) -> Result<(), RespError> {
-    if pkt.info.has_payload && !payload_length_ok(pkt.info.position, pkt.payload.len(), mtu) {
-        Err(RespError::InvalidRequest)
-    } else {
-        Ok(())
-    }
-}
-
 /// Something the responder has to send, kept in PSN order.
 #[derive(Debug)]
 pub(super) enum RespItem {
@@ -212,13 +171,24 @@ pub(super) enum RespItem {
     },
 }
 
+impl RespItem {
+    /// The (first) PSN the item answers.
+    fn psn(&self) -> Psn {
+        match self {
+            RespItem::Ack { psn, .. }
+            | RespItem::Read { psn, .. }
+            | RespItem::AtomicAck { psn, .. } => *psn,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Responder {
     /// Expected PSN.
     pub epsn: Psn,
     /// Message sequence number: messages completed.
     pub msn: u32,
-    cur: Option<Current>,
+    cur: Option<Inbound>,
     out: VecDeque<RespItem>,
     /// A sequence-error NAK was sent for the current gap.
     nak_sent: bool,
@@ -237,8 +207,11 @@ pub(super) struct Responder {
 }
 
 impl Responder {
-    pub fn reset_psn(&mut self, psn: Psn) {
-        self.epsn = psn;
+    /// Takes a modify's expected PSN.
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) {
+        if mask.contains(AttrMask::RQ_PSN) {
+            self.epsn = Psn::new(attr.rq_psn);
+        }
     }
     /// READ responses still to be sent.
     fn reads_pending(&self) -> bool {
@@ -246,10 +219,7 @@ impl Responder {
     }
     /// Drops the message in progress; returns its receive WR, if any.
     pub fn abort_current(&mut self) -> Option<u64> {
-        match self.cur.take() {
-            Some(Current::Send { wr_id, .. }) => Some(wr_id),
-            _ => None,
-        }
+        Some(self.cur.take()?.into_recv()?.wr_id)
     }
     /// Drops pending READ responses and atomic ACKs (QP in error), keeping
     /// ACKs and NAKs so the peer still learns what happened.
@@ -293,6 +263,17 @@ impl Responder {
             npkts: n,
             msn,
         });
+    }
+    /// Queues `item`, the answer to a duplicate request, unless the same
+    /// answer (of its kind, for its PSN) is queued already or the output
+    /// queue is full.
+    fn queue_again(&mut self, item: RespItem) {
+        let same = |i: &RespItem| {
+            std::mem::discriminant(i) == std::mem::discriminant(&item) && i.psn() == item.psn()
+        };
+        if !self.out.iter().any(same) && !self.out_full() {
+            self.out.push_back(item);
+        }
     }
     /// True when the output queue holds its maximum (a flood of requests
     /// that each want an answer cannot grow it).
@@ -342,20 +323,21 @@ impl RcQp {
             return Drop::BadState.count(c);
         }
         let psn = pkt.bth.psn;
-        self.resp
+        self.svc
+            .resp
             .sweep
-            .note(now, psn, self.resp.epsn, &self.core.cfg);
-        let class = psn.classify(self.resp.epsn);
+            .note(now, psn, self.svc.resp.epsn, &self.core.cfg);
+        let class = psn.classify(self.svc.resp.epsn);
         // New requests wait behind READ responses; duplicates change no
         // memory and are answered at once.
         if class != PsnClass::Duplicate
-            && (self.resp.reads_pending() || !self.resp.deferred.is_empty())
+            && (self.svc.resp.reads_pending() || !self.svc.resp.deferred.is_empty())
         {
-            if self.resp.deferred.len() < MAX_DEFERRED {
-                let mut b = self.resp.spare.pop().unwrap_or_default();
+            if self.svc.resp.deferred.len() < MAX_DEFERRED {
+                let mut b = self.svc.resp.spare.pop().unwrap_or_default();
                 b.clear();
                 b.extend_from_slice(pkt.bytes);
-                self.resp.deferred.push_back(b);
+                self.svc.resp.deferred.push_back(b);
             } else {
                 Drop::DeferredFull.count(c);
             }
@@ -365,9 +347,9 @@ impl RcQp {
             PsnClass::Ahead => self.sequence_error(),
             PsnClass::Duplicate => self.duplicate(pkt),
             PsnClass::Expected => {
-                self.resp.nak_sent = false;
+                self.svc.resp.nak_sent = false;
                 if let Err(err) = self.execute(pkt) {
-                    let epsn = self.resp.epsn;
+                    let epsn = self.svc.resp.epsn;
                     self.responder_error(err, epsn);
                 }
             }
@@ -377,18 +359,18 @@ impl RcQp {
     /// A request ahead of the expected PSN (IBA ch. 9.7: PSN sequence
     /// error): one NAK per gap, naming the expected PSN.
     fn sequence_error(&mut self) {
-        if self.resp.nak_sent {
+        if self.svc.resp.nak_sent {
             return;
         }
-        self.resp.nak_sent = true;
+        self.svc.resp.nak_sent = true;
         Counters::inc(&self.core.cfg.counters.seq_naks_sent);
-        let (e, m) = (self.resp.epsn, self.resp.msn);
+        let (e, m) = (self.svc.resp.epsn, self.svc.resp.msn);
         self.queue_ack(e, AethSyndrome::Nak(NakCode::PsnSequenceError), m);
     }
 
     /// Queues an ACK or NAK, counting one the full queue refused.
     fn queue_ack(&mut self, psn: Psn, syndrome: AethSyndrome, msn: u32) {
-        if !self.resp.push_ack(psn, syndrome, msn) {
+        if !self.svc.resp.push_ack(psn, syndrome, msn) {
             Counters::inc(&self.core.cfg.counters.drop_response_queue_full);
         }
     }
@@ -417,7 +399,7 @@ impl RcQp {
                 let len = reth.dma_len as u64;
                 let (mr, offset) = self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ)?;
                 let n = npkts(len, self.mtu());
-                self.resp.remember(
+                self.svc.resp.remember(
                     RdAtomicRes {
                         psn,
                         npkts: n,
@@ -429,10 +411,10 @@ impl RcQp {
                     },
                     self.core.attr.max_dest_rd_atomic,
                 );
-                self.resp.msn = self.resp.msn.wrapping_add(1);
-                let msn = self.resp.msn;
-                self.resp.queue_read(psn, mr, offset, len, n, msn);
-                self.resp.epsn = psn.add(n);
+                self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
+                let msn = self.svc.resp.msn;
+                self.svc.resp.queue_read(psn, mr, offset, len, n, msn);
+                self.svc.resp.epsn = psn.add(n);
                 return Ok(());
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -458,7 +440,7 @@ impl RcQp {
                         }
                     })
                     .map_err(|_| RespError::RemoteAccess)?;
-                self.resp.remember(
+                self.svc.resp.remember(
                     RdAtomicRes {
                         psn,
                         npkts: 1,
@@ -473,12 +455,13 @@ impl RcQp {
                     },
                     self.core.attr.max_dest_rd_atomic,
                 );
-                self.resp.msn = self.resp.msn.wrapping_add(1);
-                let msn = self.resp.msn;
-                self.resp
+                self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
+                let msn = self.svc.resp.msn;
+                self.svc
+                    .resp
                     .out
                     .push_back(RespItem::AtomicAck { psn, orig, msn });
-                self.resp.epsn = psn.next();
+                self.svc.resp.epsn = psn.next();
                 return Ok(());
             }
             Operation::AtomicWrite => {
@@ -537,9 +520,9 @@ impl RcQp {
             }
             _ => return Err(RespError::InvalidRequest),
         }
-        self.resp.epsn = psn.next();
+        self.svc.resp.epsn = psn.next();
         if pkt.bth.ack_req {
-            let m = self.resp.msn;
+            let m = self.svc.resp.msn;
             self.queue_ack(psn, ACK, m);
         }
         Ok(())
@@ -548,7 +531,7 @@ impl RcQp {
     /// A FLUSH or ATOMIC WRITE at `psn` was executed: kept for
     /// duplicates, and answered with an empty READ RESPONSE ONLY.
     fn finish_ack_request(&mut self, psn: Psn, atomic_write: bool) {
-        self.resp.remember(
+        self.svc.resp.remember(
             RdAtomicRes {
                 psn,
                 npkts: 1,
@@ -556,10 +539,10 @@ impl RcQp {
             },
             self.core.attr.max_dest_rd_atomic,
         );
-        self.resp.msn = self.resp.msn.wrapping_add(1);
-        let msn = self.resp.msn;
-        self.resp.queue_read(psn, None, 0, 0, 1, msn);
-        self.resp.epsn = psn.next();
+        self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
+        let msn = self.svc.resp.msn;
+        self.svc.resp.queue_read(psn, None, 0, 0, 1, msn);
+        self.svc.resp.epsn = psn.next();
     }
 
     /// Op sequence (IBA ch. 9.7): a message in progress continues with a
@@ -567,13 +550,10 @@ impl RcQp {
     /// only a FIRST or ONLY packet may come. Else: invalid request.
     fn check_op_sequence(&self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
         let info = pkt.info;
-        let in_seq = match (&self.resp.cur, info.operation) {
-            (Some(Current::Send { .. }), Operation::Send)
-            | (Some(Current::Write { .. }), Operation::RdmaWrite) => {
-                !info.position.starts_message()
-            }
-            (None, _) => info.position.starts_message(),
-            _ => false,
+        let starts = info.position.starts_message();
+        let in_seq = match &self.svc.resp.cur {
+            Some(m) => !starts && m.continues(info.operation),
+            None => starts,
         };
         if in_seq {
             Ok(())
@@ -583,135 +563,63 @@ impl RcQp {
         }
     }
 
-    /// R_Key check (IBA ch. 9.7 and 10.6: key, PD, access rights,
-    /// bounds); an access of length zero needs no valid key.
-    fn check_rkey(
-        &self,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<(Option<Arc<MrInner>>, usize), RespError> {
-        if len == 0 {
-            return Ok((None, 0));
-        }
-        self.core
-            .cfg
-            .keys
-            .check_rkey(rkey, self.core.cfg.pd, self.core.cfg.qpn, va, len, need)
-            .map(|(mr, off)| (Some(mr), off))
-            .map_err(|_| RespError::RemoteAccess)
+    /// R_Key check ([`check_rkey`]).
+    fn check_rkey(&self, rkey: u32, va: u64, len: u64, need: Access) -> Result<Target, RespError> {
+        check_rkey(&self.core.cfg, rkey, va, len, need)
     }
 
     fn exec_send(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
-        let info = pkt.info;
-        if info.position.starts_message() {
+        if pkt.info.position.starts_message() {
             let Some(wr) = self.core.cfg.rq.take() else {
                 self.rnr_nak(pkt.bth.psn);
                 return Err(RespError::Rnr);
             };
-            match Resolved::resolve(
-                &self.core.cfg.keys,
-                self.core.cfg.pd,
-                &wr.sg_list,
-                Access::LOCAL_WRITE,
-            ) {
-                Ok(sgl) => {
-                    self.resp.cur = Some(Current::Send {
-                        wr_id: wr.wr_id,
-                        sgl,
-                        written: 0,
-                    })
-                }
-                Err(_) => {
-                    self.complete_recv_error(wr.wr_id, WcStatus::LocProtErr);
+            match RecvTarget::resolve(&self.core.cfg, &wr) {
+                Ok(recv) => self.svc.resp.cur = Some(Inbound::Send { recv, written: 0 }),
+                Err(wr_id) => {
+                    self.complete_recv(wr_id, WcStatus::LocProtErr);
                     return Err(RespError::RemoteOperational);
                 }
             }
         }
-        let Some(Current::Send { sgl, written, .. }) = &mut self.resp.cur else {
-            return Err(RespError::InvalidRequest);
+        let Some((recv, written)) = Inbound::send_packet(&mut self.svc.resp.cur, pkt)? else {
+            return Ok(());
         };
-        match sgl.scatter(*written, pkt.payload) {
-            Ok(()) => {}
-            // The message is longer than the receive WR's buffers.
-            Err(MemError::OutOfBounds { .. }) => return Err(RespError::LengthError),
-            // A buffer was deregistered under the WR: the WR's own fault
-            // (local protection error, NAK remote operational error).
-            Err(_) => return Err(RespError::RemoteOperational),
-        }
-        *written += pkt.payload.len() as u64;
-        if info.position.ends_message() {
-            let Some(Current::Send { wr_id, written, .. }) = self.resp.cur.take() else {
+        let mut wc = self.received(recv.wr_id, WcOpcode::Recv, written, pkt.imm());
+        if let Some(rkey) = pkt.ieth() {
+            // SEND with Invalidate may invalidate only a type 2 memory
+            // window bound through this QP (IBA 10.6.7.2.5; uroce
+            // registers no region for remote invalidation). Anything
+            // else: the receive WR completes in error and the QP goes
+            // to ERR (IBA 9.9.3 class J; rxe: REM_INV_REQ_ERR), and
+            // nothing is invalidated.
+            let cfg = &self.core.cfg;
+            if cfg
+                .keys
+                .invalidate_rkey(rkey, cfg.pd, cfg.qpn, true)
+                .is_err()
+            {
+                let recv = RecvTarget {
+                    wr_id: recv.wr_id,
+                    sgl: Resolved::default(),
+                };
+                self.svc.resp.cur = Some(Inbound::Send { recv, written });
                 return Err(RespError::InvalidRequest);
-            };
-            let mut wc = Wc::received(
-                wr_id,
-                WcOpcode::Recv,
-                self.core.cfg.qpn,
-                written as u32,
-                self.core.attr.dest_qp_num,
-                pkt.imm(),
-            );
-            if let Some(rkey) = pkt.ieth() {
-                // SEND with Invalidate may invalidate only a type 2 memory
-                // window bound through this QP (IBA 10.6.7.2.5; uroce
-                // registers no region for remote invalidation). Anything
-                // else: the receive WR completes in error and the QP goes
-                // to ERR (IBA 9.9.3 class J; rxe: REM_INV_REQ_ERR), and
-                // nothing is invalidated.
-                let cfg = &self.core.cfg;
-                if cfg
-                    .keys
-                    .invalidate_rkey(rkey, cfg.pd, cfg.qpn, true)
-                    .is_err()
-                {
-                    self.resp.cur = Some(Current::Send {
-                        wr_id,
-                        sgl: Resolved::default(),
-                        written,
-                    });
-                    return Err(RespError::InvalidRequest);
-                }
-                wc.wc_flags |= WcFlags::WITH_INV;
-                wc.invalidated_rkey = rkey;
             }
-            self.resp.msn = self.resp.msn.wrapping_add(1);
-            self.complete_notify(false, wc, pkt.bth.se);
+            wc.wc_flags |= WcFlags::WITH_INV;
+            wc.invalidated_rkey = rkey;
         }
+        self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
+        self.complete(false, wc, pkt.bth.se);
         Ok(())
     }
 
     /// Returns false when the packet was RNR-NAKed (not executed).
     fn exec_write(&mut self, pkt: &ParsedPacket<'_>) -> Result<bool, RespError> {
-        let info = pkt.info;
-        if info.position.starts_message() {
-            let reth = pkt.reth().ok_or(RespError::InvalidRequest)?;
-            let total = reth.dma_len as u64;
-            let (mr, offset) = self.check_rkey(reth.rkey, reth.va, total, Access::REMOTE_WRITE)?;
-            self.resp.cur = Some(Current::Write {
-                mr,
-                offset,
-                total,
-                written: 0,
-            });
-        }
-        let ends = info.position.ends_message();
-        let Some(Current::Write {
-            mr,
-            offset,
-            total,
-            written,
-        }) = &self.resp.cur
-        else {
-            return Err(RespError::InvalidRequest);
-        };
-        let plen = pkt.payload.len() as u64;
-        if written + plen > *total || (ends && written + plen != *total) {
-            return Err(RespError::InvalidRequest);
-        }
+        Inbound::write_packet(&mut self.svc.resp.cur, &self.core.cfg, pkt)?;
         // WRITE with immediate consumes a receive WR; check before touching
         // memory so that an RNR leaves nothing done.
+        let ends = pkt.info.position.ends_message();
         let recv = if ends && pkt.imm().is_some() {
             match self.core.cfg.rq.take() {
                 Some(wr) => Some(wr),
@@ -723,36 +631,21 @@ impl RcQp {
         } else {
             None
         };
-        if plen > 0 {
-            let mr = mr.as_ref().ok_or(RespError::RemoteAccess)?;
-            mr.write(offset + *written as usize, pkt.payload)
-                .map_err(|_| RespError::RemoteAccess)?;
-        }
-        let total = *total;
-        if let Some(Current::Write { written, .. }) = &mut self.resp.cur {
-            *written += plen;
-        }
-        if ends {
-            self.resp.cur = None;
-            self.resp.msn = self.resp.msn.wrapping_add(1);
-            if let Some(wr) = recv {
-                let wc = Wc::received(
-                    wr.wr_id,
-                    WcOpcode::RecvRdmaWithImm,
-                    self.core.cfg.qpn,
-                    total as u32,
-                    self.core.attr.dest_qp_num,
-                    Some(pkt.imm().unwrap_or(0)),
-                );
-                self.complete_notify(false, wc, pkt.bth.se);
-            }
+        let Some(total) = Inbound::place_write(&mut self.svc.resp.cur, pkt)? else {
+            return Ok(true);
+        };
+        self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
+        if let Some(wr) = recv {
+            let imm = Some(pkt.imm().unwrap_or(0));
+            let wc = self.received(wr.wr_id, WcOpcode::RecvRdmaWithImm, total, imm);
+            self.complete(false, wc, pkt.bth.se);
         }
         Ok(true)
     }
 
     fn rnr_nak(&mut self, psn: Psn) {
         Counters::inc(&self.core.cfg.counters.rnr_naks_sent);
-        let m = self.resp.msn;
+        let m = self.svc.resp.msn;
         let timer = self.core.attr.min_rnr_timer;
         self.queue_ack(psn, AethSyndrome::RnrNak { timer }, m);
     }
@@ -767,8 +660,8 @@ impl RcQp {
         let c = &self.core.cfg.counters;
         Counters::inc(&c.duplicate_requests);
         let psn = pkt.bth.psn;
-        let msn = self.resp.msn;
-        let res = self.resp.resource(psn);
+        let msn = self.svc.resp.msn;
+        let res = self.svc.resp.resource(psn);
         match (pkt.info.operation, res) {
             (Operation::Send | Operation::RdmaWrite, _) => {
                 // Coalesced: the latest PSN executed, unless that is a
@@ -778,8 +671,8 @@ impl RcQp {
                 // rxe 6.1 completes an atomic so, without its result)
                 // loses the result if the real response was lost. The
                 // duplicate's own PSN acknowledges all it repeats.
-                let last = self.resp.epsn.sub(1);
-                let ack = if self.resp.resource(last).is_some() {
+                let last = self.svc.resp.epsn.sub(1);
+                let ack = if self.svc.resp.resource(last).is_some() {
                     psn
                 } else {
                     last
@@ -805,13 +698,13 @@ impl RcQp {
                     };
                 // The requester asks again: responses still queued for
                 // any of the same PSNs are superseded.
-                self.resp.out.retain(|i| match i {
+                self.svc.resp.out.retain(|i| match i {
                     RespItem::Read {
                         psn: p, npkts: m, ..
                     } => psn.distance_from(*p) >= *m && p.distance_from(psn) >= n,
                     _ => true,
                 });
-                self.resp.queue_read(psn, mr, offset, len, n, msn);
+                self.svc.resp.queue_read(psn, mr, offset, len, n, msn);
             }
             (Operation::CompareSwap | Operation::FetchAdd, Some(r)) => {
                 let Some(a) = pkt.atomic_eth() else { return };
@@ -819,16 +712,9 @@ impl RcQp {
                 let Some(orig) = r.repeats_atomic(psn, compare_swap, &a) else {
                     return self.drop_unmatched();
                 };
-                let queued = self
+                self.svc
                     .resp
-                    .out
-                    .iter()
-                    .any(|i| matches!(i, RespItem::AtomicAck { psn: p, .. } if *p == psn));
-                if !queued && !self.resp.out_full() {
-                    self.resp
-                        .out
-                        .push_back(RespItem::AtomicAck { psn, orig, msn });
-                }
+                    .queue_again(RespItem::AtomicAck { psn, orig, msn });
             }
             (op @ (Operation::Flush | Operation::AtomicWrite), Some(r))
                 if r.psn == psn
@@ -837,14 +723,15 @@ impl RcQp {
                             atomic_write: op == Operation::AtomicWrite,
                         }) =>
             {
-                let queued = self
-                    .resp
-                    .out
-                    .iter()
-                    .any(|i| matches!(i, RespItem::Read { psn: p, .. } if *p == psn));
-                if !queued && !self.resp.out_full() {
-                    self.resp.queue_read(psn, None, 0, 0, 1, msn);
-                }
+                self.svc.resp.queue_again(RespItem::Read {
+                    psn,
+                    mr: None,
+                    offset: 0,
+                    len: 0,
+                    sent: 0,
+                    npkts: 1,
+                    msn,
+                });
             }
             _ => self.drop_unmatched(),
         }
@@ -868,42 +755,37 @@ impl RcQp {
             RespError::RemoteAccess => EventType::QpAccessErr,
             _ => EventType::QpReqErr,
         });
-        let msn = self.resp.msn;
+        let msn = self.svc.resp.msn;
         self.queue_ack(psn, AethSyndrome::Nak(nak), msn);
-        if let Some(wr_id) = self.resp.abort_current() {
-            self.complete_recv_error(wr_id, recv_status);
+        if let Some(wr_id) = self.svc.resp.abort_current() {
+            self.complete_recv(wr_id, recv_status);
         }
         // The READ responses and atomic ACKs queued ahead of the NAK answer
         // requests executed before the error: they still go, in PSN order
         // (an atomic has changed memory; without its ACK the requester
         // never learns the original value). Found by `uroce fuzz --versus`
         // against rxe, which sends them too.
-        let answered = std::mem::take(&mut self.resp.out);
+        let answered = std::mem::take(&mut self.svc.resp.out);
         self.enter_error();
-        self.resp.out = answered;
-    }
-
-    fn complete_recv_error(&mut self, wr_id: u64, status: WcStatus) {
-        let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.core.cfg.qpn);
-        self.complete(false, wc);
+        self.svc.resp.out = answered;
     }
 
     /// Executes requests held back behind READ responses, once those are
     /// all sent (until another READ holds the rest back).
     pub(super) fn run_deferred(&mut self, now: Nanos) {
-        while !self.resp.reads_pending() {
-            let Some(bytes) = self.resp.deferred.pop_front() else {
+        while !self.svc.resp.reads_pending() {
+            let Some(bytes) = self.svc.resp.deferred.pop_front() else {
                 break;
             };
             if let Ok(pkt) = uroce_wire::packet::parse(&bytes) {
                 // Already checked (ICRC, peer, P_Key) when it arrived.
-                let rest = std::mem::take(&mut self.resp.deferred);
+                let rest = std::mem::take(&mut self.svc.resp.deferred);
                 self.handle_request(now, &pkt);
                 // handle_request deferred nothing: no READ was pending.
-                self.resp.deferred = rest;
+                self.svc.resp.deferred = rest;
             }
-            if self.resp.spare.len() < MAX_DEFERRED {
-                self.resp.spare.push(bytes);
+            if self.svc.resp.spare.len() < MAX_DEFERRED {
+                self.svc.resp.spare.push(bytes);
             }
         }
     }
@@ -914,12 +796,12 @@ impl RcQp {
     /// point (rxe's read_reply does the same), and the QP goes to ERR.
     fn read_source_lost(&mut self, psn: Psn, popped: bool) {
         if !popped {
-            self.resp.out.pop_front();
+            self.svc.resp.out.pop_front();
         }
         Counters::inc(&self.core.cfg.counters.err_naks_sent);
         self.core.cfg.event(EventType::QpAccessErr);
-        let msn = self.resp.msn;
-        self.resp.out.push_front(RespItem::Ack {
+        let msn = self.svc.resp.msn;
+        self.svc.resp.out.push_front(RespItem::Ack {
             psn,
             syndrome: AethSyndrome::Nak(NakCode::RemoteAccessError),
             msn,
@@ -929,13 +811,13 @@ impl RcQp {
 
     /// Produces the next response packet (ACK/NAK, READ response, atomic
     /// ACK), in PSN order.
-    pub(super) fn transmit_response(&mut self, buf: &mut [u8]) -> Option<usize> {
+    pub(super) fn transmit_response(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         let mtu = self.mtu() as u64;
         let dqp = self.core.attr.dest_qp_num;
-        let item = self.resp.out.front_mut()?;
+        let item = self.svc.resp.out.front_mut()?;
         let (h, payload, done) = match item {
             RespItem::Ack { psn, syndrome, msn } => {
-                let mut h = Headers::new(super::bth(dqp, Opcode::RC_ACKNOWLEDGE, *psn));
+                let mut h = Headers::new(bth(dqp, Opcode::RC_ACKNOWLEDGE, *psn));
                 h.aeth = Some(AethRepr {
                     syndrome: *syndrome,
                     msn: *msn,
@@ -943,7 +825,7 @@ impl RcQp {
                 (h, None, true)
             }
             RespItem::AtomicAck { psn, orig, msn } => {
-                let mut h = Headers::new(super::bth(dqp, Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn));
+                let mut h = Headers::new(bth(dqp, Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn));
                 h.aeth = Some(AethRepr {
                     syndrome: ACK,
                     msn: *msn,
@@ -961,28 +843,27 @@ impl RcQp {
                 msn,
             } => {
                 let k = *sent;
-                let opcode = match super::position(k, *npkts) {
+                let opcode = match position(k, *npkts) {
                     Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
                     Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
                     Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
                     Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
                 };
-                let mut h = Headers::new(super::bth(dqp, opcode, psn.add(k)));
+                let mut h = Headers::new(bth(dqp, opcode, psn.add(k)));
                 if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
                     h.aeth = Some(AethRepr {
                         syndrome: ACK,
                         msn: *msn,
                     });
                 }
-                let off = k as u64 * mtu;
-                let plen = (*len - off.min(*len)).min(mtu) as usize;
+                let (off, plen) = segment(*len, k, mtu);
                 *sent += 1;
                 let done = *sent == *npkts;
                 (h, Some((mr.clone(), *offset + off as usize, plen)), done)
             }
         };
         if done {
-            self.resp.out.pop_front();
+            self.svc.resp.out.pop_front();
         }
         let plen = payload.as_ref().map_or(0, |p| p.2);
         let res = self.emit(&h, plen, buf, |dst| match &payload {

@@ -1,0 +1,224 @@
+//! The work queues the application posts to and the engine takes from
+//! (lock-free, shared between the posting threads and the engine), the
+//! SRQ limit event, and the QP state as the posting side reads it.
+
+use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
+use crate::types::{QpState, RecvWr, SendWr};
+use crossbeam::queue::ArrayQueue;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// A QP's state as the machine last set it, readable from any thread: the
+/// verbs layer checks posts against it instead of mirroring modify calls
+/// (the engine moves a QP to ERR or SQE on its own).
+#[derive(Debug, Default)]
+pub struct StateCell(AtomicU32);
+
+impl StateCell {
+    /// The state.
+    pub fn get(&self) -> QpState {
+        QpState::from_u32(self.0.load(Ordering::Acquire)).unwrap_or(QpState::Err)
+    }
+    /// Publishes a new state (the machine does, whenever it changes).
+    pub fn set(&self, s: QpState) {
+        self.0.store(s as u32, Ordering::Release);
+    }
+}
+
+/// Why posting a work request failed (errno-like, as verbs reports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The queue is full (ENOMEM).
+    #[error("work queue full")]
+    QueueFull,
+    /// The QP's state does not allow posting (EINVAL).
+    #[error("QP state does not allow posting")]
+    BadState,
+    /// The WR is malformed: too many SGEs, inline too long, bad opcode for
+    /// the QP type, ... (EINVAL).
+    #[error("invalid work request: {0}")]
+    Invalid(&'static str),
+}
+
+/// The send queue shared by the posting threads and the engine.
+#[derive(Debug)]
+pub struct SendQueue {
+    queue: ArrayQueue<SendWr>,
+    outstanding: AtomicU32,
+    max: u32,
+}
+
+impl SendQueue {
+    /// A queue of `max` WRs (at least 1).
+    pub fn new(max: u32) -> SendQueue {
+        let max = max.max(1);
+        SendQueue {
+            queue: ArrayQueue::new(max as usize),
+            outstanding: AtomicU32::new(0),
+            max,
+        }
+    }
+    /// Depth.
+    pub fn capacity(&self) -> u32 {
+        self.max
+    }
+    /// Posts a WR. A WR occupies its slot until it completes (or, when
+    /// unsignaled, until a later completion retires it).
+    pub fn post(&self, wr: SendWr) -> Result<(), PostError> {
+        if self.outstanding.fetch_add(1, Ordering::AcqRel) >= self.max {
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(PostError::QueueFull);
+        }
+        // Cannot fail: the queue holds `max` and at most `max` are posted.
+        self.queue.push(wr).map_err(|_| PostError::QueueFull)
+    }
+    /// The engine takes the next posted WR.
+    pub fn take(&self) -> Option<SendWr> {
+        self.queue.pop()
+    }
+    /// True when WRs wait to be taken.
+    pub fn has_pending(&self) -> bool {
+        !self.queue.is_empty()
+    }
+    /// The engine retires `n` WRs (completed or flushed).
+    pub fn retire(&self, n: u32) {
+        self.outstanding.fetch_sub(n, Ordering::AcqRel);
+    }
+    /// WRs posted and not yet retired.
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding.load(Ordering::Acquire)
+    }
+}
+
+/// The receive queue (or an SRQ's queue) shared by posting threads and the
+/// engine.
+#[derive(Debug)]
+pub struct RecvQueue {
+    queue: ArrayQueue<RecvWr>,
+    srq: Option<SrqHook>,
+}
+
+/// What makes a receive queue a shared receive queue: its handle, its
+/// limit, and where the limit event goes.
+#[derive(Debug)]
+struct SrqHook {
+    handle: u32,
+    /// `srq_limit`: 0 when disarmed.
+    limit: AtomicU32,
+    events: Arc<AsyncEvents>,
+}
+
+impl RecvQueue {
+    /// A queue of `max` WRs (at least 1).
+    pub fn new(max: u32) -> RecvQueue {
+        RecvQueue {
+            queue: ArrayQueue::new(max.max(1) as usize),
+            srq: None,
+        }
+    }
+    /// A shared receive queue of `max` WRs with handle `handle`; when armed
+    /// (see [`RecvQueue::arm_limit`]) it reports `SRQ_LIMIT_REACHED` to
+    /// `events`.
+    pub fn new_srq(max: u32, handle: u32, events: Arc<AsyncEvents>) -> RecvQueue {
+        RecvQueue {
+            queue: ArrayQueue::new(max.max(1) as usize),
+            srq: Some(SrqHook {
+                handle,
+                limit: AtomicU32::new(0),
+                events,
+            }),
+        }
+    }
+    /// True for a shared receive queue.
+    pub fn is_srq(&self) -> bool {
+        self.srq.is_some()
+    }
+    /// The SRQ's handle (0 for a QP's own receive queue).
+    pub fn srq_handle(&self) -> u32 {
+        self.srq.as_ref().map_or(0, |h| h.handle)
+    }
+    /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; 0
+    /// disarms): once the engine takes a WR that leaves fewer than `limit`
+    /// waiting, one `SRQ_LIMIT_REACHED` event is reported and the limit
+    /// disarms. Returns false for a QP's own receive queue.
+    pub fn arm_limit(&self, limit: u32) -> bool {
+        match &self.srq {
+            Some(h) => {
+                h.limit.store(limit, Ordering::Release);
+                true
+            }
+            None => false,
+        }
+    }
+    /// The armed limit (0: disarmed).
+    pub fn limit(&self) -> u32 {
+        self.srq
+            .as_ref()
+            .map_or(0, |h| h.limit.load(Ordering::Acquire))
+    }
+    /// Depth.
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+    /// Posts a receive WR.
+    pub fn post(&self, wr: RecvWr) -> Result<(), PostError> {
+        self.queue.push(wr).map_err(|_| PostError::QueueFull)
+    }
+    /// The engine takes the next receive WR.
+    pub fn take(&self) -> Option<RecvWr> {
+        let wr = self.queue.pop()?;
+        if let Some(h) = &self.srq {
+            let limit = h.limit.load(Ordering::Acquire);
+            if limit != 0
+                && (self.queue.len() as u32) < limit
+                && h.limit
+                    .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                h.events.push(AsyncEvent {
+                    event_type: EventType::SrqLimitReached,
+                    element: EventElement::Srq(h.handle),
+                });
+            }
+        }
+        Some(wr)
+    }
+    /// Receive WRs waiting.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+    /// True when none waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn srq_limit_fires_once_when_count_drops_below() {
+        let ev = Arc::new(AsyncEvents::new().unwrap());
+        let q = RecvQueue::new_srq(8, 42, ev.clone());
+        for i in 0..4 {
+            q.post(RecvWr {
+                wr_id: i,
+                ..RecvWr::default()
+            })
+            .unwrap();
+        }
+        assert!(q.arm_limit(3));
+        q.take().unwrap(); // 3 left: not below 3
+        assert!(ev.get(Some(Duration::ZERO)).is_none());
+        q.take().unwrap(); // 2 left: fires, disarms
+        let e = ev.get(Some(Duration::ZERO)).unwrap();
+        assert_eq!(e.event_type, EventType::SrqLimitReached);
+        assert_eq!(e.element, EventElement::Srq(42));
+        assert_eq!(q.limit(), 0);
+        q.take().unwrap();
+        assert!(ev.get(Some(Duration::ZERO)).is_none());
+        assert!(!RecvQueue::new(4).arm_limit(1));
+    }
+}
