@@ -310,16 +310,23 @@ impl Engine {
     /// (completions, events, CM callbacks) may take.
     #[inline]
     pub fn post_kick(&self, qpn: u32) {
-        self.shared.ready.push(qpn);
+        // The QP goes straight to the driver when this thread takes it;
+        // only otherwise through the ready queue to the engine thread.
+        let mut marked = false;
         let sent = self.drive(|d, ready| {
             if d.ep.inflight() > QUIET_INFLIGHT {
                 return false;
             }
+            d.ep.mark(qpn);
+            marked = true;
             while let Some(q) = ready.pop() {
                 d.ep.mark(q);
             }
             d.transmit()
         });
+        if !marked {
+            self.shared.ready.push(qpn);
+        }
         if !sent {
             self.shared.doorbell.ring_if_sleeping();
         }

@@ -8,7 +8,7 @@ use crate::{errno_result, guard, minus_one_result};
 use libc::{c_int, c_uint, c_void, size_t};
 use uroce_verbs::provider::types::{InlineData, SgList};
 use uroce_verbs::{
-    QpCap, RecvWr, SendFlags, SendWr, Sge, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    QueuePair, RecvWr, SendFlags, SendWr, Sge, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
 crate::symbol_versions! {
@@ -228,22 +228,27 @@ unsafe extern "C" fn ibv_ack_cq_events(c: *mut ibv_cq, n: c_uint) {
 
 // ---------------------------------------------------------------- posting
 
-/// A C scatter/gather list as uroce's. `n` is checked against `max` (the
-/// queue's max_sge) before the list is touched, as rxe's provider does: a
-/// careless count is EINVAL, not a read past the caller's array. A NULL
-/// list with a count is EINVAL too.
+/// A C scatter/gather list of `n` elements as uroce's. `admit` is the
+/// queue's SGE count rule (the provider's, the one posting applies too):
+/// it runs before the list is touched, as rxe's provider checks the count,
+/// so a careless count is refused, not a read past the caller's array. A
+/// NULL list with a count is EINVAL.
 ///
 /// # Safety
-/// `sg` points to `n` elements when `0 < n <= max`.
-unsafe fn sg_list(sg: *const ibv_sge, n: c_int, max: u32) -> Result<SgList, i32> {
-    let n = usize::try_from(n).map_err(|_| libc::EINVAL)?;
+/// `sg` points to `n` elements when `n > 0` and `admit(n)` accepts.
+unsafe fn sg_list(
+    sg: *const ibv_sge,
+    n: usize,
+    admit: impl FnOnce(usize) -> Result<(), i32>,
+) -> Result<SgList, i32> {
     if n == 0 {
         return Ok(SgList::new());
     }
-    if n > max as usize || sg.is_null() {
+    admit(n)?;
+    if sg.is_null() {
         return Err(libc::EINVAL);
     }
-    // SAFETY: the caller's promise, for a count within the queue's limit.
+    // SAFETY: the caller's promise, for a count the queue admits.
     let s = unsafe { std::slice::from_raw_parts(sg, n) };
     Ok(s.iter()
         .map(|e| Sge {
@@ -254,21 +259,27 @@ unsafe fn sg_list(sg: *const ibv_sge, n: c_int, max: u32) -> Result<SgList, i32>
         .collect())
 }
 
-/// The bytes of an inline send, copied now from the program's memory,
-/// after their total is checked against the QP's `max_inline` (EINVAL, as
-/// rdma-core's providers answer). Zero-length elements are skipped (a
-/// NULL address with length 0 is no slice); a NULL address with a length
-/// is EINVAL.
+/// A C WR's `num_sge` as a count (negative: EINVAL).
+fn count(num_sge: c_int) -> Result<usize, i32> {
+    usize::try_from(num_sge).map_err(|_| libc::EINVAL)
+}
+
+/// The total length of an inline send's buffers (what the QP's inline
+/// rule is checked against before anything is copied).
+fn inline_len(list: &[Sge]) -> usize {
+    list.iter().map(|s| s.length as usize).sum()
+}
+
+/// The bytes of an inline send, copied now from the program's memory
+/// (its length already admitted by the QP's inline rule). Zero-length
+/// elements are skipped (a NULL address with length 0 is no slice); a
+/// NULL address with a length is EINVAL.
 ///
 /// # Safety
 /// Each element with a non-zero length addresses `length` readable bytes
 /// (ibv_post_send's contract for IBV_SEND_INLINE: addresses, not keys,
 /// count).
-unsafe fn gather_inline(list: &[Sge], max_inline: u32) -> Result<InlineData, i32> {
-    let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
-    if total > u64::from(max_inline) {
-        return Err(libc::EINVAL);
-    }
+unsafe fn gather_inline(list: &[Sge]) -> Result<InlineData, i32> {
     let mut d = InlineData::new();
     for s in list.iter().filter(|s| s.length > 0) {
         if s.addr == 0 {
@@ -303,16 +314,22 @@ fn wr_opcode_of(v: c_int) -> Result<WrOpcode, i32> {
 ///
 /// # Safety
 /// `w` is a valid WR whose pointers are valid (the caller's contract).
-unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, cap: &QpCap) -> Result<SendWr, i32> {
+unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, q: &QueuePair) -> Result<SendWr, i32> {
     let op = wr_opcode_of(w.opcode)?;
     let mut s = SendWr::new(w.wr_id, op);
     // IBV_SEND_IP_CSUM (16) has no meaning here; ignore it as rxe does.
     s.flags = SendFlags::from_bits_truncate(w.send_flags);
     // SAFETY: the WR's list (caller's contract).
-    s.sg_list = unsafe { sg_list(w.sg_list, w.num_sge, cap.max_send_sge)? };
+    s.sg_list = unsafe {
+        sg_list(w.sg_list, count(w.num_sge)?, |n| {
+            q.check_send_sges(n).map_err(|e| errno(&e))
+        })?
+    };
     if s.flags.contains(SendFlags::INLINE) {
+        q.check_inline(inline_len(&s.sg_list))
+            .map_err(|e| errno(&e))?;
         // SAFETY: as above.
-        s.inline_data = unsafe { gather_inline(&s.sg_list, cap.max_inline_data)? };
+        s.inline_data = unsafe { gather_inline(&s.sg_list)? };
     }
     match op {
         WrOpcode::SendWithInv | WrOpcode::LocalInv => s.invalidate_rkey = w.imm_data,
@@ -374,13 +391,12 @@ pub(crate) unsafe extern "C" fn post_send(
         }
         // SAFETY: the QP's C half.
         let ud = unsafe { (*p).qp_type } == 4;
-        let cap = q.rust.cap();
         let mut ptrs = Vec::new();
         let mut wrs = Vec::new();
         let mut failed = None;
         while !wr.is_null() {
             // SAFETY: the caller's WR list.
-            match unsafe { send_wr_of(&*wr, ud, &cap) } {
+            match unsafe { send_wr_of(&*wr, ud, &q.rust) } {
                 Ok(s) => {
                     wrs.push(s);
                     ptrs.push(wr);
@@ -415,7 +431,7 @@ pub(crate) unsafe extern "C" fn post_send(
 /// The list is valid (the caller's contract).
 unsafe fn recv_wrs(
     mut wr: *mut ibv_recv_wr,
-    max_sge: u32,
+    admit: impl Fn(usize) -> Result<(), i32>,
 ) -> (
     Vec<RecvWr>,
     Vec<*mut ibv_recv_wr>,
@@ -426,7 +442,7 @@ unsafe fn recv_wrs(
         // SAFETY: the caller's promise.
         let w = unsafe { &*wr };
         // SAFETY: as above.
-        match unsafe { sg_list(w.sg_list, w.num_sge, max_sge) } {
+        match count(w.num_sge).and_then(|n| unsafe { sg_list(w.sg_list, n, &admit) }) {
             Ok(sg_list) => {
                 wrs.push(RecvWr {
                     wr_id: w.wr_id,
@@ -462,23 +478,23 @@ fn finish_recv(
     e
 }
 
-/// Converts a C receive WR list (at most `max_sge` SGEs each) and posts
-/// what converted with `post`; the first failure goes to `*bad`. A NULL
-/// list is EINVAL.
+/// Converts a C receive WR list (each SGE count admitted by `admit`, the
+/// queue's rule) and posts what converted with `post`; the first failure
+/// goes to `*bad`. A NULL list is EINVAL.
 ///
 /// # Safety
 /// The list is valid (the caller's contract).
 unsafe fn post_recv_list(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
-    max_sge: u32,
+    admit: impl Fn(usize) -> Result<(), i32>,
     post: impl FnOnce(&[RecvWr]) -> Result<(), (usize, uroce_verbs::Error)>,
 ) -> c_int {
     if wr.is_null() {
         return finish_recv(Ok(()), &[], Some((wr, libc::EINVAL)), bad);
     }
     // SAFETY: the caller's promise.
-    let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, max_sge) };
+    let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, admit) };
     let posted = if wrs.is_empty() { Ok(()) } else { post(&wrs) };
     finish_recv(posted, &ptrs, failed, bad)
 }
@@ -496,7 +512,14 @@ pub(crate) unsafe extern "C" fn post_recv(
             Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
         };
         // SAFETY: the caller's list.
-        unsafe { post_recv_list(wr, bad, q.rust.cap().max_recv_sge, |w| q.rust.post_recv(w)) }
+        unsafe {
+            post_recv_list(
+                wr,
+                bad,
+                |n| q.rust.check_recv_sges(n).map_err(|e| errno(&e)),
+                |w| q.rust.post_recv(w),
+            )
+        }
     })
 }
 
@@ -513,7 +536,14 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
             Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
         };
         // SAFETY: the caller's list.
-        unsafe { post_recv_list(wr, bad, q.rust.query().max_sge, |w| q.rust.post_recv(w)) }
+        unsafe {
+            post_recv_list(
+                wr,
+                bad,
+                |n| q.rust.check_sges(n).map_err(|e| errno(&e)),
+                |w| q.rust.post_recv(w),
+            )
+        }
     })
 }
 
@@ -622,21 +652,20 @@ pub(crate) unsafe extern "C" fn read_tm_info(_c: *mut ibv_cq_ex, info: *mut c_vo
 
 // ---------------------------------------------------------------- ibv_qp_ex
 
-/// Runs `f` on the QP's batch, with the QP's capabilities; errors are
-/// kept for `ibv_wr_complete`.
+/// Runs `f` on the QP's batch, with the QP (for its limit rules); errors
+/// are kept for `ibv_wr_complete`.
 fn with_batch(
     p: *mut ibv_qp_ex,
-    f: impl FnOnce(&mut Vec<SendWr>, *mut ibv_qp_ex, &QpCap) -> Result<(), i32>,
+    f: impl FnOnce(&mut Vec<SendWr>, *mut ibv_qp_ex, &QueuePair) -> Result<(), i32>,
 ) {
     guard((), || {
         // SAFETY: a QP made by this library.
         let Ok(q) = (unsafe { qp(p.cast()) }) else {
             return;
         };
-        let cap = q.rust.cap();
         let mut b = q.batch.lock();
         let (wrs, err) = &mut *b;
-        if let Err(e) = f(wrs, p, &cap) {
+        if let Err(e) = f(wrs, p, &q.rust) {
             if *err == 0 {
                 *err = e;
             }
@@ -658,9 +687,9 @@ fn new_wr(p: *mut ibv_qp_ex, op: WrOpcode, set: impl FnOnce(&mut SendWr)) {
     })
 }
 
-/// Edits the WR started last (given the QP's capabilities).
-fn last_wr(p: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr, &QpCap) -> Result<(), i32>) {
-    with_batch(p, |wrs, _, cap| f(wrs.last_mut().ok_or(libc::EINVAL)?, cap))
+/// Edits the WR started last (given the QP).
+fn last_wr(p: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr, &QueuePair) -> Result<(), i32>) {
+    with_batch(p, |wrs, _, q| f(wrs.last_mut().ok_or(libc::EINVAL)?, q))
 }
 
 pub(crate) unsafe extern "C" fn wr_start(p: *mut ibv_qp_ex) {
@@ -936,45 +965,36 @@ pub(crate) unsafe extern "C" fn wr_set_sge(p: *mut ibv_qp_ex, lkey: u32, addr: u
     })
 }
 /// rxe's provider refuses a list longer than the QP's max_send_sge with
-/// ENOSPC (reported by `ibv_wr_complete`); the count is checked before the
-/// list is read.
+/// ENOSPC (reported by `ibv_wr_complete`); the count is checked (by the
+/// QP's rule) before the list is read.
 pub(crate) unsafe extern "C" fn wr_set_sge_list(p: *mut ibv_qp_ex, n: size_t, sg: *const ibv_sge) {
-    last_wr(p, |w, cap| {
-        if n > cap.max_send_sge as usize {
-            return Err(libc::ENOSPC);
-        }
-        let n = c_int::try_from(n).map_err(|_| libc::EINVAL)?;
-        // SAFETY: the caller's array of n elements, a count within the
-        // QP's max_send_sge (sg_list refuses NULL with a count).
-        w.sg_list = unsafe { sg_list(sg, n, cap.max_send_sge)? };
+    last_wr(p, |w, q| {
+        // SAFETY: the caller's array of n elements, read once the QP
+        // admits the count (sg_list refuses NULL with a count).
+        w.sg_list = unsafe { sg_list(sg, n, |n| q.check_send_sges(n).map_err(|_| libc::ENOSPC))? };
         Ok(())
     })
 }
 
 /// Inline data longer than the QP's max_inline_data is ENOSPC, as rxe's
-/// provider answers, found before anything is copied.
+/// provider answers, found (by the QP's rule) before anything is copied.
 pub(crate) unsafe extern "C" fn wr_set_inline_data(
     p: *mut ibv_qp_ex,
     addr: *mut c_void,
     len: size_t,
 ) {
-    last_wr(p, |w, cap| {
-        if len > cap.max_inline_data as usize {
-            return Err(libc::ENOSPC);
-        }
+    last_wr(p, |w, q| {
+        q.check_inline(len).map_err(|_| libc::ENOSPC)?;
         let len = u32::try_from(len).map_err(|_| libc::EINVAL)?;
         w.flags |= SendFlags::INLINE;
         // SAFETY: the caller's buffer of len bytes (gather_inline refuses
         // NULL with a length).
         w.inline_data = unsafe {
-            gather_inline(
-                &[Sge {
-                    addr: addr as u64,
-                    length: len,
-                    lkey: 0,
-                }],
-                cap.max_inline_data,
-            )?
+            gather_inline(&[Sge {
+                addr: addr as u64,
+                length: len,
+                lkey: 0,
+            }])?
         };
         Ok(())
     })
@@ -990,7 +1010,7 @@ pub(crate) unsafe extern "C" fn wr_set_inline_data_list(
     n: size_t,
     bufs: *const ibv_data_buf,
 ) {
-    last_wr(p, |w, cap| {
+    last_wr(p, |w, q| {
         if n > 0 && bufs.is_null() {
             return Err(libc::EINVAL);
         }
@@ -1001,9 +1021,7 @@ pub(crate) unsafe extern "C" fn wr_set_inline_data_list(
             // i < n; read_unaligned, so a misaligned pointer is no UB here.
             let b = unsafe { bufs.add(i).read_unaligned() };
             total = total.checked_add(b.length).ok_or(libc::ENOSPC)?;
-            if total > cap.max_inline_data as usize {
-                return Err(libc::ENOSPC);
-            }
+            q.check_inline(total).map_err(|_| libc::ENOSPC)?;
             if b.length > 0 {
                 sges.push(Sge {
                     addr: b.addr as u64,
@@ -1016,7 +1034,7 @@ pub(crate) unsafe extern "C" fn wr_set_inline_data_list(
         w.flags |= SendFlags::INLINE;
         // SAFETY: each buffer is readable for its length (the caller's
         // contract); the total is within the QP's max_inline_data.
-        w.inline_data = unsafe { gather_inline(&sges, cap.max_inline_data)? };
+        w.inline_data = unsafe { gather_inline(&sges)? };
         Ok(())
     })
 }
