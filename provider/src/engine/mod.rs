@@ -874,15 +874,10 @@ impl Driver {
             let Some(inj) = self.faults.as_mut() else {
                 break;
             };
-            let plan = inj.plan(t.len, 1);
-            for i in 0..plan.copies as usize {
-                let mut b = self.txbuf[..t.len].to_vec();
-                if let Some(bit) = plan.flip_bit {
-                    b[bit / 8] ^= 1 << (bit % 8);
-                }
+            for (delay, b) in inj.inject(&self.txbuf[..t.len], 1) {
                 self.delayed_seq += 1;
-                let due = now.plus(plan.delay_ns[i.min(1)]);
-                self.delayed.push(Reverse((due, self.delayed_seq, dst, b)));
+                self.delayed
+                    .push(Reverse((now.plus(delay), self.delayed_seq, dst, b)));
             }
         }
         any |= self.send_delayed();
