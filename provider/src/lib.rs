@@ -7,6 +7,7 @@
 pub mod cm;
 pub mod counters;
 pub mod cq;
+pub mod device;
 pub mod endpoint;
 pub mod engine;
 pub mod events;

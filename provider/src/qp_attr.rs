@@ -243,7 +243,60 @@ pub struct CapError {
     pub max: u32,
 }
 
+/// A work request beyond one of its queue's limits (EINVAL in verbs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{value} {what} exceed {attr} ({max})")]
+pub struct LimitError {
+    /// What was counted (`SGEs`, `bytes of inline data`).
+    pub what: &'static str,
+    /// The limit's name (`max_send_sge`, ...).
+    pub attr: &'static str,
+    /// What the WR has.
+    pub value: usize,
+    /// The limit.
+    pub max: u32,
+}
+
+impl LimitError {
+    /// `value` within `max`, or the error naming both.
+    pub fn check(
+        what: &'static str,
+        attr: &'static str,
+        value: usize,
+        max: u32,
+    ) -> Result<(), LimitError> {
+        if value > max as usize {
+            return Err(LimitError {
+                what,
+                attr,
+                value,
+                max,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl QpCap {
+    /// A send WR's SGE count within `max_send_sge`: the one rule, checked
+    /// when a WR is posted and before a caller reads a foreign SGE array
+    /// of that length.
+    pub fn check_send_sges(&self, n: usize) -> Result<(), LimitError> {
+        LimitError::check("SGEs", "max_send_sge", n, self.max_send_sge)
+    }
+    /// A receive WR's SGE count within `max_recv_sge`.
+    pub fn check_recv_sges(&self, n: usize) -> Result<(), LimitError> {
+        LimitError::check("SGEs", "max_recv_sge", n, self.max_recv_sge)
+    }
+    /// An inline send's length within `max_inline_data`.
+    pub fn check_inline(&self, len: usize) -> Result<(), LimitError> {
+        LimitError::check(
+            "bytes of inline data",
+            "max_inline_data",
+            len,
+            self.max_inline_data,
+        )
+    }
     /// Checks every capacity against the device's limits.
     pub fn check(&self) -> Result<(), CapError> {
         for (attr, value, max) in [

@@ -5,8 +5,8 @@ use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use std::net::IpAddr;
 use std::sync::Arc;
+use uroce_provider::device::grh_source;
 use uroce_provider::qp_attr::AddressVector;
-use uroce_provider::transport::ud::grh_source;
 use uroce_provider::types::{UdDest, Wc, WcFlags};
 
 /// Why UD multicast is refused: each device binds one unicast address, and

@@ -36,16 +36,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use uroce_provider::cm::gsi::GsiQp;
-use uroce_provider::cm::{self as pcm, CmAgent, CmConfig};
-use uroce_provider::engine::{Engine, Kicker};
+use uroce_provider::cm::{self as pcm, CmAgent};
+use uroce_provider::device::{self as face, CmLink, CmSink};
 use uroce_provider::events::Semaphore;
 use uroce_provider::qp_attr::{gid_of, ip_of_gid, AddressVector, AttrMask, QpAttr};
 use uroce_provider::types::{Access, Mtu, QpState, QpType};
 use uroce_wire::cm::{RepRepr, ReqRepr};
 pub use uroce_wire::cma::PortSpace;
 use uroce_wire::cma::{self, CmaHeaderRepr, CMA_HDR_LEN};
-use uroce_wire::mad::GSI_QPN;
 
 /// The Q_Key of rdma_cm's UD ids (`RDMA_UDP_QKEY`).
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
@@ -172,8 +170,8 @@ pub struct CmEvent {
 /// A device's CM: its agent, and which id each connection and listened
 /// service belongs to.
 pub struct CmDevice {
-    agent: Arc<Mutex<CmAgent>>,
-    kicker: Kicker,
+    /// The agent on the device's QP1 (does not keep the device alive).
+    link: CmLink,
     ip: IpAddr,
     routes: Mutex<Routes>,
 }
@@ -191,35 +189,26 @@ struct Routes {
 }
 
 impl CmDevice {
-    /// Starts QP1 on `engine` with an agent for the device at `ip`.
-    pub(crate) fn start(engine: &Engine, ip: IpAddr, guid: u64) -> Result<Arc<CmDevice>> {
-        let agent = Arc::new(Mutex::new(CmAgent::new(
-            CmConfig::from_env(ip, guid),
-            engine.counters().clone(),
-        )));
-        let dev = Arc::new(CmDevice {
-            agent: agent.clone(),
-            kicker: engine.kicker(),
+    /// Starts QP1 on the device with an agent for the device at `ip`.
+    pub(crate) fn start(dev: &face::Device, ip: IpAddr, guid: u64) -> Result<Arc<CmDevice>> {
+        let cm = Arc::new(CmDevice {
+            link: dev.cm_agent(guid),
             ip,
             routes: Mutex::new(Routes::default()),
         });
-        let weak = Arc::downgrade(&dev);
-        let sink: uroce_provider::cm::gsi::Sink = Arc::new(move |events| {
+        let weak = Arc::downgrade(&cm);
+        let sink: CmSink = Arc::new(move |events| {
             if let Some(d) = weak.upgrade() {
                 d.route(events);
             }
         });
-        let qp = GsiQp::new(agent, ip, engine.counters().clone(), Some(sink));
-        engine.add_qp(qp)?;
-        Ok(dev)
+        dev.attach_cm(&cm.link, sink)?;
+        Ok(cm)
     }
 
     /// Runs `f` on the agent, then lets the engine send what it queued.
     fn with_agent<T>(&self, f: impl FnOnce(&mut CmAgent, pcm::Nanos) -> T) -> T {
-        let now = self.kicker.now();
-        let r = f(&mut self.agent.lock(), now);
-        self.kicker.kick(GSI_QPN);
-        r
+        self.link.with_agent(f)
     }
 
     /// Waits (at most `limit`) while our DREQ for `conn` is unanswered.
@@ -233,7 +222,7 @@ impl CmDevice {
     fn linger(&self, conn: u32, limit: Duration) {
         let end = std::time::Instant::now() + limit;
         while std::time::Instant::now() < end
-            && self.agent.lock().state(conn) == Some(pcm::ConnState::DreqSent)
+            && self.link.peek(|a| a.state(conn)) == Some(pcm::ConnState::DreqSent)
         {
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -489,11 +478,11 @@ impl IdInner {
                 (a.state(conn) == Some(pcm::ConnState::DreqSent)).then(|| a.timewait_ns())
             });
             // Never on the engine thread: the wait needs it to run.
-            if let Some(ns) = linger.filter(|_| !ctx.inner.engine.on_own_thread()) {
+            if let Some(ns) = linger.filter(|_| !ctx.inner.face.on_own_thread()) {
                 dev.linger(conn, Duration::from_nanos(ns));
                 // A whole engine pass more: the DREPs that answered the
                 // peer's DREQ are sent, not just queued.
-                let _ = ctx.inner.engine.settle();
+                let _ = ctx.inner.face.settle();
             }
         }
     }
@@ -1004,7 +993,7 @@ impl CmId {
             req.rnr_retry_count = param.rnr_retry_count.min(7);
             req.srq = srq;
             req.pkey = 0xffff;
-            req.path_mtu = ctx.inner.active_mtu as u8;
+            req.path_mtu = ctx.inner.face.active_mtu() as u8;
             req.primary = path(src.ip(), dst.ip());
             req.private_data[..pdata.len()].copy_from_slice(&pdata);
             dev.with_agent(|a, now| a.connect(now, dst_ip, &req))
@@ -1281,7 +1270,7 @@ fn req_path(
         peer: st
             .dst
             .map_or_else(|| ip_of_gid(&req.primary.local_gid), |d| d.ip()),
-        mtu: mtu_of(req.path_mtu).min(ctx.inner.active_mtu),
+        mtu: mtu_of(req.path_mtu).min(ctx.inner.face.active_mtu()),
         dest_qpn: req.local_qpn,
         // A REQ's or REP's starting PSN is where its sender's receive
         // queue starts: the other side sends from it (the kernel's CM
@@ -1475,7 +1464,7 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
             // responder takes, our responder takes what it initiates.
             let path = QpPath {
                 peer: st.dst.map(|d| d.ip())?,
-                mtu: ctx.inner.active_mtu,
+                mtu: ctx.inner.face.active_mtu(),
                 dest_qpn: rep.local_qpn,
                 rq_psn: st.psn,
                 sq_psn: rep.starting_psn,

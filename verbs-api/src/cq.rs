@@ -1,8 +1,7 @@
 //! Completion queues.
 
 use crate::device::Context;
-use std::sync::Arc;
-use uroce_provider::cq::CqInner;
+use uroce_provider::device::CqHandle;
 use uroce_provider::types::Wc;
 
 /// A completion queue (`struct ibv_cq`). Polling takes no engine lock.
@@ -29,8 +28,10 @@ use uroce_provider::types::Wc;
 /// ```
 #[derive(Debug)]
 pub struct CompletionQueue {
+    /// Declared (so dropped) before the context: the device's engine
+    /// stops with the context, not after it.
+    pub(crate) inner: CqHandle,
     _ctx: Context,
-    pub(crate) inner: Arc<CqInner>,
 }
 
 impl CompletionQueue {
@@ -39,14 +40,12 @@ impl CompletionQueue {
         cqe: u32,
         cq_context: u64,
         channel: Option<&crate::CompChannel>,
-    ) -> CompletionQueue {
-        let inner = CqInner::with_channel(
-            cqe as usize,
-            channel.map(|c| c.inner.clone()),
-            cq_context,
-            Some(ctx.inner.engine.events().clone()),
-        );
-        CompletionQueue { _ctx: ctx, inner }
+    ) -> crate::Result<CompletionQueue> {
+        let inner = ctx
+            .inner
+            .face
+            .create_cq(cqe, channel.map(|c| c.inner.clone()), cq_context)?;
+        Ok(CompletionQueue { inner, _ctx: ctx })
     }
     /// Process-unique handle (what [`crate::CqEvent`] and CQ_ERR events
     /// name).
@@ -89,18 +88,7 @@ impl CompletionQueue {
     /// first, so the completions it makes at once (a UD send's) count, as
     /// with a provider that completes them inside `ibv_post_send`.
     pub fn resize(&self, cqe: u32) -> crate::Result<()> {
-        if cqe == 0 || cqe > crate::device::MAX_CQE {
-            return Err(crate::Error::Invalid(format!(
-                "cqe {cqe}: must be 1..={}",
-                crate::device::MAX_CQE
-            )));
-        }
-        // On the engine's own thread (a callback) there is nothing to wait
-        // for: it is not processing anything else.
-        let _ = self._ctx.inner.engine.settle();
-        self.inner.resize(cqe as usize).map_err(|waiting| {
-            crate::Error::Invalid(format!("cqe {cqe}: {waiting} completions wait in the CQ"))
-        })
+        Ok(self.inner.resize(cqe)?)
     }
     /// `ibv_poll_cq`: fills `out` with up to `out.len()` completions,
     /// oldest first; returns how many. Errors if completions were lost to
@@ -123,7 +111,7 @@ impl CompletionQueue {
     /// threads that produce their completions when threads outnumber
     /// cores.
     pub fn progress(&self) {
-        if !self._ctx.inner.engine.progress() {
+        if !self.inner.progress() {
             std::thread::yield_now();
         }
     }
@@ -152,7 +140,7 @@ impl CompletionQueue {
     /// Also fails while completion events it delivered are not
     /// acknowledged (where `ibv_destroy_cq` would block).
     pub fn destroy(self) -> std::result::Result<(), (CompletionQueue, crate::Error)> {
-        if Arc::strong_count(&self.inner) > 1 {
+        if self.inner.in_use() {
             return Err((self, crate::Error::Busy("completion queue is used by a QP")));
         }
         if self.inner.unacked_events() != 0 {

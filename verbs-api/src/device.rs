@@ -3,17 +3,14 @@
 use crate::cq::CompletionQueue;
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
-use std::collections::HashSet;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use uroce_provider::counters::CounterSnapshot;
-use uroce_provider::engine::device::{
-    active_mtu, devices_from_env, interface_index, interface_mtu, DeviceConfig,
+use uroce_provider::device::{
+    self as face, devices_from_env, interface_index, interface_mtu, DeviceConfig, IoPath,
 };
-use uroce_provider::engine::Engine;
-use uroce_provider::memory::KeyTable;
-use uroce_provider::qp_attr::{gid_of, ModifyLimits};
+use uroce_provider::net::faults::Faults;
+use uroce_provider::qp_attr::gid_of;
 pub use uroce_provider::qp_attr::{GID_ENTRIES, GID_TABLE_LEN};
 use uroce_provider::types::Mtu;
 
@@ -28,11 +25,9 @@ fn capture_path_from_env(dev: &str) -> Option<std::path::PathBuf> {
     Some(v.replace("{dev}", dev).into())
 }
 
-/// Device limits (reported by `query_device`, enforced at creation; the QP
-/// ones are the provider's, checked by its QP factory).
-pub use uroce_provider::qp_attr::{MAX_INLINE, MAX_QP_WR, MAX_SGE};
-pub(crate) const MAX_CQE: u32 = 1 << 20;
-pub(crate) const MAX_RD_ATOM: u8 = 128;
+/// Device limits (reported by `query_device`, enforced by the provider's
+/// face).
+pub use uroce_provider::device::{MAX_CQE, MAX_INLINE, MAX_QP_WR, MAX_RD_ATOM, MAX_SGE};
 
 /// A configured device (not yet opened).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,22 +74,16 @@ impl Device {
     /// Opens the device: binds UDP 4791 on its address and starts its
     /// engine thread.
     pub fn open(&self) -> Result<Context> {
-        let keys = Arc::new(KeyTable::new());
-        let engine = Engine::start(self.cfg.ip, keys.clone())?;
-        let mtu = active_mtu(self.cfg.ip);
+        let face = face::Device::open(self.cfg.ip)?;
         if let Some(path) = capture_path_from_env(&self.cfg.name) {
-            engine.capture(Some(&path))?;
+            face.capture(Some(&path))?;
         }
         // QP1 and the connection manager's agent.
-        let cm = crate::cm::CmDevice::start(&engine, self.cfg.ip, self.guid())?;
+        let cm = crate::cm::CmDevice::start(&face, self.cfg.ip, self.guid())?;
         Ok(Context {
             inner: Arc::new(ContextInner {
                 device: self.clone(),
-                engine,
-                keys,
-                active_mtu: mtu,
-                next_pd: AtomicU32::new(1),
-                qpns: parking_lot::Mutex::new(HashSet::new()),
+                face,
                 cm,
             }),
         })
@@ -123,35 +112,9 @@ impl Device {
 
 pub(crate) struct ContextInner {
     pub device: Device,
-    pub engine: Engine,
-    pub keys: Arc<KeyTable>,
-    pub active_mtu: Mtu,
-    next_pd: AtomicU32,
-    qpns: parking_lot::Mutex<HashSet<u32>>,
+    /// The provider's face: engine, keys, limits, counters, events.
+    pub face: face::Device,
     pub cm: Arc<crate::cm::CmDevice>,
-}
-
-impl ContextInner {
-    pub fn limits(&self) -> ModifyLimits {
-        ModifyLimits {
-            max_rd_atom: MAX_RD_ATOM,
-            active_mtu: self.active_mtu,
-            privileged_qkey: false,
-        }
-    }
-    /// A random unused 24-bit QP number (never 0 or 1, the special QPs).
-    pub fn alloc_qpn(&self) -> u32 {
-        let mut used = self.qpns.lock();
-        loop {
-            let q = rand::random::<u32>() & 0xff_ffff;
-            if q > 1 && used.insert(q) {
-                return q;
-            }
-        }
-    }
-    pub fn free_qpn(&self, qpn: u32) {
-        self.qpns.lock().remove(&qpn);
-    }
 }
 
 /// An open device (`struct ibv_context`). Clones share it; the engine stops
@@ -285,7 +248,7 @@ impl Context {
         Ok(PortAttr {
             state: 4,
             max_mtu: Mtu::Mtu4096,
-            active_mtu: self.inner.active_mtu,
+            active_mtu: self.inner.face.active_mtu(),
             gid_tbl_len: GID_TABLE_LEN as u32,
             max_msg_sz: 1 << 31,
             pkey_tbl_len: 1,
@@ -316,7 +279,7 @@ impl Context {
     }
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
-        let id = self.inner.next_pd.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.face.alloc_pd();
         Ok(ProtectionDomain::new(self.clone(), id))
     }
     /// `ibv_create_cq` with at least `cqe` entries.
@@ -331,34 +294,31 @@ impl Context {
         cq_context: u64,
         channel: Option<&crate::CompChannel>,
     ) -> Result<CompletionQueue> {
-        if cqe == 0 || cqe > MAX_CQE {
-            return Err(Error::Invalid(format!("cqe {cqe}: must be 1..={MAX_CQE}")));
-        }
-        Ok(CompletionQueue::new(self.clone(), cqe, cq_context, channel))
+        CompletionQueue::new(self.clone(), cqe, cq_context, channel)
     }
     /// The batched I/O the device's engine uses (UDP GSO and GRO on or
     /// off).
-    pub fn io_path(&self) -> uroce_provider::engine::IoPath {
-        self.inner.engine.io_path()
+    pub fn io_path(&self) -> IoPath {
+        self.inner.face.io_path()
     }
     /// The device's counters (like rxe's hw_counters).
     pub fn counters(&self) -> CounterSnapshot {
-        self.inner.engine.counters().snapshot()
+        self.inner.face.counters()
     }
     /// Writes every packet this device sends and receives, as whole
     /// Ethernet/IP/UDP frames, to a pcap file (replacing a capture in
     /// progress). `UROCE_PCAP` does the same from the start.
     pub fn start_capture(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
-        Ok(self.inner.engine.capture(Some(path.as_ref()))?)
+        Ok(self.inner.face.capture(Some(path.as_ref()))?)
     }
     /// Stops capturing and closes the file.
     pub fn stop_capture(&self) -> Result<()> {
-        Ok(self.inner.engine.capture(None)?)
+        Ok(self.inner.face.capture(None)?)
     }
     /// Injects loss, duplication, corruption, delay and reordering into
     /// everything this device sends (`None`: a clean network). The
     /// environment variable `UROCE_FAULTS` does the same from the start.
-    pub fn set_faults(&self, faults: Option<uroce_provider::net::faults::Faults>) -> Result<()> {
-        Ok(self.inner.engine.set_faults(faults)?)
+    pub fn set_faults(&self, faults: Option<Faults>) -> Result<()> {
+        Ok(self.inner.face.set_faults(faults)?)
     }
 }

@@ -1,7 +1,6 @@
 //! The API's errors, with the errno verbs would return.
 
-use uroce_provider::engine::EngineError;
-use uroce_provider::transport::PostError;
+use uroce_provider::device::{DeviceError, EngineError};
 
 /// Result alias.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -88,11 +87,14 @@ impl From<EngineError> for Error {
     }
 }
 
-impl From<PostError> for Error {
-    fn from(e: PostError) -> Error {
+impl From<DeviceError> for Error {
+    fn from(e: DeviceError) -> Error {
         match e {
-            PostError::QueueFull => Error::NoMemory("work queue full"),
-            other => Error::Invalid(other.to_string()),
+            DeviceError::Invalid(m) => Error::Invalid(m),
+            DeviceError::NoMemory(m) => Error::NoMemory(m),
+            DeviceError::NotSupported(m) => Error::NotSupported(m),
+            DeviceError::Busy(m) => Error::Busy(m),
+            DeviceError::Engine(e) => e.into(),
         }
     }
 }

@@ -148,6 +148,6 @@ impl Context {
     }
 
     fn events(&self) -> &pe::AsyncEvents {
-        self.inner.engine.events()
+        self.inner.face.events()
     }
 }

@@ -3,11 +3,10 @@
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::qp::{QpInitAttr, QueuePair};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use uroce_provider::memory::{Backing, MemError, MrInner, MwBind, MwInner, MwType, PdId};
-use uroce_provider::types::{Access, SendFlags, SendWr, WrOpcode};
+use uroce_provider::memory::{MemError, MrInner, MwBind, MwInner, MwType, PdId};
+use uroce_provider::types::{Access, SendFlags, SendWr, Sge, WrOpcode};
 
 /// A protection domain (`struct ibv_pd`).
 #[derive(Debug)]
@@ -48,26 +47,6 @@ impl ProtectionDomain {
         }
     }
 
-    fn check_access(access: Access) -> Result<()> {
-        // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or remote atomic
-        // needs local write.
-        if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
-            && !access.contains(Access::LOCAL_WRITE)
-        {
-            return Err(Error::Invalid(
-                "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE".into(),
-            ));
-        }
-        // The kernel refuses a FLUSH access the device does not offer
-        // (EOPNOTSUPP): uroce has no persistent memory.
-        if access.contains(Access::FLUSH_PERSISTENT) {
-            return Err(Error::NotSupported(
-                "FLUSH_PERSISTENT: uroce has no persistent memory",
-            ));
-        }
-        Ok(())
-    }
-
     fn wrap(&self, inner: Arc<MrInner>) -> MemoryRegion {
         MemoryRegion {
             ctx: self.ctx.clone(),
@@ -80,19 +59,13 @@ impl ProtectionDomain {
     /// `ibv_reg_mr` over a buffer the region takes over, without copying
     /// it; [`MemoryRegion::dereg`] gives it back.
     pub fn reg_mr(&self, buf: Vec<u8>, access: Access) -> Result<MemoryRegion> {
-        Self::check_access(access)?;
-        Ok(self.wrap(self.ctx.inner.keys.register_vec(self.id, buf, access)))
+        let mr = self.ctx.inner.face.reg_vec(self.id, buf, access)?;
+        Ok(self.wrap(mr))
     }
 
     /// Allocates `len` zeroed page-aligned bytes and registers them.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
-        Self::check_access(access)?;
-        let mr = self
-            .ctx
-            .inner
-            .keys
-            .register_zeroed(self.id, len, access)
-            .ok_or(Error::NoMemory("memory allocation"))?;
+        let mr = self.ctx.inner.face.reg_zeroed(self.id, len, access)?;
         Ok(self.wrap(mr))
     }
 
@@ -109,15 +82,8 @@ impl ProtectionDomain {
         len: usize,
         access: Access,
     ) -> Result<MemoryRegion> {
-        Self::check_access(access)?;
-        let ptr = NonNull::new(addr).ok_or_else(|| Error::Invalid("null address".into()))?;
         // SAFETY: the caller's promise above.
-        let mr = unsafe {
-            self.ctx
-                .inner
-                .keys
-                .register(self.id, ptr, len, addr as u64, access, Backing::External)
-        };
+        let mr = unsafe { self.ctx.inner.face.reg_raw(self.id, addr, len, access)? };
         Ok(self.wrap(mr))
     }
 
@@ -126,7 +92,7 @@ impl ProtectionDomain {
     /// a BIND_MW work request ([`MemoryWindow::bind_wr`]) and invalidated
     /// with LOCAL_INV or a peer's SEND with Invalidate.
     pub fn alloc_mw(&self, kind: MwType) -> Result<MemoryWindow> {
-        let inner = self.ctx.inner.keys.alloc_mw(self.id, kind);
+        let inner = self.ctx.inner.face.alloc_mw(self.id, kind);
         Ok(MemoryWindow {
             ctx: self.ctx.clone(),
             rkey: AtomicU32::new(inner.rkey()),
@@ -209,36 +175,26 @@ impl MemoryRegion {
         addr: *mut u8,
         len: usize,
     ) -> Result<()> {
-        let ptr = NonNull::new(addr).ok_or_else(|| Error::Invalid("null address".into()))?;
         // SAFETY: the caller's promise above.
-        unsafe { self.rereg_with(pd, access, Some((ptr, len, addr as u64, Backing::External))) }
+        unsafe { self.rereg_with(pd, access, Some((addr, len))) }
     }
-    /// The checks and the re-registration both forms share.
+    /// The re-registration both forms share (the provider checks it).
     ///
     /// # Safety
-    /// As [`KeyTable::reregister`](uroce_provider::memory::KeyTable::reregister).
+    /// As [`uroce_provider::device::Device::rereg`].
     unsafe fn rereg_with(
         &mut self,
         pd: Option<&ProtectionDomain>,
         access: Option<Access>,
-        translation: Option<(NonNull<u8>, usize, u64, Backing)>,
+        memory: Option<(*mut u8, usize)>,
     ) -> Result<()> {
         let old = self.mr();
         let access = access.unwrap_or(old.access());
-        ProtectionDomain::check_access(access)?;
-        if old.bound_windows() > 0 {
-            return Err(Error::Busy("memory windows are bound to the region"));
-        }
         let pd_id = pd.map_or(old.pd(), |p| p.id);
         // SAFETY: forwarded contract. The old descriptor's owned memory
         // (if any) is freed when its last holder drops it; nothing
         // touches it any more.
-        let new = unsafe {
-            self.ctx
-                .inner
-                .keys
-                .reregister(old, pd_id, access, translation)
-        };
+        let new = unsafe { self.ctx.inner.face.rereg(old, pd_id, access, memory)? };
         self.inner = Some(new);
         if let Some(pd) = pd {
             self._pd = pd.users.clone();
@@ -286,8 +242,8 @@ impl MemoryRegion {
         self.mr().access()
     }
     /// An SGE covering `len` bytes at `offset`.
-    pub fn sge(&self, offset: usize, len: u32) -> uroce_provider::types::Sge {
-        uroce_provider::types::Sge {
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge {
             addr: self.addr() + offset as u64,
             length: len,
             lkey: self.lkey(),
@@ -340,7 +296,7 @@ impl MemoryRegion {
         let inner = self.inner.take()?;
         // Waits for copies in progress; none starts afterwards, even from
         // descriptors the engine still holds (messages in progress).
-        self.ctx.inner.keys.deregister(&inner);
+        self.ctx.inner.face.dereg(&inner);
         inner.take_vec().ok()
     }
 }
@@ -452,7 +408,7 @@ impl MemoryWindow {
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
-        self.ctx.inner.keys.dealloc_mw(&self.inner);
+        self.ctx.inner.face.dealloc_mw(&self.inner);
     }
 }
 

@@ -314,16 +314,23 @@ impl Engine {
     /// (completions, events, CM callbacks) may take.
     #[inline]
     pub fn post_kick(&self, qpn: u32) {
-        self.shared.ready.push(qpn);
+        // The QP goes straight to the driver when this thread takes it;
+        // only otherwise through the ready queue to the engine thread.
+        let mut marked = false;
         let sent = self.drive(|d, ready| {
             if d.ep.inflight() > QUIET_INFLIGHT {
                 return false;
             }
+            d.ep.mark(qpn);
+            marked = true;
             while let Some(q) = ready.pop() {
                 d.ep.mark(q);
             }
             d.transmit()
         });
+        if !marked {
+            self.shared.ready.push(qpn);
+        }
         if !sent {
             self.shared.doorbell.ring_if_sleeping();
         }
@@ -871,15 +878,10 @@ impl Driver {
             let Some(inj) = self.faults.as_mut() else {
                 break;
             };
-            let plan = inj.plan(t.len, 1);
-            for i in 0..plan.copies as usize {
-                let mut b = self.txbuf[..t.len].to_vec();
-                if let Some(bit) = plan.flip_bit {
-                    b[bit / 8] ^= 1 << (bit % 8);
-                }
+            for (delay, b) in inj.inject(&self.txbuf[..t.len], 1) {
                 self.delayed_seq += 1;
-                let due = now.plus(plan.delay_ns[i.min(1)]);
-                self.delayed.push(Reverse((due, self.delayed_seq, dst, b)));
+                self.delayed
+                    .push(Reverse((now.plus(delay), self.delayed_seq, dst, b)));
             }
         }
         any |= self.send_delayed();

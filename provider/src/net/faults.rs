@@ -159,8 +159,23 @@ impl FaultInjector {
     pub fn faults(&self) -> &Faults {
         &self.faults
     }
-    /// The plan for a packet of `len` bytes; `forced` overrides the random
-    /// loss/duplication decision (scripted faults).
+    /// Applies the faults to one packet: its copies as they reach the
+    /// wire, each with how long it is held back and its bytes (with the
+    /// flipped bit when corrupted); none when lost, two when duplicated.
+    /// `copies` is what a scripted decision left of the packet (0
+    /// dropped, 1, or 2 duplicated) before the random faults. The RNG is
+    /// drawn once per packet, in [`FaultInjector::plan`]'s order, so a
+    /// seeded run is the same under either driver.
+    pub fn inject<'a>(&mut self, bytes: &'a [u8], copies: u8) -> Copies<'a> {
+        Copies {
+            plan: self.plan(bytes.len(), copies),
+            bytes,
+            next: 0,
+        }
+    }
+
+    /// The plan for a packet of `len` bytes; `copies` is what a scripted
+    /// decision left of it (0, 1 or 2), before random loss/duplication.
     pub fn plan(&mut self, len: usize, mut copies: u8) -> Plan {
         let f = self.faults;
         if copies > 0 && f.loss > 0.0 && self.rng.random_bool(f.loss) {
@@ -188,6 +203,31 @@ impl FaultInjector {
     }
 }
 
+/// The copies of one packet [`FaultInjector::inject`] lets through:
+/// `(delay in ns, bytes)`, in order.
+#[derive(Debug)]
+pub struct Copies<'a> {
+    plan: Plan,
+    bytes: &'a [u8],
+    next: u8,
+}
+
+impl Iterator for Copies<'_> {
+    type Item = (u64, Vec<u8>);
+    fn next(&mut self) -> Option<(u64, Vec<u8>)> {
+        if self.next >= self.plan.copies {
+            return None;
+        }
+        let i = self.next as usize;
+        self.next += 1;
+        let mut b = self.bytes.to_vec();
+        if let Some(bit) = self.plan.flip_bit {
+            b[bit / 8] ^= 1 << (bit % 8);
+        }
+        Some((self.plan.delay_ns[i.min(1)], b))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,6 +249,28 @@ mod tests {
         assert!(Faults::parse("speed=1").is_err());
         assert!(Faults::parse("delay=fast").is_err());
         assert!(Faults::parse("").unwrap().is_none());
+    }
+
+    #[test]
+    fn inject_applies_the_plan() {
+        let f = Faults {
+            duplicate: 1.0,
+            corrupt: 1.0,
+            delay_ns: 10,
+            seed: 3,
+            ..Faults::default()
+        };
+        let pkt = [0u8; 16];
+        let plan = FaultInjector::new(f).plan(pkt.len(), 1);
+        let copies: Vec<_> = FaultInjector::new(f).inject(&pkt, 1).collect();
+        assert_eq!(copies.len(), 2);
+        let bit = plan.flip_bit.unwrap();
+        for (i, (delay, b)) in copies.iter().enumerate() {
+            assert_eq!(*delay, plan.delay_ns[i]);
+            assert_eq!(b[bit / 8], 1 << (bit % 8));
+            assert_eq!(b.iter().filter(|&&x| x != 0).count(), 1);
+        }
+        assert_eq!(FaultInjector::new(f).inject(&pkt, 0).count(), 0);
     }
 
     #[test]

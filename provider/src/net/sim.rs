@@ -365,16 +365,12 @@ impl SimNet {
                 Counters::inc(&self.counters.dropped_pkts);
             }
         }
-        let plan = match link.and_then(|l| l.faults.as_mut()) {
-            Some(inj) => inj.plan(bytes.len(), copies),
-            None => self.faults.plan(bytes.len(), copies),
+        let inj = match link.and_then(|l| l.faults.as_mut()) {
+            Some(inj) => inj,
+            None => &mut self.faults,
         };
-        for i in 0..plan.copies as usize {
-            let mut b = bytes.clone();
-            if let Some(bit) = plan.flip_bit {
-                b[bit / 8] ^= 1 << (bit % 8);
-            }
-            let mut delay = plan.delay_ns[i.min(1)] + queued_ns;
+        for (d, b) in inj.inject(&bytes, copies) {
+            let mut delay = d + queued_ns;
             if let Verdict::Delay(d) = verdict {
                 delay += d;
             }

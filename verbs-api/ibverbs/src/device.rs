@@ -227,7 +227,7 @@ fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut 
             }
             None => {
                 let c = dv.rust.open_shared().map_err(|e| errno(&e))?;
-                crate::post::make_blocking(c.async_fd());
+                crate::make_blocking(c.async_fd());
                 let h = Arc::new(Handles::default());
                 *open = Some((c.clone(), h.clone(), 1));
                 (c, h)
@@ -241,8 +241,8 @@ fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut 
     let mut v: verbs_context = unsafe { std::mem::zeroed() };
     v.query_port = Some(query_port_ex);
     v.query_device_ex = Some(query_device_ex);
-    v.create_cq_ex = Some(crate::objects::create_cq_ex);
-    v.create_qp_ex = Some(crate::objects::create_qp_ex);
+    v.create_cq_ex = Some(crate::cq::create_cq_ex);
+    v.create_qp_ex = Some(crate::qp::create_qp_ex);
     v.get_srq_num = Some(get_srq_num);
     v.sz = std::mem::size_of::<verbs_context>();
     v.context.device = d;
@@ -263,14 +263,14 @@ fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut 
     v.context.num_comp_vectors = 1;
     v.context.abi_compat = usize::MAX as *mut libc::c_void; // __VERBS_ABI_IS_EXTENDED
     let ops = &mut v.context.ops;
-    ops.poll_cq = Some(crate::post::poll_cq);
-    ops.req_notify_cq = Some(crate::post::req_notify_cq);
+    ops.poll_cq = Some(crate::cq::poll_cq);
+    ops.req_notify_cq = Some(crate::cq::req_notify_cq);
     ops.post_send = Some(crate::post::post_send);
     ops.post_recv = Some(crate::post::post_recv);
     ops.post_srq_recv = Some(crate::post::post_srq_recv);
-    ops.alloc_mw = Some(crate::objects::alloc_mw);
+    ops.alloc_mw = Some(crate::pd_mr::alloc_mw);
     ops.bind_mw = Some(crate::post::bind_mw);
-    ops.dealloc_mw = Some(crate::objects::dealloc_mw);
+    ops.dealloc_mw = Some(crate::pd_mr::dealloc_mw);
     let obj = Box::new(Ctx {
         v,
         inner: CtxInner {
@@ -303,7 +303,7 @@ pub(crate) fn cm_context(name: &str) -> Result<(*mut ibv_context, *mut ibv_pd), 
         .ok_or(libc::ENODEV)?;
     let c = open_device(*d as *mut ibv_device)?;
     // SAFETY: the context just opened.
-    let pd = unsafe { crate::objects::ibv_alloc_pd_impl(c) };
+    let pd = unsafe { crate::pd_mr::ibv_alloc_pd_impl(c) };
     if pd.is_null() {
         let e = crate::rdmacm::last_errno();
         let _ = close_device(c);
@@ -663,7 +663,7 @@ unsafe extern "C" fn ibv_get_pkey_index(c: *mut ibv_context, port: u8, pkey: u16
 unsafe extern "C" fn get_srq_num(s: *mut ibv_srq, num: *mut u32) -> c_int {
     errno_result(|| {
         // SAFETY: an SRQ from ibv_create_srq.
-        let q = unsafe { crate::objects::srq(s)? };
+        let q = unsafe { crate::srq::srq(s)? };
         if num.is_null() {
             return Err(libc::EINVAL);
         }
@@ -684,7 +684,7 @@ unsafe extern "C" fn ibv_get_async_event(c: *mut ibv_context, out: *mut ibv_asyn
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        let nonblock = crate::post::is_nonblocking(ctx.rust.async_fd());
+        let nonblock = crate::is_nonblocking(ctx.rust.async_fd());
         loop {
             let ev = if nonblock {
                 ctx.rust.try_get_async_event().map_err(|e| errno(&e))?

@@ -136,11 +136,14 @@ fn layouts_match_installed_rdma_cma_h() {
 fn every_node_of_the_map_file_is_declared() {
     let map = include_str!("../libibverbs.map");
     let all = [
+        crate::ah::EXPORTS,
         crate::compat::EXPORTS,
+        crate::cq::EXPORTS,
         crate::device::EXPORTS,
         crate::misc::EXPORTS,
-        crate::objects::EXPORTS,
-        crate::post::EXPORTS,
+        crate::pd_mr::EXPORTS,
+        crate::qp::EXPORTS,
+        crate::srq::EXPORTS,
         crate::rdmacm::EXPORTS,
         crate::rdmacm::qp::EXPORTS,
         crate::rdmacm::misc::EXPORTS,

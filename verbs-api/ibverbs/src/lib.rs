@@ -96,6 +96,31 @@ pub(crate) fn minus_one_result(f: impl FnOnce() -> Result<(), i32>) -> libc::c_i
     })
 }
 
+/// Clears `O_NONBLOCK` on an event descriptor uroce made (its eventfds
+/// start non-blocking). libibverbs hands programs blocking descriptors,
+/// and a program that wants `ibv_get_cq_event`/`ibv_get_async_event` not
+/// to block sets `O_NONBLOCK` itself, which [`is_nonblocking`] then sees.
+/// uroce's own waits poll before reading, and a blocking read with no
+/// event simply waits for the next one, which is what a blocking get
+/// wants.
+pub(crate) fn make_blocking(fd: libc::c_int) {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor this library owns.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl != -1 {
+            libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+        }
+    }
+}
+
+/// True if the program made the descriptor non-blocking.
+pub(crate) fn is_nonblocking(fd: libc::c_int) -> bool {
+    // SAFETY: F_GETFL on a descriptor reads its flags; a bad descriptor
+    // gives -1.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl != -1 && fl & libc::O_NONBLOCK != 0
+}
+
 /// Which symbol is exported at which version node (rdma-core's
 /// `libibverbs.map.in`). A `.symver name, name@@NODE` directive makes
 /// `NODE` the symbol's default version; the nodes themselves are declared
@@ -120,12 +145,19 @@ macro_rules! symbol_versions {
 }
 pub(crate) use symbol_versions;
 
+mod ah;
 mod compat;
+mod cq;
+mod cq_ex;
 mod device;
 mod misc;
 mod objects;
+mod pd_mr;
 mod post;
+mod qp;
+mod qp_ex;
 pub mod rdmacm;
+mod srq;
 
 #[cfg(test)]
 mod layout_test;

@@ -1,249 +1,42 @@
-//! The data path: the `ibv_context::ops` entries verbs.h's inline
-//! functions call (post send/recv, poll, arm), completion events, and the
-//! `ibv_cq_ex` / `ibv_qp_ex` function tables.
+//! Posting: the `ibv_context::ops` entries verbs.h's inline functions
+//! call to post work (`post_send`, `post_recv`, `post_srq_recv`,
+//! `bind_mw`), and the conversion of C work requests to uroce's. Each WR
+//! list is one post into the provider, whose rules (opcode per QP type,
+//! SGE and inline limits, UD destination and MTU) apply once; the C side
+//! only applies the SGE and inline rules early, before it reads a
+//! program's arrays.
 
+use crate::ah::ah;
 use crate::ffi::*;
-use crate::objects::{ah, cq, errno, qp, srq, Cq};
-use crate::{errno_result, guard, minus_one_result};
-use libc::{c_int, c_uint, c_void, size_t};
+use crate::objects::errno;
+use crate::qp::qp;
+use crate::srq::srq;
+use crate::{errno_result, guard};
+use libc::c_int;
 use uroce_verbs::provider::types::{InlineData, SgList};
-use uroce_verbs::{
-    QpCap, RecvWr, SendFlags, SendWr, Sge, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
-};
+use uroce_verbs::{QueuePair, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 
-crate::symbol_versions! {
-    "IBVERBS_1.1": [ibv_get_cq_event, ibv_ack_cq_events]
-}
-
-/// Clears `O_NONBLOCK` on an event descriptor uroce made (its eventfds
-/// start non-blocking). libibverbs hands programs blocking descriptors,
-/// and a program that wants `ibv_get_cq_event`/`ibv_get_async_event` not
-/// to block sets `O_NONBLOCK` itself, which [`is_nonblocking`] then sees.
-/// uroce's own waits poll before reading, and a blocking read with no
-/// event simply waits for the next one, which is what a blocking get
-/// wants.
-pub(crate) fn make_blocking(fd: c_int) {
-    // SAFETY: F_GETFL/F_SETFL on a descriptor this library owns.
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        if fl != -1 {
-            libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
-        }
-    }
-}
-
-/// True if the program made the descriptor non-blocking.
-pub(crate) fn is_nonblocking(fd: c_int) -> bool {
-    // SAFETY: F_GETFL on a descriptor reads its flags; a bad descriptor
-    // gives -1.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    fl != -1 && fl & libc::O_NONBLOCK != 0
-}
-
-// ---------------------------------------------------------------- WCs
-
-fn wc_to_c(w: &Wc) -> ibv_wc {
-    let imm = if w.wc_flags.contains(WcFlags::WITH_INV) {
-        w.invalidated_rkey
-    } else {
-        // ibv_wc::imm_data is in network byte order.
-        w.imm_data.to_be()
-    };
-    ibv_wc {
-        wr_id: w.wr_id,
-        status: w.status as c_int,
-        opcode: w.opcode as c_int,
-        vendor_err: w.vendor_err,
-        byte_len: w.byte_len,
-        imm_data: imm,
-        qp_num: w.qp_num,
-        src_qp: w.src_qp,
-        wc_flags: w.wc_flags.bits(),
-        pkey_index: w.pkey_index,
-        slid: w.slid,
-        sl: w.sl,
-        dlid_path_bits: w.dlid_path_bits,
-    }
-}
-
-fn status_of(v: c_int) -> WcStatus {
-    use WcStatus::*;
-    const ALL: [WcStatus; 22] = [
-        Success,
-        LocLenErr,
-        LocQpOpErr,
-        LocEecOpErr,
-        LocProtErr,
-        WrFlushErr,
-        MwBindErr,
-        BadRespErr,
-        LocAccessErr,
-        RemInvReqErr,
-        RemAccessErr,
-        RemOpErr,
-        RetryExcErr,
-        RnrRetryExcErr,
-        LocRddViolErr,
-        RemInvRdReqErr,
-        RemAbortErr,
-        InvEecnErr,
-        InvEecStateErr,
-        FatalErr,
-        RespTimeoutErr,
-        GeneralErr,
-    ];
-    usize::try_from(v)
-        .ok()
-        .and_then(|i| ALL.get(i))
-        .copied()
-        .unwrap_or(GeneralErr)
-}
-
-fn wc_opcode_of(v: c_int) -> WcOpcode {
-    use WcOpcode::*;
-    match v {
-        0 => Send,
-        1 => RdmaWrite,
-        2 => RdmaRead,
-        3 => CompSwap,
-        4 => FetchAdd,
-        5 => BindMw,
-        6 => LocalInv,
-        8 => Flush,
-        9 => AtomicWrite,
-        129 => RecvRdmaWithImm,
-        _ => Recv,
-    }
-}
-
-/// A C completion as uroce's (for `ibv_create_ah_from_wc`).
-pub(crate) fn wc_from_c(c: &ibv_wc) -> Wc {
-    let mut w = Wc::new(
-        c.wr_id,
-        status_of(c.status),
-        wc_opcode_of(c.opcode),
-        c.qp_num,
-    );
-    w.vendor_err = c.vendor_err;
-    w.byte_len = c.byte_len;
-    w.wc_flags = WcFlags::from_bits_truncate(c.wc_flags);
-    if w.wc_flags.contains(WcFlags::WITH_INV) {
-        w.invalidated_rkey = c.imm_data;
-    } else {
-        w.imm_data = u32::from_be(c.imm_data);
-    }
-    w.src_qp = c.src_qp;
-    w.pkey_index = c.pkey_index;
-    w.slid = c.slid;
-    w.sl = c.sl;
-    w.dlid_path_bits = c.dlid_path_bits;
-    w
-}
-
-/// `ops.poll_cq`: up to `n` completions into `wc`; negative on error (a
-/// CQ that overflowed).
-pub(crate) unsafe extern "C" fn poll_cq(c: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    guard(-1, || {
-        // SAFETY: a CQ from this library (the caller's contract).
-        let Ok(q) = (unsafe { cq(c) }) else { return -1 };
-        let Ok(n) = usize::try_from(n) else { return -1 };
-        if n == 0 {
-            return 0;
-        }
-        if wc.is_null() {
-            return -1;
-        }
-        let mut buf = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 16];
-        let mut done = 0;
-        while done < n {
-            let want = (n - done).min(buf.len());
-            let got = match q.rust.poll(&mut buf[..want]) {
-                Ok(g) => g,
-                Err(_) if done == 0 => return -1,
-                Err(_) => break,
-            };
-            for w in &buf[..got] {
-                // SAFETY: the caller's array holds n entries; done < n.
-                unsafe { wc.add(done).write(wc_to_c(w)) };
-                done += 1;
-            }
-            if got < want {
-                break;
-            }
-        }
-        done as c_int
-    })
-}
-
-/// `ops.req_notify_cq`.
-pub(crate) unsafe extern "C" fn req_notify_cq(c: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    errno_result(|| {
-        // SAFETY: a CQ from this library.
-        let q = unsafe { cq(c)? };
-        q.rust
-            .req_notify(solicited_only != 0)
-            .map_err(|e| errno(&e))
-    })
-}
-
-#[no_mangle]
-unsafe extern "C" fn ibv_get_cq_event(
-    ch: *mut ibv_comp_channel,
-    out_cq: *mut *mut ibv_cq,
-    out_ctx: *mut *mut c_void,
-) -> c_int {
-    minus_one_result(|| {
-        // SAFETY: a channel from ibv_create_comp_channel.
-        let chan = unsafe { crate::objects::chan(ch)? };
-        if out_cq.is_null() || out_ctx.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let ev = if is_nonblocking(chan.rust.fd()) {
-            chan.rust.try_get_cq_event().map_err(|e| errno(&e))?
-        } else {
-            chan.rust.get_cq_event().map_err(|e| errno(&e))?
-        };
-        // The uroce CQ's cq_context is the C object's address.
-        let p = ev.cq_context() as usize as *mut Cq;
-        // SAFETY: the CQ is live (uroce skips events of dropped CQs, and
-        // ibv_destroy_cq refuses while events are unacknowledged); the
-        // caller's out-parameters.
-        unsafe {
-            *out_cq = p.cast();
-            *out_ctx = (*p).c.cq_context;
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-unsafe extern "C" fn ibv_ack_cq_events(c: *mut ibv_cq, n: c_uint) {
-    guard((), || {
-        // SAFETY: a CQ from this library.
-        if let Ok(q) = unsafe { cq(c) } {
-            q.rust.ack_events(n);
-        }
-    })
-}
-
-// ---------------------------------------------------------------- posting
-
-/// A C scatter/gather list as uroce's. `n` is checked against `max` (the
-/// queue's max_sge) before the list is touched, as rxe's provider does: a
-/// careless count is EINVAL, not a read past the caller's array. A NULL
-/// list with a count is EINVAL too.
+/// A C scatter/gather list of `n` elements as uroce's. `admit` is the
+/// queue's SGE count rule (the provider's, the one posting applies too):
+/// it runs before the list is touched, as rxe's provider checks the count,
+/// so a careless count is refused, not a read past the caller's array. A
+/// NULL list with a count is EINVAL.
 ///
 /// # Safety
-/// `sg` points to `n` elements when `0 < n <= max`.
-unsafe fn sg_list(sg: *const ibv_sge, n: c_int, max: u32) -> Result<SgList, i32> {
-    let n = usize::try_from(n).map_err(|_| libc::EINVAL)?;
+/// `sg` points to `n` elements when `n > 0` and `admit(n)` accepts.
+pub(crate) unsafe fn sg_list(
+    sg: *const ibv_sge,
+    n: usize,
+    admit: impl FnOnce(usize) -> Result<(), i32>,
+) -> Result<SgList, i32> {
     if n == 0 {
         return Ok(SgList::new());
     }
-    if n > max as usize || sg.is_null() {
+    admit(n)?;
+    if sg.is_null() {
         return Err(libc::EINVAL);
     }
-    // SAFETY: the caller's promise, for a count within the queue's limit.
+    // SAFETY: the caller's promise, for a count the queue admits.
     let s = unsafe { std::slice::from_raw_parts(sg, n) };
     Ok(s.iter()
         .map(|e| Sge {
@@ -254,21 +47,27 @@ unsafe fn sg_list(sg: *const ibv_sge, n: c_int, max: u32) -> Result<SgList, i32>
         .collect())
 }
 
-/// The bytes of an inline send, copied now from the program's memory,
-/// after their total is checked against the QP's `max_inline` (EINVAL, as
-/// rdma-core's providers answer). Zero-length elements are skipped (a
-/// NULL address with length 0 is no slice); a NULL address with a length
-/// is EINVAL.
+/// A C WR's `num_sge` as a count (negative: EINVAL).
+fn count(num_sge: c_int) -> Result<usize, i32> {
+    usize::try_from(num_sge).map_err(|_| libc::EINVAL)
+}
+
+/// The total length of an inline send's buffers (what the QP's inline
+/// rule is checked against before anything is copied).
+fn inline_len(list: &[Sge]) -> usize {
+    list.iter().map(|s| s.length as usize).sum()
+}
+
+/// The bytes of an inline send, copied now from the program's memory
+/// (its length already admitted by the QP's inline rule). Zero-length
+/// elements are skipped (a NULL address with length 0 is no slice); a
+/// NULL address with a length is EINVAL.
 ///
 /// # Safety
 /// Each element with a non-zero length addresses `length` readable bytes
 /// (ibv_post_send's contract for IBV_SEND_INLINE: addresses, not keys,
 /// count).
-unsafe fn gather_inline(list: &[Sge], max_inline: u32) -> Result<InlineData, i32> {
-    let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
-    if total > u64::from(max_inline) {
-        return Err(libc::EINVAL);
-    }
+pub(crate) unsafe fn gather_inline(list: &[Sge]) -> Result<InlineData, i32> {
     let mut d = InlineData::new();
     for s in list.iter().filter(|s| s.length > 0) {
         if s.addr == 0 {
@@ -303,16 +102,22 @@ fn wr_opcode_of(v: c_int) -> Result<WrOpcode, i32> {
 ///
 /// # Safety
 /// `w` is a valid WR whose pointers are valid (the caller's contract).
-unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, cap: &QpCap) -> Result<SendWr, i32> {
+unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, q: &QueuePair) -> Result<SendWr, i32> {
     let op = wr_opcode_of(w.opcode)?;
     let mut s = SendWr::new(w.wr_id, op);
     // IBV_SEND_IP_CSUM (16) has no meaning here; ignore it as rxe does.
     s.flags = SendFlags::from_bits_truncate(w.send_flags);
     // SAFETY: the WR's list (caller's contract).
-    s.sg_list = unsafe { sg_list(w.sg_list, w.num_sge, cap.max_send_sge)? };
+    s.sg_list = unsafe {
+        sg_list(w.sg_list, count(w.num_sge)?, |n| {
+            q.check_send_sges(n).map_err(|e| errno(&e))
+        })?
+    };
     if s.flags.contains(SendFlags::INLINE) {
+        q.check_inline(inline_len(&s.sg_list))
+            .map_err(|e| errno(&e))?;
         // SAFETY: as above.
-        s.inline_data = unsafe { gather_inline(&s.sg_list, cap.max_inline_data)? };
+        s.inline_data = unsafe { gather_inline(&s.sg_list)? };
     }
     match op {
         WrOpcode::SendWithInv | WrOpcode::LocalInv => s.invalidate_rkey = w.imm_data,
@@ -374,13 +179,12 @@ pub(crate) unsafe extern "C" fn post_send(
         }
         // SAFETY: the QP's C half.
         let ud = unsafe { (*p).qp_type } == 4;
-        let cap = q.rust.cap();
         let mut ptrs = Vec::new();
         let mut wrs = Vec::new();
         let mut failed = None;
         while !wr.is_null() {
             // SAFETY: the caller's WR list.
-            match unsafe { send_wr_of(&*wr, ud, &cap) } {
+            match unsafe { send_wr_of(&*wr, ud, &q.rust) } {
                 Ok(s) => {
                     wrs.push(s);
                     ptrs.push(wr);
@@ -415,7 +219,7 @@ pub(crate) unsafe extern "C" fn post_send(
 /// The list is valid (the caller's contract).
 unsafe fn recv_wrs(
     mut wr: *mut ibv_recv_wr,
-    max_sge: u32,
+    admit: impl Fn(usize) -> Result<(), i32>,
 ) -> (
     Vec<RecvWr>,
     Vec<*mut ibv_recv_wr>,
@@ -426,7 +230,7 @@ unsafe fn recv_wrs(
         // SAFETY: the caller's promise.
         let w = unsafe { &*wr };
         // SAFETY: as above.
-        match unsafe { sg_list(w.sg_list, w.num_sge, max_sge) } {
+        match count(w.num_sge).and_then(|n| unsafe { sg_list(w.sg_list, n, &admit) }) {
             Ok(sg_list) => {
                 wrs.push(RecvWr {
                     wr_id: w.wr_id,
@@ -462,23 +266,23 @@ fn finish_recv(
     e
 }
 
-/// Converts a C receive WR list (at most `max_sge` SGEs each) and posts
-/// what converted with `post`; the first failure goes to `*bad`. A NULL
-/// list is EINVAL.
+/// Converts a C receive WR list (each SGE count admitted by `admit`, the
+/// queue's rule) and posts what converted with `post`; the first failure
+/// goes to `*bad`. A NULL list is EINVAL.
 ///
 /// # Safety
 /// The list is valid (the caller's contract).
 unsafe fn post_recv_list(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
-    max_sge: u32,
+    admit: impl Fn(usize) -> Result<(), i32>,
     post: impl FnOnce(&[RecvWr]) -> Result<(), (usize, uroce_verbs::Error)>,
 ) -> c_int {
     if wr.is_null() {
         return finish_recv(Ok(()), &[], Some((wr, libc::EINVAL)), bad);
     }
     // SAFETY: the caller's promise.
-    let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, max_sge) };
+    let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, admit) };
     let posted = if wrs.is_empty() { Ok(()) } else { post(&wrs) };
     finish_recv(posted, &ptrs, failed, bad)
 }
@@ -496,7 +300,14 @@ pub(crate) unsafe extern "C" fn post_recv(
             Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
         };
         // SAFETY: the caller's list.
-        unsafe { post_recv_list(wr, bad, q.rust.cap().max_recv_sge, |w| q.rust.post_recv(w)) }
+        unsafe {
+            post_recv_list(
+                wr,
+                bad,
+                |n| q.rust.check_recv_sges(n).map_err(|e| errno(&e)),
+                |w| q.rust.post_recv(w),
+            )
+        }
     })
 }
 
@@ -513,195 +324,18 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
             Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
         };
         // SAFETY: the caller's list.
-        unsafe { post_recv_list(wr, bad, q.rust.query().max_sge, |w| q.rust.post_recv(w)) }
-    })
-}
-
-// ---------------------------------------------------------------- ibv_cq_ex
-
-/// Takes the next completion into the CQ's current slot and the
-/// `status`/`wr_id` fields the program reads directly.
-fn advance(c: *mut ibv_cq_ex) -> c_int {
-    guard(libc::EIO, || {
-        // SAFETY: every uroce CQ is an ibv_cq_ex made by this library.
-        let Ok(q) = (unsafe { cq(c.cast()) }) else {
-            return libc::EINVAL;
-        };
-        match q.rust.poll_one() {
-            Some(w) => {
-                // SAFETY: the C half of a live CQ, which the polling thread
-                // owns between start_poll and end_poll.
-                unsafe {
-                    (*c).status = w.status as c_int;
-                    (*c).wr_id = w.wr_id;
-                }
-                *q.cur.lock() = w;
-                0
-            }
-            None => {
-                if q.rust.overflowed() {
-                    return libc::EIO;
-                }
-                q.rust.progress();
-                libc::ENOENT
-            }
+        unsafe {
+            post_recv_list(
+                wr,
+                bad,
+                |n| q.rust.check_sges(n).map_err(|e| errno(&e)),
+                |w| q.rust.post_recv(w),
+            )
         }
     })
 }
 
-pub(crate) unsafe extern "C" fn start_poll(
-    c: *mut ibv_cq_ex,
-    _attr: *mut ibv_poll_cq_attr,
-) -> c_int {
-    advance(c)
-}
-pub(crate) unsafe extern "C" fn next_poll(c: *mut ibv_cq_ex) -> c_int {
-    advance(c)
-}
-pub(crate) unsafe extern "C" fn end_poll(_c: *mut ibv_cq_ex) {}
-
-fn cur<T: Default>(c: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> T) -> T {
-    guard(T::default(), || {
-        // SAFETY: a CQ made by this library.
-        match unsafe { cq(c.cast()) } {
-            Ok(q) => f(&q.cur.lock()),
-            Err(_) => T::default(),
-        }
-    })
-}
-
-pub(crate) unsafe extern "C" fn read_opcode(c: *mut ibv_cq_ex) -> c_int {
-    cur(c, |w| w.opcode as c_int)
-}
-pub(crate) unsafe extern "C" fn read_vendor_err(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.vendor_err)
-}
-pub(crate) unsafe extern "C" fn read_byte_len(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.byte_len)
-}
-pub(crate) unsafe extern "C" fn read_imm_data(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| wc_to_c(w).imm_data)
-}
-pub(crate) unsafe extern "C" fn read_qp_num(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.qp_num)
-}
-pub(crate) unsafe extern "C" fn read_src_qp(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.src_qp)
-}
-pub(crate) unsafe extern "C" fn read_wc_flags(c: *mut ibv_cq_ex) -> c_uint {
-    cur(c, |w| w.wc_flags.bits())
-}
-pub(crate) unsafe extern "C" fn read_slid(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.slid as u32)
-}
-pub(crate) unsafe extern "C" fn read_sl(c: *mut ibv_cq_ex) -> u8 {
-    cur(c, |w| w.sl)
-}
-pub(crate) unsafe extern "C" fn read_dlid_path_bits(c: *mut ibv_cq_ex) -> u8 {
-    cur(c, |w| w.dlid_path_bits)
-}
-/// No completion timestamps: 0.
-pub(crate) unsafe extern "C" fn read_completion_ts(_c: *mut ibv_cq_ex) -> u64 {
-    0
-}
-pub(crate) unsafe extern "C" fn read_cvlan(_c: *mut ibv_cq_ex) -> u16 {
-    0
-}
-pub(crate) unsafe extern "C" fn read_flow_tag(_c: *mut ibv_cq_ex) -> u32 {
-    0
-}
-/// `ibv_wc_read_tm_info`: uroce has no tag matching; a zeroed
-/// `ibv_wc_tm_info` (tag, priv), as for a completion without it.
-pub(crate) unsafe extern "C" fn read_tm_info(_c: *mut ibv_cq_ex, info: *mut c_void) {
-    if !info.is_null() {
-        // SAFETY: the caller's `struct ibv_wc_tm_info` (16 bytes: u64, u32
-        // and padding).
-        unsafe { std::ptr::write_bytes(info.cast::<u8>(), 0, 16) };
-    }
-}
-
-// ---------------------------------------------------------------- ibv_qp_ex
-
-/// Runs `f` on the QP's batch, with the QP's capabilities; errors are
-/// kept for `ibv_wr_complete`.
-fn with_batch(
-    p: *mut ibv_qp_ex,
-    f: impl FnOnce(&mut Vec<SendWr>, *mut ibv_qp_ex, &QpCap) -> Result<(), i32>,
-) {
-    guard((), || {
-        // SAFETY: a QP made by this library.
-        let Ok(q) = (unsafe { qp(p.cast()) }) else {
-            return;
-        };
-        let cap = q.rust.cap();
-        let mut b = q.batch.lock();
-        let (wrs, err) = &mut *b;
-        if let Err(e) = f(wrs, p, &cap) {
-            if *err == 0 {
-                *err = e;
-            }
-        }
-    })
-}
-
-/// Starts a WR with the `wr_id` and `wr_flags` the program set on the
-/// `ibv_qp_ex`.
-fn new_wr(p: *mut ibv_qp_ex, op: WrOpcode, set: impl FnOnce(&mut SendWr)) {
-    with_batch(p, |wrs, p, _| {
-        // SAFETY: the C half of a live QP, owned by the posting thread.
-        let (id, flags) = unsafe { ((*p).wr_id, (*p).wr_flags) };
-        let mut w = SendWr::new(id, op);
-        w.flags = SendFlags::from_bits_truncate(flags);
-        set(&mut w);
-        wrs.push(w);
-        Ok(())
-    })
-}
-
-/// Edits the WR started last (given the QP's capabilities).
-fn last_wr(p: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr, &QpCap) -> Result<(), i32>) {
-    with_batch(p, |wrs, _, cap| f(wrs.last_mut().ok_or(libc::EINVAL)?, cap))
-}
-
-pub(crate) unsafe extern "C" fn wr_start(p: *mut ibv_qp_ex) {
-    with_batch(p, |wrs, _, _| {
-        wrs.clear();
-        Ok(())
-    });
-    guard((), || {
-        // SAFETY: a QP made by this library.
-        if let Ok(q) = unsafe { qp(p.cast()) } {
-            q.batch.lock().1 = 0;
-        }
-    })
-}
-
-pub(crate) unsafe extern "C" fn wr_complete(p: *mut ibv_qp_ex) -> c_int {
-    guard(libc::EIO, || {
-        // SAFETY: a QP made by this library.
-        let q = match unsafe { qp(p.cast()) } {
-            Ok(q) => q,
-            Err(e) => return e,
-        };
-        let (wrs, err) = std::mem::take(&mut *q.batch.lock());
-        if err != 0 {
-            return err;
-        }
-        match q.rust.post_send(&wrs) {
-            Ok(()) => 0,
-            Err((_, e)) => errno(&e),
-        }
-    })
-}
-
-pub(crate) unsafe extern "C" fn wr_abort(p: *mut ibv_qp_ex) {
-    guard((), || {
-        // SAFETY: a QP made by this library.
-        if let Ok(q) = unsafe { qp(p.cast()) } {
-            *q.batch.lock() = (Vec::new(), 0);
-        }
-    })
-}
+// ---------------------------------------------------------------- memory windows
 
 /// A bind request from the C terms: window, new key, bind info. The
 /// window access may name remote read/write/atomic (and local write,
@@ -717,7 +351,7 @@ pub(crate) unsafe fn bind_request(
     info: &ibv_mw_bind_info,
 ) -> Result<uroce_verbs::provider::memory::MwBind, i32> {
     // SAFETY: the caller's promise.
-    let m = unsafe { crate::objects::mw(mw)? };
+    let m = unsafe { crate::pd_mr::mw(mw)? };
     let acc = uroce_verbs::Access::from_bits(info.mw_access_flags & 0xf).ok_or(libc::EINVAL)?;
     if info.mw_access_flags & !0xf != 0 {
         return Err(libc::EINVAL);
@@ -758,265 +392,9 @@ pub(crate) unsafe extern "C" fn bind_mw(
         wr.bind = Some(unsafe { bind_request(mw, new_rkey, &b.bind_info)? });
         q.rust
             .post_send(std::slice::from_ref(&wr))
-            .map_err(|(_, e)| crate::objects::errno(&e))?;
+            .map_err(|(_, e)| errno(&e))?;
         // SAFETY: a live window.
         unsafe { (*mw).rkey = new_rkey };
-        Ok(())
-    })
-}
-
-/// `ibv_wr_bind_mw`: a BIND_MW work request in the batch.
-pub(crate) unsafe extern "C" fn wr_bind_mw(
-    p: *mut ibv_qp_ex,
-    mw: *mut ibv_mw,
-    rkey: u32,
-    info: *const ibv_mw_bind_info,
-) {
-    with_batch(p, |wrs, p, _| {
-        if info.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's window and bind info.
-        let b = unsafe { bind_request(mw, rkey, &*info)? };
-        // SAFETY: the C half of a live QP, owned by the posting thread.
-        let (id, flags) = unsafe { ((*p).wr_id, (*p).wr_flags) };
-        let mut w = SendWr::new(id, WrOpcode::BindMw);
-        w.flags = SendFlags::from_bits_truncate(flags);
-        w.bind = Some(b);
-        wrs.push(w);
-        Ok(())
-    })
-}
-
-/// `ibv_wr_send_tso`: an operation uroce does not have (a QP asking for
-/// it at creation is refused).
-/// Called anyway, they fail the batch: `ibv_wr_complete` returns
-/// EOPNOTSUPP and posts nothing, the way providers report errors of the
-/// `ibv_wr_*` API.
-fn unsupported(p: *mut ibv_qp_ex) {
-    with_batch(p, |_, _, _| Err(libc::EOPNOTSUPP))
-}
-pub(crate) unsafe extern "C" fn wr_send_tso(
-    p: *mut ibv_qp_ex,
-    _hdr: *mut c_void,
-    _sz: u16,
-    _mss: u16,
-) {
-    unsupported(p)
-}
-/// `ibv_wr_atomic_write`: the 8 bytes at `wr` are copied now and land at
-/// the remote address as one aligned store.
-pub(crate) unsafe extern "C" fn wr_atomic_write(
-    p: *mut ibv_qp_ex,
-    rkey: u32,
-    addr: u64,
-    wr: *const c_void,
-) {
-    with_batch(p, |wrs, p, _| {
-        if wr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's 8 bytes (ibv_wr_atomic_write's contract).
-        let bytes = unsafe { wr.cast::<[u8; 8]>().read_unaligned() };
-        // SAFETY: the C half of a live QP, owned by the posting thread.
-        let (id, flags) = unsafe { ((*p).wr_id, (*p).wr_flags) };
-        let mut w = SendWr::atomic_write(id, addr, rkey, bytes);
-        w.flags = SendFlags::from_bits_truncate(flags);
-        wrs.push(w);
-        Ok(())
-    })
-}
-
-/// `ibv_wr_flush` (rdma-core 45; the slot after `wr_atomic_write`):
-/// `len` bytes at `addr` (or the whole region, level
-/// `IBV_FLUSH_MR`) made visible (type `IBV_FLUSH_GLOBAL`) before the
-/// completion. RETH lengths are 32 bits: a longer range is EINVAL.
-pub(crate) unsafe extern "C" fn wr_flush(
-    p: *mut ibv_qp_ex,
-    rkey: u32,
-    addr: u64,
-    len: usize,
-    kind: u8,
-    level: u8,
-) {
-    with_batch(p, |wrs, p, _| {
-        let len = u32::try_from(len).map_err(|_| libc::EINVAL)?;
-        // SAFETY: the C half of a live QP, owned by the posting thread.
-        let (id, flags) = unsafe { ((*p).wr_id, (*p).wr_flags) };
-        let mut w = SendWr::flush(id, addr, rkey, len, kind, level);
-        w.flags = SendFlags::from_bits_truncate(flags);
-        wrs.push(w);
-        Ok(())
-    })
-}
-
-pub(crate) unsafe extern "C" fn wr_send(p: *mut ibv_qp_ex) {
-    new_wr(p, WrOpcode::Send, |_| {})
-}
-pub(crate) unsafe extern "C" fn wr_send_imm(p: *mut ibv_qp_ex, imm: u32) {
-    new_wr(p, WrOpcode::SendWithImm, |w| w.imm_data = u32::from_be(imm))
-}
-pub(crate) unsafe extern "C" fn wr_send_inv(p: *mut ibv_qp_ex, rkey: u32) {
-    new_wr(p, WrOpcode::SendWithInv, |w| w.invalidate_rkey = rkey)
-}
-pub(crate) unsafe extern "C" fn wr_local_inv(p: *mut ibv_qp_ex, rkey: u32) {
-    new_wr(p, WrOpcode::LocalInv, |w| w.invalidate_rkey = rkey)
-}
-pub(crate) unsafe extern "C" fn wr_rdma_write(p: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    new_wr(p, WrOpcode::RdmaWrite, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-    })
-}
-pub(crate) unsafe extern "C" fn wr_rdma_write_imm(
-    p: *mut ibv_qp_ex,
-    rkey: u32,
-    addr: u64,
-    imm: u32,
-) {
-    new_wr(p, WrOpcode::RdmaWriteWithImm, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.imm_data = u32::from_be(imm);
-    })
-}
-pub(crate) unsafe extern "C" fn wr_rdma_read(p: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    new_wr(p, WrOpcode::RdmaRead, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-    })
-}
-pub(crate) unsafe extern "C" fn wr_atomic_cmp_swp(
-    p: *mut ibv_qp_ex,
-    rkey: u32,
-    addr: u64,
-    cmp: u64,
-    swap: u64,
-) {
-    new_wr(p, WrOpcode::AtomicCmpAndSwp, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.compare_add = cmp;
-        w.swap = swap;
-    })
-}
-pub(crate) unsafe extern "C" fn wr_atomic_fetch_add(
-    p: *mut ibv_qp_ex,
-    rkey: u32,
-    addr: u64,
-    add: u64,
-) {
-    new_wr(p, WrOpcode::AtomicFetchAndAdd, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.compare_add = add;
-    })
-}
-pub(crate) unsafe extern "C" fn wr_set_ud_addr(
-    p: *mut ibv_qp_ex,
-    a: *mut ibv_ah,
-    qpn: u32,
-    qkey: u32,
-) {
-    last_wr(p, |w, _| {
-        // SAFETY: an AH made by this library.
-        let a = unsafe { ah(a)? };
-        w.ud = Some(a.rust.ud_dest(qpn, qkey));
-        Ok(())
-    })
-}
-/// XRC is not supported.
-pub(crate) unsafe extern "C" fn wr_set_xrc_srqn(p: *mut ibv_qp_ex, _srqn: u32) {
-    last_wr(p, |_, _| Err(libc::EOPNOTSUPP))
-}
-pub(crate) unsafe extern "C" fn wr_set_sge(p: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    last_wr(p, |w, _| {
-        w.sg_list = SgList::from_slice(&[Sge { addr, length, lkey }]);
-        Ok(())
-    })
-}
-/// rxe's provider refuses a list longer than the QP's max_send_sge with
-/// ENOSPC (reported by `ibv_wr_complete`); the count is checked before the
-/// list is read.
-pub(crate) unsafe extern "C" fn wr_set_sge_list(p: *mut ibv_qp_ex, n: size_t, sg: *const ibv_sge) {
-    last_wr(p, |w, cap| {
-        if n > cap.max_send_sge as usize {
-            return Err(libc::ENOSPC);
-        }
-        let n = c_int::try_from(n).map_err(|_| libc::EINVAL)?;
-        // SAFETY: the caller's array of n elements, a count within the
-        // QP's max_send_sge (sg_list refuses NULL with a count).
-        w.sg_list = unsafe { sg_list(sg, n, cap.max_send_sge)? };
-        Ok(())
-    })
-}
-
-/// Inline data longer than the QP's max_inline_data is ENOSPC, as rxe's
-/// provider answers, found before anything is copied.
-pub(crate) unsafe extern "C" fn wr_set_inline_data(
-    p: *mut ibv_qp_ex,
-    addr: *mut c_void,
-    len: size_t,
-) {
-    last_wr(p, |w, cap| {
-        if len > cap.max_inline_data as usize {
-            return Err(libc::ENOSPC);
-        }
-        let len = u32::try_from(len).map_err(|_| libc::EINVAL)?;
-        w.flags |= SendFlags::INLINE;
-        // SAFETY: the caller's buffer of len bytes (gather_inline refuses
-        // NULL with a length).
-        w.inline_data = unsafe {
-            gather_inline(
-                &[Sge {
-                    addr: addr as u64,
-                    length: len,
-                    lkey: 0,
-                }],
-                cap.max_inline_data,
-            )?
-        };
-        Ok(())
-    })
-}
-
-/// As rxe's provider: the buffers are read one by one, and the list is
-/// ENOSPC as soon as their total passes the QP's max_inline_data (so
-/// nothing past that buffer is read, and no slice of `n` elements is
-/// formed from a count that may be careless). Zero-length buffers count
-/// for nothing, as there.
-pub(crate) unsafe extern "C" fn wr_set_inline_data_list(
-    p: *mut ibv_qp_ex,
-    n: size_t,
-    bufs: *const ibv_data_buf,
-) {
-    last_wr(p, |w, cap| {
-        if n > 0 && bufs.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let mut sges = Vec::new();
-        let mut total: usize = 0;
-        for i in 0..n {
-            // SAFETY: the caller's array of n buffers (non-null when n > 0),
-            // i < n; read_unaligned, so a misaligned pointer is no UB here.
-            let b = unsafe { bufs.add(i).read_unaligned() };
-            total = total.checked_add(b.length).ok_or(libc::ENOSPC)?;
-            if total > cap.max_inline_data as usize {
-                return Err(libc::ENOSPC);
-            }
-            if b.length > 0 {
-                sges.push(Sge {
-                    addr: b.addr as u64,
-                    // Within max_inline_data, so within u32.
-                    length: b.length as u32,
-                    lkey: 0,
-                });
-            }
-        }
-        w.flags |= SendFlags::INLINE;
-        // SAFETY: each buffer is readable for its length (the caller's
-        // contract); the total is within the QP's max_inline_data.
-        w.inline_data = unsafe { gather_inline(&sges, cap.max_inline_data)? };
         Ok(())
     })
 }

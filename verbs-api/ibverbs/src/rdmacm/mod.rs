@@ -103,7 +103,7 @@ fn new_channel(blocking: bool) -> Result<*mut rdma_event_channel, i32> {
     let rust = EventChannel::new().map_err(|e| errno(&e))?;
     let fd = rust.as_raw_fd();
     if blocking {
-        crate::post::make_blocking(fd);
+        crate::make_blocking(fd);
     }
     let obj = Box::new(Chan {
         c: rdma_event_channel { fd },
@@ -1089,7 +1089,7 @@ unsafe fn convert(ev: CmEvent) -> Option<*mut rdma_cm_event> {
     match (&ev.ud, is_ud) {
         (Some(ud), true) => {
             obj.pdata = ud.private_data.clone();
-            let mut ah = crate::objects::ah_attr_of(&ud.ah_attr);
+            let mut ah = crate::ah::ah_attr_of(&ud.ah_attr);
             ah.port_num = 1;
             obj.c.param.ud = rdma_ud_param {
                 private_data: std::ptr::null(),
@@ -1161,7 +1161,7 @@ unsafe extern "C" fn rdma_get_cm_event(
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        let block = !crate::post::is_nonblocking(ch.rust.as_raw_fd());
+        let block = !crate::is_nonblocking(ch.rust.as_raw_fd());
         // SAFETY: as above; the caller's out-parameter.
         unsafe { *out = next_event(channel, block)? };
         Ok(())

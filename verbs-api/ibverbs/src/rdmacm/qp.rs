@@ -5,7 +5,6 @@
 use super::ffi::*;
 use super::{errno, id, last_errno};
 use crate::ffi::*;
-use crate::objects;
 use crate::{guard, minus_one_result};
 use libc::{c_int, c_void};
 use std::ptr::null_mut;
@@ -35,7 +34,7 @@ pub(crate) unsafe fn sync_qp_state(qp: *mut ibv_qp) {
         return;
     }
     // SAFETY: the caller's promise.
-    if let Ok(q) = unsafe { objects::qp(qp) } {
+    if let Ok(q) = unsafe { crate::qp::qp(qp) } {
         // SAFETY: the QP's C half, which libibverbs also writes.
         unsafe { (*qp).state = q.rust.state() as c_int };
     }
@@ -50,7 +49,7 @@ pub(crate) unsafe fn qp_to_err(qp: *mut ibv_qp) {
         return;
     }
     // SAFETY: the caller's promise.
-    if let Ok(q) = unsafe { objects::qp(qp) } {
+    if let Ok(q) = unsafe { crate::qp::qp(qp) } {
         let a = QpAttr {
             qp_state: QpState::Err,
             ..QpAttr::default()
@@ -72,7 +71,7 @@ unsafe fn create_cqs(p: *mut rdma_cm_id, send: u32, recv: u32) -> Result<(), i32
             continue;
         }
         // SAFETY: the id's context, from this library.
-        let ch = unsafe { objects::ibv_create_comp_channel_impl(verbs) };
+        let ch = unsafe { crate::cq::ibv_create_comp_channel_impl(verbs) };
         if ch.is_null() {
             let e = last_errno();
             // SAFETY: as above.
@@ -89,7 +88,7 @@ unsafe fn create_cqs(p: *mut rdma_cm_id, send: u32, recv: u32) -> Result<(), i32
         }
         let n = c_int::try_from(size).unwrap_or(c_int::MAX);
         // SAFETY: as above; the channel just made.
-        let cq = unsafe { objects::ibv_create_cq_impl(verbs, n, p.cast::<c_void>(), ch, 0) };
+        let cq = unsafe { crate::cq::ibv_create_cq_impl(verbs, n, p.cast::<c_void>(), ch, 0) };
         if cq.is_null() {
             let e = last_errno();
             // SAFETY: as above.
@@ -119,22 +118,22 @@ unsafe fn destroy_cqs(p: *mut rdma_cm_id) {
     // SAFETY: CQs and channels of this library, made by create_cqs.
     unsafe {
         if !c.recv_cq.is_null() {
-            objects::ibv_destroy_cq_impl(c.recv_cq);
+            crate::cq::ibv_destroy_cq_impl(c.recv_cq);
             if !c.send_cq.is_null() && c.send_cq != c.recv_cq {
-                objects::ibv_destroy_cq_impl(c.send_cq);
+                crate::cq::ibv_destroy_cq_impl(c.send_cq);
             }
         } else if !c.send_cq.is_null() {
-            objects::ibv_destroy_cq_impl(c.send_cq);
+            crate::cq::ibv_destroy_cq_impl(c.send_cq);
         }
         c.recv_cq = null_mut();
         c.send_cq = null_mut();
         if !c.recv_cq_channel.is_null() {
-            objects::ibv_destroy_comp_channel_impl(c.recv_cq_channel);
+            crate::cq::ibv_destroy_comp_channel_impl(c.recv_cq_channel);
             if !c.send_cq_channel.is_null() && c.send_cq_channel != c.recv_cq_channel {
-                objects::ibv_destroy_comp_channel_impl(c.send_cq_channel);
+                crate::cq::ibv_destroy_comp_channel_impl(c.send_cq_channel);
             }
         } else if !c.send_cq_channel.is_null() {
-            objects::ibv_destroy_comp_channel_impl(c.send_cq_channel);
+            crate::cq::ibv_destroy_comp_channel_impl(c.send_cq_channel);
         }
         c.recv_cq_channel = null_mut();
         c.send_cq_channel = null_mut();
@@ -204,7 +203,7 @@ pub(crate) unsafe fn create_qp_ex(
         }
     }
     // SAFETY: the id's context and the caller's attributes.
-    let qp = unsafe { objects::create_qp_ex(verbs, a) };
+    let qp = unsafe { crate::qp::create_qp_ex(verbs, a) };
     if qp.is_null() {
         let e = last_errno();
         // SAFETY: a live id.
@@ -212,11 +211,11 @@ pub(crate) unsafe fn create_qp_ex(
         return Err(e);
     }
     // SAFETY: just made by this library.
-    let q = unsafe { objects::qp(qp)? };
+    let q = unsafe { crate::qp::qp(qp)? };
     if let Err(e) = cm.attach_qp(q.rust.clone()) {
         // SAFETY: the QP just made; a live id.
         unsafe {
-            objects::ibv_destroy_qp_impl(qp);
+            crate::qp::ibv_destroy_qp_impl(qp);
             destroy_cqs(p);
         }
         return Err(errno(&e));
@@ -310,7 +309,7 @@ pub(crate) unsafe fn destroy_qp(p: *mut rdma_cm_id) {
     unsafe {
         let qp = std::mem::replace(&mut (*p).qp, null_mut());
         if !qp.is_null() {
-            objects::ibv_destroy_qp_impl(qp);
+            crate::qp::ibv_destroy_qp_impl(qp);
         }
         destroy_cqs(p);
     }
@@ -347,7 +346,7 @@ unsafe fn create_srq_ex(p: *mut rdma_cm_id, a: &mut ibv_srq_init_attr_ex) -> Res
     // SAFETY: ibv_srq_init_attr_ex begins with ibv_srq_init_attr; the PD
     // is the id's or the caller's.
     let srq =
-        unsafe { objects::ibv_create_srq_impl(a.pd, (a as *mut ibv_srq_init_attr_ex).cast()) };
+        unsafe { crate::srq::ibv_create_srq_impl(a.pd, (a as *mut ibv_srq_init_attr_ex).cast()) };
     if srq.is_null() {
         return Err(last_errno());
     }
@@ -415,7 +414,7 @@ pub(crate) unsafe fn destroy_srq(p: *mut rdma_cm_id) {
     unsafe {
         let srq = std::mem::replace(&mut (*p).srq, null_mut());
         if !srq.is_null() {
-            objects::ibv_destroy_srq_impl(srq);
+            crate::srq::ibv_destroy_srq_impl(srq);
         }
         destroy_cqs(p);
     }
@@ -449,7 +448,7 @@ unsafe extern "C" fn rdma_init_qp_attr(
         let (a, m) = inner.cm()?.init_qp_attr(state).map_err(|e| errno(&e))?;
         // SAFETY: the caller's outputs.
         unsafe {
-            *attr = objects::qp_attr_to_c(&a);
+            *attr = crate::qp::qp_attr_to_c(&a);
             *mask = m.bits() as c_int;
         }
         Ok(())

@@ -1,0 +1,919 @@
+//! The provider's one face to the verbs layer.
+//!
+//! A [`Device`] is an open uroce device: its engine (the UDP driver and
+//! its thread), its key table, its limits, counters and asynchronous
+//! events. Everything the verbs layer (`uroce-verbs`, and through it the C
+//! library) does to the provider goes through it and the handles it makes:
+//! [`CqHandle`], [`SrqHandle`], [`QpHandle`] and [`CmLink`]. The face
+//! builds the provider's own configurations and queues (a QP's
+//! `QpConfig`, send and receive queues, its published state), checks every
+//! device limit once, and touches the engine once per post. What crosses
+//! it besides the handles are the shared value types: [`crate::types`],
+//! [`crate::qp_attr`], [`crate::memory`]'s regions and windows,
+//! [`crate::events`], [`crate::counters::CounterSnapshot`] and
+//! [`crate::net::faults::Faults`].
+//!
+//! As quinn's `Endpoint` and `Connection` are to `quinn-proto`: the users
+//! of the face never name `transport::` or `engine::`.
+//!
+//! ```
+//! use uroce_provider::device::{Device, QpSpec};
+//! use uroce_provider::qp_attr::QpCap;
+//! use uroce_provider::types::QpType;
+//! let dev = Device::open("127.71.0.1".parse().unwrap()).unwrap();
+//! let cq = dev.create_cq(16, None, 0).unwrap();
+//! let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+//! let pd = dev.alloc_pd();
+//! let qp = dev
+//!     .create_qp(&QpSpec { qp_type: QpType::Rc, pd, send_cq: &cq, recv_cq: &cq, srq: None, cap, sq_sig_all: false })
+//!     .unwrap();
+//! assert_eq!(qp.state(), uroce_provider::types::QpState::Reset);
+//! ```
+
+use crate::cm::gsi::GsiQp;
+use crate::cm::{CmAgent, CmConfig};
+use crate::counters::CounterSnapshot;
+use crate::cq::CqInner;
+use crate::engine::{can_post_send, Engine, Kicker};
+use crate::events::{AsyncEvents, CompChannel};
+use crate::memory::{Backing, KeyTable, MrInner, MwInner, MwType, PdId};
+use crate::net::faults::Faults;
+use crate::qp_attr::{AttrMask, CapError, ModifyLimits, QpAttr, QpCap};
+use crate::transport::{new_qp, QpConfig, RecvQueue, SendQueue, StateCell};
+use crate::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Wc};
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+pub use crate::cm::gsi::Sink as CmSink;
+pub use crate::cm::Nanos;
+pub use crate::engine::device::{
+    active_mtu, devices_from_env, interface_index, interface_mtu, parse_devices, ConfigError,
+    DeviceConfig, DEVICES_ENV,
+};
+pub use crate::engine::{EngineError, IoPath};
+pub use crate::qp_attr::{LimitError, MAX_INLINE, MAX_QP_WR, MAX_SGE};
+pub use crate::transport::ud::grh_source;
+pub use crate::transport::PostError;
+
+/// The most completions a CQ holds.
+pub const MAX_CQE: u32 = 1 << 20;
+/// The most RDMA READs and atomics a QP may have outstanding, each way.
+pub const MAX_RD_ATOM: u8 = 128;
+
+/// The environment variable that turns on strict source ports for every
+/// RC and UC QP created afterwards (`1`): see
+/// [`QpConfig::strict_source_port`].
+pub const STRICT_SOURCE_PORT_ENV: &str = "UROCE_STRICT_SOURCE_PORT";
+
+fn strict_source_port() -> bool {
+    std::env::var(STRICT_SOURCE_PORT_ENV).is_ok_and(|v| v.trim() == "1")
+}
+
+/// Why the device refused a request, in the classes verbs reports.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    /// A bad argument or a request beyond a limit (EINVAL).
+    #[error("{0}")]
+    Invalid(String),
+    /// Out of resources (ENOMEM): a full work queue, memory.
+    #[error("{0}")]
+    NoMemory(&'static str),
+    /// Something the device does not do (EOPNOTSUPP).
+    #[error("{0}")]
+    NotSupported(&'static str),
+    /// The object is in use (EBUSY).
+    #[error("{0}")]
+    Busy(&'static str),
+    /// The engine's answer to a control call.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl From<PostError> for DeviceError {
+    fn from(e: PostError) -> DeviceError {
+        match e {
+            PostError::QueueFull => DeviceError::NoMemory("work queue full"),
+            other => DeviceError::Invalid(other.to_string()),
+        }
+    }
+}
+
+impl From<CapError> for DeviceError {
+    fn from(e: CapError) -> DeviceError {
+        DeviceError::Invalid(e.to_string())
+    }
+}
+
+impl From<LimitError> for DeviceError {
+    fn from(e: LimitError) -> DeviceError {
+        DeviceError::Invalid(e.to_string())
+    }
+}
+
+/// A result of the face.
+pub type Result<T> = std::result::Result<T, DeviceError>;
+
+struct Shared {
+    engine: Engine,
+    keys: Arc<KeyTable>,
+    ip: IpAddr,
+    active_mtu: Mtu,
+    next_pd: AtomicU32,
+    qpns: Mutex<HashSet<u32>>,
+}
+
+/// An open device (see the module docs). Clones share it; its engine
+/// stops when the last clone, and every handle made from it, is dropped.
+#[derive(Clone)]
+pub struct Device {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({})", self.shared.ip)
+    }
+}
+
+impl Device {
+    /// Binds UDP 4791 on `ip` and starts the device's engine. Faults named
+    /// by `UROCE_FAULTS` apply to everything it sends.
+    pub fn open(ip: IpAddr) -> Result<Device> {
+        let keys = Arc::new(KeyTable::new());
+        let engine = Engine::start(ip, keys.clone())?;
+        Ok(Device {
+            shared: Arc::new(Shared {
+                engine,
+                keys,
+                ip,
+                active_mtu: active_mtu(ip),
+                next_pd: AtomicU32::new(1),
+                qpns: Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.shared.engine
+    }
+
+    /// The device's address.
+    pub fn ip(&self) -> IpAddr {
+        self.shared.ip
+    }
+    /// The port's active MTU (what the interface behind the address
+    /// carries).
+    pub fn active_mtu(&self) -> Mtu {
+        self.shared.active_mtu
+    }
+    /// The limits modify-QP checks attributes against.
+    pub fn modify_limits(&self) -> ModifyLimits {
+        ModifyLimits {
+            max_rd_atom: MAX_RD_ATOM,
+            active_mtu: self.shared.active_mtu,
+            privileged_qkey: false,
+        }
+    }
+    /// The batched I/O the engine uses (UDP GSO and GRO on or off).
+    pub fn io_path(&self) -> IoPath {
+        self.engine().io_path()
+    }
+    /// The device's counters now.
+    pub fn counters(&self) -> CounterSnapshot {
+        self.engine().counters().snapshot()
+    }
+    /// The device's asynchronous event queue.
+    pub fn events(&self) -> &Arc<AsyncEvents> {
+        self.engine().events()
+    }
+    /// Injects faults into everything the device sends (`None`: a clean
+    /// network).
+    pub fn set_faults(&self, faults: Option<Faults>) -> Result<()> {
+        Ok(self.engine().set_faults(faults)?)
+    }
+    /// Starts writing every packet sent and received to a pcap file
+    /// (replacing a capture in progress), or stops (`None`).
+    pub fn capture(&self, path: Option<&std::path::Path>) -> Result<()> {
+        Ok(self.engine().capture(path)?)
+    }
+    /// Returns once the engine has made a whole pass after the call (see
+    /// `Engine::settle`).
+    pub fn settle(&self) -> Result<()> {
+        Ok(self.engine().settle()?)
+    }
+    /// Whether the caller runs on the device's engine thread (inside a
+    /// callback it makes).
+    pub fn on_own_thread(&self) -> bool {
+        self.engine().on_own_thread()
+    }
+    /// What an empty poll does: one pass of the device on the calling
+    /// thread if nobody else drives it. False if the device was busy or
+    /// nothing happened (the caller should yield).
+    pub fn progress(&self) -> bool {
+        self.engine().progress()
+    }
+
+    // ------------------------------------------------------------ PDs, MRs, MWs
+
+    /// A new protection domain number.
+    pub fn alloc_pd(&self) -> PdId {
+        self.shared.next_pd.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The access rights a region may be registered with: remote write
+    /// and remote atomic need local write (IBA 10.6.3.1); there is no
+    /// persistent memory (EOPNOTSUPP, as the kernel answers).
+    pub fn check_mr_access(access: Access) -> Result<()> {
+        if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return Err(DeviceError::Invalid(
+                "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE".into(),
+            ));
+        }
+        if access.contains(Access::FLUSH_PERSISTENT) {
+            return Err(DeviceError::NotSupported(
+                "FLUSH_PERSISTENT: uroce has no persistent memory",
+            ));
+        }
+        Ok(())
+    }
+    /// Registers a buffer the region takes over.
+    pub fn reg_vec(&self, pd: PdId, buf: Vec<u8>, access: Access) -> Result<Arc<MrInner>> {
+        Self::check_mr_access(access)?;
+        Ok(self.shared.keys.register_vec(pd, buf, access))
+    }
+    /// Registers `len` zeroed page-aligned bytes.
+    pub fn reg_zeroed(&self, pd: PdId, len: usize, access: Access) -> Result<Arc<MrInner>> {
+        Self::check_mr_access(access)?;
+        self.shared
+            .keys
+            .register_zeroed(pd, len, access)
+            .ok_or(DeviceError::NoMemory("memory allocation"))
+    }
+    /// Registers memory the caller owns.
+    ///
+    /// # Safety
+    /// As [`KeyTable::register`] with external backing: `addr` is valid
+    /// for reads and writes of `len` bytes until the region is
+    /// deregistered.
+    pub unsafe fn reg_raw(
+        &self,
+        pd: PdId,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<Arc<MrInner>> {
+        Self::check_mr_access(access)?;
+        let ptr = NonNull::new(addr).ok_or_else(|| DeviceError::Invalid("null address".into()))?;
+        // SAFETY: the caller's promise above.
+        Ok(unsafe {
+            self.shared
+                .keys
+                .register(pd, ptr, len, addr as u64, access, Backing::External)
+        })
+    }
+    /// Re-registers a region with a new PD, access and/or memory (refused
+    /// while memory windows are bound to it).
+    ///
+    /// # Safety
+    /// As [`KeyTable::reregister`]; `memory` (address, length) as
+    /// [`Device::reg_raw`] for the new memory.
+    pub unsafe fn rereg(
+        &self,
+        old: &MrInner,
+        pd: PdId,
+        access: Access,
+        memory: Option<(*mut u8, usize)>,
+    ) -> Result<Arc<MrInner>> {
+        let translation = match memory {
+            Some((addr, len)) => {
+                let ptr = NonNull::new(addr)
+                    .ok_or_else(|| DeviceError::Invalid("null address".into()))?;
+                Some((ptr, len, addr as u64, Backing::External))
+            }
+            None => None,
+        };
+        Self::check_mr_access(access)?;
+        if old.bound_windows() > 0 {
+            return Err(DeviceError::Busy("memory windows are bound to the region"));
+        }
+        // SAFETY: the caller's promise.
+        Ok(unsafe { self.shared.keys.reregister(old, pd, access, translation) })
+    }
+    /// Deregisters a region: its keys stop working, and no copy into or
+    /// out of it is in progress when this returns.
+    pub fn dereg(&self, mr: &MrInner) {
+        self.shared.keys.deregister(mr);
+    }
+    /// An unbound memory window.
+    pub fn alloc_mw(&self, pd: PdId, kind: MwType) -> Arc<MwInner> {
+        self.shared.keys.alloc_mw(pd, kind)
+    }
+    /// Deallocates a window (its R_Key stops working at once).
+    pub fn dealloc_mw(&self, mw: &MwInner) {
+        self.shared.keys.dealloc_mw(mw);
+    }
+
+    // ------------------------------------------------------------ CQs
+
+    /// The depths a CQ may have: 1..=[`MAX_CQE`].
+    pub fn check_cqe(cqe: u32) -> Result<()> {
+        if cqe == 0 || cqe > MAX_CQE {
+            return Err(DeviceError::Invalid(format!(
+                "cqe {cqe}: must be 1..={MAX_CQE}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A completion queue of at least `cqe` entries; its events go to
+    /// `channel` with `context`.
+    pub fn create_cq(
+        &self,
+        cqe: u32,
+        channel: Option<Arc<CompChannel>>,
+        context: u64,
+    ) -> Result<CqHandle> {
+        Self::check_cqe(cqe)?;
+        let inner =
+            CqInner::with_channel(cqe as usize, channel, context, Some(self.events().clone()));
+        Ok(CqHandle {
+            dev: self.clone(),
+            inner,
+        })
+    }
+
+    // ------------------------------------------------------------ SRQs
+
+    /// A shared receive queue of `max_wr` WRs of at most `max_sge` SGEs
+    /// in protection domain `pd`.
+    pub fn create_srq(&self, pd: PdId, max_wr: u32, max_sge: u32) -> Result<SrqHandle> {
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        if max_wr == 0 || max_wr > MAX_QP_WR {
+            return Err(DeviceError::Invalid(format!(
+                "max_wr {max_wr}: must be 1..={MAX_QP_WR}"
+            )));
+        }
+        if max_sge > MAX_SGE {
+            return Err(DeviceError::Invalid(format!(
+                "max_sge {max_sge} exceeds the device's {MAX_SGE}"
+            )));
+        }
+        let handle = NEXT.fetch_add(1, Ordering::Relaxed);
+        Ok(SrqHandle {
+            _dev: self.clone(),
+            pd,
+            rq: Arc::new(RecvQueue::new_srq(max_wr, handle, self.events().clone())),
+            handle,
+            max_wr,
+            max_sge: max_sge.max(1),
+        })
+    }
+
+    // ------------------------------------------------------------ QPs
+
+    /// A random unused 24-bit QP number (never 0 or 1, the special QPs).
+    fn alloc_qpn(&self) -> u32 {
+        let mut used = self.shared.qpns.lock();
+        loop {
+            let q = rand::random::<u32>() & 0xff_ffff;
+            if q > 1 && used.insert(q) {
+                return q;
+            }
+        }
+    }
+    fn free_qpn(&self, qpn: u32) {
+        self.shared.qpns.lock().remove(&qpn);
+    }
+
+    /// A queue pair in RESET, on the engine. With an SRQ it has no
+    /// receive queue of its own (its receive capacities read 0).
+    pub fn create_qp(&self, spec: &QpSpec<'_>) -> Result<QpHandle> {
+        let mut cap = spec.cap;
+        if let Some(srq) = spec.srq {
+            if srq.pd != spec.pd {
+                return Err(DeviceError::Invalid(
+                    "the SRQ belongs to another protection domain".into(),
+                ));
+            }
+            cap.max_recv_wr = 0;
+            cap.max_recv_sge = 0;
+        }
+        // The capacities are checked (QpCap::check, the rule the factory
+        // applies too) before the queues are allocated at their sizes
+        // and a QP number is taken.
+        cap.check()?;
+        let qpn = self.alloc_qpn();
+        let sq = Arc::new(SendQueue::new(cap.max_send_wr.max(1)));
+        let rq = match spec.srq {
+            Some(srq) => srq.rq.clone(),
+            None => Arc::new(RecvQueue::new(cap.max_recv_wr.max(1))),
+        };
+        let state = Arc::new(StateCell::default());
+        let engine = self.engine();
+        let cfg = QpConfig {
+            qpn,
+            pd: spec.pd,
+            keys: self.shared.keys.clone(),
+            send_cq: spec.send_cq.inner.clone(),
+            recv_cq: spec.recv_cq.inner.clone(),
+            sq: sq.clone(),
+            rq: rq.clone(),
+            sq_sig_all: spec.sq_sig_all,
+            cap,
+            local_ip: self.shared.ip,
+            src_port: uroce_wire::ROCEV2_UDP_PORT,
+            counters: engine.counters().clone(),
+            limits: self.modify_limits(),
+            events: engine.events().clone(),
+            strict_source_port: strict_source_port(),
+            state: state.clone(),
+        };
+        // A QP the engine refuses gives its number back.
+        let added = new_qp(spec.qp_type, cfg)
+            .map_err(DeviceError::from)
+            .and_then(|qp| Ok(engine.add_boxed_qp(qp)?));
+        if let Err(e) = added {
+            self.free_qpn(qpn);
+            return Err(e);
+        }
+        Ok(QpHandle {
+            dev: self.clone(),
+            qpn,
+            qp_type: spec.qp_type,
+            cap,
+            sq,
+            rq,
+            state,
+            srq: spec.srq.is_some(),
+            _send_cq: spec.send_cq.inner.clone(),
+            _recv_cq: spec.recv_cq.inner.clone(),
+        })
+    }
+
+    // ------------------------------------------------------------ CM
+
+    /// A connection manager agent for this device (node GUID `guid`),
+    /// not yet on the wire: [`Device::attach_cm`] starts QP1 with it. The
+    /// link does not keep the device alive.
+    pub fn cm_agent(&self, guid: u64) -> CmLink {
+        let engine = self.engine();
+        CmLink {
+            agent: Arc::new(Mutex::new(CmAgent::new(
+                CmConfig::from_env(self.shared.ip, guid),
+                engine.counters().clone(),
+            ))),
+            kicker: engine.kicker(),
+        }
+    }
+
+    /// Starts QP1 (the GSI QP) with `link`'s agent; `sink` receives the
+    /// agent's events on the engine thread.
+    pub fn attach_cm(&self, link: &CmLink, sink: CmSink) -> Result<()> {
+        let engine = self.engine();
+        let qp = GsiQp::new(
+            link.agent.clone(),
+            self.shared.ip,
+            engine.counters().clone(),
+            Some(sink),
+        );
+        Ok(engine.add_qp(qp)?)
+    }
+}
+
+/// The connection manager agent of a device's QP1 (see
+/// [`Device::cm_agent`]).
+pub struct CmLink {
+    agent: Arc<Mutex<CmAgent>>,
+    kicker: Kicker,
+}
+
+impl std::fmt::Debug for CmLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CmLink")
+    }
+}
+
+impl CmLink {
+    /// Runs `f` on the agent at the engine's time, then lets the engine
+    /// send what it queued.
+    pub fn with_agent<T>(&self, f: impl FnOnce(&mut CmAgent, Nanos) -> T) -> T {
+        let now = self.kicker.now();
+        let r = f(&mut self.agent.lock(), now);
+        self.kicker.kick(uroce_wire::mad::GSI_QPN);
+        r
+    }
+    /// Reads the agent (nothing to send afterwards).
+    pub fn peek<T>(&self, f: impl FnOnce(&CmAgent) -> T) -> T {
+        f(&self.agent.lock())
+    }
+}
+
+// ---------------------------------------------------------------- CQ
+
+/// A completion queue on a device. Polling takes no engine lock.
+#[derive(Debug)]
+pub struct CqHandle {
+    dev: Device,
+    inner: Arc<CqInner>,
+}
+
+impl CqHandle {
+    /// Process-unique handle (what completion and CQ_ERR events name).
+    pub fn handle(&self) -> u32 {
+        self.inner.handle()
+    }
+    /// The context value given at creation.
+    pub fn context(&self) -> u64 {
+        self.inner.context()
+    }
+    /// Arms the CQ; false if it has no completion channel.
+    pub fn req_notify(&self, solicited_only: bool) -> bool {
+        self.inner.req_notify(solicited_only)
+    }
+    /// Acknowledges `n` completion events.
+    pub fn ack_events(&self, n: u32) {
+        self.inner.ack_events(n);
+    }
+    /// Completion events delivered and not acknowledged.
+    pub fn unacked_events(&self) -> u32 {
+        self.inner.unacked_events()
+    }
+    /// Capacity.
+    pub fn depth(&self) -> usize {
+        self.inner.depth()
+    }
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+    /// True when no completion waits.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+    /// Up to `out.len()` completions, oldest first.
+    pub fn poll(&self, out: &mut [Wc]) -> usize {
+        self.inner.poll(out)
+    }
+    /// One completion, if any.
+    pub fn poll_one(&self) -> Option<Wc> {
+        self.inner.poll_one()
+    }
+    /// True once a completion was lost because the CQ was full.
+    pub fn overflowed(&self) -> bool {
+        self.inner.overflowed()
+    }
+    /// True while a QP uses the CQ.
+    pub fn in_use(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+    /// See [`Device::progress`].
+    pub fn progress(&self) -> bool {
+        self.dev.progress()
+    }
+    /// Resizes to at least `cqe` entries (1..=[`MAX_CQE`]), after the
+    /// engine has processed the work it was handed (so the completions
+    /// it makes at once count); refused (EINVAL) while more than `cqe`
+    /// completions wait.
+    pub fn resize(&self, cqe: u32) -> Result<()> {
+        Device::check_cqe(cqe)?;
+        // On the engine's own thread (a callback) there is nothing to wait
+        // for: it is not processing anything else.
+        let _ = self.dev.settle();
+        self.inner.resize(cqe as usize).map_err(|waiting| {
+            DeviceError::Invalid(format!("cqe {cqe}: {waiting} completions wait in the CQ"))
+        })
+    }
+}
+
+// ---------------------------------------------------------------- SRQ
+
+/// A shared receive queue on a device.
+#[derive(Debug)]
+pub struct SrqHandle {
+    _dev: Device,
+    pd: PdId,
+    rq: Arc<RecvQueue>,
+    handle: u32,
+    max_wr: u32,
+    max_sge: u32,
+}
+
+impl SrqHandle {
+    /// The handle asynchronous events name.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+    /// Its protection domain.
+    pub fn pd(&self) -> PdId {
+        self.pd
+    }
+    /// Capacity in WRs.
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+    /// SGEs per WR.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+    /// The SGE count rule of this SRQ's WRs (EINVAL beyond `max_sge`):
+    /// checked before a caller reads a foreign list, and on posting.
+    pub fn check_sges(&self, n: usize) -> std::result::Result<(), LimitError> {
+        LimitError::check("SGEs", "max_sge", n, self.max_sge)
+    }
+    /// Posts receive WRs. On error, the WRs before the failing one were
+    /// posted; returns the failing index with the error.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, DeviceError)> {
+        for (i, wr) in wrs.iter().enumerate() {
+            self.check_sges(wr.sg_list.len())
+                .map_err(|e| (i, e.into()))?;
+            self.rq.post(wr.clone()).map_err(|e| (i, e.into()))?;
+        }
+        Ok(())
+    }
+    /// Arms the limit (0 disarms); it may not exceed `max_wr`.
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        if limit > self.max_wr {
+            return Err(DeviceError::Invalid(format!(
+                "srq_limit {limit} exceeds max_wr {}",
+                self.max_wr
+            )));
+        }
+        self.rq.arm_limit(limit);
+        Ok(())
+    }
+    /// The armed limit (0 once it fired).
+    pub fn limit(&self) -> u32 {
+        self.rq.limit()
+    }
+    /// Receive WRs waiting.
+    pub fn len(&self) -> usize {
+        self.rq.len()
+    }
+    /// True when no receive WR waits.
+    pub fn is_empty(&self) -> bool {
+        self.rq.is_empty()
+    }
+    /// True while a QP uses the SRQ.
+    pub fn in_use(&self) -> bool {
+        Arc::strong_count(&self.rq) > 1
+    }
+}
+
+// ---------------------------------------------------------------- QP
+
+/// What a QP is made of (see [`Device::create_qp`]).
+#[derive(Debug, Clone, Copy)]
+pub struct QpSpec<'a> {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Protection domain.
+    pub pd: PdId,
+    /// Send completions go here.
+    pub send_cq: &'a CqHandle,
+    /// Receive completions go here.
+    pub recv_cq: &'a CqHandle,
+    /// Receive WRs come from this SRQ.
+    pub srq: Option<&'a SrqHandle>,
+    /// Capacities.
+    pub cap: QpCap,
+    /// Every send WR generates a completion.
+    pub sq_sig_all: bool,
+}
+
+/// A queue pair on a device. Dropping it removes the QP from the engine.
+#[derive(Debug)]
+pub struct QpHandle {
+    dev: Device,
+    qpn: u32,
+    qp_type: QpType,
+    cap: QpCap,
+    sq: Arc<SendQueue>,
+    rq: Arc<RecvQueue>,
+    /// The state as the engine's QP publishes it (it moves to ERR or SQE
+    /// on its own).
+    state: Arc<StateCell>,
+    srq: bool,
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
+}
+
+impl QpHandle {
+    /// QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+    /// Transport.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// Capacities (with an SRQ, the receive ones are 0).
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+    /// Whether receives come from an SRQ.
+    pub fn has_srq(&self) -> bool {
+        self.srq
+    }
+    /// The state as the engine's QP last set it.
+    pub fn state(&self) -> QpState {
+        self.state.get()
+    }
+    /// Modifies the QP; returns its attributes afterwards.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<QpAttr> {
+        Ok(self.dev.engine().modify_qp(self.qpn, attr, mask)?)
+    }
+    /// The QP's attributes.
+    pub fn query(&self) -> Result<QpAttr> {
+        Ok(self.dev.engine().query_qp(self.qpn)?)
+    }
+    /// The engine's whole view of the QP, for debugging.
+    pub fn debug_state(&self) -> String {
+        self.dev
+            .engine()
+            .dump_qp(self.qpn)
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    /// The SGE count rule of this QP's send WRs (EINVAL beyond
+    /// `max_send_sge`): checked before a caller reads a foreign list, and
+    /// on posting.
+    pub fn check_send_sges(&self, n: usize) -> std::result::Result<(), LimitError> {
+        self.cap.check_send_sges(n)
+    }
+    /// The inline length rule (EINVAL beyond `max_inline_data`).
+    pub fn check_inline(&self, len: usize) -> std::result::Result<(), LimitError> {
+        self.cap.check_inline(len)
+    }
+    /// The SGE count rule of this QP's receive WRs (EINVAL beyond
+    /// `max_recv_sge`).
+    pub fn check_recv_sges(&self, n: usize) -> std::result::Result<(), LimitError> {
+        self.cap.check_recv_sges(n)
+    }
+
+    /// Every rule a send WR must pass to be posted on this QP: the
+    /// opcode for the QP type, the SGE count, the inline length, and for
+    /// UD a destination and a length within the path MTU.
+    fn check_send(&self, wr: &SendWr) -> Result<()> {
+        if !self.qp_type.may_post(wr.opcode) {
+            return Err(DeviceError::Invalid(format!(
+                "{:?} is not a {:?} operation",
+                wr.opcode, self.qp_type
+            )));
+        }
+        self.check_send_sges(wr.sg_list.len())?;
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        if inline {
+            self.check_inline(wr.inline_data.len())?;
+        }
+        if self.qp_type == QpType::Ud {
+            if wr.ud.is_none() {
+                return Err(DeviceError::Invalid(
+                    "a UD send needs a destination (wr.ud: address handle, QPN, Q_Key)".into(),
+                ));
+            }
+            let len = if inline {
+                wr.inline_data.len() as u64
+            } else {
+                wr.total_len()
+            };
+            let mtu = self.dev.active_mtu().bytes();
+            if len > mtu as u64 {
+                return Err(DeviceError::Invalid(format!(
+                    "a UD message of {len} bytes exceeds the path MTU ({mtu} bytes)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts send WRs: each is checked, then queued; the engine is told
+    /// once, after the last (what was posted before a refused WR goes
+    /// out too). On error, returns the failing index with the error (the
+    /// WRs before it were posted).
+    pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), (usize, DeviceError)> {
+        if !can_post_send(self.state()) {
+            return Err((
+                0,
+                DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()),
+            ));
+        }
+        let mut r = Ok(());
+        let mut posted = 0;
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self
+                .check_send(wr)
+                .and_then(|()| Ok(self.sq.post(wr.clone())?))
+            {
+                r = Err((i, e));
+                break;
+            }
+            posted += 1;
+        }
+        if posted > 0 {
+            self.dev.engine().post_kick(self.qpn);
+        }
+        r
+    }
+
+    /// Posts receive WRs on the QP's own receive queue (EINVAL with an
+    /// SRQ, or in RESET). On error, returns the failing index with the
+    /// error (the WRs before it were posted).
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, DeviceError)> {
+        if self.srq {
+            return Err((
+                0,
+                DeviceError::Invalid("the QP receives from an SRQ: post to the SRQ".into()),
+            ));
+        }
+        if self.state() == QpState::Reset {
+            return Err((0, DeviceError::Invalid("QP is in RESET".into())));
+        }
+        let mut r = Ok(());
+        let mut posted = 0;
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self
+                .check_recv_sges(wr.sg_list.len())
+                .map_err(DeviceError::from)
+                .and_then(|()| Ok(self.rq.post(wr.clone())?))
+            {
+                r = Err((i, e));
+                break;
+            }
+            posted += 1;
+        }
+        if posted > 0 {
+            self.dev.engine().kick(self.qpn);
+        }
+        r
+    }
+}
+
+impl Drop for QpHandle {
+    fn drop(&mut self) {
+        let _ = self.dev.engine().destroy_qp(self.qpn);
+        self.dev.free_qpn(self.qpn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Sge, WrOpcode};
+
+    fn cap() -> QpCap {
+        QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 16,
+        }
+    }
+
+    #[test]
+    fn limits_are_refused_before_anything_is_allocated() {
+        let dev = Device::open("127.71.0.2".parse().unwrap()).unwrap();
+        let cq = dev.create_cq(8, None, 0).unwrap();
+        let pd = dev.alloc_pd();
+        let mut spec = QpSpec {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCap {
+                max_recv_wr: u32::MAX,
+                ..cap()
+            },
+            sq_sig_all: false,
+        };
+        // A queue of u32::MAX WRs is never allocated: EINVAL first.
+        let e = dev.create_qp(&spec).unwrap_err();
+        assert!(matches!(e, DeviceError::Invalid(_)), "{e}");
+        assert!(dev.shared.qpns.lock().is_empty(), "no QP number taken");
+        assert!(dev.create_cq(MAX_CQE + 1, None, 0).is_err());
+        assert!(dev.create_srq(pd, MAX_QP_WR + 1, 1).is_err());
+        spec.cap = cap();
+        let qp = dev.create_qp(&spec).unwrap();
+        // Posting checks the state first, then each WR's rules.
+        let mut wr = SendWr::new(1, WrOpcode::Send);
+        let (i, e) = qp.post_send(std::slice::from_ref(&wr)).unwrap_err();
+        assert_eq!(i, 0);
+        assert!(e.to_string().contains("RTS"), "{e}");
+        wr.sg_list.push(Sge::default());
+        wr.sg_list.push(Sge::default());
+        assert!(qp.check_send_sges(2).is_err());
+        assert!(qp.check_send_sges(1).is_ok());
+        assert!(qp.check_inline(17).is_err());
+        assert_eq!(
+            qp.check_inline(17).unwrap_err().to_string(),
+            "17 bytes of inline data exceed max_inline_data (16)"
+        );
+    }
+}
