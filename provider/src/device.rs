@@ -532,6 +532,10 @@ impl CqHandle {
     pub fn context(&self) -> u64 {
         self.inner.context()
     }
+    /// True when `channel` is the CQ's completion channel.
+    pub fn reports_to(&self, channel: &Arc<CompChannel>) -> bool {
+        self.inner.reports_to(channel)
+    }
     /// Arms the CQ; false if it has no completion channel.
     pub fn req_notify(&self, solicited_only: bool) -> bool {
         self.inner.req_notify(solicited_only)
