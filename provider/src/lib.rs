@@ -16,6 +16,7 @@ pub mod net;
 pub mod qp_attr;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod threads;
 pub mod transport;
 pub mod types;
 

@@ -6,6 +6,8 @@
 # builds uroce (release), then runs:
 #   * tests/ibverbs/errors.c: error paths through the C API, the ibv_wr_*
 #     API, ibv_cq_ex polling and a completion channel fd in poll(2);
+#   * tests/ibverbs/signals.c: signals the program blocks and reads from a
+#     signalfd reach it (no thread of the library takes them);
 #   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs), and
 #     rdma-core's pyverbs test suite (tests/ibverbs/pyverbs.sh);
 #   * ibv_rc/uc/ud/srq_pingpong -c (data checked), server and client in
@@ -67,6 +69,14 @@ if UROCE_DEVICES=uroce0=127.40.2.1,uroce1=127.40.2.2 timeout 60 "$tmp/errors" >"
   pass "errors.c" "$(tail -1 "$tmp/out")"
 else
   fail "errors.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- signals the program blocks stay its own (no library thread takes them)
+cc -O1 -Wall -o "$tmp/signals" tests/ibverbs/signals.c -libverbs -lrdmacm -lpthread || exit 1
+if UROCE_DEVICES=uroce0=127.40.9.1,uroce1=127.40.9.2 timeout 60 "$tmp/signals" >"$tmp/out" 2>&1; then
+  pass "signals.c" "$(tail -1 "$tmp/out")"
+else
+  fail "signals.c" "exit $? (a library thread took a signal the program blocks)"
 fi
 
 # ---- device listing

@@ -274,9 +274,7 @@ impl CmDevice {
 /// its own instead.
 fn release_off_engine_thread(id: Arc<IdInner>) {
     if let Ok(last) = Arc::try_unwrap(id) {
-        let _ = std::thread::Builder::new()
-            .name("uroce-cm-release".into())
-            .spawn(move || drop(last));
+        let _ = uroce_provider::threads::spawn("uroce-cm-release".into(), move || drop(last));
     }
 }
 

@@ -250,16 +250,15 @@ impl Engine {
             deadline_moved: AtomicBool::new(false),
         });
         let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("uroce-engine-{ip}"))
-            .spawn(move || {
-                run(&thread_shared, &rx);
-                released(ip);
-            })
-            .map_err(|e| EngineError::Bind {
-                addr: ip,
-                msg: format!("spawn: {e}"),
-            })?;
+        // The engine thread takes none of the program's signals.
+        let thread = crate::threads::spawn(format!("uroce-engine-{ip}"), move || {
+            run(&thread_shared, &rx);
+            released(ip);
+        })
+        .map_err(|e| EngineError::Bind {
+            addr: ip,
+            msg: format!("spawn: {e}"),
+        })?;
         Ok(Engine {
             shared,
             cmds: tx,
