@@ -633,12 +633,11 @@ impl SrqHandle {
     /// Posts receive WRs. On error, the WRs before the failing one were
     /// posted; returns the failing index with the error.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, DeviceError)> {
-        for (i, wr) in wrs.iter().enumerate() {
-            self.check_sges(wr.sg_list.len())
-                .map_err(|e| (i, e.into()))?;
-            self.rq.post(wr.clone()).map_err(|e| (i, e.into()))?;
-        }
-        Ok(())
+        post_each(wrs, |wr| {
+            self.check_sges(wr.sg_list.len())?;
+            Ok(self.rq.post(wr.clone())?)
+        })
+        .1
     }
     /// Arms the limit (0 disarms); it may not exceed `max_wr`.
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
@@ -807,18 +806,10 @@ impl QpHandle {
                 DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()),
             ));
         }
-        let mut r = Ok(());
-        let mut posted = 0;
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = self
-                .check_send(wr)
-                .and_then(|()| Ok(self.sq.post(wr.clone())?))
-            {
-                r = Err((i, e));
-                break;
-            }
-            posted += 1;
-        }
+        let (posted, r) = post_each(wrs, |wr| {
+            self.check_send(wr)?;
+            Ok(self.sq.post(wr.clone())?)
+        });
         if posted > 0 {
             self.dev.engine().post_kick(self.qpn);
         }
@@ -838,24 +829,30 @@ impl QpHandle {
         if self.state() == QpState::Reset {
             return Err((0, DeviceError::Invalid("QP is in RESET".into())));
         }
-        let mut r = Ok(());
-        let mut posted = 0;
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = self
-                .check_recv_sges(wr.sg_list.len())
-                .map_err(DeviceError::from)
-                .and_then(|()| Ok(self.rq.post(wr.clone())?))
-            {
-                r = Err((i, e));
-                break;
-            }
-            posted += 1;
-        }
+        let (posted, r) = post_each(wrs, |wr| {
+            self.check_recv_sges(wr.sg_list.len())?;
+            Ok(self.rq.post(wr.clone())?)
+        });
         if posted > 0 {
             self.dev.engine().kick(self.qpn);
         }
         r
     }
+}
+
+/// Posts `wrs` in order through `post` until one is refused, as verbs
+/// does: returns how many went in, and the refused one's index with its
+/// error (`*bad_wr`).
+fn post_each<W>(
+    wrs: &[W],
+    mut post: impl FnMut(&W) -> Result<()>,
+) -> (usize, std::result::Result<(), (usize, DeviceError)>) {
+    for (i, wr) in wrs.iter().enumerate() {
+        if let Err(e) = post(wr) {
+            return (i, Err((i, e)));
+        }
+    }
+    (wrs.len(), Ok(()))
 }
 
 impl Drop for QpHandle {
