@@ -39,6 +39,7 @@ use crate::events::{AsyncEvents, CompChannel};
 use crate::memory::{Backing, KeyTable, MrInner, MwInner, MwType, PdId};
 use crate::net::faults::Faults;
 use crate::qp_attr::{AttrMask, CapError, ModifyLimits, QpAttr, QpCap};
+use crate::quota::{Quota, QuotaFull, Resource, Slot};
 use crate::transport::{new_qp, QpConfig, RecvQueue, SendQueue, StateCell};
 use crate::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Wc};
 use parking_lot::Mutex;
@@ -108,6 +109,12 @@ impl From<CapError> for DeviceError {
     }
 }
 
+impl From<QuotaFull> for DeviceError {
+    fn from(_: QuotaFull) -> DeviceError {
+        DeviceError::NoMemory("the device holds as many objects of this kind as it advertises")
+    }
+}
+
 impl From<LimitError> for DeviceError {
     fn from(e: LimitError) -> DeviceError {
         DeviceError::Invalid(e.to_string())
@@ -124,6 +131,7 @@ struct Shared {
     active_mtu: Mtu,
     next_pd: AtomicU32,
     qpns: Mutex<HashSet<u32>>,
+    quota: Arc<Quota>,
 }
 
 /// An open device (see the module docs). Clones share it; its engine
@@ -153,6 +161,7 @@ impl Device {
                 active_mtu: active_mtu(ip),
                 next_pd: AtomicU32::new(1),
                 qpns: Mutex::new(HashSet::new()),
+                quota: Arc::default(),
             }),
         })
     }
@@ -169,6 +178,11 @@ impl Device {
     /// carries).
     pub fn active_mtu(&self) -> Mtu {
         self.shared.active_mtu
+    }
+    /// A place for one more object of kind `r` (ENOMEM once the device
+    /// holds [`Resource::max`] of them); the object keeps it while it lives.
+    pub fn take_slot(&self, r: Resource) -> Result<Slot> {
+        Ok(self.shared.quota.take(r)?)
     }
     /// The limits modify-QP checks attributes against.
     pub fn modify_limits(&self) -> ModifyLimits {
@@ -340,11 +354,13 @@ impl Device {
         context: u64,
     ) -> Result<CqHandle> {
         Self::check_cqe(cqe)?;
+        let slot = self.take_slot(Resource::Cq)?;
         let inner =
             CqInner::with_channel(cqe as usize, channel, context, Some(self.events().clone()));
         Ok(CqHandle {
             dev: self.clone(),
             inner,
+            _slot: slot,
         })
     }
 
@@ -364,8 +380,10 @@ impl Device {
                 "max_sge {max_sge} exceeds the device's {MAX_SGE}"
             )));
         }
+        let slot = self.take_slot(Resource::Srq)?;
         let handle = NEXT.fetch_add(1, Ordering::Relaxed);
         Ok(SrqHandle {
+            _slot: slot,
             _dev: self.clone(),
             pd,
             rq: Arc::new(RecvQueue::new_srq(max_wr, handle, self.events().clone())),
@@ -395,12 +413,9 @@ impl Device {
     /// receive queue of its own (its receive capacities read 0).
     pub fn create_qp(&self, spec: &QpSpec<'_>) -> Result<QpHandle> {
         let mut cap = spec.cap;
-        if let Some(srq) = spec.srq {
-            if srq.pd != spec.pd {
-                return Err(DeviceError::Invalid(
-                    "the SRQ belongs to another protection domain".into(),
-                ));
-            }
+        // An SRQ of another PD is allowed (IBA 10.2.9.1: the SRQ's PD
+        // checks its receive WRs; the kernel does not compare them).
+        if spec.srq.is_some() {
             cap.max_recv_wr = 0;
             cap.max_recv_sge = 0;
         }
@@ -408,6 +423,7 @@ impl Device {
         // applies too) before the queues are allocated at their sizes
         // and a QP number is taken.
         cap.check()?;
+        let slot = self.take_slot(Resource::Qp)?;
         let qpn = self.alloc_qpn();
         let sq = Arc::new(SendQueue::new(cap.max_send_wr.max(1)));
         let rq = match spec.srq {
@@ -419,6 +435,7 @@ impl Device {
         let cfg = QpConfig {
             qpn,
             pd: spec.pd,
+            recv_pd: spec.srq.map_or(spec.pd, |s| s.pd),
             keys: self.shared.keys.clone(),
             send_cq: spec.send_cq.inner.clone(),
             recv_cq: spec.recv_cq.inner.clone(),
@@ -453,6 +470,7 @@ impl Device {
             srq: spec.srq.is_some(),
             _send_cq: spec.send_cq.inner.clone(),
             _recv_cq: spec.recv_cq.inner.clone(),
+            _slot: slot,
         })
     }
 
@@ -521,6 +539,7 @@ impl CmLink {
 pub struct CqHandle {
     dev: Device,
     inner: Arc<CqInner>,
+    _slot: Slot,
 }
 
 impl CqHandle {
@@ -600,6 +619,7 @@ impl CqHandle {
 /// A shared receive queue on a device.
 #[derive(Debug)]
 pub struct SrqHandle {
+    _slot: Slot,
     _dev: Device,
     pd: PdId,
     rq: Arc<RecvQueue>,
@@ -704,6 +724,7 @@ pub struct QpHandle {
     srq: bool,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    _slot: Slot,
 }
 
 impl QpHandle {
