@@ -653,9 +653,18 @@ impl SrqHandle {
     /// Posts receive WRs. On error, the WRs before the failing one were
     /// posted; returns the failing index with the error.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, DeviceError)> {
-        post_each(wrs, |wr| {
+        self.post_recv_with(wrs, |wr| Ok(wr.clone()))
+    }
+    /// Posts the receive WRs `read` makes of `items`, one at a time (see
+    /// [`post_each`]: at most `max_wr` in one call).
+    pub fn post_recv_with<T, E: From<DeviceError>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
+        post_each(items, self.max_wr as usize, read, |wr| {
             self.check_sges(wr.sg_list.len())?;
-            Ok(self.rq.post(wr.clone())?)
+            Ok(self.rq.post(wr)?)
         })
         .1
     }
@@ -821,15 +830,26 @@ impl QpHandle {
     /// out too). On error, returns the failing index with the error (the
     /// WRs before it were posted).
     pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), (usize, DeviceError)> {
+        self.post_send_with(wrs, |wr| Ok(wr.clone()))
+    }
+    /// Posts the send WRs `read` makes of `items`, one at a time (see
+    /// [`post_each`]: at most the send queue's depth in one call), as
+    /// [`QpHandle::post_send`].
+    pub fn post_send_with<T, E: From<DeviceError>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        read: impl FnMut(T) -> std::result::Result<SendWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
         if !can_post_send(self.state()) {
             return Err((
                 0,
-                DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()),
+                DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()).into(),
             ));
         }
-        let (posted, r) = post_each(wrs, |wr| {
-            self.check_send(wr)?;
-            Ok(self.sq.post(wr.clone())?)
+        let depth = self.sq.capacity() as usize;
+        let (posted, r) = post_each(items, depth, read, |wr| {
+            self.check_send(&wr)?;
+            Ok(self.sq.post(wr)?)
         });
         if posted > 0 {
             self.dev.engine().post_kick(self.qpn);
@@ -841,18 +861,29 @@ impl QpHandle {
     /// SRQ, or in RESET). On error, returns the failing index with the
     /// error (the WRs before it were posted).
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, DeviceError)> {
+        self.post_recv_with(wrs, |wr| Ok(wr.clone()))
+    }
+    /// Posts the receive WRs `read` makes of `items`, one at a time (see
+    /// [`post_each`]: at most the receive queue's depth in one call), as
+    /// [`QpHandle::post_recv`].
+    pub fn post_recv_with<T, E: From<DeviceError>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
         if self.srq {
             return Err((
                 0,
-                DeviceError::Invalid("the QP receives from an SRQ: post to the SRQ".into()),
+                DeviceError::Invalid("the QP receives from an SRQ: post to the SRQ".into()).into(),
             ));
         }
         if self.state() == QpState::Reset {
-            return Err((0, DeviceError::Invalid("QP is in RESET".into())));
+            return Err((0, DeviceError::Invalid("QP is in RESET".into()).into()));
         }
-        let (posted, r) = post_each(wrs, |wr| {
+        let depth = self.rq.capacity();
+        let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_recv_sges(wr.sg_list.len())?;
-            Ok(self.rq.post(wr.clone())?)
+            Ok(self.rq.post(wr)?)
         });
         if posted > 0 {
             self.dev.engine().kick(self.qpn);
@@ -861,19 +892,36 @@ impl QpHandle {
     }
 }
 
-/// Posts `wrs` in order through `post` until one is refused, as verbs
-/// does: returns how many went in, and the refused one's index with its
-/// error (`*bad_wr`).
-fn post_each<W>(
-    wrs: &[W],
-    mut post: impl FnMut(&W) -> Result<()>,
-) -> (usize, std::result::Result<(), (usize, DeviceError)>) {
-    for (i, wr) in wrs.iter().enumerate() {
-        if let Err(e) = post(wr) {
-            return (i, Err((i, e)));
+/// Posts a list of WRs in order, as verbs does: each item is read into a
+/// WR (`read`: the caller's conversion, which may refuse it) and posted
+/// (`post`) before the next item is taken, until one is refused. Returns
+/// how many went in, and the refused one's index with its error
+/// (`*bad_wr`).
+///
+/// One call posts at most `depth` WRs (the queue's capacity): the item
+/// after those is refused with ENOMEM without being read, as a NIC
+/// provider finds its queue full. A list that loops back on itself (a C
+/// program's `next` pointing back) thus ends there, touching nothing
+/// beyond the refused WR, instead of growing without bound.
+fn post_each<T, W, E: From<DeviceError>>(
+    items: impl IntoIterator<Item = T>,
+    depth: usize,
+    mut read: impl FnMut(T) -> std::result::Result<W, E>,
+    mut post: impl FnMut(W) -> Result<()>,
+) -> (usize, std::result::Result<(), (usize, E)>) {
+    let mut n = 0;
+    for item in items {
+        if n == depth {
+            let full = DeviceError::NoMemory("more WRs in one post than the queue holds");
+            return (n, Err((n, full.into())));
         }
+        let posted = read(item).and_then(|wr| post(wr).map_err(E::from));
+        if let Err(e) = posted {
+            return (n, Err((n, e)));
+        }
+        n += 1;
     }
-    (wrs.len(), Ok(()))
+    (n, Ok(()))
 }
 
 impl Drop for QpHandle {
@@ -887,6 +935,45 @@ impl Drop for QpHandle {
 mod tests {
     use super::*;
     use crate::types::{Sge, WrOpcode};
+
+    #[test]
+    fn an_endless_list_stops_at_the_queue_depth() {
+        let dev = Device::open("127.101.0.1".parse().unwrap()).unwrap();
+        let pd = dev.alloc_pd();
+        let srq = dev.create_srq(pd, 8, 1).unwrap();
+        let mut read = 0;
+        // An endless list: ENOMEM at the 9th, which is never read.
+        let (i, e) = srq
+            .post_recv_with(std::iter::repeat(()), |()| {
+                read += 1;
+                Ok::<_, DeviceError>(RecvWr {
+                    wr_id: read,
+                    sg_list: Default::default(),
+                })
+            })
+            .unwrap_err();
+        assert_eq!((i, read), (8, 8));
+        assert!(matches!(e, DeviceError::NoMemory(_)), "{e}");
+        assert_eq!(srq.len(), 8);
+        // A full queue refuses the first WR of the next list the same way.
+        let one = RecvWr {
+            wr_id: 9,
+            sg_list: Default::default(),
+        };
+        let (i, e) = srq.post_recv(std::slice::from_ref(&one)).unwrap_err();
+        assert_eq!(i, 0);
+        assert!(matches!(e, DeviceError::NoMemory(_)), "{e}");
+        // The caller's refusal of an item is its error, at its index.
+        let refuse_two = |x| match x {
+            2 => Err(DeviceError::Busy("two")),
+            x => Ok(x),
+        };
+        let (i, e) = post_each([1, 2, 3], 8, refuse_two, |_| Ok(()))
+            .1
+            .unwrap_err();
+        assert_eq!(i, 1);
+        assert!(matches!(e, DeviceError::Busy("two")), "{e}");
+    }
 
     fn cap() -> QpCap {
         QpCap {
