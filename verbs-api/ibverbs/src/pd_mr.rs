@@ -275,62 +275,12 @@ fn page_size() -> usize {
 }
 
 /// The checks the kernel makes before and while it pins a user range for a
-/// memory region (`ib_umem_get`): a range that wraps around the address
-/// space, or whose end wraps when rounded up to a page, is EINVAL; so is a
-/// zero length (it spans no page: `npages == 0` is EINVAL there); a range
-/// with a page the process has not mapped, or cannot read, or (when the
-/// region is writable) cannot write, is EFAULT (`pin_user_pages_fast`
-/// fails with it). uroce pins nothing, so without these a bad range would
-/// only fault in the engine thread at the first remote WRITE.
-///
-/// The memory is never touched to find this out (a touch could fault, or
-/// allocate a page). The mappings come from /proc/self/maps, one pass over
-/// lines sorted by address, rather than from `mincore`: mincore tells
-/// mapped from unmapped (ENOMEM) but not the permissions, so a PROT_NONE
-/// or read-only page the kernel would refuse to pin would pass it. Where
-/// /proc is not mounted the range is taken on trust. A program that
-/// unmaps the memory while it is registered breaks `ibv_reg_mr`'s
-/// contract, as with any provider.
+/// memory region (`ib_umem_get`): EINVAL for an empty or wrapping range,
+/// EFAULT for a page unmapped, unreadable or (for a writable region)
+/// unwritable. See [`uroce_verbs::provider::memory::range`].
 fn check_user_range(addr: usize, len: usize, writable: bool, page: usize) -> Result<(), i32> {
-    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
-    if end.checked_next_multiple_of(page).is_none() {
-        return Err(libc::EINVAL);
-    }
-    if len == 0 {
-        return Err(libc::EINVAL);
-    }
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return Ok(());
-    };
-    let mut cur = addr;
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let Some((lo, hi)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-        else {
-            continue;
-        };
-        if hi <= cur {
-            continue;
-        }
-        if lo > cur {
-            return Err(libc::EFAULT); // a hole before `cur`
-        }
-        let p = perms.as_bytes();
-        if p.first() != Some(&b'r') || (writable && p.get(1) != Some(&b'w')) {
-            return Err(libc::EFAULT);
-        }
-        cur = hi;
-        if cur >= end {
-            return Ok(());
-        }
-    }
-    Err(libc::EFAULT)
+    uroce_verbs::provider::memory::range::check_user_range(addr, len, writable, page)
+        .map_err(|e| e.errno())
 }
 
 #[no_mangle]
