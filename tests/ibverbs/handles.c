@@ -268,10 +268,13 @@ static void stale_handles(void)
 	MUST(cq2 = ibv_create_cq(other, 8, NULL, NULL, 0));
 	o1 = new_qp(pd, cq2, NULL, IBV_QPT_RC);
 	o2 = new_qp(pd2, cq, NULL, IBV_QPT_RC);
-	o3 = new_qp(pd2, ibv_create_cq(ctx2, 8, NULL, NULL, 0), srq,
-		    IBV_QPT_RC);
+	struct ibv_cq *cq3;
+	MUST(cq3 = ibv_create_cq(ctx2, 8, NULL, NULL, 0));
+	o3 = new_qp(pd2, cq3, srq, IBV_QPT_RC);
 	CHECK(!o1 && !o2 && !o3,
 	      "ibv_create_qp with a CQ or SRQ of another context: NULL");
+	MUST(ibv_destroy_cq(cq3) == 0);
+	MUST(ibv_destroy_cq(cq2) == 0);
 	pd2->context = ctx;
 	int rc = ibv_dealloc_pd(pd2);
 	pd2->context = ctx2;

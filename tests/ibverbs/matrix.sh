@@ -78,7 +78,7 @@ fi
 # another PD (handles.c caps its own address space: a list that allocates
 # without end fails here)
 cc -O1 -Wall -o "$tmp/handles" tests/ibverbs/handles.c -libverbs || exit 1
-if UROCE_DEVICES=uroce0=127.101.1.1,uroce1=127.101.1.2 timeout 120 "$tmp/handles" >"$tmp/out" 2>&1; then
+if UROCE_DEVICES=uroce0=127.101.1.1,uroce1=127.101.1.2 timeout 300 "$tmp/handles" >"$tmp/out" 2>&1; then
   pass "handles.c" "$(tail -1 "$tmp/out")"
 else
   fail "handles.c" "$(grep -c FAIL "$tmp/out") checks failed"

@@ -306,7 +306,7 @@ mod tests {
     fn the_kernel_answers_procmap_query() {
         // This machine's kernel (6.18) has the ioctl: the fast path is the
         // one taken, not the fallback.
-        let v = vec![0u8; 100];
+        let v = [0u8; 100];
         let a = v.as_ptr() as usize;
         match query_vmas(a, a + 100, true) {
             Some(r) => assert_eq!(r, Ok(())),
