@@ -20,6 +20,8 @@ pub struct AddressHandle {
     av: AddressVector,
     ip: IpAddr,
     _pd: Arc<()>,
+    /// Its place in the device's `max_ah`.
+    _slot: uroce_provider::quota::Slot,
 }
 
 impl AddressHandle {
@@ -73,10 +75,16 @@ impl ProtectionDomain {
                 self.ctx.device().ip()
             )));
         }
+        let slot = self
+            .ctx
+            .inner
+            .face
+            .take_slot(uroce_provider::quota::Resource::Ah)?;
         Ok(AddressHandle {
             av: *av,
             ip,
             _pd: self.users.clone(),
+            _slot: slot,
         })
     }
 

@@ -186,6 +186,21 @@ impl QueuePair {
         self.qp.post_send(wrs).map_err(|(i, e)| (i, e.into()))
     }
 
+    /// [`QueuePair::post_send`] of the WRs `read` makes of `items`, each
+    /// read only once the ones before it are posted: a foreign list (the
+    /// C library's) is walked as it is posted, and one call posts at most
+    /// the send queue's depth (the WR after those is refused with
+    /// ENOMEM, unread).
+    pub fn post_send_with<T, E: From<Error>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        mut read: impl FnMut(T) -> std::result::Result<SendWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
+        self.qp
+            .post_send_with(items, |t| read(t).map_err(Caller))
+            .map_err(|(i, Caller(e))| (i, e))
+    }
+
     /// The rules a send WR's SGE count (`max_send_sge`) and inline length
     /// (`max_inline_data`) must pass, for a caller that must check a
     /// foreign list's length before reading it (the C library); posting
@@ -221,5 +236,32 @@ impl QueuePair {
     /// `ibv_post_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, Error)> {
         self.qp.post_recv(wrs).map_err(|(i, e)| (i, e.into()))
+    }
+
+    /// [`QueuePair::post_recv`] of the WRs `read` makes of `items`, as
+    /// [`QueuePair::post_send_with`].
+    pub fn post_recv_with<T, E: From<Error>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        mut read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
+        self.qp
+            .post_recv_with(items, |t| read(t).map_err(Caller))
+            .map_err(|(i, Caller(e))| (i, e))
+    }
+
+    /// The send queue's depth: the most WRs one post takes.
+    pub fn send_depth(&self) -> u32 {
+        self.qp.cap().max_send_wr.max(1)
+    }
+}
+
+/// A caller's error passed through the provider's post loop, which
+/// reports its own errors as `DeviceError`s.
+pub(crate) struct Caller<E>(pub(crate) E);
+
+impl<E: From<Error>> From<uroce_provider::device::DeviceError> for Caller<E> {
+    fn from(e: uroce_provider::device::DeviceError) -> Caller<E> {
+        Caller(E::from(e.into()))
     }
 }
