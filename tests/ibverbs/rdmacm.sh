@@ -8,7 +8,8 @@
 #     SRQ on the id; rdma_establish for an id without a QP);
 #   * rping -V (data verified) at three sizes, ucmatose -c 4 (and -m:
 #     ids migrated to a new channel), udaddy -c 4 (UD through SIDR),
-#     rdma_server/rdma_client (synchronous ids, rdma_create_ep),
+#     rdma_server/rdma_client (synchronous ids, rdma_create_ep), mckey
+#     (UD multicast through rdma_join_multicast, 127.106.200.x),
 #     perftest's ib_send_bw -R, ib_write_bw -R and ib_read_lat -R: server
 #     and client in their own processes.
 #

@@ -468,9 +468,11 @@ unsafe extern "C" fn rdma_destroy_ep(p: *mut rdma_cm_id) {
 
 /// The `context` each (id, MGID) was joined with: librdmacm hands it back
 /// as the join event's `param.ud.private_data`.
-static MC_CONTEXTS: std::sync::LazyLock<
-    parking_lot::Mutex<std::collections::HashMap<(usize, [u8; 16]), usize>>,
-> = std::sync::LazyLock::new(Default::default);
+static MC_CONTEXTS: std::sync::LazyLock<parking_lot::Mutex<McContexts>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// (id address, MGID) -> context address.
+type McContexts = std::collections::HashMap<(usize, [u8; 16]), usize>;
 
 /// The context a multicast event of id `p` for `mgid` reports.
 pub(crate) fn mc_context(p: *mut rdma_cm_id, mgid: &[u8; 16]) -> *const c_void {
@@ -478,6 +480,11 @@ pub(crate) fn mc_context(p: *mut rdma_cm_id, mgid: &[u8; 16]) -> *const c_void {
         .lock()
         .get(&(p as usize, *mgid))
         .map_or(std::ptr::null(), |&c| c as *const c_void)
+}
+
+/// Forgets the join contexts of an id being destroyed.
+pub(crate) fn forget_mc_contexts(p: *mut rdma_cm_id) {
+    MC_CONTEXTS.lock().retain(|(id, _), _| *id != p as usize);
 }
 
 /// Joins the group at `addr` (see `CmId::join_multicast`): the id's QP is

@@ -515,6 +515,7 @@ pub(crate) unsafe fn destroy_id(p: *mut rdma_cm_id) -> Result<(), i32> {
     // Out of the registry first: no event can pin the id afterwards.
     let cm = inner.st.lock().rust.take().ok_or(libc::EINVAL)?;
     registry().lock().remove(&cm);
+    misc::forget_mc_contexts(p);
     // Torn down now: queued events may hold the Rust id a while longer.
     cm.destroy();
     drop(cm);
