@@ -142,8 +142,9 @@ impl UdpPort {
         sock.set_nonblocking(true)?;
         // Multicast (a UD send to a group) leaves by the device's own
         // interface, and comes back to this host's members, the device's
-        // own QPs among them, as a NIC loops it back.
-        set_multicast_if(&sock, ip)?;
+        // own QPs among them, as a NIC loops it back. (Refused, the
+        // device still works for unicast; multicast goes by route.)
+        let _ = set_multicast_if(&sock, ip);
         // The kernel's count of datagrams dropped for a full receive
         // buffer, with every datagram read.
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
