@@ -51,6 +51,9 @@ use std::sync::Arc;
 
 pub use crate::cm::gsi::Sink as CmSink;
 pub use crate::cm::Nanos;
+pub use crate::endpoint::{
+    McastError, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_QPN,
+};
 pub use crate::engine::device::{
     active_mtu, devices_from_env, interface_index, interface_mtu, parse_devices, ConfigError,
     DeviceConfig, DEVICES_ENV,
@@ -764,6 +767,18 @@ impl QpHandle {
     /// The QP's attributes.
     pub fn query(&self) -> Result<QpAttr> {
         Ok(self.dev.engine().query_qp(self.qpn)?)
+    }
+    /// `ibv_attach_mcast`: the QP (UD) receives what is sent to the
+    /// multicast GID `gid` (an IPv4-mapped or IPv6 multicast address) and
+    /// QP 0xFFFFFF. The LID is not asked for: RoCE ignores it.
+    pub fn attach_mcast(&self, gid: &[u8; 16]) -> Result<()> {
+        let group = crate::endpoint::mcast_group(gid);
+        Ok(self.dev.engine().attach_mcast(self.qpn, group)?)
+    }
+    /// `ibv_detach_mcast`.
+    pub fn detach_mcast(&self, gid: &[u8; 16]) -> Result<()> {
+        let group = crate::endpoint::mcast_group(gid);
+        Ok(self.dev.engine().detach_mcast(self.qpn, group)?)
     }
     /// The engine's whole view of the QP, for debugging.
     pub fn debug_state(&self) -> String {

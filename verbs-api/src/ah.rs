@@ -9,11 +9,6 @@ use uroce_provider::device::grh_source;
 use uroce_provider::qp_attr::AddressVector;
 use uroce_provider::types::{UdDest, Wc, WcFlags};
 
-/// Why UD multicast is refused: each device binds one unicast address, and
-/// IP multicast does not fit that cleanly.
-pub(crate) const NO_MULTICAST: &str =
-    "UD multicast: devices bind one unicast address, so IP multicast does not fit";
-
 /// An address handle: a checked address vector to one peer.
 #[derive(Debug)]
 pub struct AddressHandle {
@@ -47,7 +42,9 @@ impl AddressHandle {
 
 impl ProtectionDomain {
     /// `ibv_create_ah`: the destination GID is the peer's RoCEv2 GID (its
-    /// IP address, IPv4-mapped for IPv4), of the device's IP version.
+    /// IP address, IPv4-mapped for IPv4), of the device's IP version, or
+    /// a multicast group's (send to QP 0xFFFFFF; see
+    /// [`crate::QueuePair::attach_mcast`]).
     pub fn create_ah(&self, av: &AddressVector) -> Result<AddressHandle> {
         if av.port_num != 1 {
             return Err(Error::Invalid(format!(
@@ -65,9 +62,6 @@ impl ProtectionDomain {
         let ip = av.ip();
         if ip.is_unspecified() {
             return Err(Error::Invalid("dgid is zero".into()));
-        }
-        if ip.is_multicast() {
-            return Err(Error::NotSupported(NO_MULTICAST));
         }
         if ip.is_ipv4() != self.ctx.device().ip().is_ipv4() {
             return Err(Error::Invalid(format!(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use uroce_provider::counters::CounterSnapshot;
 use uroce_provider::device::{
     self as face, devices_from_env, interface_index, interface_mtu, DeviceConfig, IoPath,
+    MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH,
 };
 use uroce_provider::net::faults::Faults;
 use uroce_provider::qp_attr::gid_of;
@@ -175,6 +176,9 @@ pub struct DeviceAttr {
     pub max_srq: u32,
     pub max_mw: u32,
     pub max_ah: u32,
+    pub max_mcast_grp: u32,
+    pub max_mcast_qp_attach: u32,
+    pub max_total_mcast_qp_attach: u32,
     pub max_pkeys: u16,
     pub phys_port_cnt: u8,
     pub max_inline_data: u32,
@@ -240,6 +244,9 @@ impl Context {
             max_srq: Resource::Srq.max(),
             max_mw: Resource::Mw.max(),
             max_ah: Resource::Ah.max(),
+            max_mcast_grp: MAX_MCAST_GRP as u32,
+            max_mcast_qp_attach: MAX_MCAST_QP_ATTACH as u32,
+            max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH as u32,
             max_pkeys: 1,
             phys_port_cnt: 1,
             max_inline_data: MAX_INLINE,

@@ -223,14 +223,21 @@ impl QueuePair {
             .map_err(|e| Error::Invalid(e.to_string()))
     }
 
-    /// `ibv_attach_mcast`: not supported (each device binds one unicast
-    /// address; IP multicast does not fit that cleanly).
-    pub fn attach_mcast(&self, _gid: &[u8; 16], _lid: u16) -> Result<()> {
-        Err(Error::NotSupported(crate::ah::NO_MULTICAST))
+    /// `ibv_attach_mcast`: this UD QP receives the datagrams sent to the
+    /// multicast GID `gid` (IPv4-mapped `::ffff:224.0.0.0/100`, or IPv6
+    /// `ff00::/8`, of the device's IP version) and QP 0xFFFFFF, from
+    /// any device, its own included. The LID is ignored, as the kernel
+    /// ignores it on RoCE. Errors as the kernel's: EINVAL for a QP other
+    /// than UD, a GID that is not multicast; attaching twice succeeds;
+    /// ENOMEM past rxe's limits (`max_mcast_grp` groups per device,
+    /// `max_mcast_qp_attach` QPs per group, `max_total_mcast_qp_attach`).
+    /// Destroying the QP detaches it.
+    pub fn attach_mcast(&self, gid: &[u8; 16], _lid: u16) -> Result<()> {
+        Ok(self.qp.attach_mcast(gid)?)
     }
-    /// `ibv_detach_mcast`: not supported (see [`QueuePair::attach_mcast`]).
-    pub fn detach_mcast(&self, _gid: &[u8; 16], _lid: u16) -> Result<()> {
-        Err(Error::NotSupported(crate::ah::NO_MULTICAST))
+    /// `ibv_detach_mcast`: EINVAL if the QP is not attached to `gid`.
+    pub fn detach_mcast(&self, gid: &[u8; 16], _lid: u16) -> Result<()> {
+        Ok(self.qp.detach_mcast(gid)?)
     }
 
     /// `ibv_post_recv`.

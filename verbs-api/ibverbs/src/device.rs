@@ -387,6 +387,9 @@ fn device_attr(ctx: &CtxInner) -> ibv_device_attr {
     o.max_qp_init_rd_atom = int(a.max_qp_init_rd_atom);
     o.atomic_cap = int(a.atomic_cap);
     o.max_ah = int(a.max_ah);
+    o.max_mcast_grp = int(a.max_mcast_grp);
+    o.max_mcast_qp_attach = int(a.max_mcast_qp_attach);
+    o.max_total_mcast_qp_attach = int(a.max_total_mcast_qp_attach);
     o.max_srq = int(a.max_srq);
     o.max_srq_wr = int(a.max_qp_wr);
     o.max_srq_sge = int(a.max_sge);

@@ -428,17 +428,42 @@ pub(crate) unsafe extern "C" fn ibv_destroy_qp_impl(p: *mut ibv_qp) -> c_int {
     })
 }
 
-/// UD multicast is not supported (each device binds one unicast address).
+/// Attaches a UD QP to a multicast group: errors as the kernel answers
+/// them (EINVAL: not UD, not a multicast GID; ENOMEM: past the limits
+/// `ibv_query_device` gives), returned and in errno.
 #[no_mangle]
-unsafe extern "C" fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    crate::set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+unsafe extern "C" fn ibv_attach_mcast(p: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: as `mcast`.
+    errno_result(|| unsafe { mcast(p, gid, |q, g| q.attach_mcast(g, lid)) })
 }
 
+/// Detaches a QP from a group (EINVAL if it is not attached).
 #[no_mangle]
-unsafe extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    crate::set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+unsafe extern "C" fn ibv_detach_mcast(p: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: as `mcast`.
+    errno_result(|| unsafe { mcast(p, gid, |q, g| q.detach_mcast(g, lid)) })
+}
+
+/// Runs an attach or detach on the QP `p` and the GID `gid`.
+///
+/// # Safety
+/// `p` is NULL or a QP pointer (checked against the live handles); `gid`
+/// is NULL or points to 16 readable bytes.
+unsafe fn mcast(
+    p: *mut ibv_qp,
+    gid: *const ibv_gid,
+    f: impl FnOnce(&QueuePair, &[u8; 16]) -> uroce_verbs::Result<()>,
+) -> Result<(), i32> {
+    live(p)?;
+    // SAFETY: a live QP (registered).
+    let q = unsafe { qp(p)? };
+    if gid.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's GID, 16 bytes (read unaligned: a C caller
+    // may pass any address).
+    let g: [u8; 16] = unsafe { std::ptr::read_unaligned(gid.cast()) };
+    f(&q.rust, &g).map_err(|e| errno(&e))
 }
 
 /// Data lands in order for every opcode: `IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG`.
