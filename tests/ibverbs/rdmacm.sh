@@ -143,3 +143,14 @@ cm_pair "ib_write_bw -R" "$bw" \
   ib_write_bw -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_write_bw -R -x 0 -d cli -p 7471 -n 100 {S}
 cm_pair "ib_read_lat -R" "$lat" \
   ib_read_lat -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_read_lat -R -x 0 -d cli -p 7471 -n 100 {S}
+
+# rsockets: rdmacm-utils' rstream (rsocket calls only, no kernel TCP to
+# fall back to) in both directions' default test and a 1 MB custom one.
+if command -v rstream >/dev/null; then
+  cm_pair "rstream 1 MB x 20" "^custom" \
+    rstream -b {S} -p 19740 -S 1000000 -C 20 -- rstream -s {S} -p 19740 -S 1000000 -C 20
+  cm_pair "rstream 64 KB x 100, non-blocking" "^custom" \
+    rstream -b {S} -p 19741 -S 65536 -C 100 -T n -- rstream -s {S} -p 19741 -S 65536 -C 100 -T n
+else
+  echo "SKIP rstream: Debian's rdmacm-utils is not installed"
+fi

@@ -6,7 +6,7 @@ use super::ffi::*;
 use super::{complete, create_id, destroy_id, errno, id, ps_of, sockaddr_from_c};
 use crate::ffi::*;
 use crate::{guard, minus_one_result, set_errno};
-use libc::{c_char, c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{c_char, c_int, c_void, sockaddr};
 use std::ffi::CStr;
 use std::ptr::null_mut;
 use uroce_verbs::QpType;
@@ -14,11 +14,7 @@ use uroce_verbs::QpType;
 crate::symbol_versions! {
     "RDMACM_1.0": [rdma_get_devices, rdma_free_devices, rdma_event_str, rdma_getaddrinfo,
                    rdma_freeaddrinfo, rdma_create_ep, rdma_destroy_ep, rdma_join_multicast,
-                   rdma_leave_multicast,
-                   rsocket, rbind, rlisten, raccept, rconnect, rshutdown, rclose, rrecv,
-                   rrecvfrom, rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev,
-                   rpoll, rselect, rgetpeername, rgetsockname, rsetsockopt, rgetsockopt, rfcntl,
-                   riomap, riounmap, riowrite]
+                   rdma_leave_multicast]
     "RDMACM_1.1": [rdma_join_multicast_ex]
     "RDMACM_1.3": [rdma_set_local_ece, rdma_get_remote_ece]
 }
@@ -615,81 +611,4 @@ unsafe extern "C" fn rdma_get_remote_ece(p: *mut rdma_cm_id, ece: *mut ibv_ece) 
         };
         Ok(())
     })
-}
-
-// ---------------------------------------------------------------- rsockets
-
-/// rsockets are not provided: `rsocket` fails with ENOSYS, so no rsocket
-/// descriptor exists, and every call on one fails as librdmacm fails a
-/// descriptor that is not an rsocket: -1 with EBADF. `rpoll` and
-/// `rselect` pass plain descriptors to poll/select, as librdmacm does.
-#[no_mangle]
-extern "C" fn rsocket(_domain: c_int, _type: c_int, _protocol: c_int) -> c_int {
-    set_errno(libc::ENOSYS);
-    -1
-}
-
-/// Calls on a descriptor that cannot be an rsocket: -1, EBADF.
-macro_rules! not_an_rsocket {
-    ($($name:ident($($arg:ident: $t:ty),*) -> $ret:ty;)*) => {
-        $(
-            #[no_mangle]
-            extern "C" fn $name($(_: $t),*) -> $ret {
-                set_errno(libc::EBADF);
-                -1i64 as $ret
-            }
-        )*
-    };
-}
-
-not_an_rsocket! {
-    rbind(s: c_int, a: *const sockaddr, l: socklen_t) -> c_int;
-    rlisten(s: c_int, b: c_int) -> c_int;
-    raccept(s: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int;
-    rconnect(s: c_int, a: *const sockaddr, l: socklen_t) -> c_int;
-    rshutdown(s: c_int, how: c_int) -> c_int;
-    rclose(s: c_int) -> c_int;
-    rrecv(s: c_int, b: *mut c_void, l: size_t, f: c_int) -> ssize_t;
-    rrecvfrom(s: c_int, b: *mut c_void, l: size_t, f: c_int, a: *mut sockaddr, al: *mut socklen_t) -> ssize_t;
-    rrecvmsg(s: c_int, m: *mut libc::msghdr, f: c_int) -> ssize_t;
-    rsend(s: c_int, b: *const c_void, l: size_t, f: c_int) -> ssize_t;
-    rsendto(s: c_int, b: *const c_void, l: size_t, f: c_int, a: *const sockaddr, al: socklen_t) -> ssize_t;
-    rsendmsg(s: c_int, m: *const libc::msghdr, f: c_int) -> ssize_t;
-    rread(s: c_int, b: *mut c_void, l: size_t) -> ssize_t;
-    rreadv(s: c_int, v: *const libc::iovec, n: c_int) -> ssize_t;
-    rwrite(s: c_int, b: *const c_void, l: size_t) -> ssize_t;
-    rwritev(s: c_int, v: *const libc::iovec, n: c_int) -> ssize_t;
-    rgetpeername(s: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int;
-    rgetsockname(s: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int;
-    rsetsockopt(s: c_int, lv: c_int, n: c_int, v: *const c_void, l: socklen_t) -> c_int;
-    rgetsockopt(s: c_int, lv: c_int, n: c_int, v: *mut c_void, l: *mut socklen_t) -> c_int;
-    riomap(s: c_int, b: *mut c_void, l: size_t, prot: c_int, f: c_int, o: libc::off_t) -> libc::off_t;
-    riounmap(s: c_int, b: *mut c_void, l: size_t) -> c_int;
-    riowrite(s: c_int, b: *const c_void, n: size_t, o: libc::off_t, f: c_int) -> size_t;
-}
-
-/// `int rfcntl(int socket, int cmd, ...)`: the variadic argument is never
-/// read (the System V ABI lets a function ignore it).
-#[no_mangle]
-extern "C" fn rfcntl(_socket: c_int, _cmd: c_int) -> c_int {
-    set_errno(libc::EBADF);
-    -1
-}
-
-#[no_mangle]
-unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
-    // SAFETY: the caller's array, as poll(2) takes it.
-    unsafe { libc::poll(fds, nfds, timeout) }
-}
-
-#[no_mangle]
-unsafe extern "C" fn rselect(
-    nfds: c_int,
-    r: *mut libc::fd_set,
-    w: *mut libc::fd_set,
-    e: *mut libc::fd_set,
-    t: *mut libc::timeval,
-) -> c_int {
-    // SAFETY: the caller's sets and timeout, as select(2) takes them.
-    unsafe { libc::select(nfds, r, w, e, t) }
 }

@@ -27,6 +27,7 @@
 pub mod ffi;
 pub(crate) mod misc;
 pub(crate) mod qp;
+pub(crate) mod rsocket;
 
 use self::ffi::*;
 use crate::ffi::*;
