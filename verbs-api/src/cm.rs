@@ -376,7 +376,7 @@ impl EventChannel {
             };
             let e = match p {
                 Pending::Ready(e) => Some(e),
-                Pending::Agent(id, e) => process(&id, e),
+                Pending::Agent(id, e) => process(&id, e).inspect(|_| on_the_wire(&id)),
             };
             if let Some(e) = e {
                 return Ok(Some(e));
@@ -1326,6 +1326,20 @@ fn ready_qp(qp: &QueuePair, p: &QpPath) -> Result<()> {
 /// Turns an agent event into the user's event, doing on the way what
 /// librdmacm does in `rdma_get_cm_event`: new ids for requests, the
 /// active side's QP readied and the RTU sent on a REP.
+/// Before the user sees an agent's event: the MADs that came with it (the
+/// DREP that answered a DREQ, with DISCONNECTED) and those its processing
+/// queued (an RTU, a REJ) are handed to the socket. The agent hands its
+/// events over while the engine's pass that emitted their MADs is still
+/// sending; a program that exits on DISCONNECTED (qperf's server) would
+/// otherwise take the DREP with it and leave its peer resending its DREQ
+/// for a minute. (The kernel's CM sends the DREP itself, program or not.)
+fn on_the_wire(id: &IdInner) {
+    let ctx = id.st.lock().ctxs.first().cloned();
+    if let Some(ctx) = ctx {
+        ctx.inner.face.flush(Duration::from_millis(100));
+    }
+}
+
 fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
     let cid = CmId { inner: id.clone() };
     let ctx = id.st.lock().ctxs.first().cloned()?;
