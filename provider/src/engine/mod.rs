@@ -111,8 +111,11 @@ fn released(ip: IpAddr) {
     STOPPING.1.notify_all();
 }
 
-/// Every engine started in the process, for [`flush_at_exit`].
-static LIVE: parking_lot::Mutex<Vec<std::sync::Weak<Shared>>> = parking_lot::Mutex::new(Vec::new());
+/// Every engine started in the process, for [`flush_at_exit`], with the
+/// process that started it (a child made by `fork` inherits the list and
+/// the handler, not the engines: it must not send their packets again).
+static LIVE: parking_lot::Mutex<Vec<(u32, std::sync::Weak<Shared>)>> =
+    parking_lot::Mutex::new(Vec::new());
 
 /// How long the flush at exit waits for one device's pass in progress.
 const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
@@ -126,8 +129,8 @@ fn flush_at_exit_too(shared: &Arc<Shared>) {
         unsafe { libc::atexit(flush_at_exit) };
     });
     let mut live = LIVE.lock();
-    live.retain(|w| w.strong_count() > 0);
-    live.push(Arc::downgrade(shared));
+    live.retain(|(_, w)| w.strong_count() > 0);
+    live.push((std::process::id(), Arc::downgrade(shared)));
 }
 
 /// At process exit (`exit`, or a return from `main`): every device's
@@ -141,7 +144,12 @@ extern "C" fn flush_at_exit() {
         let Some(live) = LIVE.try_lock_for(EXIT_WAIT) else {
             return;
         };
-        let engines: Vec<Arc<Shared>> = live.iter().filter_map(std::sync::Weak::upgrade).collect();
+        let me = std::process::id();
+        let engines: Vec<Arc<Shared>> = live
+            .iter()
+            .filter(|(pid, _)| *pid == me)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
         drop(live);
         for s in engines {
             flush_now(&s, EXIT_WAIT);
