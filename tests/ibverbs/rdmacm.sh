@@ -13,7 +13,8 @@
 #     within 1 s, not after DREQ retries);
 #   * rping -V (data verified) at three sizes, ucmatose -c 4 (and -m:
 #     ids migrated to a new channel), udaddy -c 4 (UD through SIDR),
-#     rdma_server/rdma_client (synchronous ids, rdma_create_ep),
+#     rdma_server/rdma_client (synchronous ids, rdma_create_ep), mckey
+#     (UD multicast through rdma_join_multicast, 127.106.200.x),
 #     perftest's ib_send_bw -R, ib_write_bw -R and ib_read_lat -R: server
 #     and client in their own processes.
 #
@@ -132,6 +133,27 @@ cm_pair "ucmatose -c 2 -m" "^return status 0" \
 # ---- udaddy: UD, the peer's QP number and Q_Key through SIDR
 cm_pair "udaddy -c 4" "^return status 0" \
   udaddy -b {S} -c 4 -- udaddy -s {S} -b {C} -c 4
+
+# ---- mckey: UD multicast through rdma_join_multicast, sender and
+# receiver in their own processes (devices 127.106.200.1 and .2, group
+# 239.106.0.1); the receiver joins first and must get all 4 messages.
+mc_r=127.106.200.1 mc_s=127.106.200.2 mc_g=239.106.0.1
+UROCE_DEVICES="rcv=$mc_r" timeout 60 mckey -m $mc_g -b $mc_r -C 4 >"$tmp/mc_recv" 2>&1 &
+mc_pid=$!
+for _ in $(seq 100); do
+  ss -Huan "src $mc_g:4791" | grep -q . && break
+  sleep 0.1
+done
+UROCE_DEVICES="snd=$mc_s" timeout 60 mckey -m $mc_g -s -b $mc_s -C 4 >"$tmp/mc_send" 2>&1
+mc_src=$?
+wait $mc_pid
+mc_rrc=$?
+if [ $mc_src = 0 ] && [ $mc_rrc = 0 ] && grep -q "data transfers complete" "$tmp/mc_recv"; then
+  pass "mckey -m (multicast)" "4 messages to group $mc_g received"
+else
+  cat "$tmp/mc_send" - "$tmp/mc_recv" <<<"---- receiver:" >"$tmp/out"
+  fail "mckey -m (multicast)" "sender $mc_src, receiver $mc_rrc"
+fi
 
 # ---- rdma_server/rdma_client: rdma_getaddrinfo, rdma_create_ep,
 # synchronous ids, rdma_get_request, the CQs rdma_create_qp makes
