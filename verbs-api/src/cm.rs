@@ -237,9 +237,7 @@ impl CmDevice {
             self.with_agent(|a, _| a.unlisten(sid));
         }
     }
-}
 
-impl CmDevice {
     /// Starts QP1 on the device with an agent for the device at `ip`.
     pub(crate) fn start(dev: &face::Device, ip: IpAddr, guid: u64) -> Result<Arc<CmDevice>> {
         let cm = Arc::new(CmDevice {
