@@ -77,6 +77,11 @@ fn strict_source_port() -> bool {
     std::env::var(STRICT_SOURCE_PORT_ENV).is_ok_and(|v| v.trim() == "1")
 }
 
+/// A context's asynchronous event queue (an eventfd).
+fn new_event_queue() -> Result<AsyncEvents> {
+    AsyncEvents::new().map_err(|_| DeviceError::NoMemory("no eventfd for the async event queue"))
+}
+
 /// Why the device refused a request, in the classes verbs reports.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeviceError {
@@ -139,9 +144,15 @@ struct Shared {
 
 /// An open device (see the module docs). Clones share it; its engine
 /// stops when the last clone, and every handle made from it, is dropped.
+///
+/// A handle belongs to one context (`ibv_context`): the asynchronous
+/// events of the CQs, SRQs and QPs made through it go to that context's
+/// queue. Clones are the same context; [`Device::new_context`] makes
+/// another on the same engine.
 #[derive(Clone)]
 pub struct Device {
     shared: Arc<Shared>,
+    events: Arc<AsyncEvents>,
 }
 
 impl std::fmt::Debug for Device {
@@ -166,6 +177,21 @@ impl Device {
                 qpns: Mutex::new(HashSet::new()),
                 quota: Arc::default(),
             }),
+            events: Arc::new(new_event_queue()?),
+        })
+    }
+
+    /// Another context on this open device: the same engine, keys and
+    /// objects' numbering, with an asynchronous event queue (and
+    /// descriptor) of its own, as each `open` of a kernel uverbs device
+    /// is a file of its own. The kernel reports an event about a QP, CQ
+    /// or SRQ to the context that created it; so does uroce. (A kernel
+    /// device also raises port and device events, to every context; a
+    /// uroce port never changes state, so there are none.)
+    pub fn new_context(&self) -> Result<Device> {
+        Ok(Device {
+            shared: self.shared.clone(),
+            events: Arc::new(new_event_queue()?),
         })
     }
 
@@ -203,9 +229,9 @@ impl Device {
     pub fn counters(&self) -> CounterSnapshot {
         self.engine().counters().snapshot()
     }
-    /// The device's asynchronous event queue.
+    /// This context's asynchronous event queue.
     pub fn events(&self) -> &Arc<AsyncEvents> {
-        self.engine().events()
+        &self.events
     }
     /// Injects faults into everything the device sends (`None`: a clean
     /// network).
@@ -221,6 +247,12 @@ impl Device {
     /// `Engine::settle`).
     pub fn settle(&self) -> Result<()> {
         Ok(self.engine().settle()?)
+    }
+    /// Sends what the device has queued now, from the calling thread,
+    /// after any pass in progress (see `Engine::flush`): waits at most
+    /// `wait`; false if it did not get to send.
+    pub fn flush(&self, wait: std::time::Duration) -> bool {
+        self.engine().flush(wait)
     }
     /// Whether the caller runs on the device's engine thread (inside a
     /// callback it makes).
@@ -450,7 +482,7 @@ impl Device {
             src_port: uroce_wire::ROCEV2_UDP_PORT,
             counters: engine.counters().clone(),
             limits: self.modify_limits(),
-            events: engine.events().clone(),
+            events: self.events.clone(),
             strict_source_port: strict_source_port(),
             state: state.clone(),
         };

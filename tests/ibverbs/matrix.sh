@@ -13,6 +13,8 @@
 #     limit enforced, an SRQ of another PD;
 #   * tests/ibverbs/signals.c: signals the program blocks and reads from a
 #     signalfd reach it (no thread of the library takes them);
+#   * tests/ibverbs/contexts.c: no event at open, an async_fd per context
+#     with the events of its own objects, EADDRINUSE for a taken address;
 #   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs), and
 #     rdma-core's pyverbs test suite (tests/ibverbs/pyverbs.sh);
 #   * ibv_rc/uc/ud/srq_pingpong -c (data checked), server and client in
@@ -101,6 +103,15 @@ if UROCE_DEVICES=uroce0=127.40.9.1,uroce1=127.40.9.2 timeout 60 "$tmp/signals" >
   pass "signals.c" "$(tail -1 "$tmp/out")"
 else
   fail "signals.c" "exit $? (a library thread took a signal the program blocks)"
+fi
+
+# ---- contexts: no event at open, an async_fd per context, events to the
+# object's context, EADDRINUSE for a taken address
+cc -O1 -Wall -o "$tmp/contexts" tests/ibverbs/contexts.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.40.4.1 timeout 60 "$tmp/contexts" >"$tmp/out" 2>&1; then
+  pass "contexts.c" "$(tail -1 "$tmp/out")"
+else
+  fail "contexts.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
 
 # ---- device listing

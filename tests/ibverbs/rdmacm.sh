@@ -6,6 +6,11 @@
 #   * tests/ibverbs/rdmacm_errors.c: error paths of the C API, a rejected
 #     connection, a non-blocking channel, connections in one process (an
 #     SRQ on the id; rdma_establish for an id without a QP);
+#   * tests/ibverbs/bind6.c: 0.0.0.0 and [::] on one port, with and
+#     without RDMA_OPTION_ID_AFONLY, as the kernel's CMA answers;
+#   * tests/ibverbs/cm_exit.c: a server that exits the moment it sees
+#     DISCONNECTED leaves its DREP on the wire (the client's DISCONNECTED
+#     within 1 s, not after DREQ retries);
 #   * rping -V (data verified) at three sizes, ucmatose -c 4 (and -m:
 #     ids migrated to a new channel), udaddy -c 4 (UD through SIDR),
 #     rdma_server/rdma_client (synchronous ids, rdma_create_ep), mckey
@@ -81,6 +86,33 @@ if cc -O1 -Wall -o "$tmp/rdmacm_errors" tests/ibverbs/rdmacm_errors.c -libverbs 
 else
   failed=$((failed + 1))
   echo "FAIL  rdmacm_errors.c (does not compile: apt-get install librdmacm-dev)"
+fi
+
+# ---- the IPv4 and IPv6 wildcards on one port (tgtd's portal), with and
+# without RDMA_OPTION_ID_AFONLY, answered as the kernel's CMA (bind6.c)
+if cc -O1 -Wall -o "$tmp/bind6" tests/ibverbs/bind6.c -lrdmacm; then
+  if UROCE_DEVICES=uroce0=127.41.4.1 timeout 60 "$tmp/bind6" >"$tmp/out" 2>&1; then
+    pass "bind6.c" "$(tail -1 "$tmp/out")"
+  else
+    fail "bind6.c" "$(grep -c FAIL "$tmp/out") checks failed"
+  fi
+else
+  failed=$((failed + 1))
+  echo "FAIL  bind6.c (does not compile: apt-get install librdmacm-dev)"
+fi
+
+# ---- a server that exits on DISCONNECTED leaves its DREP on the wire:
+# the client's DISCONNECTED comes at once, 10 rounds (cm_exit.c)
+if cc -O1 -Wall -o "$tmp/cm_exit" tests/ibverbs/cm_exit.c -libverbs -lrdmacm; then
+  if UROCE_SERVER_DEVICES=srv=127.41.3.1 UROCE_CLIENT_DEVICES=cli=127.41.3.2 \
+    timeout 120 "$tmp/cm_exit" 127.41.3.1 7471 10 >"$tmp/out" 2>&1; then
+    pass "cm_exit.c" "$(tail -1 "$tmp/out")"
+  else
+    fail "cm_exit.c" "$(tail -1 "$tmp/out")"
+  fi
+else
+  failed=$((failed + 1))
+  echo "FAIL  cm_exit.c (does not compile: apt-get install librdmacm-dev)"
 fi
 
 # ---- rping: -V checks every byte the server sent back; -C iterations

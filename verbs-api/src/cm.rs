@@ -185,10 +185,59 @@ impl std::fmt::Debug for CmDevice {
 #[derive(Default)]
 struct Routes {
     conns: HashMap<u32, Weak<IdInner>>,
-    listeners: HashMap<u64, Weak<IdInner>>,
+    /// Per service: the ids listening (two when an IPv4 and an IPv6 id
+    /// restricted to their families share a port).
+    listeners: HashMap<u64, Vec<Listener>>,
+}
+
+/// An id listening on a service.
+struct Listener {
+    id: Weak<IdInner>,
+    /// The IP version of the CMA headers it takes (`Some(true)`: IPv4
+    /// only; `None`: both), as the kernel's `cma_match_private_data`.
+    v4: Option<bool>,
+}
+
+impl Routes {
+    /// The listener on `sid` for a request whose CMA header (at the start
+    /// of `private_data`) is of its IP version; without a CMA header (the
+    /// IB port space), the first.
+    fn listener(&self, sid: u64, private_data: &[u8]) -> Option<Arc<IdInner>> {
+        let v4 = cma::CmaHeader::new_checked(private_data)
+            .ok()
+            .and_then(|h| CmaHeaderRepr::parse(&h).ok())
+            .map(|h| h.src.is_ipv4());
+        self.listeners
+            .get(&sid)?
+            .iter()
+            .filter(|l| l.v4.is_none() || v4.is_none() || l.v4 == v4)
+            .find_map(|l| l.id.upgrade())
+    }
+
+    /// Removes `id`'s listen on `sid` (and listeners gone); true when
+    /// nobody listens there any more.
+    fn unlisten(&mut self, sid: u64, id: *const IdInner) -> bool {
+        let Some(list) = self.listeners.get_mut(&sid) else {
+            return true;
+        };
+        list.retain(|l| l.id.strong_count() > 0 && !std::ptr::eq(l.id.as_ptr(), id));
+        if list.is_empty() {
+            self.listeners.remove(&sid);
+            return true;
+        }
+        false
+    }
 }
 
 impl CmDevice {
+    /// Stops `id`'s listen on `sid`: the agent stops taking its REQs once
+    /// no other id listens there.
+    fn unlisten(&self, sid: u64, id: *const IdInner) {
+        if self.routes.lock().unlisten(sid, id) {
+            self.with_agent(|a, _| a.unlisten(sid));
+        }
+    }
+
     /// Starts QP1 on the device with an agent for the device at `ip`.
     pub(crate) fn start(dev: &face::Device, ip: IpAddr, guid: u64) -> Result<Arc<CmDevice>> {
         let cm = Arc::new(CmDevice {
@@ -234,10 +283,12 @@ impl CmDevice {
             let target = {
                 let routes = self.routes.lock();
                 match &e {
-                    pcm::CmEvent::ReqReceived { service_id, .. }
-                    | pcm::CmEvent::SidrReqReceived { service_id, .. } => {
-                        routes.listeners.get(service_id).and_then(Weak::upgrade)
-                    }
+                    pcm::CmEvent::ReqReceived {
+                        service_id, req, ..
+                    } => routes.listener(*service_id, &req.private_data),
+                    pcm::CmEvent::SidrReqReceived {
+                        service_id, req, ..
+                    } => routes.listener(*service_id, &req.private_data),
                     other => routes.conns.get(&event_conn(other)).and_then(Weak::upgrade),
                 }
             };
@@ -376,7 +427,7 @@ impl EventChannel {
             };
             let e = match p {
                 Pending::Ready(e) => Some(e),
-                Pending::Agent(id, e) => process(&id, e),
+                Pending::Agent(id, e) => process(&id, e).inspect(|_| on_the_wire(&id)),
             };
             if let Some(e) = e {
                 return Ok(Some(e));
@@ -427,6 +478,9 @@ struct IdState2 {
     path: Option<QpPath>,
     /// The retry count our REQ asked for.
     retry_count: u8,
+    /// `rdma_set_afonly`'s value, if the user set it (else it follows the
+    /// bound address family, see [`afonly_default`]).
+    afonly: Option<bool>,
     /// The multicast groups joined: (address, MGID, send-only).
     mcast: Vec<(SocketAddr, [u8; 16], bool)>,
 }
@@ -466,8 +520,7 @@ impl IdInner {
         for ctx in ctxs.iter() {
             let dev = &ctx.inner.cm;
             if let Some(sid) = listening {
-                dev.routes.lock().listeners.remove(&sid);
-                dev.with_agent(|a, _| a.unlisten(sid));
+                dev.unlisten(sid, self);
             }
         }
         if let (Some(conn), Some(ctx)) = (conn, ctxs.first()) {
@@ -591,8 +644,19 @@ fn device_towards(dst: IpAddr) -> Result<Device> {
     }
 }
 
-/// (address, port space, port) -> the id bound there.
-type PortTable = Mutex<HashMap<(IpAddr, u16, u16), Weak<IdInner>>>;
+/// (address, port space, port) -> the id bound there, and whether it is
+/// restricted to its address family (the kernel's `afonly`, fixed at
+/// bind time).
+type PortTable = Mutex<HashMap<(IpAddr, u16, u16), (Weak<IdInner>, bool)>>;
+
+/// The kernel CMA's `afonly` for an id bound without `rdma_set_afonly`:
+/// an IPv4 id is restricted to IPv4; an IPv6 id to IPv6 only if the
+/// host's `net.ipv6.bindv6only` says so (default 0: an IPv6 wildcard
+/// also takes IPv4, and conflicts with an IPv4 bind of its port).
+fn afonly_default(ip: IpAddr) -> bool {
+    ip.is_ipv4()
+        || std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|v| v.trim() == "1")
+}
 
 /// Ports this process has bound, per (device address, port space).
 fn ports() -> &'static PortTable {
@@ -640,6 +704,7 @@ impl CmId {
                     psn: uroce_wire::Psn::random().value(),
                     path: None,
                     retry_count: 7,
+                    afonly: None,
                     mcast: Vec::new(),
                 }),
             }),
@@ -697,17 +762,21 @@ impl CmId {
         self.inner.st.lock().dst
     }
 
-    fn reserve_port(&self, ip: IpAddr, port: u16) -> Result<u16> {
+    fn reserve_port(&self, ip: IpAddr, port: u16, afonly: bool) -> Result<u16> {
         let mut p = ports().lock();
-        p.retain(|_, w| w.strong_count() > 0);
+        p.retain(|_, (w, _)| w.strong_count() > 0);
         let ps = self.inner.ps as u16;
-        // As the kernel's CMA (cma_check_port, without REUSEADDR): a port
-        // bound on the wildcard address conflicts with every address
-        // (EADDRNOTAVAIL); the same address twice is EADDRINUSE.
+        // As the kernel's CMA (cma_check_port, without REUSEADDR): two
+        // ids restricted to their address families (afonly) do not meet
+        // when the families differ; otherwise a port bound on the
+        // wildcard address conflicts with every address
+        // (EADDRNOTAVAIL), and the same address twice is EADDRINUSE.
         let clash = |q: u16| {
-            let mut bound = p.keys().filter(|(_, s, pt)| *s == ps && *pt == q);
-            bound.find_map(|&(other, ..)| {
-                if binds_any(other) || binds_any(ip) {
+            let mut bound = p.iter().filter(|((_, s, pt), _)| *s == ps && *pt == q);
+            bound.find_map(|(&(other, ..), &(_, other_afonly))| {
+                if afonly && other_afonly && other.is_ipv4() != ip.is_ipv4() {
+                    None
+                } else if binds_any(other) || binds_any(ip) {
                     Some(Error::PortConflict(q))
                 } else if other == ip {
                     Some(Error::AddrInUse)
@@ -730,8 +799,32 @@ impl CmId {
         if let Some(e) = clash(port) {
             return Err(e);
         }
-        p.insert((ip, ps, port), Arc::downgrade(&self.inner));
+        p.insert((ip, ps, port), (Arc::downgrade(&self.inner), afonly));
         Ok(port)
+    }
+
+    /// `rdma_set_afonly` (`RDMA_OPTION_ID_AFONLY`): whether the id, once
+    /// bound, takes only its own address family: an IPv6 listener with it
+    /// takes no IPv4 connections, and may share its port with an IPv4
+    /// one (tgtd binds `0.0.0.0` and `[::]` so). Before or right after
+    /// `bind_addr`, as the kernel allows; a bound id's port is not
+    /// checked again.
+    pub fn set_afonly(&self, afonly: bool) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        match st.state {
+            IdState::Idle => {}
+            IdState::AddrBound => {
+                if let Some(src) = st.src {
+                    let key = (src.ip(), self.inner.ps as u16, src.port());
+                    if let Some(e) = ports().lock().get_mut(&key) {
+                        e.1 = afonly;
+                    }
+                }
+            }
+            _ => return Err(Error::Invalid("set_afonly after listen or connect".into())),
+        }
+        st.afonly = Some(afonly);
+        Ok(())
     }
 
     /// `rdma_bind_addr`: to a device's address, or to the wildcard address
@@ -755,7 +848,8 @@ impl CmId {
         } else {
             vec![context_for(addr.ip())?]
         };
-        let port = self.reserve_port(addr.ip(), addr.port())?;
+        let afonly = st.afonly.unwrap_or_else(|| afonly_default(addr.ip()));
+        let port = self.reserve_port(addr.ip(), addr.port(), afonly)?;
         st.src = Some(SocketAddr::new(addr.ip(), port));
         st.ctxs = ctxs;
         st.state = IdState::AddrBound;
@@ -833,19 +927,29 @@ impl CmId {
         }
         let port = st.src.map_or(0, |s| s.port());
         let sid = self.service_id(port);
+        let afonly = st
+            .afonly
+            .unwrap_or_else(|| st.src.is_some_and(|s| afonly_default(s.ip())));
+        let v4 = st.src.filter(|_| afonly).map(|s| s.is_ipv4());
+        let me = Arc::as_ptr(&self.inner);
         for (i, ctx) in st.ctxs.iter().enumerate() {
             let dev = &ctx.inner.cm;
-            let r = dev.with_agent(|a, _| a.listen(sid));
-            if r.is_err() {
-                for c in &st.ctxs[..i] {
-                    c.inner.cm.with_agent(|a, _| a.unlisten(sid));
+            let first = {
+                let mut routes = dev.routes.lock();
+                let list = routes.listeners.entry(sid).or_default();
+                list.retain(|l| l.id.strong_count() > 0);
+                list.push(Listener {
+                    id: Arc::downgrade(&self.inner),
+                    v4,
+                });
+                list.len() == 1
+            };
+            if first && dev.with_agent(|a, _| a.listen(sid)).is_err() {
+                for c in &st.ctxs[..=i] {
+                    c.inner.cm.unlisten(sid, me);
                 }
                 return Err(Error::AddrInUse);
             }
-            dev.routes
-                .lock()
-                .listeners
-                .insert(sid, Arc::downgrade(&self.inner));
         }
         st.listening = Some(sid);
         st.state = IdState::Listen;
@@ -1412,6 +1516,20 @@ fn ready_qp(qp: &QueuePair, p: &QpPath) -> Result<()> {
 /// Turns an agent event into the user's event, doing on the way what
 /// librdmacm does in `rdma_get_cm_event`: new ids for requests, the
 /// active side's QP readied and the RTU sent on a REP.
+/// Before the user sees an agent's event: the MADs that came with it (the
+/// DREP that answered a DREQ, with DISCONNECTED) and those its processing
+/// queued (an RTU, a REJ) are handed to the socket. The agent hands its
+/// events over while the engine's pass that emitted their MADs is still
+/// sending; a program that exits on DISCONNECTED (qperf's server) would
+/// otherwise take the DREP with it and leave its peer resending its DREQ
+/// for a minute. (The kernel's CM sends the DREP itself, program or not.)
+fn on_the_wire(id: &IdInner) {
+    let ctx = id.st.lock().ctxs.first().cloned();
+    if let Some(ctx) = ctx {
+        ctx.inner.face.flush(Duration::from_millis(100));
+    }
+}
+
 fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
     let cid = CmId { inner: id.clone() };
     let ctx = id.st.lock().ctxs.first().cloned()?;

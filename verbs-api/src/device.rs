@@ -112,6 +112,24 @@ impl Device {
     }
 }
 
+impl Context {
+    /// Another context on the same open device (a second `ibv_open_device`
+    /// in the process): it shares the engine, the address and the
+    /// connection manager, and has asynchronous events of its own — its
+    /// own descriptor ([`Context::async_fd`]), on which the events of the
+    /// QPs, CQs and SRQs made through it arrive, as with the kernel's
+    /// contexts.
+    pub fn new_context(&self) -> Result<Context> {
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                device: self.inner.device.clone(),
+                face: self.inner.face.new_context()?,
+                cm: self.inner.cm.clone(),
+            }),
+        })
+    }
+}
+
 pub(crate) struct ContextInner {
     pub device: Device,
     /// The provider's face: engine, keys, limits, counters, events.

@@ -82,6 +82,7 @@ impl From<EngineError> for Error {
         match e {
             EngineError::Modify(m) => Error::Invalid(m.to_string()),
             EngineError::NoQp(_) => Error::Invalid(e.to_string()),
+            EngineError::AddrInUse(_) => Error::AddrInUse,
             EngineError::Mcast(m) => match m {
                 McastError::TooManyGroups
                 | McastError::GroupFull

@@ -9,17 +9,42 @@
 //! still verifies exactly. MAC addresses are made up from the IP
 //! addresses (locally administered).
 
+use parking_lot::Mutex;
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use uroce_wire::frame::{build_frame, FrameParams, IpParams};
 use uroce_wire::pcap::CaptureWriter;
 
-/// An open capture file.
+/// Bytes held before [`Capture::record`] writes them out itself.
+const HELD_MAX: usize = 64 * 1024;
+
+/// Where the pcap writer puts its bytes: held in memory until the capture
+/// hands them to the file, whole records at a time.
+#[derive(Clone, Default)]
+struct Held(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Held {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.lock().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An open capture file. The file only ever grows by whole records (one
+/// `write` of the records held since the last), so a program that exits
+/// or is killed leaves a file every reader can read to its end; the
+/// engine writes what is held after each pass and when the process exits.
 pub struct Capture {
-    writer: CaptureWriter<BufWriter<File>>,
+    writer: CaptureWriter<Held>,
+    held: Held,
+    file: File,
     buf: Vec<u8>,
     path: PathBuf,
 }
@@ -44,12 +69,30 @@ fn mac_of(ip: IpAddr) -> [u8; 6] {
 impl Capture {
     /// Creates (truncates) the file.
     pub fn create(path: &Path) -> Result<Capture, String> {
-        let writer = CaptureWriter::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(Capture {
+        let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        let file = File::create(path).map_err(|e| err(&e))?;
+        let held = Held::default();
+        let writer = CaptureWriter::new(held.clone()).map_err(|e| err(&e))?;
+        let mut c = Capture {
             writer,
+            held,
+            file,
             buf: vec![0u8; 4096 + 512],
             path: path.to_path_buf(),
-        })
+        };
+        c.flush().map_err(|e| err(&e))?;
+        Ok(c)
+    }
+
+    /// Writes the records held so far to the file, in one `write`.
+    pub fn flush(&mut self) -> io::Result<()> {
+        let mut held = self.held.0.lock();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let r = self.file.write_all(&held);
+        held.clear();
+        r
     }
 
     /// Records one RoCEv2 UDP payload from `src` to `dst`; for IPv4, with
@@ -92,11 +135,14 @@ impl Capture {
                 .unwrap_or_default();
             let _ = self.writer.write(ts, &self.buf[..n]);
         }
+        if self.held.0.lock().len() >= HELD_MAX {
+            let _ = self.flush();
+        }
     }
 
-    /// Flushes and closes the file.
-    pub fn finish(self) -> Result<(), String> {
-        self.writer.finish().map(|_| ()).map_err(|e| e.to_string())
+    /// Writes what is held and closes the file.
+    pub fn finish(mut self) -> Result<(), String> {
+        self.flush().map_err(|e| e.to_string())
     }
 }
 

@@ -17,7 +17,6 @@ pub(crate) mod socket;
 
 use crate::counters::Counters;
 use crate::endpoint::{Endpoint, GroupChange, McastError};
-use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
@@ -88,6 +87,10 @@ pub enum EngineError {
     /// The capture file could not be written.
     #[error("capture: {0}")]
     Capture(String),
+    /// UDP port 4791 on the address is taken (by another process, or
+    /// another socket): EADDRINUSE, as binding it says.
+    #[error("UDP port 4791 on {0} is in use (another process has the device open?)")]
+    AddrInUse(IpAddr),
     /// A multicast attach or detach was refused.
     #[error(transparent)]
     Mcast(#[from] McastError),
@@ -127,6 +130,74 @@ const STOPPING_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 fn released(ip: IpAddr) {
     STOPPING.0.lock().remove(&ip);
     STOPPING.1.notify_all();
+}
+
+/// Every engine started in the process, for [`flush_at_exit`], with the
+/// process that started it (a child made by `fork` inherits the list and
+/// the handler, not the engines: it must not send their packets again).
+static LIVE: parking_lot::Mutex<Vec<(u32, std::sync::Weak<Shared>)>> =
+    parking_lot::Mutex::new(Vec::new());
+
+/// How long the flush at exit waits for one device's pass in progress.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Registers a new engine for [`flush_at_exit`] (installed once).
+fn flush_at_exit_too(shared: &Arc<Shared>) {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: registers a function that takes no arguments and
+        // returns nothing, as atexit wants; it never unwinds.
+        unsafe { libc::atexit(flush_at_exit) };
+    });
+    let mut live = LIVE.lock();
+    live.retain(|(_, w)| w.strong_count() > 0);
+    live.push((std::process::id(), Arc::downgrade(shared)));
+}
+
+/// At process exit (`exit`, or a return from `main`): every device's
+/// queued packets go to its socket and its capture's held records to the
+/// file. The kernel's CM answers for a program that has gone; uroce's
+/// lives in the program, so what it queued last (a DREQ just posted, a
+/// REJ) must leave before the process does. The engine threads are still
+/// running here; each device waits at most [`EXIT_WAIT`] for one.
+extern "C" fn flush_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(live) = LIVE.try_lock_for(EXIT_WAIT) else {
+            return;
+        };
+        let me = std::process::id();
+        let engines: Vec<Arc<Shared>> = live
+            .iter()
+            .filter(|(pid, _)| *pid == me)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        drop(live);
+        for s in engines {
+            flush_now(&s, EXIT_WAIT);
+        }
+    });
+}
+
+/// Sends what the device's QPs have queued and writes the capture's held
+/// records, on the calling thread, once the pass in progress elsewhere (if
+/// any) has ended. False if that took longer than `wait`, or if called on
+/// the engine's own thread (whose pass is the one in progress).
+fn flush_now(shared: &Shared, wait: std::time::Duration) -> bool {
+    let me = shared as *const Shared as usize;
+    if ENGINE_THREAD.with(|t| t.get()) == me {
+        return false;
+    }
+    let Some(mut g) = shared.driver.try_lock_for(wait) else {
+        return false;
+    };
+    let Some(d) = g.as_mut() else {
+        return false;
+    };
+    let was = ENGINE_THREAD.with(|t| t.replace(me));
+    d.flush();
+    d.flush_capture();
+    ENGINE_THREAD.with(|t| t.set(was));
+    true
 }
 
 thread_local! {
@@ -172,7 +243,6 @@ pub struct Engine {
     counters: Arc<Counters>,
     keys: Arc<KeyTable>,
     local_ip: IpAddr,
-    events: Arc<AsyncEvents>,
     io: IoPath,
 }
 
@@ -222,23 +292,17 @@ impl Engine {
                 }
             }
         }
-        let port = UdpPort::bind(ip).map_err(|e| EngineError::Bind {
-            addr: ip,
-            msg: e.to_string(),
+        let port = UdpPort::bind(ip).map_err(|e| match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => EngineError::AddrInUse(ip),
+            _ => EngineError::Bind {
+                addr: ip,
+                msg: e.to_string(),
+            },
         })?;
         let doorbell = Doorbell::new().map_err(|e| EngineError::Bind {
             addr: ip,
             msg: format!("eventfd: {e}"),
         })?;
-        let events = Arc::new(AsyncEvents::new().map_err(|e| EngineError::Bind {
-            addr: ip,
-            msg: format!("eventfd: {e}"),
-        })?);
-        // The socket is bound: the port is up.
-        events.push(AsyncEvent {
-            event_type: EventType::PortActive,
-            element: EventElement::Port(1),
-        });
         let (tx, rx) = channel::unbounded();
         let counters = Arc::new(Counters::default());
         let epoch = Instant::now();
@@ -279,6 +343,7 @@ impl Engine {
             planned: AtomicU64::new(u64::MAX),
             deadline_moved: AtomicBool::new(false),
         });
+        flush_at_exit_too(&shared);
         let thread_shared = shared.clone();
         // The engine thread takes none of the program's signals.
         let thread = crate::threads::spawn(format!("uroce-engine-{ip}"), move || {
@@ -296,7 +361,6 @@ impl Engine {
             counters,
             keys,
             local_ip: ip,
-            events,
             io,
         })
     }
@@ -305,11 +369,6 @@ impl Engine {
     /// itself off if the kernel refuses a GSO message).
     pub fn io_path(&self) -> IoPath {
         self.io
-    }
-
-    /// The device's asynchronous event queue.
-    pub fn events(&self) -> &Arc<AsyncEvents> {
-        &self.events
     }
 
     /// The device address.
@@ -365,6 +424,18 @@ impl Engine {
         }
     }
 
+    /// Returns once everything the device's QPs had queued to send when
+    /// it was called is in the socket (and the capture file), with any
+    /// pass in progress on another thread finished first; sent from the
+    /// calling thread. An event whose MADs must be on the wire before the
+    /// program sees it (a DREP: DISCONNECTED may be the program's last
+    /// wait before it exits) goes out after this. Waits at most `wait`
+    /// for a pass in progress; false if it did not get to send (or on the
+    /// engine's own thread).
+    pub fn flush(&self, wait: std::time::Duration) -> bool {
+        flush_now(&self.shared, wait)
+    }
+
     /// Lets the calling thread make progress on the device: if nobody
     /// else is driving it, one pass (receive, process, transmit, timers)
     /// runs here and now. An application that polls an empty CQ calls
@@ -398,6 +469,7 @@ impl Engine {
         let me = Arc::as_ptr(&self.shared) as usize;
         let was = ENGINE_THREAD.with(|t| t.replace(me));
         let r = f(d, &self.shared.ready);
+        d.flush_capture();
         ENGINE_THREAD.with(|t| t.set(was));
         // Output left behind (a deferred ACK, more than one pass's worth)
         // must not wait for this thread to come back: a sleeping engine
@@ -687,6 +759,13 @@ impl Driver {
                 break;
             }
             self.transmit();
+        }
+    }
+
+    /// Writes the capture's held records to its file (whole records).
+    fn flush_capture(&mut self) {
+        if let Some(c) = self.capture.as_mut() {
+            let _ = c.flush();
         }
     }
 
@@ -1048,6 +1127,7 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
             let Some(d) = g.as_mut() else { break };
             let mut work = d.commands(cmds);
             work |= d.pass(&shared.ready);
+            d.flush_capture();
             work |= d.ep.has_output();
             let deadline = d.deadline();
             shared

@@ -32,9 +32,11 @@ pub(crate) struct Dev {
     /// `verbs_device::ops`, refcount, list node, sysfs, core_support.
     verbs_device_tail: [usize; 6],
     pub rust: Device,
-    /// The open uroce context and its handle maps, shared by every
-    /// `ibv_open_device` of this device in the process (a device binds
-    /// its UDP address once), with the number of contexts open.
+    /// The device's first open uroce context and the handle maps, with
+    /// the number of contexts open: every `ibv_open_device` of this
+    /// device in the process shares its engine (a device binds its UDP
+    /// address once), each with asynchronous events of its own
+    /// ([`Context::new_context`]).
     open: Mutex<Option<(Context, Arc<Handles>, usize)>>,
 }
 
@@ -222,8 +224,13 @@ fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut 
         let mut open = dv.open.lock();
         match &mut *open {
             Some((c, h, n)) => {
+                // A context of its own on the device's engine: its own
+                // async_fd, as each open of a kernel device is its own
+                // file (UCX keys its handlers by that descriptor).
+                let c = c.new_context().map_err(|e| errno(&e))?;
+                crate::make_blocking(c.async_fd());
                 *n += 1;
-                (c.clone(), h.clone())
+                (c, h.clone())
             }
             None => {
                 let c = dv.rust.open_shared().map_err(|e| errno(&e))?;

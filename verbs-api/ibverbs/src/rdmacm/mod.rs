@@ -931,8 +931,9 @@ unsafe extern "C" fn rdma_get_dst_port(p: *mut rdma_cm_id) -> u16 {
 
 /// `rdma_set_option` as the kernel answers it on RoCE: `RDMA_OPTION_ID`
 /// takes TOS and ACK_TIMEOUT (one byte; ACK_TIMEOUT only on RC ids),
-/// REUSEADDR and AFONLY (an int), each accepted (uroce's REQs carry its
-/// own ACK timeout and traffic class 0); `RDMA_OPTION_IB` takes
+/// REUSEADDR and AFONLY (an int); AFONLY restricts the id to its address
+/// family (`CmId::set_afonly`), the others are accepted (uroce's REQs
+/// carry its own ACK timeout and traffic class 0; ports are not reused); `RDMA_OPTION_IB` takes
 /// `RDMA_OPTION_IB_PATH` (an array of `ibv_path_data`), which resolves
 /// the route. A wrong length is EINVAL; any other level or option ENOSYS.
 #[no_mangle]
@@ -953,7 +954,16 @@ unsafe extern "C" fn rdma_set_option(
         let int = optlen == std::mem::size_of::<c_int>();
         match (level, optname) {
             (0, 0) => byte.then_some(()).ok_or(libc::EINVAL), // TOS
-            (0, 1) | (0, 2) => int.then_some(()).ok_or(libc::EINVAL), // REUSEADDR, AFONLY
+            (0, 1) => int.then_some(()).ok_or(libc::EINVAL),  // REUSEADDR
+            (0, 2) => {
+                // AFONLY
+                if !int {
+                    return Err(libc::EINVAL);
+                }
+                // SAFETY: the caller's int (optlen checked).
+                let v = unsafe { optval.cast::<c_int>().read_unaligned() };
+                inner.cm()?.set_afonly(v != 0).map_err(|e| errno(&e))
+            }
             (0, 3) => {
                 // ACK_TIMEOUT
                 if !byte {
