@@ -255,7 +255,8 @@ impl Device {
             .register_zeroed(pd, len, access)
             .ok_or(DeviceError::NoMemory("memory allocation"))
     }
-    /// Registers memory the caller owns.
+    /// Registers memory the caller owns, addressed through its keys from
+    /// `iova` (`ibv_reg_mr_iova`; from 0 when `access` is zero-based).
     ///
     /// # Safety
     /// As [`KeyTable::register`] with external backing: `addr` is valid
@@ -266,6 +267,7 @@ impl Device {
         pd: PdId,
         addr: *mut u8,
         len: usize,
+        iova: u64,
         access: Access,
     ) -> Result<Arc<MrInner>> {
         Self::check_mr_access(access)?;
@@ -274,7 +276,7 @@ impl Device {
         Ok(unsafe {
             self.shared
                 .keys
-                .register(pd, ptr, len, addr as u64, access, Backing::External)
+                .register(pd, ptr, len, iova, access, Backing::External)
         })
     }
     /// Re-registers a region with a new PD, access and/or memory (refused

@@ -22,6 +22,11 @@ bitflags! {
         const REMOTE_ATOMIC = 8;
         /// Memory windows may be bound to the region.
         const MW_BIND = 16;
+        /// Zero-based addressing: the region's keys (or a type 2 window's
+        /// R_Key, in a bind's access) address it by the byte offset from
+        /// its start instead of by virtual address (the region's iova is
+        /// 0, IBA 10.6.3.1 "zero based virtual address").
+        const ZERO_BASED = 32;
         /// Remote peers may RDMA FLUSH for global visibility (IBA 1.5).
         const FLUSH_GLOBAL = 1 << 8;
         /// Remote peers may RDMA FLUSH for persistence (IBA 1.5; uroce

@@ -385,7 +385,8 @@ impl KeyTable {
     }
 
     /// Registers memory at `ptr` of `len` bytes, visible to peers at
-    /// `iova`, with fresh random keys.
+    /// `iova` (at 0 when `access` has [`Access::ZERO_BASED`]), with fresh
+    /// random keys.
     ///
     /// # Safety
     /// `ptr` must be valid for reads and writes of `len` bytes for as long
@@ -399,6 +400,11 @@ impl KeyTable {
         access: Access,
         backing: Backing,
     ) -> Arc<MrInner> {
+        let iova = if access.contains(Access::ZERO_BASED) {
+            0
+        } else {
+            iova
+        };
         loop {
             let lkey: u32 = rand::random();
             let rkey: u32 = rand::random();
@@ -471,13 +477,23 @@ impl KeyTable {
         let (ptr, len, iova, backing) = match translation {
             Some(t) => t,
             // The old region's memory moves to the new one: the old
-            // region no longer owns (or frees) it.
+            // region no longer owns (or frees) it. It keeps its iova,
+            // unless it was zero-based: then its address.
             None => (
                 old.ptr,
                 old.len,
-                old.iova,
+                if old.access.contains(Access::ZERO_BASED) {
+                    old.ptr.as_ptr() as u64
+                } else {
+                    old.iova
+                },
                 old.backing.lock().take().unwrap_or(Backing::External),
             ),
+        };
+        let iova = if access.contains(Access::ZERO_BASED) {
+            0
+        } else {
+            iova
         };
         let keys = (old.lkey, old.rkey);
         self.insert(MrInner::registered(
