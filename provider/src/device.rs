@@ -538,6 +538,11 @@ impl CqHandle {
     pub fn reports_to(&self, channel: &Arc<CompChannel>) -> bool {
         self.inner.reports_to(channel)
     }
+    /// Completions get a timestamp from now on
+    /// ([`CqInner::stamp_completions`]).
+    pub fn stamp_completions(&self) {
+        self.inner.stamp_completions();
+    }
     /// Arms the CQ; false if it has no completion channel.
     pub fn req_notify(&self, solicited_only: bool) -> bool {
         self.inner.req_notify(solicited_only)

@@ -441,6 +441,10 @@ pub struct Wc {
     pub sl: u8,
     /// DLID path bits (0).
     pub dlid_path_bits: u8,
+    /// When the engine generated the completion, on the completion clock
+    /// ([`crate::cq::clock_ns`]), if its CQ stamps completions
+    /// ([`crate::cq::CqInner::stamp_completions`]); else 0.
+    pub timestamp: u64,
 }
 
 impl Wc {
@@ -461,6 +465,7 @@ impl Wc {
             slid: 0,
             sl: 0,
             dlid_path_bits: 0,
+            timestamp: 0,
         }
     }
     /// A successful receive completion (`Recv` or `RecvRdmaWithImm`) of a
