@@ -341,6 +341,9 @@ pub struct UdDest {
     pub remote_qpn: u32,
     /// Q_Key (a WR Q_Key with the high bit set means "use the QP's").
     pub remote_qkey: u32,
+    /// The traffic class (IP TOS, DSCP and ECN bits) the packet carries
+    /// (the address handle's `grh.traffic_class`).
+    pub tclass: u8,
 }
 
 impl SendWr {

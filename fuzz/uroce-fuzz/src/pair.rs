@@ -306,6 +306,7 @@ impl Pair {
                 ip: p.side.ip,
                 remote_qpn: p.side.qpn,
                 remote_qkey: if key_choice & 8 != 0 { QKEY ^ 1 } else { QKEY },
+                tclass: 0,
             });
         }
         if e.side.sq.post(w).is_ok() {
