@@ -6,6 +6,9 @@
 # builds uroce (release), then runs:
 #   * tests/ibverbs/errors.c: error paths through the C API, the ibv_wr_*
 #     API, ibv_cq_ex polling and a completion channel fd in poll(2);
+#   * tests/ibverbs/datapath.c: zero-based memory and regions at an iova,
+#     completion timestamps, a UD address handle's traffic class in the
+#     receiver's GRH, WRITE WITH IMMEDIATE into a small receive WR;
 #   * tests/ibverbs/signals.c: signals the program blocks and reads from a
 #     signalfd reach it (no thread of the library takes them);
 #   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs), and
@@ -69,6 +72,15 @@ if UROCE_DEVICES=uroce0=127.40.2.1,uroce1=127.40.2.2 timeout 60 "$tmp/errors" >"
   pass "errors.c" "$(tail -1 "$tmp/out")"
 else
   fail "errors.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- the data path: zero-based memory, completion timestamps, UD traffic
+# class, WRITE WITH IMMEDIATE into a small receive WR
+cc -O1 -Wall -o "$tmp/datapath" tests/ibverbs/datapath.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.103.9.1,uroce1=127.103.9.2 timeout 60 "$tmp/datapath" >"$tmp/out" 2>&1; then
+  pass "datapath.c" "$(tail -1 "$tmp/out")"
+else
+  fail "datapath.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
 
 # ---- signals the program blocks stay its own (no library thread takes them)
