@@ -192,6 +192,7 @@ impl Pair {
             rd_atomic: 2,
             psn: (seed as u32) & 0xff_ffff,
             depth: 64,
+            traffic_class: [0, 0],
         };
         let make =
             |cfg: QpConfig| uroce_provider::transport::new_qp(kind, cfg).expect("capacities");
