@@ -306,6 +306,27 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    fn completions_are_stamped_when_pushed_if_asked() {
+        let cq = CqInner::new(4);
+        let wc = Wc::new(1, WcStatus::Success, WcOpcode::Send, 5);
+        assert!(cq.push(wc));
+        assert_eq!(cq.poll_one().unwrap().timestamp, 0, "not asked");
+        cq.stamp_completions();
+        let before = clock_ns();
+        assert!(cq.push(wc));
+        let pushed = clock_ns();
+        std::thread::sleep(Duration::from_millis(20));
+        let ts = cq.poll_one().unwrap().timestamp;
+        assert!((before..=pushed).contains(&ts), "{before} {ts} {pushed}");
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let ago = real - wallclock_ns(ts);
+        assert!((20_000_000..5_000_000_000).contains(&ago), "{ago}");
+    }
+
+    #[test]
     fn arming_next_and_solicited() {
         let ch = Arc::new(CompChannel::new().unwrap());
         let cq = CqInner::with_channel(8, Some(ch.clone()), 77, None);
