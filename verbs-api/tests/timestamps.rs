@@ -55,7 +55,7 @@ fn completions_are_stamped_when_generated() {
     }
     // The receive completes after the send was posted, and the wall clock
     // names the same moment.
-    let wall = wallclock_ns(rb.timestamp);
+    let wall = completion_wallclock_ns(rb.timestamp);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

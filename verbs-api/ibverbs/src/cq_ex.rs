@@ -98,7 +98,7 @@ pub(crate) unsafe extern "C" fn read_completion_ts(c: *mut ibv_cq_ex) -> u64 {
 pub(crate) unsafe extern "C" fn read_completion_wallclock_ns(c: *mut ibv_cq_ex) -> u64 {
     cur(c, |w| match w.timestamp {
         0 => 0,
-        ts => uroce_verbs::wallclock_ns(ts),
+        ts => uroce_verbs::completion_wallclock_ns(ts),
     })
 }
 pub(crate) unsafe extern "C" fn read_cvlan(_c: *mut ibv_cq_ex) -> u16 {

@@ -442,7 +442,7 @@ unsafe extern "C" fn query_device_ex(
         // Completion timestamps count nanoseconds on CLOCK_MONOTONIC, all
         // 64 bits of them (`ibv_query_rt_values_ex` reads the same clock).
         x.completion_timestamp_mask = u64::MAX;
-        x.hca_core_clock = uroce_verbs::CLOCK_KHZ;
+        x.hca_core_clock = uroce_verbs::COMPLETION_CLOCK_KHZ;
         let n = size.min(std::mem::size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's buffer holds `size` bytes; n <= size.
         unsafe { std::ptr::copy_nonoverlapping((&raw const x).cast::<u8>(), out.cast(), n) };
