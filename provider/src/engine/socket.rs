@@ -342,10 +342,11 @@ impl UdpPort {
             h.msg_namelen = namelen;
             h.msg_iov = &mut iov[j];
             h.msg_iovlen = 1;
-            // SAFETY: CMSG_SPACE of a u16 and of an int fit the control
-            // buffer (TX_CMSG_WORDS u64s, 8-aligned); each header and its
-            // data are written inside it through the CMSG macros, the
-            // second after the first's CMSG_SPACE.
+            // SAFETY: CMSG_SPACE of a u16 plus CMSG_SPACE of an int (24 +
+            // 24 bytes) fit the control buffer (TX_CMSG_WORDS u64s,
+            // 8-aligned as a cmsghdr needs); each header starts where the
+            // one before it ends (at its CMSG_SPACE, an aligned offset) and
+            // its data is written at CMSG_DATA, inside its CMSG_LEN.
             unsafe {
                 let base = cmsgs[j].as_mut_ptr().cast::<u8>();
                 let mut used = 0;
