@@ -33,7 +33,41 @@ pub struct CqInner {
     /// Completion events delivered by `get_cq_event`, and acknowledged.
     events_got: AtomicU32,
     events_acked: AtomicU32,
+    /// Completions get a [`Wc::timestamp`] as they are pushed.
+    stamp: AtomicBool,
     me: Weak<CqInner>,
+}
+
+/// The completion clock's frequency in kHz (`hca_core_clock`): it counts
+/// nanoseconds.
+pub const CLOCK_KHZ: u64 = 1_000_000;
+
+/// The completion clock (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, the raw
+/// clock of `ibv_query_rt_values_ex`): the system's `CLOCK_MONOTONIC` in
+/// nanoseconds, so that every process on the host reads the same clock.
+pub fn clock_ns() -> u64 {
+    read_clock(libc::CLOCK_MONOTONIC)
+}
+
+/// The wall-clock time (`CLOCK_REALTIME`, ns since the epoch) of
+/// completion-clock time `ts` (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`):
+/// now on the wall clock less how long ago `ts` was.
+pub fn wallclock_ns(ts: u64) -> u64 {
+    let (mono, real) = (clock_ns(), read_clock(libc::CLOCK_REALTIME));
+    real.saturating_sub(mono.saturating_sub(ts))
+}
+
+fn read_clock(id: libc::clockid_t) -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write; the ids used are clocks
+    // every Linux has (the call cannot fail for them).
+    unsafe { libc::clock_gettime(id, &mut t) };
+    (t.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(t.tv_nsec as u64)
 }
 
 impl CqInner {
@@ -73,6 +107,7 @@ impl CqInner {
             events,
             events_got: AtomicU32::new(0),
             events_acked: AtomicU32::new(0),
+            stamp: AtomicBool::new(false),
             me,
         }
     }
@@ -156,6 +191,12 @@ impl CqInner {
             .map(|_| ())
             .map_err(|_| self.len())
     }
+    /// From now on, completions pushed get a [`Wc::timestamp`] (a CQ made
+    /// with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`): the clock is read when
+    /// the engine generates the completion, not when it is polled.
+    pub fn stamp_completions(&self) {
+        self.stamp.store(true, Ordering::Relaxed);
+    }
     /// Adds a completion. A full CQ is an overflow (IBA 11.4.2.1: the CQ
     /// goes to error and an asynchronous CQ error is reported): the
     /// completion is lost, the CQ is marked overflowed and `false` returned.
@@ -166,7 +207,7 @@ impl CqInner {
     /// message whose last packet had the solicited-event bit. An armed
     /// CQ queues a completion event on its channel (solicited-only arming:
     /// for solicited or unsuccessful completions).
-    pub fn push_notify(&self, wc: Wc, solicited: bool) -> bool {
+    pub fn push_notify(&self, mut wc: Wc, solicited: bool) -> bool {
         if !self.reserve() {
             if !self.overflowed.swap(true, Ordering::AcqRel) {
                 if let Some(ev) = &self.events {
@@ -177,6 +218,9 @@ impl CqInner {
                 }
             }
             return false;
+        }
+        if self.stamp.load(Ordering::Relaxed) {
+            wc.timestamp = clock_ns();
         }
         self.queue.push(wc);
         if let Some(ch) = &self.channel {
@@ -260,6 +304,27 @@ mod tests {
     use super::*;
     use crate::types::WcOpcode;
     use std::time::Duration;
+
+    #[test]
+    fn completions_are_stamped_when_pushed_if_asked() {
+        let cq = CqInner::new(4);
+        let wc = Wc::new(1, WcStatus::Success, WcOpcode::Send, 5);
+        assert!(cq.push(wc));
+        assert_eq!(cq.poll_one().unwrap().timestamp, 0, "not asked");
+        cq.stamp_completions();
+        let before = clock_ns();
+        assert!(cq.push(wc));
+        let pushed = clock_ns();
+        std::thread::sleep(Duration::from_millis(20));
+        let ts = cq.poll_one().unwrap().timestamp;
+        assert!((before..=pushed).contains(&ts), "{before} {ts} {pushed}");
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let ago = real - wallclock_ns(ts);
+        assert!((20_000_000..5_000_000_000).contains(&ago), "{ago}");
+    }
 
     #[test]
     fn arming_next_and_solicited() {

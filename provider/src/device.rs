@@ -304,7 +304,8 @@ impl Device {
             .register_zeroed(pd, len, access)
             .ok_or(DeviceError::NoMemory("memory allocation"))
     }
-    /// Registers memory the caller owns.
+    /// Registers memory the caller owns, addressed through its keys from
+    /// `iova` (`ibv_reg_mr_iova`; from 0 when `access` is zero-based).
     ///
     /// # Safety
     /// As [`KeyTable::register`] with external backing: `addr` is valid
@@ -315,6 +316,7 @@ impl Device {
         pd: PdId,
         addr: *mut u8,
         len: usize,
+        iova: u64,
         access: Access,
     ) -> Result<Arc<MrInner>> {
         Self::check_mr_access(access)?;
@@ -323,7 +325,7 @@ impl Device {
         Ok(unsafe {
             self.shared
                 .keys
-                .register(pd, ptr, len, addr as u64, access, Backing::External)
+                .register(pd, ptr, len, iova, access, Backing::External)
         })
     }
     /// Re-registers a region with a new PD, access and/or memory (refused
@@ -589,6 +591,11 @@ impl CqHandle {
     /// True when `channel` is the CQ's completion channel.
     pub fn reports_to(&self, channel: &Arc<CompChannel>) -> bool {
         self.inner.reports_to(channel)
+    }
+    /// Completions get a timestamp from now on
+    /// ([`CqInner::stamp_completions`]).
+    pub fn stamp_completions(&self) {
+        self.inner.stamp_completions();
     }
     /// Arms the CQ; false if it has no completion channel.
     pub fn req_notify(&self, solicited_only: bool) -> bool {

@@ -412,9 +412,16 @@ impl Endpoint {
     /// [`HEADROOM`] bytes of scratch space followed by the UDP payload (the
     /// ICRC is computed in place, in one pass). Verifies the ICRC (solving
     /// for an IPv4 sender's identification, which a UDP socket hides),
-    /// parses and hands the packet to its QP.
-    pub fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, buf: &mut [u8]) -> RxReport {
-        self.handle_datagram_to(now, from, self.local_ip, buf)
+    /// parses and hands the packet to its QP. `tclass` is the IP header's
+    /// TOS / traffic class as the socket reported it.
+    pub fn handle_datagram(
+        &mut self,
+        now: Nanos,
+        from: SocketAddr,
+        tclass: u8,
+        buf: &mut [u8],
+    ) -> RxReport {
+        self.handle_datagram_to(now, from, self.local_ip, tclass, buf)
     }
 
     /// [`Endpoint::handle_datagram`] of a datagram sent to `to`: the
@@ -428,6 +435,7 @@ impl Endpoint {
         now: Nanos,
         from: SocketAddr,
         to: IpAddr,
+        tclass: u8,
         buf: &mut [u8],
     ) -> RxReport {
         let unknown = (0, true);
@@ -463,6 +471,7 @@ impl Endpoint {
         meta.src_port = from.port();
         meta.ipv4_id = id.ident;
         meta.ipv4_flags_frag = id.flags_frag;
+        meta.tclass = tclass;
         let qpn = pkt.bth.dest_qp;
         if qpn == MULTICAST_QPN {
             // A copy for each attached QP (none: the group is not joined
@@ -677,7 +686,7 @@ mod tests {
         let mut ep = Endpoint::new(ip, counters.clone());
         let from: SocketAddr = "10.0.0.2:4791".parse().unwrap();
         let mut buf = vec![0u8; HEADROOM + 3];
-        let r = ep.handle_datagram(Nanos(0), from, &mut buf);
+        let r = ep.handle_datagram(Nanos(0), from, 0, &mut buf);
         assert_eq!(r.verdict, RxVerdict::Malformed);
         // A valid SEND ONLY to QP 0x11 built by a QP config's emitter.
         let cfg = crate::testing::config("10.0.0.2".parse().unwrap(), 0x22, 4);
@@ -695,11 +704,11 @@ mod tests {
         let n = n.expect("emit");
         let mut buf = vec![0u8; HEADROOM + n];
         buf[HEADROOM..].copy_from_slice(&pkt[..n]);
-        let r = ep.handle_datagram(Nanos(0), from, &mut buf);
+        let r = ep.handle_datagram(Nanos(0), from, 0, &mut buf);
         assert_eq!(r.verdict, RxVerdict::NoQp);
         assert_eq!(r.ipv4_id, (0, true));
         buf[HEADROOM + 20] ^= 1; // payload bit: the ICRC no longer matches
-        let r = ep.handle_datagram(Nanos(0), from, &mut buf);
+        let r = ep.handle_datagram(Nanos(0), from, 0, &mut buf);
         assert_eq!(r.verdict, RxVerdict::BadIcrc);
         assert_eq!(counters.malformed_pkts.load(Relaxed), 1);
         assert_eq!(counters.dropped_pkts.load(Relaxed), 1);

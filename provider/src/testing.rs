@@ -76,6 +76,9 @@ pub struct PairParams {
     pub psn: u32,
     /// Queue depth.
     pub depth: u32,
+    /// The path traffic class (`ah_attr.traffic_class`) of a's QP and
+    /// of b's.
+    pub traffic_class: [u8; 2],
 }
 
 impl Default for PairParams {
@@ -89,6 +92,7 @@ impl Default for PairParams {
             rd_atomic: 16,
             psn: 0x12_3456,
             depth: 256,
+            traffic_class: [0, 0],
         }
     }
 }
@@ -200,6 +204,7 @@ pub fn to_rtr(qp: &mut dyn QpMachine, peer: IpAddr, dest_qpn: u32, rq_psn: u32, 
     );
     a.max_dest_rd_atomic = p.rd_atomic;
     a.min_rnr_timer = p.min_rnr_timer;
+    a.ah_attr.traffic_class = p.traffic_class[0];
     qp.modify(&a, AttrMask::to_rtr(true)).expect("INIT->RTR");
 }
 
@@ -304,7 +309,11 @@ impl RcPair {
         let b = side(&mut net, b_ip, 0x22, &p);
         let (pa, pb) = (p.psn & 0xff_ffff, (p.psn + 0x1000) & 0xff_ffff);
         connect(net.qp(a.id), b_ip, b.qpn, pb, pa, &p);
-        connect(net.qp(b.id), a_ip, a.qpn, pa, pb, &p);
+        let pb_params = PairParams {
+            traffic_class: [p.traffic_class[1]; 2],
+            ..p
+        };
+        connect(net.qp(b.id), a_ip, a.qpn, pa, pb, &pb_params);
         RcPair { net, a, b }
     }
 

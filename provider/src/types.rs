@@ -22,6 +22,11 @@ bitflags! {
         const REMOTE_ATOMIC = 8;
         /// Memory windows may be bound to the region.
         const MW_BIND = 16;
+        /// Zero-based addressing: the region's keys (or a type 2 window's
+        /// R_Key, in a bind's access) address it by the byte offset from
+        /// its start instead of by virtual address (the region's iova is
+        /// 0, IBA 10.6.3.1 "zero based virtual address").
+        const ZERO_BASED = 32;
         /// Remote peers may RDMA FLUSH for global visibility (IBA 1.5).
         const FLUSH_GLOBAL = 1 << 8;
         /// Remote peers may RDMA FLUSH for persistence (IBA 1.5; uroce
@@ -336,6 +341,9 @@ pub struct UdDest {
     pub remote_qpn: u32,
     /// Q_Key (a WR Q_Key with the high bit set means "use the QP's").
     pub remote_qkey: u32,
+    /// The traffic class (IP TOS, DSCP and ECN bits) the packet carries
+    /// (the address handle's `grh.traffic_class`).
+    pub tclass: u8,
 }
 
 impl SendWr {
@@ -436,6 +444,10 @@ pub struct Wc {
     pub sl: u8,
     /// DLID path bits (0).
     pub dlid_path_bits: u8,
+    /// When the engine generated the completion, on the completion clock
+    /// ([`crate::cq::clock_ns`]), if its CQ stamps completions
+    /// ([`crate::cq::CqInner::stamp_completions`]); else 0.
+    pub timestamp: u64,
 }
 
 impl Wc {
@@ -456,6 +468,7 @@ impl Wc {
             slid: 0,
             sl: 0,
             dlid_path_bits: 0,
+            timestamp: 0,
         }
     }
     /// A successful receive completion (`Recv` or `RecvRdmaWithImm`) of a

@@ -54,6 +54,7 @@ fn send_to_group(net: &mut SimNet, from: &Side, m: &MrInner, group: IpAddr, id: 
         ip: group,
         remote_qpn: MULTICAST_QPN,
         remote_qkey: QKEY,
+        tclass: 0,
     });
     from.sq.post(w).expect("send queue");
     net.run_until(SEC, |_| false);

@@ -691,3 +691,50 @@ fn solicited_event_bit_on_the_last_packet_only() {
         ]
     );
 }
+
+#[test]
+fn write_with_imm_rnr_then_receive_posted() {
+    // A WRITE with immediate finds no receive WR: RNR NAK. The receive
+    // posted afterwards (with no buffer, or one smaller than the WRITE:
+    // the data goes to the RETH's address) completes the resend, for a
+    // one-packet and for a three-packet WRITE.
+    for (len, sges) in [(64usize, 0u32), (3000, 16)] {
+        let mut p = RcPair::new(
+            1,
+            Faults::default(),
+            PairParams {
+                min_rnr_timer: 1,
+                ..Default::default()
+            },
+        );
+        let src = p.mr(true, len, ALL);
+        let dst = p.mr(false, len, ALL);
+        let small = p.mr(false, 16, ALL);
+        let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+        src.write(0, &data).unwrap();
+        let mut w = wr(1, WrOpcode::RdmaWriteWithImm, &[sge(&src, 0, len as u32)]);
+        w.remote_addr = dst.iova();
+        w.rkey = dst.rkey();
+        w.imm_data = 0x1234;
+        p.post_send(true, w);
+        p.net.run_until(1_000_000, |_| false);
+        assert!(p.b.counters.snapshot().rnr_naks_sent >= 1, "RNR NAKed");
+        let recv: Vec<Sge> = (0..sges.min(1)).map(|_| sge(&small, 0, sges)).collect();
+        p.post_recv(false, 7, &recv);
+        let s = p.wait(true, true, 1, SEC);
+        assert_eq!(s[0].status, WcStatus::Success, "len {len}");
+        let r = p.wait(false, false, 1, SEC);
+        assert_eq!(
+            (r[0].status, r[0].opcode, r[0].byte_len, r[0].imm_data),
+            (
+                WcStatus::Success,
+                WcOpcode::RecvRdmaWithImm,
+                len as u32,
+                0x1234
+            )
+        );
+        let mut got = vec![0u8; len];
+        dst.read(0, &mut got).unwrap();
+        assert_eq!(got, data);
+    }
+}

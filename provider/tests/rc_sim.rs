@@ -531,3 +531,41 @@ fn read_never_sees_a_later_write() {
     );
     assert_eq!(contents(&remote, 0, N), pattern(N, 2));
 }
+
+#[test]
+fn every_packet_carries_the_paths_traffic_class() {
+    // The QP's path traffic class (ah_attr.grh.traffic_class at RTR) is
+    // the IP TOS of all its packets: requests, ACKs and READ responses.
+    use uroce_provider::net::sim::{Verdict, Wire};
+    let mut p = RcPair::new(
+        1,
+        Faults::default(),
+        PairParams {
+            traffic_class: [0x68, 0x2a],
+            ..Default::default()
+        },
+    );
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    p.net.set_filter(move |w: &Wire<'_>| {
+        s2.lock().unwrap().push((w.src, w.tclass));
+        Verdict::Pass
+    });
+    let src = p.mr(true, 4096, ALL);
+    let dst = p.mr(false, 4096, ALL);
+    let mut w = wr(1, WrOpcode::RdmaWrite, &[sge(&src, 0, 3000)]);
+    w.remote_addr = dst.iova();
+    w.rkey = dst.rkey();
+    p.post_send(true, w);
+    let mut r = wr(2, WrOpcode::RdmaRead, &[sge(&src, 0, 3000)]);
+    r.remote_addr = dst.iova();
+    r.rkey = dst.rkey();
+    p.post_send(true, r);
+    assert_eq!(p.wait(true, true, 2, SEC).len(), 2);
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() >= 6, "{seen:?}");
+    let a_ip: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+    for (src, tc) in seen.iter() {
+        assert_eq!(*tc, if *src == a_ip { 0x68 } else { 0x2a });
+    }
+}

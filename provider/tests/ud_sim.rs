@@ -97,6 +97,7 @@ fn dest(to: &Side) -> UdDest {
         ip: to.ip,
         remote_qpn: to.qpn,
         remote_qkey: QKEY,
+        tclass: 0,
     }
 }
 
@@ -455,6 +456,7 @@ fn one_qp_hears_two_senders_and_answers_each_from_the_grh() {
                 ip: from,
                 remote_qpn: wc.src_qp,
                 remote_qkey: QKEY,
+                tclass: 0,
             },
         ))
         .unwrap();
@@ -481,6 +483,7 @@ fn a_qkey_mismatch_is_dropped_and_counted() {
     post_recv(&b, 1, &[sge(&dst, 0, 256)]);
     let wrong = UdDest {
         remote_qkey: QKEY ^ 1,
+        tclass: 0,
         ..dest(&b)
     };
     a.sq.post(ud_wr(1, WrOpcode::Send, &[sge(&src, 0, 7)], wrong))
@@ -512,6 +515,7 @@ fn a_wr_qkey_with_the_high_bit_sends_the_qps_own() {
     }
     let controlled = UdDest {
         remote_qkey: QKEY_CONTROLLED | 0x1234,
+        tclass: 0,
         ..dest(&b)
     };
     a.sq.post(ud_wr(1, WrOpcode::Send, &[sge(&src, 0, 8)], controlled))
@@ -1323,4 +1327,52 @@ fn ud_modify_rules_and_attributes() {
     };
     assert!(qp.modify(&sqe, AttrMask::STATE).is_err());
     assert_eq!(qp.qp_type(), QpType::Ud);
+}
+
+#[test]
+fn a_datagram_carries_its_traffic_class_into_the_receivers_grh() {
+    // The address handle's traffic class is each packet's IP TOS (IPv4)
+    // or traffic class (IPv6), ECN bits included; the receiver's GRH
+    // area reports what its IP header said.
+    for v6 in [false, true] {
+        let (a_ip, b_ip) = if v6 {
+            (ip("fd00::1"), ip("fd00::2"))
+        } else {
+            (ip("10.0.0.1"), ip("10.0.0.2"))
+        };
+        let mut net = SimNet::new(1, Faults::default());
+        let a = ud_side(&mut net, a_ip, 0x11, |_| {});
+        let b = ud_side(&mut net, b_ip, 0x22, |_| {});
+        up(&mut net, &a, QKEY, 0);
+        up(&mut net, &b, QKEY, 0);
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        net.set_filter(move |w: &uroce_provider::net::sim::Wire<'_>| {
+            s2.lock().unwrap().push(w.tclass);
+            uroce_provider::net::sim::Verdict::Pass
+        });
+        let src = mr(&a, 64);
+        let dst = mr(&b, 2 * 128);
+        for (k, tc) in [0xb8u8, 0x03].into_iter().enumerate() {
+            post_recv(&b, k as u64, &[sge(&dst, k as u64 * 128, 128)]);
+            let to = UdDest {
+                tclass: tc,
+                ..dest(&b)
+            };
+            a.sq.post(ud_wr(k as u64, WrOpcode::Send, &[sge(&src, 0, 8)], to))
+                .unwrap();
+        }
+        run(&mut net);
+        assert_eq!(*seen.lock().unwrap(), vec![0xb8, 0x03]);
+        assert_eq!(drain(&b.recv_cq).len(), 2);
+        for (k, tc) in [0xb8u8, 0x03].into_iter().enumerate() {
+            let grh = contents(&dst, k * 128, 40);
+            let got = if v6 {
+                (u32::from_be_bytes([grh[0], grh[1], grh[2], grh[3]]) >> 20) as u8
+            } else {
+                grh[21]
+            };
+            assert_eq!(got, tc, "v6 {v6}");
+        }
+    }
 }

@@ -11,6 +11,9 @@
 #   * tests/ibverbs/handles.c: stale, garbled and foreign objects refused,
 #     looping WR lists stopped at the queue's depth, each advertised object
 #     limit enforced, an SRQ of another PD;
+#   * tests/ibverbs/datapath.c: zero-based memory and regions at an iova,
+#     completion timestamps, a UD address handle's traffic class in the
+#     receiver's GRH, WRITE WITH IMMEDIATE into a small receive WR;
 #   * tests/ibverbs/signals.c: signals the program blocks and reads from a
 #     signalfd reach it (no thread of the library takes them);
 #   * tests/ibverbs/contexts.c: no event at open, an async_fd per context
@@ -95,6 +98,15 @@ if UROCE_DEVICES=uroce0=127.106.3.1,uroce1=127.106.3.2 timeout 60 "$tmp/mcast" >
   pass "mcast.c" "$(tail -1 "$tmp/out")"
 else
   fail "mcast.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- the data path: zero-based memory, completion timestamps, UD traffic
+# class, WRITE WITH IMMEDIATE into a small receive WR
+cc -O1 -Wall -o "$tmp/datapath" tests/ibverbs/datapath.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.103.9.1,uroce1=127.103.9.2 timeout 60 "$tmp/datapath" >"$tmp/out" 2>&1; then
+  pass "datapath.c" "$(tail -1 "$tmp/out")"
+else
+  fail "datapath.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
 
 # ---- signals the program blocks stay its own (no library thread takes them)

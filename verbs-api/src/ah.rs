@@ -36,6 +36,7 @@ impl AddressHandle {
             ip: self.ip,
             remote_qpn,
             remote_qkey,
+            tclass: self.av.traffic_class,
         }
     }
 }

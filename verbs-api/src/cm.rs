@@ -483,6 +483,9 @@ struct IdState2 {
     afonly: Option<bool>,
     /// The multicast groups joined: (address, MGID, send-only).
     mcast: Vec<(SocketAddr, [u8; 16], bool)>,
+    /// `RDMA_OPTION_ID_TOS`: the traffic class our REQ's path (and so
+    /// both QPs), or our UD peer's address, carries.
+    tos: u8,
 }
 
 /// The QP attributes a connection's REQ and REP settle.
@@ -498,6 +501,8 @@ struct QpPath {
     timeout: u8,
     retry_cnt: u8,
     rnr_retry: u8,
+    /// The path's traffic class (the IP TOS of the QP's packets).
+    traffic_class: u8,
 }
 
 struct IdInner {
@@ -706,9 +711,23 @@ impl CmId {
                     retry_count: 7,
                     afonly: None,
                     mcast: Vec::new(),
+                    tos: 0,
                 }),
             }),
         })
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class (IP TOS,
+    /// DSCP and ECN bits) of the connection's packets from the next
+    /// `connect` on: the REQ's path carries it, so both sides' QPs take
+    /// it as their path's traffic class (and a UD id's peer address).
+    pub fn set_tos(&self, tos: u8) {
+        self.inner.st.lock().tos = tos;
+    }
+
+    /// The traffic class set with [`CmId::set_tos`] (0 by default).
+    pub fn tos(&self) -> u8 {
+        self.inner.st.lock().tos
     }
 
     /// `rdma_migrate_id`: from now on the id's events go to `channel`,
@@ -1182,7 +1201,7 @@ impl CmId {
             req.srq = srq;
             req.pkey = 0xffff;
             req.path_mtu = ctx.inner.face.active_mtu() as u8;
-            req.primary = path(src.ip(), dst.ip());
+            req.primary = path(src.ip(), dst.ip(), st.tos);
             req.private_data[..pdata.len()].copy_from_slice(&pdata);
             dev.with_agent(|a, now| a.connect(now, dst_ip, &req))
                 .map_err(cm_err)?
@@ -1412,8 +1431,9 @@ fn max_req_pdata(ps: PortSpace) -> usize {
     }
 }
 
-/// The primary path of a REQ from `src` to `dst` on RoCE.
-fn path(src: IpAddr, dst: IpAddr) -> uroce_wire::cm::CmPath {
+/// The primary path of a REQ from `src` to `dst` on RoCE, with traffic
+/// class `tos`.
+fn path(src: IpAddr, dst: IpAddr, tos: u8) -> uroce_wire::cm::CmPath {
     uroce_wire::cm::CmPath {
         local_lid: 0xffff,
         remote_lid: 0xffff,
@@ -1421,7 +1441,7 @@ fn path(src: IpAddr, dst: IpAddr) -> uroce_wire::cm::CmPath {
         remote_gid: gid_of(dst.to_canonical()),
         flow_label: 0,
         packet_rate: 3,
-        traffic_class: 0,
+        traffic_class: tos,
         hop_limit: 64,
         sl: 0,
         subnet_local: true,
@@ -1470,6 +1490,9 @@ fn req_path(
         timeout: req.primary.local_ack_timeout,
         retry_cnt: req.retry_count,
         rnr_retry: req.rnr_retry_count,
+        // The kernel's CM takes the REQ's primary path for the passive
+        // QP, its traffic class with it.
+        traffic_class: req.primary.traffic_class,
     }
 }
 
@@ -1483,6 +1506,7 @@ fn path_attr(p: &QpPath, state: QpState, rc: bool) -> (QpAttr, AttrMask) {
         sq_psn: p.sq_psn,
         ah_attr: AddressVector {
             dgid: gid_of(p.peer.to_canonical()),
+            traffic_class: p.traffic_class,
             ..AddressVector::default()
         },
         // uroce refuses 0 (a responder that can take no READ).
@@ -1675,6 +1699,7 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
                 timeout: ACK_TIMEOUT,
                 retry_cnt: st.retry_count,
                 rnr_retry: rep.rnr_retry_count,
+                traffic_class: st.tos,
             };
             st.path = Some(path);
             let Some(qp) = st.qp.clone() else {
@@ -1779,11 +1804,13 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
                 ));
             }
             st.state = IdState::Connected;
+            let tos = st.tos;
             drop(st);
             let ud = UdParam {
                 private_data: rep.private_data.to_vec(),
                 ah_attr: AddressVector {
                     dgid: gid_of(peer.to_canonical()),
+                    traffic_class: tos,
                     ..AddressVector::default()
                 },
                 qp_num: rep.qpn,

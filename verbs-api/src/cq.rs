@@ -123,6 +123,13 @@ impl CompletionQueue {
     pub fn overflowed(&self) -> bool {
         self.inner.overflowed()
     }
+    /// Completions get a [`Wc::timestamp`] from now on
+    /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`): the completion clock
+    /// ([`crate::completion_clock_ns`], nanoseconds on `CLOCK_MONOTONIC`)
+    /// when the engine generated the completion.
+    pub fn stamp_completions(&self) {
+        self.inner.stamp_completions();
+    }
     /// Busy-polls until `n` completions arrived or `timeout` passed.
     pub fn wait(&self, n: usize, timeout: std::time::Duration) -> Vec<Wc> {
         let end = std::time::Instant::now() + timeout;

@@ -95,9 +95,32 @@ impl ProtectionDomain {
         len: usize,
         access: Access,
     ) -> Result<MemoryRegion> {
+        // SAFETY: the caller's promise above.
+        unsafe { self.reg_mr_iova_raw(addr, len, addr as u64, access) }
+    }
+
+    /// `ibv_reg_mr_iova`: as [`ProtectionDomain::reg_mr_raw`], the region
+    /// addressed through its keys (in SGEs and by peers) from `iova`
+    /// instead of from `addr`. With [`Access::ZERO_BASED`] the region is
+    /// addressed from 0 whatever `iova` says (as `iova` 0).
+    ///
+    /// # Safety
+    /// As [`ProtectionDomain::reg_mr_raw`].
+    pub unsafe fn reg_mr_iova_raw(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion> {
         let slot = self.mr_slot()?;
         // SAFETY: the caller's promise above.
-        let mr = unsafe { self.ctx.inner.face.reg_raw(self.id, addr, len, access)? };
+        let mr = unsafe {
+            self.ctx
+                .inner
+                .face
+                .reg_raw(self.id, addr, len, iova, access)?
+        };
         Ok(self.wrap(mr, slot))
     }
 
@@ -244,7 +267,8 @@ impl MemoryRegion {
     pub fn rkey(&self) -> u32 {
         self.mr().rkey()
     }
-    /// The virtual address peers and SGEs use for byte 0.
+    /// The virtual address peers and SGEs use for byte 0 (its iova; 0 for
+    /// a zero-based region).
     pub fn addr(&self) -> u64 {
         self.mr().iova()
     }

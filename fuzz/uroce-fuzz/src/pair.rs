@@ -192,6 +192,7 @@ impl Pair {
             rd_atomic: 2,
             psn: (seed as u32) & 0xff_ffff,
             depth: 64,
+            traffic_class: [0, 0],
         };
         let make =
             |cfg: QpConfig| uroce_provider::transport::new_qp(kind, cfg).expect("capacities");
@@ -306,6 +307,7 @@ impl Pair {
                 ip: p.side.ip,
                 remote_qpn: p.side.qpn,
                 remote_qkey: if key_choice & 8 != 0 { QKEY ^ 1 } else { QKEY },
+                tclass: 0,
             });
         }
         if e.side.sq.post(w).is_ok() {

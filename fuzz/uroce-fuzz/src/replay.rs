@@ -622,6 +622,7 @@ mod tests {
                 SocketAddr::new(*s, port),
                 SocketAddr::new(*d, port),
                 (0, true),
+                0,
                 &b,
             );
         }
@@ -822,7 +823,7 @@ mod tests {
                 SocketAddr::new(rec.fuzzer, port),
                 SocketAddr::new(rec.target, port),
             );
-            cap.record(s, d, (0, true), &b);
+            cap.record(s, d, (0, true), 0, &b);
         }
         cap.finish().expect("finish");
         let plan = ReplayPlan::from_file(&path, &Options::default()).expect("plan");

@@ -191,6 +191,7 @@ impl SimTarget {
             rd_atomic: 4,
             psn,
             depth: 64,
+            traffic_class: [0, 0],
         }
     }
 

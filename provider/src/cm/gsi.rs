@@ -166,7 +166,11 @@ impl QpMachine for GsiQp {
             };
             self.psn = self.psn.next();
             Counters::inc(&self.counters.sent_pkts);
-            return Some(Transmit { dst: out.dst, len });
+            return Some(Transmit {
+                dst: out.dst,
+                len,
+                tclass: 0,
+            });
         }
     }
     fn poll_timeout(&self) -> Option<Nanos> {

@@ -95,13 +95,15 @@ impl Capture {
         r
     }
 
-    /// Records one RoCEv2 UDP payload from `src` to `dst`; for IPv4, with
-    /// the given identification and DF flag.
+    /// Records one RoCEv2 UDP payload from `src` to `dst` with TOS /
+    /// traffic class `tclass`; for IPv4, with the given identification and
+    /// DF flag.
     pub fn record(
         &mut self,
         src: SocketAddr,
         dst: SocketAddr,
         ipv4_id: (u16, bool),
+        tclass: u8,
         udp_payload: &[u8],
     ) {
         let ip = match (src.ip(), dst.ip()) {
@@ -110,13 +112,13 @@ impl Capture {
                 dst: d,
                 ident: ipv4_id.0,
                 dont_fragment: ipv4_id.1,
-                tos: 0,
+                tos: tclass,
                 ttl: 64,
             },
             (s, d) => IpParams::V6 {
                 src: v6(s),
                 dst: v6(d),
-                traffic_class: 0,
+                traffic_class: tclass,
                 flow_label: 0,
                 hop_limit: 64,
             },

@@ -666,8 +666,9 @@ impl Drop for Engine {
     }
 }
 
-/// A packet the fault injector holds back: (due, order, destination, bytes).
-type Delayed = (Nanos, u64, SocketAddr, Vec<u8>);
+/// A packet the fault injector holds back: (due, order, destination, TOS,
+/// bytes).
+type Delayed = (Nanos, u64, SocketAddr, u8, Vec<u8>);
 
 /// Packets sent per pass before the engine looks at its socket again.
 const TX_PER_PASS: usize = 64;
@@ -947,9 +948,9 @@ impl Driver {
                 while off < m.len {
                     let len = seg.min(m.len - off);
                     let buf = &mut slot[off..HEADROOM + off + len];
-                    let r = self.ep.handle_datagram_to(now, m.from, to_ip, buf);
+                    let r = self.ep.handle_datagram_to(now, m.from, to_ip, m.tos, buf);
                     if let Some(c) = self.capture.as_mut() {
-                        c.record(m.from, to, r.ipv4_id, &buf[HEADROOM..]);
+                        c.record(m.from, to, r.ipv4_id, m.tos, &buf[HEADROOM..]);
                     }
                     off += len;
                 }
@@ -983,7 +984,10 @@ impl Driver {
             let joins = self.port.gso()
                 && self.tx.last().is_some_and(|m: &TxMsg| {
                     let seg = m.packet_size();
+                    // One TOS per message: the kernel writes one IP
+                    // header for all of a GSO message's packets.
                     m.dst == dst
+                        && m.tos == t.tclass
                         && m.off + m.len == end
                         && m.len % seg == 0
                         && t.len <= seg
@@ -1014,6 +1018,7 @@ impl Driver {
                     len: t.len,
                     dst,
                     seg: 0,
+                    tos: t.tclass,
                 });
             }
             end += t.len;
@@ -1027,7 +1032,7 @@ impl Driver {
                 let seg = m.packet_size();
                 for (k, p) in self.txbuf[m.off..m.off + m.len].chunks(seg).enumerate() {
                     let id = if m.seg == 0 { 0 } else { k as u16 };
-                    c.record(src, m.dst, (id, true), p);
+                    c.record(src, m.dst, (id, true), m.tos, p);
                 }
             }
         }
@@ -1068,8 +1073,9 @@ impl Driver {
             };
             for (delay, b) in inj.inject(&self.txbuf[..t.len], 1) {
                 self.delayed_seq += 1;
+                let due = now.plus(delay);
                 self.delayed
-                    .push(Reverse((now.plus(delay), self.delayed_seq, dst, b)));
+                    .push(Reverse((due, self.delayed_seq, dst, t.tclass, b)));
             }
         }
         any |= self.send_delayed();
@@ -1080,14 +1086,14 @@ impl Driver {
     fn send_delayed(&mut self) -> bool {
         let now = self.now();
         let mut any = false;
-        while let Some(Reverse((due, _, _, _))) = self.delayed.peek() {
+        while let Some(Reverse((due, ..))) = self.delayed.peek() {
             if *due > now {
                 break;
             }
-            if let Some(Reverse((_, _, dst, b))) = self.delayed.pop() {
+            if let Some(Reverse((_, _, dst, tos, b))) = self.delayed.pop() {
                 let src = self.local();
                 if let Some(c) = self.capture.as_mut() {
-                    c.record(src, dst, (0, true), &b);
+                    c.record(src, dst, (0, true), tos, &b);
                 }
                 let st = self.port.send_batch(
                     &b,
@@ -1096,6 +1102,7 @@ impl Driver {
                         len: b.len(),
                         dst,
                         seg: 0,
+                        tos,
                     }],
                 );
                 self.count_sent(st);

@@ -6,11 +6,17 @@
 //! may be a run of equal-size packets the kernel splits). Either falls
 //! back by itself where the kernel refuses it; `UROCE_GSO=0` and
 //! `UROCE_GRO=0` turn them off.
+//!
+//! Each message carries its packets' IP TOS (IPv4) or traffic class
+//! (IPv6): a non-zero one in an `IP_TOS` / `IPV6_TCLASS` control message
+//! of its own, so traffic class 0, the common case, costs nothing. Each
+//! received datagram reports its TOS (`IP_RECVTOS` / `IPV6_RECVTCLASS`;
+//! GRO aggregates only datagrams whose IP headers agree on it).
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Socket buffer size asked for (the kernel may cap it without
@@ -27,11 +33,13 @@ pub const GRO_MAX: usize = 65536;
 pub const GSO_MAX_SEGMENTS: usize = 64;
 /// Most bytes in one GSO message (an IPv4 datagram's payload, with room).
 pub const GSO_MAX_BYTES: usize = 65000;
-/// Control buffer of one received message: UDP_GRO's int and
-/// SO_RXQ_OVFL's u32, each in a cmsg (as u64s, for alignment).
-const RX_CMSG_WORDS: usize = 8;
-/// Control buffer of one sent message: UDP_SEGMENT's u16 in a cmsg.
-const TX_CMSG_WORDS: usize = 4;
+/// Control buffer of one received message: UDP_GRO's int, SO_RXQ_OVFL's
+/// u32 and IP_TOS's byte (IPV6_TCLASS's int), each in a cmsg of 24 bytes
+/// (as u64s, for alignment).
+const RX_CMSG_WORDS: usize = 12;
+/// Control buffer of one sent message: UDP_SEGMENT's u16 and IP_TOS's
+/// (IPV6_TCLASS's) int, each in a cmsg of 24 bytes.
+const TX_CMSG_WORDS: usize = 6;
 
 /// UDP 4791 bound on one address.
 pub struct UdpPort {
@@ -53,6 +61,8 @@ pub struct RxMsg {
     pub from: SocketAddr,
     /// GRO segment size (0: a single datagram).
     pub seg: usize,
+    /// The IP header's TOS / traffic class.
+    pub tos: u8,
 }
 
 /// Buffers for [`UdpPort::recv_batch`]: each slot holds `HEADROOM` bytes
@@ -100,6 +110,8 @@ pub struct TxMsg {
     pub dst: SocketAddr,
     /// GSO segment size (0: one datagram).
     pub seg: usize,
+    /// The IP TOS / traffic class of its packets.
+    pub tos: u8,
 }
 
 impl TxMsg {
@@ -128,6 +140,16 @@ pub struct TxStats {
     pub dropped: u64,
 }
 
+/// Asks the socket to report each datagram's TOS / traffic class, for a
+/// UD receive's GRH (refused, the GRH shows 0).
+fn report_tos(fd: RawFd, ip: IpAddr) {
+    let _ = if ip.is_ipv4() {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+    };
+}
+
 impl UdpPort {
     /// Binds `ip`:4791, non-blocking, with DF and IP ID 0 (IP_PMTUDISC_DO:
     /// the header our ICRC is computed for; see `wire::icrc`).
@@ -148,6 +170,7 @@ impl UdpPort {
         // The kernel's count of datagrams dropped for a full receive
         // buffer, with every datagram read.
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
+        report_tos(fd, ip);
         let off = |var: &str| std::env::var(var).is_ok_and(|v| v.trim() == "0");
         let gro = !off("UROCE_GRO") && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         // Segment size 0 on the socket: GSO only where a message asks.
@@ -203,6 +226,7 @@ impl UdpPort {
         }
         sock.set_nonblocking(true)?;
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
+        report_tos(fd, group);
         let gro = setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         Ok(UdpPort {
             sock,
@@ -263,7 +287,7 @@ impl UdpPort {
         }
         let mut dropped = 0;
         for h in &hdrs[..n as usize] {
-            let mut seg = 0;
+            let (mut seg, mut tos) = (0, 0);
             // SAFETY: the kernel filled msg_control with msg_controllen
             // bytes of well-formed cmsgs; the CMSG macros stay inside it.
             unsafe {
@@ -273,6 +297,12 @@ impl UdpPort {
                     match ((*c).cmsg_level, (*c).cmsg_type) {
                         (libc::SOL_UDP, libc::UDP_GRO) => {
                             seg = std::ptr::read_unaligned(data as *const libc::c_int) as usize;
+                        }
+                        // IPv4 reports the TOS as one byte, IPv6 the
+                        // traffic class as an int.
+                        (libc::IPPROTO_IP, libc::IP_TOS) => tos = *data,
+                        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                            tos = std::ptr::read_unaligned(data as *const libc::c_int) as u8;
                         }
                         (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
                             let total = std::ptr::read_unaligned(data as *const u32);
@@ -293,6 +323,7 @@ impl UdpPort {
                 len: h.msg_len as usize,
                 from,
                 seg,
+                tos,
             });
         }
         (b.msgs.len(), dropped)
@@ -335,6 +366,7 @@ impl UdpPort {
                         len,
                         dst: m.dst,
                         seg: 0,
+                        tos: m.tos,
                     };
                     if !matches!(self.sendmmsg(data, &[one], &mut st), Ok(1)) {
                         st.dropped += 1;
@@ -372,18 +404,43 @@ impl UdpPort {
             h.msg_namelen = namelen;
             h.msg_iov = &mut iov[j];
             h.msg_iovlen = 1;
-            if m.seg != 0 {
-                // SAFETY: CMSG_SPACE of a u16 fits the control buffer
-                // (TX_CMSG_WORDS u64s); the header and data are written
-                // inside it through the CMSG macros.
-                unsafe {
-                    h.msg_control = cmsgs[j].as_mut_ptr().cast();
-                    h.msg_controllen = libc::CMSG_SPACE(2) as usize;
-                    let c = libc::CMSG_FIRSTHDR(h);
+            // SAFETY: CMSG_SPACE of a u16 plus CMSG_SPACE of an int (24 +
+            // 24 bytes) fit the control buffer (TX_CMSG_WORDS u64s,
+            // 8-aligned as a cmsghdr needs); each header starts where the
+            // one before it ends (at its CMSG_SPACE, an aligned offset) and
+            // its data is written at CMSG_DATA, inside its CMSG_LEN.
+            unsafe {
+                let base = cmsgs[j].as_mut_ptr().cast::<u8>();
+                let mut used = 0;
+                if m.seg != 0 {
+                    let c = base.add(used).cast::<libc::cmsghdr>();
                     (*c).cmsg_level = libc::SOL_UDP;
                     (*c).cmsg_type = libc::UDP_SEGMENT;
                     (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
                     std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, m.seg as u16);
+                    used += libc::CMSG_SPACE(2) as usize;
+                }
+                if m.tos != 0 {
+                    let c = base.add(used).cast::<libc::cmsghdr>();
+                    (*c).cmsg_level = if m.dst.is_ipv4() {
+                        libc::IPPROTO_IP
+                    } else {
+                        libc::IPPROTO_IPV6
+                    };
+                    (*c).cmsg_type = if m.dst.is_ipv4() {
+                        libc::IP_TOS
+                    } else {
+                        libc::IPV6_TCLASS
+                    };
+                    let len = std::mem::size_of::<libc::c_int>() as u32;
+                    (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
+                    let v = libc::c_int::from(m.tos);
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, v);
+                    used += libc::CMSG_SPACE(len) as usize;
+                }
+                if used != 0 {
+                    h.msg_control = base.cast();
+                    h.msg_controllen = used;
                 }
             }
         }

@@ -386,7 +386,8 @@ impl KeyTable {
     }
 
     /// Registers memory at `ptr` of `len` bytes, visible to peers at
-    /// `iova`, with fresh random keys.
+    /// `iova` (at 0 when `access` has [`Access::ZERO_BASED`]), with fresh
+    /// random keys.
     ///
     /// # Safety
     /// `ptr` must be valid for reads and writes of `len` bytes for as long
@@ -400,6 +401,11 @@ impl KeyTable {
         access: Access,
         backing: Backing,
     ) -> Arc<MrInner> {
+        let iova = if access.contains(Access::ZERO_BASED) {
+            0
+        } else {
+            iova
+        };
         loop {
             let lkey: u32 = rand::random();
             let rkey: u32 = rand::random();
@@ -472,13 +478,23 @@ impl KeyTable {
         let (ptr, len, iova, backing) = match translation {
             Some(t) => t,
             // The old region's memory moves to the new one: the old
-            // region no longer owns (or frees) it.
+            // region no longer owns (or frees) it. It keeps its iova,
+            // unless it was zero-based: then its address.
             None => (
                 old.ptr,
                 old.len,
-                old.iova,
+                if old.access.contains(Access::ZERO_BASED) {
+                    old.ptr.as_ptr() as u64
+                } else {
+                    old.iova
+                },
                 old.backing.lock().take().unwrap_or(Backing::External),
             ),
+        };
+        let iova = if access.contains(Access::ZERO_BASED) {
+            0
+        } else {
+            iova
         };
         let keys = (old.lkey, old.rkey);
         self.insert(MrInner::registered(
@@ -705,6 +721,39 @@ mod tests {
         let mut out = [0u8; 43];
         m.read(0, &mut out).unwrap();
         assert!(out[3..].iter().all(|&b| b == 0x11 || b == 0x22));
+    }
+
+    /// A zero-based region sits at iova 0 whatever iova was asked for,
+    /// for both keys; re-registered without the flag it is back at its
+    /// address, and with it at 0 again.
+    #[test]
+    fn zero_based_regions_sit_at_iova_0() {
+        let t = KeyTable::new();
+        let mut owned = vec![0u8; 256];
+        let ptr = NonNull::new(owned.as_mut_ptr()).unwrap();
+        let acc = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::ZERO_BASED;
+        // SAFETY: `owned` outlives the regions (deregistered below).
+        let m = unsafe { t.register(1, ptr, 256, 0x7000, acc, Backing::External) };
+        assert_eq!(m.iova(), 0);
+        let (_, off) = t
+            .check_rkey(m.rkey(), 1, 0, 16, 8, Access::REMOTE_WRITE)
+            .unwrap();
+        assert_eq!(off, 16);
+        assert_eq!(
+            t.check_lkey(m.lkey(), 1, 250, 6, Access::empty())
+                .unwrap()
+                .1,
+            250
+        );
+        assert!(t.check_lkey(m.lkey(), 1, 251, 6, Access::empty()).is_err());
+        // SAFETY: the same memory.
+        let plain = unsafe { t.reregister(&m, 1, Access::LOCAL_WRITE, None) };
+        assert_eq!(plain.iova(), ptr.as_ptr() as u64);
+        // SAFETY: as above.
+        let zb = unsafe { t.reregister(&plain, 1, acc, None) };
+        assert_eq!(zb.iova(), 0);
+        t.deregister(&zb);
+        drop(owned);
     }
 
     /// A region registered over memory someone else owns: once

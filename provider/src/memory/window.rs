@@ -42,6 +42,9 @@ struct Binding {
     addr: u64,
     len: u64,
     access: Access,
+    /// Zero-based (type 2 only): an R_Key's address is the offset from
+    /// `addr`.
+    zero_based: bool,
     /// Type 2: the QP that bound it.
     qpn: Option<u32>,
 }
@@ -100,7 +103,9 @@ pub struct MwBind {
     pub addr: u64,
     /// Length; 0 unbinds a type 1 window.
     pub len: u64,
-    /// Remote access the window grants (REMOTE_READ/WRITE/ATOMIC).
+    /// Remote access the window grants (REMOTE_READ/WRITE/ATOMIC), and
+    /// ZERO_BASED for a type 2 window addressed from its start (offset 0)
+    /// rather than by the region's addresses.
     pub access: Access,
 }
 
@@ -136,7 +141,8 @@ pub enum MwError {
     /// No region with the L_Key, or in another PD, or without MW_BIND
     /// access (C10-73), or remote write/atomic without local write
     /// (C10-74), or the range outside the region (C10-75), or a type 2
-    /// bind of length 0 (o10-37.2.40).
+    /// bind of length 0 (o10-37.2.40), or a zero-based type 1 bind (type 1
+    /// windows are addressed by virtual address only).
     #[error("memory region refuses the binding")]
     Region,
     /// Invalidating a type 1 window (o10-37.2.26), or a window bound to
@@ -223,6 +229,8 @@ impl KeyTable {
             if mr.is_none() {
                 return Err(MwError::Region);
             }
+        } else if b.access.contains(Access::ZERO_BASED) {
+            return Err(MwError::Region);
         }
         if let Some(mr) = &mr {
             let remote_writes = b
@@ -247,6 +255,7 @@ impl KeyTable {
                 len: b.len,
                 access: b.access
                     & (Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC),
+                zero_based: b.access.contains(Access::ZERO_BASED),
                 qpn: (b.mw.kind == MwType::Type2).then_some(qpn),
             }
         });
@@ -278,7 +287,8 @@ impl KeyTable {
 
     /// The remote check of a window's R_Key: bound, the key current, the
     /// QP allowed (type 1: its PD; type 2: the binding QP), the access
-    /// granted, the range inside the window; then the region's own checks.
+    /// granted, the range inside the window (a zero-based window's `addr`
+    /// is the offset from its start); then the region's own checks.
     pub(super) fn check_window(
         mw: &MwInner,
         rkey: u32,
@@ -301,7 +311,13 @@ impl KeyTable {
         if !b.access.contains(need) {
             return Err(KeyError::Access(need));
         }
-        super::offset_in(b.addr, b.len, addr, len)?;
+        let addr = if b.zero_based {
+            // In the window, which lies inside the region: no overflow.
+            super::offset_in(0, b.len, addr, len)? + b.addr
+        } else {
+            super::offset_in(b.addr, b.len, addr, len)?;
+            addr
+        };
         let mr = b.mr.clone();
         drop(st);
         if !mr.is_valid() {

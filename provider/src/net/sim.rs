@@ -44,6 +44,8 @@ pub struct Wire<'a> {
     pub dst: IpAddr,
     /// Parsed packet.
     pub pkt: &'a ParsedPacket<'a>,
+    /// The IP header's TOS / traffic class.
+    pub tclass: u8,
     /// Index of this packet among all sent (0-based).
     pub index: u64,
 }
@@ -53,6 +55,7 @@ type Filter = Box<dyn FnMut(&Wire<'_>) -> Verdict + Send>;
 struct InFlight {
     src: IpAddr,
     dst: IpAddr,
+    tclass: u8,
     bytes: Vec<u8>,
 }
 
@@ -262,7 +265,7 @@ impl SimNet {
     /// Puts a packet of our own making on the wire (a hostile or broken
     /// peer), delivered after the usual delay.
     pub fn inject(&mut self, src: IpAddr, dst: IpAddr, bytes: Vec<u8>) {
-        self.launch(src, dst, bytes);
+        self.launch(src, dst, 0, bytes);
     }
 
     /// Packets sent so far.
@@ -333,14 +336,14 @@ impl SimNet {
             let src = self.endpoints[i].local_ip();
             while let Some(t) = self.endpoints[i].poll_transmit(self.now, &mut self.buf) {
                 let bytes = self.buf[..t.len].to_vec();
-                self.launch(src, t.dst, bytes);
+                self.launch(src, t.dst, t.tclass, bytes);
                 any = true;
             }
         }
         any
     }
 
-    fn launch(&mut self, src: IpAddr, dst: IpAddr, bytes: Vec<u8>) {
+    fn launch(&mut self, src: IpAddr, dst: IpAddr, tclass: u8, bytes: Vec<u8>) {
         let index = self.sent;
         self.sent += 1;
         let mut verdict = Verdict::Pass;
@@ -350,6 +353,7 @@ impl SimNet {
                     src,
                     dst,
                     pkt: &pkt,
+                    tclass,
                     index,
                 });
             }
@@ -389,7 +393,12 @@ impl SimNet {
                 self.slots.push(None);
                 self.slots.len() - 1
             });
-            self.slots[slot] = Some(InFlight { src, dst, bytes: b });
+            self.slots[slot] = Some(InFlight {
+                src,
+                dst,
+                tclass,
+                bytes: b,
+            });
             self.seq += 1;
             self.queue
                 .push(Reverse((self.now.plus(delay), self.seq, slot)));
@@ -415,7 +424,7 @@ impl SimNet {
                 }
                 any = true;
                 self.rbuf[HEADROOM..HEADROOM + n].copy_from_slice(&p.bytes);
-                e.handle_datagram_to(self.now, from, p.dst, &mut self.rbuf[..HEADROOM + n]);
+                e.handle_datagram_to(self.now, from, p.dst, p.tclass, &mut self.rbuf[..HEADROOM + n]);
             }
             if !any {
                 Counters::inc(&self.counters.dropped_pkts);
@@ -432,6 +441,6 @@ impl SimNet {
         }
         self.rbuf[HEADROOM..HEADROOM + n].copy_from_slice(&p.bytes);
         let from = SocketAddr::new(p.src, uroce_wire::ROCEV2_UDP_PORT);
-        e.handle_datagram(self.now, from, &mut self.rbuf[..HEADROOM + n]);
+        e.handle_datagram(self.now, from, p.tclass, &mut self.rbuf[..HEADROOM + n]);
     }
 }

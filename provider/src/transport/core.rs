@@ -485,7 +485,8 @@ impl<S: Service> Qp<S> {
     ) -> Option<Transmit> {
         let dst = self.core.attr.ah_attr.ip();
         let len = self.core.cfg.emit(dst, h, payload_len, buf, fill)?;
-        Some(Transmit { dst, len })
+        let tclass = self.core.attr.ah_attr.traffic_class;
+        Some(Transmit { dst, len, tclass })
     }
 }
 

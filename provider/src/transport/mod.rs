@@ -85,6 +85,10 @@ pub struct Transmit {
     pub dst: IpAddr,
     /// Bytes written.
     pub len: usize,
+    /// The IP header's TOS (IPv4) or traffic class (IPv6), DSCP and ECN
+    /// bits: a UD send's address handle's, an RC/UC QP's path's
+    /// (`ah_attr.grh.traffic_class`), as rxe writes them.
+    pub tclass: u8,
 }
 
 /// What the receive path knows about a packet besides its bytes: the IP
@@ -104,7 +108,8 @@ pub struct RxMeta {
     pub ipv4_flags_frag: u16,
     /// TTL / hop limit as received (64 when the socket does not say).
     pub hop_limit: u8,
-    /// Traffic class / TOS as received.
+    /// Traffic class / TOS as received (IP_RECVTOS / IPV6_RECVTCLASS; 0
+    /// when the socket does not say).
     pub tclass: u8,
     /// IPv6 flow label.
     pub flow_label: u32,

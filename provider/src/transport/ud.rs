@@ -222,7 +222,12 @@ impl UdQp {
             // The memory went away since it was resolved (or the caller's
             // buffer is too small for the packet).
             .ok_or(WcStatus::LocProtErr)?;
-        Ok((Transmit { dst, len: n }, len))
+        let t = Transmit {
+            dst,
+            len: n,
+            tclass: ud.tclass,
+        };
+        Ok((t, len))
     }
 }
 

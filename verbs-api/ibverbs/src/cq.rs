@@ -168,7 +168,7 @@ fn create_cq(
             read_cvlan: Some(crate::cq_ex::read_cvlan),
             read_flow_tag: Some(crate::cq_ex::read_flow_tag),
             read_tm_info: Some(crate::cq_ex::read_tm_info),
-            read_completion_wallclock_ns: Some(crate::cq_ex::read_completion_ts),
+            read_completion_wallclock_ns: Some(crate::cq_ex::read_completion_wallclock_ns),
         },
         inner: CqInner {
             rust: ManuallyDrop::new(rust),
@@ -209,7 +209,8 @@ pub(crate) unsafe extern "C" fn ibv_create_cq_impl(
 }
 
 /// `verbs_context::create_cq_ex`: the standard completion fields are
-/// always available; timestamps read as 0.
+/// always available; with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` or
+/// `_WALLCLOCK` completions are stamped when the engine generates them.
 pub(crate) unsafe extern "C" fn create_cq_ex(
     context: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
@@ -226,14 +227,19 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             return Err(libc::EOPNOTSUPP);
         }
         let cqe = c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
-        create_cq(
+        let p = create_cq(
             context,
             cqe,
             a.cq_context,
             a.channel,
             i64::from(a.comp_vector),
-        )
-        .map(|p| p.cast())
+        )?;
+        const TIMESTAMPS: u64 = 1 << 7 | 1 << 11;
+        if a.wc_flags & TIMESTAMPS != 0 {
+            // SAFETY: just made, live.
+            unsafe { (*p).inner.rust.stamp_completions() };
+        }
+        Ok(p.cast())
     })
 }
 

@@ -88,9 +88,18 @@ pub(crate) unsafe extern "C" fn read_sl(c: *mut ibv_cq_ex) -> u8 {
 pub(crate) unsafe extern "C" fn read_dlid_path_bits(c: *mut ibv_cq_ex) -> u8 {
     cur(c, |w| w.dlid_path_bits)
 }
-/// No completion timestamps: 0.
-pub(crate) unsafe extern "C" fn read_completion_ts(_c: *mut ibv_cq_ex) -> u64 {
-    0
+/// The completion clock when the engine generated the completion (in
+/// `hca_core_clock` ticks: ns on CLOCK_MONOTONIC); 0 from a CQ made
+/// without `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP(_WALLCLOCK)`.
+pub(crate) unsafe extern "C" fn read_completion_ts(c: *mut ibv_cq_ex) -> u64 {
+    cur(c, |w| w.timestamp)
+}
+/// The same moment on the wall clock (ns since the epoch); 0 as above.
+pub(crate) unsafe extern "C" fn read_completion_wallclock_ns(c: *mut ibv_cq_ex) -> u64 {
+    cur(c, |w| match w.timestamp {
+        0 => 0,
+        ts => uroce_verbs::completion_wallclock_ns(ts),
+    })
 }
 pub(crate) unsafe extern "C" fn read_cvlan(_c: *mut ibv_cq_ex) -> u16 {
     0

@@ -249,6 +249,7 @@ fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut 
     v.query_port = Some(query_port_ex);
     v.query_device_ex = Some(query_device_ex);
     v.create_cq_ex = Some(crate::cq::create_cq_ex);
+    v.query_rt_values = Some(query_rt_values);
     v.create_qp_ex = Some(crate::qp::create_qp_ex);
     v.get_srq_num = Some(get_srq_num);
     v.sz = std::mem::size_of::<verbs_context>();
@@ -448,10 +449,40 @@ unsafe extern "C" fn query_device_ex(
         x.device_cap_flags_ex =
             u64::from(x.orig_attr.device_cap_flags as u32) | (1 << 38) | (1 << 40);
         x.phys_port_cnt_ex = 1;
+        // Completion timestamps count nanoseconds on CLOCK_MONOTONIC, all
+        // 64 bits of them (`ibv_query_rt_values_ex` reads the same clock).
+        x.completion_timestamp_mask = u64::MAX;
+        x.hca_core_clock = uroce_verbs::COMPLETION_CLOCK_KHZ;
         let n = size.min(std::mem::size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's buffer holds `size` bytes; n <= size.
         unsafe { std::ptr::copy_nonoverlapping((&raw const x).cast::<u8>(), out.cast(), n) };
         Ok(())
+    })
+}
+
+/// `verbs_context::query_rt_values` (`ibv_query_rt_values_ex`): with
+/// `IBV_VALUES_MASK_RAW_CLOCK`, the completion clock now, in its ticks
+/// (nanoseconds, `hca_core_clock` kHz) in `raw_clock.tv_nsec` with
+/// `tv_sec` 0, as mlx5 reports its cycle counter. `comp_mask` comes back
+/// naming what was filled; other bits are ignored, as mlx5 does. Returns
+/// an errno value.
+unsafe extern "C" fn query_rt_values(c: *mut ibv_context, v: *mut ibv_values_ex) -> c_int {
+    const RAW_CLOCK: u32 = 1;
+    guard(libc::EIO, || {
+        // SAFETY: a context from ibv_open_device.
+        if unsafe { ctx(c) }.is_err() || v.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's values struct.
+        let v = unsafe { &mut *v };
+        let mut filled = 0;
+        if v.comp_mask & RAW_CLOCK != 0 {
+            v.raw_clock.tv_sec = 0;
+            v.raw_clock.tv_nsec = uroce_verbs::completion_clock_ns() as libc::c_long;
+            filled |= RAW_CLOCK;
+        }
+        v.comp_mask = filled;
+        0
     })
 }
 

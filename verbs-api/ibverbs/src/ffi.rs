@@ -123,7 +123,8 @@ pub struct verbs_context {
     pub destroy_wq: Fp,
     pub modify_wq: Fp,
     pub create_wq: Fp,
-    pub query_rt_values: Fp,
+    pub query_rt_values:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int>,
     pub create_cq_ex:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
     pub priv_: *mut c_void,
@@ -697,6 +698,13 @@ pub struct ibv_cq_ex {
     pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(CqEx) -> u64>,
 }
 
+/// `ibv_query_rt_values_ex`'s values.
+#[repr(C)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
+}
+
 #[repr(C)]
 pub struct ibv_cq_init_attr_ex {
     pub cqe: u32,
@@ -739,7 +747,7 @@ macro_rules! layout_table {
             ibv_device [_ops node_type transport_type name dev_name dev_path ibdev_path]
             ibv_context_ops [_compat_query_device alloc_mw poll_cq req_notify_cq post_srq_recv post_send post_recv _compat_async_event]
             ibv_context [device ops cmd_fd async_fd num_comp_vectors mutex abi_compat]
-            verbs_context [query_port create_cq_ex priv_ query_device_ex open_qp create_qp_ex get_srq_num create_srq_ex close_xrcd sz context]
+            verbs_context [query_port query_rt_values create_cq_ex priv_ query_device_ex open_qp create_qp_ex get_srq_num create_srq_ex close_xrcd sz context]
             ibv_device_attr [fw_ver node_guid max_mr_size vendor_id max_qp max_qp_wr device_cap_flags max_sge max_cqe max_qp_rd_atom max_res_rd_atom max_qp_init_rd_atom atomic_cap max_srq max_srq_wr max_srq_sge max_pkeys local_ca_ack_delay phys_port_cnt]
             ibv_device_attr_ex [orig_attr comp_mask odp_caps completion_timestamp_mask hca_core_clock device_cap_flags_ex tso_caps rss_caps max_wq_type_rq packet_pacing_caps raw_packet_caps tm_caps cq_mod_caps max_dm_size pci_atomic_caps xrc_odp_caps phys_port_cnt_ex]
             ibv_port_attr [state max_mtu active_mtu gid_tbl_len port_cap_flags max_msg_sz pkey_tbl_len lid sm_lid lmc active_width active_speed phys_state link_layer flags port_cap_flags2]
@@ -768,6 +776,7 @@ macro_rules! layout_table {
             ibv_comp_channel [context fd refcnt]
             ibv_cq [context channel cq_context handle cqe mutex cond comp_events_completed async_events_completed]
             ibv_cq_ex [context channel cq_context handle cqe comp_events_completed async_events_completed comp_mask status wr_id start_poll next_poll end_poll read_opcode read_vendor_err read_byte_len read_imm_data read_qp_num read_src_qp read_wc_flags read_slid read_sl read_dlid_path_bits read_completion_ts read_cvlan read_flow_tag read_tm_info read_completion_wallclock_ns]
+            ibv_values_ex [comp_mask raw_clock]
             ibv_cq_init_attr_ex [cqe cq_context channel comp_vector wc_flags comp_mask flags parent_domain]
             ibv_ah [context pd handle]
             ibv_grh [version_tclass_flow paylen next_hdr hop_limit sgid dgid]

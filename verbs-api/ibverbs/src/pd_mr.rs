@@ -145,7 +145,7 @@ unsafe extern "C" fn ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
 
 /// `ibv_access_flags` as uroce's, ignoring the optional ones
 /// (`IBV_ACCESS_OPTIONAL_RANGE`, e.g. relaxed ordering) as libibverbs
-/// does; anything else uroce does not do (zero-based, on-demand paging,
+/// does; anything else uroce does not do (on-demand paging, huge pages,
 /// ...) is EINVAL.
 pub(crate) fn access(bits: u32) -> Result<Access, i32> {
     const OPTIONAL: u32 = 0x3ff0_0000;
@@ -174,14 +174,12 @@ fn reg_mr(
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC | Access::MW_BIND,
     );
     check_user_range(addr as usize, length, writable, page)?;
-    if iova != addr as u64 {
-        // uroce's regions are addressed by their virtual address.
-        return Err(libc::EOPNOTSUPP);
-    }
     // SAFETY: ibv_reg_mr's contract: the memory stays valid until
     // ibv_dereg_mr, and the program reaches it only as C does (raw, not
-    // through Rust references).
-    let mr = unsafe { pdi.rust.reg_mr_raw(addr.cast(), length, acc) }.map_err(|e| errno(&e))?;
+    // through Rust references). Its keys address it from `iova` (from 0
+    // when zero-based: `ibv_mr::addr` stays the address).
+    let mr = unsafe { pdi.rust.reg_mr_iova_raw(addr.cast(), length, iova, acc) }
+        .map_err(|e| errno(&e))?;
     // SAFETY: the PD's context is live.
     let handles = unsafe { ctx(context)? }.handles.clone();
     let handle = handles

@@ -345,8 +345,8 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
 
 /// A bind request from the C terms: window, new key, bind info. The
 /// window access may name remote read/write/atomic (and local write,
-/// meaningless for a window); zero-based windows are not supported
-/// (EINVAL), as rxe refuses them for type 1.
+/// meaningless for a window), and zero-based (type 2 only: a type 1 bind
+/// with it completes with MW_BIND_ERR); anything else is EINVAL.
 ///
 /// # Safety
 /// `mw` is null or a live window of this library; `info.mr` is null or a
@@ -358,8 +358,10 @@ pub(crate) unsafe fn bind_request(
 ) -> Result<uroce_verbs::provider::memory::MwBind, i32> {
     // SAFETY: the caller's promise.
     let m = unsafe { crate::pd_mr::mw(mw)? };
-    let acc = uroce_verbs::Access::from_bits(info.mw_access_flags & 0xf).ok_or(libc::EINVAL)?;
-    if info.mw_access_flags & !0xf != 0 {
+    const ZERO_BASED: u32 = uroce_verbs::Access::ZERO_BASED.bits();
+    let acc = uroce_verbs::Access::from_bits(info.mw_access_flags & (0xf | ZERO_BASED))
+        .ok_or(libc::EINVAL)?;
+    if info.mw_access_flags & !(0xf | ZERO_BASED) != 0 {
         return Err(libc::EINVAL);
     }
     let (lkey, len) = if info.mr.is_null() {

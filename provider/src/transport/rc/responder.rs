@@ -624,6 +624,12 @@ impl RcQp {
             match self.core.cfg.rq.take() {
                 Some(wr) => Some(wr),
                 None => {
+                    // Nothing done: a WRITE this packet opened (an ONLY
+                    // packet) is not in progress, so that its resend
+                    // opens it again (op sequence).
+                    if pkt.info.position.starts_message() {
+                        self.svc.resp.cur = None;
+                    }
                     self.rnr_nak(pkt.bth.psn);
                     return Ok(false);
                 }

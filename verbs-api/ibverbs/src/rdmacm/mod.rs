@@ -421,7 +421,8 @@ unsafe fn refresh(p: *mut rdma_cm_id, route: bool) -> Result<(), i32> {
                     raw_traffic: 0,
                     flow_label: 0,
                     hop_limit: 64,
-                    traffic_class: 0,
+                    // RDMA_OPTION_ID_TOS, as the kernel's route carries it.
+                    traffic_class: cm.tos(),
                     reversible: 1,
                     numb_path: 1,
                     pkey: 0xffff,
@@ -932,8 +933,10 @@ unsafe extern "C" fn rdma_get_dst_port(p: *mut rdma_cm_id) -> u16 {
 /// `rdma_set_option` as the kernel answers it on RoCE: `RDMA_OPTION_ID`
 /// takes TOS and ACK_TIMEOUT (one byte; ACK_TIMEOUT only on RC ids),
 /// REUSEADDR and AFONLY (an int); AFONLY restricts the id to its address
-/// family (`CmId::set_afonly`), the others are accepted (uroce's REQs
-/// carry its own ACK timeout and traffic class 0; ports are not reused); `RDMA_OPTION_IB` takes
+/// family (`CmId::set_afonly`), REUSEADDR is accepted (ports are not
+/// reused; uroce's REQs carry its own ACK timeout); TOS is the traffic
+/// class of the REQ's path, so of both QPs' packets, from the next
+/// connect on; `RDMA_OPTION_IB` takes
 /// `RDMA_OPTION_IB_PATH` (an array of `ibv_path_data`), which resolves
 /// the route. A wrong length is EINVAL; any other level or option ENOSYS.
 #[no_mangle]
@@ -953,8 +956,16 @@ unsafe extern "C" fn rdma_set_option(
         let byte = optlen == 1;
         let int = optlen == std::mem::size_of::<c_int>();
         match (level, optname) {
-            (0, 0) => byte.then_some(()).ok_or(libc::EINVAL), // TOS
-            (0, 1) => int.then_some(()).ok_or(libc::EINVAL),  // REUSEADDR
+            (0, 0) => {
+                // TOS
+                if !byte {
+                    return Err(libc::EINVAL);
+                }
+                // SAFETY: the caller's one byte (checked non-null).
+                inner.cm()?.set_tos(unsafe { *optval.cast::<u8>() });
+                Ok(())
+            }
+            (0, 1) => int.then_some(()).ok_or(libc::EINVAL), // REUSEADDR
             (0, 2) => {
                 // AFONLY
                 if !int {

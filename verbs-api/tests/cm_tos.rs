@@ -1,0 +1,98 @@
+//! `rdma_set_option(RDMA_OPTION_ID_TOS)` through the Rust CM: the traffic
+//! class set on the active id is the path traffic class of both QPs of
+//! the connection (the REQ's path carries it), over real engines on
+//! loopback (127.103.4.x).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_verbs::{QpCap, QpInitAttr, QpState, QpType};
+
+const SERVER: &str = "127.103.4.1";
+const CLIENT: &str = "127.103.4.2";
+
+fn addr(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse().unwrap(), port)
+}
+
+fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
+    let e = ch
+        .get_event_timeout(Some(Duration::from_secs(20)))
+        .unwrap()
+        .expect("a CM event within 20 s");
+    assert_eq!(e.event, t, "status {}", e.status);
+    e
+}
+
+#[test]
+fn the_ids_tos_is_both_qps_traffic_class() {
+    // SAFETY of set_var: the only test of this binary, before any thread
+    // reads the environment through uroce.
+    std::env::set_var("UROCE_DEVICES", format!("tos0={SERVER},tos1={CLIENT}"));
+    let port = 19301;
+    let sch = EventChannel::new().unwrap();
+    let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    listen.bind_addr(addr(SERVER, port)).unwrap();
+    listen.listen(4).unwrap();
+
+    let cch = EventChannel::new().unwrap();
+    let cid = CmId::new(&cch, PortSpace::Tcp).unwrap();
+    assert_eq!(cid.tos(), 0);
+    cid.set_tos(0x68);
+    cid.resolve_addr(Some(addr(CLIENT, 0)), addr(SERVER, port))
+        .unwrap();
+    expect(&cch, CmEventType::AddrResolved);
+    cid.resolve_route().unwrap();
+    expect(&cch, CmEventType::RouteResolved);
+
+    let mk = |id: &CmId| {
+        let ctx = id.context().expect("a device");
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(8).unwrap();
+        let qp = id
+            .create_qp(
+                &pd,
+                &QpInitAttr {
+                    send_cq: &cq,
+                    recv_cq: &cq,
+                    cap: QpCap {
+                        max_send_wr: 4,
+                        max_recv_wr: 4,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: 0,
+                    },
+                    qp_type: QpType::Rc,
+                    sq_sig_all: true,
+                    srq: None,
+                },
+            )
+            .unwrap();
+        (ctx, pd, cq, qp)
+    };
+    let c = mk(&cid);
+    cid.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, CmEventType::ConnectRequest);
+    let sid = req.id.clone();
+    assert_eq!(
+        sid.init_qp_attr(QpState::Rtr)
+            .unwrap()
+            .0
+            .ah_attr
+            .traffic_class,
+        0x68,
+        "the REQ's path"
+    );
+    let s = mk(&sid);
+    sid.accept(&ConnParam::default()).unwrap();
+    expect(&cch, CmEventType::Established);
+    expect(&sch, CmEventType::Established);
+    for qp in [&c.3, &s.3] {
+        let a = qp.query().unwrap();
+        assert_eq!(a.qp_state, QpState::Rts);
+        assert_eq!(a.ah_attr.traffic_class, 0x68);
+    }
+    cid.disconnect().unwrap();
+    expect(&sch, CmEventType::Disconnected);
+    expect(&cch, CmEventType::Disconnected);
+}

@@ -1,0 +1,86 @@
+//! The traffic class of an address handle is each UD packet's IP TOS,
+//! over real UDP between two devices on loopback addresses (127.103.3.x):
+//! the receiver's GRH area reports what the kernel received, and a reply
+//! made from it carries the same.
+
+use uroce_verbs::*;
+
+mod common;
+use common::{open, qp, recv, T};
+
+const QKEY: u32 = 0x1111_1111;
+
+fn ud_up(q: &QueuePair) {
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        qkey: QKEY,
+        ..QpAttr::default()
+    };
+    let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+    q.modify(&a, m).unwrap();
+    q.modify(
+        &QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        },
+        AttrMask::STATE,
+    )
+    .unwrap();
+    let a = QpAttr {
+        qp_state: QpState::Rts,
+        ..QpAttr::default()
+    };
+    q.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN).unwrap();
+}
+
+#[test]
+fn ud_traffic_class_reaches_the_receivers_grh() {
+    let (ai, bi) = ("127.103.3.1", "127.103.3.2");
+    let (a, b) = (open(ai), open(bi));
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (aqp, bqp) = (
+        qp(&apd, &acq, QpType::Ud, None),
+        qp(&bpd, &bcq, QpType::Ud, None),
+    );
+    ud_up(&aqp);
+    ud_up(&bqp);
+    let smr = apd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let rmr = bpd.alloc_mr(4 * 128, Access::LOCAL_WRITE).unwrap();
+    let amr = apd.alloc_mr(128, Access::LOCAL_WRITE).unwrap();
+    // DSCP 46 (EF); DSCP 10 with ECT(0); none.
+    let classes = [0xb8u8, 0x2a, 0];
+    for (k, &tc) in classes.iter().enumerate() {
+        bqp.post_recv(&[recv(k as u64, &rmr, k * 128, 128)])
+            .unwrap();
+        let mut av = AddressVector::to_ip(bi.parse().unwrap());
+        av.traffic_class = tc;
+        let ah = apd.create_ah(&av).unwrap();
+        let mut w = SendWr::new(k as u64, WrOpcode::Send);
+        w.flags = SendFlags::SIGNALED;
+        w.sg_list.push(smr.sge(0, 8));
+        w.ud = Some(ah.ud_dest(bqp.qp_num(), QKEY));
+        aqp.post_send(&[w]).unwrap();
+        assert_eq!(acq.wait(1, T)[0].status, WcStatus::Success);
+        let wc = bcq.wait(1, T);
+        assert_eq!(wc[0].status, WcStatus::Success);
+        let grh = rmr.to_vec(k * 128, 40).unwrap();
+        assert_eq!(grh[20], 0x45);
+        assert_eq!(grh[21], tc, "the IPv4 header's TOS");
+        if tc == 0xb8 {
+            // The reply an AH made from the GRH sends has it too.
+            let back = bpd.create_ah_from_wc(&wc[0], &grh).unwrap();
+            assert_eq!(back.attr().traffic_class, tc);
+            aqp.post_recv(&[recv(9, &amr, 0, 128)]).unwrap();
+            let bs = bpd.alloc_mr(8, Access::LOCAL_WRITE).unwrap();
+            let mut w = SendWr::new(9, WrOpcode::Send);
+            w.flags = SendFlags::SIGNALED;
+            w.sg_list.push(bs.sge(0, 8));
+            w.ud = Some(back.ud_dest(aqp.qp_num(), QKEY));
+            bqp.post_send(&[w]).unwrap();
+            assert_eq!(bcq.wait(1, T)[0].status, WcStatus::Success);
+            assert_eq!(acq.wait(1, T)[0].status, WcStatus::Success);
+            assert_eq!(amr.to_vec(21, 1).unwrap(), [tc]);
+        }
+    }
+}
