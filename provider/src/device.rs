@@ -51,8 +51,8 @@ use std::sync::Arc;
 pub use crate::cm::gsi::Sink as CmSink;
 pub use crate::cm::Nanos;
 pub use crate::engine::device::{
-    active_mtu, devices_from_env, interface_index, interface_mtu, parse_devices, ConfigError,
-    DeviceConfig, DEVICES_ENV,
+    active_mtu, devices_from_env, interface_index, interface_mtu, interface_of, parse_devices,
+    ConfigError, DeviceConfig, DEVICES_ENV,
 };
 pub use crate::engine::{EngineError, IoPath};
 pub use crate::qp_attr::{LimitError, MAX_INLINE, MAX_QP_WR, MAX_SGE};

@@ -1,0 +1,374 @@
+//! The sysfs view: `/sys/class/infiniband` and `/sys/class/infiniband_verbs`
+//! answered from the tree `uroce exec` wrote for uroce's devices (its root
+//! in `UROCE_SYSFS`; `uroce_cli::sysfs` makes it).
+//!
+//! Every call that names a file by path and that programs use to find,
+//! read or list sysfs entries — the `open` family (with glibc's fortified
+//! `__open_2` forms), `fopen`, `opendir`, `scandir`, the `stat` family
+//! (with glibc's older `__xstat` forms and `statx`), `access`, `readlink` —
+//! takes an absolute path under either class to the same path in the tree
+//! and leaves every other path alone ([`route`]). A real directory makes
+//! `readdir`, `getdents`, `fstat` and `read` on what was opened work
+//! unchanged. Relative paths are left alone. Opening for writing (or creating,
+//! truncating) anything in the view fails with EACCES, as writing a
+//! read-only sysfs attribute does. Without `UROCE_SYSFS` nothing moves.
+
+use libc::{c_char, c_int, c_uint, c_void};
+use std::ffi::CStr;
+use std::sync::atomic::AtomicPtr;
+use std::sync::OnceLock;
+
+use super::{next, set_errno};
+
+/// The classes the view answers for.
+const CLASSES: [&[u8]; 2] = [b"/sys/class/infiniband", b"/sys/class/infiniband_verbs"];
+
+/// The longest path handed on (PATH_MAX, its NUL included).
+const PATH_MAX: usize = libc::PATH_MAX as usize;
+
+/// The tree's root, from `UROCE_SYSFS` (read once).
+fn root() -> Option<&'static [u8]> {
+    static ROOT: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        use std::os::unix::ffi::OsStringExt;
+        std::env::var_os("UROCE_SYSFS")
+            .filter(|v| !v.is_empty())
+            .map(OsStringExt::into_vec)
+            .filter(|v| !v.contains(&0))
+    })
+    .as_deref()
+}
+
+/// Whether an absolute path with no `.`, `..` or empty component is one
+/// the view answers for: one of the classes or anything under them.
+fn clean_in_view(path: &[u8]) -> bool {
+    CLASSES.iter().any(|c| {
+        path.strip_prefix(*c)
+            .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+    })
+}
+
+/// Where a call on `path` goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Leave the path alone.
+    Real,
+    /// To this path in the tree, below its root (`/class/infiniband/...`).
+    View(Vec<u8>),
+    /// To this path outside the view: `path` went through the view and
+    /// out again by `..` (`/sys/class/infiniband/..` is `/sys/class`).
+    Out(Vec<u8>),
+}
+
+/// Where a call on `path` goes: absolute paths are taken apart lexically
+/// (`.`, `..` and repeated `/`), as the kernel would walk them, the
+/// view having no links that lead out of it but `device/net/<ifname>`.
+pub fn route(path: &[u8]) -> Route {
+    // Most paths are nowhere near the view.
+    if path.first() != Some(&b'/') || !path.windows(10).any(|w| w == b"infiniband") {
+        return Route::Real;
+    }
+    let mut norm: Vec<u8> = Vec::with_capacity(path.len());
+    let mut passed_view = false;
+    for comp in path.split(|&b| b == b'/') {
+        match comp {
+            b"" | b"." => {}
+            b".." => {
+                let cut = norm.iter().rposition(|&b| b == b'/').unwrap_or(0);
+                norm.truncate(cut);
+            }
+            c => {
+                norm.push(b'/');
+                norm.extend_from_slice(c);
+                passed_view |= clean_in_view(&norm);
+            }
+        }
+    }
+    if norm.is_empty() {
+        norm.push(b'/');
+    }
+    if clean_in_view(&norm) {
+        Route::View(norm.split_off(4))
+    } else if passed_view {
+        Route::Out(norm)
+    } else {
+        Route::Real
+    }
+}
+
+/// A NUL-terminated path on the stack.
+pub struct CPath {
+    buf: [u8; PATH_MAX],
+}
+
+impl CPath {
+    /// The concatenation of `parts`, or None if longer than PATH_MAX.
+    pub fn new(parts: &[&[u8]]) -> Option<CPath> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len >= PATH_MAX {
+            return None;
+        }
+        let mut buf = [0u8; PATH_MAX];
+        let mut at = 0;
+        for p in parts {
+            buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        Some(CPath { buf })
+    }
+    /// As a C string.
+    pub fn as_ptr(&self) -> *const c_char {
+        self.buf.as_ptr().cast()
+    }
+    /// The bytes, without the NUL.
+    pub fn as_bytes(&self) -> &[u8] {
+        let n = self.buf.iter().position(|&b| b == 0).unwrap_or(PATH_MAX);
+        &self.buf[..n]
+    }
+}
+
+/// Calls `f` with `path`, or with where [`route`] sends it: when that is
+/// the view, failing with EACCES instead if `write`; with ENAMETOOLONG if
+/// the new name is too long.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+pub unsafe fn via_view<R>(
+    path: *const c_char,
+    write: bool,
+    fail: R,
+    f: impl FnOnce(*const c_char) -> R,
+) -> R {
+    let (Some(root), false) = (root(), path.is_null()) else {
+        return f(path);
+    };
+    // SAFETY: the caller's string (not null).
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let moved = match route(bytes) {
+        Route::Real => return f(path),
+        Route::View(_) if write => {
+            set_errno(libc::EACCES);
+            return fail;
+        }
+        Route::View(rest) => CPath::new(&[root, &rest]),
+        Route::Out(p) => CPath::new(&[&p]),
+    };
+    match moved {
+        Some(p) => f(p.as_ptr()),
+        None => {
+            set_errno(libc::ENAMETOOLONG);
+            fail
+        }
+    }
+}
+
+/// Whether `open` flags would change or create the file.
+fn open_writes(flags: c_int) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & (libc::O_CREAT | libc::O_TRUNC) != 0
+}
+
+/// Whether an `fopen` mode would change or create the file.
+///
+/// # Safety
+/// `mode` is null or a NUL-terminated string.
+unsafe fn fopen_writes(mode: *const c_char) -> bool {
+    if mode.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's promise.
+    let m = unsafe { CStr::from_ptr(mode) }.to_bytes();
+    m.first() != Some(&b'r') || m.contains(&b'+')
+}
+
+// The open family is variadic in C (`mode` only with O_CREAT/O_TMPFILE).
+// These take `mode` as a plain third (fourth) argument: on the x86-64 and
+// AArch64 Linux calling conventions a variadic integer argument travels in
+// the same register as a named one, so the caller's `mode` is read when it
+// was passed and a meaningless value, never used by the C library, when it
+// was not.
+type OpenFn = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
+type OpenatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int;
+type Open2Fn = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
+type Openat2Fn = unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int;
+type FopenFn = unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE;
+type OpendirFn = unsafe extern "C" fn(*const c_char) -> *mut libc::DIR;
+type ScandirFn =
+    unsafe extern "C" fn(*const c_char, *mut c_void, *mut c_void, *mut c_void) -> c_int;
+type StatFn = unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int;
+type FstatatFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void, c_int) -> c_int;
+type XstatFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void) -> c_int;
+type FxstatatFn = unsafe extern "C" fn(c_int, c_int, *const c_char, *mut c_void, c_int) -> c_int;
+type StatxFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut c_void) -> c_int;
+type GetxattrFn = unsafe extern "C" fn(*const c_char, *const c_char, *mut c_void, usize) -> isize;
+type ListxattrFn = unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> isize;
+type ReadlinkFn = unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> isize;
+type ReadlinkatFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_char, usize) -> isize;
+
+/// Defines `open`-like functions: (name, C name, slot, type, arguments;
+/// the path argument, the flags argument).
+macro_rules! open_like {
+    ($( $name:ident $cname:literal $slot:ident $ty:ident ($($a:ident: $t:ty),*) path=$p:ident flags=$fl:ident; )*) => {$(
+        /// As the C library's, with paths in the sysfs view moved into it.
+        ///
+        /// # Safety
+        /// As the C library's.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let f = forward!($slot, $cname, $ty);
+            // SAFETY: forwarded as called (the path possibly moved).
+            unsafe { via_view($p, open_writes($fl), -1, |$p| f($($a),*)) }
+        }
+    )*};
+}
+
+open_like! {
+    open c"open" OPEN OpenFn (path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    open64 c"open64" OPEN64 OpenFn (path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    openat c"openat" OPENAT OpenatFn (dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    openat64 c"openat64" OPENAT64 OpenatFn (dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    __open_2 c"__open_2" OPEN_2 Open2Fn (path: *const c_char, flags: c_int) path=path flags=flags;
+    __open64_2 c"__open64_2" OPEN64_2 Open2Fn (path: *const c_char, flags: c_int) path=path flags=flags;
+    __openat_2 c"__openat_2" OPENAT_2 Openat2Fn (dirfd: c_int, path: *const c_char, flags: c_int) path=path flags=flags;
+    __openat64_2 c"__openat64_2" OPENAT64_2 Openat2Fn (dirfd: c_int, path: *const c_char, flags: c_int) path=path flags=flags;
+}
+
+/// Defines functions that look at a path without changing anything:
+/// (name, C name, slot, type, arguments; the path argument, the return
+/// type and its failure value).
+macro_rules! looks_at {
+    ($( $name:ident $cname:literal $slot:ident $ty:ident ($($a:ident: $t:ty),*) path=$p:ident -> $ret:ty = $fail:expr; )*) => {$(
+        /// As the C library's, with paths in the sysfs view moved into it.
+        ///
+        /// # Safety
+        /// As the C library's.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
+            let f = forward!($slot, $cname, $ty, $fail);
+            // SAFETY: forwarded as called (the path possibly moved).
+            unsafe { via_view($p, false, $fail, |$p| f($($a),*)) }
+        }
+    )*};
+}
+
+looks_at! {
+    opendir c"opendir" OPENDIR OpendirFn (path: *const c_char) path=path -> *mut libc::DIR = std::ptr::null_mut();
+    scandir c"scandir" SCANDIR ScandirFn (path: *const c_char, list: *mut c_void, filter: *mut c_void, compar: *mut c_void) path=path -> c_int = -1;
+    scandir64 c"scandir64" SCANDIR64 ScandirFn (path: *const c_char, list: *mut c_void, filter: *mut c_void, compar: *mut c_void) path=path -> c_int = -1;
+    lstat c"lstat" LSTAT StatFn (path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    lstat64 c"lstat64" LSTAT64 StatFn (path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    fstatat64 c"fstatat64" FSTATAT64 FstatatFn (dirfd: c_int, path: *const c_char, st: *mut c_void, flags: c_int) path=path -> c_int = -1;
+    statx c"statx" STATX StatxFn (dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, st: *mut c_void) path=path -> c_int = -1;
+    __xstat c"__xstat" XSTAT XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    __xstat64 c"__xstat64" XSTAT64 XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    __lxstat c"__lxstat" LXSTAT XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    __lxstat64 c"__lxstat64" LXSTAT64 XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    __fxstatat c"__fxstatat" FXSTATAT FxstatatFn (ver: c_int, dirfd: c_int, path: *const c_char, st: *mut c_void, flags: c_int) path=path -> c_int = -1;
+    __fxstatat64 c"__fxstatat64" FXSTATAT64 FxstatatFn (ver: c_int, dirfd: c_int, path: *const c_char, st: *mut c_void, flags: c_int) path=path -> c_int = -1;
+    readlink c"readlink" READLINK ReadlinkFn (path: *const c_char, buf: *mut c_char, size: usize) path=path -> isize = -1;
+    readlinkat c"readlinkat" READLINKAT ReadlinkatFn (dirfd: c_int, path: *const c_char, buf: *mut c_char, size: usize) path=path -> isize = -1;
+    getxattr c"getxattr" GETXATTR GetxattrFn (path: *const c_char, name: *const c_char, value: *mut c_void, size: usize) path=path -> isize = -1;
+    lgetxattr c"lgetxattr" LGETXATTR GetxattrFn (path: *const c_char, name: *const c_char, value: *mut c_void, size: usize) path=path -> isize = -1;
+    listxattr c"listxattr" LISTXATTR ListxattrFn (path: *const c_char, list: *mut c_char, size: usize) path=path -> isize = -1;
+    llistxattr c"llistxattr" LLISTXATTR ListxattrFn (path: *const c_char, list: *mut c_char, size: usize) path=path -> isize = -1;
+}
+
+/// `fopen(3)`, with paths in the sysfs view moved into it.
+///
+/// # Safety
+/// As the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    let f = forward!(FOPEN, c"fopen", FopenFn, std::ptr::null_mut());
+    // SAFETY: the caller's mode string; forwarded as called.
+    unsafe {
+        via_view(path, fopen_writes(mode), std::ptr::null_mut(), |p| {
+            f(p, mode)
+        })
+    }
+}
+
+/// `fopen64(3)`, with paths in the sysfs view moved into it.
+///
+/// # Safety
+/// As the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    let f = forward!(FOPEN64, c"fopen64", FopenFn, std::ptr::null_mut());
+    // SAFETY: the caller's mode string; forwarded as called.
+    unsafe {
+        via_view(path, fopen_writes(mode), std::ptr::null_mut(), |p| {
+            f(p, mode)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(p: &[u8]) -> Route {
+        Route::View(p.to_vec())
+    }
+
+    #[test]
+    fn only_the_two_classes() {
+        assert_eq!(route(b"/sys/class/infiniband"), view(b"/class/infiniband"));
+        assert_eq!(
+            route(b"/sys/class/infiniband/u0/ports/1/gid_attrs/types/1"),
+            view(b"/class/infiniband/u0/ports/1/gid_attrs/types/1")
+        );
+        assert_eq!(
+            route(b"/sys/class/infiniband_verbs/"),
+            view(b"/class/infiniband_verbs")
+        );
+        assert_eq!(
+            route(b"/sys//class/./infiniband/u0/"),
+            view(b"/class/infiniband/u0")
+        );
+        assert_eq!(
+            route(b"/sys/class/net/../infiniband/u0"),
+            view(b"/class/infiniband/u0")
+        );
+        assert_eq!(route(b"/sys/class/infiniband_mad"), Route::Real);
+        assert_eq!(route(b"/sys/class/infinibandx/a"), Route::Real);
+        assert_eq!(route(b"/sys/class/net/lo"), Route::Real);
+        assert_eq!(route(b"/sys/devices/virtual/infiniband/rxe0"), Route::Real);
+        assert_eq!(route(b"sys/class/infiniband"), Route::Real, "relative");
+        assert_eq!(route(b"/dev/infiniband/uverbs0"), Route::Real);
+        assert_eq!(
+            route(b"/sys/class/infiniband/.."),
+            Route::Out(b"/sys/class".to_vec())
+        );
+        assert_eq!(
+            route(b"/sys/class/infiniband/../../.."),
+            Route::Out(b"/".to_vec())
+        );
+    }
+
+    #[test]
+    fn writes_are_refused() {
+        assert!(!open_writes(
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY
+        ));
+        assert!(open_writes(libc::O_WRONLY));
+        assert!(open_writes(libc::O_RDWR));
+        assert!(open_writes(libc::O_RDONLY | libc::O_CREAT));
+        // SAFETY: NUL-terminated literals.
+        unsafe {
+            assert!(!fopen_writes(c"r".as_ptr()));
+            assert!(!fopen_writes(c"re".as_ptr()));
+            assert!(fopen_writes(c"r+".as_ptr()));
+            assert!(fopen_writes(c"w".as_ptr()));
+            assert!(fopen_writes(c"a".as_ptr()));
+        }
+    }
+
+    #[test]
+    fn long_names_are_refused() {
+        let root = vec![b'r'; PATH_MAX - 4];
+        assert!(CPath::new(&[&root, b"/cl"]).is_some());
+        assert!(CPath::new(&[&root, b"/cla"]).is_none());
+        let p = CPath::new(&[b"/tmp/x", b"/class/infiniband"]).unwrap();
+        assert_eq!(p.as_bytes(), b"/tmp/x/class/infiniband");
+    }
+}
