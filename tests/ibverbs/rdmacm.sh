@@ -6,6 +6,7 @@
 #   * tests/ibverbs/rdmacm_errors.c: error paths of the C API, a rejected
 #     connection, a non-blocking channel, connections in one process (an
 #     SRQ on the id; rdma_establish for an id without a QP);
+#   * tests/ibverbs/cm_src.c: rdma_resolve_addr from an explicit source;
 #   * rping -V (data verified) at three sizes, ucmatose -c 4 (and -m:
 #     ids migrated to a new channel), udaddy -c 4 (UD through SIDR),
 #     rdma_server/rdma_client (synchronous ids, rdma_create_ep),
@@ -80,6 +81,20 @@ if cc -O1 -Wall -o "$tmp/rdmacm_errors" tests/ibverbs/rdmacm_errors.c -libverbs 
 else
   failed=$((failed + 1))
   echo "FAIL  rdmacm_errors.c (does not compile: apt-get install librdmacm-dev)"
+fi
+
+# ---- rdma_resolve_addr with an explicit source on an unbound id
+# (tests/ibverbs/cm_src.c: rping -I's and cmtime -b's call, and the
+# sources librdmacm and the kernel refuse)
+if cc -O1 -Wall -o "$tmp/cm_src" tests/ibverbs/cm_src.c -lrdmacm -libverbs; then
+  if UROCE_DEVICES=uroce0=127.105.20.1,uroce1=127.105.20.2 timeout 60 "$tmp/cm_src" 127.105.20.1 127.105.20.2 >"$tmp/out" 2>&1; then
+    pass "cm_src.c" "$(tail -1 "$tmp/out")"
+  else
+    fail "cm_src.c" "$(grep -c FAIL "$tmp/out") checks failed"
+  fi
+else
+  failed=$((failed + 1))
+  echo "FAIL  cm_src.c (does not compile: apt-get install librdmacm-dev)"
 fi
 
 # ---- rping: -V checks every byte the server sent back; -C iterations
