@@ -30,9 +30,9 @@ fi
 
 # ---- the GID's RoCE version, which UCX reads from sysfs
 # (/sys/class/infiniband/<dev>/ports/1/gid_attrs/types/<n>; without it UCX
-# calls the GID RoCE v1, and does not pair with kernel rxe's RoCE v2):
-# under `uroce exec` it opens that file and reads "RoCE v2" (seen with
-# strace, skipped without it).
+# calls the GID RoCE v1 and uses RoCE v1's traffic class): under `uroce
+# exec` it opens that file and reads "RoCE v2" (seen with strace, skipped
+# without it).
 if command -v strace >/dev/null; then
   UROCE_DEVICES=uroce0=127.105.2.1 timeout 60 strace -f -qq -e trace=openat,read -s 32 \
     -o "$tmp/strace" "${uroce_exec[@]}" ucx_info -d >"$tmp/out" 2>&1
