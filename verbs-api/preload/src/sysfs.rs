@@ -53,42 +53,89 @@ fn clean_in_view(path: &[u8]) -> bool {
 pub enum Route {
     /// Leave the path alone.
     Real,
-    /// To this path in the tree, below its root (`/class/infiniband/...`).
-    View(Vec<u8>),
+    /// Into the tree: this path (taken apart) is in the view.
+    View(Norm),
     /// To this path outside the view: `path` went through the view and
     /// out again by `..` (`/sys/class/infiniband/..` is `/sys/class`).
-    Out(Vec<u8>),
+    Out(Norm),
+}
+
+/// An absolute path taken apart lexically, on the stack (the hooks
+/// allocate nothing: they may run where `malloc` may not).
+pub struct Norm {
+    buf: [u8; PATH_MAX],
+    len: usize,
+}
+
+impl Norm {
+    /// The path.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+    /// Appends `/` and `comp`; false if that would not fit.
+    fn push(&mut self, comp: &[u8]) -> bool {
+        if self.len + 1 + comp.len() >= PATH_MAX {
+            return false;
+        }
+        self.buf[self.len] = b'/';
+        self.buf[self.len + 1..self.len + 1 + comp.len()].copy_from_slice(comp);
+        self.len += 1 + comp.len();
+        true
+    }
+    /// Drops the last component.
+    fn pop(&mut self) {
+        self.len = self
+            .as_bytes()
+            .iter()
+            .rposition(|&b| b == b'/')
+            .unwrap_or(0);
+    }
+}
+
+impl PartialEq for Norm {
+    fn eq(&self, other: &Norm) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+impl Eq for Norm {}
+impl std::fmt::Debug for Norm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
 }
 
 /// Where a call on `path` goes: absolute paths are taken apart lexically
 /// (`.`, `..` and repeated `/`), as the kernel would walk them, the
 /// view having no links that lead out of it but `device/net/<ifname>`.
+/// A path too long to take apart is left alone (the kernel refuses it).
 pub fn route(path: &[u8]) -> Route {
     // Most paths are nowhere near the view.
     if path.first() != Some(&b'/') || !path.windows(10).any(|w| w == b"infiniband") {
         return Route::Real;
     }
-    let mut norm: Vec<u8> = Vec::with_capacity(path.len());
+    let mut norm = Norm {
+        buf: [0; PATH_MAX],
+        len: 0,
+    };
     let mut passed_view = false;
     for comp in path.split(|&b| b == b'/') {
         match comp {
             b"" | b"." => {}
-            b".." => {
-                let cut = norm.iter().rposition(|&b| b == b'/').unwrap_or(0);
-                norm.truncate(cut);
-            }
+            b".." => norm.pop(),
             c => {
-                norm.push(b'/');
-                norm.extend_from_slice(c);
-                passed_view |= clean_in_view(&norm);
+                if !norm.push(c) {
+                    return Route::Real;
+                }
+                passed_view |= clean_in_view(norm.as_bytes());
             }
         }
     }
-    if norm.is_empty() {
-        norm.push(b'/');
+    if norm.len == 0 {
+        norm.buf[0] = b'/';
+        norm.len = 1;
     }
-    if clean_in_view(&norm) {
-        Route::View(norm.split_off(4))
+    if clean_in_view(norm.as_bytes()) {
+        Route::View(norm)
     } else if passed_view {
         Route::Out(norm)
     } else {
@@ -150,8 +197,9 @@ pub unsafe fn via_view<R>(
             set_errno(libc::EACCES);
             return fail;
         }
-        Route::View(rest) => CPath::new(&[root, &rest]),
-        Route::Out(p) => CPath::new(&[&p]),
+        // The view's paths all start with "/sys".
+        Route::View(n) => CPath::new(&[root, &n.as_bytes()[4..]]),
+        Route::Out(n) => CPath::new(&[n.as_bytes()]),
     };
     match moved {
         Some(p) => f(p.as_ptr()),
@@ -306,8 +354,16 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 mod tests {
     use super::*;
 
+    fn norm(p: &[u8]) -> Norm {
+        let mut n = Norm {
+            buf: [0; PATH_MAX],
+            len: p.len(),
+        };
+        n.buf[..p.len()].copy_from_slice(p);
+        n
+    }
     fn view(p: &[u8]) -> Route {
-        Route::View(p.to_vec())
+        Route::View(norm(&[b"/sys", p].concat()))
     }
 
     #[test]
@@ -335,13 +391,15 @@ mod tests {
         assert_eq!(route(b"/sys/devices/virtual/infiniband/rxe0"), Route::Real);
         assert_eq!(route(b"sys/class/infiniband"), Route::Real, "relative");
         assert_eq!(route(b"/dev/infiniband/uverbs0"), Route::Real);
+        let long = [b"/sys/class/infiniband/".as_slice(), &[b'a'; PATH_MAX]].concat();
+        assert_eq!(route(&long), Route::Real, "too long to take apart");
         assert_eq!(
             route(b"/sys/class/infiniband/.."),
-            Route::Out(b"/sys/class".to_vec())
+            Route::Out(norm(b"/sys/class"))
         );
         assert_eq!(
             route(b"/sys/class/infiniband/../../.."),
-            Route::Out(b"/".to_vec())
+            Route::Out(norm(b"/"))
         );
     }
 
