@@ -415,6 +415,28 @@ mod tests {
     }
 
     #[test]
+    fn the_base_directory_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let run = std::env::temp_dir().join(format!("uroce-sysfs-run-{}", std::process::id()));
+        std::fs::create_dir_all(&run).unwrap();
+        // Only this test reads XDG_RUNTIME_DIR in this binary.
+        std::env::set_var("XDG_RUNTIME_DIR", &run);
+        let base = base_dir().unwrap();
+        assert_eq!(base, run.join("uroce"));
+        let mode = std::fs::metadata(&base).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // One others may write into is refused (a tree there could be
+        // anyone's).
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(base_dir().is_err());
+        std::fs::remove_dir(&base).unwrap();
+        std::os::unix::fs::symlink("/tmp", &base).unwrap();
+        assert!(base_dir().is_err(), "a link is refused");
+        std::env::remove_var("XDG_RUNTIME_DIR");
+        std::fs::remove_dir_all(&run).unwrap();
+    }
+
+    #[test]
     fn kernel_devices_are_linked_not_copied() {
         let base = std::env::temp_dir().join(format!("uroce-sysfs-kern-{}", std::process::id()));
         let sys = base.join("sys");
