@@ -16,7 +16,6 @@
 use libc::{c_char, c_int, c_uint, c_void};
 use std::ffi::CStr;
 use std::sync::atomic::AtomicPtr;
-use std::sync::OnceLock;
 
 use super::{next, set_errno};
 
@@ -26,17 +25,22 @@ const CLASSES: [&[u8]; 2] = [b"/sys/class/infiniband", b"/sys/class/infiniband_v
 /// The longest path handed on (PATH_MAX, its NUL included).
 const PATH_MAX: usize = libc::PATH_MAX as usize;
 
-/// The tree's root, from `UROCE_SYSFS` (read once).
-fn root() -> Option<&'static [u8]> {
-    static ROOT: OnceLock<Option<Vec<u8>>> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        use std::os::unix::ffi::OsStringExt;
-        std::env::var_os("UROCE_SYSFS")
-            .filter(|v| !v.is_empty())
-            .map(OsStringExt::into_vec)
-            .filter(|v| !v.contains(&0))
-    })
-    .as_deref()
+/// The tree's root, from `UROCE_SYSFS` (None: unset or empty). Read with
+/// `getenv`, which allocates nothing: the hooks run inside `open` and
+/// `readlink`, which allocators call while they set themselves up
+/// (jemalloc reads `/etc/malloc.conf` with `readlink` from inside its
+/// first `malloc`, under its init lock: a hook that allocated there would
+/// wait on that lock forever).
+fn root<'a>() -> Option<&'a [u8]> {
+    // SAFETY: a NUL-terminated name; getenv returns null or a string of
+    // the environment, valid until the program changes that variable.
+    let p = unsafe { libc::getenv(c"UROCE_SYSFS".as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: getenv's string, NUL-terminated.
+    let v = unsafe { CStr::from_ptr(p) }.to_bytes();
+    (!v.is_empty()).then_some(v)
 }
 
 /// Whether an absolute path with no `.`, `..` or empty component is one
@@ -186,12 +190,21 @@ pub unsafe fn via_view<R>(
     fail: R,
     f: impl FnOnce(*const c_char) -> R,
 ) -> R {
-    let (Some(root), false) = (root(), path.is_null()) else {
+    // Nothing here allocates (see `root`): the path is looked at first,
+    // on the stack, and the environment only for a path in the view.
+    if path.is_null() {
         return f(path);
-    };
+    }
     // SAFETY: the caller's string (not null).
     let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
-    let moved = match route(bytes) {
+    let route = route(bytes);
+    if route == Route::Real {
+        return f(path);
+    }
+    let Some(root) = root() else {
+        return f(path);
+    };
+    let moved = match route {
         Route::Real => return f(path),
         Route::View(_) if write => {
             set_errno(libc::EACCES);
@@ -400,6 +413,58 @@ mod tests {
         assert_eq!(
             route(b"/sys/class/infiniband/../../.."),
             Route::Out(norm(b"/"))
+        );
+    }
+
+    /// Allocations made by this thread (the test binary's allocator).
+    struct Counting;
+    thread_local!(static ALLOCS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) });
+    // SAFETY: System's allocator, with a count on the side.
+    unsafe impl std::alloc::GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+            ALLOCS.with(|a| a.set(a.get() + 1));
+            // SAFETY: forwarded as called.
+            unsafe { std::alloc::System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+            // SAFETY: forwarded as called.
+            unsafe { std::alloc::System.dealloc(p, l) }
+        }
+    }
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+
+    #[test]
+    fn the_hooks_allocate_nothing() {
+        // jemalloc calls readlink("/etc/malloc.conf") from inside its first
+        // malloc: a hook that allocated there deadlocked rustc.
+        std::env::set_var("UROCE_SYSFS", "/tmp/uroce-test-tree");
+        let mut seen = Vec::with_capacity(4);
+        let before = ALLOCS.with(|a| a.get());
+        for p in [
+            c"/etc/malloc.conf",
+            c"/sys/class/infiniband/u0/ports/1/state",
+            c"/sys/class/infiniband/..",
+            c"/dev/infiniband/uverbs-u0",
+        ] {
+            // SAFETY: NUL-terminated paths; the closure only records.
+            let moved = unsafe {
+                via_view(p.as_ptr(), false, -1, |q| {
+                    seen.push(CStr::from_ptr(q).to_bytes().len());
+                    0
+                })
+            };
+            assert_eq!(moved, 0);
+        }
+        assert_eq!(ALLOCS.with(|a| a.get()), before, "the hooks allocated");
+        assert_eq!(
+            seen,
+            [
+                16,
+                "/tmp/uroce-test-tree/class/infiniband/u0/ports/1/state".len(),
+                "/sys/class".len(),
+                "/dev/infiniband/uverbs-u0".len()
+            ]
         );
     }
 
