@@ -19,6 +19,12 @@
 //! the addresses of such interfaces (it skips the loopback interface,
 //! where uroce's 127.x addresses live). `UROCE_IFADDRS=0` turns that off.
 //!
+//! And it gives programs a sysfs view of the devices ([`sysfs`]): calls
+//! on paths under `/sys/class/infiniband` and `/sys/class/infiniband_verbs`
+//! go to the read-only tree `uroce exec` wrote for them (named in
+//! `UROCE_SYSFS`), so UCX finds each GID's RoCE version and the pyverbs
+//! tests a device's net device.
+//!
 //! It is a separate library, preloaded only into the programs `uroce exec`
 //! starts, rather than part of `libibverbs.so.1`: a program linked with
 //! libibverbs would otherwise have every `stat` in the process routed
