@@ -55,8 +55,8 @@ pub use crate::endpoint::{
     McastError, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_QPN,
 };
 pub use crate::engine::device::{
-    active_mtu, devices_from_env, interface_index, interface_mtu, parse_devices, ConfigError,
-    DeviceConfig, DEVICES_ENV,
+    active_mtu, devices_from_env, interface_index, interface_mtu, interface_of, parse_devices,
+    ConfigError, DeviceConfig, DEVICES_ENV,
 };
 pub use crate::engine::{EngineError, IoPath};
 pub use crate::qp_attr::{LimitError, MAX_INLINE, MAX_QP_WR, MAX_SGE};

@@ -18,7 +18,8 @@
 #     signalfd reach it (no thread of the library takes them);
 #   * tests/ibverbs/contexts.c: no event at open, an async_fd per context
 #     with the events of its own objects, EADDRINUSE for a taken address;
-#   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs), and
+#   * ibv_devices and ibv_devinfo; tests/ibverbs/sysfs.c: the sysfs files
+#     `uroce exec` answers for the devices; pyverbs (python3-pyverbs), and
 #     rdma-core's pyverbs test suite (tests/ibverbs/pyverbs.sh);
 #   * ibv_rc/uc/ud/srq_pingpong -c (data checked), server and client in
 #     their own processes; and each facing `uroce rc/uc/ud/srq-pingpong`,
@@ -138,6 +139,16 @@ if timeout 20 ibv_devinfo -v >"$tmp/out" 2>&1 && grep -q "PORT_ACTIVE" "$tmp/out
   pass ibv_devinfo "$(grep -m1 -E 'active_mtu' "$tmp/out" | tr -s ' \t' ' '),$(grep -m1 'GID\[' "$tmp/out" | tr -s ' \t' ' ')"
 else
   fail ibv_devinfo "no active port or RoCE v2 GID"
+fi
+
+# ---- the sysfs view `uroce exec` gives (tests/ibverbs/sysfs.c): the files
+# programs read for RDMA devices agree with the verbs calls
+cc -O1 -Wall -o "$tmp/sysfs" tests/ibverbs/sysfs.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.105.1.1,uroce1=127.105.1.2 timeout 20 \
+  "$root/target/release/uroce" exec "$tmp/sysfs" >"$tmp/out" 2>&1; then
+  pass "sysfs.c (uroce exec)" "$(tail -1 "$tmp/out")"
+else
+  fail "sysfs.c (uroce exec)" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
 
 # ---- pyverbs binds every libibverbs symbol, by version, at import

@@ -10,6 +10,10 @@
 # or errors except those listed in KNOWN below, and at least FLOOR pass
 # (kernel rxe passes 86 of the same tests on Debian 12's rdma-core v44).
 # The full log is kept in $PYVERBS_LOG when that is set.
+# Not under `uroce exec`: its sysfs view gives the rdmacm tests the net
+# device they look for (<dev>/device/net), and 7 of them then run and fail
+# (15 s each): each runs its passive and active side in two processes on
+# the one device, and a uroce device's address is held by one process.
 
 FLOOR=86
 # Tests that fail on uroce for a reason stated here (matched as a

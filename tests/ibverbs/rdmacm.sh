@@ -11,6 +11,7 @@
 #   * tests/ibverbs/cm_exit.c: a server that exits the moment it sees
 #     DISCONNECTED leaves its DREP on the wire (the client's DISCONNECTED
 #     within 1 s, not after DREQ retries);
+#   * tests/ibverbs/cm_src.c: rdma_resolve_addr from an explicit source;
 #   * rping -V (data verified) at three sizes, ucmatose -c 4 (and -m:
 #     ids migrated to a new channel), udaddy -c 4 (UD through SIDR),
 #     rdma_server/rdma_client (synchronous ids, rdma_create_ep), mckey
@@ -113,6 +114,20 @@ if cc -O1 -Wall -o "$tmp/cm_exit" tests/ibverbs/cm_exit.c -libverbs -lrdmacm; th
 else
   failed=$((failed + 1))
   echo "FAIL  cm_exit.c (does not compile: apt-get install librdmacm-dev)"
+fi
+
+# ---- rdma_resolve_addr with an explicit source on an unbound id
+# (tests/ibverbs/cm_src.c: rping -I's and cmtime -b's call, and the
+# sources librdmacm and the kernel refuse)
+if cc -O1 -Wall -o "$tmp/cm_src" tests/ibverbs/cm_src.c -lrdmacm -libverbs; then
+  if UROCE_DEVICES=uroce0=127.105.20.1,uroce1=127.105.20.2 timeout 60 "$tmp/cm_src" 127.105.20.1 127.105.20.2 >"$tmp/out" 2>&1; then
+    pass "cm_src.c" "$(tail -1 "$tmp/out")"
+  else
+    fail "cm_src.c" "$(grep -c FAIL "$tmp/out") checks failed"
+  fi
+else
+  failed=$((failed + 1))
+  echo "FAIL  cm_src.c (does not compile: apt-get install librdmacm-dev)"
 fi
 
 # ---- rping: -V checks every byte the server sent back; -C iterations

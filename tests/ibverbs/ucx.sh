@@ -28,6 +28,26 @@ else
   fail "ucx_info -d" "uroce0 not listed with rc_verbs and ud_verbs"
 fi
 
+# ---- the GID's RoCE version, which UCX reads from sysfs
+# (/sys/class/infiniband/<dev>/ports/1/gid_attrs/types/<n>; without it UCX
+# calls the GID RoCE v1 and uses RoCE v1's traffic class): under `uroce
+# exec` it opens that file and reads "RoCE v2" (seen with strace, skipped
+# without it).
+if command -v strace >/dev/null; then
+  UROCE_DEVICES=uroce0=127.105.2.1 timeout 60 strace -f -qq -e trace=openat,read -s 32 \
+    -o "$tmp/strace" "${uroce_exec[@]}" ucx_info -d >"$tmp/out" 2>&1
+  opened=$(grep -cE 'openat\(.*/class/infiniband/uroce0/ports/1/gid_attrs/types/[0-9]+"' "$tmp/strace")
+  v2=$(grep -cE 'read\([0-9]+, "RoCE v2\\n"' "$tmp/strace")
+  if [ "$opened" -gt 0 ] && [ "$v2" -gt 0 ]; then
+    pass "ucx_info -d: GID type from sysfs" "$opened opens of gid_attrs/types/<n>, $v2 reads of \"RoCE v2\""
+  else
+    grep -E 'gid_attrs|RoCE' "$tmp/strace" | tail -5 >>"$tmp/out"
+    fail "ucx_info -d: GID type from sysfs" "$opened opens of gid_attrs/types/<n>, $v2 reads of \"RoCE v2\""
+  fi
+else
+  echo "skip  ucx_info -d: GID type from sysfs (strace missing: apt-get install strace)"
+fi
+
 k=0
 # ucx NAME ENV... -- ARGS...: ucx_perftest server and client (the client
 # with ARGS), each with ENV; passes when both exit 0 and the client prints

@@ -19,6 +19,9 @@
 #      ib_read_lat -R on uroce's librdmacm.so.1, against the same programs
 #      on the kernel's rdma_cm in the guest, clean and under loss (udaddy,
 #      UD, clean only), and a REQ to a port nobody listens on (REJ 8);
+#   8. (before 4, run clean only) UCX: ucx_perftest's UCP tag tests over
+#      rc_verbs between uroce (under `uroce exec`, whose sysfs view gives UCX
+#      its GIDs' RoCE version) and rxe, each side as client and as server;
 #   6. every scenario's traffic captured on the tap, judged by
 #      ../shared/roce-check/check_pcap and read by `uroce decode` (no
 #      malformed packet, no bad ICRC, every MAD a CM message);
@@ -29,7 +32,8 @@
 # Environment: UROCE_INTEROP_ACCEL=kvm|tcg, UROCE_INTEROP_KEEP=1 (keep the
 # run directory with logs and captures), UROCE_INTEROP_QUICK=1 (the subset
 # .ci/run runs: ping-pong sizes 1, 4096 and 1 MiB, and under loss 1 MiB at
-# MTU 4096 only; the whole matrix is the same command without it),
+# MTU 4096 only, UCX tag_lat only; the whole matrix is the same command
+# without it),
 # UROCE_INTEROP_REPEAT=N (each chosen scenario N times), UROCE_INTEROP_NETEM=
 # "netem options" (the loss runs' impairment; default "loss 2% delay 1ms
 # reorder 10%").
@@ -67,7 +71,7 @@ echo "interop: building uroce and the peers"
 # Two builds: `--bin uroce` would select only that target of every
 # package named, and the drop-in libraries would stay as they were.
 (cd "$root" && nice -n 10 cargo build --release -q -p uroce-cli --bin uroce &&
-  nice -n 10 cargo build --release -q -p uroce-ibverbs &&
+  nice -n 10 cargo build --release -q -p uroce-ibverbs -p uroce-preload &&
   { ! grep -q interop-peer tests/Cargo.toml || nice -n 10 cargo build --release -q -p uroce-tests --example interop-peer; }) ||
   cant "cargo build failed"
 tdir=$(cd "$root" && cargo metadata --format-version 1 --no-deps 2>/dev/null |
@@ -663,6 +667,65 @@ cm_matrix() { # SUFFIX
   [ -n "$1" ] || scenario "cm-reject uroce=client" cm_reject
 }
 
+# --- 8. UCX against kernel rxe ------------------------------------------------
+
+# ucx_perf WHO TEST ARGS... — ucx_perftest's UCP test TEST over rc_verbs
+# (with ud_verbs) between uroce, under `uroce exec`, and rxe0 in the guest;
+# WHO is uroce's role. UCX takes each GID's RoCE version from sysfs
+# (ports/1/gid_attrs/types/<n>): uroce's are RoCE v2, as rxe's, through the
+# sysfs view `uroce exec` gives.
+ucx_perf() {
+  local who=$1 test=$2 t=150 env
+  shift 2
+  if ! command -v ucx_perftest >/dev/null; then
+    echo "ucx_perftest missing (apt-get install ucx-utils)" >"$S_DIR/not-available"
+    return 1
+  fi
+  next_port
+  env="UCX_TLS=rc_verbs,ud_verbs UCX_WARN_UNUSED_ENV_VARS=n"
+  # rxe reports 0 in a UD completion's sl, where UCX's ud_verbs looks for
+  # the packet's L3 type, and drops every packet without this.
+  local genv="$env UCX_NET_DEVICES=rxe0:1 UCX_UD_ETH_DGID_CHECK=n"
+  if [ "$who" = client ]; then
+    guest_serve $t $PORT "$genv ucx_perftest -p $PORT" ||
+      { vm_wait "$VM_JOB"; echo "ucx_perftest did not start in the guest"; return 1; }
+    local gj=$VM_JOB
+    ns env $env UCX_NET_DEVICES=uroce0:1 timeout -k 3 $t "$UROCE" exec -- \
+      ucx_perftest "$VM_GUEST_IP" -p $PORT -t "$test" "$@" >"$S_DIR/uroce.out" 2>&1
+    local urc=$?
+    vm_wait "$gj" >"$S_DIR/rxe.out"
+    local grc=$? out=$S_DIR/uroce.out
+  else
+    host_bg "$S_DIR/uroce.out" $t env $env UCX_NET_DEVICES=uroce0:1 "$UROCE" exec -- ucx_perftest -p $PORT
+    host_wait_listen $PORT || { cat "$S_DIR/uroce.out"; echo "ucx_perftest did not start on uroce"; return 1; }
+    vm_run $t "$(guest_watched $t "$genv ucx_perftest $VM_HOST_IP -p $PORT -t $test $*")" >"$S_DIR/rxe.out"
+    local grc=$?
+    wait "$HOST_PID"
+    local urc=$? out=$S_DIR/rxe.out
+  fi
+  echo "--- uroce (exit $urc)"
+  cat "$S_DIR/uroce.out"
+  echo "--- rxe (exit $grc)"
+  cat "$S_DIR/rxe.out"
+  if [ $urc = 0 ] && [ $grc = 0 ] && grep -q "^Final:" "$out"; then
+    S_NOTE=$(grep -m1 "^Final:" "$out" | tr -s ' ' | cut -c1-60)
+    return 0
+  fi
+  echo "uroce exit $urc, rxe exit $grc: $(grep -hiE 'error|unreachable|different RoCE' "$S_DIR/uroce.out" "$S_DIR/rxe.out" | head -n 2 | tr '\n' ' ')"
+  return 1
+}
+
+# About 15 s a scenario under TCG (UCX's start-up in the guest most of it):
+# the quick subset runs tag_lat both ways, the whole matrix tag_bw too.
+ucx_matrix() {
+  local who
+  for who in client server; do
+    scenario "ucx_perftest tag_lat uroce=$who" ucx_perf $who tag_lat -n 1000
+    [ -n "${UROCE_INTEROP_QUICK:-}" ] ||
+      scenario "ucx_perftest tag_bw 64 KiB uroce=$who" ucx_perf $who tag_bw -s 65536 -n 100
+  done
+}
+
 # --- 7. uroce fuzz against kernel rxe -----------------------------------------
 # The fuzzer in the namespace (from the host address), uroce-fuzz-agent in
 # the guest on rxe0 with -k (the guest kernel's BUG/WARNING/KASAN lines
@@ -769,6 +832,7 @@ pingpong_matrix ""
 ops_matrix ""
 error_matrix
 cm_matrix ""
+ucx_matrix
 set_loss on
 pingpong_matrix " loss"
 ops_matrix " loss"

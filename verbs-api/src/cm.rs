@@ -876,7 +876,7 @@ impl CmId {
     }
 
     /// `rdma_resolve_addr`: finds the device for `dst` (from `src` if
-    /// given) and reports [`CmEventType::AddrResolved`] (or `AddrError`).
+    /// given) and reports [`CmEventType::AddrResolved`].
     pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
         let state = self.inner.st.lock().state;
         if state == IdState::Idle {
@@ -890,17 +890,20 @@ impl CmId {
         }
         let mut st = self.inner.st.lock();
         let src_ip = st.src.map(|s| s.ip());
+        // A source of the other family: EINVAL at once, the id left bound
+        // (the kernel's resolve_prepare_src, "cma_family(id_priv) !=
+        // dst_addr->sa_family").
+        if src_ip.is_some_and(|s| s.is_ipv4() != dst.is_ipv4()) {
+            return Err(Error::Invalid(
+                "resolve_addr: the source and destination are of different families".into(),
+            ));
+        }
         if src_ip.is_some_and(binds_any) {
             // Bound to no device: narrow to the device towards dst.
             let d = device_towards(dst.ip())?;
             st.ctxs = vec![d.open_shared()?];
             let port = st.src.map_or(0, |s| s.port());
             st.src = Some(SocketAddr::new(d.ip(), port));
-        }
-        if src_ip.is_some_and(|s| s.is_ipv4() != dst.is_ipv4()) {
-            drop(st);
-            self.ready(CmEventType::AddrError, -libc_einval());
-            return Ok(());
         }
         st.dst = Some(dst);
         st.state = IdState::AddrResolved;

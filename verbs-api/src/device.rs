@@ -31,6 +31,9 @@ fn capture_path_from_env(dev: &str) -> Option<std::path::PathBuf> {
 /// face).
 pub use uroce_provider::device::{MAX_CQE, MAX_INLINE, MAX_QP_WR, MAX_RD_ATOM, MAX_SGE};
 
+/// The firmware version devices report (`fw_ver`): uroce's version.
+pub const FW_VER: &str = env!("CARGO_PKG_VERSION");
+
 /// A configured device (not yet opened).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
@@ -72,6 +75,50 @@ impl Device {
     pub fn guid(&self) -> u64 {
         let g = gid_of(self.cfg.ip);
         u64::from_be_bytes([0x02, 0x75, 0x72, 0xff, 0xfe, g[13], g[14], g[15]])
+    }
+    /// `ibv_query_port` (port 1 only), from the device's address: the
+    /// active MTU as a context opened now would have it.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(Error::Invalid(format!("port {port}: the only port is 1")));
+        }
+        Ok(PortAttr {
+            state: 4,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: face::active_mtu(self.cfg.ip),
+            gid_tbl_len: GID_TABLE_LEN as u32,
+            max_msg_sz: 1 << 31,
+            pkey_tbl_len: 1,
+            lid: 0,
+            link_layer: 2,
+            netdev_mtu: interface_mtu(self.cfg.ip),
+        })
+    }
+    /// `ibv_query_gid_ex`: entries 0 and 1 ([`GID_ENTRIES`]) hold the
+    /// device's RoCEv2 GID (index 1 is where kernel rxe keeps it); the
+    /// rest of the table ([`GID_TABLE_LEN`]) is empty: [`Error::NoData`]
+    /// (ENODATA), as the kernel answers for an empty entry.
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+        if port != 1 || index >= GID_TABLE_LEN as u32 {
+            return Err(Error::Invalid(format!(
+                "port {port} GID index {index}: the table is port 1, indices 0..{GID_TABLE_LEN}"
+            )));
+        }
+        if index >= GID_ENTRIES as u32 {
+            return Err(Error::NoData(format!("GID index {index} is empty")));
+        }
+        let ip = self.cfg.ip;
+        Ok(GidEntry {
+            gid: gid_of(ip),
+            gid_type: "RoCE v2",
+            ndev_ifindex: interface_index(ip),
+        })
+    }
+    /// The network interface that holds the device's address (`lo` for a
+    /// loopback address), as sysfs names a GID's netdev; `None` if no
+    /// interface has it.
+    pub fn netdev(&self) -> Option<String> {
+        face::interface_of(self.cfg.ip)
     }
     /// Opens the device: binds UDP 4791 on its address and starts its
     /// engine thread.
@@ -240,7 +287,7 @@ impl Context {
     pub fn query_device(&self) -> DeviceAttr {
         let guid = self.inner.device.guid();
         DeviceAttr {
-            fw_ver: env!("CARGO_PKG_VERSION").into(),
+            fw_ver: FW_VER.into(),
             node_guid: guid,
             sys_image_guid: guid,
             max_mr_size: u64::MAX,
@@ -272,19 +319,9 @@ impl Context {
     }
     /// `ibv_query_port` (port 1 only).
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
-        if port != 1 {
-            return Err(Error::Invalid(format!("port {port}: the only port is 1")));
-        }
         Ok(PortAttr {
-            state: 4,
-            max_mtu: Mtu::Mtu4096,
             active_mtu: self.inner.face.active_mtu(),
-            gid_tbl_len: GID_TABLE_LEN as u32,
-            max_msg_sz: 1 << 31,
-            pkey_tbl_len: 1,
-            lid: 0,
-            link_layer: 2,
-            netdev_mtu: interface_mtu(self.inner.device.ip()),
+            ..self.inner.device.query_port(port)?
         })
     }
     /// `ibv_query_gid_ex`: entries 0 and 1 ([`GID_ENTRIES`]) hold the
@@ -292,20 +329,7 @@ impl Context {
     /// rest of the table ([`GID_TABLE_LEN`]) is empty: [`Error::NoData`]
     /// (ENODATA), as the kernel answers for an empty entry.
     pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
-        if port != 1 || index >= GID_TABLE_LEN as u32 {
-            return Err(Error::Invalid(format!(
-                "port {port} GID index {index}: the table is port 1, indices 0..{GID_TABLE_LEN}"
-            )));
-        }
-        if index >= GID_ENTRIES as u32 {
-            return Err(Error::NoData(format!("GID index {index} is empty")));
-        }
-        let ip = self.inner.device.ip();
-        Ok(GidEntry {
-            gid: gid_of(ip),
-            gid_type: "RoCE v2",
-            ndev_ifindex: interface_index(ip),
-        })
+        self.inner.device.query_gid(port, index)
     }
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {

@@ -39,7 +39,7 @@ pub use async_cq::CqStream;
 pub use connect::{ConnectOptions, CqBuilder, Endpoint, QpBuilder};
 pub use cq::CompletionQueue;
 pub use device::{
-    devices, Context, Device, DeviceAttr, GidEntry, PortAttr, GID_ENTRIES, GID_TABLE_LEN,
+    devices, Context, Device, DeviceAttr, GidEntry, PortAttr, FW_VER, GID_ENTRIES, GID_TABLE_LEN,
     MAX_INLINE, MAX_SGE,
 };
 pub use error::{Error, Result};

@@ -96,7 +96,10 @@ pub fn active_mtu(ip: IpAddr) -> Mtu {
     Mtu::for_interface_mtu(interface_mtu(ip))
 }
 
-fn interface_of(ip: IpAddr) -> Option<String> {
+/// The name of the network interface that holds `ip` (loopback
+/// addresses: the loopback interface, `lo`), as the kernel names a GID's
+/// netdev in sysfs (`gid_attrs/ndevs/<n>`); `None` if no interface has it.
+pub fn interface_of(ip: IpAddr) -> Option<String> {
     if ip.is_loopback() {
         return Some("lo".into());
     }

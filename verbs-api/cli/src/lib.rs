@@ -14,7 +14,7 @@
 //! | `fuzz`, `fuzz replay` | [`fuzz`] (the engine: [`uroce_fuzz`]) |
 //! | `decode` | [`decode`] |
 //! | `sample-pcap` | [`sample`] |
-//! | `libdir`, `exec` | [`libdir`] |
+//! | `libdir`, `exec` | [`libdir`], [`sysfs`] (the sysfs view `exec` gives) |
 #![warn(missing_docs)]
 
 pub mod cm_echo;
@@ -25,3 +25,4 @@ pub mod libdir;
 pub mod pingpong;
 pub mod sample;
 pub mod stress;
+pub mod sysfs;

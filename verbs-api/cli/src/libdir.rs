@@ -9,7 +9,8 @@
 //!
 //! `uroce exec` runs a program with that directory on `LD_LIBRARY_PATH`
 //! and `liburoce_preload.so` (package `uroce-preload`, linked into the
-//! same directory) on `LD_PRELOAD`.
+//! same directory) on `LD_PRELOAD`, with the devices' sysfs view
+//! ([`crate::sysfs`]) named in `UROCE_SYSFS`.
 
 use std::path::{Path, PathBuf};
 
@@ -78,11 +79,19 @@ pub fn exec(cmd: &[std::ffi::OsString]) -> String {
         }
         v
     };
-    let err = std::process::Command::new(prog)
-        .args(args)
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args)
         .env("LD_LIBRARY_PATH", join("LD_LIBRARY_PATH", &dir, ":"))
-        .env("LD_PRELOAD", join("LD_PRELOAD", &preload, " "))
-        .exec();
+        .env("LD_PRELOAD", join("LD_PRELOAD", &preload, " "));
+    // The sysfs view: without it the program runs on, as on a machine
+    // whose sysfs has no RDMA devices.
+    match crate::sysfs::prepare() {
+        Ok(root) => {
+            cmd.env(crate::sysfs::ENV, root);
+        }
+        Err(e) => eprintln!("uroce exec: no sysfs view of the devices: {e}"),
+    }
+    let err = cmd.exec();
     format!("{}: {err}", prog.to_string_lossy())
 }
 

@@ -82,9 +82,16 @@ fn new_dev(rust: Device) -> Dev {
     };
     copy_str(&mut c.name, rust.name());
     copy_str(&mut c.dev_name, &format!("uverbs-{}", rust.name()));
-    // No sysfs: paths that name the device and exist nowhere.
-    copy_str(&mut c.dev_path, &format!("/uroce/{}", rust.name()));
-    copy_str(&mut c.ibdev_path, &format!("/uroce/{}", rust.name()));
+    // Where the kernel's sysfs has a device's entries: they exist under
+    // `uroce exec` (its sysfs view), and nowhere otherwise.
+    copy_str(
+        &mut c.dev_path,
+        &format!("/sys/class/infiniband_verbs/uverbs-{}", rust.name()),
+    );
+    copy_str(
+        &mut c.ibdev_path,
+        &format!("/sys/class/infiniband/{}", rust.name()),
+    );
     Dev {
         c,
         verbs_device_tail: [0; 6],

@@ -19,6 +19,12 @@
 //! the addresses of such interfaces (it skips the loopback interface,
 //! where uroce's 127.x addresses live). `UROCE_IFADDRS=0` turns that off.
 //!
+//! And it gives programs a sysfs view of the devices ([`sysfs`]): calls
+//! on paths under `/sys/class/infiniband` and `/sys/class/infiniband_verbs`
+//! go to the read-only tree `uroce exec` wrote for them (named in
+//! `UROCE_SYSFS`), so UCX finds each GID's RoCE version and the pyverbs
+//! tests a device's net device.
+//!
 //! It is a separate library, preloaded only into the programs `uroce exec`
 //! starts, rather than part of `libibverbs.so.1`: a program linked with
 //! libibverbs would otherwise have every `stat` in the process routed
@@ -62,6 +68,11 @@ fn fill(st: *mut libc::stat) {
     }
 }
 
+fn set_errno(e: c_int) {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = e };
+}
+
 /// The next definition of `name` (the C library's), looked up once.
 fn next(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
     let p = slot.load(Ordering::Acquire);
@@ -75,13 +86,15 @@ fn next(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
 }
 
 macro_rules! forward {
-    ($slot:ident, $name:literal, $ty:ty) => {{
+    ($slot:ident, $name:literal, $ty:ty) => {
+        forward!($slot, $name, $ty, -1)
+    };
+    ($slot:ident, $name:literal, $ty:ty, $fail:expr) => {{
         static $slot: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
         let p = next(&$slot, $name);
         if p.is_null() {
-            // SAFETY: errno is thread-local.
-            unsafe { *libc::__errno_location() = libc::ENOSYS };
-            return -1;
+            set_errno(libc::ENOSYS);
+            return $fail;
         }
         // SAFETY: the C library's definition of this very function.
         unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
@@ -105,8 +118,8 @@ pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int
         return 0;
     }
     let f = forward!(STAT, c"stat", StatFn);
-    // SAFETY: forwarded as called.
-    unsafe { f(path, st) }
+    // SAFETY: forwarded as called (the path possibly moved into the view).
+    unsafe { via_view(path, false, -1, |p| f(p, st)) }
 }
 
 /// `stat64(2)` (the same structure on 64-bit Linux).
@@ -121,8 +134,8 @@ pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_i
         return 0;
     }
     let f = forward!(STAT64, c"stat64", StatFn);
-    // SAFETY: forwarded as called.
-    unsafe { f(path, st) }
+    // SAFETY: forwarded as called (the path possibly moved into the view).
+    unsafe { via_view(path, false, -1, |p| f(p, st)) }
 }
 
 /// `fstatat(2)` (an absolute path ignores `dirfd`).
@@ -142,8 +155,8 @@ pub unsafe extern "C" fn fstatat(
         return 0;
     }
     let f = forward!(FSTATAT, c"fstatat", FstatatFn);
-    // SAFETY: forwarded as called.
-    unsafe { f(dirfd, path, st, flags) }
+    // SAFETY: forwarded as called (the path possibly moved into the view).
+    unsafe { via_view(path, false, -1, |p| f(dirfd, p, st, flags)) }
 }
 
 /// `access(2)`: every mode is granted on a uroce device node.
@@ -157,8 +170,8 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
         return 0;
     }
     let f = forward!(ACCESS, c"access", AccessFn);
-    // SAFETY: forwarded as called.
-    unsafe { f(path, mode) }
+    // SAFETY: forwarded as called (the path possibly moved into the view).
+    unsafe { via_view(path, false, -1, |p| f(p, mode)) }
 }
 
 /// `faccessat(2)`.
@@ -177,9 +190,12 @@ pub unsafe extern "C" fn faccessat(
         return 0;
     }
     let f = forward!(FACCESSAT, c"faccessat", FaccessatFn);
-    // SAFETY: forwarded as called.
-    unsafe { f(dirfd, path, mode, flags) }
+    // SAFETY: forwarded as called (the path possibly moved into the view).
+    unsafe { via_view(path, false, -1, |p| f(dirfd, p, mode, flags)) }
 }
+
+pub mod sysfs;
+use sysfs::via_view;
 
 // ---------------------------------------------------------------- getifaddrs
 

@@ -72,8 +72,9 @@ enum Cmd {
     Libdir,
     /// Runs a program on uroce: LD_LIBRARY_PATH as `uroce libdir` gives
     /// it, and liburoce_preload.so preloaded so that programs which look
-    /// for a device node in /dev/infiniband (UCX) find uroce's devices,
-    /// without root: `uroce exec -- ucx_info -d`.
+    /// for a device node in /dev/infiniband (UCX) or read its files in
+    /// /sys/class/infiniband (GID types, ports, netdevs) find uroce's
+    /// devices, without root: `uroce exec -- ucx_info -d`.
     Exec {
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]

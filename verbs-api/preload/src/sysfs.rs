@@ -1,0 +1,497 @@
+//! The sysfs view: `/sys/class/infiniband` and `/sys/class/infiniband_verbs`
+//! answered from the tree `uroce exec` wrote for uroce's devices (its root
+//! in `UROCE_SYSFS`; `uroce_cli::sysfs` makes it).
+//!
+//! Every call that names a file by path and that programs use to find,
+//! read or list sysfs entries — the `open` family (with glibc's fortified
+//! `__open_2` forms), `fopen`, `opendir`, `scandir`, the `stat` family
+//! (with glibc's older `__xstat` forms and `statx`), `access`, `readlink` —
+//! takes an absolute path under either class to the same path in the tree
+//! and leaves every other path alone ([`route`]). A real directory makes
+//! `readdir`, `getdents`, `fstat` and `read` on what was opened work
+//! unchanged. Relative paths are left alone. Opening for writing (or creating,
+//! truncating) anything in the view fails with EACCES, as writing a
+//! read-only sysfs attribute does. Without `UROCE_SYSFS` nothing moves.
+
+use libc::{c_char, c_int, c_uint, c_void};
+use std::ffi::CStr;
+use std::sync::atomic::AtomicPtr;
+
+use super::{next, set_errno};
+
+/// The classes the view answers for.
+const CLASSES: [&[u8]; 2] = [b"/sys/class/infiniband", b"/sys/class/infiniband_verbs"];
+
+/// The longest path handed on (PATH_MAX, its NUL included).
+const PATH_MAX: usize = libc::PATH_MAX as usize;
+
+/// The tree's root, from `UROCE_SYSFS` (None: unset or empty). Read with
+/// `getenv`, which allocates nothing: the hooks run inside `open` and
+/// `readlink`, which allocators call while they set themselves up
+/// (jemalloc reads `/etc/malloc.conf` with `readlink` from inside its
+/// first `malloc`, under its init lock: a hook that allocated there would
+/// wait on that lock forever).
+fn root<'a>() -> Option<&'a [u8]> {
+    // SAFETY: a NUL-terminated name; getenv returns null or a string of
+    // the environment, valid until the program changes that variable.
+    let p = unsafe { libc::getenv(c"UROCE_SYSFS".as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: getenv's string, NUL-terminated.
+    let v = unsafe { CStr::from_ptr(p) }.to_bytes();
+    (!v.is_empty()).then_some(v)
+}
+
+/// Whether an absolute path with no `.`, `..` or empty component is one
+/// the view answers for: one of the classes or anything under them.
+fn clean_in_view(path: &[u8]) -> bool {
+    CLASSES.iter().any(|c| {
+        path.strip_prefix(*c)
+            .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+    })
+}
+
+/// Where a call on `path` goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Leave the path alone.
+    Real,
+    /// Into the tree: this path (taken apart) is in the view.
+    View(Norm),
+    /// To this path outside the view: `path` went through the view and
+    /// out again by `..` (`/sys/class/infiniband/..` is `/sys/class`).
+    Out(Norm),
+}
+
+/// An absolute path taken apart lexically, on the stack (the hooks
+/// allocate nothing: they may run where `malloc` may not).
+pub struct Norm {
+    buf: [u8; PATH_MAX],
+    len: usize,
+}
+
+impl Norm {
+    /// The path.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+    /// Appends `/` and `comp`; false if that would not fit.
+    fn push(&mut self, comp: &[u8]) -> bool {
+        if self.len + 1 + comp.len() >= PATH_MAX {
+            return false;
+        }
+        self.buf[self.len] = b'/';
+        self.buf[self.len + 1..self.len + 1 + comp.len()].copy_from_slice(comp);
+        self.len += 1 + comp.len();
+        true
+    }
+    /// Drops the last component.
+    fn pop(&mut self) {
+        self.len = self
+            .as_bytes()
+            .iter()
+            .rposition(|&b| b == b'/')
+            .unwrap_or(0);
+    }
+}
+
+impl PartialEq for Norm {
+    fn eq(&self, other: &Norm) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+impl Eq for Norm {}
+impl std::fmt::Debug for Norm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+/// Where a call on `path` goes: absolute paths are taken apart lexically
+/// (`.`, `..` and repeated `/`), as the kernel would walk them, the
+/// view having no links that lead out of it but `device/net/<ifname>`.
+/// A path too long to take apart is left alone (the kernel refuses it).
+pub fn route(path: &[u8]) -> Route {
+    // Most paths are nowhere near the view.
+    if path.first() != Some(&b'/') || !path.windows(10).any(|w| w == b"infiniband") {
+        return Route::Real;
+    }
+    let mut norm = Norm {
+        buf: [0; PATH_MAX],
+        len: 0,
+    };
+    let mut passed_view = false;
+    for comp in path.split(|&b| b == b'/') {
+        match comp {
+            b"" | b"." => {}
+            b".." => norm.pop(),
+            c => {
+                if !norm.push(c) {
+                    return Route::Real;
+                }
+                passed_view |= clean_in_view(norm.as_bytes());
+            }
+        }
+    }
+    if norm.len == 0 {
+        norm.buf[0] = b'/';
+        norm.len = 1;
+    }
+    if clean_in_view(norm.as_bytes()) {
+        Route::View(norm)
+    } else if passed_view {
+        Route::Out(norm)
+    } else {
+        Route::Real
+    }
+}
+
+/// A NUL-terminated path on the stack.
+pub struct CPath {
+    buf: [u8; PATH_MAX],
+}
+
+impl CPath {
+    /// The concatenation of `parts`, or None if longer than PATH_MAX.
+    pub fn new(parts: &[&[u8]]) -> Option<CPath> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len >= PATH_MAX {
+            return None;
+        }
+        let mut buf = [0u8; PATH_MAX];
+        let mut at = 0;
+        for p in parts {
+            buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        Some(CPath { buf })
+    }
+    /// As a C string.
+    pub fn as_ptr(&self) -> *const c_char {
+        self.buf.as_ptr().cast()
+    }
+    /// The bytes, without the NUL.
+    pub fn as_bytes(&self) -> &[u8] {
+        let n = self.buf.iter().position(|&b| b == 0).unwrap_or(PATH_MAX);
+        &self.buf[..n]
+    }
+}
+
+/// Calls `f` with `path`, or with where [`route`] sends it: when that is
+/// the view, failing with EACCES instead if `write`; with ENAMETOOLONG if
+/// the new name is too long.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+pub unsafe fn via_view<R>(
+    path: *const c_char,
+    write: bool,
+    fail: R,
+    f: impl FnOnce(*const c_char) -> R,
+) -> R {
+    // Nothing here allocates (see `root`): the path is looked at first,
+    // on the stack, and the environment only for a path in the view.
+    if path.is_null() {
+        return f(path);
+    }
+    // SAFETY: the caller's string (not null).
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let route = route(bytes);
+    if route == Route::Real {
+        return f(path);
+    }
+    let Some(root) = root() else {
+        return f(path);
+    };
+    let moved = match route {
+        Route::Real => return f(path),
+        Route::View(_) if write => {
+            set_errno(libc::EACCES);
+            return fail;
+        }
+        // The view's paths all start with "/sys".
+        Route::View(n) => CPath::new(&[root, &n.as_bytes()[4..]]),
+        Route::Out(n) => CPath::new(&[n.as_bytes()]),
+    };
+    match moved {
+        Some(p) => f(p.as_ptr()),
+        None => {
+            set_errno(libc::ENAMETOOLONG);
+            fail
+        }
+    }
+}
+
+/// Whether `open` flags would change or create the file.
+fn open_writes(flags: c_int) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & (libc::O_CREAT | libc::O_TRUNC) != 0
+}
+
+/// Whether an `fopen` mode would change or create the file.
+///
+/// # Safety
+/// `mode` is null or a NUL-terminated string.
+unsafe fn fopen_writes(mode: *const c_char) -> bool {
+    if mode.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's promise.
+    let m = unsafe { CStr::from_ptr(mode) }.to_bytes();
+    m.first() != Some(&b'r') || m.contains(&b'+')
+}
+
+// The open family is variadic in C (`mode` only with O_CREAT/O_TMPFILE).
+// These take `mode` as a plain third (fourth) argument: on the x86-64 and
+// AArch64 Linux calling conventions a variadic integer argument travels in
+// the same register as a named one, so the caller's `mode` is read when it
+// was passed and a meaningless value, never used by the C library, when it
+// was not.
+type OpenFn = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
+type OpenatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int;
+type Open2Fn = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
+type Openat2Fn = unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int;
+type FopenFn = unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE;
+type OpendirFn = unsafe extern "C" fn(*const c_char) -> *mut libc::DIR;
+type ScandirFn =
+    unsafe extern "C" fn(*const c_char, *mut c_void, *mut c_void, *mut c_void) -> c_int;
+type StatFn = unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int;
+type FstatatFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void, c_int) -> c_int;
+type XstatFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void) -> c_int;
+type FxstatatFn = unsafe extern "C" fn(c_int, c_int, *const c_char, *mut c_void, c_int) -> c_int;
+type StatxFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut c_void) -> c_int;
+type GetxattrFn = unsafe extern "C" fn(*const c_char, *const c_char, *mut c_void, usize) -> isize;
+type ListxattrFn = unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> isize;
+type ReadlinkFn = unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> isize;
+type ReadlinkatFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_char, usize) -> isize;
+
+/// Defines `open`-like functions: (name, C name, slot, type, arguments;
+/// the path argument, the flags argument).
+macro_rules! open_like {
+    ($( $name:ident $cname:literal $slot:ident $ty:ident ($($a:ident: $t:ty),*) path=$p:ident flags=$fl:ident; )*) => {$(
+        /// As the C library's, with paths in the sysfs view moved into it.
+        ///
+        /// # Safety
+        /// As the C library's.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let f = forward!($slot, $cname, $ty);
+            // SAFETY: forwarded as called (the path possibly moved).
+            unsafe { via_view($p, open_writes($fl), -1, |$p| f($($a),*)) }
+        }
+    )*};
+}
+
+open_like! {
+    open c"open" OPEN OpenFn (path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    open64 c"open64" OPEN64 OpenFn (path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    openat c"openat" OPENAT OpenatFn (dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    openat64 c"openat64" OPENAT64 OpenatFn (dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    __open_2 c"__open_2" OPEN_2 Open2Fn (path: *const c_char, flags: c_int) path=path flags=flags;
+    __open64_2 c"__open64_2" OPEN64_2 Open2Fn (path: *const c_char, flags: c_int) path=path flags=flags;
+    __openat_2 c"__openat_2" OPENAT_2 Openat2Fn (dirfd: c_int, path: *const c_char, flags: c_int) path=path flags=flags;
+    __openat64_2 c"__openat64_2" OPENAT64_2 Openat2Fn (dirfd: c_int, path: *const c_char, flags: c_int) path=path flags=flags;
+}
+
+/// Defines functions that look at a path without changing anything:
+/// (name, C name, slot, type, arguments; the path argument, the return
+/// type and its failure value).
+macro_rules! looks_at {
+    ($( $name:ident $cname:literal $slot:ident $ty:ident ($($a:ident: $t:ty),*) path=$p:ident -> $ret:ty = $fail:expr; )*) => {$(
+        /// As the C library's, with paths in the sysfs view moved into it.
+        ///
+        /// # Safety
+        /// As the C library's.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
+            let f = forward!($slot, $cname, $ty, $fail);
+            // SAFETY: forwarded as called (the path possibly moved).
+            unsafe { via_view($p, false, $fail, |$p| f($($a),*)) }
+        }
+    )*};
+}
+
+looks_at! {
+    opendir c"opendir" OPENDIR OpendirFn (path: *const c_char) path=path -> *mut libc::DIR = std::ptr::null_mut();
+    scandir c"scandir" SCANDIR ScandirFn (path: *const c_char, list: *mut c_void, filter: *mut c_void, compar: *mut c_void) path=path -> c_int = -1;
+    scandir64 c"scandir64" SCANDIR64 ScandirFn (path: *const c_char, list: *mut c_void, filter: *mut c_void, compar: *mut c_void) path=path -> c_int = -1;
+    lstat c"lstat" LSTAT StatFn (path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    lstat64 c"lstat64" LSTAT64 StatFn (path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    fstatat64 c"fstatat64" FSTATAT64 FstatatFn (dirfd: c_int, path: *const c_char, st: *mut c_void, flags: c_int) path=path -> c_int = -1;
+    statx c"statx" STATX StatxFn (dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, st: *mut c_void) path=path -> c_int = -1;
+    __xstat c"__xstat" XSTAT XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    __xstat64 c"__xstat64" XSTAT64 XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    __lxstat c"__lxstat" LXSTAT XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    __lxstat64 c"__lxstat64" LXSTAT64 XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
+    __fxstatat c"__fxstatat" FXSTATAT FxstatatFn (ver: c_int, dirfd: c_int, path: *const c_char, st: *mut c_void, flags: c_int) path=path -> c_int = -1;
+    __fxstatat64 c"__fxstatat64" FXSTATAT64 FxstatatFn (ver: c_int, dirfd: c_int, path: *const c_char, st: *mut c_void, flags: c_int) path=path -> c_int = -1;
+    readlink c"readlink" READLINK ReadlinkFn (path: *const c_char, buf: *mut c_char, size: usize) path=path -> isize = -1;
+    readlinkat c"readlinkat" READLINKAT ReadlinkatFn (dirfd: c_int, path: *const c_char, buf: *mut c_char, size: usize) path=path -> isize = -1;
+    getxattr c"getxattr" GETXATTR GetxattrFn (path: *const c_char, name: *const c_char, value: *mut c_void, size: usize) path=path -> isize = -1;
+    lgetxattr c"lgetxattr" LGETXATTR GetxattrFn (path: *const c_char, name: *const c_char, value: *mut c_void, size: usize) path=path -> isize = -1;
+    listxattr c"listxattr" LISTXATTR ListxattrFn (path: *const c_char, list: *mut c_char, size: usize) path=path -> isize = -1;
+    llistxattr c"llistxattr" LLISTXATTR ListxattrFn (path: *const c_char, list: *mut c_char, size: usize) path=path -> isize = -1;
+}
+
+/// `fopen(3)`, with paths in the sysfs view moved into it.
+///
+/// # Safety
+/// As the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    let f = forward!(FOPEN, c"fopen", FopenFn, std::ptr::null_mut());
+    // SAFETY: the caller's mode string; forwarded as called.
+    unsafe {
+        via_view(path, fopen_writes(mode), std::ptr::null_mut(), |p| {
+            f(p, mode)
+        })
+    }
+}
+
+/// `fopen64(3)`, with paths in the sysfs view moved into it.
+///
+/// # Safety
+/// As the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    let f = forward!(FOPEN64, c"fopen64", FopenFn, std::ptr::null_mut());
+    // SAFETY: the caller's mode string; forwarded as called.
+    unsafe {
+        via_view(path, fopen_writes(mode), std::ptr::null_mut(), |p| {
+            f(p, mode)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(p: &[u8]) -> Norm {
+        let mut n = Norm {
+            buf: [0; PATH_MAX],
+            len: p.len(),
+        };
+        n.buf[..p.len()].copy_from_slice(p);
+        n
+    }
+    fn view(p: &[u8]) -> Route {
+        Route::View(norm(&[b"/sys", p].concat()))
+    }
+
+    #[test]
+    fn only_the_two_classes() {
+        assert_eq!(route(b"/sys/class/infiniband"), view(b"/class/infiniband"));
+        assert_eq!(
+            route(b"/sys/class/infiniband/u0/ports/1/gid_attrs/types/1"),
+            view(b"/class/infiniband/u0/ports/1/gid_attrs/types/1")
+        );
+        assert_eq!(
+            route(b"/sys/class/infiniband_verbs/"),
+            view(b"/class/infiniband_verbs")
+        );
+        assert_eq!(
+            route(b"/sys//class/./infiniband/u0/"),
+            view(b"/class/infiniband/u0")
+        );
+        assert_eq!(
+            route(b"/sys/class/net/../infiniband/u0"),
+            view(b"/class/infiniband/u0")
+        );
+        assert_eq!(route(b"/sys/class/infiniband_mad"), Route::Real);
+        assert_eq!(route(b"/sys/class/infinibandx/a"), Route::Real);
+        assert_eq!(route(b"/sys/class/net/lo"), Route::Real);
+        assert_eq!(route(b"/sys/devices/virtual/infiniband/rxe0"), Route::Real);
+        assert_eq!(route(b"sys/class/infiniband"), Route::Real, "relative");
+        assert_eq!(route(b"/dev/infiniband/uverbs0"), Route::Real);
+        let long = [b"/sys/class/infiniband/".as_slice(), &[b'a'; PATH_MAX]].concat();
+        assert_eq!(route(&long), Route::Real, "too long to take apart");
+        assert_eq!(
+            route(b"/sys/class/infiniband/.."),
+            Route::Out(norm(b"/sys/class"))
+        );
+        assert_eq!(
+            route(b"/sys/class/infiniband/../../.."),
+            Route::Out(norm(b"/"))
+        );
+    }
+
+    /// Allocations made by this thread (the test binary's allocator).
+    struct Counting;
+    thread_local!(static ALLOCS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) });
+    // SAFETY: System's allocator, with a count on the side.
+    unsafe impl std::alloc::GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+            ALLOCS.with(|a| a.set(a.get() + 1));
+            // SAFETY: forwarded as called.
+            unsafe { std::alloc::System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+            // SAFETY: forwarded as called.
+            unsafe { std::alloc::System.dealloc(p, l) }
+        }
+    }
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+
+    #[test]
+    fn the_hooks_allocate_nothing() {
+        // jemalloc calls readlink("/etc/malloc.conf") from inside its first
+        // malloc: a hook that allocated there deadlocked rustc.
+        std::env::set_var("UROCE_SYSFS", "/tmp/uroce-test-tree");
+        let mut seen = Vec::with_capacity(4);
+        let before = ALLOCS.with(|a| a.get());
+        for p in [
+            c"/etc/malloc.conf",
+            c"/sys/class/infiniband/u0/ports/1/state",
+            c"/sys/class/infiniband/..",
+            c"/dev/infiniband/uverbs-u0",
+        ] {
+            // SAFETY: NUL-terminated paths; the closure only records.
+            let moved = unsafe {
+                via_view(p.as_ptr(), false, -1, |q| {
+                    seen.push(CStr::from_ptr(q).to_bytes().len());
+                    0
+                })
+            };
+            assert_eq!(moved, 0);
+        }
+        assert_eq!(ALLOCS.with(|a| a.get()), before, "the hooks allocated");
+        assert_eq!(
+            seen,
+            [
+                16,
+                "/tmp/uroce-test-tree/class/infiniband/u0/ports/1/state".len(),
+                "/sys/class".len(),
+                "/dev/infiniband/uverbs-u0".len()
+            ]
+        );
+    }
+
+    #[test]
+    fn writes_are_refused() {
+        assert!(!open_writes(
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY
+        ));
+        assert!(open_writes(libc::O_WRONLY));
+        assert!(open_writes(libc::O_RDWR));
+        assert!(open_writes(libc::O_RDONLY | libc::O_CREAT));
+        // SAFETY: NUL-terminated literals.
+        unsafe {
+            assert!(!fopen_writes(c"r".as_ptr()));
+            assert!(!fopen_writes(c"re".as_ptr()));
+            assert!(fopen_writes(c"r+".as_ptr()));
+            assert!(fopen_writes(c"w".as_ptr()));
+            assert!(fopen_writes(c"a".as_ptr()));
+        }
+    }
+
+    #[test]
+    fn long_names_are_refused() {
+        let root = vec![b'r'; PATH_MAX - 4];
+        assert!(CPath::new(&[&root, b"/cl"]).is_some());
+        assert!(CPath::new(&[&root, b"/cla"]).is_none());
+        let p = CPath::new(&[b"/tmp/x", b"/class/infiniband"]).unwrap();
+        assert_eq!(p.as_bytes(), b"/tmp/x/class/infiniband");
+    }
+}
