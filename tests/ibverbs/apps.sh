@@ -233,7 +233,7 @@ if have fio; then
     shift
     f=$((f + 1))
     local port=$((19470 + f))
-    local common=(--ioengine=rdma --thread --port=$port --bs=64k --size=32m)
+    local common=(--ioengine=rdma --thread --port=$port --bs=64k --size=32m --verify_state_save=0)
     UROCE_DEVICES="uroce0=127.104.4$f.1" timeout -k 2 60 "${ux[@]}" \
       fio --name=server "${common[@]}" --rw=read "${sopt[@]}" >"$tmp/server" 2>&1 &
     local spid=$!
