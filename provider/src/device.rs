@@ -39,6 +39,7 @@ use crate::events::{AsyncEvents, CompChannel};
 use crate::memory::{Backing, KeyTable, MrInner, MwInner, MwType, PdId};
 use crate::net::faults::Faults;
 use crate::qp_attr::{AttrMask, CapError, ModifyLimits, QpAttr, QpCap};
+use crate::quota::{Quota, QuotaFull, Resource, Slot};
 use crate::transport::{new_qp, QpConfig, RecvQueue, SendQueue, StateCell};
 use crate::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Wc};
 use parking_lot::Mutex;
@@ -50,6 +51,9 @@ use std::sync::Arc;
 
 pub use crate::cm::gsi::Sink as CmSink;
 pub use crate::cm::Nanos;
+pub use crate::endpoint::{
+    McastError, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_QPN,
+};
 pub use crate::engine::device::{
     active_mtu, devices_from_env, interface_index, interface_mtu, parse_devices, ConfigError,
     DeviceConfig, DEVICES_ENV,
@@ -108,6 +112,12 @@ impl From<CapError> for DeviceError {
     }
 }
 
+impl From<QuotaFull> for DeviceError {
+    fn from(_: QuotaFull) -> DeviceError {
+        DeviceError::NoMemory("the device holds as many objects of this kind as it advertises")
+    }
+}
+
 impl From<LimitError> for DeviceError {
     fn from(e: LimitError) -> DeviceError {
         DeviceError::Invalid(e.to_string())
@@ -124,6 +134,7 @@ struct Shared {
     active_mtu: Mtu,
     next_pd: AtomicU32,
     qpns: Mutex<HashSet<u32>>,
+    quota: Arc<Quota>,
 }
 
 /// An open device (see the module docs). Clones share it; its engine
@@ -153,6 +164,7 @@ impl Device {
                 active_mtu: active_mtu(ip),
                 next_pd: AtomicU32::new(1),
                 qpns: Mutex::new(HashSet::new()),
+                quota: Arc::default(),
             }),
         })
     }
@@ -169,6 +181,11 @@ impl Device {
     /// carries).
     pub fn active_mtu(&self) -> Mtu {
         self.shared.active_mtu
+    }
+    /// A place for one more object of kind `r` (ENOMEM once the device
+    /// holds [`Resource::max`] of them); the object keeps it while it lives.
+    pub fn take_slot(&self, r: Resource) -> Result<Slot> {
+        Ok(self.shared.quota.take(r)?)
     }
     /// The limits modify-QP checks attributes against.
     pub fn modify_limits(&self) -> ModifyLimits {
@@ -340,11 +357,13 @@ impl Device {
         context: u64,
     ) -> Result<CqHandle> {
         Self::check_cqe(cqe)?;
+        let slot = self.take_slot(Resource::Cq)?;
         let inner =
             CqInner::with_channel(cqe as usize, channel, context, Some(self.events().clone()));
         Ok(CqHandle {
             dev: self.clone(),
             inner,
+            _slot: slot,
         })
     }
 
@@ -364,8 +383,10 @@ impl Device {
                 "max_sge {max_sge} exceeds the device's {MAX_SGE}"
             )));
         }
+        let slot = self.take_slot(Resource::Srq)?;
         let handle = NEXT.fetch_add(1, Ordering::Relaxed);
         Ok(SrqHandle {
+            _slot: slot,
             _dev: self.clone(),
             pd,
             rq: Arc::new(RecvQueue::new_srq(max_wr, handle, self.events().clone())),
@@ -395,12 +416,9 @@ impl Device {
     /// receive queue of its own (its receive capacities read 0).
     pub fn create_qp(&self, spec: &QpSpec<'_>) -> Result<QpHandle> {
         let mut cap = spec.cap;
-        if let Some(srq) = spec.srq {
-            if srq.pd != spec.pd {
-                return Err(DeviceError::Invalid(
-                    "the SRQ belongs to another protection domain".into(),
-                ));
-            }
+        // An SRQ of another PD is allowed (IBA 10.2.9.1: the SRQ's PD
+        // checks its receive WRs; the kernel does not compare them).
+        if spec.srq.is_some() {
             cap.max_recv_wr = 0;
             cap.max_recv_sge = 0;
         }
@@ -408,6 +426,7 @@ impl Device {
         // applies too) before the queues are allocated at their sizes
         // and a QP number is taken.
         cap.check()?;
+        let slot = self.take_slot(Resource::Qp)?;
         let qpn = self.alloc_qpn();
         let sq = Arc::new(SendQueue::new(cap.max_send_wr.max(1)));
         let rq = match spec.srq {
@@ -419,6 +438,7 @@ impl Device {
         let cfg = QpConfig {
             qpn,
             pd: spec.pd,
+            recv_pd: spec.srq.map_or(spec.pd, |s| s.pd),
             keys: self.shared.keys.clone(),
             send_cq: spec.send_cq.inner.clone(),
             recv_cq: spec.recv_cq.inner.clone(),
@@ -453,6 +473,7 @@ impl Device {
             srq: spec.srq.is_some(),
             _send_cq: spec.send_cq.inner.clone(),
             _recv_cq: spec.recv_cq.inner.clone(),
+            _slot: slot,
         })
     }
 
@@ -521,6 +542,7 @@ impl CmLink {
 pub struct CqHandle {
     dev: Device,
     inner: Arc<CqInner>,
+    _slot: Slot,
 }
 
 impl CqHandle {
@@ -600,6 +622,7 @@ impl CqHandle {
 /// A shared receive queue on a device.
 #[derive(Debug)]
 pub struct SrqHandle {
+    _slot: Slot,
     _dev: Device,
     pd: PdId,
     rq: Arc<RecvQueue>,
@@ -633,9 +656,18 @@ impl SrqHandle {
     /// Posts receive WRs. On error, the WRs before the failing one were
     /// posted; returns the failing index with the error.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, DeviceError)> {
-        post_each(wrs, |wr| {
+        self.post_recv_with(wrs, |wr| Ok(wr.clone()))
+    }
+    /// Posts the receive WRs `read` makes of `items`, one at a time (see
+    /// [`post_each`]: at most `max_wr` in one call).
+    pub fn post_recv_with<T, E: From<DeviceError>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
+        post_each(items, self.max_wr as usize, read, |wr| {
             self.check_sges(wr.sg_list.len())?;
-            Ok(self.rq.post(wr.clone())?)
+            Ok(self.rq.post(wr)?)
         })
         .1
     }
@@ -704,6 +736,7 @@ pub struct QpHandle {
     srq: bool,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    _slot: Slot,
 }
 
 impl QpHandle {
@@ -734,6 +767,18 @@ impl QpHandle {
     /// The QP's attributes.
     pub fn query(&self) -> Result<QpAttr> {
         Ok(self.dev.engine().query_qp(self.qpn)?)
+    }
+    /// `ibv_attach_mcast`: the QP (UD) receives what is sent to the
+    /// multicast GID `gid` (an IPv4-mapped or IPv6 multicast address) and
+    /// QP 0xFFFFFF. The LID is not asked for: RoCE ignores it.
+    pub fn attach_mcast(&self, gid: &[u8; 16]) -> Result<()> {
+        let group = crate::endpoint::mcast_group(gid);
+        Ok(self.dev.engine().attach_mcast(self.qpn, group)?)
+    }
+    /// `ibv_detach_mcast`.
+    pub fn detach_mcast(&self, gid: &[u8; 16]) -> Result<()> {
+        let group = crate::endpoint::mcast_group(gid);
+        Ok(self.dev.engine().detach_mcast(self.qpn, group)?)
     }
     /// The engine's whole view of the QP, for debugging.
     pub fn debug_state(&self) -> String {
@@ -800,15 +845,26 @@ impl QpHandle {
     /// out too). On error, returns the failing index with the error (the
     /// WRs before it were posted).
     pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), (usize, DeviceError)> {
+        self.post_send_with(wrs, |wr| Ok(wr.clone()))
+    }
+    /// Posts the send WRs `read` makes of `items`, one at a time (see
+    /// [`post_each`]: at most the send queue's depth in one call), as
+    /// [`QpHandle::post_send`].
+    pub fn post_send_with<T, E: From<DeviceError>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        read: impl FnMut(T) -> std::result::Result<SendWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
         if !can_post_send(self.state()) {
             return Err((
                 0,
-                DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()),
+                DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()).into(),
             ));
         }
-        let (posted, r) = post_each(wrs, |wr| {
-            self.check_send(wr)?;
-            Ok(self.sq.post(wr.clone())?)
+        let depth = self.sq.capacity() as usize;
+        let (posted, r) = post_each(items, depth, read, |wr| {
+            self.check_send(&wr)?;
+            Ok(self.sq.post(wr)?)
         });
         if posted > 0 {
             self.dev.engine().post_kick(self.qpn);
@@ -820,18 +876,29 @@ impl QpHandle {
     /// SRQ, or in RESET). On error, returns the failing index with the
     /// error (the WRs before it were posted).
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, DeviceError)> {
+        self.post_recv_with(wrs, |wr| Ok(wr.clone()))
+    }
+    /// Posts the receive WRs `read` makes of `items`, one at a time (see
+    /// [`post_each`]: at most the receive queue's depth in one call), as
+    /// [`QpHandle::post_recv`].
+    pub fn post_recv_with<T, E: From<DeviceError>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
         if self.srq {
             return Err((
                 0,
-                DeviceError::Invalid("the QP receives from an SRQ: post to the SRQ".into()),
+                DeviceError::Invalid("the QP receives from an SRQ: post to the SRQ".into()).into(),
             ));
         }
         if self.state() == QpState::Reset {
-            return Err((0, DeviceError::Invalid("QP is in RESET".into())));
+            return Err((0, DeviceError::Invalid("QP is in RESET".into()).into()));
         }
-        let (posted, r) = post_each(wrs, |wr| {
+        let depth = self.rq.capacity();
+        let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_recv_sges(wr.sg_list.len())?;
-            Ok(self.rq.post(wr.clone())?)
+            Ok(self.rq.post(wr)?)
         });
         if posted > 0 {
             self.dev.engine().kick(self.qpn);
@@ -840,19 +907,36 @@ impl QpHandle {
     }
 }
 
-/// Posts `wrs` in order through `post` until one is refused, as verbs
-/// does: returns how many went in, and the refused one's index with its
-/// error (`*bad_wr`).
-fn post_each<W>(
-    wrs: &[W],
-    mut post: impl FnMut(&W) -> Result<()>,
-) -> (usize, std::result::Result<(), (usize, DeviceError)>) {
-    for (i, wr) in wrs.iter().enumerate() {
-        if let Err(e) = post(wr) {
-            return (i, Err((i, e)));
+/// Posts a list of WRs in order, as verbs does: each item is read into a
+/// WR (`read`: the caller's conversion, which may refuse it) and posted
+/// (`post`) before the next item is taken, until one is refused. Returns
+/// how many went in, and the refused one's index with its error
+/// (`*bad_wr`).
+///
+/// One call posts at most `depth` WRs (the queue's capacity): the item
+/// after those is refused with ENOMEM without being read, as a NIC
+/// provider finds its queue full. A list that loops back on itself (a C
+/// program's `next` pointing back) thus ends there, touching nothing
+/// beyond the refused WR, instead of growing without bound.
+fn post_each<T, W, E: From<DeviceError>>(
+    items: impl IntoIterator<Item = T>,
+    depth: usize,
+    mut read: impl FnMut(T) -> std::result::Result<W, E>,
+    mut post: impl FnMut(W) -> Result<()>,
+) -> (usize, std::result::Result<(), (usize, E)>) {
+    let mut n = 0;
+    for item in items {
+        if n == depth {
+            let full = DeviceError::NoMemory("more WRs in one post than the queue holds");
+            return (n, Err((n, full.into())));
         }
+        let posted = read(item).and_then(|wr| post(wr).map_err(E::from));
+        if let Err(e) = posted {
+            return (n, Err((n, e)));
+        }
+        n += 1;
     }
-    (wrs.len(), Ok(()))
+    (n, Ok(()))
 }
 
 impl Drop for QpHandle {
@@ -866,6 +950,45 @@ impl Drop for QpHandle {
 mod tests {
     use super::*;
     use crate::types::{Sge, WrOpcode};
+
+    #[test]
+    fn an_endless_list_stops_at_the_queue_depth() {
+        let dev = Device::open("127.101.0.1".parse().unwrap()).unwrap();
+        let pd = dev.alloc_pd();
+        let srq = dev.create_srq(pd, 8, 1).unwrap();
+        let mut read = 0;
+        // An endless list: ENOMEM at the 9th, which is never read.
+        let (i, e) = srq
+            .post_recv_with(std::iter::repeat(()), |()| {
+                read += 1;
+                Ok::<_, DeviceError>(RecvWr {
+                    wr_id: read,
+                    sg_list: Default::default(),
+                })
+            })
+            .unwrap_err();
+        assert_eq!((i, read), (8, 8));
+        assert!(matches!(e, DeviceError::NoMemory(_)), "{e}");
+        assert_eq!(srq.len(), 8);
+        // A full queue refuses the first WR of the next list the same way.
+        let one = RecvWr {
+            wr_id: 9,
+            sg_list: Default::default(),
+        };
+        let (i, e) = srq.post_recv(std::slice::from_ref(&one)).unwrap_err();
+        assert_eq!(i, 0);
+        assert!(matches!(e, DeviceError::NoMemory(_)), "{e}");
+        // The caller's refusal of an item is its error, at its index.
+        let refuse_two = |x| match x {
+            2 => Err(DeviceError::Busy("two")),
+            x => Ok(x),
+        };
+        let (i, e) = post_each([1, 2, 3], 8, refuse_two, |_| Ok(()))
+            .1
+            .unwrap_err();
+        assert_eq!(i, 1);
+        assert!(matches!(e, DeviceError::Busy("two")), "{e}");
+    }
 
     fn cap() -> QpCap {
         QpCap {

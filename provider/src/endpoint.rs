@@ -21,6 +21,7 @@
 
 use crate::counters::Counters;
 use crate::transport::{Nanos, QpMachine, RxMeta, Transmit};
+use crate::types::QpType;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -41,6 +42,86 @@ const TIMER_SLACK: usize = 64;
 /// socket, so that hundreds of QPs do not overflow it (each overflow costs
 /// a go-back-N resend).
 pub const DEVICE_INFLIGHT_PSNS: u32 = 1024;
+
+/// The destination QP number of a multicast packet (IBA 10.5.2.5: QP
+/// 0xFFFFFF; rxe's `IB_MULTICAST_QPN`).
+pub const MULTICAST_QPN: u32 = 0xff_ffff;
+/// Multicast groups one device may have QPs attached to (rxe's
+/// `RXE_MAX_MCAST_GRP`).
+pub const MAX_MCAST_GRP: usize = 8192;
+/// QPs one multicast group may have attached on one device (rxe's
+/// `RXE_MAX_MCAST_QP_ATTACH`).
+pub const MAX_MCAST_QP_ATTACH: usize = 56;
+/// Attachments of all groups on one device together (rxe's
+/// `RXE_MAX_TOT_MCAST_QP_ATTACH`).
+pub const MAX_TOTAL_MCAST_QP_ATTACH: usize = 0x70000;
+
+/// Why a multicast attach or detach was refused (the errno the kernel
+/// answers is in each variant's doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum McastError {
+    /// No such QP on the device (EINVAL).
+    #[error("no QP {0:#x} on this device")]
+    NoQp(u32),
+    /// Only UD QPs join groups (EINVAL, as `ib_attach_mcast`).
+    #[error("QP {0:#x} is not a UD QP")]
+    NotUd(u32),
+    /// The GID is not a multicast one (EINVAL, as `ib_attach_mcast`).
+    #[error("{0} is not a multicast address")]
+    NotMulticast(IpAddr),
+    /// The GID is of the other IP version than the device (EINVAL).
+    #[error("{0} is not of the device's IP version")]
+    WrongFamily(IpAddr),
+    /// Detach of a group the QP is not attached to (EINVAL, as
+    /// `ib_uverbs_detach_mcast`).
+    #[error("QP {qpn:#x} is not attached to {group}")]
+    NotAttached {
+        /// The QP.
+        qpn: u32,
+        /// The group.
+        group: IpAddr,
+    },
+    /// The device has [`MAX_MCAST_GRP`] groups (ENOMEM).
+    #[error("the device has max_mcast_grp ({MAX_MCAST_GRP}) groups")]
+    TooManyGroups,
+    /// The group has [`MAX_MCAST_QP_ATTACH`] QPs (ENOMEM).
+    #[error("the group has max_mcast_qp_attach ({MAX_MCAST_QP_ATTACH}) QPs")]
+    GroupFull,
+    /// The device has [`MAX_TOTAL_MCAST_QP_ATTACH`] attachments (ENOMEM).
+    #[error("the device has max_total_mcast_qp_attach ({MAX_TOTAL_MCAST_QP_ATTACH}) attachments")]
+    TooManyAttachments,
+}
+
+impl McastError {
+    /// The device attribute a limit error names.
+    pub fn limit(&self) -> &'static str {
+        match self {
+            McastError::TooManyGroups => "max_mcast_grp",
+            McastError::GroupFull => "max_mcast_qp_attach",
+            McastError::TooManyAttachments => "max_total_mcast_qp_attach",
+            _ => "",
+        }
+    }
+}
+
+/// What an attach or detach did to the device's set of groups: the
+/// driver joins or leaves the group on the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupChange {
+    /// The first QP of the device joined the group.
+    Joined,
+    /// The last QP of the device left the group.
+    Left,
+    /// The device's groups are as they were (another QP already was, or
+    /// still is, attached; or this QP already was).
+    Unchanged,
+}
+
+/// The group of a multicast GID, as the IP address packets to it carry
+/// (an IPv4-mapped GID is its IPv4 address).
+pub fn mcast_group(gid: &[u8; 16]) -> IpAddr {
+    std::net::Ipv6Addr::from(*gid).to_canonical()
+}
 
 /// A QP in the endpoint, with its scheduling state.
 struct Slot {
@@ -114,6 +195,10 @@ pub struct Endpoint {
     throttled: Vec<u32>,
     /// The in-flight budget.
     budget: u32,
+    /// The QPs attached to each multicast group, in attach order.
+    groups: HashMap<IpAddr, Vec<u32>>,
+    /// Attachments over all groups.
+    attachments: usize,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -135,6 +220,8 @@ impl Endpoint {
             inflight: 0,
             throttled: Vec::new(),
             budget: DEVICE_INFLIGHT_PSNS,
+            groups: HashMap::new(),
+            attachments: 0,
         }
     }
 
@@ -198,12 +285,21 @@ impl Endpoint {
         old.map(|s| s.qp)
     }
 
-    /// Removes a QP.
+    /// Removes a QP, detached from every multicast group (as the kernel
+    /// detaches a QP destroyed while attached): see [`Endpoint::groups`]
+    /// for the groups the device still has.
     pub fn remove_qp(&mut self, qpn: u32) -> Option<Box<dyn QpMachine>> {
         if self.current.is_some_and(|(q, _)| q == qpn) {
             self.current = None;
         }
         let s = self.qps.remove(&qpn)?;
+        let attachments = &mut self.attachments;
+        self.groups.retain(|_, qps| {
+            let before = qps.len();
+            qps.retain(|&q| q != qpn);
+            *attachments -= before - qps.len();
+            !qps.is_empty()
+        });
         self.inflight -= s.inflight;
         self.release_throttled();
         Some(s.qp)
@@ -219,6 +315,76 @@ impl Endpoint {
     pub fn qp_mut(&mut self, qpn: u32) -> Option<&mut (dyn QpMachine + 'static)> {
         self.mark(qpn);
         self.qps.get_mut(&qpn).map(|s| &mut *s.qp)
+    }
+
+    /// Attaches QP `qpn` (a UD QP) to the multicast group `group` (an
+    /// IPv4 or IPv6 multicast address of the device's IP version), as
+    /// `ibv_attach_mcast` with rxe's limits: a QP already attached stays
+    /// so and the call succeeds (the kernel answers 0).
+    pub fn attach_mcast(&mut self, group: IpAddr, qpn: u32) -> Result<GroupChange, McastError> {
+        let group = group.to_canonical();
+        let qp = self.qps.get(&qpn).ok_or(McastError::NoQp(qpn))?;
+        if !group.is_multicast() {
+            return Err(McastError::NotMulticast(group));
+        }
+        if qp.qp.qp_type() != QpType::Ud {
+            return Err(McastError::NotUd(qpn));
+        }
+        if group.is_ipv4() != self.local_ip.to_canonical().is_ipv4() {
+            return Err(McastError::WrongFamily(group));
+        }
+        let members = self.groups.get(&group);
+        if members.is_some_and(|m| m.contains(&qpn)) {
+            return Ok(GroupChange::Unchanged);
+        }
+        // rxe's order: the group first, then its QPs, then the total.
+        if members.is_none() && self.groups.len() >= MAX_MCAST_GRP {
+            return Err(McastError::TooManyGroups);
+        }
+        if members.is_some_and(|m| m.len() >= MAX_MCAST_QP_ATTACH) {
+            return Err(McastError::GroupFull);
+        }
+        if self.attachments >= MAX_TOTAL_MCAST_QP_ATTACH {
+            return Err(McastError::TooManyAttachments);
+        }
+        self.attachments += 1;
+        let members = self.groups.entry(group).or_default();
+        members.push(qpn);
+        Ok(if members.len() == 1 {
+            GroupChange::Joined
+        } else {
+            GroupChange::Unchanged
+        })
+    }
+
+    /// Detaches QP `qpn` from `group` (`ibv_detach_mcast`).
+    pub fn detach_mcast(&mut self, group: IpAddr, qpn: u32) -> Result<GroupChange, McastError> {
+        let group = group.to_canonical();
+        if !self.qps.contains_key(&qpn) {
+            return Err(McastError::NoQp(qpn));
+        }
+        let not_attached = McastError::NotAttached { qpn, group };
+        let members = self.groups.get_mut(&group).ok_or(not_attached)?;
+        let at = members.iter().position(|&q| q == qpn).ok_or(not_attached)?;
+        members.remove(at);
+        self.attachments -= 1;
+        if members.is_empty() {
+            self.groups.remove(&group);
+            return Ok(GroupChange::Left);
+        }
+        Ok(GroupChange::Unchanged)
+    }
+
+    /// The multicast groups some QP of the device is attached to.
+    pub fn groups(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.groups.keys().copied()
+    }
+
+    /// The QPs attached to `group`, in attach order.
+    pub fn group_members(&self, group: IpAddr) -> &[u32] {
+        self.groups
+            .get(&group.to_canonical())
+            .map_or(&[], |m| m.as_slice())
     }
 
     /// Queues a QP for output (once): it has new work (a doorbell).
@@ -248,6 +414,22 @@ impl Endpoint {
     /// for an IPv4 sender's identification, which a UDP socket hides),
     /// parses and hands the packet to its QP.
     pub fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, buf: &mut [u8]) -> RxReport {
+        self.handle_datagram_to(now, from, self.local_ip, buf)
+    }
+
+    /// [`Endpoint::handle_datagram`] of a datagram sent to `to`: the
+    /// device's address, or a multicast group it joined. A packet to
+    /// [`MULTICAST_QPN`] sent to a group goes to every QP of the device
+    /// attached to that group, each checking it as its own (rxe's
+    /// `rxe_rcv_mcast_pkt`: QP state, P_Key and Q_Key per QP); one to
+    /// another QPN is delivered by number, as rxe does.
+    pub fn handle_datagram_to(
+        &mut self,
+        now: Nanos,
+        from: SocketAddr,
+        to: IpAddr,
+        buf: &mut [u8],
+    ) -> RxReport {
         let unknown = (0, true);
         if buf.len() < HEADROOM {
             Counters::inc(&self.counters.malformed_pkts);
@@ -256,7 +438,7 @@ impl Endpoint {
                 ipv4_id: unknown,
             };
         }
-        let ctx = icrc_context(from, self.local_ip);
+        let ctx = icrc_context(from, to);
         let verified = verify_unknown_ipv4_id_in_place(&ctx, buf);
         let ipv4_id = verified
             .as_ref()
@@ -277,22 +459,53 @@ impl Endpoint {
             Counters::inc(&self.counters.cnp_rcvd);
             return report(RxVerdict::Cnp);
         }
-        let qpn = pkt.bth.dest_qp;
-        let Some(s) = self.qps.get_mut(&qpn) else {
-            Counters::inc(&self.counters.dropped_pkts);
-            return report(RxVerdict::NoQp);
-        };
-        let mut meta = RxMeta::new(from.ip(), self.local_ip);
+        let mut meta = RxMeta::new(from.ip(), to);
         meta.src_port = from.port();
         meta.ipv4_id = id.ident;
         meta.ipv4_flags_frag = id.flags_frag;
-        s.qp.handle_packet(now, &meta, &pkt);
+        let qpn = pkt.bth.dest_qp;
+        if qpn == MULTICAST_QPN {
+            // A copy for each attached QP (none: the group is not joined
+            // here, or not by that address).
+            let group = to.to_canonical();
+            if !group.is_multicast() || !self.groups.contains_key(&group) {
+                Counters::inc(&self.counters.dropped_pkts);
+                return report(RxVerdict::NoQp);
+            }
+            // By index: a QP's processing cannot change the groups.
+            let mut i = 0;
+            while let Some(&q) = self.groups.get(&group).and_then(|m| m.get(i)) {
+                self.deliver(now, q, &meta, &pkt);
+                i += 1;
+            }
+            return report(RxVerdict::Delivered);
+        }
+        if !self.deliver(now, qpn, &meta, &pkt) {
+            Counters::inc(&self.counters.dropped_pkts);
+            return report(RxVerdict::NoQp);
+        }
+        report(RxVerdict::Delivered)
+    }
+
+    /// Hands a parsed packet to QP `qpn` and queues the QP for output;
+    /// false if there is no such QP.
+    fn deliver(
+        &mut self,
+        now: Nanos,
+        qpn: u32,
+        meta: &RxMeta,
+        pkt: &packet::ParsedPacket<'_>,
+    ) -> bool {
+        let Some(s) = self.qps.get_mut(&qpn) else {
+            return false;
+        };
+        s.qp.handle_packet(now, meta, pkt);
         if !s.dirty {
             s.dirty = true;
             self.dirty.push_back(qpn);
         }
         self.recount(qpn);
-        report(RxVerdict::Delivered)
+        true
     }
 
     /// The next packet to send, written into `buf` (path MTU + 128 bytes

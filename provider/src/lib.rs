@@ -14,6 +14,7 @@ pub mod events;
 pub mod memory;
 pub mod net;
 pub mod qp_attr;
+pub mod quota;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod threads;

@@ -146,6 +146,7 @@ pub fn config(ip: IpAddr, qpn: u32, depth: u32) -> QpConfig {
     QpConfig {
         qpn,
         pd: PD,
+        recv_pd: PD,
         keys: Arc::new(KeyTable::new()),
         send_cq: Arc::new(CqInner::new(4 * depth as usize)),
         recv_cq: Arc::new(CqInner::new(4 * depth as usize)),

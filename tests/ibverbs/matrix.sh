@@ -6,6 +6,11 @@
 # builds uroce (release), then runs:
 #   * tests/ibverbs/errors.c: error paths through the C API, the ibv_wr_*
 #     API, ibv_cq_ex polling and a completion channel fd in poll(2);
+#   * tests/ibverbs/mcast.c: UD multicast (attach/detach errors and limits,
+#     a send to a group reaching the members of two devices);
+#   * tests/ibverbs/handles.c: stale, garbled and foreign objects refused,
+#     looping WR lists stopped at the queue's depth, each advertised object
+#     limit enforced, an SRQ of another PD;
 #   * tests/ibverbs/signals.c: signals the program blocks and reads from a
 #     signalfd reach it (no thread of the library takes them);
 #   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs), and
@@ -69,6 +74,25 @@ if UROCE_DEVICES=uroce0=127.40.2.1,uroce1=127.40.2.2 timeout 60 "$tmp/errors" >"
   pass "errors.c" "$(tail -1 "$tmp/out")"
 else
   fail "errors.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- stale and garbled objects, looping WR lists, object limits, an SRQ of
+# another PD (handles.c caps its own address space: a list that allocates
+# without end fails here)
+cc -O1 -Wall -o "$tmp/handles" tests/ibverbs/handles.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.101.1.1,uroce1=127.101.1.2 timeout 300 "$tmp/handles" >"$tmp/out" 2>&1; then
+  pass "handles.c" "$(tail -1 "$tmp/out")"
+else
+  fail "handles.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- UD multicast: attach/detach errors, rxe's limits, a send to a group
+# reaching both devices' members
+cc -O1 -Wall -o "$tmp/mcast" tests/ibverbs/mcast.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.106.3.1,uroce1=127.106.3.2 timeout 60 "$tmp/mcast" >"$tmp/out" 2>&1; then
+  pass "mcast.c" "$(tail -1 "$tmp/out")"
+else
+  fail "mcast.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
 
 # ---- signals the program blocks stay its own (no library thread takes them)

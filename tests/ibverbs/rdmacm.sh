@@ -8,7 +8,8 @@
 #     SRQ on the id; rdma_establish for an id without a QP);
 #   * rping -V (data verified) at three sizes, ucmatose -c 4 (and -m:
 #     ids migrated to a new channel), udaddy -c 4 (UD through SIDR),
-#     rdma_server/rdma_client (synchronous ids, rdma_create_ep),
+#     rdma_server/rdma_client (synchronous ids, rdma_create_ep), mckey
+#     (UD multicast through rdma_join_multicast, 127.106.200.x),
 #     perftest's ib_send_bw -R, ib_write_bw -R and ib_read_lat -R: server
 #     and client in their own processes.
 #
@@ -101,6 +102,27 @@ cm_pair "ucmatose -c 2 -m" "^return status 0" \
 cm_pair "udaddy -c 4" "^return status 0" \
   udaddy -b {S} -c 4 -- udaddy -s {S} -b {C} -c 4
 
+# ---- mckey: UD multicast through rdma_join_multicast, sender and
+# receiver in their own processes (devices 127.106.200.1 and .2, group
+# 239.106.0.1); the receiver joins first and must get all 4 messages.
+mc_r=127.106.200.1 mc_s=127.106.200.2 mc_g=239.106.0.1
+UROCE_DEVICES="rcv=$mc_r" timeout 60 mckey -m $mc_g -b $mc_r -C 4 >"$tmp/mc_recv" 2>&1 &
+mc_pid=$!
+for _ in $(seq 100); do
+  ss -Huan "src $mc_g:4791" | grep -q . && break
+  sleep 0.1
+done
+UROCE_DEVICES="snd=$mc_s" timeout 60 mckey -m $mc_g -s -b $mc_s -C 4 >"$tmp/mc_send" 2>&1
+mc_src=$?
+wait $mc_pid
+mc_rrc=$?
+if [ $mc_src = 0 ] && [ $mc_rrc = 0 ] && grep -q "data transfers complete" "$tmp/mc_recv"; then
+  pass "mckey -m (multicast)" "4 messages to group $mc_g received"
+else
+  cat "$tmp/mc_send" - "$tmp/mc_recv" <<<"---- receiver:" >"$tmp/out"
+  fail "mckey -m (multicast)" "sender $mc_src, receiver $mc_rrc"
+fi
+
 # ---- rdma_server/rdma_client: rdma_getaddrinfo, rdma_create_ep,
 # synchronous ids, rdma_get_request, the CQs rdma_create_qp makes
 cm_pair "rdma_server/rdma_client" "rdma_client: end 0" \
@@ -121,3 +143,14 @@ cm_pair "ib_write_bw -R" "$bw" \
   ib_write_bw -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_write_bw -R -x 0 -d cli -p 7471 -n 100 {S}
 cm_pair "ib_read_lat -R" "$lat" \
   ib_read_lat -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_read_lat -R -x 0 -d cli -p 7471 -n 100 {S}
+
+# rsockets: rdmacm-utils' rstream (rsocket calls only, no kernel TCP to
+# fall back to) in both directions' default test and a 1 MB custom one.
+if command -v rstream >/dev/null; then
+  cm_pair "rstream 1 MB x 20" "^custom" \
+    rstream -b {S} -p 19740 -S 1000000 -C 20 -- rstream -s {S} -p 19740 -S 1000000 -C 20
+  cm_pair "rstream 64 KB x 100, non-blocking" "^custom" \
+    rstream -b {S} -p 19741 -S 65536 -C 100 -T n -- rstream -s {S} -p 19741 -S 65536 -C 100 -T n
+else
+  echo "SKIP rstream: Debian's rdmacm-utils is not installed"
+fi

@@ -2,7 +2,8 @@
  * uroce's librdmacm through the C API as a program sees it (compiled
  * against Debian's <rdma/rdma_cma.h>, run with LD_LIBRARY_PATH=$(uroce
  * libdir)): error paths return -1 with librdmacm's errno (EINVAL for NULL
- * ids, channels and events; ENOSYS for multicast and unknown options;
+ * ids, channels and events and a multicast join on an id that is not a
+ * bound UD one; ENOSYS for unknown options;
  * EAGAIN from a non-blocking channel), a connection to a port nobody
  * listens on is REJECTED with status 8 (invalid service ID), private data
  * beyond a REQ's 56 bytes is EINVAL, and connections in one process carry
@@ -195,10 +196,12 @@ int main(void)
 	CHECK(ERR(rdma_set_option(NULL, RDMA_OPTION_ID, 0, &tos, 1), EINVAL),
 	      "set_option(NULL id): -1/EINVAL");
 
-	/* ---- unsupported: multicast, rsockets, ECE as without it */
+	/* ---- multicast on an id not bound (and not UD): EINVAL, as the
+	 * kernel's rdma_join_multicast; unsupported: rsockets, ECE as
+	 * without it */
 	struct sockaddr_in mc = addr_of("239.1.2.3", 0);
-	CHECK(ERR(rdma_join_multicast(id, (struct sockaddr *)&mc, NULL), ENOSYS),
-	      "join_multicast: -1/ENOSYS (errno %d)", errno);
+	CHECK(ERR(rdma_join_multicast(id, (struct sockaddr *)&mc, NULL), EINVAL),
+	      "join_multicast on an unbound RC id: -1/EINVAL (errno %d)", errno);
 	CHECK(ERR(rdma_join_multicast(id, NULL, NULL), EINVAL),
 	      "join_multicast(NULL address): -1/EINVAL");
 	struct rdma_cm_join_mc_attr_ex mx = {
@@ -206,8 +209,8 @@ int main(void)
 		.join_flags = RDMA_MC_JOIN_FLAG_FULLMEMBER,
 		.addr = (struct sockaddr *)&mc,
 	};
-	CHECK(ERR(rdma_join_multicast_ex(id, &mx, NULL), ENOSYS),
-	      "join_multicast_ex: -1/ENOSYS");
+	CHECK(ERR(rdma_join_multicast_ex(id, &mx, NULL), EINVAL),
+	      "join_multicast_ex on an unbound RC id: -1/EINVAL");
 	mx.comp_mask = RDMA_CM_JOIN_MC_ATTR_RESERVED;
 	CHECK(ERR(rdma_join_multicast_ex(id, &mx, NULL), ENOTSUP),
 	      "join_multicast_ex with a reserved mask bit: -1/ENOTSUP");

@@ -9,17 +9,14 @@ use uroce_provider::device::grh_source;
 use uroce_provider::qp_attr::AddressVector;
 use uroce_provider::types::{UdDest, Wc, WcFlags};
 
-/// Why UD multicast is refused: each device binds one unicast address, and
-/// IP multicast does not fit that cleanly.
-pub(crate) const NO_MULTICAST: &str =
-    "UD multicast: devices bind one unicast address, so IP multicast does not fit";
-
 /// An address handle: a checked address vector to one peer.
 #[derive(Debug)]
 pub struct AddressHandle {
     av: AddressVector,
     ip: IpAddr,
     _pd: Arc<()>,
+    /// Its place in the device's `max_ah`.
+    _slot: uroce_provider::quota::Slot,
 }
 
 impl AddressHandle {
@@ -45,7 +42,9 @@ impl AddressHandle {
 
 impl ProtectionDomain {
     /// `ibv_create_ah`: the destination GID is the peer's RoCEv2 GID (its
-    /// IP address, IPv4-mapped for IPv4), of the device's IP version.
+    /// IP address, IPv4-mapped for IPv4), of the device's IP version, or
+    /// a multicast group's (send to QP 0xFFFFFF; see
+    /// [`crate::QueuePair::attach_mcast`]).
     pub fn create_ah(&self, av: &AddressVector) -> Result<AddressHandle> {
         if av.port_num != 1 {
             return Err(Error::Invalid(format!(
@@ -64,19 +63,22 @@ impl ProtectionDomain {
         if ip.is_unspecified() {
             return Err(Error::Invalid("dgid is zero".into()));
         }
-        if ip.is_multicast() {
-            return Err(Error::NotSupported(NO_MULTICAST));
-        }
         if ip.is_ipv4() != self.ctx.device().ip().is_ipv4() {
             return Err(Error::Invalid(format!(
                 "dgid {ip} is of another IP version than the device's {}",
                 self.ctx.device().ip()
             )));
         }
+        let slot = self
+            .ctx
+            .inner
+            .face
+            .take_slot(uroce_provider::quota::Resource::Ah)?;
         Ok(AddressHandle {
             av: *av,
             ip,
             _pd: self.users.clone(),
+            _slot: slot,
         })
     }
 

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use uroce_provider::counters::CounterSnapshot;
 use uroce_provider::device::{
     self as face, devices_from_env, interface_index, interface_mtu, DeviceConfig, IoPath,
+    MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH,
 };
 use uroce_provider::net::faults::Faults;
 use uroce_provider::qp_attr::gid_of;
 pub use uroce_provider::qp_attr::{GID_ENTRIES, GID_TABLE_LEN};
+use uroce_provider::quota::Resource;
 use uroce_provider::types::Mtu;
 
 /// The environment variable that makes every device write a capture:
@@ -172,6 +174,11 @@ pub struct DeviceAttr {
     /// own accesses (local and remote), as a NIC's are.
     pub atomic_cap: u32,
     pub max_srq: u32,
+    pub max_mw: u32,
+    pub max_ah: u32,
+    pub max_mcast_grp: u32,
+    pub max_mcast_qp_attach: u32,
+    pub max_total_mcast_qp_attach: u32,
     pub max_pkeys: u16,
     pub phys_port_cnt: u8,
     pub max_inline_data: u32,
@@ -223,18 +230,23 @@ impl Context {
             vendor_id: 0xffffff,
             vendor_part_id: 0,
             hw_ver: 0,
-            max_qp: 1 << 16,
+            max_qp: Resource::Qp.max(),
             max_qp_wr: MAX_QP_WR,
             max_sge: MAX_SGE,
-            max_cq: 1 << 16,
+            max_cq: Resource::Cq.max(),
             max_cqe: MAX_CQE,
-            max_mr: 1 << 20,
-            max_pd: 1 << 16,
+            max_mr: Resource::Mr.max(),
+            max_pd: Resource::Pd.max(),
             max_qp_rd_atom: MAX_RD_ATOM as u32,
             max_qp_init_rd_atom: MAX_RD_ATOM as u32,
             max_res_rd_atom: MAX_RD_ATOM as u32 * (1 << 16),
             atomic_cap: 1,
-            max_srq: 1 << 16,
+            max_srq: Resource::Srq.max(),
+            max_mw: Resource::Mw.max(),
+            max_ah: Resource::Ah.max(),
+            max_mcast_grp: MAX_MCAST_GRP as u32,
+            max_mcast_qp_attach: MAX_MCAST_QP_ATTACH as u32,
+            max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH as u32,
             max_pkeys: 1,
             phys_port_cnt: 1,
             max_inline_data: MAX_INLINE,
@@ -279,8 +291,9 @@ impl Context {
     }
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        let slot = self.inner.face.take_slot(Resource::Pd)?;
         let id = self.inner.face.alloc_pd();
-        Ok(ProtectionDomain::new(self.clone(), id))
+        Ok(ProtectionDomain::new(self.clone(), id, slot))
     }
     /// `ibv_create_cq` with at least `cqe` entries.
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {

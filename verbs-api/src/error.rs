@@ -1,6 +1,6 @@
 //! The API's errors, with the errno verbs would return.
 
-use uroce_provider::device::{DeviceError, EngineError};
+use uroce_provider::device::{DeviceError, EngineError, McastError};
 
 /// Result alias.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -82,6 +82,16 @@ impl From<EngineError> for Error {
         match e {
             EngineError::Modify(m) => Error::Invalid(m.to_string()),
             EngineError::NoQp(_) => Error::Invalid(e.to_string()),
+            EngineError::Mcast(m) => match m {
+                McastError::TooManyGroups
+                | McastError::GroupFull
+                | McastError::TooManyAttachments => Error::NoMemory(m.limit()),
+                _ => Error::Invalid(m.to_string()),
+            },
+            // Out of descriptors or memberships: the device's resources.
+            EngineError::Join { errno, .. } if [12, 23, 24, 105].contains(&errno) => {
+                Error::NoMemory("a socket for the multicast group")
+            }
             other => Error::Engine(other.to_string()),
         }
     }

@@ -30,6 +30,7 @@ mod events;
 pub mod loopback;
 mod pd;
 mod qp;
+pub mod rsocket;
 mod srq;
 
 pub use ah::AddressHandle;

@@ -6,6 +6,7 @@ use crate::qp::{QpInitAttr, QueuePair};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use uroce_provider::memory::{MemError, MrInner, MwBind, MwInner, MwType, PdId};
+use uroce_provider::quota::{Resource, Slot};
 use uroce_provider::types::{Access, SendFlags, SendWr, Sge, WrOpcode};
 
 /// A protection domain (`struct ibv_pd`).
@@ -15,14 +16,17 @@ pub struct ProtectionDomain {
     pub(crate) id: PdId,
     /// Held by every MR and QP of the PD: destroy refuses while shared.
     pub(crate) users: Arc<()>,
+    /// Its place in the device's `max_pd` (none for a shared handle).
+    _slot: Option<Slot>,
 }
 
 impl ProtectionDomain {
-    pub(crate) fn new(ctx: Context, id: PdId) -> ProtectionDomain {
+    pub(crate) fn new(ctx: Context, id: PdId, slot: Slot) -> ProtectionDomain {
         ProtectionDomain {
             ctx,
             id,
             users: Arc::new(()),
+            _slot: Some(slot),
         }
     }
     /// The context.
@@ -44,29 +48,38 @@ impl ProtectionDomain {
             ctx: self.ctx.clone(),
             id: self.id,
             users: self.users.clone(),
+            _slot: None,
         }
     }
 
-    fn wrap(&self, inner: Arc<MrInner>) -> MemoryRegion {
+    /// A place for one more region in the device's `max_mr`.
+    fn mr_slot(&self) -> Result<Slot> {
+        Ok(self.ctx.inner.face.take_slot(Resource::Mr)?)
+    }
+
+    fn wrap(&self, inner: Arc<MrInner>, slot: Slot) -> MemoryRegion {
         MemoryRegion {
             ctx: self.ctx.clone(),
             inner: Some(inner),
             _pd: self.users.clone(),
             owns: true,
+            _slot: Some(slot),
         }
     }
 
     /// `ibv_reg_mr` over a buffer the region takes over, without copying
     /// it; [`MemoryRegion::dereg`] gives it back.
     pub fn reg_mr(&self, buf: Vec<u8>, access: Access) -> Result<MemoryRegion> {
+        let slot = self.mr_slot()?;
         let mr = self.ctx.inner.face.reg_vec(self.id, buf, access)?;
-        Ok(self.wrap(mr))
+        Ok(self.wrap(mr, slot))
     }
 
     /// Allocates `len` zeroed page-aligned bytes and registers them.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        let slot = self.mr_slot()?;
         let mr = self.ctx.inner.face.reg_zeroed(self.id, len, access)?;
-        Ok(self.wrap(mr))
+        Ok(self.wrap(mr, slot))
     }
 
     /// `ibv_reg_mr` over memory the caller owns.
@@ -82,9 +95,10 @@ impl ProtectionDomain {
         len: usize,
         access: Access,
     ) -> Result<MemoryRegion> {
+        let slot = self.mr_slot()?;
         // SAFETY: the caller's promise above.
         let mr = unsafe { self.ctx.inner.face.reg_raw(self.id, addr, len, access)? };
-        Ok(self.wrap(mr))
+        Ok(self.wrap(mr, slot))
     }
 
     /// `ibv_alloc_mw`: an unbound memory window of `kind` in this PD.
@@ -92,12 +106,14 @@ impl ProtectionDomain {
     /// a BIND_MW work request ([`MemoryWindow::bind_wr`]) and invalidated
     /// with LOCAL_INV or a peer's SEND with Invalidate.
     pub fn alloc_mw(&self, kind: MwType) -> Result<MemoryWindow> {
+        let slot = self.ctx.inner.face.take_slot(Resource::Mw)?;
         let inner = self.ctx.inner.face.alloc_mw(self.id, kind);
         Ok(MemoryWindow {
             ctx: self.ctx.clone(),
             rkey: AtomicU32::new(inner.rkey()),
             inner,
             _pd: self.users.clone(),
+            _slot: slot,
         })
     }
 
@@ -142,6 +158,8 @@ impl ProtectionDomain {
 pub struct MemoryRegion {
     ctx: Context,
     inner: Option<Arc<MrInner>>,
+    /// Its place in the device's `max_mr` (none for a shared handle).
+    _slot: Option<Slot>,
     _pd: Arc<()>,
     /// Dropping it deregisters (false for a [`MemoryRegion::share`]d
     /// handle).
@@ -215,6 +233,7 @@ impl MemoryRegion {
             inner: self.inner.clone(),
             _pd: self._pd.clone(),
             owns: false,
+            _slot: None,
         }
     }
     /// Local key.
@@ -333,6 +352,8 @@ pub struct MemoryWindow {
     /// each type 1 bind when posted.
     rkey: AtomicU32,
     _pd: Arc<()>,
+    /// Its place in the device's `max_mw`.
+    _slot: Slot,
 }
 
 impl MemoryWindow {

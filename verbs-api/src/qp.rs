@@ -186,6 +186,21 @@ impl QueuePair {
         self.qp.post_send(wrs).map_err(|(i, e)| (i, e.into()))
     }
 
+    /// [`QueuePair::post_send`] of the WRs `read` makes of `items`, each
+    /// read only once the ones before it are posted: a foreign list (the
+    /// C library's) is walked as it is posted, and one call posts at most
+    /// the send queue's depth (the WR after those is refused with
+    /// ENOMEM, unread).
+    pub fn post_send_with<T, E: From<Error>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        mut read: impl FnMut(T) -> std::result::Result<SendWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
+        self.qp
+            .post_send_with(items, |t| read(t).map_err(Caller))
+            .map_err(|(i, Caller(e))| (i, e))
+    }
+
     /// The rules a send WR's SGE count (`max_send_sge`) and inline length
     /// (`max_inline_data`) must pass, for a caller that must check a
     /// foreign list's length before reading it (the C library); posting
@@ -208,18 +223,52 @@ impl QueuePair {
             .map_err(|e| Error::Invalid(e.to_string()))
     }
 
-    /// `ibv_attach_mcast`: not supported (each device binds one unicast
-    /// address; IP multicast does not fit that cleanly).
-    pub fn attach_mcast(&self, _gid: &[u8; 16], _lid: u16) -> Result<()> {
-        Err(Error::NotSupported(crate::ah::NO_MULTICAST))
+    /// `ibv_attach_mcast`: this UD QP receives the datagrams sent to the
+    /// multicast GID `gid` (IPv4-mapped `::ffff:224.0.0.0/100`, or IPv6
+    /// `ff00::/8`, of the device's IP version) and QP 0xFFFFFF, from
+    /// any device, its own included. The LID is ignored, as the kernel
+    /// ignores it on RoCE. Errors as the kernel's: EINVAL for a QP other
+    /// than UD, a GID that is not multicast; attaching twice succeeds;
+    /// ENOMEM past rxe's limits (`max_mcast_grp` groups per device,
+    /// `max_mcast_qp_attach` QPs per group, `max_total_mcast_qp_attach`).
+    /// Destroying the QP detaches it.
+    pub fn attach_mcast(&self, gid: &[u8; 16], _lid: u16) -> Result<()> {
+        Ok(self.qp.attach_mcast(gid)?)
     }
-    /// `ibv_detach_mcast`: not supported (see [`QueuePair::attach_mcast`]).
-    pub fn detach_mcast(&self, _gid: &[u8; 16], _lid: u16) -> Result<()> {
-        Err(Error::NotSupported(crate::ah::NO_MULTICAST))
+    /// `ibv_detach_mcast`: EINVAL if the QP is not attached to `gid`.
+    pub fn detach_mcast(&self, gid: &[u8; 16], _lid: u16) -> Result<()> {
+        Ok(self.qp.detach_mcast(gid)?)
     }
 
     /// `ibv_post_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, Error)> {
         self.qp.post_recv(wrs).map_err(|(i, e)| (i, e.into()))
+    }
+
+    /// [`QueuePair::post_recv`] of the WRs `read` makes of `items`, as
+    /// [`QueuePair::post_send_with`].
+    pub fn post_recv_with<T, E: From<Error>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        mut read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
+        self.qp
+            .post_recv_with(items, |t| read(t).map_err(Caller))
+            .map_err(|(i, Caller(e))| (i, e))
+    }
+
+    /// The send queue's depth: the most WRs one post takes.
+    pub fn send_depth(&self) -> u32 {
+        self.qp.cap().max_send_wr.max(1)
+    }
+}
+
+/// A caller's error passed through the provider's post loop, which
+/// reports its own errors as `DeviceError`s.
+pub(crate) struct Caller<E>(pub(crate) E);
+
+impl<E: From<Error>> From<uroce_provider::device::DeviceError> for Caller<E> {
+    fn from(e: uroce_provider::device::DeviceError) -> Caller<E> {
+        Caller(E::from(e.into()))
     }
 }

@@ -80,6 +80,19 @@ impl SharedReceiveQueue {
         self.inner.post_recv(wrs).map_err(|(i, e)| (i, e.into()))
     }
 
+    /// [`SharedReceiveQueue::post_recv`] of the WRs `read` makes of
+    /// `items`, as [`crate::QueuePair::post_send_with`] (at most `max_wr`
+    /// in one call).
+    pub fn post_recv_with<T, E: From<Error>>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        mut read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
+    ) -> std::result::Result<(), (usize, E)> {
+        self.inner
+            .post_recv_with(items, |t| read(t).map_err(crate::qp::Caller))
+            .map_err(|(i, crate::qp::Caller(e))| (i, e))
+    }
+
     /// The rule a receive WR's SGE count must pass (`max_sge`): for a
     /// caller that must check a foreign list's length before reading it.
     pub fn check_sges(&self, n: usize) -> Result<()> {

@@ -16,7 +16,7 @@ pub mod device;
 pub(crate) mod socket;
 
 use crate::counters::Counters;
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, GroupChange, McastError};
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
@@ -67,6 +67,14 @@ enum Command {
     SetFaults(Option<Faults>, Sender<()>),
     Dump(u32, Sender<String>),
     Capture(Option<std::path::PathBuf>, Sender<Result<(), String>>),
+    Mcast(McastOp, u32, IpAddr, Sender<Result<(), EngineError>>),
+}
+
+/// A multicast membership change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum McastOp {
+    Attach,
+    Detach,
 }
 
 /// Errors of engine control operations.
@@ -88,6 +96,19 @@ pub enum EngineError {
     /// The capture file could not be written.
     #[error("capture: {0}")]
     Capture(String),
+    /// A multicast attach or detach was refused.
+    #[error(transparent)]
+    Mcast(#[from] McastError),
+    /// The socket receiving a multicast group could not be set up.
+    #[error("cannot join multicast group {group}: {msg}")]
+    Join {
+        /// The group.
+        group: IpAddr,
+        /// The OS error.
+        msg: String,
+        /// Its errno.
+        errno: i32,
+    },
     /// The socket could not be set up.
     #[error("cannot bind UDP port 4791 on {addr}: {msg}")]
     Bind {
@@ -130,6 +151,8 @@ struct Shared {
     driver: parking_lot::Mutex<Option<Driver>>,
     /// The socket's descriptor, to sleep on without the driver's lock.
     sock_fd: std::os::fd::RawFd,
+    /// An epoll set of the multicast groups' sockets, slept on too.
+    mcast_poll: Arc<socket::PollSet>,
     epoch: Instant,
     /// Application threads may drive the device (`UROCE_APP_PROGRESS=0`:
     /// only the engine thread does).
@@ -233,8 +256,14 @@ impl Engine {
             gro,
         };
         let sock_fd = port.raw_fd();
+        let mcast_poll = Arc::new(socket::PollSet::new().map_err(|e| EngineError::Bind {
+            addr: ip,
+            msg: format!("epoll: {e}"),
+        })?);
         let driver = Driver {
             port,
+            mcast: Vec::new(),
+            mcast_poll: mcast_poll.clone(),
             ep: Endpoint::new(ip, counters.clone()),
             epoch,
             txbuf: vec![0u8; TX_PER_PASS * MAX_DATAGRAM],
@@ -253,6 +282,7 @@ impl Engine {
             ready: SegQueue::new(),
             driver: parking_lot::Mutex::new(Some(driver)),
             sock_fd,
+            mcast_poll,
             epoch,
             app_progress: std::env::var("UROCE_APP_PROGRESS").map_or(true, |v| v.trim() != "0"),
             planned: AtomicU64::new(u64::MAX),
@@ -472,6 +502,16 @@ impl Engine {
         }
         self.call(|tx| Command::Destroy(qpn, tx))?
     }
+    /// Attaches a UD QP to a multicast group (an IP multicast address of
+    /// the device's version; see [`Endpoint::attach_mcast`]): the first
+    /// QP of the device to join it opens a socket receiving the group.
+    pub fn attach_mcast(&self, qpn: u32, group: IpAddr) -> Result<(), EngineError> {
+        self.call(|tx| Command::Mcast(McastOp::Attach, qpn, group, tx))?
+    }
+    /// Detaches a QP from a group; the last to leave closes its socket.
+    pub fn detach_mcast(&self, qpn: u32, group: IpAddr) -> Result<(), EngineError> {
+        self.call(|tx| Command::Mcast(McastOp::Detach, qpn, group, tx))?
+    }
     /// Injects faults into everything this device sends from now on
     /// (`None`: a clean network again).
     pub fn set_faults(&self, faults: Option<Faults>) -> Result<(), EngineError> {
@@ -583,6 +623,10 @@ pub const QUIET_INFLIGHT: u32 = 2;
 /// an empty CQ or posts a send while it is free.
 struct Driver {
     port: UdpPort,
+    /// A socket per multicast group some QP is attached to.
+    mcast: Vec<(IpAddr, UdpPort)>,
+    /// The epoll set the engine thread sleeps on for `mcast`.
+    mcast_poll: Arc<socket::PollSet>,
     ep: Endpoint,
     epoch: Instant,
     /// Packets of one transmit pass, back to back.
@@ -745,7 +789,11 @@ impl Driver {
                         .remove_qp(qpn)
                         .map(|_| ())
                         .ok_or(EngineError::NoQp(qpn));
+                    self.leave_unused_groups();
                     let _ = tx.send(r);
+                }
+                Command::Mcast(op, qpn, group, tx) => {
+                    let _ = tx.send(self.mcast(op, qpn, group));
                 }
                 Command::Sync(tx) => {
                     let _ = tx.send(());
@@ -776,13 +824,75 @@ impl Driver {
         any
     }
 
+    /// Attaches or detaches a QP, joining or leaving the group on the
+    /// network as the device's first QP joins it or its last leaves.
+    fn mcast(&mut self, op: McastOp, qpn: u32, group: IpAddr) -> Result<(), EngineError> {
+        let group = group.to_canonical();
+        let change = match op {
+            McastOp::Attach => self.ep.attach_mcast(group, qpn)?,
+            McastOp::Detach => self.ep.detach_mcast(group, qpn)?,
+        };
+        match change {
+            GroupChange::Joined => {
+                let joined = UdpPort::join(group, self.ep.local_ip())
+                    .and_then(|p| self.mcast_poll.add(p.raw_fd()).map(|()| p));
+                match joined {
+                    Ok(p) => self.mcast.push((group, p)),
+                    Err(e) => {
+                        let _ = self.ep.detach_mcast(group, qpn);
+                        return Err(EngineError::Join {
+                            group,
+                            msg: e.to_string(),
+                            errno: e.raw_os_error().unwrap_or(libc::EIO),
+                        });
+                    }
+                }
+            }
+            GroupChange::Left => self.leave_unused_groups(),
+            GroupChange::Unchanged => {}
+        }
+        Ok(())
+    }
+
+    /// Closes the sockets of groups no QP of the device is attached to
+    /// any more (the kernel leaves the group with the last of them).
+    fn leave_unused_groups(&mut self) {
+        let ep = &self.ep;
+        let poll = &self.mcast_poll;
+        self.mcast.retain(|(g, p)| {
+            let keep = !ep.group_members(*g).is_empty();
+            if !keep {
+                poll.remove(p.raw_fd());
+            }
+            keep
+        });
+    }
+
     /// Receives batches of datagrams (GRO aggregates split at their
-    /// segment size) and hands each packet to the endpoint; returns how
-    /// many datagrams it read.
+    /// segment size) from the device's socket and its groups' sockets,
+    /// and hands each packet to the endpoint; returns how many datagrams
+    /// it read.
     fn receive(&mut self) -> usize {
+        let mut count = self.receive_port(None);
+        for i in 0..self.mcast.len() {
+            count += self.receive_port(Some(i));
+        }
+        count
+    }
+
+    /// [`Driver::receive`] from one socket: the device's (`None`) or a
+    /// group's.
+    fn receive_port(&mut self, group: Option<usize>) -> usize {
         let mut count = 0;
         for _ in 0..RX_CALLS_PER_PASS {
-            let (n, dropped) = self.port.recv_batch(&mut self.rx);
+            let (port, to_ip) = match group {
+                None => (&mut self.port, self.ep.local_ip()),
+                Some(i) => {
+                    let (g, p) = &mut self.mcast[i];
+                    (p, *g)
+                }
+            };
+            let (n, dropped) = port.recv_batch(&mut self.rx);
             if dropped > 0 {
                 self.counters()
                     .rx_socket_drops
@@ -794,7 +904,7 @@ impl Driver {
             count += n;
             Counters::inc(&self.counters().rx_syscalls);
             let now = self.now();
-            let to = self.local();
+            let to = SocketAddr::new(to_ip, uroce_wire::ROCEV2_UDP_PORT);
             for i in 0..n {
                 let m = self.rx.msgs[i];
                 if m.seg != 0 && m.len > m.seg {
@@ -809,7 +919,7 @@ impl Driver {
                 while off < m.len {
                     let len = seg.min(m.len - off);
                     let buf = &mut slot[off..HEADROOM + off + len];
-                    let r = self.ep.handle_datagram(now, m.from, buf);
+                    let r = self.ep.handle_datagram_to(now, m.from, to_ip, buf);
                     if let Some(c) = self.capture.as_mut() {
                         c.record(m.from, to, r.ipv4_id, &buf[HEADROOM..]);
                     }
@@ -1019,6 +1129,7 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
         if shared.ready.is_empty() && cmds.is_empty() && !moved {
             socket::wait(
                 shared.sock_fd,
+                &shared.mcast_poll,
                 &shared.doorbell,
                 timeout_ns.min(1_000_000_000),
             );

@@ -140,6 +140,11 @@ impl UdpPort {
             uroce_wire::ROCEV2_UDP_PORT,
         )))?;
         sock.set_nonblocking(true)?;
+        // Multicast (a UD send to a group) leaves by the device's own
+        // interface, and comes back to this host's members, the device's
+        // own QPs among them, as a NIC loops it back. (Refused, the
+        // device still works for unicast; multicast goes by route.)
+        let _ = set_multicast_if(&sock, ip);
         // The kernel's count of datagrams dropped for a full receive
         // buffer, with every datagram read.
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
@@ -152,6 +157,57 @@ impl UdpPort {
             sock,
             gro,
             gso,
+            ovfl: 0,
+        })
+    }
+
+    /// A socket receiving what is sent to the multicast `group` on UDP
+    /// 4791, joined on the interface of the device address `local`: bound
+    /// to the group address (so it gets that group's datagrams and no
+    /// unicast), with SO_REUSEADDR so that every device of this host, in
+    /// this process or another, can join the same group and each gets its
+    /// own copy. Needs no privilege, and works on `lo` as it is (without
+    /// its MULTICAST flag). Never used to send.
+    pub fn join(group: IpAddr, local: IpAddr) -> io::Result<UdpPort> {
+        let sock = df_socket(group)?;
+        let fd = sock.as_raw_fd();
+        sock.set_reuse_address(true)?;
+        grow_buffers(&sock, SOCK_BUF);
+        match (group, local) {
+            (IpAddr::V4(g), IpAddr::V4(l)) => {
+                sock.bind(&SockAddr::from(SocketAddr::new(
+                    group,
+                    uroce_wire::ROCEV2_UDP_PORT,
+                )))?;
+                sock.join_multicast_v4(&g, &l)?;
+                // Only the group bound, not every group the host joined.
+                sock.set_multicast_all_v4(false)?;
+            }
+            (IpAddr::V6(g), IpAddr::V6(l)) => {
+                let ifindex = ifindex_of(IpAddr::V6(l))?;
+                let scope = if g.segments()[0] & 0x000f <= 2 {
+                    ifindex
+                } else {
+                    0
+                };
+                sock.bind(&SockAddr::from(std::net::SocketAddrV6::new(
+                    g,
+                    uroce_wire::ROCEV2_UDP_PORT,
+                    0,
+                    scope,
+                )))?;
+                sock.join_multicast_v6(&g, ifindex)?;
+                sock.set_multicast_all_v6(false)?;
+            }
+            _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        }
+        sock.set_nonblocking(true)?;
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
+        let gro = setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        Ok(UdpPort {
+            sock,
+            gro,
+            gso: false,
             ovfl: 0,
         })
     }
@@ -374,12 +430,64 @@ fn sockaddr_of(st: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Sock
     sa.as_socket()
 }
 
-/// Blocks until the socket `sock` is readable, the doorbell rings, or
-/// `timeout_ns` passes.
-pub fn wait(sock: std::os::fd::RawFd, bell: &Doorbell, timeout_ns: u64) {
+/// An epoll set of sockets: readable when one of them is (the multicast
+/// groups' sockets, which come and go while the engine sleeps on the set).
+pub struct PollSet {
+    fd: OwnedFd,
+}
+
+impl PollSet {
+    /// An empty set.
+    pub fn new() -> io::Result<PollSet> {
+        // SAFETY: epoll_create1 returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor we own.
+        Ok(PollSet {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+    /// Adds a socket, watched for input.
+    pub fn add(&self, sock: std::os::fd::RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: sock as u64,
+        };
+        // SAFETY: our epoll descriptor, a live event the call only reads.
+        let r = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, sock, &mut ev) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+    /// Removes a socket (before it is closed).
+    pub fn remove(&self, sock: std::os::fd::RawFd) {
+        // SAFETY: our epoll descriptor; DEL ignores the event argument.
+        unsafe {
+            libc::epoll_ctl(
+                self.fd.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                sock,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+}
+
+/// Blocks until the socket `sock` or one in `more` is readable, the
+/// doorbell rings, or `timeout_ns` passes.
+pub fn wait(sock: std::os::fd::RawFd, more: &PollSet, bell: &Doorbell, timeout_ns: u64) {
     let mut fds = [
         libc::pollfd {
             fd: sock,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: more.fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         },
@@ -393,8 +501,16 @@ pub fn wait(sock: std::os::fd::RawFd, bell: &Doorbell, timeout_ns: u64) {
         tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
     };
-    // SAFETY: two valid pollfd entries and a live timespec; no signal mask.
-    unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+    // SAFETY: three valid pollfd entries and a live timespec; no signal
+    // mask.
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
 }
 
 /// A UDP socket for `ip`'s family that sends with DF and IPv4 ID 0
@@ -426,6 +542,70 @@ pub fn df_socket(ip: IpAddr) -> io::Result<Socket> {
     };
     setsockopt_int(fd, level, opt, val)?;
     Ok(sock)
+}
+
+/// Sends multicast from `sock` out of the interface of its address `ip`,
+/// looped back to this host's members.
+fn set_multicast_if(sock: &Socket, ip: IpAddr) -> io::Result<()> {
+    match ip {
+        IpAddr::V4(v4) => {
+            sock.set_multicast_if_v4(&v4)?;
+            sock.set_multicast_loop_v4(true)
+        }
+        IpAddr::V6(_) => {
+            // An address on no interface (none found): the kernel's
+            // choice, by route.
+            if let Ok(i) = ifindex_of(ip) {
+                sock.set_multicast_if_v6(i)?;
+            }
+            sock.set_multicast_loop_v6(true)
+        }
+    }
+}
+
+/// The index of the interface that holds the address `ip`.
+fn ifindex_of(ip: IpAddr) -> io::Result<u32> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = None;
+    let mut p = list;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs made, alive until
+        // freeifaddrs; its ifa_addr is NULL or a socket address of the
+        // family it names, and ifa_name a C string.
+        unsafe {
+            let a = (*p).ifa_addr;
+            let addr = if a.is_null() {
+                None
+            } else {
+                match i32::from((*a).sa_family) {
+                    libc::AF_INET => {
+                        let s = &*(a as *const libc::sockaddr_in);
+                        Some(IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()))
+                    }
+                    libc::AF_INET6 => {
+                        let s = &*(a as *const libc::sockaddr_in6);
+                        Some(IpAddr::from(s.sin6_addr.s6_addr))
+                    }
+                    _ => None,
+                }
+            };
+            if addr == Some(ip) {
+                found = Some(libc::if_nametoindex((*p).ifa_name));
+                break;
+            }
+            p = (*p).ifa_next;
+        }
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    match found {
+        Some(i) if i != 0 => Ok(i),
+        _ => Err(io::Error::from(io::ErrorKind::AddrNotAvailable)),
+    }
 }
 
 /// Sets both socket buffers to `bytes`: past net.core.{r,w}mem_max where

@@ -51,6 +51,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub mod range;
 pub mod shared;
 pub mod window;
 use shared::Shared;

@@ -11,7 +11,7 @@
 //! next QP deadline. A run is a pure function of its seed.
 
 use crate::counters::Counters;
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, GroupChange, McastError};
 use crate::net::faults::FaultInjector;
 pub use crate::net::faults::Faults;
 use crate::transport::{Nanos, QpMachine};
@@ -234,6 +234,17 @@ impl SimNet {
         let (e, qpn) = self.ids[id];
         self.endpoints[e].qp_mut(qpn).expect("a QP of this network")
     }
+    /// Attaches a QP to a multicast group (see
+    /// [`Endpoint::attach_mcast`]): packets sent to the group reach it.
+    pub fn attach_mcast(&mut self, id: QpId, group: IpAddr) -> Result<GroupChange, McastError> {
+        let (e, qpn) = self.ids[id];
+        self.endpoints[e].attach_mcast(group, qpn)
+    }
+    /// Detaches a QP from a multicast group.
+    pub fn detach_mcast(&mut self, id: QpId, group: IpAddr) -> Result<GroupChange, McastError> {
+        let (e, qpn) = self.ids[id];
+        self.endpoints[e].detach_mcast(group, qpn)
+    }
     /// Sets the in-flight budget of the device at `ip` (see
     /// [`crate::endpoint::DEVICE_INFLIGHT_PSNS`]).
     pub fn set_budget(&mut self, ip: IpAddr, psns: u32) {
@@ -388,6 +399,28 @@ impl SimNet {
     fn deliver(&mut self, p: InFlight) {
         if let Some(t) = self.trace.as_mut() {
             t.push((self.now, p.src, p.dst, p.bytes.clone()));
+        }
+        if p.dst.is_multicast() {
+            // A copy to every device with a QP in the group, the
+            // sender's own included (a NIC loops multicast back).
+            let from = SocketAddr::new(p.src, uroce_wire::ROCEV2_UDP_PORT);
+            let n = p.bytes.len();
+            if HEADROOM + n > self.rbuf.len() {
+                self.rbuf.resize(HEADROOM + n, 0);
+            }
+            let mut any = false;
+            for e in self.endpoints.iter_mut() {
+                if e.group_members(p.dst).is_empty() {
+                    continue;
+                }
+                any = true;
+                self.rbuf[HEADROOM..HEADROOM + n].copy_from_slice(&p.bytes);
+                e.handle_datagram_to(self.now, from, p.dst, &mut self.rbuf[..HEADROOM + n]);
+            }
+            if !any {
+                Counters::inc(&self.counters.dropped_pkts);
+            }
+            return;
         }
         let Some(e) = self.endpoints.iter_mut().find(|e| e.local_ip() == p.dst) else {
             Counters::inc(&self.counters.dropped_pkts);

@@ -22,6 +22,9 @@ pub struct QpConfig {
     pub qpn: u32,
     /// Its protection domain.
     pub pd: PdId,
+    /// The protection domain its receive WRs' L_Keys belong to: its own,
+    /// or its SRQ's (which may be another).
+    pub recv_pd: PdId,
     /// The context's key table.
     pub keys: Arc<KeyTable>,
     /// Send completions go here.

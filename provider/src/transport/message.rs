@@ -176,7 +176,7 @@ impl RecvTarget {
     /// Resolves the buffers of receive WR `wr` for writing. `Err` with the
     /// WR's id when they are bad: a local error of the receive queue.
     pub fn resolve(cfg: &QpConfig, wr: &RecvWr) -> Result<RecvTarget, u64> {
-        match Resolved::resolve(&cfg.keys, cfg.pd, &wr.sg_list, Access::LOCAL_WRITE) {
+        match Resolved::resolve(&cfg.keys, cfg.recv_pd, &wr.sg_list, Access::LOCAL_WRITE) {
             Ok(sgl) => Ok(RecvTarget {
                 wr_id: wr.wr_id,
                 sgl,

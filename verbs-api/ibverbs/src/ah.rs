@@ -3,7 +3,7 @@
 //! conversions QP attributes share.
 
 use crate::ffi::*;
-use crate::objects::{accessor, errno};
+use crate::objects::{accessor, claim, errno, live, register, retire};
 use crate::pd_mr::pd;
 use crate::{errno_result, ptr_result};
 use libc::c_int;
@@ -60,24 +60,28 @@ pub(crate) fn ah_attr_of(av: &AddressVector) -> ibv_ah_attr {
     }
 }
 
-fn new_ah(p: *mut ibv_pd, rust: AddressHandle) -> *mut ibv_ah {
-    // SAFETY: p is a live PD (checked by the caller's accessor call).
-    let context = unsafe { (*p).context };
+/// Boxes and registers the C half of an address handle of PD `p` (of
+/// `context`).
+fn new_ah(context: *mut ibv_context, p: *mut ibv_pd, rust: AddressHandle) -> *mut ibv_ah {
+    let handle = crate::objects::next_handle();
     let obj = Box::new(Ah {
         c: ibv_ah {
             context,
             pd: p,
-            handle: 0,
+            handle,
         },
         inner: AhInner { rust },
     });
-    Box::into_raw(obj).cast()
+    let a = Box::into_raw(obj).cast::<ibv_ah>();
+    register(a, context, handle);
+    a
 }
 
 #[no_mangle]
 unsafe extern "C" fn ibv_create_ah(p: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     ptr_result(|| {
-        // SAFETY: a PD from ibv_alloc_pd.
+        let context = live(p)?;
+        // SAFETY: a live PD (registered).
         let pdi = unsafe { pd(p)? };
         if attr.is_null() {
             return Err(libc::EINVAL);
@@ -85,7 +89,7 @@ unsafe extern "C" fn ibv_create_ah(p: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *m
         // SAFETY: the caller's attributes.
         let av = av_of(unsafe { &*attr })?;
         let rust = pdi.rust.create_ah(&av).map_err(|e| errno(&e))?;
-        Ok(new_ah(p, rust))
+        Ok(new_ah(context, p, rust))
     })
 }
 
@@ -107,11 +111,12 @@ unsafe extern "C" fn ibv_create_ah_from_wc(
     _port_num: u8,
 ) -> *mut ibv_ah {
     ptr_result(|| {
-        // SAFETY: a PD from ibv_alloc_pd.
+        let context = live(p)?;
+        // SAFETY: a live PD (registered).
         let pdi = unsafe { pd(p)? };
         let (w, g) = wc_and_grh(wc, grh)?;
         let rust = pdi.rust.create_ah_from_wc(&w, &g).map_err(|e| errno(&e))?;
-        Ok(new_ah(p, rust))
+        Ok(new_ah(context, p, rust))
     })
 }
 
@@ -143,11 +148,9 @@ unsafe extern "C" fn ibv_init_ah_from_wc(
 #[no_mangle]
 unsafe extern "C" fn ibv_destroy_ah(p: *mut ibv_ah) -> c_int {
     errno_result(|| {
-        if p.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: made by Box::into_raw in new_ah.
-        drop(unsafe { Box::from_raw(p.cast::<Ah>()) });
+        claim(p)?.commit();
+        // SAFETY: made by Box::into_raw in new_ah, unregistered just now.
+        unsafe { retire(p.cast::<Ah>()) };
         Ok(())
     })
 }

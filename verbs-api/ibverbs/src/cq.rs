@@ -5,7 +5,7 @@
 //! its extended polling is [`crate::cq_ex`].
 
 use crate::ffi::*;
-use crate::objects::{accessor, destroy_boxed, errno, Handles};
+use crate::objects::{accessor, claim, destroy_boxed, errno, register, Handles};
 use crate::{errno_result, guard, is_nonblocking, minus_one_result, ptr_result};
 use libc::{c_int, c_uint, c_void};
 use parking_lot::Mutex;
@@ -179,6 +179,7 @@ fn create_cq(
     // SAFETY: fully initialised by the write above.
     let p = Box::into_raw(unsafe { b.assume_init() });
     ctx.handles.cqs.lock().insert(handle, p as usize);
+    register(p.cast::<ibv_cq>(), context, handle);
     Ok(p)
 }
 
@@ -261,11 +262,12 @@ unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
 /// `ibv_destroy_cq`, for callers in this library (see [`crate::symbol_versions`]).
 pub(crate) unsafe extern "C" fn ibv_destroy_cq_impl(p: *mut ibv_cq) -> c_int {
     errno_result(|| {
-        // SAFETY: a live CQ (the caller's contract).
+        let claimed = claim(p)?;
+        // SAFETY: a live CQ (claimed from the registry).
         let inner = unsafe { cq(p)? };
         let (handle, handles) = (inner.rust.handle(), inner.handles.clone());
         // SAFETY: as in ibv_dealloc_pd, for a CQ.
-        unsafe {
+        let r = unsafe {
             destroy_boxed(
                 p.cast::<Cq>(),
                 |o| addr_of_mut!((*o).inner.rust),
@@ -274,7 +276,11 @@ pub(crate) unsafe extern "C" fn ibv_destroy_cq_impl(p: *mut ibv_cq) -> c_int {
                     handles.cqs.lock().remove(&handle);
                 },
             )
+        };
+        if r.is_ok() {
+            claimed.commit();
         }
+        r
     })
 }
 

@@ -375,7 +375,7 @@ fn device_attr(ctx: &CtxInner) -> ibv_device_attr {
     // MEM_WINDOW | MEM_WINDOW_TYPE_2B (SRQ_RESIZE is not claimed:
     // resizing an SRQ is not supported).
     o.device_cap_flags = (1 << 10) | (1 << 11) | (1 << 12) | (1 << 17) | (1 << 24);
-    o.max_mw = int(a.max_mr);
+    o.max_mw = int(a.max_mw);
     o.max_sge = int(a.max_sge);
     o.max_sge_rd = int(a.max_sge);
     o.max_cq = int(a.max_cq);
@@ -386,7 +386,10 @@ fn device_attr(ctx: &CtxInner) -> ibv_device_attr {
     o.max_res_rd_atom = int(a.max_res_rd_atom);
     o.max_qp_init_rd_atom = int(a.max_qp_init_rd_atom);
     o.atomic_cap = int(a.atomic_cap);
-    o.max_ah = int(a.max_qp);
+    o.max_ah = int(a.max_ah);
+    o.max_mcast_grp = int(a.max_mcast_grp);
+    o.max_mcast_qp_attach = int(a.max_mcast_qp_attach);
+    o.max_total_mcast_qp_attach = int(a.max_total_mcast_qp_attach);
     o.max_srq = int(a.max_srq);
     o.max_srq_wr = int(a.max_qp_wr);
     o.max_srq_sge = int(a.max_sge);

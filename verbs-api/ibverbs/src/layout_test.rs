@@ -146,6 +146,7 @@ fn every_node_of_the_map_file_is_declared() {
         crate::srq::EXPORTS,
         crate::rdmacm::EXPORTS,
         crate::rdmacm::qp::EXPORTS,
+        crate::rdmacm::rsocket::EXPORTS,
         crate::rdmacm::misc::EXPORTS,
     ];
     for (node, sym) in all.concat() {
@@ -188,6 +189,7 @@ fn every_librdmacm_symbol_is_exported_at_its_node() {
     let all = [
         crate::rdmacm::EXPORTS,
         crate::rdmacm::qp::EXPORTS,
+        crate::rdmacm::rsocket::EXPORTS,
         crate::rdmacm::misc::EXPORTS,
     ]
     .concat();

@@ -6,6 +6,17 @@
 //! [`crate::pd_mr`] (PD, MR, MW), [`crate::cq`] (completion channel,
 //! CQ), [`crate::srq`], [`crate::ah`], [`crate::qp`].
 //!
+//! Every object this library makes is registered by address in [`LIVE`]
+//! with its kind, context and handle, as the kernel keeps each context's
+//! objects in a table by handle: a call that takes an object looks it up
+//! there ([`live`]) before it reads anything else of it, so a destroyed
+//! object, one whose `handle` or `context` was overwritten, or one of
+//! another kind is refused (EINVAL; ENOENT to a destroy, as the kernel's
+//! `rdma_lookup_get_uobject` answers) instead of being used. A destroyed
+//! object's memory is not given back at once but kept in a bounded
+//! quarantine ([`retire`]), so that a destroy repeated soon after does
+//! not find a new object at the same address.
+//!
 //! Only the uroce half is ever borrowed (through `addr_of!`), never the
 //! whole struct, since the program may read or write its C half at any
 //! time. Destroy calls that uroce may refuse (busy) keep the uroce object
@@ -14,10 +25,12 @@
 
 use crate::ffi::*;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::alloc::Layout;
+use std::collections::{HashMap, VecDeque};
 use std::mem::{offset_of, ManuallyDrop};
 use std::ptr::addr_of;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock};
 use uroce_verbs::{Context, Error};
 
 /// errno of a uroce error.
@@ -93,13 +106,212 @@ macro_rules! accessor {
 }
 pub(crate) use accessor;
 
+// ---------------------------------------------------------------- the registry
+
+/// The kinds of objects the registry tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Pd,
+    Mr,
+    Mw,
+    Cq,
+    Srq,
+    Qp,
+    Ah,
+}
+
+/// What a live object was made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Live {
+    kind: Kind,
+    context: usize,
+    handle: u32,
+}
+
+/// Every live object of this library by address: the per-context handle
+/// tables of the kernel in one map (the entry names the context).
+static LIVE: LazyLock<Mutex<HashMap<usize, Live>>> = LazyLock::new(Default::default);
+
+/// A C object the registry can check: its kind, and where its C half
+/// keeps the context and handle the program may overwrite.
+pub(crate) trait CObject {
+    const KIND: Kind;
+    /// The context and handle fields.
+    ///
+    /// # Safety
+    /// `p` is a live object of this kind (registered).
+    unsafe fn ident(p: *const Self) -> (*mut ibv_context, u32);
+}
+
+macro_rules! c_object {
+    ($($t:ty => $kind:ident),* $(,)?) => {$(
+        impl CObject for $t {
+            const KIND: Kind = Kind::$kind;
+            unsafe fn ident(p: *const Self) -> (*mut ibv_context, u32) {
+                // SAFETY: the caller's promise; two plain fields are read.
+                unsafe { ((*p).context, (*p).handle) }
+            }
+        }
+    )*};
+}
+c_object!(ibv_pd => Pd, ibv_mr => Mr, ibv_mw => Mw, ibv_cq => Cq, ibv_srq => Srq, ibv_ah => Ah,
+          ibv_qp => Qp);
+
+/// Registers a new object (its C half filled in).
+pub(crate) fn register<T: CObject>(p: *mut T, context: *mut ibv_context, handle: u32) {
+    let e = Live {
+        kind: T::KIND,
+        context: context as usize,
+        handle,
+    };
+    LIVE.lock().insert(p as usize, e);
+}
+
+/// Checks `p` against the registry under its lock: a live object of its
+/// kind whose `context` and `handle` still read what it was made with.
+/// Returns its context. The object's memory is read only once the
+/// registry holds it (a destroy unregisters it before freeing it).
+fn lookup<T: CObject>(
+    live: &HashMap<usize, Live>,
+    p: *mut T,
+) -> Result<(Live, *mut ibv_context), i32> {
+    let e = *live.get(&(p as usize)).ok_or(libc::ENOENT)?;
+    if e.kind != T::KIND {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: registered, hence live: destroys unregister (under this
+    // lock, held by the caller) before they free.
+    let (c, h) = unsafe { T::ident(p) };
+    if c as usize != e.context || h != e.handle {
+        return Err(libc::ENOENT);
+    }
+    Ok((e, c))
+}
+
+/// The context of a live object `p` (see [`lookup`]); EINVAL for NULL, a
+/// destroyed or garbled object, or one of another kind.
+pub(crate) fn live<T: CObject>(p: *mut T) -> Result<*mut ibv_context, i32> {
+    if p.is_null() {
+        return Err(libc::EINVAL);
+    }
+    lookup(&LIVE.lock(), p)
+        .map(|(_, c)| c)
+        .map_err(|_| libc::EINVAL)
+}
+
+/// [`live`], and the object must belong to `context` (EINVAL otherwise):
+/// the objects a call combines come from one context.
+pub(crate) fn live_in<T: CObject>(p: *mut T, context: *mut ibv_context) -> Result<(), i32> {
+    if live(p)? != context {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
+/// Takes a live object out of the registry for its destroy: ENOENT when
+/// it is not live (already destroyed, never made here, its handle or
+/// context overwritten), EINVAL for NULL or another kind. Until the
+/// returned claim is [`Claim::commit`]ted the object is registered again
+/// when the claim drops (a refused destroy leaves it live).
+pub(crate) fn claim<T: CObject>(p: *mut T) -> Result<Claim, i32> {
+    if p.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let mut live = LIVE.lock();
+    let (e, _) = lookup(&live, p)?;
+    live.remove(&(p as usize));
+    Ok(Claim {
+        addr: p as usize,
+        entry: Some(e),
+    })
+}
+
+/// An object taken out of the registry for its destroy (see [`claim`]).
+pub(crate) struct Claim {
+    addr: usize,
+    entry: Option<Live>,
+}
+
+impl Claim {
+    /// The destroy went through: the object stays unregistered.
+    pub(crate) fn commit(mut self) {
+        self.entry = None;
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(e) = self.entry.take() {
+            LIVE.lock().insert(self.addr, e);
+        }
+    }
+}
+
+/// A handle for objects uroce itself does not number (AHs, MWs): unique
+/// in the process, never 0.
+pub(crate) fn next_handle() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    loop {
+        let h = NEXT.fetch_add(1, Ordering::Relaxed);
+        if h != 0 {
+            return h;
+        }
+    }
+}
+
+/// How many destroyed objects' memory is held back before it is freed.
+const QUARANTINE: usize = 1024;
+
+/// Destroyed objects' memory, oldest first.
+static RETIRED: LazyLock<Mutex<VecDeque<(usize, Layout)>>> = LazyLock::new(Default::default);
+
+/// Drops an unregistered object made by `Box::into_raw` and keeps its
+/// memory for a while before freeing it: a program that destroys the
+/// object again (or uses it) soon after meets memory no new object
+/// occupies, which the registry refuses.
+///
+/// # Safety
+/// `obj` was made by `Box::into_raw`, is no longer registered, and is
+/// not used again by this library.
+pub(crate) unsafe fn retire<O>(obj: *mut O) {
+    // SAFETY: the caller's promise; the value is dropped once, here, and
+    // its memory (allocated with Layout::new::<O>() by Box) freed later.
+    unsafe {
+        std::ptr::drop_in_place(obj);
+        quarantine(obj);
+    }
+}
+
+/// Keeps the memory of an object whose value was dropped or moved out
+/// (see [`retire`]) for a while, then frees it.
+///
+/// # Safety
+/// As [`retire`], and the value at `obj` is no longer owned there.
+pub(crate) unsafe fn quarantine<O>(obj: *mut O) {
+    let old = {
+        let mut q = RETIRED.lock();
+        q.push_back((obj as usize, Layout::new::<O>()));
+        if q.len() > QUARANTINE {
+            q.pop_front()
+        } else {
+            None
+        }
+    };
+    if let Some((p, layout)) = old {
+        // SAFETY: Box's allocation of this layout, its value dropped in
+        // retire, freed once (it left the queue).
+        unsafe { std::alloc::dealloc(p as *mut u8, layout) };
+    }
+}
+
 /// Destroys a C object whose uroce half sits in a `ManuallyDrop` slot:
 /// takes the uroce object out and hands it to `destroy`; on success frees
 /// the C object (after `forget`, which unregisters it), on refusal (busy)
 /// puts the uroce object back and returns the errno.
 ///
 /// # Safety
-/// `obj` is a live object made by `Box::into_raw` in this library, not used
+/// `obj` is a live object made by `Box::into_raw` in this library, claimed
+/// from the registry ([`claim`]; committed by the caller on success), not used
 /// concurrently while it is destroyed (the caller's contract in
 /// libibverbs), and `slot` returns the address of its `ManuallyDrop`
 /// field (without reading anything).
@@ -115,9 +327,10 @@ pub(crate) unsafe fn destroy_boxed<O, R>(
     match destroy(rust) {
         Ok(()) => {
             forget();
-            // SAFETY: made by Box::into_raw; the ManuallyDrop field was
-            // taken above and is not dropped again.
-            drop(unsafe { Box::from_raw(obj) });
+            // SAFETY: made by Box::into_raw and unregistered (the caller's
+            // claim); the ManuallyDrop field was taken above and is not
+            // dropped again.
+            unsafe { retire(obj) };
             Ok(())
         }
         Err((rust, e)) => {

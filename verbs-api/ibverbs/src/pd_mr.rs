@@ -3,7 +3,7 @@
 //! `ops.alloc_mw`/`dealloc_mw`.
 
 use crate::ffi::*;
-use crate::objects::{accessor, ctx, destroy_boxed, errno};
+use crate::objects::{accessor, claim, ctx, destroy_boxed, errno, live, register, retire};
 use crate::{errno_result, guard, ptr_result};
 use libc::{c_int, c_void, size_t};
 use std::mem::ManuallyDrop;
@@ -62,6 +62,7 @@ pub(crate) unsafe extern "C" fn ibv_alloc_pd_impl(context: *mut ibv_context) -> 
         });
         let p = Box::into_raw(obj);
         ctx.handles.pds.lock().insert(handle, p as usize);
+        register(p.cast::<ibv_pd>(), context, handle);
         Ok(p.cast())
     })
 }
@@ -85,7 +86,9 @@ unsafe extern "C" fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> *m
                 imported: true,
             },
         });
-        Ok(Box::into_raw(obj).cast())
+        let p = Box::into_raw(obj).cast::<ibv_pd>();
+        register(p, context, handle);
+        Ok(p)
     })
 }
 
@@ -93,30 +96,32 @@ unsafe extern "C" fn ibv_import_pd(context: *mut ibv_context, handle: u32) -> *m
 #[no_mangle]
 unsafe extern "C" fn ibv_unimport_pd(p: *mut ibv_pd) {
     guard((), || {
-        if p.is_null() {
-            return;
+        let Ok(c) = claim(p) else { return };
+        // SAFETY: live (claimed just now), made by this library.
+        if !unsafe { pd(p) }.is_ok_and(|i| i.imported) {
+            return; // not imported: ibv_dealloc_pd's (the claim drops)
         }
-        // SAFETY: made by Box::into_raw in ibv_import_pd (the caller's
-        // contract); its shared handle is dropped, nothing destroyed.
-        let mut b = unsafe { Box::from_raw(p.cast::<Pd>()) };
-        // SAFETY: taken once, here.
-        unsafe { ManuallyDrop::drop(&mut b.inner.rust) };
+        c.commit();
+        let obj = p.cast::<Pd>();
+        // SAFETY: made by Box::into_raw in ibv_import_pd, unregistered;
+        // its shared handle is dropped, nothing destroyed.
+        unsafe {
+            ManuallyDrop::drop(&mut *addr_of_mut!((*obj).inner.rust));
+            retire(obj);
+        }
     })
 }
 
 #[no_mangle]
 unsafe extern "C" fn ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
     errno_result(|| {
-        if p.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: a live PD from ibv_alloc_pd/ibv_import_pd (the caller's
-        // contract).
+        let claimed = claim(p)?;
+        // SAFETY: a live PD (claimed from the registry).
         let (c, handle, imported) = (unsafe { (*p).context }, unsafe { (*p).handle }, unsafe {
             pd(p)?.imported
         });
         // SAFETY: as above; the closure only computes a field address.
-        unsafe {
+        let r = unsafe {
             destroy_boxed(
                 p.cast::<Pd>(),
                 |o| addr_of_mut!((*o).inner.rust),
@@ -130,7 +135,11 @@ unsafe extern "C" fn ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {
                     }
                 },
             )
+        };
+        if r.is_ok() {
+            claimed.commit();
         }
+        r
     })
 }
 
@@ -150,7 +159,8 @@ fn reg_mr(
     iova: u64,
     bits: u32,
 ) -> Result<*mut ibv_mr, i32> {
-    // SAFETY: a PD from ibv_alloc_pd (the caller's contract).
+    let context = live(p)?;
+    // SAFETY: a live PD (registered).
     let pdi = unsafe { pd(p)? };
     let page = page_size();
     // The kernel's ib_uverbs_reg_mr: an iova must sit at the same offset in
@@ -172,8 +182,6 @@ fn reg_mr(
     // ibv_dereg_mr, and the program reaches it only as C does (raw, not
     // through Rust references).
     let mr = unsafe { pdi.rust.reg_mr_raw(addr.cast(), length, acc) }.map_err(|e| errno(&e))?;
-    // SAFETY: p is a live PD.
-    let context = unsafe { (*p).context };
     // SAFETY: the PD's context is live.
     let handles = unsafe { ctx(context)? }.handles.clone();
     let handle = handles
@@ -194,7 +202,7 @@ fn new_mr(
     mr: MemoryRegion,
     imported: bool,
 ) -> *mut Mr {
-    Box::into_raw(Box::new(Mr {
+    let m = Box::into_raw(Box::new(Mr {
         c: ibv_mr {
             context,
             pd,
@@ -208,7 +216,9 @@ fn new_mr(
             _rust: mr,
             imported,
         },
-    }))
+    }));
+    register(m.cast::<ibv_mr>(), context, handle);
+    m
 }
 
 /// `ibv_import_mr`: the region of the PD's device with this handle, for
@@ -217,10 +227,7 @@ fn new_mr(
 #[no_mangle]
 unsafe extern "C" fn ibv_import_mr(p: *mut ibv_pd, handle: u32) -> *mut ibv_mr {
     ptr_result(|| {
-        // SAFETY: a PD from ibv_alloc_pd/ibv_import_pd.
-        unsafe { pd(p)? };
-        // SAFETY: p is a live PD; its context is live.
-        let context = unsafe { (*p).context };
+        let context = live(p)?;
         // SAFETY: as above.
         let handles = unsafe { ctx(context)? }.handles.clone();
         let orig = *handles.mrs.lock().get(&handle).ok_or(libc::EINVAL)?;
@@ -245,11 +252,15 @@ unsafe extern "C" fn ibv_import_mr(p: *mut ibv_pd, handle: u32) -> *mut ibv_mr {
 #[no_mangle]
 unsafe extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
     guard((), || {
-        if !mr.is_null() {
-            // SAFETY: made by Box::into_raw in ibv_import_mr (the caller's
-            // contract); a shared handle's drop deregisters nothing.
-            drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+        let Ok(c) = claim(mr) else { return };
+        // SAFETY: live (claimed just now), made by this library.
+        if !unsafe { (*mr.cast::<Mr>()).inner.imported } {
+            return; // not imported: ibv_dereg_mr's (the claim drops)
         }
+        c.commit();
+        // SAFETY: made by Box::into_raw in ibv_import_mr, unregistered; a
+        // shared handle's drop deregisters nothing.
+        unsafe { retire(mr.cast::<Mr>()) };
     })
 }
 
@@ -264,62 +275,12 @@ fn page_size() -> usize {
 }
 
 /// The checks the kernel makes before and while it pins a user range for a
-/// memory region (`ib_umem_get`): a range that wraps around the address
-/// space, or whose end wraps when rounded up to a page, is EINVAL; so is a
-/// zero length (it spans no page: `npages == 0` is EINVAL there); a range
-/// with a page the process has not mapped, or cannot read, or (when the
-/// region is writable) cannot write, is EFAULT (`pin_user_pages_fast`
-/// fails with it). uroce pins nothing, so without these a bad range would
-/// only fault in the engine thread at the first remote WRITE.
-///
-/// The memory is never touched to find this out (a touch could fault, or
-/// allocate a page). The mappings come from /proc/self/maps, one pass over
-/// lines sorted by address, rather than from `mincore`: mincore tells
-/// mapped from unmapped (ENOMEM) but not the permissions, so a PROT_NONE
-/// or read-only page the kernel would refuse to pin would pass it. Where
-/// /proc is not mounted the range is taken on trust. A program that
-/// unmaps the memory while it is registered breaks `ibv_reg_mr`'s
-/// contract, as with any provider.
+/// memory region (`ib_umem_get`): EINVAL for an empty or wrapping range,
+/// EFAULT for a page unmapped, unreadable or (for a writable region)
+/// unwritable. See [`uroce_verbs::provider::memory::range`].
 fn check_user_range(addr: usize, len: usize, writable: bool, page: usize) -> Result<(), i32> {
-    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
-    if end.checked_next_multiple_of(page).is_none() {
-        return Err(libc::EINVAL);
-    }
-    if len == 0 {
-        return Err(libc::EINVAL);
-    }
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return Ok(());
-    };
-    let mut cur = addr;
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let Some((lo, hi)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-        else {
-            continue;
-        };
-        if hi <= cur {
-            continue;
-        }
-        if lo > cur {
-            return Err(libc::EFAULT); // a hole before `cur`
-        }
-        let p = perms.as_bytes();
-        if p.first() != Some(&b'r') || (writable && p.get(1) != Some(&b'w')) {
-            return Err(libc::EFAULT);
-        }
-        cur = hi;
-        if cur >= end {
-            return Ok(());
-        }
-    }
-    Err(libc::EFAULT)
+    uroce_verbs::provider::memory::range::check_user_range(addr, len, writable, page)
+        .map_err(|e| e.errno())
 }
 
 #[no_mangle]
@@ -392,16 +353,14 @@ unsafe extern "C" fn ibv_rereg_mr(
             if flags == 0 {
                 return Err(libc::EINVAL); // the kernel's ib_uverbs_rereg_mr
             }
-            // SAFETY: made by reg_mr; the caller does not use the region
-            // concurrently (libibverbs' contract for rereg).
+            let context = live(mr)?;
+            // SAFETY: a live region (registered); the caller does not use
+            // it concurrently (libibverbs' contract for rereg).
             let m = unsafe { &mut *mr.cast::<Mr>() };
             let pd_obj = if flags & CHANGE_PD != 0 {
-                // SAFETY: a PD from ibv_alloc_pd (the caller's contract).
+                crate::objects::live_in(new_pd, context)?;
+                // SAFETY: a live PD (registered).
                 let p = unsafe { pd(new_pd)? };
-                // SAFETY: both are live objects of this library.
-                if unsafe { (*new_pd).context } != m.c.context {
-                    return Err(libc::EINVAL);
-                }
                 Some(&*p.rust)
             } else {
                 None
@@ -450,24 +409,27 @@ unsafe extern "C" fn ibv_rereg_mr(
 #[no_mangle]
 unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     errno_result(|| {
-        if mr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: made by Box::into_raw in reg_mr or ibv_import_mr.
-        if unsafe { (*mr.cast::<Mr>()).inner._rust.bound_windows() } > 0 {
+        let claimed = claim(mr)?;
+        let m = mr.cast::<Mr>();
+        // SAFETY: a live region (claimed), made by reg_mr or ibv_import_mr.
+        if unsafe { (*m).inner._rust.bound_windows() } > 0 {
             return Err(libc::EBUSY);
         }
-        // SAFETY: as above; the region is deregistered (through an
-        // imported one too: it is the same registration).
-        let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
-        let Mr { c, inner } = *m;
+        claimed.commit();
+        // SAFETY: as above; the value is moved out once, here, and its
+        // memory kept (not dropped again) by quarantine below.
+        let Mr { c, inner } = unsafe { std::ptr::read(m) };
         if !inner.imported {
             // SAFETY: the region's context is live.
             if let Ok(ctx) = unsafe { ctx(c.context) } {
                 ctx.handles.mrs.lock().remove(&c.handle);
             }
         }
+        // The region is deregistered (through an imported one too: it is
+        // the same registration).
         inner._rust.dereg();
+        // SAFETY: made by Box::into_raw, unregistered, its value moved out.
+        unsafe { crate::objects::quarantine(m) };
         Ok(())
     })
 }
@@ -487,7 +449,8 @@ accessor!(mw, ibv_mw, Mw, MwObj);
 /// `ops.alloc_mw`: types 1 and 2 (EINVAL for others).
 pub(crate) unsafe extern "C" fn alloc_mw(p: *mut ibv_pd, kind: c_int) -> *mut ibv_mw {
     ptr_result(|| {
-        // SAFETY: a PD from ibv_alloc_pd (the caller's contract).
+        let context = live(p)?;
+        // SAFETY: a live PD (registered).
         let pdi = unsafe { pd(p)? };
         let kind = match kind {
             1 => MwType::Type1,
@@ -495,29 +458,30 @@ pub(crate) unsafe extern "C" fn alloc_mw(p: *mut ibv_pd, kind: c_int) -> *mut ib
             _ => return Err(libc::EINVAL),
         };
         let rust = pdi.rust.alloc_mw(kind).map_err(|e| errno(&e))?;
+        let handle = crate::objects::next_handle();
         let obj = Box::new(Mw {
             c: ibv_mw {
-                // SAFETY: p is a live PD.
-                context: unsafe { (*p).context },
+                context,
                 pd: p,
                 rkey: rust.rkey(),
-                handle: 0,
+                handle,
                 type_: kind as c_int,
             },
             inner: MwObj { rust },
         });
-        Ok(Box::into_raw(obj).cast())
+        let m = Box::into_raw(obj).cast::<ibv_mw>();
+        register(m, context, handle);
+        Ok(m)
     })
 }
 
 /// `ops.dealloc_mw`: the window's R_Key stops working at once.
 pub(crate) unsafe extern "C" fn dealloc_mw(p: *mut ibv_mw) -> c_int {
     errno_result(|| {
-        if p.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: made by Box::into_raw in alloc_mw; dropping deallocates.
-        drop(unsafe { Box::from_raw(p.cast::<Mw>()) });
+        claim(p)?.commit();
+        // SAFETY: made by Box::into_raw in alloc_mw, unregistered just now;
+        // dropping deallocates the window.
+        unsafe { retire(p.cast::<Mw>()) };
         Ok(())
     })
 }

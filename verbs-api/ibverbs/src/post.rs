@@ -151,13 +151,39 @@ unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, q: &QueuePair) -> Result<SendWr,
     Ok(s)
 }
 
-/// `ops.post_send`: the WRs before `*bad` were posted.
+/// An errno, as the C WR conversions report it, passed through uroce's
+/// post loop (which reports its own errors as `uroce_verbs::Error`s).
+struct Errno(i32);
+
+impl From<uroce_verbs::Error> for Errno {
+    fn from(e: uroce_verbs::Error) -> Errno {
+        Errno(errno(&e))
+    }
+}
+
+/// The WRs of a C list, first to last, each `next` read only when the
+/// WR after it is wanted (so a list longer than a post takes, or one
+/// that loops back on itself, is not walked past the WR that stopped the
+/// post). Records the WR it handed out last: where a post stopped.
+fn walk<W>(
+    first: *mut W,
+    next: fn(*mut W) -> *mut W,
+    last: &std::cell::Cell<*mut W>,
+) -> impl Iterator<Item = *mut W> + '_ {
+    std::iter::successors((!first.is_null()).then_some(first), move |&w| {
+        Some(next(w)).filter(|n| !n.is_null())
+    })
+    .inspect(move |&w| last.set(w))
+}
+
+/// `ops.post_send`: the WRs before `*bad` were posted. The list is read
+/// as it is posted, and at most the send queue's depth in one call (the
+/// WR after those: ENOMEM).
 pub(crate) unsafe extern "C" fn post_send(
     p: *mut ibv_qp,
-    mut wr: *mut ibv_send_wr,
+    wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    let first = wr;
     let set_bad = |w: *mut ibv_send_wr| {
         if !bad.is_null() {
             // SAFETY: the caller's out-parameter.
@@ -169,7 +195,7 @@ pub(crate) unsafe extern "C" fn post_send(
         let q = match unsafe { qp(p) } {
             Ok(q) => q,
             Err(e) => {
-                set_bad(first);
+                set_bad(wr);
                 return e;
             }
         };
@@ -179,85 +205,74 @@ pub(crate) unsafe extern "C" fn post_send(
         }
         // SAFETY: the QP's C half.
         let ud = unsafe { (*p).qp_type } == 4;
-        let mut ptrs = Vec::new();
-        let mut wrs = Vec::new();
-        let mut failed = None;
-        while !wr.is_null() {
-            // SAFETY: the caller's WR list.
-            match unsafe { send_wr_of(&*wr, ud, &q.rust) } {
-                Ok(s) => {
-                    wrs.push(s);
-                    ptrs.push(wr);
-                }
-                Err(e) => {
-                    failed = Some((wr, e));
-                    break;
-                }
-            }
+        let last = std::cell::Cell::new(wr);
+        // SAFETY: the caller's WR list: each WR handed out is valid.
+        let next = |w: *mut ibv_send_wr| unsafe { (*w).next };
+        let r = q.rust.post_send_with(walk(wr, next, &last), |w| {
             // SAFETY: as above.
-            wr = unsafe { (*wr).next };
-        }
-        if !wrs.is_empty() {
-            if let Err((i, e)) = q.rust.post_send(&wrs) {
-                set_bad(ptrs.get(i).copied().unwrap_or(first));
-                return errno(&e);
-            }
-        }
-        match failed {
-            Some((w, e)) => {
-                set_bad(w);
+            unsafe { send_wr_of(&*w, ud, &q.rust) }.map_err(Errno)
+        });
+        match r {
+            Ok(()) => 0,
+            Err((_, Errno(e))) => {
+                set_bad(last.get());
                 e
             }
-            None => 0,
         }
     })
 }
 
-/// A C receive WR list as uroce's, with each WR's pointer.
+/// One C receive WR as uroce's, its SGE count admitted by `admit` (the
+/// queue's rule) before its list is read.
+///
+/// # Safety
+/// `w` is a valid WR (the caller's contract).
+unsafe fn recv_wr_of(
+    w: &ibv_recv_wr,
+    admit: impl Fn(usize) -> Result<(), i32>,
+) -> Result<RecvWr, Errno> {
+    let n = count(w.num_sge).map_err(Errno)?;
+    // SAFETY: the WR's list (the caller's contract).
+    let sg_list = unsafe { sg_list(w.sg_list, n, admit) }.map_err(Errno)?;
+    Ok(RecvWr {
+        wr_id: w.wr_id,
+        sg_list,
+    })
+}
+
+/// Posts a C receive WR list with `post` (given the list's walk and the
+/// conversion of each WR, the queue's SGE rule `admit` applied): the
+/// first refused WR goes to `*bad`. A NULL list is EINVAL.
 ///
 /// # Safety
 /// The list is valid (the caller's contract).
-unsafe fn recv_wrs(
-    mut wr: *mut ibv_recv_wr,
-    admit: impl Fn(usize) -> Result<(), i32>,
-) -> (
-    Vec<RecvWr>,
-    Vec<*mut ibv_recv_wr>,
-    Option<(*mut ibv_recv_wr, i32)>,
-) {
-    let (mut wrs, mut ptrs) = (Vec::new(), Vec::new());
-    while !wr.is_null() {
-        // SAFETY: the caller's promise.
-        let w = unsafe { &*wr };
-        // SAFETY: as above.
-        match count(w.num_sge).and_then(|n| unsafe { sg_list(w.sg_list, n, &admit) }) {
-            Ok(sg_list) => {
-                wrs.push(RecvWr {
-                    wr_id: w.wr_id,
-                    sg_list,
-                });
-                ptrs.push(wr);
-            }
-            Err(e) => return (wrs, ptrs, Some((wr, e))),
-        }
-        wr = w.next;
-    }
-    (wrs, ptrs, None)
-}
-
-fn finish_recv(
-    posted: Result<(), (usize, uroce_verbs::Error)>,
-    ptrs: &[*mut ibv_recv_wr],
-    failed: Option<(*mut ibv_recv_wr, i32)>,
+unsafe fn post_recv_list<P>(
+    wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    let (w, e) = match (posted, failed) {
-        (Err((i, e)), _) => match ptrs.get(i) {
-            Some(&w) => (w, errno(&e)),
-            None => return errno(&e),
-        },
-        (Ok(()), Some(f)) => f,
-        (Ok(()), None) => return 0,
+    admit: impl Fn(usize) -> Result<(), i32>,
+    post: P,
+) -> c_int
+where
+    P: FnOnce(
+        &mut dyn Iterator<Item = *mut ibv_recv_wr>,
+        &mut dyn FnMut(*mut ibv_recv_wr) -> Result<RecvWr, Errno>,
+    ) -> Result<(), (usize, Errno)>,
+{
+    let (w, e) = if wr.is_null() {
+        (wr, libc::EINVAL)
+    } else {
+        let last = std::cell::Cell::new(wr);
+        // SAFETY: the caller's list: each WR handed out is valid.
+        let next = |w: *mut ibv_recv_wr| unsafe { (*w).next };
+        // SAFETY: as above.
+        let mut read = |w: *mut ibv_recv_wr| unsafe { recv_wr_of(&*w, &admit) };
+        let mut items = walk(wr, next, &last);
+        let r = post(&mut items, &mut read);
+        drop(items);
+        match r {
+            Ok(()) => return 0,
+            Err((_, Errno(e))) => (last.get(), e),
+        }
     };
     if !bad.is_null() {
         // SAFETY: the caller's out-parameter.
@@ -266,28 +281,7 @@ fn finish_recv(
     e
 }
 
-/// Converts a C receive WR list (each SGE count admitted by `admit`, the
-/// queue's rule) and posts what converted with `post`; the first failure
-/// goes to `*bad`. A NULL list is EINVAL.
-///
-/// # Safety
-/// The list is valid (the caller's contract).
-unsafe fn post_recv_list(
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-    admit: impl Fn(usize) -> Result<(), i32>,
-    post: impl FnOnce(&[RecvWr]) -> Result<(), (usize, uroce_verbs::Error)>,
-) -> c_int {
-    if wr.is_null() {
-        return finish_recv(Ok(()), &[], Some((wr, libc::EINVAL)), bad);
-    }
-    // SAFETY: the caller's promise.
-    let (wrs, ptrs, failed) = unsafe { recv_wrs(wr, admit) };
-    let posted = if wrs.is_empty() { Ok(()) } else { post(&wrs) };
-    finish_recv(posted, &ptrs, failed, bad)
-}
-
-/// `ops.post_recv`.
+/// `ops.post_recv`: as `post_send`, at most the receive queue's depth.
 pub(crate) unsafe extern "C" fn post_recv(
     p: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
@@ -297,7 +291,13 @@ pub(crate) unsafe extern "C" fn post_recv(
         // SAFETY: a QP from this library.
         let q = match unsafe { qp(p) } {
             Ok(q) => q,
-            Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
+            Err(e) => {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out-parameter.
+                    unsafe { *bad = wr };
+                }
+                return e;
+            }
         };
         // SAFETY: the caller's list.
         unsafe {
@@ -305,13 +305,13 @@ pub(crate) unsafe extern "C" fn post_recv(
                 wr,
                 bad,
                 |n| q.rust.check_recv_sges(n).map_err(|e| errno(&e)),
-                |w| q.rust.post_recv(w),
+                |items, read| q.rust.post_recv_with(items, read),
             )
         }
     })
 }
 
-/// `ops.post_srq_recv`.
+/// `ops.post_srq_recv`: as `post_send`, at most the SRQ's `max_wr`.
 pub(crate) unsafe extern "C" fn post_srq_recv(
     s: *mut ibv_srq,
     wr: *mut ibv_recv_wr,
@@ -321,7 +321,13 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
         // SAFETY: an SRQ from this library.
         let q = match unsafe { srq(s) } {
             Ok(q) => q,
-            Err(e) => return finish_recv(Ok(()), &[], Some((wr, e)), bad),
+            Err(e) => {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out-parameter.
+                    unsafe { *bad = wr };
+                }
+                return e;
+            }
         };
         // SAFETY: the caller's list.
         unsafe {
@@ -329,7 +335,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
                 wr,
                 bad,
                 |n| q.rust.check_sges(n).map_err(|e| errno(&e)),
-                |w| q.rust.post_recv(w),
+                |items, read| q.rust.post_recv_with(items, read),
             )
         }
     })

@@ -5,7 +5,7 @@
 use crate::ah::{ah_attr_of, av_of};
 use crate::cq::cq;
 use crate::ffi::*;
-use crate::objects::{accessor, errno, Handles};
+use crate::objects::{accessor, claim, errno, live, live_in, register, retire, Handles};
 use crate::pd_mr::{access, pd};
 use crate::srq::srq;
 use crate::{errno_result, ptr_result};
@@ -53,9 +53,17 @@ fn qp_type_of(t: c_int) -> Result<QpType, i32> {
 }
 
 fn create_qp(p: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp, i32> {
-    // SAFETY: a PD from ibv_alloc_pd.
+    // The PD, CQs and SRQ are live objects of one context (the SRQ may be
+    // of another PD: IBA and the kernel allow it).
+    let context = live(p)?;
+    live_in(a.send_cq, context)?;
+    live_in(a.recv_cq, context)?;
+    if !a.srq.is_null() {
+        live_in(a.srq, context)?;
+    }
+    // SAFETY: live objects of this library (registered).
     let pdi = unsafe { pd(p)? };
-    // SAFETY: the attribute's CQs and SRQ come from this library.
+    // SAFETY: as above.
     let (scq, rcq) = unsafe { (cq(a.send_cq)?, cq(a.recv_cq)?) };
     let s = if a.srq.is_null() {
         None
@@ -87,8 +95,6 @@ fn create_qp(p: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp, i3
         max_recv_sge: c.max_recv_sge,
         max_inline_data: c.max_inline_data,
     };
-    // SAFETY: p is a live PD.
-    let context = unsafe { (*p).context };
     // SAFETY: the PD's context.
     let ctx = unsafe { crate::objects::ctx(context)? };
     let qpn = rust.qp_num();
@@ -147,6 +153,7 @@ fn create_qp(p: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp, i3
     });
     let ptr = Box::into_raw(obj);
     ctx.handles.qps.lock().insert(qpn, ptr as usize);
+    register(ptr.cast::<ibv_qp>(), context, qpn);
     Ok(ptr.cast())
 }
 
@@ -296,7 +303,8 @@ fn qp_attr_of(a: &ibv_qp_attr, mask: AttrMask) -> Result<QpAttr, i32> {
 #[no_mangle]
 unsafe extern "C" fn ibv_modify_qp(p: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     errno_result(|| {
-        // SAFETY: a QP from ibv_create_qp.
+        live(p)?;
+        // SAFETY: a live QP (registered).
         let q = unsafe { qp(p)? };
         if attr.is_null() {
             return Err(libc::EINVAL);
@@ -366,7 +374,8 @@ unsafe extern "C" fn ibv_query_qp(
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
     errno_result(|| {
-        // SAFETY: a QP from ibv_create_qp.
+        live(p)?;
+        // SAFETY: a live QP (registered).
         let q = unsafe { qp(p)? };
         if attr.is_null() {
             return Err(libc::EINVAL);
@@ -402,11 +411,9 @@ unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
 /// `ibv_destroy_qp`, for callers in this library (see [`crate::symbol_versions`]).
 pub(crate) unsafe extern "C" fn ibv_destroy_qp_impl(p: *mut ibv_qp) -> c_int {
     errno_result(|| {
-        if p.is_null() {
-            return Err(libc::EINVAL);
-        }
+        claim(p)?.commit();
         let obj = p.cast::<Qp>();
-        // SAFETY: a live QP made by this library.
+        // SAFETY: a live QP made by this library (claimed just now).
         let inner = unsafe { &*addr_of!((*obj).inner) };
         inner.handles.qps.lock().remove(&inner.rust.qp_num());
         if Arc::strong_count(&inner.rust) > 1 {
@@ -414,24 +421,49 @@ pub(crate) unsafe extern "C" fn ibv_destroy_qp_impl(p: *mut ibv_qp) -> c_int {
             // rdma_destroy_qp): the id lets go of it too.
             crate::rdmacm::forget_qp(p);
         }
-        // SAFETY: made by Box::into_raw in create_qp; dropping the uroce QP
-        // removes it from the engine.
-        drop(unsafe { Box::from_raw(obj) });
+        // SAFETY: made by Box::into_raw in create_qp, unregistered above;
+        // dropping the uroce QP removes it from the engine.
+        unsafe { retire(obj) };
         Ok(())
     })
 }
 
-/// UD multicast is not supported (each device binds one unicast address).
+/// Attaches a UD QP to a multicast group: errors as the kernel answers
+/// them (EINVAL: not UD, not a multicast GID; ENOMEM: past the limits
+/// `ibv_query_device` gives), returned and in errno.
 #[no_mangle]
-unsafe extern "C" fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    crate::set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+unsafe extern "C" fn ibv_attach_mcast(p: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: as `mcast`.
+    errno_result(|| unsafe { mcast(p, gid, |q, g| q.attach_mcast(g, lid)) })
 }
 
+/// Detaches a QP from a group (EINVAL if it is not attached).
 #[no_mangle]
-unsafe extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    crate::set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+unsafe extern "C" fn ibv_detach_mcast(p: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: as `mcast`.
+    errno_result(|| unsafe { mcast(p, gid, |q, g| q.detach_mcast(g, lid)) })
+}
+
+/// Runs an attach or detach on the QP `p` and the GID `gid`.
+///
+/// # Safety
+/// `p` is NULL or a QP pointer (checked against the live handles); `gid`
+/// is NULL or points to 16 readable bytes.
+unsafe fn mcast(
+    p: *mut ibv_qp,
+    gid: *const ibv_gid,
+    f: impl FnOnce(&QueuePair, &[u8; 16]) -> uroce_verbs::Result<()>,
+) -> Result<(), i32> {
+    live(p)?;
+    // SAFETY: a live QP (registered).
+    let q = unsafe { qp(p)? };
+    if gid.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's GID, 16 bytes (read unaligned: a C caller
+    // may pass any address).
+    let g: [u8; 16] = unsafe { std::ptr::read_unaligned(gid.cast()) };
+    f(&q.rust, &g).map_err(|e| errno(&e))
 }
 
 /// Data lands in order for every opcode: `IBV_QUERY_QP_DATA_IN_ORDER_WHOLE_MSG`.

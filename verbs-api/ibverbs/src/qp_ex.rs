@@ -34,10 +34,22 @@ fn with_batch(
     })
 }
 
+/// Room for one more WR in a batch: a batch holds at most the send
+/// queue's depth (ENOMEM beyond, reported by `ibv_wr_complete`, which
+/// then posts nothing), so a program that never completes its batch
+/// cannot grow it without bound.
+fn room(wrs: &[SendWr], q: &QueuePair) -> Result<(), i32> {
+    if wrs.len() >= q.send_depth() as usize {
+        return Err(libc::ENOMEM);
+    }
+    Ok(())
+}
+
 /// Starts a WR with the `wr_id` and `wr_flags` the program set on the
 /// `ibv_qp_ex`.
 fn new_wr(p: *mut ibv_qp_ex, op: WrOpcode, set: impl FnOnce(&mut SendWr)) {
-    with_batch(p, |wrs, p, _| {
+    with_batch(p, |wrs, p, q| {
+        room(wrs, q)?;
         // SAFETY: the C half of a live QP, owned by the posting thread.
         let (id, flags) = unsafe { ((*p).wr_id, (*p).wr_flags) };
         let mut w = SendWr::new(id, op);
@@ -100,7 +112,8 @@ pub(crate) unsafe extern "C" fn wr_bind_mw(
     rkey: u32,
     info: *const ibv_mw_bind_info,
 ) {
-    with_batch(p, |wrs, p, _| {
+    with_batch(p, |wrs, p, q| {
+        room(wrs, q)?;
         if info.is_null() {
             return Err(libc::EINVAL);
         }

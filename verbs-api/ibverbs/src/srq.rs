@@ -2,7 +2,7 @@
 //! `ibv_query_srq`, `ibv_destroy_srq` (posting is [`crate::post`]).
 
 use crate::ffi::*;
-use crate::objects::{accessor, destroy_boxed, errno, Handles};
+use crate::objects::{accessor, claim, destroy_boxed, errno, live, register, Handles};
 use crate::pd_mr::pd;
 use crate::{errno_result, ptr_result};
 use libc::c_int;
@@ -38,7 +38,8 @@ pub(crate) unsafe extern "C" fn ibv_create_srq_impl(
     attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
     ptr_result(|| {
-        // SAFETY: a PD from ibv_alloc_pd.
+        let context = live(p)?;
+        // SAFETY: a live PD (registered).
         let pdi = unsafe { pd(p)? };
         if attr.is_null() {
             return Err(libc::EINVAL);
@@ -56,8 +57,6 @@ pub(crate) unsafe extern "C" fn ibv_create_srq_impl(
         let q = rust.query();
         a.attr.max_wr = q.max_wr;
         a.attr.max_sge = q.max_sge;
-        // SAFETY: p is a live PD.
-        let context = unsafe { (*p).context };
         // SAFETY: the PD's context.
         let ctx = unsafe { crate::objects::ctx(context)? };
         let handle = rust.handle();
@@ -80,6 +79,7 @@ pub(crate) unsafe extern "C" fn ibv_create_srq_impl(
         });
         let ptr = Box::into_raw(obj);
         ctx.handles.srqs.lock().insert(handle, ptr as usize);
+        register(ptr.cast::<ibv_srq>(), context, handle);
         Ok(ptr.cast())
     })
 }
@@ -91,7 +91,8 @@ unsafe extern "C" fn ibv_modify_srq(
     mask: c_int,
 ) -> c_int {
     errno_result(|| {
-        // SAFETY: an SRQ from ibv_create_srq.
+        live(p)?;
+        // SAFETY: a live SRQ (registered).
         let s = unsafe { srq(p)? };
         if attr.is_null() {
             return Err(libc::EINVAL);
@@ -115,7 +116,8 @@ unsafe extern "C" fn ibv_modify_srq(
 #[no_mangle]
 unsafe extern "C" fn ibv_query_srq(p: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
     errno_result(|| {
-        // SAFETY: an SRQ from ibv_create_srq.
+        live(p)?;
+        // SAFETY: a live SRQ (registered).
         let s = unsafe { srq(p)? };
         if attr.is_null() {
             return Err(libc::EINVAL);
@@ -142,11 +144,12 @@ unsafe extern "C" fn ibv_destroy_srq(p: *mut ibv_srq) -> c_int {
 /// `ibv_destroy_srq`, for callers in this library (see [`crate::symbol_versions`]).
 pub(crate) unsafe extern "C" fn ibv_destroy_srq_impl(p: *mut ibv_srq) -> c_int {
     errno_result(|| {
-        // SAFETY: a live SRQ (the caller's contract).
+        let claimed = claim(p)?;
+        // SAFETY: a live SRQ (claimed from the registry).
         let inner = unsafe { srq(p)? };
         let (handle, handles) = (inner.rust.handle(), inner.handles.clone());
         // SAFETY: as in ibv_dealloc_pd, for an SRQ.
-        unsafe {
+        let r = unsafe {
             destroy_boxed(
                 p.cast::<Srq>(),
                 |o| addr_of_mut!((*o).inner.rust),
@@ -155,6 +158,10 @@ pub(crate) unsafe extern "C" fn ibv_destroy_srq_impl(p: *mut ibv_srq) -> c_int {
                     handles.srqs.lock().remove(&handle);
                 },
             )
+        };
+        if r.is_ok() {
+            claimed.commit();
         }
+        r
     })
 }

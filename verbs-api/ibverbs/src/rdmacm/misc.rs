@@ -3,10 +3,10 @@
 //! ECE (answered as on a device without it) and rsockets.
 
 use super::ffi::*;
-use super::{create_id, destroy_id, id, ps_of, sockaddr_from_c};
+use super::{complete, create_id, destroy_id, errno, id, ps_of, sockaddr_from_c};
 use crate::ffi::*;
 use crate::{guard, minus_one_result, set_errno};
-use libc::{c_char, c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{c_char, c_int, c_void, sockaddr};
 use std::ffi::CStr;
 use std::ptr::null_mut;
 use uroce_verbs::QpType;
@@ -14,11 +14,7 @@ use uroce_verbs::QpType;
 crate::symbol_versions! {
     "RDMACM_1.0": [rdma_get_devices, rdma_free_devices, rdma_event_str, rdma_getaddrinfo,
                    rdma_freeaddrinfo, rdma_create_ep, rdma_destroy_ep, rdma_join_multicast,
-                   rdma_leave_multicast,
-                   rsocket, rbind, rlisten, raccept, rconnect, rshutdown, rclose, rrecv,
-                   rrecvfrom, rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev,
-                   rpoll, rselect, rgetpeername, rgetsockname, rsetsockopt, rgetsockopt, rfcntl,
-                   riomap, riounmap, riowrite]
+                   rdma_leave_multicast]
     "RDMACM_1.1": [rdma_join_multicast_ex]
     "RDMACM_1.3": [rdma_set_local_ece, rdma_get_remote_ece]
 }
@@ -466,40 +462,70 @@ unsafe extern "C" fn rdma_destroy_ep(p: *mut rdma_cm_id) {
 
 // ---------------------------------------------------------------- multicast
 
-/// The length librdmacm's `ucma_addrlen` gives (0: not an address).
-///
-/// # Safety
-/// `a` is NULL or a socket address.
-unsafe fn addr_ok(a: *const sockaddr) -> bool {
-    // SAFETY: the caller's promise.
-    unsafe { sockaddr_from_c(a) }.is_some()
+/// The `context` each (id, MGID) was joined with: librdmacm hands it back
+/// as the join event's `param.ud.private_data`.
+static MC_CONTEXTS: std::sync::LazyLock<parking_lot::Mutex<McContexts>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// (id address, MGID) -> context address.
+type McContexts = std::collections::HashMap<(usize, [u8; 16]), usize>;
+
+/// The context a multicast event of id `p` for `mgid` reports.
+pub(crate) fn mc_context(p: *mut rdma_cm_id, mgid: &[u8; 16]) -> *const c_void {
+    MC_CONTEXTS
+        .lock()
+        .get(&(p as usize, *mgid))
+        .map_or(std::ptr::null(), |&c| c as *const c_void)
 }
 
-/// Multicast is not supported: the kernel's rdma_cm answers ENOSYS for a
-/// device that can join no group (each uroce device binds one unicast
-/// address). Bad arguments are EINVAL first, as librdmacm checks them.
+/// Forgets the join contexts of an id being destroyed.
+pub(crate) fn forget_mc_contexts(p: *mut rdma_cm_id) {
+    MC_CONTEXTS.lock().retain(|(id, _), _| *id != p as usize);
+}
+
+/// Joins the group at `addr` (see `CmId::join_multicast`): the id's QP is
+/// attached, and RDMA_CM_EVENT_MULTICAST_JOIN (or _ERROR) reports it.
+///
+/// # Safety
+/// `p` is NULL or an id of this library; `addr` NULL or a socket address.
+unsafe fn join(
+    p: *mut rdma_cm_id,
+    addr: *const sockaddr,
+    send_only: bool,
+    context: *mut c_void,
+) -> Result<(), i32> {
+    // SAFETY: the caller's promise.
+    let inner = unsafe { id(p)? };
+    // SAFETY: as above.
+    let a = unsafe { sockaddr_from_c(addr) }.ok_or(libc::EINVAL)?;
+    if let std::net::IpAddr::V4(v4) = a.ip().to_canonical() {
+        MC_CONTEXTS
+            .lock()
+            .insert((p as usize, v4.to_ipv6_mapped().octets()), context as usize);
+    }
+    inner
+        .cm()?
+        .join_multicast(a, send_only)
+        .map_err(|e| errno(&e))?;
+    // SAFETY: a live id of this library.
+    unsafe { complete(p) }
+}
+
 #[no_mangle]
 unsafe extern "C" fn rdma_join_multicast(
     p: *mut rdma_cm_id,
     addr: *mut sockaddr,
-    _context: *mut c_void,
+    context: *mut c_void,
 ) -> c_int {
-    minus_one_result(|| {
-        // SAFETY: an id of this library; the caller's address.
-        unsafe { id(p)? };
-        // SAFETY: as above.
-        if !unsafe { addr_ok(addr) } {
-            return Err(libc::EINVAL);
-        }
-        Err(libc::ENOSYS)
-    })
+    // SAFETY: an id of this library; the caller's address.
+    minus_one_result(|| unsafe { join(p, addr, false, context) })
 }
 
 #[no_mangle]
 unsafe extern "C" fn rdma_join_multicast_ex(
     p: *mut rdma_cm_id,
     attr: *mut rdma_cm_join_mc_attr_ex,
-    _context: *mut c_void,
+    context: *mut c_void,
 ) -> c_int {
     minus_one_result(|| {
         // SAFETY: an id of this library.
@@ -517,26 +543,27 @@ unsafe extern "C" fn rdma_join_multicast_ex(
         if a.comp_mask & 1 == 0 || a.comp_mask & 2 == 0 || a.join_flags >= 2 {
             return Err(libc::EINVAL);
         }
-        // SAFETY: the caller's address.
-        if !unsafe { addr_ok(a.addr) } {
-            return Err(libc::EINVAL);
-        }
-        Err(libc::ENOSYS)
+        // RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: no attach.
+        // SAFETY: an id of this library; the caller's address.
+        unsafe { join(p, a.addr, a.join_flags == 1, context) }
     })
 }
 
-/// No group was ever joined: EADDRNOTAVAIL, as librdmacm answers for an
-/// address the id has not joined.
+/// Leaves a group the id joined (EADDRNOTAVAIL for one it did not).
 #[no_mangle]
 unsafe extern "C" fn rdma_leave_multicast(p: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
     minus_one_result(|| {
         // SAFETY: an id of this library.
-        unsafe { id(p)? };
+        let inner = unsafe { id(p)? };
         // SAFETY: the caller's address.
-        if !unsafe { addr_ok(addr) } {
-            return Err(libc::EINVAL);
+        let a = unsafe { sockaddr_from_c(addr) }.ok_or(libc::EINVAL)?;
+        inner.cm()?.leave_multicast(a).map_err(|e| errno(&e))?;
+        if let std::net::IpAddr::V4(v4) = a.ip().to_canonical() {
+            MC_CONTEXTS
+                .lock()
+                .remove(&(p as usize, v4.to_ipv6_mapped().octets()));
         }
-        Err(libc::EADDRNOTAVAIL)
+        Ok(())
     })
 }
 
@@ -584,81 +611,4 @@ unsafe extern "C" fn rdma_get_remote_ece(p: *mut rdma_cm_id, ece: *mut ibv_ece) 
         };
         Ok(())
     })
-}
-
-// ---------------------------------------------------------------- rsockets
-
-/// rsockets are not provided: `rsocket` fails with ENOSYS, so no rsocket
-/// descriptor exists, and every call on one fails as librdmacm fails a
-/// descriptor that is not an rsocket: -1 with EBADF. `rpoll` and
-/// `rselect` pass plain descriptors to poll/select, as librdmacm does.
-#[no_mangle]
-extern "C" fn rsocket(_domain: c_int, _type: c_int, _protocol: c_int) -> c_int {
-    set_errno(libc::ENOSYS);
-    -1
-}
-
-/// Calls on a descriptor that cannot be an rsocket: -1, EBADF.
-macro_rules! not_an_rsocket {
-    ($($name:ident($($arg:ident: $t:ty),*) -> $ret:ty;)*) => {
-        $(
-            #[no_mangle]
-            extern "C" fn $name($(_: $t),*) -> $ret {
-                set_errno(libc::EBADF);
-                -1i64 as $ret
-            }
-        )*
-    };
-}
-
-not_an_rsocket! {
-    rbind(s: c_int, a: *const sockaddr, l: socklen_t) -> c_int;
-    rlisten(s: c_int, b: c_int) -> c_int;
-    raccept(s: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int;
-    rconnect(s: c_int, a: *const sockaddr, l: socklen_t) -> c_int;
-    rshutdown(s: c_int, how: c_int) -> c_int;
-    rclose(s: c_int) -> c_int;
-    rrecv(s: c_int, b: *mut c_void, l: size_t, f: c_int) -> ssize_t;
-    rrecvfrom(s: c_int, b: *mut c_void, l: size_t, f: c_int, a: *mut sockaddr, al: *mut socklen_t) -> ssize_t;
-    rrecvmsg(s: c_int, m: *mut libc::msghdr, f: c_int) -> ssize_t;
-    rsend(s: c_int, b: *const c_void, l: size_t, f: c_int) -> ssize_t;
-    rsendto(s: c_int, b: *const c_void, l: size_t, f: c_int, a: *const sockaddr, al: socklen_t) -> ssize_t;
-    rsendmsg(s: c_int, m: *const libc::msghdr, f: c_int) -> ssize_t;
-    rread(s: c_int, b: *mut c_void, l: size_t) -> ssize_t;
-    rreadv(s: c_int, v: *const libc::iovec, n: c_int) -> ssize_t;
-    rwrite(s: c_int, b: *const c_void, l: size_t) -> ssize_t;
-    rwritev(s: c_int, v: *const libc::iovec, n: c_int) -> ssize_t;
-    rgetpeername(s: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int;
-    rgetsockname(s: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int;
-    rsetsockopt(s: c_int, lv: c_int, n: c_int, v: *const c_void, l: socklen_t) -> c_int;
-    rgetsockopt(s: c_int, lv: c_int, n: c_int, v: *mut c_void, l: *mut socklen_t) -> c_int;
-    riomap(s: c_int, b: *mut c_void, l: size_t, prot: c_int, f: c_int, o: libc::off_t) -> libc::off_t;
-    riounmap(s: c_int, b: *mut c_void, l: size_t) -> c_int;
-    riowrite(s: c_int, b: *const c_void, n: size_t, o: libc::off_t, f: c_int) -> size_t;
-}
-
-/// `int rfcntl(int socket, int cmd, ...)`: the variadic argument is never
-/// read (the System V ABI lets a function ignore it).
-#[no_mangle]
-extern "C" fn rfcntl(_socket: c_int, _cmd: c_int) -> c_int {
-    set_errno(libc::EBADF);
-    -1
-}
-
-#[no_mangle]
-unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
-    // SAFETY: the caller's array, as poll(2) takes it.
-    unsafe { libc::poll(fds, nfds, timeout) }
-}
-
-#[no_mangle]
-unsafe extern "C" fn rselect(
-    nfds: c_int,
-    r: *mut libc::fd_set,
-    w: *mut libc::fd_set,
-    e: *mut libc::fd_set,
-    t: *mut libc::timeval,
-) -> c_int {
-    // SAFETY: the caller's sets and timeout, as select(2) takes them.
-    unsafe { libc::select(nfds, r, w, e, t) }
 }

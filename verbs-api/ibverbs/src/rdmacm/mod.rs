@@ -27,6 +27,7 @@
 pub mod ffi;
 pub(crate) mod misc;
 pub(crate) mod qp;
+pub(crate) mod rsocket;
 
 use self::ffi::*;
 use crate::ffi::*;
@@ -515,6 +516,7 @@ pub(crate) unsafe fn destroy_id(p: *mut rdma_cm_id) -> Result<(), i32> {
     // Out of the registry first: no event can pin the id afterwards.
     let cm = inner.st.lock().rust.take().ok_or(libc::EINVAL)?;
     registry().lock().remove(&cm);
+    misc::forget_mc_contexts(p);
     // Torn down now: queued events may hold the Rust id a while longer.
     cm.destroy();
     drop(cm);
@@ -1101,6 +1103,13 @@ unsafe fn convert(ev: CmEvent) -> Option<*mut rdma_cm_event> {
             if !obj.pdata.is_empty() {
                 obj.c.param.ud.private_data = obj.pdata.as_ptr().cast();
             }
+            if matches!(
+                ev.event,
+                CmEventType::MulticastJoin | CmEventType::MulticastError
+            ) {
+                // librdmacm: the context the group was joined with.
+                obj.c.param.ud.private_data = misc::mc_context(p, &ud.ah_attr.dgid);
+            }
         }
         _ => {
             let c = &ev.conn;
@@ -1202,7 +1211,7 @@ unsafe extern "C" fn rdma_ack_cm_event(ev: *mut rdma_cm_event) -> c_int {
 ///
 /// # Safety
 /// `p` is a live id of this library.
-unsafe fn complete(p: *mut rdma_cm_id) -> Result<(), i32> {
+pub(crate) unsafe fn complete(p: *mut rdma_cm_id) -> Result<(), i32> {
     // SAFETY: the caller's promise.
     let inner = unsafe { id(p)? };
     if !inner.sync() {

@@ -1,0 +1,716 @@
+//! librdmacm's rsocket calls (`rdma/rsocket.h`) on
+//! [`uroce_verbs::rsocket::RSocket`], so rdmacm-utils' `rstream` and
+//! Debian's `librspreload.so` (which moves an unmodified TCP program onto
+//! rsockets) run on uroce. A socket's number is its CM channel's
+//! descriptor, as in librdmacm: unique while the socket lives, and
+//! readable when a connection request waits on a listening socket.
+//!
+//! Stream sockets only: `rsocket(.., SOCK_DGRAM, ..)` fails with
+//! EOPNOTSUPP, and so do `riomap`/`riowrite` (no iomap is offered to the
+//! peer: `target_iomap_size` 0, as rsocket.c's default).
+
+use super::sockaddr_from_c;
+use crate::{guard, set_errno};
+use libc::{c_int, c_long, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use uroce_verbs::rsocket::{RSocket, RdmaOpt};
+
+crate::symbol_versions! {
+    "RDMACM_1.0": [rsocket, rbind, rlisten, raccept, rconnect, rshutdown, rclose, rrecv,
+                   rrecvfrom, rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev,
+                   rpoll, rselect, rgetpeername, rgetsockname, rsetsockopt, rgetsockopt, rfcntl,
+                   riomap, riounmap, riowrite]
+}
+
+/// `SOL_RDMA` and its options (rsocket.h).
+const SOL_RDMA: c_int = 0x10000;
+const RDMA_SQSIZE: c_int = 0;
+const RDMA_RQSIZE: c_int = 1;
+const RDMA_INLINE: c_int = 2;
+const RDMA_IOMAPSIZE: c_int = 3;
+
+fn table() -> &'static Mutex<HashMap<c_int, Arc<RSocket>>> {
+    static T: OnceLock<Mutex<HashMap<c_int, Arc<RSocket>>>> = OnceLock::new();
+    T.get_or_init(Default::default)
+}
+
+fn lookup(s: c_int) -> Result<Arc<RSocket>, i32> {
+    table().lock().get(&s).cloned().ok_or(libc::EBADF)
+}
+
+fn errno_of(e: io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// -1 with errno, or the value.
+fn ret<T: TryInto<R>, R: From<i8>>(f: impl FnOnce() -> Result<T, i32>) -> R {
+    guard(R::from(-1), || match f() {
+        Ok(v) => v.try_into().unwrap_or(R::from(-1)),
+        Err(e) => {
+            set_errno(e);
+            R::from(-1)
+        }
+    })
+}
+
+/// Writes `a` to the caller's `addr`/`addrlen` (truncating as
+/// getsockname does).
+///
+/// # Safety
+/// NULL, or `addrlen` readable and writable and `addr` at least
+/// `*addrlen` bytes.
+unsafe fn put_addr(a: Option<std::net::SocketAddr>, addr: *mut sockaddr, len: *mut socklen_t) {
+    if addr.is_null() || len.is_null() {
+        return;
+    }
+    // SAFETY: zeroed sockaddr_storage is a valid value.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let n = match a {
+        Some(a) => {
+            super::sockaddr_to_c(a, &mut st);
+            if a.is_ipv4() {
+                std::mem::size_of::<libc::sockaddr_in>()
+            } else {
+                std::mem::size_of::<libc::sockaddr_in6>()
+            }
+        }
+        None => std::mem::size_of::<libc::sockaddr_in>(),
+    };
+    // SAFETY: the caller's promise on both pointers.
+    unsafe {
+        let room = (*len as usize).min(n);
+        std::ptr::copy_nonoverlapping(
+            (&st as *const libc::sockaddr_storage).cast::<u8>(),
+            addr.cast(),
+            room,
+        );
+        *len = n as socklen_t;
+    }
+}
+
+/// The socket address at `addr`.
+///
+/// # Safety
+/// NULL or `len` readable bytes at `addr`.
+unsafe fn get_addr(addr: *const sockaddr, len: socklen_t) -> Result<std::net::SocketAddr, i32> {
+    if addr.is_null() || (len as usize) < std::mem::size_of::<libc::sockaddr_in>() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's promise.
+    unsafe { sockaddr_from_c(addr) }.ok_or(libc::EAFNOSUPPORT)
+}
+
+#[no_mangle]
+extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    ret(|| {
+        let kind = ty & !(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK);
+        if domain != libc::AF_INET && domain != libc::AF_INET6 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if kind != libc::SOCK_STREAM || (protocol != 0 && protocol != libc::IPPROTO_TCP) {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let s = RSocket::new().map_err(errno_of)?;
+        s.set_nonblocking(ty & libc::SOCK_NONBLOCK != 0);
+        if ty & libc::SOCK_CLOEXEC != 0 {
+            s.set_fd_flags(libc::FD_CLOEXEC);
+        }
+        let fd = s.fd();
+        table().lock().insert(fd, Arc::new(s));
+        Ok(fd)
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rbind(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    ret(|| {
+        let rs = lookup(s)?;
+        // SAFETY: the caller's address, as bind(2) takes it.
+        let a = unsafe { get_addr(addr, len) }?;
+        rs.bind(a).map_err(errno_of).map(|()| 0)
+    })
+}
+
+#[no_mangle]
+extern "C" fn rlisten(s: c_int, backlog: c_int) -> c_int {
+    ret(|| lookup(s)?.listen(backlog).map_err(errno_of).map(|()| 0))
+}
+
+#[no_mangle]
+unsafe extern "C" fn raccept(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    ret(|| {
+        let new = lookup(s)?.accept().map_err(errno_of)?;
+        // SAFETY: the caller's buffer, as accept(2) takes it.
+        unsafe { put_addr(new.peer_addr(), addr, len) };
+        let fd = new.fd();
+        table().lock().insert(fd, Arc::new(new));
+        Ok(fd)
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    ret(|| {
+        let rs = lookup(s)?;
+        // SAFETY: the caller's address, as connect(2) takes it.
+        let a = unsafe { get_addr(addr, len) }?;
+        rs.connect(a).map_err(errno_of).map(|()| 0)
+    })
+}
+
+#[no_mangle]
+extern "C" fn rshutdown(s: c_int, how: c_int) -> c_int {
+    ret(|| lookup(s)?.shutdown(how).map_err(errno_of).map(|()| 0))
+}
+
+#[no_mangle]
+extern "C" fn rclose(s: c_int) -> c_int {
+    ret(|| {
+        let rs = table().lock().remove(&s).ok_or(libc::EBADF)?;
+        rs.close();
+        Ok(0)
+    })
+}
+
+/// The caller's buffer as a slice (empty for length 0).
+///
+/// # Safety
+/// `len` writable bytes at `buf` (or `len` 0).
+unsafe fn buf_mut<'a>(buf: *mut c_void, len: size_t) -> Result<&'a mut [u8], i32> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if buf.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's promise.
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast(), len) })
+}
+
+/// # Safety
+/// `len` readable bytes at `buf` (or `len` 0).
+unsafe fn buf_ref<'a>(buf: *const c_void, len: size_t) -> Result<&'a [u8], i32> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if buf.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's promise.
+    Ok(unsafe { std::slice::from_raw_parts(buf.cast(), len) })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    ret(|| {
+        let rs = lookup(s)?;
+        // SAFETY: the caller's buffer, as recv(2) takes it.
+        let b = unsafe { buf_mut(buf, len) }?;
+        rs.recv(b, flags).map_err(errno_of)
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rrecvfrom(
+    s: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    // SAFETY: forwarded.
+    let n = unsafe { rrecv(s, buf, len, flags) };
+    if n >= 0 {
+        if let Ok(rs) = lookup(s) {
+            // SAFETY: the caller's buffer, as recvfrom(2) takes it.
+            unsafe { put_addr(rs.peer_addr(), addr, alen) };
+        }
+    }
+    n
+}
+
+#[no_mangle]
+unsafe extern "C" fn rread(s: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { rrecv(s, buf, len, 0) }
+}
+
+#[no_mangle]
+unsafe extern "C" fn rsend(s: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    ret(|| {
+        let rs = lookup(s)?;
+        // SAFETY: the caller's buffer, as send(2) takes it.
+        let b = unsafe { buf_ref(buf, len) }?;
+        rs.send(b, flags).map_err(errno_of)
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rsendto(
+    s: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    _addr: *const sockaddr,
+    _alen: socklen_t,
+) -> ssize_t {
+    // SAFETY: forwarded; a connected stream socket ignores the address.
+    unsafe { rsend(s, buf, len, flags) }
+}
+
+#[no_mangle]
+unsafe extern "C" fn rwrite(s: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { rsend(s, buf, len, 0) }
+}
+
+/// The iovecs as slices.
+///
+/// # Safety
+/// `n` iovecs at `iov`, each `iov_len` bytes at `iov_base`.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> Result<&'a [libc::iovec], i32> {
+    if n < 0 || (n > 0 && iov.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the caller's promise.
+    Ok(unsafe { std::slice::from_raw_parts(iov, n as usize) })
+}
+
+/// `rsendv`: the iovecs gathered, then sent as one.
+///
+/// # Safety
+/// As [`iovecs`].
+unsafe fn sendv(s: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> ssize_t {
+    ret(|| {
+        let rs = lookup(s)?;
+        let mut all = Vec::new();
+        // SAFETY: the caller's promise.
+        for v in unsafe { iovecs(iov, n) }? {
+            // SAFETY: each iovec's bytes.
+            all.extend_from_slice(unsafe { buf_ref(v.iov_base, v.iov_len) }?);
+        }
+        rs.send(&all, flags).map_err(errno_of)
+    })
+}
+
+/// `rrecvv`: received into one buffer, then scattered.
+///
+/// # Safety
+/// As [`iovecs`], writable.
+unsafe fn recvv(s: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> ssize_t {
+    ret(|| {
+        let rs = lookup(s)?;
+        // SAFETY: the caller's promise.
+        let vs = unsafe { iovecs(iov, n) }?;
+        let total: usize = vs.iter().map(|v| v.iov_len).sum();
+        let mut all = vec![0u8; total];
+        let got = rs.recv(&mut all, flags).map_err(errno_of)?;
+        let mut at = 0;
+        for v in vs {
+            if at == got {
+                break;
+            }
+            let k = v.iov_len.min(got - at);
+            // SAFETY: each iovec's bytes, k of them.
+            unsafe { buf_mut(v.iov_base, k) }?.copy_from_slice(&all[at..at + k]);
+            at += k;
+        }
+        Ok(got)
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rreadv(s: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { recvv(s, iov, n, 0) }
+}
+
+#[no_mangle]
+unsafe extern "C" fn rwritev(s: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { sendv(s, iov, n, 0) }
+}
+
+#[no_mangle]
+unsafe extern "C" fn rrecvmsg(s: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    if msg.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller's msghdr, as recvmsg(2) takes it.
+    unsafe {
+        (*msg).msg_controllen = 0;
+        (*msg).msg_flags = 0;
+        recvv(s, (*msg).msg_iov, (*msg).msg_iovlen as c_int, flags)
+    }
+}
+
+#[no_mangle]
+unsafe extern "C" fn rsendmsg(s: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    if msg.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller's msghdr, as sendmsg(2) takes it.
+    unsafe { sendv(s, (*msg).msg_iov, (*msg).msg_iovlen as c_int, flags) }
+}
+
+#[no_mangle]
+unsafe extern "C" fn rgetpeername(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    ret(|| {
+        let a = lookup(s)?.peer_addr().ok_or(libc::ENOTCONN)?;
+        // SAFETY: the caller's buffer, as getpeername(2) takes it.
+        unsafe { put_addr(Some(a), addr, len) };
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rgetsockname(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    ret(|| {
+        let a = lookup(s)?.local_addr();
+        // SAFETY: the caller's buffer, as getsockname(2) takes it.
+        unsafe { put_addr(a, addr, len) };
+        Ok(0)
+    })
+}
+
+/// The int at `v` (`len` at least 4).
+///
+/// # Safety
+/// NULL or `len` readable bytes at `v`.
+unsafe fn int_at(v: *const c_void, len: socklen_t) -> Result<c_int, i32> {
+    if v.is_null() || (len as usize) < std::mem::size_of::<c_int>() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's promise; read unaligned.
+    Ok(unsafe { v.cast::<c_int>().read_unaligned() })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rsetsockopt(
+    s: c_int,
+    level: c_int,
+    name: c_int,
+    v: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    ret(|| {
+        let rs = lookup(s)?;
+        // SAFETY: the caller's option value, as setsockopt(2) takes it.
+        let val = || unsafe { int_at(v, len) };
+        match (level, name) {
+            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE) => {
+                rs.set_flag(0, name as u32, val()? != 0)
+            }
+            (libc::SOL_SOCKET, libc::SO_RCVBUF | libc::SO_SNDBUF) => {
+                let opt = if name == libc::SO_RCVBUF {
+                    RdmaOpt::RcvBuf
+                } else {
+                    RdmaOpt::SndBuf
+                };
+                // Once connected the buffers stay as they are (as rsocket.c).
+                let _ = rs.set_rdma_option(opt, val()?.max(0) as u32);
+            }
+            (libc::SOL_SOCKET, libc::SO_LINGER) => {}
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => rs.set_flag(1, name as u32, val()? != 0),
+            (
+                libc::IPPROTO_TCP,
+                libc::TCP_MAXSEG | libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL | libc::TCP_CONGESTION,
+            ) => {}
+            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => rs.set_flag(2, name as u32, val()? != 0),
+            (SOL_RDMA, RDMA_SQSIZE | RDMA_RQSIZE | RDMA_INLINE | RDMA_IOMAPSIZE) => {
+                let opt = match name {
+                    RDMA_SQSIZE => RdmaOpt::SqSize,
+                    RDMA_RQSIZE => RdmaOpt::RqSize,
+                    RDMA_INLINE => RdmaOpt::Inline,
+                    _ => RdmaOpt::IomapSize,
+                };
+                rs.set_rdma_option(opt, val()?.max(0) as u32)
+                    .map_err(errno_of)?;
+            }
+            _ => return Err(libc::ENOTSUP),
+        }
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rgetsockopt(
+    s: c_int,
+    level: c_int,
+    name: c_int,
+    v: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    ret(|| {
+        let rs = lookup(s)?;
+        if v.is_null() || len.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let out: c_int = match (level, name) {
+            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE) => {
+                rs.flag(0, name as u32).into()
+            }
+            (libc::SOL_SOCKET, libc::SO_RCVBUF) => rs.rdma_option(RdmaOpt::RcvBuf) as c_int,
+            (libc::SOL_SOCKET, libc::SO_SNDBUF) => rs.rdma_option(RdmaOpt::SndBuf) as c_int,
+            (libc::SOL_SOCKET, libc::SO_ERROR) => rs.take_error(),
+            (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => rs.flag(1, name as u32).into(),
+            (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => 2048,
+            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => rs.flag(2, name as u32).into(),
+            (SOL_RDMA, RDMA_SQSIZE) => rs.rdma_option(RdmaOpt::SqSize) as c_int,
+            (SOL_RDMA, RDMA_RQSIZE) => rs.rdma_option(RdmaOpt::RqSize) as c_int,
+            (SOL_RDMA, RDMA_INLINE) => rs.rdma_option(RdmaOpt::Inline) as c_int,
+            (SOL_RDMA, RDMA_IOMAPSIZE) => rs.rdma_option(RdmaOpt::IomapSize) as c_int,
+            _ => return Err(libc::ENOTSUP),
+        };
+        // SAFETY: the caller's buffer and length, as getsockopt(2) takes them.
+        unsafe {
+            let room = (*len as usize).min(std::mem::size_of::<c_int>());
+            std::ptr::copy_nonoverlapping((&out as *const c_int).cast::<u8>(), v.cast(), room);
+            *len = room as socklen_t;
+        }
+        Ok(0)
+    })
+}
+
+/// `int rfcntl(int socket, int cmd, ... /* arg */)`. The one variadic
+/// argument F_SETFL/F_SETFD take is an int: on the System V x86-64 and
+/// AArch64 Linux ABIs a variadic integer argument is passed where a
+/// named third argument would be, so it is read as one (and ignored by
+/// the commands that take none).
+#[no_mangle]
+extern "C" fn rfcntl(s: c_int, cmd: c_int, arg: c_long) -> c_int {
+    ret(|| {
+        let rs = lookup(s)?;
+        match cmd {
+            libc::F_GETFL => Ok(libc::O_RDWR
+                | if rs.nonblocking_flag() {
+                    libc::O_NONBLOCK
+                } else {
+                    0
+                }),
+            libc::F_SETFL => {
+                rs.set_nonblocking(arg as c_int & libc::O_NONBLOCK != 0);
+                Ok(0)
+            }
+            libc::F_GETFD => Ok(rs.fd_flags()),
+            libc::F_SETFD => {
+                rs.set_fd_flags(arg as c_int);
+                Ok(0)
+            }
+            _ => Err(libc::ENOTSUP),
+        }
+    })
+}
+
+/// One look at every descriptor, rsockets through [`RSocket::poll_events`].
+fn poll_once(fds: &mut [libc::pollfd], socks: &[Option<Arc<RSocket>>]) -> c_int {
+    let mut n = 0;
+    for (p, rs) in fds.iter_mut().zip(socks) {
+        p.revents = match rs {
+            Some(rs) => rs.poll_events(p.events),
+            None => {
+                let mut q = *p;
+                // SAFETY: one pollfd, no wait.
+                unsafe { libc::poll(&mut q, 1, 0) };
+                q.revents
+            }
+        };
+        if p.revents != 0 {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// `rpoll`: poll(2) over rsockets and ordinary descriptors. An rsocket
+/// waits on its completion channel (or, before it is connected, its CM
+/// channel), armed before the wait; whatever fires is then looked at again.
+#[no_mangle]
+unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+    ret(|| {
+        if nfds > 0 && fds.is_null() {
+            return Err(libc::EFAULT);
+        }
+        let fds: &mut [libc::pollfd] = if nfds == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller's array, as poll(2) takes it.
+            unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
+        };
+        let socks: Vec<Option<Arc<RSocket>>> = {
+            let t = table().lock();
+            fds.iter().map(|p| t.get(&p.fd).cloned()).collect()
+        };
+        let start = Instant::now();
+        let end = (timeout >= 0).then(|| start + Duration::from_millis(timeout as u64));
+        loop {
+            let n = poll_once(fds, &socks);
+            if n > 0 || timeout == 0 {
+                return Ok(n);
+            }
+            let mut waits: Vec<libc::pollfd> = fds
+                .iter()
+                .zip(&socks)
+                .map(|(p, rs)| match rs {
+                    Some(rs) => libc::pollfd {
+                        fd: rs.wait_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    None => libc::pollfd { revents: 0, ..*p },
+                })
+                .collect();
+            // Armed: what came before the arming shows now.
+            let n = poll_once(fds, &socks);
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = match end {
+                Some(e) => {
+                    let l = e.saturating_duration_since(Instant::now());
+                    if l.is_zero() {
+                        return Ok(0);
+                    }
+                    l.min(Duration::from_millis(500))
+                }
+                None => Duration::from_millis(500),
+            };
+            // SAFETY: our own array of waits.
+            let r = unsafe {
+                libc::poll(
+                    waits.as_mut_ptr(),
+                    waits.len() as libc::nfds_t,
+                    left.as_millis() as c_int,
+                )
+            };
+            if r < 0 {
+                return Err(crate::rdmacm::last_errno());
+            }
+        }
+    })
+}
+
+/// `rselect`: select(2) through [`rpoll`].
+#[no_mangle]
+unsafe extern "C" fn rselect(
+    nfds: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    t: *mut libc::timeval,
+) -> c_int {
+    let mut fds = Vec::new();
+    for fd in 0..nfds.clamp(0, libc::FD_SETSIZE as c_int) {
+        let mut ev = 0;
+        // SAFETY: the caller's sets (or NULL), FD_ISSET on fds below nfds.
+        unsafe {
+            if !r.is_null() && libc::FD_ISSET(fd, r) {
+                ev |= libc::POLLIN;
+            }
+            if !w.is_null() && libc::FD_ISSET(fd, w) {
+                ev |= libc::POLLOUT;
+            }
+            if !e.is_null() && libc::FD_ISSET(fd, e) {
+                ev |= libc::POLLPRI;
+            }
+        }
+        if ev != 0 {
+            fds.push(libc::pollfd {
+                fd,
+                events: ev,
+                revents: 0,
+            });
+        }
+    }
+    let timeout = if t.is_null() {
+        -1
+    } else {
+        // SAFETY: the caller's timeout.
+        let tv = unsafe { *t };
+        (tv.tv_sec * 1000 + tv.tv_usec / 1000).clamp(0, i32::MAX as i64) as c_int
+    };
+    // SAFETY: our own array.
+    let n = unsafe { rpoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+    if n < 0 {
+        return n;
+    }
+    let mut count = 0;
+    // SAFETY: the caller's sets, cleared and refilled below nfds.
+    unsafe {
+        for set in [r, w, e] {
+            if !set.is_null() {
+                libc::FD_ZERO(set);
+            }
+        }
+        for p in &fds {
+            let hup = p.revents & (libc::POLLHUP | libc::POLLERR) != 0;
+            if !r.is_null()
+                && p.events & libc::POLLIN != 0
+                && (p.revents & libc::POLLIN != 0 || hup)
+            {
+                libc::FD_SET(p.fd, r);
+                count += 1;
+            }
+            if !w.is_null()
+                && p.events & libc::POLLOUT != 0
+                && (p.revents & libc::POLLOUT != 0 || hup)
+            {
+                libc::FD_SET(p.fd, w);
+                count += 1;
+            }
+            if !e.is_null() && p.events & libc::POLLPRI != 0 && p.revents & libc::POLLPRI != 0 {
+                libc::FD_SET(p.fd, e);
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// `riomap`: no iomap is offered (size 0), so nothing can be mapped.
+#[no_mangle]
+extern "C" fn riomap(
+    s: c_int,
+    _buf: *mut c_void,
+    _len: size_t,
+    _prot: c_int,
+    _flags: c_int,
+    _offset: libc::off_t,
+) -> libc::off_t {
+    ret(|| lookup(s).and(Err::<libc::off_t, i32>(libc::EOPNOTSUPP)))
+}
+
+/// `riounmap`: nothing is ever mapped.
+#[no_mangle]
+extern "C" fn riounmap(s: c_int, _buf: *mut c_void, _len: size_t) -> c_int {
+    ret(|| lookup(s).and(Err::<c_int, i32>(libc::EINVAL)))
+}
+
+/// `riowrite`: the peer's iomap is never used; -1 (as a size_t) with
+/// EOPNOTSUPP.
+#[no_mangle]
+extern "C" fn riowrite(
+    s: c_int,
+    _buf: *const c_void,
+    _count: size_t,
+    _offset: libc::off_t,
+    _flags: c_int,
+) -> size_t {
+    set_errno(if lookup(s).is_ok() {
+        libc::EOPNOTSUPP
+    } else {
+        libc::EBADF
+    });
+    usize::MAX
+}
