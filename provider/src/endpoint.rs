@@ -609,6 +609,16 @@ impl Endpoint {
     pub fn has_output(&self) -> bool {
         self.current.is_some() || !self.dirty.is_empty()
     }
+
+    /// True when every QP with something to send has only ACKs and NAKs
+    /// (see [`QpMachine::only_acks_to_send`]).
+    pub fn only_acks_to_send(&self) -> bool {
+        self.current
+            .map(|(qpn, _)| qpn)
+            .into_iter()
+            .chain(self.dirty.iter().copied())
+            .all(|qpn| self.qps.get(&qpn).is_none_or(|s| s.qp.only_acks_to_send()))
+    }
 }
 
 /// Enters a QP's next deadline in the timer heap if it changed.

@@ -45,6 +45,14 @@ pub use socket::{df_socket, grow_buffers};
 /// How long the engine spins without work before it blocks. Short: on a
 /// 2-core machine the application and a peer engine need the CPU.
 const SPIN_NS: u64 = 200_000;
+/// How long the ACKs of a small receive wait for the application's next
+/// post to carry them (see `Driver::after_receive`).
+const ACK_HOLD_NS: u64 = 50_000;
+/// The largest receive whose ACKs are held back.
+const ACK_HOLD_DATAGRAMS: usize = 4;
+/// ACKs are held back while an application drove the device this
+/// recently (it polls its CQs, and so will see and may answer what came).
+const APP_POLLING_NS: u64 = 1_000_000;
 /// Largest datagram the engine handles.
 const MAX_DATAGRAM: usize = 4096 + 256;
 
@@ -329,7 +337,8 @@ impl Engine {
             capture: None,
             delayed: BinaryHeap::new(),
             delayed_seq: 0,
-            deferred: false,
+            hold_until: None,
+            app_polled: Nanos(0),
         };
         let shared = Arc::new(Shared {
             doorbell,
@@ -414,6 +423,8 @@ impl Engine {
             while let Some(q) = ready.pop() {
                 d.ep.mark(q);
             }
+            // What an application pass held back goes now, with the post.
+            d.hold_until = None;
             d.transmit()
         });
         if !marked {
@@ -701,9 +712,12 @@ struct Driver {
     delayed: BinaryHeap<Reverse<Delayed>>,
     delayed_seq: u64,
     capture: Option<capture::Capture>,
-    /// The last application pass returned after receiving, leaving
-    /// transmission to the next.
-    deferred: bool,
+    /// Output an application pass received the cause of (the ACKs of
+    /// what it received) waits until then for the application's next
+    /// post to carry it (see [`Driver::app_pass`]).
+    hold_until: Option<Nanos>,
+    /// When an application thread last drove the device.
+    app_polled: Nanos,
 }
 
 impl Driver {
@@ -722,9 +736,15 @@ impl Driver {
     /// One pass: received packets, doorbells, transmission, timers.
     /// Returns whether anything happened.
     fn pass(&mut self, ready: &SegQueue<u32>) -> bool {
-        self.deferred = false;
-        let work = self.receive();
-        self.send_and_time(ready) | work
+        let got = self.receive();
+        self.after_receive(got, ready, false)
+    }
+
+    /// Whether output an application pass left is still held back for
+    /// the application's next post: only ACKs and NAKs are, and only
+    /// until the hold ends.
+    fn holding(&self) -> bool {
+        self.hold_until.is_some_and(|t| self.now() < t) && self.ep.only_acks_to_send()
     }
 
     /// The rest of a pass after receiving: doorbells, transmission,
@@ -740,16 +760,45 @@ impl Driver {
         work
     }
 
-    /// [`Driver::pass`] for an application thread: after a receive that
-    /// brought something, it returns at once (see [`Engine::progress`]),
-    /// but never twice in a row.
+    /// [`Driver::pass`] for an application thread (see
+    /// [`Engine::progress`] and [`Driver::after_receive`]).
     fn app_pass(&mut self, ready: &SegQueue<u32>) -> bool {
-        if self.receive() && !self.deferred {
-            self.deferred = true;
-            return true;
+        let got = self.receive();
+        self.after_receive(got, ready, true)
+    }
+
+    /// The rest of a pass after a receive of `got` datagrams, on an
+    /// application thread (`app`) or the engine thread.
+    ///
+    /// When an application polls the device (this pass, or one in the
+    /// last [`APP_POLLING_NS`]) and the receive was small (at most
+    /// [`ACK_HOLD_DATAGRAMS`]: a message and an ACK, as in a ping-pong),
+    /// the ACKs it makes the QPs send are held back for up to
+    /// [`ACK_HOLD_NS`]: an application that answers (a ping-pong, an MPI
+    /// rendezvous) posts within that time, and its post sends them with
+    /// its own packets in one system call, where they used to go in a
+    /// system call of their own just before it (UCX polls its receive CQ
+    /// and then its send CQ: that empty poll sent them). Only ACKs and
+    /// NAKs are held (a READ response or a request goes at once); the
+    /// engine thread sends them when the hold ends (one of its
+    /// deadlines), as does any pass with posts to handle or a larger
+    /// receive (a stream, acknowledged at once).
+    fn after_receive(&mut self, got: usize, ready: &SegQueue<u32>, app: bool) -> bool {
+        let now = self.now();
+        if app {
+            self.app_polled = now;
         }
-        self.deferred = false;
-        self.send_and_time(ready)
+        let polled = now.0.saturating_sub(self.app_polled.0) < APP_POLLING_NS;
+        if got > ACK_HOLD_DATAGRAMS || !polled {
+            self.hold_until = None;
+        } else if got > 0 && self.hold_until.is_none() {
+            self.hold_until = Some(Nanos(now.0 + ACK_HOLD_NS));
+        }
+        if ready.is_empty() && self.holding() {
+            return got > 0;
+        }
+        self.hold_until = None;
+        self.send_and_time(ready) | (got > 0)
     }
 
     /// Sends everything the QPs have to send now (bounded: a QP that
@@ -776,6 +825,7 @@ impl Driver {
             .poll_timeout()
             .into_iter()
             .chain(self.delayed.peek().map(|Reverse((due, ..))| *due))
+            .chain(self.hold_until)
             .min()
     }
 
@@ -900,19 +950,20 @@ impl Driver {
 
     /// Receives batches of datagrams (GRO aggregates split at their
     /// segment size) from the device's socket and its groups' sockets,
-    /// and hands each packet to the endpoint.
-    fn receive(&mut self) -> bool {
-        let mut any = self.receive_port(None);
+    /// and hands each packet to the endpoint; returns how many datagrams
+    /// it read.
+    fn receive(&mut self) -> usize {
+        let mut count = self.receive_port(None);
         for i in 0..self.mcast.len() {
-            any |= self.receive_port(Some(i));
+            count += self.receive_port(Some(i));
         }
-        any
+        count
     }
 
     /// [`Driver::receive`] from one socket: the device's (`None`) or a
     /// group's.
-    fn receive_port(&mut self, group: Option<usize>) -> bool {
-        let mut any = false;
+    fn receive_port(&mut self, group: Option<usize>) -> usize {
+        let mut count = 0;
         for _ in 0..RX_CALLS_PER_PASS {
             let (port, to_ip) = match group {
                 None => (&mut self.port, self.ep.local_ip()),
@@ -930,7 +981,7 @@ impl Driver {
             if n == 0 {
                 break;
             }
-            any = true;
+            count += n;
             Counters::inc(&self.counters().rx_syscalls);
             let now = self.now();
             let to = SocketAddr::new(to_ip, uroce_wire::ROCEV2_UDP_PORT);
@@ -959,7 +1010,7 @@ impl Driver {
                 break;
             }
         }
-        any
+        count
     }
 
     /// Sends what the endpoint has to send, up to a pass's worth, in one
@@ -1135,7 +1186,9 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
             let mut work = d.commands(cmds);
             work |= d.pass(&shared.ready);
             d.flush_capture();
-            work |= d.ep.has_output();
+            // Output an application pass holds back is not work: this
+            // thread sleeps until the hold ends (a deadline) or a doorbell.
+            work |= d.ep.has_output() && !d.holding();
             let deadline = d.deadline();
             shared
                 .planned

@@ -224,6 +224,11 @@ pub trait Service: Default + std::fmt::Debug + Send + Sized + 'static {
 
     /// See [`QpMachine::set_throttled`].
     fn set_throttled(&mut self, _on: bool) {}
+
+    /// See [`QpMachine::only_acks_to_send`].
+    fn only_acks_to_send(_qp: &Qp<Self>) -> bool {
+        false
+    }
 }
 
 /// A QP of transport service `S`: the engine.
@@ -538,5 +543,8 @@ impl<S: Service> QpMachine for Qp<S> {
     }
     fn set_throttled(&mut self, on: bool) {
         self.svc.set_throttled(on);
+    }
+    fn only_acks_to_send(&self) -> bool {
+        S::only_acks_to_send(self)
     }
 }

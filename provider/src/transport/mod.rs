@@ -164,6 +164,12 @@ pub trait QpMachine: Send + std::fmt::Debug {
     /// requests in flight sends no new request packets until it is lifted
     /// (responses, ACKs and a first request still go).
     fn set_throttled(&mut self, _on: bool) {}
+    /// True when what the QP has to send now is at most ACKs and NAKs (no
+    /// request, READ response or atomic ACK): output the engine may hold
+    /// back for an application's next post to carry (`Driver::app_pass`).
+    fn only_acks_to_send(&self) -> bool {
+        false
+    }
 }
 
 /// The one place a QP of a type is made: RC, UC or UD, in RESET, from its

@@ -138,4 +138,14 @@ impl Service for RcService {
     fn set_throttled(&mut self, on: bool) {
         self.req.throttled = on;
     }
+
+    /// ACKs and NAKs only: no READ response or atomic ACK to send, no
+    /// request waiting behind a READ, and no request of this QP's own to
+    /// send (every WR taken is sent, none waits to be taken).
+    fn only_acks_to_send(qp: &RcQp) -> bool {
+        matches!(qp.core.state, QpState::Rtr | QpState::Rts)
+            && qp.svc.resp.only_acks()
+            && qp.svc.req.send_idx == qp.svc.req.wqes.len()
+            && !qp.core.cfg.sq.has_pending()
+    }
 }

@@ -213,6 +213,11 @@ impl Responder {
             self.epsn = Psn::new(attr.rq_psn);
         }
     }
+    /// Nothing but ACKs and NAKs to send, and no request waits to be
+    /// executed.
+    pub fn only_acks(&self) -> bool {
+        self.deferred.is_empty() && self.out.iter().all(|i| matches!(i, RespItem::Ack { .. }))
+    }
     /// READ responses still to be sent.
     fn reads_pending(&self) -> bool {
         self.out.iter().any(|i| matches!(i, RespItem::Read { .. }))

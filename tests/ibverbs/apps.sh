@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# Real applications on uroce, as their users run them: two processes on two
+# uroce devices, under `uroce exec` (uroce's libibverbs.so.1/librdmacm.so.1
+# and liburoce_preload.so), each program under `timeout`.
+#
+#   * Open MPI 4.1 and MPICH 4.0 over UCX (rc_verbs/ud_verbs only, never
+#     shared memory) running tests/ibverbs/mpi_check.c: a data-checked
+#     ping-pong and bandwidth loop, and one-sided MPI_Win_allocate with
+#     MPI_Put/MPI_Get/MPI_Accumulate between fences. UCX's own log must
+#     show the verbs lane on uroce0, so a run that fell back to anything
+#     else cannot pass;
+#   * qperf's RC tests (rdma_cm, -cm1), each client timed: it must return
+#     within a few seconds of its one-second test;
+#   * tgt's iSER target (tgtd, a file-backed LUN made with tgtadm) with
+#     libiscsi's initiator tools over iser:// URLs: iscsi-inq,
+#     iscsi-readcapacity16 and iscsi-test-cu's WRITE/READ/VERIFY/COMPARE
+#     AND WRITE tests (data compared on the target);
+#   * fio's rdma engine: RDMA WRITE, RDMA READ, and SEND/RECV with the
+#     receiver verifying every block (verify=crc32c).
+#
+# Installs the Debian packages when root and missing; an app whose package
+# is still missing is skipped with a message. Devices 127.104.<n>.1 (server)
+# and .2 (client), TCP ports 19400-19499. Prints each result line, then
+# "apps: N passed, N failed" (read by .ci/run); exits non-zero on a failure.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+
+pkgs=(openmpi-bin libopenmpi-dev mpich libmpich-dev ucx-utils qperf tgt libiscsi-bin fio iproute2)
+need=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null 2>&1 || true
+  apt-get install -y -q "${need[@]}" >/dev/null 2>&1 || echo "apps.sh: could not install ${need[*]}"
+fi
+
+cargo build --release -q -p uroce-ibverbs -p uroce-cli -p uroce-preload || exit 1
+uroce=$root/target/release/uroce
+ux=("$uroce" exec --)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"; }
+fail() {
+  failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "$2"
+  sed 's/^/      | /' "$tmp/out" | tail -20
+}
+skip() { printf 'skip  %-34s %s\n' "$1" "$2"; }
+# have PROGRAM...: every program is there.
+have() {
+  local p
+  for p in "$@"; do [ -x "$p" ] || command -v "$p" >/dev/null || return 1; done
+}
+# wait_port PORT: until something listens on TCP PORT (5 s at most).
+wait_port() {
+  for _ in $(seq 50); do
+    ss -Hltn "sport = :$1" | grep -q . && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# The elapsed seconds since $1 (an $EPOCHREALTIME), to 0.1 s.
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+# ---- MPI over UCX
+# Two ranks on one host must not meet in shared memory: UCX may use
+# rc_verbs, ud_verbs and self (a rank to itself) only, on uroce0. UCX's
+# info log names the lanes each endpoint got ("ep_cfg[1]: tag(rc_verbs/
+# uroce0:1)"): the entry passes only when the peer's lane is a verbs one.
+export UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=uroce0:1
+n=0
+# mpi NAME MODE LANE MPIRUN ARGS... -- PROGRAM: two ranks of PROGRAM MODE,
+# rank 0 on 127.104.<n>.1 and rank 1 on .2; LANE (tag or rma) must be a
+# verbs lane in UCX's log.
+mpi() {
+  local name=$1 mode=$2 lane=$3
+  shift 3
+  local run=()
+  while [ "$1" != "--" ]; do run+=("$1"); shift; done
+  local prog=$2
+  n=$((n + 1))
+  timeout -k 5 90 "${run[@]}" \
+    -np 1 env UROCE_DEVICES="uroce0=127.104.$n.1" "${ux[@]}" "$prog" "$mode" : \
+    -np 1 env UROCE_DEVICES="uroce0=127.104.$n.2" "${ux[@]}" "$prog" "$mode" >"$tmp/out" 2>&1
+  local rc=$?
+  local line
+  line=$(grep -m1 '^mpi_check: ok' "$tmp/out")
+  if [ $rc = 0 ] && [ -n "$line" ] &&
+    grep -Eq "ep_cfg\[[0-9]+\]: .*$lane\((rc|ud)_verbs/uroce0:1" "$tmp/out"; then
+    pass "$name" "${line#mpi_check: ok: }"
+  elif [ $rc = 0 ] && [ -n "$line" ]; then
+    fail "$name" "ran, but UCX's log shows no $lane lane over rc_verbs/ud_verbs on uroce0"
+  else
+    fail "$name" "mpirun exit $rc"
+  fi
+}
+
+ompi_run=(/usr/bin/mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none
+  --mca pml ucx --mca pml_ucx_devices any --mca osc ucx --mca btl self
+  -x UCX_TLS -x UCX_NET_DEVICES -x UCX_LOG_LEVEL=info)
+mpich_run=(/usr/bin/mpirun.mpich -genv UCX_LOG_LEVEL info)
+if have /usr/bin/mpicc.openmpi /usr/bin/mpirun.openmpi &&
+  /usr/bin/mpicc.openmpi -O2 -Wall -o "$tmp/mpi_ompi" tests/ibverbs/mpi_check.c 2>"$tmp/out"; then
+  mpi "Open MPI p2p (pml ucx)" p2p tag "${ompi_run[@]}" -- "$tmp/mpi_ompi"
+  # osc ucx opens a second UCP context on the device (issue #24 item 11).
+  mpi "Open MPI one-sided (osc ucx)" rma rma "${ompi_run[@]}" -- "$tmp/mpi_ompi"
+else
+  skip "Open MPI" "mpicc.openmpi/mpirun.openmpi missing or failed (apt-get install openmpi-bin libopenmpi-dev)"
+fi
+if have /usr/bin/mpicc.mpich /usr/bin/mpirun.mpich &&
+  /usr/bin/mpicc.mpich -O2 -Wall -o "$tmp/mpi_mpich" tests/ibverbs/mpi_check.c 2>"$tmp/out"; then
+  mpi "MPICH p2p (ch4:ucx)" p2p tag "${mpich_run[@]}" -- "$tmp/mpi_mpich"
+  mpi "MPICH one-sided (ch4:ucx)" rma rma "${mpich_run[@]}" -- "$tmp/mpi_mpich"
+else
+  skip "MPICH" "mpicc.mpich/mpirun.mpich missing or failed (apt-get install mpich libmpich-dev)"
+fi
+unset UCX_TLS UCX_NET_DEVICES
+
+# ---- qperf's RC tests over rdma_cm
+# One server; each test is its own client process with a one-second test
+# (-t 1). The client must print its figure and exit within 5 s of starting
+# (connection, the test, teardown): the disconnect must not hang.
+if have qperf; then
+  qport=19450
+  UROCE_DEVICES=uroce0=127.104.20.1 timeout -k 2 240 "${ux[@]}" qperf -lp $qport >"$tmp/qserver" 2>&1 &
+  qpid=$!
+  if wait_port $qport; then
+    for t in rc_bw rc_bi_bw rc_lat rc_rdma_read_bw rc_rdma_read_lat rc_rdma_write_bw \
+      rc_rdma_write_lat rc_rdma_write_poll_lat rc_compare_swap_mr rc_fetch_add_mr \
+      ver_rc_compare_swap ver_rc_fetch_add; do
+      t0=$EPOCHREALTIME
+      UROCE_DEVICES=uroce0=127.104.20.2 timeout -k 1 10 stdbuf -oL "${ux[@]}" \
+        qperf -lp $qport -cm1 -t 1 127.104.20.1 "$t" >"$tmp/out" 2>&1
+      rc=$?
+      took=$(since "$t0")
+      line=$(grep -m1 ' = ' "$tmp/out" | tr -s ' ')
+      if [ $rc = 0 ] && [ -n "$line" ] && awk -v s="$took" 'BEGIN { exit !(s <= 5) }'; then
+        pass "qperf $t" "${line# } (client returned after $took s)"
+      elif [ -n "$line" ]; then
+        fail "qperf $t" "${line# }, but the client had not returned after $took s (exit $rc)"
+      elif [ $rc = 124 ] || [ $rc = 137 ]; then
+        # qperf prints its figure after the connection is torn down.
+        fail "qperf $t" "no result: the client had not returned after $took s (hangs in teardown?)"
+      else
+        fail "qperf $t" "no result, exit $rc after $took s"
+      fi
+    done
+  else
+    cp "$tmp/qserver" "$tmp/out"
+    fail "qperf" "the server did not listen on $qport"
+  fi
+  kill "$qpid" 2>/dev/null
+  wait "$qpid" 2>/dev/null
+else
+  skip "qperf" "qperf missing (apt-get install qperf)"
+fi
+
+# ---- tgt's iSER target, libiscsi's initiator
+# tgtd serves iSER on rdma_cm port 19460 (every address of its device) and
+# plain iSCSI on 127.104.30.1:19461; its control socket is
+# /var/run/tgtd/socket.104. tgtd needs root.
+tgt_ctl=(tgtadm -C 104)
+tgt_stop() {
+  "${tgt_ctl[@]}" --op delete --mode system >/dev/null 2>&1
+  for _ in $(seq 30); do kill -0 "$tpid" 2>/dev/null || break; sleep 0.1; done
+  kill "$tpid" 2>/dev/null
+  wait "$tpid" 2>/dev/null
+}
+if ! have tgtd tgtadm; then
+  skip "tgt iSER" "tgtd missing (apt-get install tgt)"
+elif ! have iscsi-inq iscsi-readcapacity16 iscsi-test-cu; then
+  skip "tgt iSER" "libiscsi's tools missing (apt-get install libiscsi-bin)"
+elif [ "$(id -u)" != 0 ]; then
+  skip "tgt iSER" "tgtd needs root"
+else
+  iqn=iqn.2026-11.org.uroce:apps
+  url=iser://127.104.30.1:19460/$iqn/1
+  truncate -s 64M "$tmp/lun.img"
+  UROCE_DEVICES=uroce0=127.104.30.1 timeout -k 2 240 "${ux[@]}" \
+    tgtd -f -C 104 --iser port=19460 --iscsi portal=127.104.30.1:19461 >"$tmp/tgtd" 2>&1 &
+  tpid=$!
+  for _ in $(seq 50); do
+    [ -S /var/run/tgtd/socket.104 ] && "${tgt_ctl[@]}" --op show --mode sys >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  if "${tgt_ctl[@]}" --lld iser --op new --mode target --tid 1 -T "$iqn" >"$tmp/out" 2>&1 &&
+    "${tgt_ctl[@]}" --lld iser --op new --mode logicalunit --tid 1 --lun 1 -b "$tmp/lun.img" >>"$tmp/out" 2>&1 &&
+    "${tgt_ctl[@]}" --lld iser --op bind --mode target --tid 1 -I ALL >>"$tmp/out" 2>&1; then
+    pass "tgtd iser target" "LUN 1: 64 MiB file, iSER on port 19460"
+    # ini NAME REGEX PROGRAM ARGS...: an initiator tool on 127.104.30.2;
+    # passes when it exits 0 and prints REGEX.
+    ini() {
+      local name=$1 regex=$2
+      shift 2
+      UROCE_DEVICES=uroce0=127.104.30.2 timeout -k 2 60 "${ux[@]}" "$@" >"$tmp/out" 2>&1
+      local rc=$?
+      local line
+      line=$(grep -m1 -E "$regex" "$tmp/out" | tr -s ' \t' ' ')
+      if [ $rc = 0 ] && [ -n "$line" ]; then
+        pass "$name" "$line"
+      else
+        fail "$name" "exit $rc"
+      fi
+    }
+    ini "iscsi-inq (iser)" 'Vendor|Product' iscsi-inq "$url"
+    ini "iscsi-readcapacity16 (iser)" '[Ss]ize|LBA|[Bb]lock' iscsi-readcapacity16 "$url"
+    for t in SCSI.Write16.Simple SCSI.Read16.Simple SCSI.Verify16.Simple SCSI.Verify16.Mismatch \
+      SCSI.CompareAndWrite.Simple SCSI.CompareAndWrite.Miscompare; do
+      ini "iscsi-test-cu $t (iser)" 'Run Summary|passed' iscsi-test-cu --dataloss --fail -s -t "$t" "$url"
+    done
+  else
+    cat "$tmp/tgtd" >>"$tmp/out"
+    fail "tgtd iser target" "tgtadm could not make the target (iSER driver not started?)"
+  fi
+  tgt_stop
+fi
+
+# ---- fio's rdma engine
+# The server is the reading job (rw=read), the client the writing one
+# (rw=write) with verb= the operation. Jobs run as threads (--thread) so
+# that timeout's signal reaches them. For SEND/RECV the receiver checks
+# every block (verify=crc32c) and keeps more receives posted than the
+# sender has sends in flight (fio's rdma engine sets rnr_retry 0).
+if have fio; then
+  f=0
+  # fio_rdma NAME SERVER-OPTIONS -- CLIENT-OPTIONS
+  fio_rdma() {
+    local name=$1
+    shift
+    local sopt=()
+    while [ "$1" != "--" ]; do sopt+=("$1"); shift; done
+    shift
+    f=$((f + 1))
+    local port=$((19470 + f))
+    local common=(--ioengine=rdma --thread --port=$port --bs=64k --size=32m --verify_state_save=0)
+    UROCE_DEVICES="uroce0=127.104.4$f.1" timeout -k 2 60 "${ux[@]}" \
+      fio --name=server "${common[@]}" --rw=read "${sopt[@]}" >"$tmp/server" 2>&1 &
+    local spid=$!
+    # rdma_cm listens on no TCP port: give the server a moment.
+    sleep 1
+    UROCE_DEVICES="uroce0=127.104.4$f.2" timeout -k 2 60 "${ux[@]}" \
+      fio --name=client "${common[@]}" --hostname="127.104.4$f.1" --rw=write "$@" >"$tmp/client" 2>&1
+    local crc=$?
+    wait "$spid"
+    local src=$?
+    cat "$tmp/client" - "$tmp/server" <<<"---- server:" >"$tmp/out"
+    local line
+    line=$(grep -m1 -E '^ +WRITE: bw=' "$tmp/client" | tr -s ' ')
+    if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$line" ] && grep -q 'io=32.0MiB' <<<"$line" &&
+      ! grep -Eq 'err= *[1-9]|verify: bad' "$tmp/out"; then
+      pass "$name" "${line# WRITE: }"
+    else
+      fail "$name" "client exit $crc, server exit $src"
+    fi
+  }
+  fio_rdma "fio rdma RDMA WRITE" --iodepth=8 -- --verb=write --iodepth=8
+  fio_rdma "fio rdma RDMA READ" --iodepth=8 -- --verb=read --iodepth=8
+  fio_rdma "fio rdma SEND/RECV verify" --iodepth=32 --verify=crc32c --verify_fatal=1 -- \
+    --verb=send --iodepth=2 --verify=crc32c --do_verify=0
+else
+  skip "fio" "fio missing (apt-get install fio)"
+fi
+
+echo "apps: $passed passed, $failed failed"
+[ "$failed" = 0 ]
