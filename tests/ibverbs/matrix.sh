@@ -16,6 +16,8 @@
 #   * tests/ibverbs/eintr.c: a signal handler interrupts ibv_get_cq_event,
 #     ibv_get_async_event and rdma_get_cm_event (EINTR), or not
 #     (SA_RESTART), as it interrupts a kernel device's read(2);
+#   * tests/ibverbs/bigqueue.c: QPs and SRQs whose queues cannot be
+#     allocated (RLIMIT_AS) are refused with ENOMEM, not an abort;
 #   * tests/ibverbs/contexts.c: no event at open, an async_fd per context
 #     with the events of its own objects, EADDRINUSE for a taken address;
 #   * ibv_devices and ibv_devinfo; pyverbs (python3-pyverbs), and
@@ -116,6 +118,15 @@ if UROCE_DEVICES=uroce0=127.108.1.1 timeout 60 "$tmp/eintr" >"$tmp/out" 2>&1; th
   pass "eintr.c" "$(tail -1 "$tmp/out")"
 else
   fail "eintr.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- a QP/SRQ whose queues cannot be allocated (under RLIMIT_AS) is
+# refused with ENOMEM, and the process lives on
+cc -O1 -Wall -o "$tmp/bigqueue" tests/ibverbs/bigqueue.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.108.1.3 timeout 60 "$tmp/bigqueue" >"$tmp/out" 2>&1; then
+  pass "bigqueue.c" "$(tail -1 "$tmp/out")"
+else
+  fail "bigqueue.c" "exit $? ($(grep -c FAIL "$tmp/out") checks failed)"
 fi
 
 # ---- contexts: no event at open, an async_fd per context, events to the
