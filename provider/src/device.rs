@@ -40,7 +40,7 @@ use crate::memory::{Backing, KeyTable, MrInner, MwInner, MwType, PdId};
 use crate::net::faults::Faults;
 use crate::qp_attr::{AttrMask, CapError, ModifyLimits, QpAttr, QpCap};
 use crate::quota::{Quota, QuotaFull, Resource, Slot};
-use crate::transport::{new_qp, QpConfig, RecvQueue, SendQueue, StateCell};
+use crate::transport::{new_qp, QpConfig, QueueAllocError, RecvQueue, SendQueue, StateCell};
 use crate::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Wc};
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -108,6 +108,12 @@ impl From<PostError> for DeviceError {
             PostError::QueueFull => DeviceError::NoMemory("work queue full"),
             other => DeviceError::Invalid(other.to_string()),
         }
+    }
+}
+
+impl From<QueueAllocError> for DeviceError {
+    fn from(_: QueueAllocError) -> DeviceError {
+        DeviceError::NoMemory("cannot allocate the queue's memory")
     }
 }
 
@@ -423,7 +429,7 @@ impl Device {
             _slot: slot,
             _dev: self.clone(),
             pd,
-            rq: Arc::new(RecvQueue::new_srq(max_wr, handle, self.events().clone())),
+            rq: Arc::new(RecvQueue::new_srq(max_wr, handle, self.events().clone())?),
             handle,
             max_wr,
             max_sge: max_sge.max(1),
@@ -461,12 +467,12 @@ impl Device {
         // and a QP number is taken.
         cap.check()?;
         let slot = self.take_slot(Resource::Qp)?;
-        let qpn = self.alloc_qpn();
-        let sq = Arc::new(SendQueue::new(cap.max_send_wr.max(1)));
+        let sq = Arc::new(SendQueue::new(cap.max_send_wr.max(1))?);
         let rq = match spec.srq {
             Some(srq) => srq.rq.clone(),
-            None => Arc::new(RecvQueue::new(cap.max_recv_wr.max(1))),
+            None => Arc::new(RecvQueue::new(cap.max_recv_wr.max(1))?),
         };
+        let qpn = self.alloc_qpn();
         let state = Arc::new(StateCell::default());
         let engine = self.engine();
         let cfg = QpConfig {

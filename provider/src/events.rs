@@ -154,6 +154,46 @@ impl Semaphore {
         };
         n == 8
     }
+    /// Takes one, waiting as long as it takes, as a `read(2)` of the
+    /// descriptor does: on a blocking descriptor (the C library makes its
+    /// descriptors blocking, as the kernel's are) the wait *is* that read,
+    /// so a signal handler installed without `SA_RESTART` ends it with
+    /// [`io::ErrorKind::Interrupted`] (EINTR) and one with `SA_RESTART`
+    /// has the kernel restart it. On a non-blocking descriptor it waits in
+    /// `poll(2)`, which a handler always interrupts (EINTR).
+    pub fn wait(&self) -> io::Result<()> {
+        loop {
+            let mut v: u64 = 0;
+            // SAFETY: reads 8 bytes into a live u64 from our eventfd.
+            let n = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    &mut v as *mut u64 as *mut libc::c_void,
+                    8,
+                )
+            };
+            if n == 8 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            let mut pfd = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, length 1.
+            if unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            // Readable, or another thread took the count first: read again.
+        }
+    }
     /// Waits until the descriptor is readable or `timeout` passes (`None`:
     /// forever). Returns false on timeout.
     pub fn wait_readable(&self, timeout: Option<Duration>) -> bool {
@@ -227,6 +267,17 @@ impl<T> EventQueue<T> {
         // there.
         self.queue.pop()
     }
+    /// The next event, waiting as [`Semaphore::wait`] does (the error:
+    /// EINTR).
+    pub fn wait(&self) -> io::Result<T> {
+        loop {
+            self.sem.wait()?;
+            // The count is taken after the push it stands for.
+            if let Some(ev) = self.queue.pop() {
+                return Ok(ev);
+            }
+        }
+    }
     /// Events waiting.
     pub fn len(&self) -> usize {
         self.queue.len()
@@ -264,6 +315,62 @@ mod tests {
         assert!(q.sem.wait_readable(Some(Duration::ZERO)));
         assert_eq!(q.get(Some(Duration::ZERO)), Some(2));
         assert!(!q.sem.wait_readable(Some(Duration::ZERO)));
+    }
+
+    extern "C" fn on_signal(_: libc::c_int) {}
+
+    /// Waits in `q.wait()` on a thread of its own while SIGUSR2 (handled
+    /// with `flags`) is sent to that thread every 20 ms for 300 ms; then
+    /// pushes 7. Returns what the wait returned.
+    fn wait_under_signals(blocking: bool, flags: libc::c_int) -> io::Result<u32> {
+        // SAFETY: a handler that does nothing, installed for SIGUSR2,
+        // which nothing else in this test binary uses.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = flags;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
+        }
+        let q = std::sync::Arc::new(EventQueue::<u32>::new().unwrap());
+        if blocking {
+            // SAFETY: F_GETFL/F_SETFL on the queue's own descriptor.
+            unsafe {
+                let fl = libc::fcntl(q.fd(), libc::F_GETFL);
+                libc::fcntl(q.fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let q2 = q.clone();
+        let t = std::thread::spawn(move || {
+            // SAFETY: pthread_self has no preconditions.
+            tx.send(unsafe { libc::pthread_self() }).unwrap();
+            q2.wait()
+        });
+        let waiter = rx.recv().unwrap();
+        for _ in 0..15 {
+            std::thread::sleep(Duration::from_millis(20));
+            if t.is_finished() {
+                break;
+            }
+            // SAFETY: the thread is alive (not finished, not joined).
+            unsafe { libc::pthread_kill(waiter, libc::SIGUSR2) };
+        }
+        q.push(7);
+        t.join().unwrap()
+    }
+
+    #[test]
+    fn a_signal_handler_interrupts_a_wait_as_it_does_read() {
+        // Blocking descriptor: the kernel's read(2) answers EINTR without
+        // SA_RESTART and restarts itself with it.
+        let r = wait_under_signals(true, 0);
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::Interrupted);
+        assert_eq!(wait_under_signals(true, libc::SA_RESTART).unwrap(), 7);
+        // Non-blocking descriptor: the wait is a poll(2), which a handler
+        // always interrupts.
+        let r = wait_under_signals(false, libc::SA_RESTART);
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::Interrupted);
     }
 
     #[test]

@@ -154,8 +154,8 @@ pub fn config(ip: IpAddr, qpn: u32, depth: u32) -> QpConfig {
         keys: Arc::new(KeyTable::new()),
         send_cq: Arc::new(CqInner::new(4 * depth as usize)),
         recv_cq: Arc::new(CqInner::new(4 * depth as usize)),
-        sq: Arc::new(SendQueue::new(depth)),
-        rq: Arc::new(RecvQueue::new(depth)),
+        sq: Arc::new(SendQueue::new(depth).expect("a test queue")),
+        rq: Arc::new(RecvQueue::new(depth).expect("a test queue")),
         sq_sig_all: false,
         cap: QpCap {
             max_send_wr: depth,

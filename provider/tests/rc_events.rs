@@ -107,7 +107,7 @@ impl Dev {
             qpn,
             Arc::new(CqInner::new(256)),
             Arc::new(CqInner::new(256)),
-            Arc::new(RecvQueue::new(64)),
+            Arc::new(RecvQueue::new(64).unwrap()),
         )
     }
 }
@@ -307,7 +307,7 @@ fn completion_channel_next_and_solicited_arming() {
         0x22,
         Arc::new(CqInner::new(64)),
         rcq.clone(),
-        Arc::new(RecvQueue::new(64)),
+        Arc::new(RecvQueue::new(64).unwrap()),
     );
     link(&mut net, &qa, b.ip, &qb);
     link(&mut net, &qb, a.ip, &qa);
@@ -562,7 +562,7 @@ fn recv_cq_overflow(extra: u64) {
         0x22,
         Arc::new(CqInner::new(64)),
         rcq.clone(),
-        Arc::new(RecvQueue::new(64)),
+        Arc::new(RecvQueue::new(64).unwrap()),
     );
     link(&mut net, &qa, b.ip, &qb);
     link(&mut net, &qb, a.ip, &qa);
@@ -625,7 +625,7 @@ fn send_cq_overflow(n: u64) {
         0x11,
         scq.clone(),
         Arc::new(CqInner::new(64)),
-        Arc::new(RecvQueue::new(64)),
+        Arc::new(RecvQueue::new(64).unwrap()),
     );
     let qb = b.qp(&mut net, 0x22);
     link(&mut net, &qa, b.ip, &qb);
@@ -672,7 +672,7 @@ fn srq_shared_by_two_qps() {
     let p1 = Dev::new("10.0.0.2");
     let p2 = Dev::new("10.0.0.3");
     const SRQ: u32 = 0x5151;
-    let srq = Arc::new(RecvQueue::new_srq(16, SRQ, x.events.clone()));
+    let srq = Arc::new(RecvQueue::new_srq(16, SRQ, x.events.clone()).unwrap());
     assert!(srq.is_srq());
     assert_eq!(srq.srq_handle(), SRQ);
     let rcq = Arc::new(CqInner::new(64));
@@ -810,7 +810,7 @@ fn srq_qp_error_raises_its_error_then_last_wqe_reached() {
     let mut net = SimNet::new(9, Faults::default());
     let x = Dev::new("10.0.0.1");
     let p1 = Dev::new("10.0.0.2");
-    let srq = Arc::new(RecvQueue::new_srq(16, 9, x.events.clone()));
+    let srq = Arc::new(RecvQueue::new_srq(16, 9, x.events.clone()).unwrap());
     let q1 = x.qp_with(
         &mut net,
         0x31,

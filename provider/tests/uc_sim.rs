@@ -953,7 +953,7 @@ fn a_dropped_sends_wr_is_flushed_on_err() {
 #[test]
 fn srq_wrs_are_not_flushed_and_last_wqe_reached_is_reported() {
     let events = Arc::new(uroce_provider::events::AsyncEvents::new().unwrap());
-    let srq = Arc::new(RecvQueue::new_srq(16, 5, events));
+    let srq = Arc::new(RecvQueue::new_srq(16, 5, events).unwrap());
     let mut p = Uc::build(
         1,
         Faults::default(),

@@ -897,7 +897,7 @@ fn err_flushes_in_order_and_reset_discards() {
 fn an_srqs_wrs_are_not_flushed_and_last_wqe_reached_is_reported() {
     let mut net = SimNet::new(11, Faults::default());
     let events = Arc::new(uroce_provider::events::AsyncEvents::new().unwrap());
-    let srq = Arc::new(RecvQueue::new_srq(16, 5, events));
+    let srq = Arc::new(RecvQueue::new_srq(16, 5, events).unwrap());
     let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
     let q = srq.clone();
     let b = ud_side(&mut net, ip("10.0.0.2"), 0x22, move |cfg| cfg.rq = q);

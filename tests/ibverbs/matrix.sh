@@ -16,6 +16,11 @@
 #     receiver's GRH, WRITE WITH IMMEDIATE into a small receive WR;
 #   * tests/ibverbs/signals.c: signals the program blocks and reads from a
 #     signalfd reach it (no thread of the library takes them);
+#   * tests/ibverbs/eintr.c: a signal handler interrupts ibv_get_cq_event,
+#     ibv_get_async_event and rdma_get_cm_event (EINTR), or not
+#     (SA_RESTART), as it interrupts a kernel device's read(2);
+#   * tests/ibverbs/bigqueue.c: QPs and SRQs whose queues cannot be
+#     allocated (RLIMIT_AS) are refused with ENOMEM, not an abort;
 #   * tests/ibverbs/contexts.c: no event at open, an async_fd per context
 #     with the events of its own objects, EADDRINUSE for a taken address;
 #   * ibv_devices and ibv_devinfo; tests/ibverbs/sysfs.c: the sysfs files
@@ -116,6 +121,25 @@ if UROCE_DEVICES=uroce0=127.40.9.1,uroce1=127.40.9.2 timeout 60 "$tmp/signals" >
   pass "signals.c" "$(tail -1 "$tmp/out")"
 else
   fail "signals.c" "exit $? (a library thread took a signal the program blocks)"
+fi
+
+# ---- signals interrupt blocking event calls as with a kernel device:
+# EINTR without SA_RESTART, the wait restarted with it, EAGAIN when the
+# descriptor is non-blocking
+cc -O1 -Wall -o "$tmp/eintr" tests/ibverbs/eintr.c -libverbs -lrdmacm -lpthread || exit 1
+if UROCE_DEVICES=uroce0=127.108.1.1 timeout 60 "$tmp/eintr" >"$tmp/out" 2>&1; then
+  pass "eintr.c" "$(tail -1 "$tmp/out")"
+else
+  fail "eintr.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- a QP/SRQ whose queues cannot be allocated (under RLIMIT_AS) is
+# refused with ENOMEM, and the process lives on
+cc -O1 -Wall -o "$tmp/bigqueue" tests/ibverbs/bigqueue.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.108.1.3 timeout 60 "$tmp/bigqueue" >"$tmp/out" 2>&1; then
+  pass "bigqueue.c" "$(tail -1 "$tmp/out")"
+else
+  fail "bigqueue.c" "exit $? ($(grep -c FAIL "$tmp/out") checks failed)"
 fi
 
 # ---- contexts: no event at open, an async_fd per context, events to the

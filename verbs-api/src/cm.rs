@@ -399,10 +399,14 @@ impl EventChannel {
         })
     }
 
-    /// `rdma_get_cm_event`: waits for the next event.
+    /// `rdma_get_cm_event`: waits for the next event. A signal handler
+    /// that interrupts the wait ends it with [`Error::Interrupted`], as it
+    /// ends the kernel's wait in the `write(2)` librdmacm makes on its
+    /// channel (see [`Semaphore::wait`] for `SA_RESTART`).
     pub fn get_event(&self) -> Result<CmEvent> {
         loop {
-            if let Some(e) = self.get_event_timeout(None)? {
+            self.inner.sem.wait().map_err(Error::from_wait)?;
+            if let Some(e) = self.pop() {
                 return Ok(e);
             }
         }
@@ -422,16 +426,19 @@ impl EventChannel {
             if !self.inner.sem.take(left) {
                 return Ok(None);
             }
-            let Some(p) = self.inner.queue.lock().pop_front() else {
-                continue;
-            };
-            let e = match p {
-                Pending::Ready(e) => Some(e),
-                Pending::Agent(id, e) => process(&id, e).inspect(|_| on_the_wire(&id)),
-            };
-            if let Some(e) = e {
+            if let Some(e) = self.pop() {
                 return Ok(Some(e));
             }
+        }
+    }
+
+    /// The event the count just taken stands for, if it makes one for
+    /// the program (an agent's event may not).
+    fn pop(&self) -> Option<CmEvent> {
+        let p = self.inner.queue.lock().pop_front()?;
+        match p {
+            Pending::Ready(e) => Some(e),
+            Pending::Agent(id, e) => process(&id, e).inspect(|_| on_the_wire(&id)),
         }
     }
 }

@@ -29,6 +29,9 @@ pub enum Error {
     /// Nothing to return without blocking (EAGAIN).
     #[error("would block")]
     WouldBlock,
+    /// A signal handler interrupted the wait (EINTR).
+    #[error("interrupted by a signal")]
+    Interrupted,
     /// The address (or port) is taken (EADDRINUSE).
     #[error("address in use")]
     AddrInUse,
@@ -57,6 +60,7 @@ impl Error {
             Error::Engine(_) => libc_errno::EIO,
             Error::NotSupported(_) => libc_errno::EOPNOTSUPP,
             Error::WouldBlock => libc_errno::EAGAIN,
+            Error::Interrupted => libc_errno::EINTR,
             Error::AddrInUse => libc_errno::EADDRINUSE,
             Error::AddrNotAvailable(_) | Error::PortConflict(_) => libc_errno::EADDRNOTAVAIL,
             Error::NoData(_) => libc_errno::ENODATA,
@@ -64,7 +68,20 @@ impl Error {
     }
 }
 
+impl Error {
+    /// A failed wait on an event descriptor: EINTR is
+    /// [`Error::Interrupted`], EAGAIN [`Error::WouldBlock`].
+    pub(crate) fn from_wait(e: std::io::Error) -> Error {
+        match e.kind() {
+            std::io::ErrorKind::Interrupted => Error::Interrupted,
+            std::io::ErrorKind::WouldBlock => Error::WouldBlock,
+            _ => Error::Engine(format!("event descriptor: {e}")),
+        }
+    }
+}
+
 mod libc_errno {
+    pub const EINTR: i32 = 4;
     pub const EIO: i32 = 5;
     pub const EAGAIN: i32 = 11;
     pub const EOPNOTSUPP: i32 = 95;

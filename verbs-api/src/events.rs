@@ -57,10 +57,14 @@ impl CompChannel {
 
     /// `ibv_get_cq_event`: waits for the next completion event. Every
     /// event must be acknowledged ([`crate::CompletionQueue::ack_events`])
-    /// before the CQ can be destroyed.
+    /// before the CQ can be destroyed. A signal handler that interrupts
+    /// the wait ends it with [`Error::Interrupted`], as it ends the
+    /// kernel's `read(2)` of a channel (see [`pe::Semaphore::wait`] for
+    /// `SA_RESTART`).
     pub fn get_cq_event(&self) -> Result<CqEvent> {
         loop {
-            if let Some(ev) = self.next(None) {
+            let weak = self.inner.wait().map_err(Error::from_wait)?;
+            if let Some(ev) = Self::deliver(&weak) {
                 return Ok(ev);
             }
         }
@@ -80,19 +84,24 @@ impl CompChannel {
         loop {
             let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
             let weak = self.inner.get(left)?;
-            // A CQ destroyed after queueing its event leaves nothing to
-            // report: skip it.
-            if let Some(cq) = weak.upgrade() {
-                cq.note_event_delivered();
-                return Some(CqEvent {
-                    handle: cq.handle(),
-                    context: cq.context(),
-                });
+            if let Some(ev) = Self::deliver(&weak) {
+                return Some(ev);
             }
             if end.is_some_and(|e| std::time::Instant::now() >= e) {
                 return None;
             }
         }
+    }
+
+    /// The event a queued CQ stands for. A CQ destroyed after queueing
+    /// its event leaves nothing to report: `None`, skip it.
+    fn deliver(weak: &std::sync::Weak<uroce_provider::cq::CqInner>) -> Option<CqEvent> {
+        let cq = weak.upgrade()?;
+        cq.note_event_delivered();
+        Some(CqEvent {
+            handle: cq.handle(),
+            context: cq.context(),
+        })
     }
 
     /// The descriptor: readable while an event waits.
@@ -123,13 +132,11 @@ impl Context {
     }
 
     /// `ibv_get_async_event`: waits for the device's next asynchronous
-    /// event (QP, CQ, SRQ and port events).
-    pub fn get_async_event(&self) -> AsyncEvent {
-        loop {
-            if let Some(ev) = self.events().get(None) {
-                return ev;
-            }
-        }
+    /// event (QP, CQ, SRQ and port events). A signal handler that
+    /// interrupts the wait ends it with [`Error::Interrupted`], as it ends
+    /// the kernel's `read(2)` of `async_fd`.
+    pub fn get_async_event(&self) -> Result<AsyncEvent> {
+        self.events().wait().map_err(Error::from_wait)
     }
     /// Like [`Context::get_async_event`], giving up after `timeout`.
     pub fn get_async_event_timeout(&self, timeout: Duration) -> Option<AsyncEvent> {

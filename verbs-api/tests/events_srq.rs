@@ -375,7 +375,7 @@ fn blocking_get_async_event_wakes_on_sq_drained() {
         w
     };
     std::thread::scope(|s| {
-        let waiter = s.spawn(|| a.get_async_event());
+        let waiter = s.spawn(|| a.get_async_event().unwrap());
         // Nothing has happened yet: the waiter is still blocked.
         std::thread::sleep(Duration::from_millis(50));
         assert!(!waiter.is_finished());

@@ -52,7 +52,7 @@ pub use self::admission::{PLAUSIBLE_PSN_WINDOW, SWEEP_PERIOD_NS, SWEEP_THRESHOLD
 pub use self::config::QpConfig;
 pub use self::core::QpCore;
 pub use self::message::payload_length_ok;
-pub use self::queues::{PostError, RecvQueue, SendQueue, StateCell};
+pub use self::queues::{PostError, QueueAllocError, RecvQueue, SendQueue, StateCell};
 use crate::qp_attr::{AttrMask, CapError, ModifyError, QpAttr};
 use crate::types::{QpState, QpType};
 use std::net::IpAddr;

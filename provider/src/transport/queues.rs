@@ -40,6 +40,29 @@ pub enum PostError {
     Invalid(&'static str),
 }
 
+/// A queue could not be allocated at the size asked for (ENOMEM, as the
+/// kernel answers when a queue's memory cannot be had).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cannot allocate a queue of {0} work requests")]
+pub struct QueueAllocError(pub usize);
+
+/// A lock-free queue of `cap` slots whose allocation may fail without
+/// aborting the process. `ArrayQueue::new` allocates its slots (a stamp
+/// and a `T` each) infallibly: the same amount is asked for fallibly first
+/// (`try_reserve_exact`), so that a size the allocator cannot give (beyond
+/// `isize::MAX`, or refused under `RLIMIT_AS` or by the kernel's overcommit
+/// check) is an error instead. The probe is freed just before the queue is
+/// allocated: another thread taking the memory in between can still make
+/// the second allocation fail.
+fn bounded<T>(cap: usize) -> Result<ArrayQueue<T>, QueueAllocError> {
+    let mut probe: Vec<(std::sync::atomic::AtomicUsize, std::mem::MaybeUninit<T>)> = Vec::new();
+    probe
+        .try_reserve_exact(cap)
+        .map_err(|_| QueueAllocError(cap))?;
+    drop(probe);
+    Ok(ArrayQueue::new(cap))
+}
+
 /// The send queue shared by the posting threads and the engine.
 #[derive(Debug)]
 pub struct SendQueue {
@@ -49,14 +72,15 @@ pub struct SendQueue {
 }
 
 impl SendQueue {
-    /// A queue of `max` WRs (at least 1).
-    pub fn new(max: u32) -> SendQueue {
+    /// A queue of `max` WRs (at least 1), or an error if its memory
+    /// cannot be allocated.
+    pub fn new(max: u32) -> Result<SendQueue, QueueAllocError> {
         let max = max.max(1);
-        SendQueue {
-            queue: ArrayQueue::new(max as usize),
+        Ok(SendQueue {
+            queue: bounded(max as usize)?,
             outstanding: AtomicU32::new(0),
             max,
-        }
+        })
     }
     /// Depth.
     pub fn capacity(&self) -> u32 {
@@ -109,25 +133,30 @@ struct SrqHook {
 }
 
 impl RecvQueue {
-    /// A queue of `max` WRs (at least 1).
-    pub fn new(max: u32) -> RecvQueue {
-        RecvQueue {
-            queue: ArrayQueue::new(max.max(1) as usize),
+    /// A queue of `max` WRs (at least 1), or an error if its memory
+    /// cannot be allocated.
+    pub fn new(max: u32) -> Result<RecvQueue, QueueAllocError> {
+        Ok(RecvQueue {
+            queue: bounded(max.max(1) as usize)?,
             srq: None,
-        }
+        })
     }
     /// A shared receive queue of `max` WRs with handle `handle`; when armed
     /// (see [`RecvQueue::arm_limit`]) it reports `SRQ_LIMIT_REACHED` to
-    /// `events`.
-    pub fn new_srq(max: u32, handle: u32, events: Arc<AsyncEvents>) -> RecvQueue {
-        RecvQueue {
-            queue: ArrayQueue::new(max.max(1) as usize),
+    /// `events`. An error if its memory cannot be allocated.
+    pub fn new_srq(
+        max: u32,
+        handle: u32,
+        events: Arc<AsyncEvents>,
+    ) -> Result<RecvQueue, QueueAllocError> {
+        Ok(RecvQueue {
+            queue: bounded(max.max(1) as usize)?,
             srq: Some(SrqHook {
                 handle,
                 limit: AtomicU32::new(0),
                 events,
             }),
-        }
+        })
     }
     /// True for a shared receive queue.
     pub fn is_srq(&self) -> bool {
@@ -201,7 +230,7 @@ mod tests {
     #[test]
     fn srq_limit_fires_once_when_count_drops_below() {
         let ev = Arc::new(AsyncEvents::new().unwrap());
-        let q = RecvQueue::new_srq(8, 42, ev.clone());
+        let q = RecvQueue::new_srq(8, 42, ev.clone()).unwrap();
         for i in 0..4 {
             q.post(RecvWr {
                 wr_id: i,
@@ -219,6 +248,15 @@ mod tests {
         assert_eq!(q.limit(), 0);
         q.take().unwrap();
         assert!(ev.get(Some(Duration::ZERO)).is_none());
-        assert!(!RecvQueue::new(4).arm_limit(1));
+        assert!(!RecvQueue::new(4).unwrap().arm_limit(1));
+    }
+
+    #[test]
+    fn a_queue_too_big_to_allocate_is_an_error_not_an_abort() {
+        // Beyond isize::MAX bytes: no allocator can give it.
+        let huge = usize::MAX / 2;
+        assert_eq!(bounded::<SendWr>(huge).unwrap_err(), QueueAllocError(huge));
+        assert_eq!(bounded::<RecvWr>(huge).unwrap_err(), QueueAllocError(huge));
+        assert_eq!(bounded::<u8>(16).unwrap().capacity(), 16);
     }
 }

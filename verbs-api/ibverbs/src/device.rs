@@ -721,9 +721,10 @@ unsafe extern "C" fn get_srq_num(s: *mut ibv_srq, num: *mut u32) -> c_int {
     })
 }
 
-/// Blocks for the next asynchronous event (or, on a non-blocking
-/// `async_fd`, returns -1 with EAGAIN). Events about objects already
-/// destroyed are skipped.
+/// Blocks for the next asynchronous event in a `read(2)` of `async_fd`
+/// (-1 with EINTR when a signal handler without `SA_RESTART` interrupts
+/// it; on a non-blocking `async_fd`, -1 with EAGAIN), as libibverbs does.
+/// Events about objects already destroyed are skipped.
 #[no_mangle]
 unsafe extern "C" fn ibv_get_async_event(c: *mut ibv_context, out: *mut ibv_async_event) -> c_int {
     minus_one_result(|| {
@@ -737,7 +738,7 @@ unsafe extern "C" fn ibv_get_async_event(c: *mut ibv_context, out: *mut ibv_asyn
             let ev = if nonblock {
                 ctx.rust.try_get_async_event().map_err(|e| errno(&e))?
             } else {
-                ctx.rust.get_async_event()
+                ctx.rust.get_async_event().map_err(|e| errno(&e))?
             };
             // uroce's own events (PsnSweep) have no ibv_event_type.
             if !ev.event_type.is_ibverbs() {

@@ -97,18 +97,32 @@ pub(crate) fn minus_one_result(f: impl FnOnce() -> Result<(), i32>) -> libc::c_i
 }
 
 /// Clears `O_NONBLOCK` on an event descriptor uroce made (its eventfds
-/// start non-blocking). libibverbs hands programs blocking descriptors,
-/// and a program that wants `ibv_get_cq_event`/`ibv_get_async_event` not
-/// to block sets `O_NONBLOCK` itself, which [`is_nonblocking`] then sees.
-/// uroce's own waits poll before reading, and a blocking read with no
-/// event simply waits for the next one, which is what a blocking get
-/// wants.
+/// start non-blocking). libibverbs and librdmacm hand programs blocking
+/// descriptors and wait for an event in a `read(2)` of them: a blocking
+/// get here is that read (`Semaphore::wait`), so a signal handler ends it
+/// with EINTR, or the kernel restarts it under `SA_RESTART`, as with a
+/// kernel device. A program that wants the gets not to block sets
+/// `O_NONBLOCK` itself, which [`is_nonblocking`] then sees.
 pub(crate) fn make_blocking(fd: libc::c_int) {
+    set_nonblocking(fd, false);
+}
+
+/// Sets `O_NONBLOCK` on an event descriptor uroce made.
+pub(crate) fn make_nonblocking(fd: libc::c_int) {
+    set_nonblocking(fd, true);
+}
+
+fn set_nonblocking(fd: libc::c_int, on: bool) {
     // SAFETY: F_GETFL/F_SETFL on a descriptor this library owns.
     unsafe {
         let fl = libc::fcntl(fd, libc::F_GETFL);
         if fl != -1 {
-            libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+            let fl = if on {
+                fl | libc::O_NONBLOCK
+            } else {
+                fl & !libc::O_NONBLOCK
+            };
+            libc::fcntl(fd, libc::F_SETFL, fl);
         }
     }
 }

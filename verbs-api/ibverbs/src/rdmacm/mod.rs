@@ -96,16 +96,15 @@ pub(crate) unsafe fn chan<'a>(p: *mut rdma_event_channel) -> Result<&'a ChanInne
     Ok(unsafe { &*addr_of!((*p.cast::<Chan>()).inner) })
 }
 
-/// A new channel. Channels the program makes (`blocking`) have a blocking
-/// descriptor, as the kernel's: `rdma_get_cm_event` then waits, until the
-/// program sets `O_NONBLOCK`. A synchronous id's own channel keeps its
-/// non-blocking descriptor: only this library reads it.
-fn new_channel(blocking: bool) -> Result<*mut rdma_event_channel, i32> {
+/// A new channel, with a blocking descriptor as the kernel's:
+/// `rdma_get_cm_event` (and a synchronous id's calls, which read their own
+/// channel as librdmacm's do) wait in a `read(2)` of it, which a signal
+/// handler interrupts (EINTR) or, with `SA_RESTART`, the kernel restarts;
+/// a program that sets `O_NONBLOCK` gets EAGAIN instead of a wait.
+fn new_channel() -> Result<*mut rdma_event_channel, i32> {
     let rust = EventChannel::new().map_err(|e| errno(&e))?;
     let fd = rust.as_raw_fd();
-    if blocking {
-        crate::make_blocking(fd);
-    }
+    crate::make_blocking(fd);
     let obj = Box::new(Chan {
         c: rdma_event_channel { fd },
         inner: ChanInner { rust },
@@ -121,13 +120,16 @@ unsafe fn free_channel(p: *mut rdma_event_channel) {
     // SAFETY: the caller's promise.
     let obj = unsafe { Box::from_raw(p.cast::<Chan>()) };
     // A synchronous id's channel: what is still queued for the (destroyed)
-    // id goes, so that nothing keeps the uroce id alive through it.
+    // id goes, so that nothing keeps the uroce id alive through it. Its
+    // descriptor goes non-blocking first, so that the last read does not
+    // wait.
+    crate::make_nonblocking(obj.inner.rust.as_raw_fd());
     while obj.inner.rust.try_get_event().is_ok() {}
 }
 
 #[no_mangle]
 unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    ptr_result(|| new_channel(true))
+    ptr_result(new_channel)
 }
 
 #[no_mangle]
@@ -474,7 +476,7 @@ pub(crate) fn create_id(
     qp_type: QpType,
 ) -> Result<*mut rdma_cm_id, i32> {
     let (ch, sync) = if channel.is_null() {
-        (new_channel(false)?, true)
+        (new_channel()?, true)
     } else {
         (channel, false)
     };
@@ -885,7 +887,7 @@ unsafe fn migrate_id(p: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> Re
     // SAFETY: the id's C half.
     let old = unsafe { (*p).channel };
     let (to, sync) = if channel.is_null() {
-        (new_channel(false)?, true)
+        (new_channel()?, true)
     } else {
         (channel, false)
     };
