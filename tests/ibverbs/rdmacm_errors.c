@@ -197,7 +197,7 @@ int main(void)
 	      "set_option(NULL id): -1/EINVAL");
 
 	/* ---- multicast on an id not bound (and not UD): EINVAL, as the
-	 * kernel's rdma_join_multicast; unsupported: rsockets, ECE as
+	 * kernel's rdma_join_multicast; rsockets' argument checks; ECE as
 	 * without it */
 	struct sockaddr_in mc = addr_of("239.1.2.3", 0);
 	CHECK(ERR(rdma_join_multicast(id, (struct sockaddr *)&mc, NULL), EINVAL),
@@ -216,7 +216,8 @@ int main(void)
 	      "join_multicast_ex with a reserved mask bit: -1/ENOTSUP");
 	CHECK(ERR(rdma_leave_multicast(id, (struct sockaddr *)&mc), EADDRNOTAVAIL),
 	      "leave_multicast of a group never joined: -1/EADDRNOTAVAIL");
-	CHECK(ERR(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS), "rsocket: -1/ENOSYS");
+	CHECK(ERR(rsocket(AF_UNIX, SOCK_STREAM, 0), ENOTSUP),
+	      "rsocket of another family: -1/ENOTSUP, as rsocket.c");
 	CHECK(ERR(rclose(3), EBADF) && ERR(rsend(3, "x", 1, 0), EBADF),
 	      "rclose/rsend on a non-rsocket: -1/EBADF");
 	struct ibv_ece ece = { 0 };
