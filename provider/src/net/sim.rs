@@ -424,7 +424,13 @@ impl SimNet {
                 }
                 any = true;
                 self.rbuf[HEADROOM..HEADROOM + n].copy_from_slice(&p.bytes);
-                e.handle_datagram_to(self.now, from, p.dst, p.tclass, &mut self.rbuf[..HEADROOM + n]);
+                e.handle_datagram_to(
+                    self.now,
+                    from,
+                    p.dst,
+                    p.tclass,
+                    &mut self.rbuf[..HEADROOM + n],
+                );
             }
             if !any {
                 Counters::inc(&self.counters.dropped_pkts);
