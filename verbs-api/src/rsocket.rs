@@ -267,6 +267,10 @@ struct Opts {
     so: u64,
     tcp: u64,
     ipv6: u64,
+    /// `IP_TOS`, as set.
+    tos: i32,
+    /// `TCP_KEEPIDLE` in seconds (0: not set).
+    keepalive_time: u32,
 }
 
 struct State {
@@ -1256,6 +1260,29 @@ impl RSocket {
             _ => st.opts.ipv6,
         };
         opt < 64 && o & (1 << opt) != 0
+    }
+
+    /// Whether the socket is connected (`TCP_INFO`'s state).
+    pub fn is_connected(&self) -> bool {
+        self.st.lock().state & ST_CONNECTED != 0
+    }
+
+    /// `IP_TOS`: kept and read back.
+    pub fn set_tos(&self, tos: i32) {
+        self.st.lock().opts.tos = tos;
+    }
+    /// `IP_TOS` as set.
+    pub fn tos(&self) -> i32 {
+        self.st.lock().opts.tos
+    }
+
+    /// `TCP_KEEPIDLE`, in seconds.
+    pub fn set_keepalive_time(&self, secs: u32) {
+        self.st.lock().opts.keepalive_time = secs;
+    }
+    /// `TCP_KEEPIDLE` (0 until set or keepalive is turned on).
+    pub fn keepalive_time(&self) -> u32 {
+        self.st.lock().opts.keepalive_time
     }
 
     /// The CM id (for `rdma_set_option` passthroughs).
