@@ -19,6 +19,11 @@
 //!   `RS_OP_CTRL` with `RS_CTRL_SHUTDOWN` / `RS_CTRL_DISCONNECT`.
 //! - Receive WRs have no buffer: the write carries the data, the
 //!   completion only the immediate.
+//! - Direct writes (`riomap`/`riowrite`): a side that offers an iomap
+//!   (`RDMA_IOMAPSIZE` entries of `struct rs_iomap`, after its target
+//!   SGL) learns the peer's mappings as `RS_OP_IOMAP_SGL` writes into it;
+//!   [`RSocket::iowrite`] then writes into the peer's memory with plain
+//!   RDMA WRITEs (`RS_OP_WRITE` only names them in our own wr_id).
 //!
 //! Defaults as rsocket.c's: a 128 KiB receive and send buffer, 384-entry
 //! queues, four control messages in flight. The socket is driven by its
@@ -249,6 +254,9 @@ fn scale_to_value(value: u32, bits: u32) -> u32 {
 /// the QP before the regions, the CQ and its channel.
 struct Conn {
     qp: Arc<QueuePair>,
+    /// The regions `riomap` registered: one slot per entry of the peer's
+    /// iomap (`PROT_WRITE`), then the local-only ones.
+    maps: IoMaps,
     /// The send buffer, then `QP_CTRL_SIZE` control message slots.
     smr: MemoryRegion,
     /// The target SGL (two `rs_sge` the peer writes), then the iomap.
@@ -257,8 +265,34 @@ struct Conn {
     rmr: MemoryRegion,
     cq: CompletionQueue,
     comp: CompChannel,
-    _pd: ProtectionDomain,
+    pd: ProtectionDomain,
     _ctx: Context,
+}
+
+/// One `riomap`ping: a registered region and the offset it answers to.
+struct IoMap {
+    offset: u64,
+    mr: MemoryRegion,
+}
+
+/// `rs_iomap_mr`s: `slots[i]` is the region mapped at index `i` of the
+/// peer's iomap, `queue` the indices not yet sent to the peer, `local`
+/// the mappings without remote write (kept, never announced).
+#[derive(Default)]
+struct IoMaps {
+    slots: Vec<Option<IoMap>>,
+    queue: std::collections::VecDeque<usize>,
+    local: Vec<IoMap>,
+}
+
+/// `struct rs_iomap` (offset, then an `rs_sge`), as the peer reads it
+/// from its memory: in its host order (`swap`: the other one).
+fn iomap_bytes(offset: u64, sge: RsSge, swap: bool) -> [u8; IOMAP_LEN] {
+    let mut b = [0; IOMAP_LEN];
+    let o = if swap { offset.swap_bytes() } else { offset };
+    b[..8].copy_from_slice(&o.to_ne_bytes());
+    b[8..].copy_from_slice(&sge.to_host(swap));
+    b
 }
 
 /// Socket options that only read back (`SO_REUSEADDR` and friends).
@@ -462,12 +496,13 @@ impl State {
         qp.post_recv(&recvs).map_err(|(_, e)| verbs_err(e))?;
         self.conn = Some(Conn {
             qp,
+            maps: IoMaps::default(),
             smr,
             tmr,
             rmr,
             cq,
             comp,
-            _pd: pd,
+            pd,
             _ctx: ctx,
         });
         Ok(())
@@ -514,6 +549,10 @@ impl State {
                 length: scale_to_value(d.target_iomap_size.into(), 8),
                 key: d.target_sgl.key,
             };
+        }
+        let slots = self.remote_iomap.length as usize;
+        if let Some(c) = self.conn.as_mut() {
+            c.maps.slots.resize_with(slots, || None);
         }
         self.set_target(0, d.data_buf)?;
         self.sseq_comp = d.credits;
@@ -700,7 +739,6 @@ impl State {
                             self.sqe_avail += 1;
                             self.sbuf_bytes_avail += IOMAP_LEN as u32;
                         }
-                        OP_WRITE => self.sqe_avail += 1,
                         _ => {
                             self.sqe_avail += 1;
                             self.sbuf_bytes_avail += msg_data(msg);
@@ -1017,6 +1055,7 @@ impl RSocket {
             }));
         }
         let nonblock = self.nonblocking(&st, flags);
+        st = self.send_iomaps(st, nonblock)?;
         let mut done = 0usize;
         let mut olen = OLAP_START_SIZE;
         while done < buf.len() {
@@ -1050,6 +1089,169 @@ impl RSocket {
                 return if done > 0 { Ok(done) } else { Err(e) };
             }
             done += xfer as usize;
+        }
+        Ok(done)
+    }
+
+    /// Waits for room to send: `ECONNRESET` once the socket cannot
+    /// write any more.
+    fn wait_send<'a>(
+        &'a self,
+        mut st: parking_lot::MutexGuard<'a, State>,
+        nonblock: bool,
+    ) -> Result<parking_lot::MutexGuard<'a, State>> {
+        if !st.can_send() {
+            st = self.wait_for(st, Want::Send, nonblock)?;
+            if st.state & ST_WRITABLE == 0 {
+                return Err(err(libc::ECONNRESET));
+            }
+        }
+        Ok(st)
+    }
+
+    /// `rs_send_iomaps`: announces the mappings `riomap` queued.
+    fn send_iomaps<'a>(
+        &'a self,
+        mut st: parking_lot::MutexGuard<'a, State>,
+        nonblock: bool,
+    ) -> Result<parking_lot::MutexGuard<'a, State>> {
+        while let Some(&i) = st.conn()?.maps.queue.front() {
+            st = self.wait_send(st, nonblock)?;
+            st.conn
+                .as_mut()
+                .ok_or_else(|| err(libc::ENOTCONN))?
+                .maps
+                .queue
+                .pop_front();
+            // A mapping undone before it was sent is not announced.
+            if st.conn()?.maps.slots[i].is_some() {
+                st.write_iomap(i)?;
+            }
+        }
+        Ok(st)
+    }
+
+    /// `riomap`: registers `len` bytes at `buf` for the peer to write
+    /// with [`RSocket::iowrite`] (`PROT_WRITE`; `PROT_NONE` maps it
+    /// locally only), at `offset` (`-1`: the buffer's address). Returns
+    /// the offset. The mapping is announced to the peer with the next
+    /// send. `ENOMEM` when every entry of the peer's iomap is in use
+    /// (its `RDMA_IOMAPSIZE`), `EINVAL` before the connection is made.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads and writes of `len` bytes until
+    /// [`RSocket::iounmap`] or the socket's close, and the caller must
+    /// hold no Rust reference into it meanwhile (the peer writes it).
+    pub unsafe fn iomap(&self, buf: *mut u8, len: usize, prot: i32, offset: i64) -> Result<i64> {
+        let mut st = self.st.lock();
+        let c = st.conn.as_mut().ok_or_else(|| err(libc::EINVAL))?;
+        if prot & !(libc::PROT_WRITE | libc::PROT_NONE) != 0 {
+            return Err(err(libc::EINVAL));
+        }
+        let write = prot & libc::PROT_WRITE != 0;
+        let slot = if write {
+            Some(
+                c.maps
+                    .slots
+                    .iter()
+                    .position(Option::is_none)
+                    .ok_or_else(|| err(libc::ENOMEM))?,
+            )
+        } else {
+            None
+        };
+        let access = if write {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        } else {
+            Access::LOCAL_WRITE
+        };
+        // SAFETY: the caller's promise above.
+        let mr = unsafe { c.pd.reg_mr_raw(buf, len, access) }.map_err(verbs_err)?;
+        let offset = if offset == -1 { buf as i64 } else { offset };
+        let m = IoMap {
+            offset: offset as u64,
+            mr,
+        };
+        match slot {
+            Some(i) => {
+                c.maps.slots[i] = Some(m);
+                c.maps.queue.push_back(i);
+            }
+            None => c.maps.local.push(m),
+        }
+        Ok(offset)
+    }
+
+    /// `riounmap`: undoes the mapping of exactly `buf`/`len` (`EINVAL`
+    /// if there is none). The peer is not told, as in rsocket.c.
+    pub fn iounmap(&self, buf: *mut u8, len: usize) -> Result<()> {
+        let mut st = self.st.lock();
+        let c = st.conn.as_mut().ok_or_else(|| err(libc::EINVAL))?;
+        let is = |m: &IoMap| m.mr.addr() == buf as u64 && m.mr.len() == len;
+        if let Some(s) = c.maps.slots.iter_mut().find(|s| s.as_ref().is_some_and(is)) {
+            *s = None;
+            return Ok(());
+        }
+        if let Some(i) = c.maps.local.iter().position(is) {
+            c.maps.local.remove(i);
+            return Ok(());
+        }
+        Err(err(libc::EINVAL))
+    }
+
+    /// `riowrite`: writes `buf` into the peer's memory that it mapped at
+    /// `offset` (by RDMA WRITE: the peer's program sees the bytes land,
+    /// no receive is involved). Returns how much was written: less than
+    /// `buf` where no mapping of the peer covers the rest (0 if none
+    /// covers `offset`), or when a non-blocking socket runs out of room.
+    pub fn iowrite(&self, buf: &[u8], mut offset: u64, flags: i32) -> Result<usize> {
+        let mut st = self.st.lock();
+        if st.state & ST_CONNECTED == 0 {
+            return Err(err(if st.state & (ST_DISCONNECTED | ST_ERROR) != 0 {
+                libc::EPIPE
+            } else {
+                libc::ENOTCONN
+            }));
+        }
+        let nonblock = self.nonblocking(&st, flags);
+        st = self.send_iomaps(st, nonblock)?;
+        let mut done = 0usize;
+        let mut olen = OLAP_START_SIZE;
+        let mut iom: Option<(u64, RsSge)> = None;
+        while done < buf.len() {
+            let (start, sge) = match iom {
+                Some((o, g)) if offset < o + u64::from(g.length) => (o, g),
+                _ => match st.find_iomap(offset)? {
+                    Some(m) => {
+                        iom = Some(m);
+                        m
+                    }
+                    None => break,
+                },
+            };
+            match self.wait_send(st, nonblock) {
+                Ok(g) => st = g,
+                Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
+            }
+            let left = (buf.len() - done).min(u32::MAX as usize) as u32;
+            let mut xfer = if olen < left {
+                let x = olen;
+                if olen < MAX_TRANSFER {
+                    olen <<= 1;
+                }
+                x
+            } else {
+                left
+            };
+            xfer = xfer.min(st.sbuf_bytes_avail);
+            xfer = xfer.min((start + u64::from(sge.length) - offset) as u32);
+            let addr = sge.addr.wrapping_add(offset - start);
+            let chunk = &buf[done..done + xfer as usize];
+            if let Err(e) = st.write_direct(chunk, addr, sge.key) {
+                return if done > 0 { Ok(done) } else { Err(e) };
+            }
+            done += xfer as usize;
+            offset += u64::from(xfer);
         }
         Ok(done)
     }
@@ -1309,8 +1511,9 @@ pub enum RdmaOpt {
 }
 
 impl State {
-    /// Copies `chunk` into the send ring (wrapping) and writes it.
-    fn copy_and_write(&mut self, chunk: &[u8]) -> Result<()> {
+    /// Copies `chunk` into the send ring (wrapping): the one or two
+    /// pieces of the ring it now fills.
+    fn ring_copy(&mut self, chunk: &[u8]) -> Result<Vec<Sge>> {
         let len = chunk.len() as u32;
         let left = self.sbuf_size - self.soff;
         let c = self.conn()?;
@@ -1319,18 +1522,87 @@ impl State {
             c.smr.write(self.soff as usize, chunk).map_err(e)?;
             let sge = c.smr.sge(self.soff as usize, len);
             self.soff = if len < left { self.soff + len } else { 0 };
-            self.write_data(&[sge], len)
+            Ok(vec![sge])
         } else {
             let (a, b) = chunk.split_at(left as usize);
             c.smr.write(self.soff as usize, a).map_err(e)?;
             c.smr.write(0, b).map_err(e)?;
-            let sges = [
+            let sges = vec![
                 c.smr.sge(self.soff as usize, left),
                 c.smr.sge(0, b.len() as u32),
             ];
             self.soff = b.len() as u32;
-            self.write_data(&sges, len)
+            Ok(sges)
         }
+    }
+
+    /// Copies `chunk` into the send ring and writes it to the peer's
+    /// receive buffer.
+    fn copy_and_write(&mut self, chunk: &[u8]) -> Result<()> {
+        let sges = self.ring_copy(chunk)?;
+        self.write_data(&sges, chunk.len() as u32)
+    }
+
+    /// `rs_write_direct`: `chunk` (through the send ring) straight into
+    /// the peer's mapped memory, an RDMA WRITE without immediate (the
+    /// peer is not told).
+    fn write_direct(&mut self, chunk: &[u8], addr: u64, rkey: u32) -> Result<()> {
+        let len = chunk.len() as u32;
+        let sges = self.ring_copy(chunk)?;
+        self.sqe_avail -= 1;
+        self.sbuf_bytes_avail -= len;
+        let mut w = SendWr::new(u64::from(msg_set(OP_WRITE, len)), WrOpcode::RdmaWrite);
+        w.sg_list.extend_from_slice(&sges);
+        w.remote_addr = addr;
+        w.rkey = rkey;
+        self.post(w)
+    }
+
+    /// `rs_write_iomap`: tells the peer where mapping `index` is, by
+    /// writing its `rs_iomap` into the peer's iomap with `RS_OP_IOMAP_SGL`.
+    fn write_iomap(&mut self, index: usize) -> Result<()> {
+        let c = self.conn()?;
+        let m = c.maps.slots[index]
+            .as_ref()
+            .ok_or_else(|| err(libc::EINVAL))?;
+        let sge = RsSge {
+            addr: m.mr.addr(),
+            key: m.mr.rkey(),
+            length: m.mr.len() as u32,
+        };
+        let bytes = iomap_bytes(m.offset, sge, self.swap_sgl);
+        let sges = self.ring_copy(&bytes)?;
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        self.sqe_avail -= 1;
+        self.sbuf_bytes_avail -= IOMAP_LEN as u32;
+        let msg = msg_set(OP_IOMAP_SGL, index as u32);
+        let mut w = SendWr::new(u64::from(msg), WrOpcode::RdmaWriteWithImm);
+        w.imm_data = msg;
+        w.sg_list.extend_from_slice(&sges);
+        w.remote_addr = self
+            .remote_iomap
+            .addr
+            .wrapping_add((index * IOMAP_LEN) as u64);
+        w.rkey = self.remote_iomap.key;
+        self.post(w)
+    }
+
+    /// `rs_find_iomap`: the entry of our iomap (the peer's mappings, as
+    /// the peer wrote them) that holds `offset`.
+    fn find_iomap(&self, offset: u64) -> Result<Option<(u64, RsSge)>> {
+        let c = self.conn()?;
+        for i in 0..usize::from(self.target_iomap_size) {
+            let mut b = [0; IOMAP_LEN];
+            c.tmr
+                .read(SGE_LEN * SGL_SIZE + i * IOMAP_LEN, &mut b)
+                .map_err(|_| err(libc::EIO))?;
+            let o = u64::from_ne_bytes(b[..8].try_into().expect("8 bytes"));
+            let sge = RsSge::from_host(&b[8..]);
+            if offset >= o && offset < o.wrapping_add(u64::from(sge.length)) {
+                return Ok(Some((o, sge)));
+            }
+        }
+        Ok(None)
     }
 
     /// Copies received bytes out (consuming them).

@@ -6,8 +6,8 @@
 //! readable when a connection request waits on a listening socket.
 //!
 //! Stream sockets only: `rsocket(.., SOCK_DGRAM, ..)` fails with
-//! EOPNOTSUPP, and so do `riomap`/`riowrite` (no iomap is offered to the
-//! peer: `target_iomap_size` 0, as rsocket.c's default).
+//! EOPNOTSUPP. `riomap`/`riowrite` work once the peer offers an iomap
+//! (`RDMA_IOMAPSIZE`; 0 by default, as rsocket.c's).
 
 use super::sockaddr_from_c;
 use crate::{guard, set_errno};
@@ -737,39 +737,60 @@ unsafe extern "C" fn rselect(
     count
 }
 
-/// `riomap`: no iomap is offered (size 0), so nothing can be mapped.
+/// `riomap`: `buf` registered for the peer's `riowrite` at `offset`.
 #[no_mangle]
-extern "C" fn riomap(
+unsafe extern "C" fn riomap(
     s: c_int,
-    _buf: *mut c_void,
-    _len: size_t,
-    _prot: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    prot: c_int,
     _flags: c_int,
-    _offset: libc::off_t,
+    offset: libc::off_t,
 ) -> libc::off_t {
-    ret(|| lookup(s).and(Err::<libc::off_t, i32>(libc::EOPNOTSUPP)))
+    ret(|| {
+        let rs = lookup(s)?;
+        if buf.is_null() || len == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's buffer, which rsocket.h says stays valid
+        // until riounmap or rclose.
+        unsafe { rs.iomap(buf.cast(), len, prot, offset) }.map_err(errno_of)
+    })
 }
 
-/// `riounmap`: nothing is ever mapped.
+/// `riounmap`: the mapping of exactly `buf`/`len` undone.
 #[no_mangle]
-extern "C" fn riounmap(s: c_int, _buf: *mut c_void, _len: size_t) -> c_int {
-    ret(|| lookup(s).and(Err::<c_int, i32>(libc::EINVAL)))
+extern "C" fn riounmap(s: c_int, buf: *mut c_void, len: size_t) -> c_int {
+    ret(|| {
+        lookup(s)?
+            .iounmap(buf.cast(), len)
+            .map_err(errno_of)
+            .map(|()| 0)
+    })
 }
 
-/// `riowrite`: the peer's iomap is never used; -1 (as a size_t) with
-/// EOPNOTSUPP.
+/// `riowrite`: `count` bytes into the peer's memory mapped at `offset`;
+/// the bytes written, or -1 (as a size_t) with errno when none were.
 #[no_mangle]
-extern "C" fn riowrite(
+unsafe extern "C" fn riowrite(
     s: c_int,
-    _buf: *const c_void,
-    _count: size_t,
-    _offset: libc::off_t,
-    _flags: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: libc::off_t,
+    flags: c_int,
 ) -> size_t {
-    set_errno(if lookup(s).is_ok() {
-        libc::EOPNOTSUPP
-    } else {
-        libc::EBADF
-    });
-    usize::MAX
+    guard(usize::MAX, || {
+        let r = lookup(s).and_then(|rs| {
+            // SAFETY: the caller's buffer, as write(2) takes it.
+            let b = unsafe { buf_ref(buf, count) }?;
+            rs.iowrite(b, offset as u64, flags).map_err(errno_of)
+        });
+        match r {
+            Ok(n) => n,
+            Err(e) => {
+                set_errno(e);
+                usize::MAX
+            }
+        }
+    })
 }
