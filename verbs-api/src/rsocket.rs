@@ -32,9 +32,12 @@
 //! whose descriptor [`RSocket::wait_fd`] gives to a `poll` over many
 //! sockets.
 //!
+//! A non-blocking socket's connect goes on in the calls that follow it
+//! (`EINPROGRESS`, then `POLLOUT` from [`RSocket::poll_events`]), as
+//! rsocket.c's `rs_do_connect`.
+//!
 //! Not here yet: datagram rsockets (`SOCK_DGRAM`, UD with a UDP side
-//! channel), keepalive, `RDMA_ROUTE`, and non-blocking connects (a
-//! connect completes before it returns, whatever `O_NONBLOCK` says).
+//! channel), keepalive and `RDMA_ROUTE`.
 
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use crate::{
@@ -106,6 +109,10 @@ const CONN_FLAG_IOMAP: u8 = 2;
 // `enum rs_state`, as bits.
 const ST_BOUND: u32 = 0x0001;
 const ST_LISTENING: u32 = 0x0002;
+const ST_OPENING: u32 = 0x0004;
+const ST_RESOLVING_ADDR: u32 = ST_OPENING | 0x0010;
+const ST_RESOLVING_ROUTE: u32 = ST_OPENING | 0x0020;
+const ST_CONNECTING: u32 = ST_OPENING | 0x0040;
 const ST_CONNECTED: u32 = 0x0100;
 const ST_WRITABLE: u32 = 0x0200;
 const ST_READABLE: u32 = 0x0400;
@@ -862,11 +869,20 @@ impl RSocket {
         Ok(())
     }
 
-    fn wait_event(ch: &EventChannel, want: CmEventType, timeout: Duration) -> Result<ConnParam> {
-        let e = ch
-            .get_event_timeout(Some(timeout))
-            .map_err(verbs_err)?
-            .ok_or_else(|| err(libc::ETIMEDOUT))?;
+    /// The id's next CM event, which must be `want`: waited for (up to
+    /// [`CM_TIMEOUT`]) if `block`, else `EINPROGRESS` when none is there.
+    fn next_event(ch: &EventChannel, want: CmEventType, block: bool) -> Result<ConnParam> {
+        let e = if block {
+            ch.get_event_timeout(Some(CM_TIMEOUT))
+                .map_err(verbs_err)?
+                .ok_or_else(|| err(libc::ETIMEDOUT))?
+        } else {
+            match ch.try_get_event() {
+                Ok(e) => e,
+                Err(crate::Error::WouldBlock) => return Err(err(libc::EINPROGRESS)),
+                Err(e) => return Err(verbs_err(e)),
+            }
+        };
         if e.event == want {
             return Ok(e.conn);
         }
@@ -879,43 +895,93 @@ impl RSocket {
         }))
     }
 
-    /// `rconnect`: resolves, connects and waits for the peer's answer.
+    /// `rconnect`: resolves, connects and waits for the peer's answer; on
+    /// a non-blocking socket starts that and fails with `EINPROGRESS`,
+    /// the connection then going on in [`RSocket::poll_events`] (`POLLOUT`
+    /// once connected; `POLLERR` and [`RSocket::take_error`] if it
+    /// failed), sends and receives (`EAGAIN` meanwhile) and further
+    /// connects (`EINPROGRESS` meanwhile, 0 once connected), as rsocket.c.
     pub fn connect(&self, dst: SocketAddr) -> Result<()> {
         let mut st = self.st.lock();
         if st.state & ST_CONNECTED != 0 {
             return Err(err(libc::EISCONN));
         }
-        if st.state & (ST_LISTENING | ST_CONNECT_ERROR | ST_DISCONNECTED | ST_ERROR) != 0 {
-            return Err(err(libc::EINVAL));
+        if st.state & ST_OPENING == 0 {
+            if st.state & (ST_LISTENING | ST_CONNECT_ERROR | ST_DISCONNECTED | ST_ERROR) != 0 {
+                return Err(err(libc::EINVAL));
+            }
+            let id = self.id.lock().clone();
+            if let Err(e) = id.resolve_addr(None, dst) {
+                st.state = ST_CONNECT_ERROR;
+                st.err = e.errno();
+                return Err(verbs_err(e));
+            }
+            st.state = ST_RESOLVING_ADDR;
         }
-        let r = self.do_connect(&mut st, dst);
+        let block = !st.nonblock;
+        self.step_connect(&mut st, block)
+    }
+
+    /// `rs_do_connect`: takes a connect as far as the CM's events allow
+    /// (all the way if `block`); `EINPROGRESS` if it is not done, and a
+    /// failure leaves the socket in connect error with `SO_ERROR` set.
+    fn step_connect(&self, st: &mut State, block: bool) -> Result<()> {
+        let r = self.advance_connect(st, block);
         if let Err(e) = &r {
-            st.state = ST_CONNECT_ERROR;
-            st.err = e.raw_os_error().unwrap_or(libc::EIO);
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+            if errno != libc::EINPROGRESS {
+                st.state = ST_CONNECT_ERROR;
+                st.err = errno;
+            }
         }
         r
     }
 
-    fn do_connect(&self, st: &mut State, dst: SocketAddr) -> Result<()> {
+    fn advance_connect(&self, st: &mut State, block: bool) -> Result<()> {
         let id = self.id.lock().clone();
-        id.resolve_addr(None, dst).map_err(verbs_err)?;
-        Self::wait_event(&self.ch, CmEventType::AddrResolved, CM_TIMEOUT)?;
-        id.resolve_route().map_err(verbs_err)?;
-        Self::wait_event(&self.ch, CmEventType::RouteResolved, CM_TIMEOUT)?;
-        st.create_ep(&id)?;
-        let param = ConnParam {
-            private_data: st.conn_data()?.to_bytes().to_vec(),
-            flow_control: true,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            ..ConnParam::default()
-        };
-        id.connect(&param).map_err(verbs_err)?;
-        let resp = Self::wait_event(&self.ch, CmEventType::Established, CM_TIMEOUT)?;
-        let d = ConnData::parse(&resp.private_data).ok_or_else(|| err(libc::ENOTSUP))?;
-        st.save_conn_data(&d)?;
-        st.state = ST_CONNECT_RDWR;
-        Ok(())
+        loop {
+            match st.state {
+                ST_RESOLVING_ADDR => {
+                    Self::next_event(&self.ch, CmEventType::AddrResolved, block)?;
+                    id.resolve_route().map_err(verbs_err)?;
+                    st.state = ST_RESOLVING_ROUTE;
+                }
+                ST_RESOLVING_ROUTE => {
+                    Self::next_event(&self.ch, CmEventType::RouteResolved, block)?;
+                    st.create_ep(&id)?;
+                    let param = ConnParam {
+                        private_data: st.conn_data()?.to_bytes().to_vec(),
+                        flow_control: true,
+                        retry_count: 7,
+                        rnr_retry_count: 7,
+                        ..ConnParam::default()
+                    };
+                    id.connect(&param).map_err(verbs_err)?;
+                    st.state = ST_CONNECTING;
+                }
+                ST_CONNECTING => {
+                    let resp = Self::next_event(&self.ch, CmEventType::Established, block)?;
+                    let d =
+                        ConnData::parse(&resp.private_data).ok_or_else(|| err(libc::ENOTSUP))?;
+                    st.save_conn_data(&d)?;
+                    st.state = ST_CONNECT_RDWR;
+                }
+                s if s & ST_CONNECTED != 0 => return Ok(()),
+                _ => return Err(err(libc::ENOTCONN)),
+            }
+        }
+    }
+
+    /// A send or receive on a socket whose connect is under way: takes it
+    /// on (waiting unless `nonblock`); `EAGAIN` while it is not done.
+    fn finish_connect(&self, st: &mut State, nonblock: bool) -> Result<()> {
+        if st.state & ST_OPENING == 0 {
+            return Ok(());
+        }
+        match self.step_connect(st, !nonblock) {
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Err(err(libc::EAGAIN)),
+            r => r,
+        }
     }
 
     /// `raccept`: the next connection (`EAGAIN` if none waits on a
@@ -971,7 +1037,7 @@ impl RSocket {
             ..ConnParam::default()
         };
         id.accept(&param).map_err(verbs_err)?;
-        Self::wait_event(&ch, CmEventType::Established, CM_TIMEOUT)?;
+        Self::next_event(&ch, CmEventType::Established, true)?;
         st.state = ST_CONNECT_RDWR;
         Ok(RSocket {
             ch,
@@ -1015,10 +1081,11 @@ impl RSocket {
     /// `MSG_PEEK`, `MSG_WAITALL` and `MSG_DONTWAIT` as for a socket.
     pub fn recv(&self, buf: &mut [u8], flags: i32) -> Result<usize> {
         let mut st = self.st.lock();
+        let nonblock = self.nonblocking(&st, flags);
+        self.finish_connect(&mut st, nonblock)?;
         if st.state & (ST_CONNECTED | ST_DISCONNECTED | ST_ERROR) == 0 {
             return Err(err(libc::ENOTCONN));
         }
-        let nonblock = self.nonblocking(&st, flags);
         let mut done = 0;
         loop {
             if st.rmsg.is_empty() {
@@ -1047,6 +1114,8 @@ impl RSocket {
     /// (non-blocking: `EAGAIN` if nothing does).
     pub fn send(&self, buf: &[u8], flags: i32) -> Result<usize> {
         let mut st = self.st.lock();
+        let nonblock = self.nonblocking(&st, flags);
+        self.finish_connect(&mut st, nonblock)?;
         if st.state & ST_CONNECTED == 0 {
             return Err(err(if st.state & (ST_DISCONNECTED | ST_ERROR) != 0 {
                 libc::EPIPE
@@ -1054,7 +1123,6 @@ impl RSocket {
                 libc::ENOTCONN
             }));
         }
-        let nonblock = self.nonblocking(&st, flags);
         st = self.send_iomaps(st, nonblock)?;
         let mut done = 0usize;
         let mut olen = OLAP_START_SIZE;
@@ -1357,6 +1425,12 @@ impl RSocket {
             unsafe { libc::poll(&mut p, 1, 0) };
             return p.revents & events;
         }
+        if st.state & ST_OPENING != 0 {
+            match self.step_connect(&mut st, false) {
+                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => return 0,
+                _ => {}
+            }
+        }
         if st.state & (ST_CONNECTED | ST_DISCONNECTED | ST_ERROR) != 0 {
             st.drain_events();
             st.process(Want::Data);
@@ -1387,7 +1461,7 @@ impl RSocket {
     /// new: the completion channel's (connected) or the CM channel's.
     pub fn wait_fd(&self) -> RawFd {
         let mut st = self.st.lock();
-        if st.conn.is_some() {
+        if st.conn.is_some() && st.state & ST_OPENING == 0 {
             st.arm();
             if let Ok(c) = st.conn() {
                 return c.comp.fd();
