@@ -36,8 +36,11 @@
 //! (`EINPROGRESS`, then `POLLOUT` from [`RSocket::poll_events`]), as
 //! rsocket.c's `rs_do_connect`.
 //!
+//! Keepalive (`SO_KEEPALIVE`) as rsocket.c's: a service thread sends
+//! `RS_CTRL_KEEPALIVE` every `TCP_KEEPIDLE` seconds.
+//!
 //! Not here yet: datagram rsockets (`SOCK_DGRAM`, UD with a UDP side
-//! channel), keepalive and `RDMA_ROUTE`.
+//! channel) and `RDMA_ROUTE`.
 
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use crate::{
@@ -86,6 +89,7 @@ const OP_IOMAP_SGL: u32 = 6;
 const OP_CTRL: u32 = 7;
 /// `RS_CTRL_*`: what an `RS_OP_CTRL` message says.
 const CTRL_DISCONNECT: u32 = 0;
+const CTRL_KEEPALIVE: u32 = 1;
 const CTRL_SHUTDOWN: u32 = 2;
 
 fn msg_set(op: u32, data: u32) -> u32 {
@@ -312,6 +316,8 @@ struct Opts {
     tos: i32,
     /// `TCP_KEEPIDLE` in seconds (0: not set).
     keepalive_time: u32,
+    /// `SO_KEEPALIVE`: the keepalive service sends for this socket.
+    keepalive: bool,
 }
 
 struct State {
@@ -363,7 +369,7 @@ pub struct RSocket {
     /// the C API, as in librdmacm.
     ch: EventChannel,
     id: Mutex<CmId>,
-    st: Mutex<State>,
+    st: Arc<Mutex<State>>,
 }
 
 impl std::fmt::Debug for RSocket {
@@ -662,6 +668,16 @@ impl State {
         }
     }
 
+    /// `tcp_svc_send_keepalive`: one keepalive, if a control slot is free.
+    fn send_keepalive(&mut self) {
+        if self.ctrl_avail() && self.state & ST_CONNECTED != 0 {
+            self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
+            if let Err(e) = self.post_msg(msg_set(OP_CTRL, CTRL_KEEPALIVE)) {
+                self.fail(e.raw_os_error().unwrap_or(libc::EIO));
+            }
+        }
+    }
+
     fn ctrl_avail(&self) -> bool {
         self.ctrl_seqno != self.ctrl_max_seqno
     }
@@ -822,6 +838,77 @@ impl State {
     }
 }
 
+/// rsocket.c's `tcp_svc`: one thread (started with the first socket
+/// that turns keepalive on, every signal blocked) that sends each such
+/// socket's keepalives when they are due.
+mod keepalive {
+    use super::State;
+    use parking_lot::{Condvar, Mutex};
+    use std::sync::{Arc, OnceLock, Weak};
+    use std::time::{Duration, Instant};
+
+    struct Svc {
+        /// The sockets and when each one's next keepalive is due.
+        due: Mutex<Vec<(Weak<Mutex<State>>, Instant)>>,
+        wake: Condvar,
+    }
+
+    fn svc() -> Option<&'static Svc> {
+        static SVC: OnceLock<Option<&'static Svc>> = OnceLock::new();
+        *SVC.get_or_init(|| {
+            let svc: &'static Svc = Box::leak(Box::new(Svc {
+                due: Mutex::new(Vec::new()),
+                wake: Condvar::new(),
+            }));
+            uroce_provider::threads::spawn("uroce-rs-keepalive".into(), move || run(svc))
+                .ok()
+                .map(|_| svc)
+        })
+    }
+
+    /// Puts `st` on the list (again), its next keepalive `secs` from now.
+    pub(super) fn add(st: &Arc<Mutex<State>>, secs: u32) {
+        let Some(svc) = svc() else {
+            return;
+        };
+        let next = Instant::now() + Duration::from_secs(secs.into());
+        let w = Arc::downgrade(st);
+        let mut due = svc.due.lock();
+        due.retain(|(d, _)| !d.ptr_eq(&w));
+        due.push((w, next));
+        svc.wake.notify_one();
+    }
+
+    fn run(svc: &'static Svc) {
+        let mut due = svc.due.lock();
+        loop {
+            let now = Instant::now();
+            let mut next: Option<Instant> = None;
+            due.retain_mut(|(w, at)| {
+                let Some(st) = w.upgrade() else {
+                    return false;
+                };
+                let mut st = st.lock();
+                if !st.opts.keepalive {
+                    return false;
+                }
+                if *at <= now {
+                    st.send_keepalive();
+                    *at = now + Duration::from_secs(st.opts.keepalive_time.max(1).into());
+                }
+                next = Some(next.map_or(*at, |n| n.min(*at)));
+                true
+            });
+            match next {
+                Some(n) => {
+                    svc.wake.wait_until(&mut due, n);
+                }
+                None => svc.wake.wait(&mut due),
+            }
+        }
+    }
+}
+
 /// Waits until `fd` is readable or `timeout` passes.
 fn wait_readable(fd: RawFd, timeout: Duration) {
     let mut p = libc::pollfd {
@@ -842,7 +929,7 @@ impl RSocket {
         Ok(RSocket {
             ch,
             id: Mutex::new(id),
-            st: Mutex::new(State::new()),
+            st: Arc::new(Mutex::new(State::new())),
         })
     }
 
@@ -1042,7 +1129,7 @@ impl RSocket {
         Ok(RSocket {
             ch,
             id: Mutex::new(id),
-            st: Mutex::new(st),
+            st: Arc::new(Mutex::new(st)),
         })
     }
 
@@ -1513,6 +1600,10 @@ impl RSocket {
     /// IPv6) for [`RSocket::flag`].
     pub fn set_flag(&self, level: u8, opt: u32, on: bool) {
         let mut st = self.st.lock();
+        self.set_flag_locked(&mut st, level, opt, on);
+    }
+
+    fn set_flag_locked(&self, st: &mut State, level: u8, opt: u32, on: bool) {
         let o = match level {
             0 => &mut st.opts.so,
             1 => &mut st.opts.tcp,
@@ -1552,9 +1643,46 @@ impl RSocket {
         self.st.lock().opts.tos
     }
 
-    /// `TCP_KEEPIDLE`, in seconds.
+    /// `TCP_KEEPIDLE`, in seconds: the next keepalive goes that long from
+    /// now.
     pub fn set_keepalive_time(&self, secs: u32) {
-        self.st.lock().opts.keepalive_time = secs;
+        let on = {
+            let mut st = self.st.lock();
+            st.opts.keepalive_time = secs;
+            st.opts.keepalive
+        };
+        if on {
+            keepalive::add(&self.st, secs);
+        }
+    }
+
+    /// `SO_KEEPALIVE`: while on, a connected socket sends the peer an
+    /// `RS_CTRL_KEEPALIVE` message (a zero-length RDMA WRITE WITH
+    /// IMMEDIATE) every `TCP_KEEPIDLE` seconds (by default the kernel's
+    /// `tcp_keepalive_time`, else 7200), from a service thread, as
+    /// rsocket.c's: a peer that is gone then fails the RC send, and the
+    /// socket reports the error (`POLLERR`, EIO) the next time it is
+    /// polled or used.
+    pub fn set_keepalive(&self, on: bool) {
+        let time = {
+            let mut st = self.st.lock();
+            if st.opts.keepalive == on {
+                return;
+            }
+            st.opts.keepalive = on;
+            self.set_flag_locked(&mut st, 0, libc::SO_KEEPALIVE as u32, on);
+            if st.opts.keepalive_time == 0 {
+                st.opts.keepalive_time =
+                    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_keepalive_time")
+                        .ok()
+                        .and_then(|t| t.trim().parse().ok())
+                        .unwrap_or(7200);
+            }
+            st.opts.keepalive_time
+        };
+        if on {
+            keepalive::add(&self.st, time);
+        }
     }
     /// `TCP_KEEPIDLE` (0 until set or keepalive is turned on).
     pub fn keepalive_time(&self) -> u32 {

@@ -411,9 +411,10 @@ unsafe extern "C" fn rsetsockopt(
         // SAFETY: the caller's option value, as setsockopt(2) takes it.
         let val = || unsafe { int_at(v, len) };
         match (level, name) {
-            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE) => {
+            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_OOBINLINE) => {
                 rs.set_flag(0, name as u32, val()? != 0)
             }
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => rs.set_keepalive(val()? != 0),
             (libc::SOL_SOCKET, libc::SO_RCVBUF | libc::SO_SNDBUF) => {
                 let opt = if name == libc::SO_RCVBUF {
                     RdmaOpt::RcvBuf
