@@ -201,3 +201,6 @@ if command -v rstream >/dev/null; then
 else
   echo "SKIP rstream: Debian's rdmacm-utils is not installed"
 fi
+
+# ---- rsockets under librspreload and rdmacm-utils' other rsocket programs
+source tests/ibverbs/rsocket.sh

@@ -19,6 +19,11 @@
 //!   `RS_OP_CTRL` with `RS_CTRL_SHUTDOWN` / `RS_CTRL_DISCONNECT`.
 //! - Receive WRs have no buffer: the write carries the data, the
 //!   completion only the immediate.
+//! - Direct writes (`riomap`/`riowrite`): a side that offers an iomap
+//!   (`RDMA_IOMAPSIZE` entries of `struct rs_iomap`, after its target
+//!   SGL) learns the peer's mappings as `RS_OP_IOMAP_SGL` writes into it;
+//!   [`RSocket::iowrite`] then writes into the peer's memory with plain
+//!   RDMA WRITEs (`RS_OP_WRITE` only names them in our own wr_id).
 //!
 //! Defaults as rsocket.c's: a 128 KiB receive and send buffer, 384-entry
 //! queues, four control messages in flight. The socket is driven by its
@@ -27,9 +32,15 @@
 //! whose descriptor [`RSocket::wait_fd`] gives to a `poll` over many
 //! sockets.
 //!
+//! A non-blocking socket's connect goes on in the calls that follow it
+//! (`EINPROGRESS`, then `POLLOUT` from [`RSocket::poll_events`]), as
+//! rsocket.c's `rs_do_connect`.
+//!
+//! Keepalive (`SO_KEEPALIVE`) as rsocket.c's: a service thread sends
+//! `RS_CTRL_KEEPALIVE` every `TCP_KEEPIDLE` seconds.
+//!
 //! Not here yet: datagram rsockets (`SOCK_DGRAM`, UD with a UDP side
-//! channel), keepalive, `RDMA_ROUTE`, and non-blocking connects (a
-//! connect completes before it returns, whatever `O_NONBLOCK` says).
+//! channel) and `RDMA_ROUTE`.
 
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use crate::{
@@ -78,6 +89,7 @@ const OP_IOMAP_SGL: u32 = 6;
 const OP_CTRL: u32 = 7;
 /// `RS_CTRL_*`: what an `RS_OP_CTRL` message says.
 const CTRL_DISCONNECT: u32 = 0;
+const CTRL_KEEPALIVE: u32 = 1;
 const CTRL_SHUTDOWN: u32 = 2;
 
 fn msg_set(op: u32, data: u32) -> u32 {
@@ -101,6 +113,10 @@ const CONN_FLAG_IOMAP: u8 = 2;
 // `enum rs_state`, as bits.
 const ST_BOUND: u32 = 0x0001;
 const ST_LISTENING: u32 = 0x0002;
+const ST_OPENING: u32 = 0x0004;
+const ST_RESOLVING_ADDR: u32 = ST_OPENING | 0x0010;
+const ST_RESOLVING_ROUTE: u32 = ST_OPENING | 0x0020;
+const ST_CONNECTING: u32 = ST_OPENING | 0x0040;
 const ST_CONNECTED: u32 = 0x0100;
 const ST_WRITABLE: u32 = 0x0200;
 const ST_READABLE: u32 = 0x0400;
@@ -249,6 +265,9 @@ fn scale_to_value(value: u32, bits: u32) -> u32 {
 /// the QP before the regions, the CQ and its channel.
 struct Conn {
     qp: Arc<QueuePair>,
+    /// The regions `riomap` registered: one slot per entry of the peer's
+    /// iomap (`PROT_WRITE`), then the local-only ones.
+    maps: IoMaps,
     /// The send buffer, then `QP_CTRL_SIZE` control message slots.
     smr: MemoryRegion,
     /// The target SGL (two `rs_sge` the peer writes), then the iomap.
@@ -257,8 +276,34 @@ struct Conn {
     rmr: MemoryRegion,
     cq: CompletionQueue,
     comp: CompChannel,
-    _pd: ProtectionDomain,
+    pd: ProtectionDomain,
     _ctx: Context,
+}
+
+/// One `riomap`ping: a registered region and the offset it answers to.
+struct IoMap {
+    offset: u64,
+    mr: MemoryRegion,
+}
+
+/// `rs_iomap_mr`s: `slots[i]` is the region mapped at index `i` of the
+/// peer's iomap, `queue` the indices not yet sent to the peer, `local`
+/// the mappings without remote write (kept, never announced).
+#[derive(Default)]
+struct IoMaps {
+    slots: Vec<Option<IoMap>>,
+    queue: std::collections::VecDeque<usize>,
+    local: Vec<IoMap>,
+}
+
+/// `struct rs_iomap` (offset, then an `rs_sge`), as the peer reads it
+/// from its memory: in its host order (`swap`: the other one).
+fn iomap_bytes(offset: u64, sge: RsSge, swap: bool) -> [u8; IOMAP_LEN] {
+    let mut b = [0; IOMAP_LEN];
+    let o = if swap { offset.swap_bytes() } else { offset };
+    b[..8].copy_from_slice(&o.to_ne_bytes());
+    b[8..].copy_from_slice(&sge.to_host(swap));
+    b
 }
 
 /// Socket options that only read back (`SO_REUSEADDR` and friends).
@@ -267,6 +312,12 @@ struct Opts {
     so: u64,
     tcp: u64,
     ipv6: u64,
+    /// `IP_TOS`, as set.
+    tos: i32,
+    /// `TCP_KEEPIDLE` in seconds (0: not set).
+    keepalive_time: u32,
+    /// `SO_KEEPALIVE`: the keepalive service sends for this socket.
+    keepalive: bool,
 }
 
 struct State {
@@ -318,7 +369,7 @@ pub struct RSocket {
     /// the C API, as in librdmacm.
     ch: EventChannel,
     id: Mutex<CmId>,
-    st: Mutex<State>,
+    st: Arc<Mutex<State>>,
 }
 
 impl std::fmt::Debug for RSocket {
@@ -458,12 +509,13 @@ impl State {
         qp.post_recv(&recvs).map_err(|(_, e)| verbs_err(e))?;
         self.conn = Some(Conn {
             qp,
+            maps: IoMaps::default(),
             smr,
             tmr,
             rmr,
             cq,
             comp,
-            _pd: pd,
+            pd,
             _ctx: ctx,
         });
         Ok(())
@@ -510,6 +562,10 @@ impl State {
                 length: scale_to_value(d.target_iomap_size.into(), 8),
                 key: d.target_sgl.key,
             };
+        }
+        let slots = self.remote_iomap.length as usize;
+        if let Some(c) = self.conn.as_mut() {
+            c.maps.slots.resize_with(slots, || None);
         }
         self.set_target(0, d.data_buf)?;
         self.sseq_comp = d.credits;
@@ -612,6 +668,16 @@ impl State {
         }
     }
 
+    /// `tcp_svc_send_keepalive`: one keepalive, if a control slot is free.
+    fn send_keepalive(&mut self) {
+        if self.ctrl_avail() && self.state & ST_CONNECTED != 0 {
+            self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
+            if let Err(e) = self.post_msg(msg_set(OP_CTRL, CTRL_KEEPALIVE)) {
+                self.fail(e.raw_os_error().unwrap_or(libc::EIO));
+            }
+        }
+    }
+
     fn ctrl_avail(&self) -> bool {
         self.ctrl_seqno != self.ctrl_max_seqno
     }
@@ -696,7 +762,6 @@ impl State {
                             self.sqe_avail += 1;
                             self.sbuf_bytes_avail += IOMAP_LEN as u32;
                         }
-                        OP_WRITE => self.sqe_avail += 1,
                         _ => {
                             self.sqe_avail += 1;
                             self.sbuf_bytes_avail += msg_data(msg);
@@ -773,6 +838,77 @@ impl State {
     }
 }
 
+/// rsocket.c's `tcp_svc`: one thread (started with the first socket
+/// that turns keepalive on, every signal blocked) that sends each such
+/// socket's keepalives when they are due.
+mod keepalive {
+    use super::State;
+    use parking_lot::{Condvar, Mutex};
+    use std::sync::{Arc, OnceLock, Weak};
+    use std::time::{Duration, Instant};
+
+    struct Svc {
+        /// The sockets and when each one's next keepalive is due.
+        due: Mutex<Vec<(Weak<Mutex<State>>, Instant)>>,
+        wake: Condvar,
+    }
+
+    fn svc() -> Option<&'static Svc> {
+        static SVC: OnceLock<Option<&'static Svc>> = OnceLock::new();
+        *SVC.get_or_init(|| {
+            let svc: &'static Svc = Box::leak(Box::new(Svc {
+                due: Mutex::new(Vec::new()),
+                wake: Condvar::new(),
+            }));
+            uroce_provider::threads::spawn("uroce-rs-keepalive".into(), move || run(svc))
+                .ok()
+                .map(|_| svc)
+        })
+    }
+
+    /// Puts `st` on the list (again), its next keepalive `secs` from now.
+    pub(super) fn add(st: &Arc<Mutex<State>>, secs: u32) {
+        let Some(svc) = svc() else {
+            return;
+        };
+        let next = Instant::now() + Duration::from_secs(secs.into());
+        let w = Arc::downgrade(st);
+        let mut due = svc.due.lock();
+        due.retain(|(d, _)| !d.ptr_eq(&w));
+        due.push((w, next));
+        svc.wake.notify_one();
+    }
+
+    fn run(svc: &'static Svc) {
+        let mut due = svc.due.lock();
+        loop {
+            let now = Instant::now();
+            let mut next: Option<Instant> = None;
+            due.retain_mut(|(w, at)| {
+                let Some(st) = w.upgrade() else {
+                    return false;
+                };
+                let mut st = st.lock();
+                if !st.opts.keepalive {
+                    return false;
+                }
+                if *at <= now {
+                    st.send_keepalive();
+                    *at = now + Duration::from_secs(st.opts.keepalive_time.max(1).into());
+                }
+                next = Some(next.map_or(*at, |n| n.min(*at)));
+                true
+            });
+            match next {
+                Some(n) => {
+                    svc.wake.wait_until(&mut due, n);
+                }
+                None => svc.wake.wait(&mut due),
+            }
+        }
+    }
+}
+
 /// Waits until `fd` is readable or `timeout` passes.
 fn wait_readable(fd: RawFd, timeout: Duration) {
     let mut p = libc::pollfd {
@@ -793,7 +929,7 @@ impl RSocket {
         Ok(RSocket {
             ch,
             id: Mutex::new(id),
-            st: Mutex::new(State::new()),
+            st: Arc::new(Mutex::new(State::new())),
         })
     }
 
@@ -820,11 +956,20 @@ impl RSocket {
         Ok(())
     }
 
-    fn wait_event(ch: &EventChannel, want: CmEventType, timeout: Duration) -> Result<ConnParam> {
-        let e = ch
-            .get_event_timeout(Some(timeout))
-            .map_err(verbs_err)?
-            .ok_or_else(|| err(libc::ETIMEDOUT))?;
+    /// The id's next CM event, which must be `want`: waited for (up to
+    /// [`CM_TIMEOUT`]) if `block`, else `EINPROGRESS` when none is there.
+    fn next_event(ch: &EventChannel, want: CmEventType, block: bool) -> Result<ConnParam> {
+        let e = if block {
+            ch.get_event_timeout(Some(CM_TIMEOUT))
+                .map_err(verbs_err)?
+                .ok_or_else(|| err(libc::ETIMEDOUT))?
+        } else {
+            match ch.try_get_event() {
+                Ok(e) => e,
+                Err(crate::Error::WouldBlock) => return Err(err(libc::EINPROGRESS)),
+                Err(e) => return Err(verbs_err(e)),
+            }
+        };
         if e.event == want {
             return Ok(e.conn);
         }
@@ -837,43 +982,93 @@ impl RSocket {
         }))
     }
 
-    /// `rconnect`: resolves, connects and waits for the peer's answer.
+    /// `rconnect`: resolves, connects and waits for the peer's answer; on
+    /// a non-blocking socket starts that and fails with `EINPROGRESS`,
+    /// the connection then going on in [`RSocket::poll_events`] (`POLLOUT`
+    /// once connected; `POLLERR` and [`RSocket::take_error`] if it
+    /// failed), sends and receives (`EAGAIN` meanwhile) and further
+    /// connects (`EINPROGRESS` meanwhile, 0 once connected), as rsocket.c.
     pub fn connect(&self, dst: SocketAddr) -> Result<()> {
         let mut st = self.st.lock();
         if st.state & ST_CONNECTED != 0 {
             return Err(err(libc::EISCONN));
         }
-        if st.state & (ST_LISTENING | ST_CONNECT_ERROR | ST_DISCONNECTED | ST_ERROR) != 0 {
-            return Err(err(libc::EINVAL));
+        if st.state & ST_OPENING == 0 {
+            if st.state & (ST_LISTENING | ST_CONNECT_ERROR | ST_DISCONNECTED | ST_ERROR) != 0 {
+                return Err(err(libc::EINVAL));
+            }
+            let id = self.id.lock().clone();
+            if let Err(e) = id.resolve_addr(None, dst) {
+                st.state = ST_CONNECT_ERROR;
+                st.err = e.errno();
+                return Err(verbs_err(e));
+            }
+            st.state = ST_RESOLVING_ADDR;
         }
-        let r = self.do_connect(&mut st, dst);
+        let block = !st.nonblock;
+        self.step_connect(&mut st, block)
+    }
+
+    /// `rs_do_connect`: takes a connect as far as the CM's events allow
+    /// (all the way if `block`); `EINPROGRESS` if it is not done, and a
+    /// failure leaves the socket in connect error with `SO_ERROR` set.
+    fn step_connect(&self, st: &mut State, block: bool) -> Result<()> {
+        let r = self.advance_connect(st, block);
         if let Err(e) = &r {
-            st.state = ST_CONNECT_ERROR;
-            st.err = e.raw_os_error().unwrap_or(libc::EIO);
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+            if errno != libc::EINPROGRESS {
+                st.state = ST_CONNECT_ERROR;
+                st.err = errno;
+            }
         }
         r
     }
 
-    fn do_connect(&self, st: &mut State, dst: SocketAddr) -> Result<()> {
+    fn advance_connect(&self, st: &mut State, block: bool) -> Result<()> {
         let id = self.id.lock().clone();
-        id.resolve_addr(None, dst).map_err(verbs_err)?;
-        Self::wait_event(&self.ch, CmEventType::AddrResolved, CM_TIMEOUT)?;
-        id.resolve_route().map_err(verbs_err)?;
-        Self::wait_event(&self.ch, CmEventType::RouteResolved, CM_TIMEOUT)?;
-        st.create_ep(&id)?;
-        let param = ConnParam {
-            private_data: st.conn_data()?.to_bytes().to_vec(),
-            flow_control: true,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            ..ConnParam::default()
-        };
-        id.connect(&param).map_err(verbs_err)?;
-        let resp = Self::wait_event(&self.ch, CmEventType::Established, CM_TIMEOUT)?;
-        let d = ConnData::parse(&resp.private_data).ok_or_else(|| err(libc::ENOTSUP))?;
-        st.save_conn_data(&d)?;
-        st.state = ST_CONNECT_RDWR;
-        Ok(())
+        loop {
+            match st.state {
+                ST_RESOLVING_ADDR => {
+                    Self::next_event(&self.ch, CmEventType::AddrResolved, block)?;
+                    id.resolve_route().map_err(verbs_err)?;
+                    st.state = ST_RESOLVING_ROUTE;
+                }
+                ST_RESOLVING_ROUTE => {
+                    Self::next_event(&self.ch, CmEventType::RouteResolved, block)?;
+                    st.create_ep(&id)?;
+                    let param = ConnParam {
+                        private_data: st.conn_data()?.to_bytes().to_vec(),
+                        flow_control: true,
+                        retry_count: 7,
+                        rnr_retry_count: 7,
+                        ..ConnParam::default()
+                    };
+                    id.connect(&param).map_err(verbs_err)?;
+                    st.state = ST_CONNECTING;
+                }
+                ST_CONNECTING => {
+                    let resp = Self::next_event(&self.ch, CmEventType::Established, block)?;
+                    let d =
+                        ConnData::parse(&resp.private_data).ok_or_else(|| err(libc::ENOTSUP))?;
+                    st.save_conn_data(&d)?;
+                    st.state = ST_CONNECT_RDWR;
+                }
+                s if s & ST_CONNECTED != 0 => return Ok(()),
+                _ => return Err(err(libc::ENOTCONN)),
+            }
+        }
+    }
+
+    /// A send or receive on a socket whose connect is under way: takes it
+    /// on (waiting unless `nonblock`); `EAGAIN` while it is not done.
+    fn finish_connect(&self, st: &mut State, nonblock: bool) -> Result<()> {
+        if st.state & ST_OPENING == 0 {
+            return Ok(());
+        }
+        match self.step_connect(st, !nonblock) {
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Err(err(libc::EAGAIN)),
+            r => r,
+        }
     }
 
     /// `raccept`: the next connection (`EAGAIN` if none waits on a
@@ -929,12 +1124,12 @@ impl RSocket {
             ..ConnParam::default()
         };
         id.accept(&param).map_err(verbs_err)?;
-        Self::wait_event(&ch, CmEventType::Established, CM_TIMEOUT)?;
+        Self::next_event(&ch, CmEventType::Established, true)?;
         st.state = ST_CONNECT_RDWR;
         Ok(RSocket {
             ch,
             id: Mutex::new(id),
-            st: Mutex::new(st),
+            st: Arc::new(Mutex::new(st)),
         })
     }
 
@@ -973,10 +1168,11 @@ impl RSocket {
     /// `MSG_PEEK`, `MSG_WAITALL` and `MSG_DONTWAIT` as for a socket.
     pub fn recv(&self, buf: &mut [u8], flags: i32) -> Result<usize> {
         let mut st = self.st.lock();
+        let nonblock = self.nonblocking(&st, flags);
+        self.finish_connect(&mut st, nonblock)?;
         if st.state & (ST_CONNECTED | ST_DISCONNECTED | ST_ERROR) == 0 {
             return Err(err(libc::ENOTCONN));
         }
-        let nonblock = self.nonblocking(&st, flags);
         let mut done = 0;
         loop {
             if st.rmsg.is_empty() {
@@ -1005,6 +1201,8 @@ impl RSocket {
     /// (non-blocking: `EAGAIN` if nothing does).
     pub fn send(&self, buf: &[u8], flags: i32) -> Result<usize> {
         let mut st = self.st.lock();
+        let nonblock = self.nonblocking(&st, flags);
+        self.finish_connect(&mut st, nonblock)?;
         if st.state & ST_CONNECTED == 0 {
             return Err(err(if st.state & (ST_DISCONNECTED | ST_ERROR) != 0 {
                 libc::EPIPE
@@ -1012,7 +1210,7 @@ impl RSocket {
                 libc::ENOTCONN
             }));
         }
-        let nonblock = self.nonblocking(&st, flags);
+        st = self.send_iomaps(st, nonblock)?;
         let mut done = 0usize;
         let mut olen = OLAP_START_SIZE;
         while done < buf.len() {
@@ -1046,6 +1244,169 @@ impl RSocket {
                 return if done > 0 { Ok(done) } else { Err(e) };
             }
             done += xfer as usize;
+        }
+        Ok(done)
+    }
+
+    /// Waits for room to send: `ECONNRESET` once the socket cannot
+    /// write any more.
+    fn wait_send<'a>(
+        &'a self,
+        mut st: parking_lot::MutexGuard<'a, State>,
+        nonblock: bool,
+    ) -> Result<parking_lot::MutexGuard<'a, State>> {
+        if !st.can_send() {
+            st = self.wait_for(st, Want::Send, nonblock)?;
+            if st.state & ST_WRITABLE == 0 {
+                return Err(err(libc::ECONNRESET));
+            }
+        }
+        Ok(st)
+    }
+
+    /// `rs_send_iomaps`: announces the mappings `riomap` queued.
+    fn send_iomaps<'a>(
+        &'a self,
+        mut st: parking_lot::MutexGuard<'a, State>,
+        nonblock: bool,
+    ) -> Result<parking_lot::MutexGuard<'a, State>> {
+        while let Some(&i) = st.conn()?.maps.queue.front() {
+            st = self.wait_send(st, nonblock)?;
+            st.conn
+                .as_mut()
+                .ok_or_else(|| err(libc::ENOTCONN))?
+                .maps
+                .queue
+                .pop_front();
+            // A mapping undone before it was sent is not announced.
+            if st.conn()?.maps.slots[i].is_some() {
+                st.write_iomap(i)?;
+            }
+        }
+        Ok(st)
+    }
+
+    /// `riomap`: registers `len` bytes at `buf` for the peer to write
+    /// with [`RSocket::iowrite`] (`PROT_WRITE`; `PROT_NONE` maps it
+    /// locally only), at `offset` (`-1`: the buffer's address). Returns
+    /// the offset. The mapping is announced to the peer with the next
+    /// send. `ENOMEM` when every entry of the peer's iomap is in use
+    /// (its `RDMA_IOMAPSIZE`), `EINVAL` before the connection is made.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads and writes of `len` bytes until
+    /// [`RSocket::iounmap`] or the socket's close, and the caller must
+    /// hold no Rust reference into it meanwhile (the peer writes it).
+    pub unsafe fn iomap(&self, buf: *mut u8, len: usize, prot: i32, offset: i64) -> Result<i64> {
+        let mut st = self.st.lock();
+        let c = st.conn.as_mut().ok_or_else(|| err(libc::EINVAL))?;
+        if prot & !(libc::PROT_WRITE | libc::PROT_NONE) != 0 {
+            return Err(err(libc::EINVAL));
+        }
+        let write = prot & libc::PROT_WRITE != 0;
+        let slot = if write {
+            Some(
+                c.maps
+                    .slots
+                    .iter()
+                    .position(Option::is_none)
+                    .ok_or_else(|| err(libc::ENOMEM))?,
+            )
+        } else {
+            None
+        };
+        let access = if write {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        } else {
+            Access::LOCAL_WRITE
+        };
+        // SAFETY: the caller's promise above.
+        let mr = unsafe { c.pd.reg_mr_raw(buf, len, access) }.map_err(verbs_err)?;
+        let offset = if offset == -1 { buf as i64 } else { offset };
+        let m = IoMap {
+            offset: offset as u64,
+            mr,
+        };
+        match slot {
+            Some(i) => {
+                c.maps.slots[i] = Some(m);
+                c.maps.queue.push_back(i);
+            }
+            None => c.maps.local.push(m),
+        }
+        Ok(offset)
+    }
+
+    /// `riounmap`: undoes the mapping of exactly `buf`/`len` (`EINVAL`
+    /// if there is none). The peer is not told, as in rsocket.c.
+    pub fn iounmap(&self, buf: *mut u8, len: usize) -> Result<()> {
+        let mut st = self.st.lock();
+        let c = st.conn.as_mut().ok_or_else(|| err(libc::EINVAL))?;
+        let is = |m: &IoMap| m.mr.addr() == buf as u64 && m.mr.len() == len;
+        if let Some(s) = c.maps.slots.iter_mut().find(|s| s.as_ref().is_some_and(is)) {
+            *s = None;
+            return Ok(());
+        }
+        if let Some(i) = c.maps.local.iter().position(is) {
+            c.maps.local.remove(i);
+            return Ok(());
+        }
+        Err(err(libc::EINVAL))
+    }
+
+    /// `riowrite`: writes `buf` into the peer's memory that it mapped at
+    /// `offset` (by RDMA WRITE: the peer's program sees the bytes land,
+    /// no receive is involved). Returns how much was written: less than
+    /// `buf` where no mapping of the peer covers the rest (0 if none
+    /// covers `offset`), or when a non-blocking socket runs out of room.
+    pub fn iowrite(&self, buf: &[u8], mut offset: u64, flags: i32) -> Result<usize> {
+        let mut st = self.st.lock();
+        if st.state & ST_CONNECTED == 0 {
+            return Err(err(if st.state & (ST_DISCONNECTED | ST_ERROR) != 0 {
+                libc::EPIPE
+            } else {
+                libc::ENOTCONN
+            }));
+        }
+        let nonblock = self.nonblocking(&st, flags);
+        st = self.send_iomaps(st, nonblock)?;
+        let mut done = 0usize;
+        let mut olen = OLAP_START_SIZE;
+        let mut iom: Option<(u64, RsSge)> = None;
+        while done < buf.len() {
+            let (start, sge) = match iom {
+                Some((o, g)) if offset < o + u64::from(g.length) => (o, g),
+                _ => match st.find_iomap(offset)? {
+                    Some(m) => {
+                        iom = Some(m);
+                        m
+                    }
+                    None => break,
+                },
+            };
+            match self.wait_send(st, nonblock) {
+                Ok(g) => st = g,
+                Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
+            }
+            let left = (buf.len() - done).min(u32::MAX as usize) as u32;
+            let mut xfer = if olen < left {
+                let x = olen;
+                if olen < MAX_TRANSFER {
+                    olen <<= 1;
+                }
+                x
+            } else {
+                left
+            };
+            xfer = xfer.min(st.sbuf_bytes_avail);
+            xfer = xfer.min((start + u64::from(sge.length) - offset) as u32);
+            let addr = sge.addr.wrapping_add(offset - start);
+            let chunk = &buf[done..done + xfer as usize];
+            if let Err(e) = st.write_direct(chunk, addr, sge.key) {
+                return if done > 0 { Ok(done) } else { Err(e) };
+            }
+            done += xfer as usize;
+            offset += u64::from(xfer);
         }
         Ok(done)
     }
@@ -1151,6 +1512,12 @@ impl RSocket {
             unsafe { libc::poll(&mut p, 1, 0) };
             return p.revents & events;
         }
+        if st.state & ST_OPENING != 0 {
+            match self.step_connect(&mut st, false) {
+                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => return 0,
+                _ => {}
+            }
+        }
         if st.state & (ST_CONNECTED | ST_DISCONNECTED | ST_ERROR) != 0 {
             st.drain_events();
             st.process(Want::Data);
@@ -1181,7 +1548,7 @@ impl RSocket {
     /// new: the completion channel's (connected) or the CM channel's.
     pub fn wait_fd(&self) -> RawFd {
         let mut st = self.st.lock();
-        if st.conn.is_some() {
+        if st.conn.is_some() && st.state & ST_OPENING == 0 {
             st.arm();
             if let Ok(c) = st.conn() {
                 return c.comp.fd();
@@ -1233,6 +1600,10 @@ impl RSocket {
     /// IPv6) for [`RSocket::flag`].
     pub fn set_flag(&self, level: u8, opt: u32, on: bool) {
         let mut st = self.st.lock();
+        self.set_flag_locked(&mut st, level, opt, on);
+    }
+
+    fn set_flag_locked(&self, st: &mut State, level: u8, opt: u32, on: bool) {
         let o = match level {
             0 => &mut st.opts.so,
             1 => &mut st.opts.tcp,
@@ -1256,6 +1627,66 @@ impl RSocket {
             _ => st.opts.ipv6,
         };
         opt < 64 && o & (1 << opt) != 0
+    }
+
+    /// Whether the socket is connected (`TCP_INFO`'s state).
+    pub fn is_connected(&self) -> bool {
+        self.st.lock().state & ST_CONNECTED != 0
+    }
+
+    /// `IP_TOS`: kept and read back.
+    pub fn set_tos(&self, tos: i32) {
+        self.st.lock().opts.tos = tos;
+    }
+    /// `IP_TOS` as set.
+    pub fn tos(&self) -> i32 {
+        self.st.lock().opts.tos
+    }
+
+    /// `TCP_KEEPIDLE`, in seconds: the next keepalive goes that long from
+    /// now.
+    pub fn set_keepalive_time(&self, secs: u32) {
+        let on = {
+            let mut st = self.st.lock();
+            st.opts.keepalive_time = secs;
+            st.opts.keepalive
+        };
+        if on {
+            keepalive::add(&self.st, secs);
+        }
+    }
+
+    /// `SO_KEEPALIVE`: while on, a connected socket sends the peer an
+    /// `RS_CTRL_KEEPALIVE` message (a zero-length RDMA WRITE WITH
+    /// IMMEDIATE) every `TCP_KEEPIDLE` seconds (by default the kernel's
+    /// `tcp_keepalive_time`, else 7200), from a service thread, as
+    /// rsocket.c's: a peer that is gone then fails the RC send, and the
+    /// socket reports the error (`POLLERR`, EIO) the next time it is
+    /// polled or used.
+    pub fn set_keepalive(&self, on: bool) {
+        let time = {
+            let mut st = self.st.lock();
+            if st.opts.keepalive == on {
+                return;
+            }
+            st.opts.keepalive = on;
+            self.set_flag_locked(&mut st, 0, libc::SO_KEEPALIVE as u32, on);
+            if st.opts.keepalive_time == 0 {
+                st.opts.keepalive_time =
+                    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_keepalive_time")
+                        .ok()
+                        .and_then(|t| t.trim().parse().ok())
+                        .unwrap_or(7200);
+            }
+            st.opts.keepalive_time
+        };
+        if on {
+            keepalive::add(&self.st, time);
+        }
+    }
+    /// `TCP_KEEPIDLE` (0 until set or keepalive is turned on).
+    pub fn keepalive_time(&self) -> u32 {
+        self.st.lock().opts.keepalive_time
     }
 
     /// The CM id (for `rdma_set_option` passthroughs).
@@ -1282,8 +1713,9 @@ pub enum RdmaOpt {
 }
 
 impl State {
-    /// Copies `chunk` into the send ring (wrapping) and writes it.
-    fn copy_and_write(&mut self, chunk: &[u8]) -> Result<()> {
+    /// Copies `chunk` into the send ring (wrapping): the one or two
+    /// pieces of the ring it now fills.
+    fn ring_copy(&mut self, chunk: &[u8]) -> Result<Vec<Sge>> {
         let len = chunk.len() as u32;
         let left = self.sbuf_size - self.soff;
         let c = self.conn()?;
@@ -1292,18 +1724,87 @@ impl State {
             c.smr.write(self.soff as usize, chunk).map_err(e)?;
             let sge = c.smr.sge(self.soff as usize, len);
             self.soff = if len < left { self.soff + len } else { 0 };
-            self.write_data(&[sge], len)
+            Ok(vec![sge])
         } else {
             let (a, b) = chunk.split_at(left as usize);
             c.smr.write(self.soff as usize, a).map_err(e)?;
             c.smr.write(0, b).map_err(e)?;
-            let sges = [
+            let sges = vec![
                 c.smr.sge(self.soff as usize, left),
                 c.smr.sge(0, b.len() as u32),
             ];
             self.soff = b.len() as u32;
-            self.write_data(&sges, len)
+            Ok(sges)
         }
+    }
+
+    /// Copies `chunk` into the send ring and writes it to the peer's
+    /// receive buffer.
+    fn copy_and_write(&mut self, chunk: &[u8]) -> Result<()> {
+        let sges = self.ring_copy(chunk)?;
+        self.write_data(&sges, chunk.len() as u32)
+    }
+
+    /// `rs_write_direct`: `chunk` (through the send ring) straight into
+    /// the peer's mapped memory, an RDMA WRITE without immediate (the
+    /// peer is not told).
+    fn write_direct(&mut self, chunk: &[u8], addr: u64, rkey: u32) -> Result<()> {
+        let len = chunk.len() as u32;
+        let sges = self.ring_copy(chunk)?;
+        self.sqe_avail -= 1;
+        self.sbuf_bytes_avail -= len;
+        let mut w = SendWr::new(u64::from(msg_set(OP_WRITE, len)), WrOpcode::RdmaWrite);
+        w.sg_list.extend_from_slice(&sges);
+        w.remote_addr = addr;
+        w.rkey = rkey;
+        self.post(w)
+    }
+
+    /// `rs_write_iomap`: tells the peer where mapping `index` is, by
+    /// writing its `rs_iomap` into the peer's iomap with `RS_OP_IOMAP_SGL`.
+    fn write_iomap(&mut self, index: usize) -> Result<()> {
+        let c = self.conn()?;
+        let m = c.maps.slots[index]
+            .as_ref()
+            .ok_or_else(|| err(libc::EINVAL))?;
+        let sge = RsSge {
+            addr: m.mr.addr(),
+            key: m.mr.rkey(),
+            length: m.mr.len() as u32,
+        };
+        let bytes = iomap_bytes(m.offset, sge, self.swap_sgl);
+        let sges = self.ring_copy(&bytes)?;
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        self.sqe_avail -= 1;
+        self.sbuf_bytes_avail -= IOMAP_LEN as u32;
+        let msg = msg_set(OP_IOMAP_SGL, index as u32);
+        let mut w = SendWr::new(u64::from(msg), WrOpcode::RdmaWriteWithImm);
+        w.imm_data = msg;
+        w.sg_list.extend_from_slice(&sges);
+        w.remote_addr = self
+            .remote_iomap
+            .addr
+            .wrapping_add((index * IOMAP_LEN) as u64);
+        w.rkey = self.remote_iomap.key;
+        self.post(w)
+    }
+
+    /// `rs_find_iomap`: the entry of our iomap (the peer's mappings, as
+    /// the peer wrote them) that holds `offset`.
+    fn find_iomap(&self, offset: u64) -> Result<Option<(u64, RsSge)>> {
+        let c = self.conn()?;
+        for i in 0..usize::from(self.target_iomap_size) {
+            let mut b = [0; IOMAP_LEN];
+            c.tmr
+                .read(SGE_LEN * SGL_SIZE + i * IOMAP_LEN, &mut b)
+                .map_err(|_| err(libc::EIO))?;
+            let o = u64::from_ne_bytes(b[..8].try_into().expect("8 bytes"));
+            let sge = RsSge::from_host(&b[8..]);
+            if offset >= o && offset < o.wrapping_add(u64::from(sge.length)) {
+                return Ok(Some((o, sge)));
+            }
+        }
+        Ok(None)
     }
 
     /// Copies received bytes out (consuming them).

@@ -6,8 +6,8 @@
 //! readable when a connection request waits on a listening socket.
 //!
 //! Stream sockets only: `rsocket(.., SOCK_DGRAM, ..)` fails with
-//! EOPNOTSUPP, and so do `riomap`/`riowrite` (no iomap is offered to the
-//! peer: `target_iomap_size` 0, as rsocket.c's default).
+//! EOPNOTSUPP. `riomap`/`riowrite` work once the peer offers an iomap
+//! (`RDMA_IOMAPSIZE`; 0 by default, as rsocket.c's).
 
 use super::sockaddr_from_c;
 use crate::{guard, set_errno};
@@ -32,6 +32,9 @@ const RDMA_SQSIZE: c_int = 0;
 const RDMA_RQSIZE: c_int = 1;
 const RDMA_INLINE: c_int = 2;
 const RDMA_IOMAPSIZE: c_int = 3;
+/// `tcpi_state` values (`netinet/tcp.h`).
+const TCP_ESTABLISHED: u8 = 1;
+const TCP_CLOSE: u8 = 7;
 
 fn table() -> &'static Mutex<HashMap<c_int, Arc<RSocket>>> {
     static T: OnceLock<Mutex<HashMap<c_int, Arc<RSocket>>>> = OnceLock::new();
@@ -408,9 +411,10 @@ unsafe extern "C" fn rsetsockopt(
         // SAFETY: the caller's option value, as setsockopt(2) takes it.
         let val = || unsafe { int_at(v, len) };
         match (level, name) {
-            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE) => {
+            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_OOBINLINE) => {
                 rs.set_flag(0, name as u32, val()? != 0)
             }
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => rs.set_keepalive(val()? != 0),
             (libc::SOL_SOCKET, libc::SO_RCVBUF | libc::SO_SNDBUF) => {
                 let opt = if name == libc::SO_RCVBUF {
                     RdmaOpt::RcvBuf
@@ -420,8 +424,25 @@ unsafe extern "C" fn rsetsockopt(
                 // Once connected the buffers stay as they are (as rsocket.c).
                 let _ = rs.set_rdma_option(opt, val()?.max(0) as u32);
             }
-            (libc::SOL_SOCKET, libc::SO_LINGER) => {}
+            (libc::SOL_SOCKET, libc::SO_LINGER) => {
+                if v.is_null() || (len as usize) < std::mem::size_of::<libc::linger>() {
+                    return Err(libc::EINVAL);
+                }
+                // SAFETY: checked above: a struct linger's bytes, read unaligned.
+                let l = unsafe { v.cast::<libc::linger>().read_unaligned() };
+                // Kept inverted, as rsocket.c: the default (bit clear) is on.
+                rs.set_flag(0, name as u32, l.l_onoff == 0);
+            }
+            (libc::SOL_SOCKET, libc::SO_BROADCAST) => {}
+            (libc::IPPROTO_IP, libc::IP_TOS) => rs.set_tos(val()?),
             (libc::IPPROTO_TCP, libc::TCP_NODELAY) => rs.set_flag(1, name as u32, val()? != 0),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => {
+                let t = val()?;
+                if t <= 0 {
+                    return Err(libc::EINVAL);
+                }
+                rs.set_keepalive_time(t as u32);
+            }
             (
                 libc::IPPROTO_TCP,
                 libc::TCP_MAXSEG | libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL | libc::TCP_CONGESTION,
@@ -456,31 +477,70 @@ unsafe extern "C" fn rgetsockopt(
         if v.is_null() || len.is_null() {
             return Err(libc::EINVAL);
         }
-        let out: c_int = match (level, name) {
+        let int = |i: c_int| i.to_ne_bytes().to_vec();
+        let out: Vec<u8> = match (level, name) {
             (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE) => {
-                rs.flag(0, name as u32).into()
+                int(rs.flag(0, name as u32).into())
             }
-            (libc::SOL_SOCKET, libc::SO_RCVBUF) => rs.rdma_option(RdmaOpt::RcvBuf) as c_int,
-            (libc::SOL_SOCKET, libc::SO_SNDBUF) => rs.rdma_option(RdmaOpt::SndBuf) as c_int,
-            (libc::SOL_SOCKET, libc::SO_ERROR) => rs.take_error(),
-            (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
-            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => rs.flag(1, name as u32).into(),
-            (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => 2048,
-            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => rs.flag(2, name as u32).into(),
-            (SOL_RDMA, RDMA_SQSIZE) => rs.rdma_option(RdmaOpt::SqSize) as c_int,
-            (SOL_RDMA, RDMA_RQSIZE) => rs.rdma_option(RdmaOpt::RqSize) as c_int,
-            (SOL_RDMA, RDMA_INLINE) => rs.rdma_option(RdmaOpt::Inline) as c_int,
-            (SOL_RDMA, RDMA_IOMAPSIZE) => rs.rdma_option(RdmaOpt::IomapSize) as c_int,
+            (libc::SOL_SOCKET, libc::SO_RCVBUF) => int(rs.rdma_option(RdmaOpt::RcvBuf) as c_int),
+            (libc::SOL_SOCKET, libc::SO_SNDBUF) => int(rs.rdma_option(RdmaOpt::SndBuf) as c_int),
+            (libc::SOL_SOCKET, libc::SO_LINGER) => {
+                let l = libc::linger {
+                    l_onoff: (!rs.flag(0, name as u32)).into(),
+                    l_linger: 0,
+                };
+                [l.l_onoff, l.l_linger]
+                    .iter()
+                    .flat_map(|x| x.to_ne_bytes())
+                    .collect()
+            }
+            (libc::SOL_SOCKET, libc::SO_ERROR) => int(rs.take_error()),
+            (libc::SOL_SOCKET, libc::SO_TYPE) => int(libc::SOCK_STREAM),
+            (libc::IPPROTO_IP, libc::IP_TOS) => int(rs.tos()),
+            // Not applicable to a reliable connection: 1, as rsocket.c says.
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL | libc::TCP_CONGESTION) => {
+                int(1)
+            }
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => int(rs.keepalive_time() as c_int),
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => int(rs.flag(1, name as u32).into()),
+            (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => int(2048),
+            (libc::IPPROTO_TCP, libc::TCP_INFO) => tcp_info(&rs),
+            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => int(rs.flag(2, name as u32).into()),
+            (SOL_RDMA, RDMA_SQSIZE) => int(rs.rdma_option(RdmaOpt::SqSize) as c_int),
+            (SOL_RDMA, RDMA_RQSIZE) => int(rs.rdma_option(RdmaOpt::RqSize) as c_int),
+            (SOL_RDMA, RDMA_INLINE) => int(rs.rdma_option(RdmaOpt::Inline) as c_int),
+            (SOL_RDMA, RDMA_IOMAPSIZE) => int(rs.rdma_option(RdmaOpt::IomapSize) as c_int),
             _ => return Err(libc::ENOTSUP),
         };
         // SAFETY: the caller's buffer and length, as getsockopt(2) takes them.
         unsafe {
-            let room = (*len as usize).min(std::mem::size_of::<c_int>());
-            std::ptr::copy_nonoverlapping((&out as *const c_int).cast::<u8>(), v.cast(), room);
+            let room = (*len as usize).min(out.len());
+            std::ptr::copy_nonoverlapping(out.as_ptr(), v.cast(), room);
             *len = room as socklen_t;
         }
         Ok(0)
     })
+}
+
+/// `TCP_INFO` as rsocket.c fills it: the state (established or closed)
+/// and the send queue's size as the congestion window, the rest 0.
+fn tcp_info(rs: &RSocket) -> Vec<u8> {
+    // SAFETY: tcp_info is plain integers: all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    info.tcpi_state = if rs.is_connected() {
+        TCP_ESTABLISHED
+    } else {
+        TCP_CLOSE
+    };
+    info.tcpi_snd_cwnd = rs.rdma_option(RdmaOpt::SqSize);
+    // SAFETY: the struct's own bytes, for as long as it lives here.
+    unsafe {
+        std::slice::from_raw_parts(
+            (&info as *const libc::tcp_info).cast::<u8>(),
+            std::mem::size_of::<libc::tcp_info>(),
+        )
+    }
+    .to_vec()
 }
 
 /// `int rfcntl(int socket, int cmd, ... /* arg */)`. The one variadic
@@ -678,39 +738,60 @@ unsafe extern "C" fn rselect(
     count
 }
 
-/// `riomap`: no iomap is offered (size 0), so nothing can be mapped.
+/// `riomap`: `buf` registered for the peer's `riowrite` at `offset`.
 #[no_mangle]
-extern "C" fn riomap(
+unsafe extern "C" fn riomap(
     s: c_int,
-    _buf: *mut c_void,
-    _len: size_t,
-    _prot: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    prot: c_int,
     _flags: c_int,
-    _offset: libc::off_t,
+    offset: libc::off_t,
 ) -> libc::off_t {
-    ret(|| lookup(s).and(Err::<libc::off_t, i32>(libc::EOPNOTSUPP)))
+    ret(|| {
+        let rs = lookup(s)?;
+        if buf.is_null() || len == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's buffer, which rsocket.h says stays valid
+        // until riounmap or rclose.
+        unsafe { rs.iomap(buf.cast(), len, prot, offset) }.map_err(errno_of)
+    })
 }
 
-/// `riounmap`: nothing is ever mapped.
+/// `riounmap`: the mapping of exactly `buf`/`len` undone.
 #[no_mangle]
-extern "C" fn riounmap(s: c_int, _buf: *mut c_void, _len: size_t) -> c_int {
-    ret(|| lookup(s).and(Err::<c_int, i32>(libc::EINVAL)))
+extern "C" fn riounmap(s: c_int, buf: *mut c_void, len: size_t) -> c_int {
+    ret(|| {
+        lookup(s)?
+            .iounmap(buf.cast(), len)
+            .map_err(errno_of)
+            .map(|()| 0)
+    })
 }
 
-/// `riowrite`: the peer's iomap is never used; -1 (as a size_t) with
-/// EOPNOTSUPP.
+/// `riowrite`: `count` bytes into the peer's memory mapped at `offset`;
+/// the bytes written, or -1 (as a size_t) with errno when none were.
 #[no_mangle]
-extern "C" fn riowrite(
+unsafe extern "C" fn riowrite(
     s: c_int,
-    _buf: *const c_void,
-    _count: size_t,
-    _offset: libc::off_t,
-    _flags: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: libc::off_t,
+    flags: c_int,
 ) -> size_t {
-    set_errno(if lookup(s).is_ok() {
-        libc::EOPNOTSUPP
-    } else {
-        libc::EBADF
-    });
-    usize::MAX
+    guard(usize::MAX, || {
+        let r = lookup(s).and_then(|rs| {
+            // SAFETY: the caller's buffer, as write(2) takes it.
+            let b = unsafe { buf_ref(buf, count) }?;
+            rs.iowrite(b, offset as u64, flags).map_err(errno_of)
+        });
+        match r {
+            Ok(n) => n,
+            Err(e) => {
+                set_errno(e);
+                usize::MAX
+            }
+        }
+    })
 }
