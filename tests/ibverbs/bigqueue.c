@@ -9,7 +9,7 @@
  * objects are destroyed, creating one succeeds again.
  *
  * Uses the first device of UROCE_DEVICES. Prints each check, then
- * "bigqueue: N checks, N failed"; exits 1 on a failure. */
+ * "bigqueue: N (passed + failed), N failed"; exits 1 on a failure. */
 #include <infiniband/verbs.h>
 #include <errno.h>
 #include <stdio.h>
@@ -18,24 +18,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-static int checks, failed;
-#define CHECK(cond, ...)                                                     \
-	do {                                                                 \
-		checks++;                                                    \
-		int ok_ = !!(cond);                                          \
-		failed += !ok_;                                              \
-		printf("%s ", ok_ ? "ok  " : "FAIL");                        \
-		printf(__VA_ARGS__);                                         \
-		printf("\n");                                                \
-	} while (0)
-#define MUST(cond)                                                           \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			printf("FAIL %s:%d: %s (errno %d)\n", __FILE__,      \
-			       __LINE__, #cond, errno);                      \
-			return 1;                                            \
-		}                                                            \
-	} while (0)
+#include "check.h"
 
 #define MAX_OBJS 4096
 
@@ -106,6 +89,6 @@ int main(void) {
 	while (n > 0)
 		ibv_destroy_srq(srqs[--n]);
 
-	printf("bigqueue: %d checks, %d failed\n", checks, failed);
+	printf("bigqueue: %d (passed + failed), %d failed\n", (passed + failed), failed);
 	return failed ? 1 : 0;
 }

@@ -26,20 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                \
-	do {                                                            \
-		if (cond) {                                             \
-			passed++;                                       \
-			printf("ok    ");                               \
-		} else {                                                \
-			failed++;                                       \
-			printf("FAIL  ");                               \
-		}                                                       \
-		printf(__VA_ARGS__);                                    \
-		printf("\n");                                           \
-	} while (0)
+#include "check.h"
 
 static struct sockaddr_in v4(const char *ip, int port)
 {

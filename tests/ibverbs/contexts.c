@@ -11,7 +11,7 @@
  *     EADDRINUSE.
  *
  * Uses the first device of UROCE_DEVICES (any address). Prints each check,
- * then "contexts: N checks, N failed"; exits 1 on a failure. */
+ * then "contexts: N (passed + failed), N failed"; exits 1 on a failure. */
 #include <infiniband/verbs.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,24 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static int checks, failed;
-#define CHECK(cond, ...)                                                     \
-	do {                                                                 \
-		checks++;                                                    \
-		int ok_ = !!(cond);                                          \
-		failed += !ok_;                                              \
-		printf("%s ", ok_ ? "ok  " : "FAIL");                        \
-		printf(__VA_ARGS__);                                         \
-		printf("\n");                                                \
-	} while (0)
-#define MUST(cond)                                                           \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			printf("FAIL %s:%d: %s (errno %d)\n", __FILE__,      \
-			       __LINE__, #cond, errno);                      \
-			return 1;                                            \
-		}                                                            \
-	} while (0)
+#include "check.h"
 
 static void nonblocking(int fd) {
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -154,6 +137,6 @@ int main(void) {
 	      "the other context after a close: port active");
 	MUST(ibv_close_device(b) == 0);
 	ibv_free_device_list(list);
-	printf("contexts: %d checks, %d failed\n", checks, failed);
+	printf("contexts: %d (passed + failed), %d failed\n", (passed + failed), failed);
 	return failed != 0;
 }

@@ -19,7 +19,7 @@
  * ADDR_RESOLVED from rdma_resolve_addr.
  *
  * Uses the first device of UROCE_DEVICES. Prints each check, then
- * "eintr: N checks, N failed"; exits 1 on a failure. */
+ * "eintr: N (passed + failed), N failed"; exits 1 on a failure. */
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <arpa/inet.h>
@@ -33,24 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int checks, failed;
-#define CHECK(cond, ...)                                                     \
-	do {                                                                 \
-		checks++;                                                    \
-		int ok_ = !!(cond);                                          \
-		failed += !ok_;                                              \
-		printf("%s ", ok_ ? "ok  " : "FAIL");                        \
-		printf(__VA_ARGS__);                                         \
-		printf("\n");                                                \
-	} while (0)
-#define MUST(cond)                                                           \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			printf("FAIL %s:%d: %s (errno %d)\n", __FILE__,      \
-			       __LINE__, #cond, errno);                      \
-			exit(1);                                             \
-		}                                                            \
-	} while (0)
+#include "check.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -268,6 +251,6 @@ int main(void) {
 	run(ASYNC_EVENT);
 	run(CM_EVENT);
 
-	printf("eintr: %d checks, %d failed\n", checks, failed);
+	printf("eintr: %d (passed + failed), %d failed\n", (passed + failed), failed);
 	return failed ? 1 : 0;
 }

@@ -27,29 +27,7 @@
 #include <unistd.h>
 #include <net/if.h>
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (cond) {                                                    \
-			passed++;                                              \
-			printf("ok    ");                                      \
-		} else {                                                       \
-			failed++;                                              \
-			printf("FAIL  ");                                      \
-		}                                                              \
-		printf(__VA_ARGS__);                                           \
-		printf("\n");                                                  \
-	} while (0)
-
-#define MUST(x)                                                                \
-	do {                                                                   \
-		if (!(x)) {                                                    \
-			fprintf(stderr, "setup failed: %s (errno %d)\n", #x,   \
-				errno);                                        \
-			exit(2);                                               \
-		}                                                              \
-	} while (0)
+#include "check.h"
 
 enum { BUF = 4096 };
 

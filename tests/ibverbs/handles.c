@@ -31,30 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (cond) {                                                    \
-			passed++;                                              \
-			printf("ok    ");                                      \
-		} else {                                                       \
-			failed++;                                              \
-			printf("FAIL  ");                                      \
-		}                                                              \
-		printf(__VA_ARGS__);                                           \
-		printf("\n");                                                  \
-		fflush(stdout);                                                \
-	} while (0)
-
-#define MUST(x)                                                                \
-	do {                                                                   \
-		if (!(x)) {                                                    \
-			fprintf(stderr, "setup failed: %s (errno %d)\n", #x,   \
-				errno);                                        \
-			exit(2);                                               \
-		}                                                              \
-	} while (0)
+#include "check.h"
 
 enum { BUF = 4096, DEPTH = 16 };
 

@@ -25,20 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (cond) {                                                    \
-			passed++;                                              \
-			printf("ok    ");                                      \
-		} else {                                                       \
-			failed++;                                              \
-			printf("FAIL  ");                                      \
-		}                                                              \
-		printf(__VA_ARGS__);                                           \
-		printf("\n");                                                  \
-	} while (0)
+#include "check.h"
 
 #define QKEY 0x01234567u
 #define BUF 4096

@@ -34,20 +34,7 @@
 /* rdma-core exports it (IBVERBS_1.0) but declares it only for drivers. */
 int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                \
-	do {                                                            \
-		if (cond) {                                             \
-			passed++;                                       \
-			printf("ok    ");                               \
-		} else {                                                \
-			failed++;                                       \
-			printf("FAIL  ");                               \
-		}                                                       \
-		printf(__VA_ARGS__);                                    \
-		printf("\n");                                           \
-	} while (0)
+#include "check.h"
 
 /* A sysfs file under dir, newline stripped ("" if it cannot be read). */
 static const char *rd(const char *dir, const char *file)
