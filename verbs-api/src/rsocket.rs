@@ -151,45 +151,55 @@ pub struct RsSge {
 }
 
 impl RsSge {
-    /// Big-endian, as in the connection's private data.
-    fn to_be(self) -> [u8; SGE_LEN] {
+    /// The 16 bytes, big-endian (`big`) or little-endian.
+    fn encode(self, big: bool) -> [u8; SGE_LEN] {
         let mut b = [0; SGE_LEN];
-        b[0..8].copy_from_slice(&self.addr.to_be_bytes());
-        b[8..12].copy_from_slice(&self.key.to_be_bytes());
-        b[12..16].copy_from_slice(&self.length.to_be_bytes());
+        if big {
+            b[0..8].copy_from_slice(&self.addr.to_be_bytes());
+            b[8..12].copy_from_slice(&self.key.to_be_bytes());
+            b[12..16].copy_from_slice(&self.length.to_be_bytes());
+        } else {
+            b[0..8].copy_from_slice(&self.addr.to_le_bytes());
+            b[8..12].copy_from_slice(&self.key.to_le_bytes());
+            b[12..16].copy_from_slice(&self.length.to_le_bytes());
+        }
         b
     }
-    fn from_be(b: &[u8]) -> RsSge {
-        RsSge {
-            addr: u64::from_be_bytes(b[0..8].try_into().expect("8 bytes")),
-            key: u32::from_be_bytes(b[8..12].try_into().expect("4 bytes")),
-            length: u32::from_be_bytes(b[12..16].try_into().expect("4 bytes")),
+    /// The SGE in 16 bytes of the order [`RsSge::encode`] wrote.
+    fn decode(b: &[u8], big: bool) -> RsSge {
+        let (addr, key, length) = (
+            b[0..8].try_into().expect("8 bytes"),
+            b[8..12].try_into().expect("4 bytes"),
+            b[12..16].try_into().expect("4 bytes"),
+        );
+        if big {
+            RsSge {
+                addr: u64::from_be_bytes(addr),
+                key: u32::from_be_bytes(key),
+                length: u32::from_be_bytes(length),
+            }
+        } else {
+            RsSge {
+                addr: u64::from_le_bytes(addr),
+                key: u32::from_le_bytes(key),
+                length: u32::from_le_bytes(length),
+            }
         }
+    }
+    /// Big-endian, as in the connection's private data.
+    fn to_be(self) -> [u8; SGE_LEN] {
+        self.encode(true)
+    }
+    fn from_be(b: &[u8]) -> RsSge {
+        RsSge::decode(b, true)
     }
     /// In host order (`swap`: the peer's is the other one), as an SGL
     /// update the peer reads from its memory.
     fn to_host(self, swap: bool) -> [u8; SGE_LEN] {
-        let s = if swap {
-            RsSge {
-                addr: self.addr.swap_bytes(),
-                key: self.key.swap_bytes(),
-                length: self.length.swap_bytes(),
-            }
-        } else {
-            self
-        };
-        let mut b = [0; SGE_LEN];
-        b[0..8].copy_from_slice(&s.addr.to_ne_bytes());
-        b[8..12].copy_from_slice(&s.key.to_ne_bytes());
-        b[12..16].copy_from_slice(&s.length.to_ne_bytes());
-        b
+        self.encode(cfg!(target_endian = "big") != swap)
     }
     fn from_host(b: &[u8]) -> RsSge {
-        RsSge {
-            addr: u64::from_ne_bytes(b[0..8].try_into().expect("8 bytes")),
-            key: u32::from_ne_bytes(b[8..12].try_into().expect("4 bytes")),
-            length: u32::from_ne_bytes(b[12..16].try_into().expect("4 bytes")),
-        }
+        RsSge::decode(b, cfg!(target_endian = "big"))
     }
 }
 
