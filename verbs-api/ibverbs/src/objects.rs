@@ -31,6 +31,7 @@ use std::mem::{offset_of, ManuallyDrop};
 use std::ptr::addr_of;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock};
+use uroce_verbs::provider::quota::Resource;
 use uroce_verbs::{Context, Error};
 
 /// errno of a uroce error.
@@ -108,22 +109,10 @@ pub(crate) use accessor;
 
 // ---------------------------------------------------------------- the registry
 
-/// The kinds of objects the registry tells apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Pd,
-    Mr,
-    Mw,
-    Cq,
-    Srq,
-    Qp,
-    Ah,
-}
-
 /// What a live object was made with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Live {
-    kind: Kind,
+    kind: Resource,
     context: usize,
     handle: u32,
 }
@@ -135,7 +124,7 @@ static LIVE: LazyLock<Mutex<HashMap<usize, Live>>> = LazyLock::new(Default::defa
 /// A C object the registry can check: its kind, and where its C half
 /// keeps the context and handle the program may overwrite.
 pub(crate) trait CObject {
-    const KIND: Kind;
+    const KIND: Resource;
     /// The context and handle fields.
     ///
     /// # Safety
@@ -146,7 +135,7 @@ pub(crate) trait CObject {
 macro_rules! c_object {
     ($($t:ty => $kind:ident),* $(,)?) => {$(
         impl CObject for $t {
-            const KIND: Kind = Kind::$kind;
+            const KIND: Resource = Resource::$kind;
             unsafe fn ident(p: *const Self) -> (*mut ibv_context, u32) {
                 // SAFETY: the caller's promise; two plain fields are read.
                 unsafe { ((*p).context, (*p).handle) }
