@@ -201,11 +201,20 @@ fn flush_now(shared: &Shared, wait: std::time::Duration) -> bool {
     let Some(d) = g.as_mut() else {
         return false;
     };
+    as_engine(shared, d, Driver::flush);
+    true
+}
+
+/// Runs `f` on the driver from this thread as if it were the engine's own
+/// (what the QPs' processing checks for re-entrancy), then writes the
+/// capture's held records.
+fn as_engine<R>(shared: &Shared, d: &mut Driver, f: impl FnOnce(&mut Driver) -> R) -> R {
+    let me = shared as *const Shared as usize;
     let was = ENGINE_THREAD.with(|t| t.replace(me));
-    d.flush();
+    let r = f(d);
     d.flush_capture();
     ENGINE_THREAD.with(|t| t.set(was));
-    true
+    r
 }
 
 thread_local! {
@@ -451,11 +460,10 @@ impl Engine {
     /// else is driving it, one pass (receive, process, transmit, timers)
     /// runs here and now. An application that polls an empty CQ calls
     /// this instead of waiting for the engine thread to pick the packet
-    /// up and hand the completion over. When the pass received
-    /// something, what that makes the QPs send (ACKs) waits for the next
-    /// pass, here or on the engine thread, or for the application's next
-    /// post, which sends it together with its own packets: the
-    /// completion reaches the application one system call sooner.
+    /// up and hand the completion over. The ACKs of a small receive wait
+    /// (at most [`ACK_HOLD_NS`]) for the application's next post, which
+    /// sends them together with its own packets (see
+    /// `Driver::after_receive`).
     /// Returns false if the device was busy (the caller should yield) or
     /// nothing happened.
     ///
@@ -477,11 +485,7 @@ impl Engine {
         let Some(d) = g.as_mut() else {
             return false;
         };
-        let me = Arc::as_ptr(&self.shared) as usize;
-        let was = ENGINE_THREAD.with(|t| t.replace(me));
-        let r = f(d, &self.shared.ready);
-        d.flush_capture();
-        ENGINE_THREAD.with(|t| t.set(was));
+        let r = as_engine(&self.shared, d, |d| f(d, &self.shared.ready));
         // Output left behind (a deferred ACK, more than one pass's worth)
         // must not wait for this thread to come back: a sleeping engine
         // thread is woken to send it. So must a deadline earlier than the
