@@ -1547,9 +1547,6 @@ fn ready_qp(qp: &QueuePair, p: &QpPath) -> Result<()> {
     Ok(())
 }
 
-/// Turns an agent event into the user's event, doing on the way what
-/// librdmacm does in `rdma_get_cm_event`: new ids for requests, the
-/// active side's QP readied and the RTU sent on a REP.
 /// Before the user sees an agent's event: the MADs that came with it (the
 /// DREP that answered a DREQ, with DISCONNECTED) and those its processing
 /// queued (an RTU, a REJ) are handed to the socket. The agent hands its
@@ -1564,6 +1561,9 @@ fn on_the_wire(id: &IdInner) {
     }
 }
 
+/// Turns an agent event into the user's event, doing on the way what
+/// librdmacm does in `rdma_get_cm_event`: new ids for requests, the
+/// active side's QP readied and the RTU sent on a REP.
 fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
     let cid = CmId { inner: id.clone() };
     let ctx = id.st.lock().ctxs.first().cloned()?;
