@@ -704,7 +704,7 @@ impl SrqHandle {
         self.post_recv_with(wrs, |wr| Ok(wr.clone()))
     }
     /// Posts the receive WRs `read` makes of `items`, one at a time (see
-    /// [`post_each`]: at most `max_wr` in one call).
+    /// `post_each`: at most `max_wr` in one call).
     pub fn post_recv_with<T, E: From<DeviceError>>(
         &self,
         items: impl IntoIterator<Item = T>,
@@ -893,7 +893,7 @@ impl QpHandle {
         self.post_send_with(wrs, |wr| Ok(wr.clone()))
     }
     /// Posts the send WRs `read` makes of `items`, one at a time (see
-    /// [`post_each`]: at most the send queue's depth in one call), as
+    /// `post_each`: at most the send queue's depth in one call), as
     /// [`QpHandle::post_send`].
     pub fn post_send_with<T, E: From<DeviceError>>(
         &self,
@@ -924,7 +924,7 @@ impl QpHandle {
         self.post_recv_with(wrs, |wr| Ok(wr.clone()))
     }
     /// Posts the receive WRs `read` makes of `items`, one at a time (see
-    /// [`post_each`]: at most the receive queue's depth in one call), as
+    /// `post_each`: at most the receive queue's depth in one call), as
     /// [`QpHandle::post_recv`].
     pub fn post_recv_with<T, E: From<DeviceError>>(
         &self,

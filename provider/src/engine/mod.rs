@@ -461,7 +461,7 @@ impl Engine {
     /// runs here and now. An application that polls an empty CQ calls
     /// this instead of waiting for the engine thread to pick the packet
     /// up and hand the completion over. The ACKs of a small receive wait
-    /// (at most [`ACK_HOLD_NS`]) for the application's next post, which
+    /// (at most `ACK_HOLD_NS`) for the application's next post, which
     /// sends them together with its own packets (see
     /// `Driver::after_receive`).
     /// Returns false if the device was busy (the caller should yield) or
