@@ -154,6 +154,7 @@ impl Target for LiveTarget {
             qkey: f("qkey")? as u32,
             mtu: f("mtu")? as u32,
             recvs_posted: recvs.min(64),
+            keys: Vec::new(),
         })
     }
 

@@ -372,6 +372,7 @@ mod tests {
             qkey: 0x1111_1111,
             mtu: 1024,
             recvs_posted: 8,
+            keys: Vec::new(),
         }
     }
 

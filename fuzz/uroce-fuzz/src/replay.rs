@@ -810,6 +810,7 @@ mod tests {
             qkey: 0x1234,
             mtu: 1024,
             recvs_posted: 0,
+            keys: Vec::new(),
         };
         let path = tmp("ud.pcap");
         let mut cap = Capture::create(&path).expect("create");

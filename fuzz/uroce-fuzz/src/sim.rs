@@ -343,6 +343,7 @@ impl Target for SimTarget {
             qkey: QKEY,
             mtu: p.mtu.bytes(),
             recvs_posted: recvs,
+            keys: Vec::new(),
         };
         self.live = Some(Live {
             net,

@@ -44,6 +44,61 @@ pub struct Conn {
     pub mtu: u32,
     /// Receive WRs posted on the fuzzed QP at set-up.
     pub recvs_posted: u32,
+    /// Further keys the target exposes to the fuzzer beyond `rkey` and
+    /// `private_rkey` (regions and windows with other rights, of another
+    /// PD, deregistered, invalidated, ...): what the generator aims its
+    /// key-confusion mutations at and what the reference model judges
+    /// their answers by. Empty on targets that expose none.
+    #[serde(default)]
+    pub keys: Vec<ExposedKey>,
+}
+
+/// What kind of object a key names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyKind {
+    /// A memory region's R_Key.
+    Region,
+    /// A type 1 memory window (bound with `ibv_bind_mw`).
+    Window1,
+    /// A type 2 memory window (bound with a BIND_MW work request to one
+    /// QP).
+    Window2,
+}
+
+/// Whether a key can still be used, as the target set it up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyState {
+    /// Registered (region) or bound (window).
+    Valid,
+    /// The region was deregistered after the key was learnt.
+    Deregistered,
+    /// The window (or region) was invalidated (local or remote invalidate).
+    Invalidated,
+    /// The window was allocated but never bound (or bound to no memory).
+    Unbound,
+}
+
+/// One key the target exposes: the object's range and rights as the
+/// target registered it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExposedKey {
+    /// The R_Key.
+    pub key: u32,
+    /// Region or window.
+    pub kind: KeyKind,
+    /// Start of the range as the key addresses it (0 when zero-based).
+    pub va: u64,
+    /// Length of the range in bytes.
+    pub len: u32,
+    /// `ibv_access_flags` bits the key was registered (or bound) with.
+    pub access: u32,
+    /// Whether the object belongs to the fuzzed QP's protection domain.
+    pub same_pd: bool,
+    /// Whether a type 2 window is bound to the fuzzed QP (meaningless for
+    /// other kinds: true).
+    pub bound_to_qp: bool,
+    /// Usable, deregistered, invalidated or unbound.
+    pub state: KeyState,
 }
 
 impl Conn {
