@@ -29,7 +29,10 @@
 #      every transport and mode for FUZZ_SECONDS each, and RC cases on rxe
 #      versus uroce (differential): findings and differences printed and
 #      kept (FUZZ_KEEP), not failures; the guest must survive.
-# Environment: UROCE_INTEROP_ACCEL=kvm|tcg, UROCE_INTEROP_KEEP=1 (keep the
+# Environment: UROCE_INTEROP_KERNEL=6.1|6.12|<a /lib/modules name> (the
+# guest's kernel: 6.1, Debian bookworm's, unless set; 6.12 is Debian's
+# linux-image-6.12-amd64, installed when asked for),
+# UROCE_INTEROP_ACCEL=kvm|tcg, UROCE_INTEROP_KEEP=1 (keep the
 # run directory with logs and captures), UROCE_INTEROP_QUICK=1 (the subset
 # .ci/run runs: ping-pong sizes 1, 4096 and 1 MiB, and under loss 1 MiB at
 # MTU 4096 only, UCX tag_lat only; the whole matrix is the same command
@@ -732,7 +735,8 @@ ucx_matrix() {
 # come back with every observation). Every transport and mode runs for
 # FUZZ_SECONDS (default 12). Findings are rxe's deviations from the spec
 # as uroce's oracles judge them: printed, and kept in $FUZZ_KEEP (default
-# target/fuzz-rxe); they do not fail the matrix, and neither does a
+# target/fuzz-rxe, target/fuzz-rxe-6.12 for UROCE_INTEROP_KERNEL=6.12);
+# they do not fail the matrix, and neither does a
 # guest kernel that crashes under the fuzzer (its console is printed and
 # kept: that is a finding in rxe). The run fails if the fuzzer cannot run.
 # FUZZ_REPLAY=FINDING.json replays one saved finding on rxe instead;
@@ -742,7 +746,9 @@ fuzz_rxe() {
   local name="uroce fuzz vs rxe" t0=$SECONDS
   [[ $name =~ $filter ]] || return 0
   have_cmd fuzz || return 0
-  local d=$VM_RUN/fuzz secs=${FUZZ_SECONDS:-12} keep=${FUZZ_KEEP:-$root/target/fuzz-rxe}
+  local kdir=fuzz-rxe
+  [ "$VM_KERNEL" = 6.1 ] || kdir=fuzz-rxe-$VM_KERNEL
+  local d=$VM_RUN/fuzz secs=${FUZZ_SECONDS:-12} keep=${FUZZ_KEEP:-$root/target/$kdir}
   local ok=1 total=0 qp mode rc
   mkdir -p "$d"
   if ! gcc -O2 -Wall -o "$VM_RUN/fuzz-agent" "$root/fuzz/agent/uroce_fuzz_agent.c" -libverbs; then

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # tests/interop/vm.sh — a Linux guest with kernel Soft-RoCE (rdma_rxe) in
 # qemu, on a tap device inside a network namespace of its own. Sourced by
-# run.sh; needs root and Debian's qemu-system-x86, linux-image-amd64,
+# run.sh; needs root and Debian's qemu-system-x86, linux-image-amd64 (or the
+# image of the kernel UROCE_INTEROP_KERNEL names, e.g. linux-image-6.12-amd64),
 # busybox-static, rdma-core, ibverbs-utils, ibverbs-providers.
 #
 # The guest boots the host's Debian kernel with a tiny initramfs (busybox
@@ -27,16 +28,41 @@ VM_ACCEL_USED=""
 
 vm_log() { echo "interop: $*" >&2; }
 
-# The newest installed Debian kernel with rdma_rxe.
+# The guest's kernel: UROCE_INTEROP_KERNEL names it, 6.1 unless set, so
+# installing another kernel does not change what the matrix runs.
+#   6.1, 6.12 (a Debian series)  the newest installed kernel of that series
+#   6.12.117+deb12-amd64         that kernel exactly (a /lib/modules name)
+VM_KERNEL=${UROCE_INTEROP_KERNEL:-6.1}
+
+# Does this installed kernel have rdma_rxe and an image qemu can boot?
+vm_kernel_usable() { # KVER
+  [ -e "/boot/vmlinuz-$1" ] && [ -n "$(find "/lib/modules/$1" -name 'rdma_rxe.ko*' -print -quit 2>/dev/null)" ]
+}
+
+# The installed kernel VM_KERNEL names (a /lib/modules name).
 vm_kernel_version() {
   local k
+  if [ -d "/lib/modules/$VM_KERNEL" ]; then
+    vm_kernel_usable "$VM_KERNEL" && echo "$VM_KERNEL"
+    return
+  fi
+  # A series: 6.1 takes 6.1.0-56-amd64, not 6.12.x.
   for k in $(ls -1 /lib/modules 2>/dev/null | sort -rV); do
-    if [ -e "/boot/vmlinuz-$k" ] && [ -n "$(find "/lib/modules/$k" -name 'rdma_rxe.ko*' -print -quit)" ]; then
-      echo "$k"
-      return 0
-    fi
+    case "$k" in
+      "$VM_KERNEL".[0-9]* | "$VM_KERNEL"-*) vm_kernel_usable "$k" && { echo "$k"; return 0; } ;;
+    esac
   done
   return 1
+}
+
+# The Debian package that installs VM_KERNEL: bookworm's linux-image-amd64
+# is the 6.1 series; newer series have a package of their own.
+vm_kernel_package() {
+  case "$VM_KERNEL" in
+    6.1) echo linux-image-amd64 ;;
+    [0-9]*.[0-9]*[!0-9.]*) echo "linux-image-$VM_KERNEL" ;;
+    *) echo "linux-image-$VM_KERNEL-amd64" ;;
+  esac
 }
 
 # Prints what is missing to run the VM (empty: nothing).
@@ -45,7 +71,7 @@ vm_missing() {
   [ "$(id -u)" = 0 ] || miss+=("root")
   command -v qemu-system-x86_64 >/dev/null || miss+=("qemu-system-x86_64 (qemu-system-x86)")
   [ -x /bin/busybox ] || miss+=("/bin/busybox (busybox-static)")
-  vm_kernel_version >/dev/null || miss+=("a kernel with rdma_rxe in /boot and /lib/modules (linux-image-amd64)")
+  vm_kernel_version >/dev/null || miss+=("kernel $VM_KERNEL with rdma_rxe in /boot and /lib/modules ($(vm_kernel_package))")
   command -v ibv_rc_pingpong >/dev/null || miss+=("ibv_rc_pingpong (ibverbs-utils)")
   [ -e /etc/libibverbs.d/rxe.driver ] || miss+=("the rxe verbs provider (ibverbs-providers)")
   command -v rdma >/dev/null || miss+=("rdma (iproute2)")
@@ -55,7 +81,7 @@ vm_missing() {
 
 # Installs the Debian packages the VM needs (root, apt).
 vm_install_packages() {
-  local pk=(qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils ibverbs-providers
+  local pk=(qemu-system-x86 "$(vm_kernel_package)" rdma-core ibverbs-utils ibverbs-providers
     perftest busybox-static libibverbs-dev gcc cpio iproute2 tcpdump tshark)
   local need=() p
   for p in "${pk[@]}"; do
@@ -156,7 +182,7 @@ vm_kill() {
 # VM_BOOT_SECONDS. UROCE_INTEROP_ACCEL=kvm|tcg forces one.
 vm_boot() {
   local k t0 accel
-  k=$(vm_kernel_version) || { vm_log "no kernel with rdma_rxe"; return 1; }
+  k=$(vm_kernel_version) || { vm_log "no kernel $VM_KERNEL with rdma_rxe"; return 1; }
   VM_RUN=$(mktemp -d /tmp/uroce-interop.XXXXXX)
   chmod 755 "$VM_RUN"
   mkdir -p "$VM_RUN/jobs"
