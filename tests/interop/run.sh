@@ -739,7 +739,9 @@ ucx_matrix() {
 # they do not fail the matrix, and neither does a
 # guest kernel that crashes under the fuzzer (its console is printed and
 # kept: that is a finding in rxe). The run fails if the fuzzer cannot run.
-# FUZZ_REPLAY=FINDING.json replays one saved finding on rxe instead;
+# FUZZ_REPLAY=FINDING.json replays one saved finding on rxe instead (no
+# attacks, no fuzzing; e.g. fuzz/cases/rxe-write-len0-payload.json, which
+# crashes the guest's kernel);
 # FUZZ_QPS="rc" (say) limits the plain runs to those transports ("": none). Not a `scenario`: its
 # capture holds malformed packets on purpose, which check_pcap rejects.
 fuzz_rxe() {
@@ -764,8 +766,11 @@ fuzz_rxe() {
   done
   # ReDMArk's attacks first (a fuzz case may crash the guest's kernel),
   # spoofing from an unused address of the host's subnet towards the
-  # guest; their verdicts are results, only a failure to run fails.
-  for qp in uc rc; do
+  # guest; their verdicts are results, only a failure to run fails. A
+  # replay (FUZZ_REPLAY) runs its case alone.
+  local attacks="uc rc"
+  [ -z "${FUZZ_REPLAY:-}" ] || attacks=""
+  for qp in $attacks; do
     ns timeout -k 5 120 "$UROCE" fuzz attack --target udp:$VM_GUEST_IP --fuzzer $VM_HOST_IP \
       --agent $VM_GUEST_IP:4792 --qp $qp --spoof "${VM_HOST_IP%.*}.9" >"$d/attack-$qp.log" 2>&1 || ok=0
     sed 's/^/     | /' "$d/attack-$qp.log"
