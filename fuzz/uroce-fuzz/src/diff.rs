@@ -193,7 +193,15 @@ pub struct DiffReport {
     pub elapsed: Duration,
     /// A target stopped answering and the run ended there.
     pub target_died: bool,
+    /// Differences that did not come back when their case was run again
+    /// (a live target's timing: an answer late for one run, in time for
+    /// the next): counted in `differing_cases`, not kept as findings.
+    pub unreproduced: u64,
 }
+
+/// Runs of a minimized case, after the first, that may show its
+/// difference again before it counts as unreproduced.
+pub const RERUNS: usize = 2;
 
 /// Distinct differences kept at most (the rest are counted).
 pub const MAX_FINDINGS: usize = 25;
@@ -253,21 +261,37 @@ pub fn fuzz_diff(
                 } else {
                     (case.clone(), 0)
                 };
-                let Ok((d, x, y)) = run(a, b, &min) else {
+                // The kept case must show a difference when it runs: a
+                // difference that comes and goes with a live target's
+                // timing can leave the minimizer's last accepted trial
+                // without one. Such a case is run again a few times, and
+                // counted, not kept, if it never differs.
+                let mut again = run(a, b, &min);
+                for _ in 0..RERUNS {
+                    if !matches!(&again, Ok((d, ..)) if d.is_empty()) {
+                        break;
+                    }
+                    again = run(a, b, &min);
+                }
+                let Ok((d, x, y)) = again else {
                     // A trial killed a target: the run ends here.
                     report.target_died = true;
                     break;
                 };
-                let f = DiffFinding {
-                    targets: (a.name(), b.name()),
-                    seed: cfg.seed,
-                    index,
-                    original_steps: case.steps.len(),
-                    case: min,
-                    differences: d,
-                    answers: (answer(&x), answer(&y)),
-                };
-                report.findings.push((f, x, y));
+                if d.is_empty() {
+                    report.unreproduced += 1;
+                } else {
+                    let f = DiffFinding {
+                        targets: (a.name(), b.name()),
+                        seed: cfg.seed,
+                        index,
+                        original_steps: case.steps.len(),
+                        case: min,
+                        differences: d,
+                        answers: (answer(&x), answer(&y)),
+                    };
+                    report.findings.push((f, x, y));
+                }
             }
         }
         if let Some(st) = ticker.tick(
@@ -288,7 +312,71 @@ mod tests {
     use super::*;
     use crate::gen::Mode;
     use crate::sim::{PlantedBug, SimTarget};
+    use crate::target::{Conn, Observation};
     use uroce_provider::types::QpType;
+
+    /// uroce's QP machines, except that the first case observed shows
+    /// the QP in SQD: a difference that is not there when the case runs
+    /// again, as a live target's late answer is.
+    struct OnceOff {
+        sim: SimTarget,
+        observed: u32,
+    }
+
+    impl Target for OnceOff {
+        fn name(&self) -> String {
+            "sim, once off".into()
+        }
+        fn setup(&mut self, qp_type: QpType, recvs: u32) -> Result<Conn, TargetError> {
+            self.sim.setup(qp_type, recvs)
+        }
+        fn send(&mut self, packet: &[u8]) {
+            self.sim.send(packet)
+        }
+        fn wait(&mut self, us: u32) -> Vec<Vec<u8>> {
+            self.sim.wait(us)
+        }
+        fn observe(&mut self) -> Result<Observation, TargetError> {
+            let mut o = self.sim.observe()?;
+            self.observed += 1;
+            if self.observed == 1 {
+                o.qp_state = QpState::Sqd;
+            }
+            Ok(o)
+        }
+        fn revives(&self) -> bool {
+            true
+        }
+    }
+
+    /// A difference that does not come back when its case is run again
+    /// is counted as unreproduced, not reported as a finding with no
+    /// difference in it.
+    #[test]
+    fn a_difference_that_does_not_come_back_is_not_a_finding() {
+        let cfg = Config {
+            seed: 3,
+            mode: Mode::Sequence,
+            qp_type: QpType::Rc,
+            cases: 20,
+            time_limit: None,
+            minimize: true,
+            recvs: 8,
+        };
+        let mut a = SimTarget::new(1, None);
+        let mut b = OnceOff {
+            sim: SimTarget::new(2, None),
+            observed: 0,
+        };
+        let r = fuzz_diff(&mut a, &mut b, &cfg, |_| {}).unwrap();
+        assert_eq!(r.differing_cases, 1);
+        assert_eq!(r.unreproduced, 1);
+        assert!(
+            r.findings.is_empty(),
+            "{:#?}",
+            r.findings.iter().map(|f| &f.0).collect::<Vec<_>>()
+        );
+    }
 
     /// uroce against itself: no difference. uroce against uroce with a
     /// planted bug: the bug is a difference, minimized to its packets.

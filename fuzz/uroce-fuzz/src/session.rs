@@ -492,7 +492,7 @@ pub fn run_diff(
     line.done();
     let _ = writeln!(
         log,
-        "{} cases in {:.1} s, {} differed; {} distinct differences{}",
+        "{} cases in {:.1} s, {} differed; {} distinct differences{}{}",
         report.cases,
         report.elapsed.as_secs_f64(),
         report.differing_cases,
@@ -501,6 +501,14 @@ pub fn run_diff(
             " (the first ones kept)"
         } else {
             ""
+        },
+        if report.unreproduced > 0 {
+            format!(
+                ", {} more that did not come back when run again",
+                report.unreproduced
+            )
+        } else {
+            String::new()
         }
     );
     if report.target_died {
