@@ -15,9 +15,11 @@ fn case(name: &str) -> Finding {
     Finding::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The one packet that crashes kernel rxe 6.1 and 6.12 (an RDMA WRITE
-/// ONLY with a RETH DMA length of 0 and a payload: rxe skips the R_Key
-/// check for a zero-length access, then copies the payload with no MR).
+/// The one packet that crashes kernel rxe 6.1 and makes 6.12 log a
+/// kernel WARNING (an RDMA WRITE ONLY with a RETH DMA length of 0 and a
+/// payload: rxe skips the R_Key check for a zero-length access, then
+/// copies the payload with no MR: 6.1 dereferences NULL, 6.12 catches it
+/// in rxe_mr_copy with a WARN and NAKs remote access error).
 /// A correct responder answers it with NAK invalid request and moves the
 /// QP to ERR, with nothing written: the file replays that packet.
 #[test]
