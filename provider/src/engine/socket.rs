@@ -12,6 +12,13 @@
 //! of its own, so traffic class 0, the common case, costs nothing. Each
 //! received datagram reports its TOS (`IP_RECVTOS` / `IPV6_RECVTCLASS`;
 //! GRO aggregates only datagrams whose IP headers agree on it).
+//!
+//! A datagram to a multicast group carries its TTL / hop limit (the
+//! address handle's) in an `IP_TTL` / `IPV6_HOPLIMIT` control message;
+//! the socket's own multicast TTL is 0, which the kernel keeps on the
+//! host (looped back to its members, never sent on a link): what hop
+//! limit 0 asks for, and what `IP_TTL` cannot say. Unicast datagrams
+//! carry the route's TTL, as the kernel's RoCE packets do.
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -37,9 +44,10 @@ pub const GSO_MAX_BYTES: usize = 65000;
 /// u32 and IP_TOS's byte (IPV6_TCLASS's int), each in a cmsg of 24 bytes
 /// (as u64s, for alignment).
 const RX_CMSG_WORDS: usize = 12;
-/// Control buffer of one sent message: UDP_SEGMENT's u16 and IP_TOS's
-/// (IPV6_TCLASS's) int, each in a cmsg of 24 bytes.
-const TX_CMSG_WORDS: usize = 6;
+/// Control buffer of one sent message: UDP_SEGMENT's u16, IP_TOS's
+/// (IPV6_TCLASS's) int and IP_TTL's (IPV6_HOPLIMIT's) int, each in a cmsg
+/// of 24 bytes.
+const TX_CMSG_WORDS: usize = 9;
 
 /// UDP 4791 bound on one address.
 pub struct UdpPort {
@@ -112,6 +120,10 @@ pub struct TxMsg {
     pub seg: usize,
     /// The IP TOS / traffic class of its packets.
     pub tos: u8,
+    /// The IP TTL / hop limit of its packets, for a multicast
+    /// destination (`None`: the route's; `Some(0)`: the socket's
+    /// multicast TTL 0, which keeps them on the host).
+    pub ttl: Option<u8>,
 }
 
 impl TxMsg {
@@ -367,6 +379,7 @@ impl UdpPort {
                         dst: m.dst,
                         seg: 0,
                         tos: m.tos,
+                        ttl: m.ttl,
                     };
                     if !matches!(self.sendmmsg(data, &[one], &mut st), Ok(1)) {
                         st.dropped += 1;
@@ -404,8 +417,8 @@ impl UdpPort {
             h.msg_namelen = namelen;
             h.msg_iov = &mut iov[j];
             h.msg_iovlen = 1;
-            // SAFETY: CMSG_SPACE of a u16 plus CMSG_SPACE of an int (24 +
-            // 24 bytes) fit the control buffer (TX_CMSG_WORDS u64s,
+            // SAFETY: CMSG_SPACE of a u16 plus twice CMSG_SPACE of an int
+            // (3 x 24 bytes) fit the control buffer (TX_CMSG_WORDS u64s,
             // 8-aligned as a cmsghdr needs); each header starts where the
             // one before it ends (at its CMSG_SPACE, an aligned offset) and
             // its data is written at CMSG_DATA, inside its CMSG_LEN.
@@ -435,6 +448,24 @@ impl UdpPort {
                     let len = std::mem::size_of::<libc::c_int>() as u32;
                     (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
                     let v = libc::c_int::from(m.tos);
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, v);
+                    used += libc::CMSG_SPACE(len) as usize;
+                }
+                if let Some(ttl) = m.ttl.filter(|&t| t != 0) {
+                    let c = base.add(used).cast::<libc::cmsghdr>();
+                    (*c).cmsg_level = if m.dst.is_ipv4() {
+                        libc::IPPROTO_IP
+                    } else {
+                        libc::IPPROTO_IPV6
+                    };
+                    (*c).cmsg_type = if m.dst.is_ipv4() {
+                        libc::IP_TTL
+                    } else {
+                        libc::IPV6_HOPLIMIT
+                    };
+                    let len = std::mem::size_of::<libc::c_int>() as u32;
+                    (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
+                    let v = libc::c_int::from(ttl);
                     std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, v);
                     used += libc::CMSG_SPACE(len) as usize;
                 }
@@ -602,11 +633,13 @@ pub fn df_socket(ip: IpAddr) -> io::Result<Socket> {
 }
 
 /// Sends multicast from `sock` out of the interface of its address `ip`,
-/// looped back to this host's members.
+/// looped back to this host's members, with TTL 0 unless a message says
+/// otherwise (see the module's doc).
 fn set_multicast_if(sock: &Socket, ip: IpAddr) -> io::Result<()> {
     match ip {
         IpAddr::V4(v4) => {
             sock.set_multicast_if_v4(&v4)?;
+            sock.set_multicast_ttl_v4(0)?;
             sock.set_multicast_loop_v4(true)
         }
         IpAddr::V6(_) => {
@@ -615,6 +648,7 @@ fn set_multicast_if(sock: &Socket, ip: IpAddr) -> io::Result<()> {
             if let Ok(i) = ifindex_of(ip) {
                 sock.set_multicast_if_v6(i)?;
             }
+            sock.set_multicast_hops_v6(0)?;
             sock.set_multicast_loop_v6(true)
         }
     }
