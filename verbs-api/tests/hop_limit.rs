@@ -4,7 +4,9 @@
 //! `grh.hop_limit` (0 included: it stays on the host); a unicast packet
 //! carries the route's TTL whatever the address handle or the RC path
 //! asks, as the kernel replaces a unicast address vector's hop limit with
-//! the route's when it resolves it (`ib_resolve_unicast_gid_dmac`).
+//! the route's when it resolves it (`ib_resolve_unicast_gid_dmac`). A
+//! UD receive's GRH area shows the TTL as the datagram arrived, as rxe
+//! copies the IP header.
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -12,7 +14,7 @@ use std::time::Duration;
 use uroce_verbs::*;
 
 mod common;
-use common::{open, qp};
+use common::{open, qp, recv, T};
 
 const QKEY: u32 = 0x0123_4567;
 
@@ -125,7 +127,7 @@ fn send_ud(
     w.sg_list.push(mr.sge(0, 8));
     w.ud = Some(ah.ud_dest(qpn, QKEY));
     q.post_send(&[w]).unwrap();
-    assert_eq!(cq.wait(1, common::T)[0].status, WcStatus::Success);
+    assert_eq!(cq.wait(1, T)[0].status, WcStatus::Success);
 }
 
 #[test]
@@ -230,4 +232,37 @@ fn unicast_packets_carry_the_routes_ttl() {
         route_ttl(),
         "an RC packet on a path with hop limit 1"
     );
+}
+
+#[test]
+fn the_grh_area_shows_the_ttl_as_received() {
+    let (a, b) = (open("127.110.3.1"), open("127.110.3.2"));
+    let group = Ipv4Addr::new(239, 110, 3, 1);
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (aqp, bqp) = (
+        qp(&apd, &acq, QpType::Ud, None),
+        qp(&bpd, &bcq, QpType::Ud, None),
+    );
+    ud_up(&aqp);
+    ud_up(&bqp);
+    bqp.attach_mcast(&group.to_ipv6_mapped().octets(), 0)
+        .unwrap();
+    let rmr = bpd.alloc_mr(4 * 128, Access::LOCAL_WRITE).unwrap();
+    // To the group with hop limit 5 and 1, then to B itself (the route's).
+    let sends = [(group, 0xff_ffff, 5u8, 5u8), (group, 0xff_ffff, 1, 1)];
+    let unicast = (Ipv4Addr::new(127, 110, 3, 2), bqp.qp_num(), 9, route_ttl());
+    for (k, &(to, qpn, hop, ttl)) in sends.iter().chain([&unicast]).enumerate() {
+        bqp.post_recv(&[recv(k as u64, &rmr, k * 128, 128)])
+            .unwrap();
+        send_ud(&apd, &aqp, &acq, to, qpn, hop);
+        let wc = bcq.wait(1, T);
+        assert_eq!(wc[0].status, WcStatus::Success);
+        let grh = rmr.to_vec(k * 128, 40).unwrap();
+        assert_eq!(grh[20], 0x45, "an IPv4 header at offset 20");
+        assert_eq!(
+            grh[28], ttl,
+            "the TTL of a datagram sent to {to} with hop limit {hop}"
+        );
+    }
 }

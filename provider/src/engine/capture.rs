@@ -4,9 +4,10 @@
 //! can read it.
 //!
 //! Sent packets carry the header our socket produces (DF, IPv4 ID 0, TTL
-//! 64, or a multicast datagram's own). For received IPv4 packets the sender's identification is the one
-//! the ICRC check solved for, so a capture of a kernel rxe peer's packets
-//! still verifies exactly. MAC addresses are made up from the IP
+//! 64, or a multicast datagram's own); received ones their TOS and TTL as
+//! the socket reported them. For received IPv4 packets the sender's
+//! identification is the one the ICRC check solved for, so a capture of a
+//! kernel rxe peer's packets still verifies exactly. MAC addresses are made up from the IP
 //! addresses (locally administered).
 
 use parking_lot::Mutex;

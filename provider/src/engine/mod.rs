@@ -16,7 +16,7 @@ pub mod device;
 pub(crate) mod socket;
 
 use crate::counters::Counters;
-use crate::endpoint::{Endpoint, GroupChange, McastError};
+use crate::endpoint::{Endpoint, GroupChange, McastError, RxIp};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
@@ -1003,9 +1003,14 @@ impl Driver {
                 while off < m.len {
                     let len = seg.min(m.len - off);
                     let buf = &mut slot[off..HEADROOM + off + len];
-                    let r = self.ep.handle_datagram_to(now, m.from, to_ip, m.tos, buf);
+                    let ip = RxIp {
+                        tclass: m.tos,
+                        hop_limit: m.ttl,
+                    };
+                    let r = self.ep.handle_datagram_to(now, m.from, to_ip, ip, buf);
                     if let Some(c) = self.capture.as_mut() {
-                        c.record(m.from, to, r.ipv4_id, (m.tos, None), &buf[HEADROOM..]);
+                        let fields = (m.tos, Some(m.ttl));
+                        c.record(m.from, to, r.ipv4_id, fields, &buf[HEADROOM..]);
                     }
                     off += len;
                 }
