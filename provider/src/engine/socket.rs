@@ -657,17 +657,17 @@ pub fn df_socket(ip: IpAddr) -> io::Result<Socket> {
 fn set_multicast_if(sock: &Socket, ip: IpAddr) -> io::Result<()> {
     match ip {
         IpAddr::V4(v4) => {
-            sock.set_multicast_if_v4(&v4)?;
             sock.set_multicast_ttl_v4(0)?;
+            sock.set_multicast_if_v4(&v4)?;
             sock.set_multicast_loop_v4(true)
         }
         IpAddr::V6(_) => {
+            sock.set_multicast_hops_v6(0)?;
             // An address on no interface (none found): the kernel's
             // choice, by route.
             if let Ok(i) = ifindex_of(ip) {
                 sock.set_multicast_if_v6(i)?;
             }
-            sock.set_multicast_hops_v6(0)?;
             sock.set_multicast_loop_v6(true)
         }
     }
