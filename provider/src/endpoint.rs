@@ -117,6 +117,28 @@ pub enum GroupChange {
     Unchanged,
 }
 
+/// What a receiving socket reports of a datagram's IP header
+/// (`IP_RECVTOS` and `IP_RECVTTL`, or `IPV6_RECVTCLASS` and
+/// `IPV6_RECVHOPLIMIT`): a UD receive's GRH area shows them, as rxe copies
+/// the header as it arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxIp {
+    /// TOS / traffic class (DSCP and ECN bits).
+    pub tclass: u8,
+    /// TTL / hop limit.
+    pub hop_limit: u8,
+}
+
+impl Default for RxIp {
+    /// What a socket that reports nothing is taken for: TOS 0, TTL 64.
+    fn default() -> RxIp {
+        RxIp {
+            tclass: 0,
+            hop_limit: 64,
+        }
+    }
+}
+
 /// The group of a multicast GID, as the IP address packets to it carry
 /// (an IPv4-mapped GID is its IPv4 address).
 pub fn mcast_group(gid: &[u8; 16]) -> IpAddr {
@@ -412,16 +434,16 @@ impl Endpoint {
     /// [`HEADROOM`] bytes of scratch space followed by the UDP payload (the
     /// ICRC is computed in place, in one pass). Verifies the ICRC (solving
     /// for an IPv4 sender's identification, which a UDP socket hides),
-    /// parses and hands the packet to its QP. `tclass` is the IP header's
-    /// TOS / traffic class as the socket reported it.
+    /// parses and hands the packet to its QP. `ip` holds the IP header's
+    /// fields the socket reported.
     pub fn handle_datagram(
         &mut self,
         now: Nanos,
         from: SocketAddr,
-        tclass: u8,
+        ip: RxIp,
         buf: &mut [u8],
     ) -> RxReport {
-        self.handle_datagram_to(now, from, self.local_ip, tclass, buf)
+        self.handle_datagram_to(now, from, self.local_ip, ip, buf)
     }
 
     /// [`Endpoint::handle_datagram`] of a datagram sent to `to`: the
@@ -435,7 +457,7 @@ impl Endpoint {
         now: Nanos,
         from: SocketAddr,
         to: IpAddr,
-        tclass: u8,
+        ip: RxIp,
         buf: &mut [u8],
     ) -> RxReport {
         let unknown = (0, true);
@@ -471,7 +493,8 @@ impl Endpoint {
         meta.src_port = from.port();
         meta.ipv4_id = id.ident;
         meta.ipv4_flags_frag = id.flags_frag;
-        meta.tclass = tclass;
+        meta.tclass = ip.tclass;
+        meta.hop_limit = ip.hop_limit;
         let qpn = pkt.bth.dest_qp;
         if qpn == MULTICAST_QPN {
             // A copy for each attached QP (none: the group is not joined
@@ -696,7 +719,7 @@ mod tests {
         let mut ep = Endpoint::new(ip, counters.clone());
         let from: SocketAddr = "10.0.0.2:4791".parse().unwrap();
         let mut buf = vec![0u8; HEADROOM + 3];
-        let r = ep.handle_datagram(Nanos(0), from, 0, &mut buf);
+        let r = ep.handle_datagram(Nanos(0), from, RxIp::default(), &mut buf);
         assert_eq!(r.verdict, RxVerdict::Malformed);
         // A valid SEND ONLY to QP 0x11 built by a QP config's emitter.
         let cfg = crate::testing::config("10.0.0.2".parse().unwrap(), 0x22, 4);
@@ -714,11 +737,11 @@ mod tests {
         let n = n.expect("emit");
         let mut buf = vec![0u8; HEADROOM + n];
         buf[HEADROOM..].copy_from_slice(&pkt[..n]);
-        let r = ep.handle_datagram(Nanos(0), from, 0, &mut buf);
+        let r = ep.handle_datagram(Nanos(0), from, RxIp::default(), &mut buf);
         assert_eq!(r.verdict, RxVerdict::NoQp);
         assert_eq!(r.ipv4_id, (0, true));
         buf[HEADROOM + 20] ^= 1; // payload bit: the ICRC no longer matches
-        let r = ep.handle_datagram(Nanos(0), from, 0, &mut buf);
+        let r = ep.handle_datagram(Nanos(0), from, RxIp::default(), &mut buf);
         assert_eq!(r.verdict, RxVerdict::BadIcrc);
         assert_eq!(counters.malformed_pkts.load(Relaxed), 1);
         assert_eq!(counters.dropped_pkts.load(Relaxed), 1);

@@ -344,6 +344,10 @@ pub struct UdDest {
     /// The traffic class (IP TOS, DSCP and ECN bits) the packet carries
     /// (the address handle's `grh.traffic_class`).
     pub tclass: u8,
+    /// The address handle's `grh.hop_limit`: the IP TTL / hop limit of a
+    /// datagram to a multicast group (see [`crate::transport::Transmit`]);
+    /// unicast datagrams carry the route's.
+    pub hop_limit: u8,
 }
 
 impl SendWr {

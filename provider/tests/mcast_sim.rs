@@ -55,6 +55,7 @@ fn send_to_group(net: &mut SimNet, from: &Side, m: &MrInner, group: IpAddr, id: 
         remote_qpn: MULTICAST_QPN,
         remote_qkey: QKEY,
         tclass: 0,
+        hop_limit: 64,
     });
     from.sq.post(w).expect("send queue");
     net.run_until(SEC, |_| false);

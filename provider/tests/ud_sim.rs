@@ -98,6 +98,7 @@ fn dest(to: &Side) -> UdDest {
         remote_qpn: to.qpn,
         remote_qkey: QKEY,
         tclass: 0,
+        hop_limit: 64,
     }
 }
 
@@ -457,6 +458,7 @@ fn one_qp_hears_two_senders_and_answers_each_from_the_grh() {
                 remote_qpn: wc.src_qp,
                 remote_qkey: QKEY,
                 tclass: 0,
+                hop_limit: 64,
             },
         ))
         .unwrap();
@@ -484,6 +486,7 @@ fn a_qkey_mismatch_is_dropped_and_counted() {
     let wrong = UdDest {
         remote_qkey: QKEY ^ 1,
         tclass: 0,
+        hop_limit: 64,
         ..dest(&b)
     };
     a.sq.post(ud_wr(1, WrOpcode::Send, &[sge(&src, 0, 7)], wrong))
@@ -516,6 +519,7 @@ fn a_wr_qkey_with_the_high_bit_sends_the_qps_own() {
     let controlled = UdDest {
         remote_qkey: QKEY_CONTROLLED | 0x1234,
         tclass: 0,
+        hop_limit: 64,
         ..dest(&b)
     };
     a.sq.post(ud_wr(1, WrOpcode::Send, &[sge(&src, 0, 8)], controlled))
@@ -1357,6 +1361,7 @@ fn a_datagram_carries_its_traffic_class_into_the_receivers_grh() {
             post_recv(&b, k as u64, &[sge(&dst, k as u64 * 128, 128)]);
             let to = UdDest {
                 tclass: tc,
+                hop_limit: 64,
                 ..dest(&b)
             };
             a.sq.post(ud_wr(k as u64, WrOpcode::Send, &[sge(&src, 0, 8)], to))

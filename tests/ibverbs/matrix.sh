@@ -8,6 +8,9 @@
 #     API, ibv_cq_ex polling and a completion channel fd in poll(2);
 #   * tests/ibverbs/mcast.c: UD multicast (attach/detach errors and limits,
 #     a send to a group reaching the members of two devices);
+#   * tests/ibverbs/hoplimit.c: the IP TTL a UD datagram arrives with, in
+#     the receiver's GRH area: a multicast one's address handle hop limit,
+#     a unicast one's route TTL;
 #   * tests/ibverbs/handles.c: stale, garbled and foreign objects refused,
 #     looping WR lists stopped at the queue's depth, each advertised object
 #     limit enforced, an SRQ of another PD;
@@ -106,6 +109,15 @@ if UROCE_DEVICES=uroce0=127.106.3.1,uroce1=127.106.3.2 timeout 60 "$tmp/mcast" >
   pass "mcast.c" "$(tail -1 "$tmp/out")"
 else
   fail "mcast.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- the TTL of UD datagrams: the address handle's hop limit to a group,
+# the route's to a unicast address (devices 127.110.4.1 and .2)
+cc -O1 -Wall -o "$tmp/hoplimit" tests/ibverbs/hoplimit.c -libverbs || exit 1
+if UROCE_DEVICES=uroce0=127.110.4.1,uroce1=127.110.4.2 timeout 60 "$tmp/hoplimit" >"$tmp/out" 2>&1; then
+  pass "hoplimit.c" "$(tail -1 "$tmp/out")"
+else
+  fail "hoplimit.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
 
 # ---- the data path: zero-based memory, completion timestamps, UD traffic

@@ -22,6 +22,11 @@
 #   8. (before 4, run clean only) UCX: ucx_perftest's UCP tag tests over
 #      rc_verbs between uroce (under `uroce exec`, whose sysfs view gives UCX
 #      its GIDs' RoCE version) and rxe, each side as client and as server;
+#   9. (after 5, clean only) multicast: rdmacm-utils' mckey through
+#      rdma_join_multicast between uroce's librdmacm.so.1 and the
+#      kernel's rdma_cm, uroce as sender and as receiver: every datagram
+#      counted by the receiver, and on the tap to QP 0xFFFFFF with
+#      RDMA_UDP_QKEY and the CM's hop limit (64) as the IP TTL;
 #   6. every scenario's traffic captured on the tap, judged by
 #      ../shared/roce-check/check_pcap and read by `uroce decode` (no
 #      malformed packet, no bad ICRC, every MAD a CM message);
@@ -99,6 +104,8 @@ if [ -e "$here/rxe_peer.c" ]; then
   gcc -O2 -Wall -o "$VM_RUN/rxe-peer" "$here/rxe_peer.c" -libverbs || cant "rxe_peer.c does not compile"
 fi
 RXEPEER=$VM_RUN/rxe-peer
+gcc -O2 -Wall -shared -fPIC -o "$VM_RUN/mc_linger.so" "$here/mc_linger.c" -ldl ||
+  echo "interop: mc_linger.c does not compile: the guest's mckey sender runs without it"
 
 # --- helpers -------------------------------------------------------------
 
@@ -670,6 +677,100 @@ cm_matrix() { # SUFFIX
   [ -n "$1" ] || scenario "cm-reject uroce=client" cm_reject
 }
 
+# --- 9. multicast ----------------------------------------------------------
+
+# mc WHO — rdmacm-utils' mckey on both ends, joined to one IPv4 group
+# through rdma_join_multicast: on uroce's librdmacm.so.1 in the namespace,
+# on the kernel's rdma_cm (rxe0) in the guest; WHO is uroce's role
+# (sender|receiver). The receiver joins first (the guest's eth0 then lists
+# the group, or uroce's namespace has a socket bound to it), then the
+# sender joins and sends MC_N datagrams of 100 bytes. Both must exit 0 and
+# the receiver must have counted all MC_N ("data transfers complete": mckey
+# polls for that many completions). The capture must hold the sender's MC_N
+# datagrams to the group, each to QP 0xFFFFFF with Q_Key 0x01234567
+# (RDMA_UDP_QKEY) and IP TTL 64 (the hop limit of the address vector the
+# CM's join reports; the kernel writes it as the TTL).
+# Neither host needs a route for 224.0.0.0/4: rxe routes by its netdev
+# (flowi4_oif), uroce by IP_MULTICAST_IF on the tap's address; the
+# receivers join on their interface (the kernel's CMA with
+# ip_mc_inc_group on eth0, uroce with IP_ADD_MEMBERSHIP), which sends the
+# IGMP report and opens the NIC's filter.
+MC_N=10
+mc() {
+  local who=$1 t=60 g sip mark
+  if ! command -v mckey >/dev/null; then
+    echo "mckey missing (apt-get install rdmacm-utils)" >"$S_DIR/not-available"
+    return 1
+  fi
+  if [ -z "$LIBDIR" ] || [ ! -e "$LIBDIR/librdmacm.so.1" ]; then
+    echo "no librdmacm.so.1 in uroce's libdir" >"$S_DIR/not-available"
+    return 1
+  fi
+  if [ "$who" = sender ]; then
+    g=239.99.0.1 sip=$VM_HOST_IP
+    mark=$VM_RUN/jobs/mc-joined.$SCEN_N
+    rm -f "$mark"
+    vm_bg $t "mckey -m $g -b $VM_GUEST_IP -C $MC_N & p=\$!
+for i in \$(seq 600); do
+  ip maddr show dev eth0 | grep -q ' $g\$' && { : > $mark; break; }
+  kill -0 \$p 2>/dev/null || break
+  sleep 0.05
+done
+wait \$p"
+    local gj=$VM_JOB end=$((SECONDS + 40))
+    while [ ! -e "$mark" ] && [ ! -s "$VM_RUN/jobs/$gj.rc" ] && [ $SECONDS -lt $end ]; do sleep 0.05; done
+    ns env LD_LIBRARY_PATH="$LIBDIR" timeout -k 3 $t mckey -m $g -s -b $VM_HOST_IP -C $MC_N >"$S_DIR/sender.out" 2>&1
+    local src=$?
+    vm_wait "$gj" >"$S_DIR/receiver.out"
+    local rrc=$?
+  else
+    g=239.99.0.2 sip=$VM_GUEST_IP
+    host_bg "$S_DIR/receiver.out" $t env LD_LIBRARY_PATH="$LIBDIR" mckey -m $g -b $VM_HOST_IP -C $MC_N
+    local i
+    for i in $(seq 400); do
+      [ -n "$(ip netns exec "$VM_NS" ss -Huan "src $g:4791" 2>/dev/null)" ] && break
+      kill -0 "$HOST_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    # mckey's sender leaves and destroys its address handle right after
+    # posting; mc_linger.c holds the leave for the guest's rxe to send.
+    local pre=""
+    [ -e "$VM_RUN/mc_linger.so" ] && pre="LD_PRELOAD=$VM_RUN/mc_linger.so"
+    vm_run $t "$pre mckey -m $g -s -b $VM_GUEST_IP -C $MC_N; rc=\$?
+rdma statistic show link rxe0/1 | grep -o 'sent_pkts [0-9]*'; exit \$rc" >"$S_DIR/sender.out"
+    local src=$?
+    wait "$HOST_PID"
+    local rrc=$?
+  fi
+  echo "--- sender: $( [ "$who" = sender ] && echo uroce || echo rxe ) (exit $src)"
+  cat "$S_DIR/sender.out"
+  echo "--- receiver: $( [ "$who" = sender ] && echo rxe || echo uroce ) (exit $rrc)"
+  cat "$S_DIR/receiver.out"
+  # The sender's datagrams on the wire, as uroce decode and tcpdump read them.
+  local dec ttls all right
+  sleep 0.3
+  dec=$("$UROCE" decode "$S_DIR/tap.pcap" 2>/dev/null | grep "\"src\":\"$sip\",\"dst\":\"$g\"")
+  all=$(grep -c . <<<"$dec")
+  right=$(grep '"dest_qp":16777215' <<<"$dec" | grep -c '"qkey":19088743')
+  ttls=$(tcpdump -r "$S_DIR/tap.pcap" -n -v "src $sip and dst $g and udp dst port 4791" 2>/dev/null |
+    grep -o 'ttl [0-9]*' | sort | uniq -c | awk '{ printf "%s%s x TTL %s", s, $1, $3; s = ", " }')
+  echo "capture: $all datagram(s) from $sip to $g, $right to QP 0xFFFFFF with Q_Key 0x01234567; $ttls"
+  S_NOTE="$MC_N datagrams to $g received and counted; $ttls"
+  [ $src = 0 ] && [ $rrc = 0 ] && grep -q "data transfers complete" "$S_DIR/receiver.out" &&
+    [ "$all" = $MC_N ] && [ "$right" = $MC_N ] && [ "$ttls" = "$MC_N x TTL 64" ] && return 0
+  echo "sender exit $src, receiver exit $rrc, $all datagrams to $g ($right to QP 0xFFFFFF with RDMA_UDP_QKEY; $ttls): $(grep -hv '^\s*$' "$S_DIR/sender.out" "$S_DIR/receiver.out" | grep -i 'error\|fail' | head -n 2 | tr '\n' ' ')"
+  return 1
+}
+
+mc_matrix() {
+  local who
+  [[ "mckey uroce=sender" =~ $filter || "mckey uroce=receiver" =~ $filter ]] || return 0
+  vm_run 30 "modprobe rdma_ucm" >/dev/null 2>&1
+  for who in sender receiver; do
+    scenario "mckey uroce=$who" mc $who
+  done
+}
+
 # --- 8. UCX against kernel rxe ------------------------------------------------
 
 # ucx_perf WHO TEST ARGS... — ucx_perftest's UCP test TEST over rc_verbs
@@ -843,6 +944,7 @@ pingpong_matrix ""
 ops_matrix ""
 error_matrix
 cm_matrix ""
+mc_matrix
 ucx_matrix
 set_loss on
 pingpong_matrix " loss"

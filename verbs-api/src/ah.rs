@@ -37,6 +37,7 @@ impl AddressHandle {
             remote_qpn,
             remote_qkey,
             tclass: self.av.traffic_class,
+            hop_limit: self.av.hop_limit,
         }
     }
 }

@@ -278,7 +278,7 @@ impl Finding {
         let t = std::net::SocketAddr::new(self.conn.target, uroce_wire::ROCEV2_UDP_PORT);
         for p in packets {
             let (a, b) = if p.sent { (f, t) } else { (t, f) };
-            cap.record(a, b, (0, true), 0, &p.bytes);
+            cap.record(a, b, (0, true), (0, None), &p.bytes);
         }
         cap.finish().map_err(std::io::Error::other)?;
         Ok(json)

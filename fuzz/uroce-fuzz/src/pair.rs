@@ -308,6 +308,7 @@ impl Pair {
                 remote_qpn: p.side.qpn,
                 remote_qkey: if key_choice & 8 != 0 { QKEY ^ 1 } else { QKEY },
                 tclass: 0,
+                hop_limit: 64,
             });
         }
         if e.side.sq.post(w).is_ok() {

@@ -622,7 +622,7 @@ mod tests {
                 SocketAddr::new(*s, port),
                 SocketAddr::new(*d, port),
                 (0, true),
-                0,
+                (0, None),
                 &b,
             );
         }
@@ -824,7 +824,7 @@ mod tests {
                 SocketAddr::new(rec.fuzzer, port),
                 SocketAddr::new(rec.target, port),
             );
-            cap.record(s, d, (0, true), 0, &b);
+            cap.record(s, d, (0, true), (0, None), &b);
         }
         cap.finish().expect("finish");
         let plan = ReplayPlan::from_file(&path, &Options::default()).expect("plan");

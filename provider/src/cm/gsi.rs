@@ -170,6 +170,7 @@ impl QpMachine for GsiQp {
                 dst: out.dst,
                 len,
                 tclass: 0,
+                hop_limit: None,
             });
         }
     }

@@ -4,9 +4,10 @@
 //! can read it.
 //!
 //! Sent packets carry the header our socket produces (DF, IPv4 ID 0, TTL
-//! 64). For received IPv4 packets the sender's identification is the one
-//! the ICRC check solved for, so a capture of a kernel rxe peer's packets
-//! still verifies exactly. MAC addresses are made up from the IP
+//! 64, or a multicast datagram's own); received ones their TOS and TTL as
+//! the socket reported them. For received IPv4 packets the sender's
+//! identification is the one the ICRC check solved for, so a capture of a
+//! kernel rxe peer's packets still verifies exactly. MAC addresses are made up from the IP
 //! addresses (locally administered).
 
 use parking_lot::Mutex;
@@ -96,16 +97,17 @@ impl Capture {
     }
 
     /// Records one RoCEv2 UDP payload from `src` to `dst` with TOS /
-    /// traffic class `tclass`; for IPv4, with the given identification and
-    /// DF flag.
+    /// traffic class and TTL / hop limit `(tclass, ttl)` (`None`: 64);
+    /// for IPv4, with the given identification and DF flag.
     pub fn record(
         &mut self,
         src: SocketAddr,
         dst: SocketAddr,
         ipv4_id: (u16, bool),
-        tclass: u8,
+        (tclass, ttl): (u8, Option<u8>),
         udp_payload: &[u8],
     ) {
+        let ttl = ttl.unwrap_or(64);
         let ip = match (src.ip(), dst.ip()) {
             (IpAddr::V4(s), IpAddr::V4(d)) => IpParams::V4 {
                 src: s,
@@ -113,14 +115,14 @@ impl Capture {
                 ident: ipv4_id.0,
                 dont_fragment: ipv4_id.1,
                 tos: tclass,
-                ttl: 64,
+                ttl,
             },
             (s, d) => IpParams::V6 {
                 src: v6(s),
                 dst: v6(d),
                 traffic_class: tclass,
                 flow_label: 0,
-                hop_limit: 64,
+                hop_limit: ttl,
             },
         };
         let p = FrameParams {

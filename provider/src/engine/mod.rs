@@ -16,7 +16,7 @@ pub mod device;
 pub(crate) mod socket;
 
 use crate::counters::Counters;
-use crate::endpoint::{Endpoint, GroupChange, McastError};
+use crate::endpoint::{Endpoint, GroupChange, McastError, RxIp};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
@@ -681,9 +681,9 @@ impl Drop for Engine {
     }
 }
 
-/// A packet the fault injector holds back: (due, order, destination, TOS,
-/// bytes).
-type Delayed = (Nanos, u64, SocketAddr, u8, Vec<u8>);
+/// A packet the fault injector holds back: (due, order, destination, (TOS,
+/// multicast TTL), bytes).
+type Delayed = (Nanos, u64, SocketAddr, (u8, Option<u8>), Vec<u8>);
 
 /// Packets sent per pass before the engine looks at its socket again.
 const TX_PER_PASS: usize = 64;
@@ -1003,9 +1003,14 @@ impl Driver {
                 while off < m.len {
                     let len = seg.min(m.len - off);
                     let buf = &mut slot[off..HEADROOM + off + len];
-                    let r = self.ep.handle_datagram_to(now, m.from, to_ip, m.tos, buf);
+                    let ip = RxIp {
+                        tclass: m.tos,
+                        hop_limit: m.ttl,
+                    };
+                    let r = self.ep.handle_datagram_to(now, m.from, to_ip, ip, buf);
                     if let Some(c) = self.capture.as_mut() {
-                        c.record(m.from, to, r.ipv4_id, m.tos, &buf[HEADROOM..]);
+                        let fields = (m.tos, Some(m.ttl));
+                        c.record(m.from, to, r.ipv4_id, fields, &buf[HEADROOM..]);
                     }
                     off += len;
                 }
@@ -1039,10 +1044,11 @@ impl Driver {
             let joins = self.port.gso()
                 && self.tx.last().is_some_and(|m: &TxMsg| {
                     let seg = m.packet_size();
-                    // One TOS per message: the kernel writes one IP
-                    // header for all of a GSO message's packets.
+                    // One TOS and TTL per message: the kernel writes one
+                    // IP header for all of a GSO message's packets.
                     m.dst == dst
                         && m.tos == t.tclass
+                        && m.ttl == t.hop_limit
                         && m.off + m.len == end
                         && m.len % seg == 0
                         && t.len <= seg
@@ -1074,6 +1080,7 @@ impl Driver {
                     dst,
                     seg: 0,
                     tos: t.tclass,
+                    ttl: t.hop_limit,
                 });
             }
             end += t.len;
@@ -1087,7 +1094,7 @@ impl Driver {
                 let seg = m.packet_size();
                 for (k, p) in self.txbuf[m.off..m.off + m.len].chunks(seg).enumerate() {
                     let id = if m.seg == 0 { 0 } else { k as u16 };
-                    c.record(src, m.dst, (id, true), m.tos, p);
+                    c.record(src, m.dst, (id, true), (m.tos, m.ttl), p);
                 }
             }
         }
@@ -1129,8 +1136,9 @@ impl Driver {
             for (delay, b) in inj.inject(&self.txbuf[..t.len], 1) {
                 self.delayed_seq += 1;
                 let due = now.plus(delay);
+                let ip = (t.tclass, t.hop_limit);
                 self.delayed
-                    .push(Reverse((due, self.delayed_seq, dst, t.tclass, b)));
+                    .push(Reverse((due, self.delayed_seq, dst, ip, b)));
             }
         }
         any |= self.send_delayed();
@@ -1145,10 +1153,10 @@ impl Driver {
             if *due > now {
                 break;
             }
-            if let Some(Reverse((_, _, dst, tos, b))) = self.delayed.pop() {
+            if let Some(Reverse((_, _, dst, (tos, ttl), b))) = self.delayed.pop() {
                 let src = self.local();
                 if let Some(c) = self.capture.as_mut() {
-                    c.record(src, dst, (0, true), tos, &b);
+                    c.record(src, dst, (0, true), (tos, ttl), &b);
                 }
                 let st = self.port.send_batch(
                     &b,
@@ -1158,6 +1166,7 @@ impl Driver {
                         dst,
                         seg: 0,
                         tos,
+                        ttl,
                     }],
                 );
                 self.count_sent(st);

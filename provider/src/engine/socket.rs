@@ -10,8 +10,16 @@
 //! Each message carries its packets' IP TOS (IPv4) or traffic class
 //! (IPv6): a non-zero one in an `IP_TOS` / `IPV6_TCLASS` control message
 //! of its own, so traffic class 0, the common case, costs nothing. Each
-//! received datagram reports its TOS (`IP_RECVTOS` / `IPV6_RECVTCLASS`;
-//! GRO aggregates only datagrams whose IP headers agree on it).
+//! received datagram reports its TOS and TTL (`IP_RECVTOS`, `IP_RECVTTL`
+//! / `IPV6_RECVTCLASS`, `IPV6_RECVHOPLIMIT`; GRO aggregates only
+//! datagrams whose IP headers agree on both).
+//!
+//! A datagram to a multicast group carries its TTL / hop limit (the
+//! address handle's) in an `IP_TTL` / `IPV6_HOPLIMIT` control message;
+//! the socket's own multicast TTL is 0, which the kernel keeps on the
+//! host (looped back to its members, never sent on a link): what hop
+//! limit 0 asks for, and what `IP_TTL` cannot say. Unicast datagrams
+//! carry the route's TTL, as the kernel's RoCE packets do.
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -34,12 +42,14 @@ pub const GSO_MAX_SEGMENTS: usize = 64;
 /// Most bytes in one GSO message (an IPv4 datagram's payload, with room).
 pub const GSO_MAX_BYTES: usize = 65000;
 /// Control buffer of one received message: UDP_GRO's int, SO_RXQ_OVFL's
-/// u32 and IP_TOS's byte (IPV6_TCLASS's int), each in a cmsg of 24 bytes
-/// (as u64s, for alignment).
-const RX_CMSG_WORDS: usize = 12;
-/// Control buffer of one sent message: UDP_SEGMENT's u16 and IP_TOS's
-/// (IPV6_TCLASS's) int, each in a cmsg of 24 bytes.
-const TX_CMSG_WORDS: usize = 6;
+/// u32, IP_TOS's byte (IPV6_TCLASS's int) and IP_TTL's int
+/// (IPV6_HOPLIMIT's), each in a cmsg of 24 bytes (as u64s, for
+/// alignment).
+const RX_CMSG_WORDS: usize = 15;
+/// Control buffer of one sent message: UDP_SEGMENT's u16, IP_TOS's
+/// (IPV6_TCLASS's) int and IP_TTL's (IPV6_HOPLIMIT's) int, each in a cmsg
+/// of 24 bytes.
+const TX_CMSG_WORDS: usize = 9;
 
 /// UDP 4791 bound on one address.
 pub struct UdpPort {
@@ -63,6 +73,8 @@ pub struct RxMsg {
     pub seg: usize,
     /// The IP header's TOS / traffic class.
     pub tos: u8,
+    /// The IP header's TTL / hop limit (64 if the socket did not say).
+    pub ttl: u8,
 }
 
 /// Buffers for [`UdpPort::recv_batch`]: each slot holds `HEADROOM` bytes
@@ -112,6 +124,10 @@ pub struct TxMsg {
     pub seg: usize,
     /// The IP TOS / traffic class of its packets.
     pub tos: u8,
+    /// The IP TTL / hop limit of its packets, for a multicast
+    /// destination (`None`: the route's; `Some(0)`: the socket's
+    /// multicast TTL 0, which keeps them on the host).
+    pub ttl: Option<u8>,
 }
 
 impl TxMsg {
@@ -140,14 +156,23 @@ pub struct TxStats {
     pub dropped: u64,
 }
 
-/// Asks the socket to report each datagram's TOS / traffic class, for a
-/// UD receive's GRH (refused, the GRH shows 0).
-fn report_tos(fd: RawFd, ip: IpAddr) {
-    let _ = if ip.is_ipv4() {
-        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+/// Asks the socket to report each datagram's TOS / traffic class and TTL
+/// / hop limit, for a UD receive's GRH (refused, the GRH shows 0 and 64).
+fn report_ip_fields(fd: RawFd, ip: IpAddr) {
+    let opts = if ip.is_ipv4() {
+        [
+            (libc::IPPROTO_IP, libc::IP_RECVTOS),
+            (libc::IPPROTO_IP, libc::IP_RECVTTL),
+        ]
     } else {
-        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+        [
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS),
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT),
+        ]
     };
+    for (level, opt) in opts {
+        let _ = setsockopt_int(fd, level, opt, 1);
+    }
 }
 
 impl UdpPort {
@@ -170,7 +195,7 @@ impl UdpPort {
         // The kernel's count of datagrams dropped for a full receive
         // buffer, with every datagram read.
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
-        report_tos(fd, ip);
+        report_ip_fields(fd, ip);
         let off = |var: &str| std::env::var(var).is_ok_and(|v| v.trim() == "0");
         let gro = !off("UROCE_GRO") && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         // Segment size 0 on the socket: GSO only where a message asks.
@@ -226,7 +251,7 @@ impl UdpPort {
         }
         sock.set_nonblocking(true)?;
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
-        report_tos(fd, group);
+        report_ip_fields(fd, group);
         let gro = setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         Ok(UdpPort {
             sock,
@@ -287,7 +312,7 @@ impl UdpPort {
         }
         let mut dropped = 0;
         for h in &hdrs[..n as usize] {
-            let (mut seg, mut tos) = (0, 0);
+            let (mut seg, mut tos, mut ttl) = (0, 0, 64);
             // SAFETY: the kernel filled msg_control with msg_controllen
             // bytes of well-formed cmsgs; the CMSG macros stay inside it.
             unsafe {
@@ -303,6 +328,11 @@ impl UdpPort {
                         (libc::IPPROTO_IP, libc::IP_TOS) => tos = *data,
                         (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
                             tos = std::ptr::read_unaligned(data as *const libc::c_int) as u8;
+                        }
+                        // Both report the TTL / hop limit as an int.
+                        (libc::IPPROTO_IP, libc::IP_TTL)
+                        | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                            ttl = std::ptr::read_unaligned(data as *const libc::c_int) as u8;
                         }
                         (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
                             let total = std::ptr::read_unaligned(data as *const u32);
@@ -324,6 +354,7 @@ impl UdpPort {
                 from,
                 seg,
                 tos,
+                ttl,
             });
         }
         (b.msgs.len(), dropped)
@@ -367,6 +398,7 @@ impl UdpPort {
                         dst: m.dst,
                         seg: 0,
                         tos: m.tos,
+                        ttl: m.ttl,
                     };
                     if !matches!(self.sendmmsg(data, &[one], &mut st), Ok(1)) {
                         st.dropped += 1;
@@ -404,8 +436,8 @@ impl UdpPort {
             h.msg_namelen = namelen;
             h.msg_iov = &mut iov[j];
             h.msg_iovlen = 1;
-            // SAFETY: CMSG_SPACE of a u16 plus CMSG_SPACE of an int (24 +
-            // 24 bytes) fit the control buffer (TX_CMSG_WORDS u64s,
+            // SAFETY: CMSG_SPACE of a u16 plus twice CMSG_SPACE of an int
+            // (3 x 24 bytes) fit the control buffer (TX_CMSG_WORDS u64s,
             // 8-aligned as a cmsghdr needs); each header starts where the
             // one before it ends (at its CMSG_SPACE, an aligned offset) and
             // its data is written at CMSG_DATA, inside its CMSG_LEN.
@@ -435,6 +467,24 @@ impl UdpPort {
                     let len = std::mem::size_of::<libc::c_int>() as u32;
                     (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
                     let v = libc::c_int::from(m.tos);
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, v);
+                    used += libc::CMSG_SPACE(len) as usize;
+                }
+                if let Some(ttl) = m.ttl.filter(|&t| t != 0) {
+                    let c = base.add(used).cast::<libc::cmsghdr>();
+                    (*c).cmsg_level = if m.dst.is_ipv4() {
+                        libc::IPPROTO_IP
+                    } else {
+                        libc::IPPROTO_IPV6
+                    };
+                    (*c).cmsg_type = if m.dst.is_ipv4() {
+                        libc::IP_TTL
+                    } else {
+                        libc::IPV6_HOPLIMIT
+                    };
+                    let len = std::mem::size_of::<libc::c_int>() as u32;
+                    (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
+                    let v = libc::c_int::from(ttl);
                     std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, v);
                     used += libc::CMSG_SPACE(len) as usize;
                 }
@@ -602,14 +652,17 @@ pub fn df_socket(ip: IpAddr) -> io::Result<Socket> {
 }
 
 /// Sends multicast from `sock` out of the interface of its address `ip`,
-/// looped back to this host's members.
+/// looped back to this host's members, with TTL 0 unless a message says
+/// otherwise (see the module's doc).
 fn set_multicast_if(sock: &Socket, ip: IpAddr) -> io::Result<()> {
     match ip {
         IpAddr::V4(v4) => {
+            sock.set_multicast_ttl_v4(0)?;
             sock.set_multicast_if_v4(&v4)?;
             sock.set_multicast_loop_v4(true)
         }
         IpAddr::V6(_) => {
+            sock.set_multicast_hops_v6(0)?;
             // An address on no interface (none found): the kernel's
             // choice, by route.
             if let Ok(i) = ifindex_of(ip) {

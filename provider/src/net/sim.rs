@@ -11,7 +11,7 @@
 //! next QP deadline. A run is a pure function of its seed.
 
 use crate::counters::Counters;
-use crate::endpoint::{Endpoint, GroupChange, McastError};
+use crate::endpoint::{Endpoint, GroupChange, McastError, RxIp};
 use crate::net::faults::FaultInjector;
 pub use crate::net::faults::Faults;
 use crate::transport::{Nanos, QpMachine};
@@ -55,7 +55,7 @@ type Filter = Box<dyn FnMut(&Wire<'_>) -> Verdict + Send>;
 struct InFlight {
     src: IpAddr,
     dst: IpAddr,
-    tclass: u8,
+    ip: RxIp,
     bytes: Vec<u8>,
 }
 
@@ -265,7 +265,7 @@ impl SimNet {
     /// Puts a packet of our own making on the wire (a hostile or broken
     /// peer), delivered after the usual delay.
     pub fn inject(&mut self, src: IpAddr, dst: IpAddr, bytes: Vec<u8>) {
-        self.launch(src, dst, 0, bytes);
+        self.launch(src, dst, RxIp::default(), bytes);
     }
 
     /// Packets sent so far.
@@ -336,14 +336,20 @@ impl SimNet {
             let src = self.endpoints[i].local_ip();
             while let Some(t) = self.endpoints[i].poll_transmit(self.now, &mut self.buf) {
                 let bytes = self.buf[..t.len].to_vec();
-                self.launch(src, t.dst, t.tclass, bytes);
+                // A multicast datagram's own hop limit, else the route's
+                // (64), as the engine's socket sends them.
+                let ip = RxIp {
+                    tclass: t.tclass,
+                    hop_limit: t.hop_limit.unwrap_or(64),
+                };
+                self.launch(src, t.dst, ip, bytes);
                 any = true;
             }
         }
         any
     }
 
-    fn launch(&mut self, src: IpAddr, dst: IpAddr, tclass: u8, bytes: Vec<u8>) {
+    fn launch(&mut self, src: IpAddr, dst: IpAddr, ip: RxIp, bytes: Vec<u8>) {
         let index = self.sent;
         self.sent += 1;
         let mut verdict = Verdict::Pass;
@@ -353,7 +359,7 @@ impl SimNet {
                     src,
                     dst,
                     pkt: &pkt,
-                    tclass,
+                    tclass: ip.tclass,
                     index,
                 });
             }
@@ -396,7 +402,7 @@ impl SimNet {
             self.slots[slot] = Some(InFlight {
                 src,
                 dst,
-                tclass,
+                ip,
                 bytes: b,
             });
             self.seq += 1;
@@ -424,13 +430,7 @@ impl SimNet {
                 }
                 any = true;
                 self.rbuf[HEADROOM..HEADROOM + n].copy_from_slice(&p.bytes);
-                e.handle_datagram_to(
-                    self.now,
-                    from,
-                    p.dst,
-                    p.tclass,
-                    &mut self.rbuf[..HEADROOM + n],
-                );
+                e.handle_datagram_to(self.now, from, p.dst, p.ip, &mut self.rbuf[..HEADROOM + n]);
             }
             if !any {
                 Counters::inc(&self.counters.dropped_pkts);
@@ -447,6 +447,6 @@ impl SimNet {
         }
         self.rbuf[HEADROOM..HEADROOM + n].copy_from_slice(&p.bytes);
         let from = SocketAddr::new(p.src, uroce_wire::ROCEV2_UDP_PORT);
-        e.handle_datagram(self.now, from, p.tclass, &mut self.rbuf[..HEADROOM + n]);
+        e.handle_datagram(self.now, from, p.ip, &mut self.rbuf[..HEADROOM + n]);
     }
 }

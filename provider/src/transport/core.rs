@@ -491,7 +491,13 @@ impl<S: Service> Qp<S> {
         let dst = self.core.attr.ah_attr.ip();
         let len = self.core.cfg.emit(dst, h, payload_len, buf, fill)?;
         let tclass = self.core.attr.ah_attr.traffic_class;
-        Some(Transmit { dst, len, tclass })
+        // RC and UC peers are unicast: the route's hop limit.
+        Some(Transmit {
+            dst,
+            len,
+            tclass,
+            hop_limit: None,
+        })
     }
 }
 

@@ -89,6 +89,16 @@ pub struct Transmit {
     /// bits: a UD send's address handle's, an RC/UC QP's path's
     /// (`ah_attr.grh.traffic_class`), as rxe writes them.
     pub tclass: u8,
+    /// The IP TTL (IPv4) or hop limit (IPv6) of a datagram to a multicast
+    /// group: its address handle's `grh.hop_limit`, which rxe writes into
+    /// the header as it is (0 keeps the datagram on the host, as the
+    /// kernel's `ip_mc_output` does). `None` for every unicast packet:
+    /// they carry the route's hop limit (64 by default), as the kernel's
+    /// do: it replaces a unicast address vector's hop limit with the
+    /// route's when it resolves the address (`ib_resolve_unicast_gid_dmac`,
+    /// for address handles and RC/UC paths alike), whatever the program
+    /// asked for.
+    pub hop_limit: Option<u8>,
 }
 
 /// What the receive path knows about a packet besides its bytes: the IP

@@ -226,6 +226,7 @@ impl UdQp {
             dst,
             len: n,
             tclass: ud.tclass,
+            hop_limit: dst.is_multicast().then_some(ud.hop_limit),
         };
         Ok((t, len))
     }
