@@ -624,7 +624,7 @@ fn context_for(ip: IpAddr) -> Result<Context> {
 /// The device to reach `dst` from: the one that has `dst`, else the one
 /// the kernel's route to `dst` leaves from, else the only one (of the
 /// right family).
-fn device_towards(dst: IpAddr) -> Result<Device> {
+pub(crate) fn device_towards(dst: IpAddr) -> Result<Device> {
     let devs = devices()?;
     let dst = dst.to_canonical();
     if let Some(d) = devs.iter().find(|d| d.ip().to_canonical() == dst) {
