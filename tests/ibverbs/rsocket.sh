@@ -84,8 +84,13 @@ else
     failed=$((failed + 1))
     echo "FAIL  tcp_stream.c (does not compile)"
   fi
+  # Installed only when missing; the package lists are fetched first (a
+  # fresh image has none, and stale ones name versions the mirror no
+  # longer has).
   if ! command -v iperf3 >/dev/null && [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q iperf3 >/dev/null 2>&1
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null 2>&1
+    apt-get install -y -q iperf3 >/dev/null 2>&1
   fi
   if command -v iperf3 >/dev/null; then
     rs_preload=1 rs_pair "iperf3 -n 20M (librspreload)" 20000000 "receiver$" \
