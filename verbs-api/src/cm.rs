@@ -634,14 +634,15 @@ pub(crate) fn device_towards(dst: IpAddr) -> Result<Device> {
     if let Some(d) = devs.iter().find(|d| d.ip().to_canonical() == dst) {
         return Ok(d.clone());
     }
-    if let Ok(sock) = std::net::UdpSocket::bind(SocketAddr::new(
-        if dst.is_ipv4() {
-            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
-        } else {
-            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-        },
-        0,
-    )) {
+    // A kernel socket even under librspreload (see kernel_udp_socket).
+    let domain = if dst.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    if let Ok(sock) =
+        uroce_provider::engine::kernel_udp_socket(domain).map(std::net::UdpSocket::from)
+    {
         if sock.connect(SocketAddr::new(dst, 9)).is_ok() {
             if let Ok(local) = sock.local_addr() {
                 if let Some(d) = devs.iter().find(|d| d.ip() == local.ip()) {

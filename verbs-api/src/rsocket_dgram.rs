@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::io::{Error as IoError, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -201,13 +201,7 @@ impl DSocket {
     /// `rsocket(domain, SOCK_DGRAM, 0)`: its UDP socket, not yet bound.
     pub fn new(ipv6: bool) -> Result<DSocket> {
         let domain = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
-        // SAFETY: socket(2) with constant arguments; the result is checked.
-        let fd = unsafe { libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(IoError::last_os_error());
-        }
-        // SAFETY: a descriptor just made, owned by nothing else.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let owned = uroce_provider::engine::kernel_udp_socket(domain)?;
         Ok(DSocket {
             udp: UdpSocket::from(owned),
             st: Mutex::new(DState::default()),
