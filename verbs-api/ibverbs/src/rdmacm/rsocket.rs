@@ -773,14 +773,12 @@ unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: 
                 }
                 None => Duration::from_millis(500),
             };
+            // Rounded up: a wait of less than a millisecond left is one
+            // millisecond, not a busy loop of zero-timeout polls (which
+            // took the CPU from the engines udpong's 1 ms waits need).
+            let ms = left.as_micros().div_ceil(1000) as c_int;
             // SAFETY: our own array of waits.
-            let r = unsafe {
-                libc::poll(
-                    waits.as_mut_ptr(),
-                    waits.len() as libc::nfds_t,
-                    left.as_millis() as c_int,
-                )
-            };
+            let r = unsafe { libc::poll(waits.as_mut_ptr(), waits.len() as libc::nfds_t, ms) };
             if r < 0 {
                 return Err(crate::rdmacm::last_errno());
             }
