@@ -37,8 +37,9 @@
 #   * tests/ibverbs/rdmacm.sh: the rdma_cm programs (rdmacm-utils' rping,
 #     ucmatose, udaddy, rdma_server/rdma_client, perftest -R) on uroce's
 #     librdmacm.so.1, and tests/ibverbs/rdmacm_errors.c; rsockets
-#     (rstream, and tests/ibverbs/rsocket.sh: riostream, and TCP programs
-#     and iperf3 under librspreload.so);
+#     (rstream, and tests/ibverbs/rsocket.sh: riostream, udpong's
+#     datagram rsockets, and TCP programs and iperf3 under
+#     librspreload.so);
 #   * tests/ibverbs/ucx.sh: UCX's ucx_info and ucx_perftest (UCT over
 #     rc_verbs and ud_verbs, UCP tag/put/get/am/stream) under `uroce exec`;
 #   * tests/ibverbs/libfabric.sh: libfabric's fi_info and fi_pingpong

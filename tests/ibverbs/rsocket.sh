@@ -13,8 +13,11 @@
 #   * riostream -T v (riomap/riowrite: data written straight into the
 #     peer's mapped buffer, verified), blocking and with rpoll (-T a);
 #
+#   * udpong (datagram rsockets: the first datagram over the UDP side
+#     channel, the rest over UD QPs), echoed and one-way.
+#
 # Each pair gets its own addresses (127.107.<n>.1 server, .2 client) and
-# TCP port (19750 + n).
+# TCP port (19750 + n); rs_net and rs_port0 change the 107 and the 19700.
 
 preload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
 rs_n=50
@@ -24,13 +27,14 @@ rs_n=50
 # address and the TCP port. Each runs with its own device (and under the
 # preload with rs_preload=1); the client's output must match
 # RESULT-REGEX; BYTES is the least the client's device must have carried
-# (sent and received).
+# (sent and received). With rs_forever=1 the server is one that never
+# exits (udpong's): it is ended once the client is done.
 rs_pair() {
   local name=$1 bytes=$2 regex=$3 pre=()
   shift 3
   [ "${rs_preload:-}" = 1 ] && pre=("LD_PRELOAD=$preload")
   rs_n=$((rs_n + 1))
-  local s=127.107.$rs_n.1 c=127.107.$rs_n.2 port=$((19700 + rs_n))
+  local s=127.${rs_net:-107}.$rs_n.1 c=127.${rs_net:-107}.$rs_n.2 port=$((${rs_port0:-19700} + rs_n))
   local server=() client=() a
   while [ "$1" != "--" ]; do a=${1//\{S\}/$s}; a=${a//\{P\}/$port}; server+=("${a//\{C\}/$c}"); shift; done
   shift
@@ -53,9 +57,10 @@ rs_pair() {
   done
   wait $cpid
   local crc=$?
-  [ $crc = 0 ] || kill $spid 2>/dev/null
+  [ $crc = 0 ] && [ "${rs_forever:-}" != 1 ] || kill $spid 2>/dev/null
   wait $spid
   local src=$?
+  [ "${rs_forever:-}" = 1 ] && [ $src = 143 ] && src=0
   cat "$tmp/client" - "$tmp/server" <<<"---- server:" >"$tmp/out"
   local roce line
   roce=$(stat -c %s "$tmp/cli.pcap" 2>/dev/null || echo 0)
@@ -79,8 +84,13 @@ else
     failed=$((failed + 1))
     echo "FAIL  tcp_stream.c (does not compile)"
   fi
+  # Installed only when missing; the package lists are fetched first (a
+  # fresh image has none, and stale ones name versions the mirror no
+  # longer has).
   if ! command -v iperf3 >/dev/null && [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q iperf3 >/dev/null 2>&1
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null 2>&1
+    apt-get install -y -q iperf3 >/dev/null 2>&1
   fi
   if command -v iperf3 >/dev/null; then
     rs_preload=1 rs_pair "iperf3 -n 20M (librspreload)" 20000000 "receiver$" \
@@ -98,4 +108,18 @@ if command -v riostream >/dev/null; then
     riostream -b {S} -p {P} -S 4096 -C 4 -I 20 -T a -T v -- riostream -s {S} -p {P} -S 4096 -C 4 -I 20 -T a -T v
 else
   echo "SKIP riostream: Debian's rdmacm-utils is not installed"
+fi
+
+# ---- udpong: datagram rsockets. Echoed 1 KB datagrams (each waited for,
+# resent after 1 ms without an answer, as udpong does: on a loaded
+# machine every late answer leaves one more duplicate circulating for
+# the rest of the run, so the echo run is short), then 1 KB datagrams
+# one way (the server counts what arrived; UD may drop).
+if command -v udpong >/dev/null; then
+  rs_net=111 rs_port0=20100 rs_forever=1 rs_pair "udpong 1 KB x 100 echo" 200000 "^custom" \
+    udpong -b {S} -p {P} -- udpong -s {S} -p {P} -S 1024 -C 100 -T e
+  rs_net=111 rs_port0=20100 rs_forever=1 rs_pair "udpong 1 KB x 10000 one way" 5000000 "^custom" \
+    udpong -b {S} -p {P} -- udpong -s {S} -p {P} -S 1024 -C 10000
+else
+  echo "SKIP udpong: Debian's rdmacm-utils is not installed"
 fi

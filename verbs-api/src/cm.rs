@@ -490,9 +490,13 @@ struct IdState2 {
     afonly: Option<bool>,
     /// The multicast groups joined: (address, MGID, send-only).
     mcast: Vec<(SocketAddr, [u8; 16], bool)>,
-    /// `RDMA_OPTION_ID_TOS`: the traffic class our REQ's path (and so
-    /// both QPs), or our UD peer's address, carries.
+    /// `RDMA_OPTION_ID_TOS` as last set.
     tos: u8,
+    /// The traffic class of the resolved route (`tos` as it was at
+    /// `resolve_route`, as the kernel's `cma_resolve_iboe_route` puts it
+    /// in the path record): what our REQ's path (and so both QPs and the
+    /// CM's MADs), or our UD peer's address, carries.
+    route_tos: u8,
 }
 
 /// The QP attributes a connection's REQ and REP settle.
@@ -624,20 +628,21 @@ fn context_for(ip: IpAddr) -> Result<Context> {
 /// The device to reach `dst` from: the one that has `dst`, else the one
 /// the kernel's route to `dst` leaves from, else the only one (of the
 /// right family).
-fn device_towards(dst: IpAddr) -> Result<Device> {
+pub(crate) fn device_towards(dst: IpAddr) -> Result<Device> {
     let devs = devices()?;
     let dst = dst.to_canonical();
     if let Some(d) = devs.iter().find(|d| d.ip().to_canonical() == dst) {
         return Ok(d.clone());
     }
-    if let Ok(sock) = std::net::UdpSocket::bind(SocketAddr::new(
-        if dst.is_ipv4() {
-            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
-        } else {
-            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-        },
-        0,
-    )) {
+    // A kernel socket even under librspreload (see kernel_udp_socket).
+    let domain = if dst.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    if let Ok(sock) =
+        uroce_provider::engine::kernel_udp_socket(domain).map(std::net::UdpSocket::from)
+    {
         if sock.connect(SocketAddr::new(dst, 9)).is_ok() {
             if let Ok(local) = sock.local_addr() {
                 if let Some(d) = devs.iter().find(|d| d.ip() == local.ip()) {
@@ -719,15 +724,18 @@ impl CmId {
                     afonly: None,
                     mcast: Vec::new(),
                     tos: 0,
+                    route_tos: 0,
                 }),
             }),
         })
     }
 
     /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class (IP TOS,
-    /// DSCP and ECN bits) of the connection's packets from the next
-    /// `connect` on: the REQ's path carries it, so both sides' QPs take
-    /// it as their path's traffic class (and a UD id's peer address).
+    /// DSCP and ECN bits) of the route the next `resolve_route` resolves,
+    /// as in the kernel: the REQ's path carries it, so both sides' QPs
+    /// and the CM's own MADs (REQ, REP, RTU, DREQ, DREP) take it as
+    /// their traffic class (and a UD id's peer address). A route already
+    /// resolved keeps the traffic class it was resolved with.
     pub fn set_tos(&self, tos: u8) {
         self.inner.st.lock().tos = tos;
     }
@@ -735,6 +743,11 @@ impl CmId {
     /// The traffic class set with [`CmId::set_tos`] (0 by default).
     pub fn tos(&self) -> u8 {
         self.inner.st.lock().tos
+    }
+
+    /// The resolved route's traffic class (see [`CmId::set_tos`]).
+    pub fn route_tos(&self) -> u8 {
+        self.inner.st.lock().route_tos
     }
 
     /// `rdma_migrate_id`: from now on the id's events go to `channel`,
@@ -927,6 +940,7 @@ impl CmId {
             return Err(Error::Invalid("resolve_route before resolve_addr".into()));
         }
         st.state = IdState::RouteResolved;
+        st.route_tos = st.tos;
         drop(st);
         self.ready(CmEventType::RouteResolved, 0);
         Ok(())
@@ -1185,8 +1199,9 @@ impl CmId {
         let sid = self.service_id(dst.port());
         let dev = ctx.inner.cm.clone();
         let dst_ip = dst.ip().to_canonical();
+        let tos = st.route_tos;
         let conn = if self.inner.qp_type == QpType::Ud {
-            dev.with_agent(|a, now| a.sidr_request(now, dst_ip, sid, &pdata))
+            dev.with_agent(|a, now| a.sidr_request(now, dst_ip, sid, tos, &pdata))
                 .map_err(cm_err)?
         } else {
             let (qpn, srq) = match &st.qp {
@@ -1211,7 +1226,7 @@ impl CmId {
             req.srq = srq;
             req.pkey = 0xffff;
             req.path_mtu = ctx.inner.face.active_mtu() as u8;
-            req.primary = path(src.ip(), dst.ip(), st.tos);
+            req.primary = path(src.ip(), dst.ip(), st.route_tos);
             req.private_data[..pdata.len()].copy_from_slice(&pdata);
             dev.with_agent(|a, now| a.connect(now, dst_ip, &req))
                 .map_err(cm_err)?
@@ -1709,7 +1724,7 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
                 timeout: ACK_TIMEOUT,
                 retry_cnt: st.retry_count,
                 rnr_retry: rep.rnr_retry_count,
-                traffic_class: st.tos,
+                traffic_class: st.route_tos,
             };
             st.path = Some(path);
             let Some(qp) = st.qp.clone() else {
@@ -1814,7 +1829,7 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
                 ));
             }
             st.state = IdState::Connected;
-            let tos = st.tos;
+            let tos = st.route_tos;
             drop(st);
             let ud = UdParam {
                 private_data: rep.private_data.to_vec(),

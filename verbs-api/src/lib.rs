@@ -31,6 +31,7 @@ pub mod loopback;
 mod pd;
 mod qp;
 pub mod rsocket;
+pub mod rsocket_dgram;
 mod srq;
 
 pub use ah::AddressHandle;

@@ -1644,9 +1644,13 @@ impl RSocket {
         self.st.lock().state & ST_CONNECTED != 0
     }
 
-    /// `IP_TOS`: kept and read back.
+    /// `IP_TOS`: kept, read back, and given to the CM id as rsocket.c
+    /// does (`rdma_set_option(RDMA_OPTION_ID_TOS)`, its low byte): set
+    /// before `connect`, the route is resolved with it, so the CM's MADs
+    /// and both sides' QPs carry it.
     pub fn set_tos(&self, tos: i32) {
         self.st.lock().opts.tos = tos;
+        self.id.lock().set_tos(tos as u8);
     }
     /// `IP_TOS` as set.
     pub fn tos(&self) -> i32 {

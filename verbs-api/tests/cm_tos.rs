@@ -1,7 +1,8 @@
 //! `rdma_set_option(RDMA_OPTION_ID_TOS)` through the Rust CM: the traffic
 //! class set on the active id is the path traffic class of both QPs of
 //! the connection (the REQ's path carries it), over real engines on
-//! loopback (127.103.4.x).
+//! loopback (127.103.4.x). The traffic class is the one the route was
+//! resolved with.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -44,6 +45,10 @@ fn the_ids_tos_is_both_qps_traffic_class() {
     expect(&cch, CmEventType::AddrResolved);
     cid.resolve_route().unwrap();
     expect(&cch, CmEventType::RouteResolved);
+    // As the kernel (cma_resolve_iboe_route): the route took the TOS when
+    // it was resolved; a later set_option changes the id, not the route.
+    cid.set_tos(0x20);
+    assert_eq!((cid.tos(), cid.route_tos()), (0x20, 0x68));
 
     let mk = |id: &CmId| {
         let ctx = id.context().expect("a device");

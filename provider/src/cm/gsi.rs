@@ -169,7 +169,7 @@ impl QpMachine for GsiQp {
             return Some(Transmit {
                 dst: out.dst,
                 len,
-                tclass: 0,
+                tclass: out.tclass,
                 hop_limit: None,
             });
         }

@@ -293,6 +293,10 @@ struct Conn {
     peer_timeout: u8,
     /// Whether events for it still reach the user.
     user: bool,
+    /// The traffic class (IP TOS) its MADs leave with: the REQ's primary
+    /// path's, on both sides (the kernel's CM sends with the address
+    /// vector it builds from that path, `cm_init_av_by_path`).
+    tclass: u8,
 }
 
 /// A MAD to send: to `dst`'s GSI QP `dst_qpn`.
@@ -304,6 +308,8 @@ pub struct Outgoing {
     pub dst_qpn: u32,
     /// The MAD.
     pub mad: CmMad,
+    /// The traffic class (IP TOS) it leaves with: its connection's.
+    pub tclass: u8,
 }
 
 /// The CM state machines of one device. See the module doc.
@@ -418,9 +424,14 @@ impl CmAgent {
         self.conns.values().filter_map(|c| c.deadline).min()
     }
 
-    fn send(&mut self, dst: IpAddr, dst_qpn: u32, mad: CmMad) {
+    fn send(&mut self, dst: IpAddr, dst_qpn: u32, tclass: u8, mad: CmMad) {
         Counters::inc(&self.counters.cm_mads_sent);
-        self.out.push_back(Outgoing { dst, dst_qpn, mad });
+        self.out.push_back(Outgoing {
+            dst,
+            dst_qpn,
+            mad,
+            tclass,
+        });
     }
 
     fn event(&mut self, conn: u32, e: CmEvent) {
@@ -438,8 +449,8 @@ impl CmAgent {
         c.wait_ns = wait_ns;
         c.retries_left = retries;
         c.deadline = Some(now.plus(wait_ns));
-        let (dst, q) = (c.peer, c.peer_gsi);
-        self.send(dst, q, mad);
+        let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
+        self.send(dst, q, tc, mad);
     }
 
     // -----------------------------------------------------------------
@@ -492,6 +503,7 @@ impl CmAgent {
                 max_retries: req.max_cm_retries,
                 peer_timeout: self.cfg.response_timeout,
                 user: true,
+                tclass: req.primary.traffic_class,
             },
         );
         let mad = CmMad {
@@ -549,10 +561,16 @@ impl CmAgent {
         rej.remote_comm_id = c.remote_id;
         rej.message_rejected = message_rejected;
         rej.reason = reason;
-        let (dst, q, tid) = (c.peer, c.peer_gsi, c.last.map_or(self.tid(conn), |m| m.tid));
+        let (dst, q, tc, tid) = (
+            c.peer,
+            c.peer_gsi,
+            c.tclass,
+            c.last.map_or(self.tid(conn), |m| m.tid),
+        );
         self.send(
             dst,
             q,
+            tc,
             CmMad {
                 tid,
                 msg: CmMessage::Rej(rej),
@@ -584,8 +602,8 @@ impl CmAgent {
         c.deadline = None;
         // Kept: a duplicate REP (our RTU was lost) is answered with it.
         c.last = Some(mad);
-        let (dst, q) = (c.peer, c.peer_gsi);
-        self.send(dst, q, mad);
+        let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
+        self.send(dst, q, tc, mad);
         Ok(())
     }
 
@@ -662,12 +680,14 @@ impl CmAgent {
         }
     }
 
-    /// Sends a SIDR_REQ to `dst`; returns its handle.
+    /// Sends a SIDR_REQ to `dst` with traffic class `tclass` (the id's
+    /// route's); returns its handle.
     pub fn sidr_request(
         &mut self,
         now: Nanos,
         dst: IpAddr,
         service_id: u64,
+        tclass: u8,
         private_data: &[u8],
     ) -> Result<u32, CmError> {
         if self.conns.len() >= MAX_CONNS {
@@ -700,6 +720,7 @@ impl CmAgent {
                 max_retries: self.cfg.max_retries,
                 peer_timeout: self.cfg.response_timeout,
                 user: true,
+                tclass,
             },
         );
         let mad = CmMad {
@@ -739,7 +760,7 @@ impl CmAgent {
             tid: c.last.map_or(0, |m| m.tid),
             msg: CmMessage::SidrRep(rep),
         };
-        let (dst, q) = (c.peer, c.peer_gsi);
+        let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
         let wait = self.wait(self.cfg.response_timeout) * 2;
         let c = self.conns.get_mut(&conn).expect("checked");
         c.state = ConnState::SidrRepSent;
@@ -747,7 +768,7 @@ impl CmAgent {
         c.last = Some(mad);
         // Kept long enough to answer the requester's retries.
         c.deadline = Some(now.plus(wait));
-        self.send(dst, q, mad);
+        self.send(dst, q, tc, mad);
         Ok(())
     }
 
@@ -788,9 +809,9 @@ impl CmAgent {
             c.retries_left -= 1;
             c.deadline = Some(now.plus(c.wait_ns));
             if let Some(mad) = c.last {
-                let (dst, q) = (c.peer, c.peer_gsi);
+                let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
                 Counters::inc(&self.counters.cm_retries);
-                self.send(dst, q, mad);
+                self.send(dst, q, tc, mad);
             }
             return;
         }
@@ -828,10 +849,11 @@ impl CmAgent {
         // ARI of a timeout REJ: our CA GUID (IBA 12.6.7.2).
         rej.ari[..8].copy_from_slice(&self.cfg.ca_guid.to_be_bytes());
         rej.reject_info_len = 8;
-        let (dst, q, tid) = (c.peer, c.peer_gsi, c.last.map_or(0, |m| m.tid));
+        let (dst, q, tc, tid) = (c.peer, c.peer_gsi, c.tclass, c.last.map_or(0, |m| m.tid));
         self.send(
             dst,
             q,
+            tc,
             CmMad {
                 tid,
                 msg: CmMessage::Rej(rej),
@@ -926,10 +948,11 @@ impl CmAgent {
                         ..MraRepr::default()
                     };
                     c.state = ConnState::MraSent;
-                    let (dst, q) = (c.peer, c.peer_gsi);
+                    let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
                     self.send(
                         dst,
                         q,
+                        tc,
                         CmMad {
                             tid,
                             msg: CmMessage::Mra(mra),
@@ -938,8 +961,8 @@ impl CmAgent {
                 }
                 ConnState::RepSent => {
                     if let Some(m) = c.last {
-                        let (dst, q) = (c.peer, c.peer_gsi);
-                        self.send(dst, q, m);
+                        let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
+                        self.send(dst, q, tc, m);
                     }
                 }
                 _ => {}
@@ -957,6 +980,7 @@ impl CmAgent {
             agent.send(
                 src,
                 src_qpn,
+                req.primary.traffic_class,
                 CmMad {
                     tid,
                     msg: CmMessage::Rej(rej),
@@ -1016,6 +1040,7 @@ impl CmAgent {
                 max_retries: req.max_cm_retries,
                 peer_timeout: req.local_cm_response_timeout,
                 user: true,
+                tclass: req.primary.traffic_class,
             },
         );
         self.event(
@@ -1119,8 +1144,8 @@ impl CmAgent {
                 // Our RTU was lost: send it again.
                 Counters::inc(&self.counters.cm_duplicates);
                 if let Some(m) = c.last {
-                    let (dst, q) = (c.peer, c.peer_gsi);
-                    self.send(dst, q, m);
+                    let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
+                    self.send(dst, q, tc, m);
                 }
                 true
             }
@@ -1168,10 +1193,11 @@ impl CmAgent {
         let Some(id) = known else {
             // Unknown: answer anyway so that the peer stops resending.
             Counters::inc(&self.counters.cm_dropped_mads);
-            self.send(src, src_qpn, mad);
+            self.send(src, src_qpn, 0, mad);
             return true;
         };
         let c = &self.conns[&id];
+        let tc = c.tclass;
         match c.state {
             ConnState::Established | ConnState::DreqSent | ConnState::RepSent => {
                 // Twice: this DREP is usually the connection's last
@@ -1182,14 +1208,14 @@ impl CmAgent {
                 // process has gone; uroce's CM ends with its process,
                 // often right after this DREP. The peer drops the
                 // duplicate (a DREP outside DREQ sent).
-                self.send(src, src_qpn, mad);
-                self.send(src, src_qpn, mad);
+                self.send(src, src_qpn, tc, mad);
+                self.send(src, src_qpn, tc, mad);
                 self.enter_timewait(now, id, d.private_data_224());
                 true
             }
             ConnState::TimeWait => {
                 Counters::inc(&self.counters.cm_duplicates);
-                self.send(src, src_qpn, mad);
+                self.send(src, src_qpn, tc, mad);
                 true
             }
             _ => false,
@@ -1232,7 +1258,7 @@ impl CmAgent {
             let c = &self.conns[&id];
             if c.state == ConnState::SidrRepSent {
                 if let Some(m) = c.last {
-                    self.send(src, src_qpn, m);
+                    self.send(src, src_qpn, c.tclass, m);
                 }
             }
             return true;
@@ -1247,6 +1273,7 @@ impl CmAgent {
             self.send(
                 src,
                 src_qpn,
+                0,
                 CmMad {
                     tid,
                     msg: CmMessage::SidrRep(rep),
@@ -1277,6 +1304,9 @@ impl CmAgent {
                 max_retries: 0,
                 peer_timeout: 0,
                 user: true,
+                // The kernel answers with the request's received traffic
+                // class, which the agent is not told: 0.
+                tclass: 0,
             },
         );
         self.event(

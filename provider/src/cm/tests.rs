@@ -504,7 +504,7 @@ fn sidr_resolves_a_service_and_refuses_an_unknown_one() {
     let mut p = pair(9, Faults::default());
     p.b.lock().listen(SID).unwrap();
     let now = p.now();
-    let id = p.a.lock().sidr_request(now, ip(B), SID, b"who").unwrap();
+    let id = p.a.lock().sidr_request(now, ip(B), SID, 0, b"who").unwrap();
     let b = p.b.clone();
     assert!(p.net.run_until(1_000_000_000, |_| b.lock().has_events()));
     let e = b.lock().poll_event().unwrap();
@@ -528,7 +528,9 @@ fn sidr_resolves_a_service_and_refuses_an_unknown_one() {
         (SIDR_OK, 0x333, 0x1234_5678)
     );
     let now = p.now();
-    p.a.lock().sidr_request(now, ip(B), SID + 1, &[]).unwrap();
+    p.a.lock()
+        .sidr_request(now, ip(B), SID + 1, 0, &[])
+        .unwrap();
     assert!(p.net.run_until(1_000_000_000, |_| a.lock().has_events()));
     let e = a.lock().poll_event().unwrap();
     let CmEvent::SidrRepReceived { rep, .. } = e else {
@@ -602,4 +604,48 @@ fn req_floods_are_bounded() {
         .filter(|o| matches!(o.mad.msg, CmMessage::Rej(r) if r.reason == reason::NO_RESOURCES))
         .count();
     assert_eq!(rejs, 100);
+}
+
+/// Every MAD of a connection leaves with the traffic class of the REQ's
+/// primary path, on both sides (the kernel's CM sends with the address
+/// vector of that path): REQ, REP, RTU, DREQ, DREP.
+#[test]
+fn mads_carry_the_paths_traffic_class() {
+    let counters = Arc::new(Counters::default());
+    let mut a = CmAgent::new(CmConfig::new(ip(A), 0xa), counters.clone());
+    let mut b = CmAgent::new(CmConfig::new(ip(B), 0xb), counters);
+    b.listen(SID).unwrap();
+    let now = Nanos(0);
+    let mut r = req(0x111, 100);
+    r.primary.traffic_class = 0xb8;
+    let conn = a.connect(now, ip(B), &r).unwrap();
+    // Hands what `from` sends to `to`; the kinds and traffic classes.
+    let shuttle = |from: &mut CmAgent, src: &str, to: &mut CmAgent| {
+        let mut sent = Vec::new();
+        while let Some(out) = from.poll_transmit() {
+            let mut m = [0u8; MAD_LEN];
+            out.mad.emit(&mut m).unwrap();
+            to.handle_mad(now, ip(src), 1, &m);
+            sent.push((std::mem::discriminant(&out.mad.msg), out.tclass));
+        }
+        sent
+    };
+    let kind = |m: CmMessage| std::mem::discriminant(&m);
+    let req_sent = shuttle(&mut a, A, &mut b);
+    assert_eq!(req_sent, [(kind(CmMessage::Req(r)), 0xb8)]);
+    let Some(CmEvent::ReqReceived { conn: bconn, .. }) = b.poll_event() else {
+        panic!("no REQ event");
+    };
+    b.accept(now, bconn, &rep(0x222, 200)).unwrap();
+    let rep_sent = shuttle(&mut b, B, &mut a);
+    assert_eq!(rep_sent, [(kind(CmMessage::Rep(rep(0, 0))), 0xb8)]);
+    a.establish(conn, &[]).unwrap();
+    let rtu = shuttle(&mut a, A, &mut b);
+    assert_eq!(rtu, [(kind(CmMessage::Rtu(RtuRepr::default())), 0xb8)]);
+    a.disconnect(now, conn, &[]).unwrap();
+    let dreq = shuttle(&mut a, A, &mut b);
+    assert_eq!(dreq, [(kind(CmMessage::Dreq(DreqRepr::default())), 0xb8)]);
+    let drep = shuttle(&mut b, B, &mut a);
+    let d = (kind(CmMessage::Drep(DrepRepr::default())), 0xb8);
+    assert_eq!(drep, [d, d]);
 }

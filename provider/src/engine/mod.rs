@@ -40,7 +40,7 @@ pub use device::DeviceConfig;
 // The engine's socket set-up, for other programs that send RoCEv2 as
 // the engine does (uroce-fuzz's live target): a DF socket whose IPv4
 // header is the one uroce computes its ICRCs for, and its buffers grown.
-pub use socket::{df_socket, grow_buffers};
+pub use socket::{df_socket, grow_buffers, kernel_udp_socket};
 
 /// How long the engine spins without work before it blocks. Short: on a
 /// 2-core machine the application and a peer engine need the CPU.

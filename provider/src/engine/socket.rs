@@ -21,7 +21,7 @@
 //! limit 0 asks for, and what `IP_TTL` cannot say. Unicast datagrams
 //! carry the route's TTL, as the kernel's RoCE packets do.
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{Domain, SockAddr, Socket};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -620,6 +620,29 @@ pub fn wait(sock: std::os::fd::RawFd, more: &PollSet, bell: &Doorbell, timeout_n
     };
 }
 
+/// A kernel UDP socket of `domain` (`AF_INET`/`AF_INET6`), close-on-exec,
+/// made by the `socket` system call itself rather than through libc's
+/// `socket` symbol: under a preload that interposes `socket` (rdma-core's
+/// librspreload makes every socket of the process an rsocket, datagram
+/// ones included) uroce's own sockets stay kernel sockets, not rsockets
+/// built on uroce's devices.
+pub fn kernel_udp_socket(domain: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) with integer arguments; the result is checked.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_socket,
+            domain,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_UDP,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just made, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 /// A UDP socket for `ip`'s family that sends with DF and IPv4 ID 0
 /// (IP_PMTUDISC_DO): the header uroce computes its ICRCs for. IPv6
 /// sockets are IPv6-only. Not bound yet.
@@ -629,7 +652,7 @@ pub fn df_socket(ip: IpAddr) -> io::Result<Socket> {
     } else {
         Domain::IPV6
     };
-    let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    let sock = Socket::from(kernel_udp_socket(domain.into())?);
     if ip.is_ipv6() {
         sock.set_only_v6(true)?;
     }

@@ -424,7 +424,7 @@ unsafe fn refresh(p: *mut rdma_cm_id, route: bool) -> Result<(), i32> {
                     flow_label: 0,
                     hop_limit: 64,
                     // RDMA_OPTION_ID_TOS, as the kernel's route carries it.
-                    traffic_class: cm.tos(),
+                    traffic_class: cm.route_tos(),
                     reversible: 1,
                     numb_path: 1,
                     pkey: 0xffff,

@@ -18,6 +18,7 @@ use std::io;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use uroce_verbs::rsocket::{RSocket, RdmaOpt};
+use uroce_verbs::rsocket_dgram::DSocket;
 
 crate::symbol_versions! {
     "RDMACM_1.0": [rsocket, rbind, rlisten, raccept, rconnect, rshutdown, rclose, rrecv,
@@ -36,13 +37,28 @@ const RDMA_IOMAPSIZE: c_int = 3;
 const TCP_ESTABLISHED: u8 = 1;
 const TCP_CLOSE: u8 = 7;
 
-fn table() -> &'static Mutex<HashMap<c_int, Arc<RSocket>>> {
-    static T: OnceLock<Mutex<HashMap<c_int, Arc<RSocket>>>> = OnceLock::new();
+/// A socket of the table: stream or datagram.
+#[derive(Clone)]
+enum Sock {
+    Stream(Arc<RSocket>),
+    Dgram(Arc<DSocket>),
+}
+
+fn table() -> &'static Mutex<HashMap<c_int, Sock>> {
+    static T: OnceLock<Mutex<HashMap<c_int, Sock>>> = OnceLock::new();
     T.get_or_init(Default::default)
 }
 
-fn lookup(s: c_int) -> Result<Arc<RSocket>, i32> {
+fn lookup_any(s: c_int) -> Result<Sock, i32> {
     table().lock().get(&s).cloned().ok_or(libc::EBADF)
+}
+
+/// A stream socket (`EOPNOTSUPP` for a datagram one).
+fn lookup(s: c_int) -> Result<Arc<RSocket>, i32> {
+    match lookup_any(s)? {
+        Sock::Stream(r) => Ok(r),
+        Sock::Dgram(_) => Err(libc::EOPNOTSUPP),
+    }
 }
 
 fn errno_of(e: io::Error) -> i32 {
@@ -114,6 +130,13 @@ extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
         if domain != libc::AF_INET && domain != libc::AF_INET6 {
             return Err(libc::EOPNOTSUPP);
         }
+        if kind == libc::SOCK_DGRAM && (protocol == 0 || protocol == libc::IPPROTO_UDP) {
+            let d = DSocket::new(domain == libc::AF_INET6).map_err(errno_of)?;
+            d.set_nonblocking(ty & libc::SOCK_NONBLOCK != 0);
+            let fd = d.fd();
+            table().lock().insert(fd, Sock::Dgram(Arc::new(d)));
+            return Ok(fd);
+        }
         if kind != libc::SOCK_STREAM || (protocol != 0 && protocol != libc::IPPROTO_TCP) {
             return Err(libc::EOPNOTSUPP);
         }
@@ -123,7 +146,7 @@ extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
             s.set_fd_flags(libc::FD_CLOEXEC);
         }
         let fd = s.fd();
-        table().lock().insert(fd, Arc::new(s));
+        table().lock().insert(fd, Sock::Stream(Arc::new(s)));
         Ok(fd)
     })
 }
@@ -131,10 +154,15 @@ extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
 #[no_mangle]
 unsafe extern "C" fn rbind(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     ret(|| {
-        let rs = lookup(s)?;
+        let rs = lookup_any(s)?;
         // SAFETY: the caller's address, as bind(2) takes it.
         let a = unsafe { get_addr(addr, len) }?;
-        rs.bind(a).map_err(errno_of).map(|()| 0)
+        match rs {
+            Sock::Stream(r) => r.bind(a),
+            Sock::Dgram(d) => d.bind(a),
+        }
+        .map_err(errno_of)
+        .map(|()| 0)
     })
 }
 
@@ -150,7 +178,7 @@ unsafe extern "C" fn raccept(s: c_int, addr: *mut sockaddr, len: *mut socklen_t)
         // SAFETY: the caller's buffer, as accept(2) takes it.
         unsafe { put_addr(new.peer_addr(), addr, len) };
         let fd = new.fd();
-        table().lock().insert(fd, Arc::new(new));
+        table().lock().insert(fd, Sock::Stream(Arc::new(new)));
         Ok(fd)
     })
 }
@@ -158,23 +186,34 @@ unsafe extern "C" fn raccept(s: c_int, addr: *mut sockaddr, len: *mut socklen_t)
 #[no_mangle]
 unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     ret(|| {
-        let rs = lookup(s)?;
+        let rs = lookup_any(s)?;
         // SAFETY: the caller's address, as connect(2) takes it.
         let a = unsafe { get_addr(addr, len) }?;
-        rs.connect(a).map_err(errno_of).map(|()| 0)
+        match rs {
+            Sock::Stream(r) => r.connect(a),
+            Sock::Dgram(d) => d.connect(a),
+        }
+        .map_err(errno_of)
+        .map(|()| 0)
     })
 }
 
 #[no_mangle]
 extern "C" fn rshutdown(s: c_int, how: c_int) -> c_int {
-    ret(|| lookup(s)?.shutdown(how).map_err(errno_of).map(|()| 0))
+    ret(|| match lookup_any(s)? {
+        Sock::Stream(r) => r.shutdown(how).map_err(errno_of).map(|()| 0),
+        // Nothing is in flight that a datagram socket waits for.
+        Sock::Dgram(_) => Ok(0),
+    })
 }
 
 #[no_mangle]
 extern "C" fn rclose(s: c_int) -> c_int {
     ret(|| {
-        let rs = table().lock().remove(&s).ok_or(libc::EBADF)?;
-        rs.close();
+        match table().lock().remove(&s).ok_or(libc::EBADF)? {
+            Sock::Stream(r) => r.close(),
+            Sock::Dgram(d) => d.close(),
+        }
         Ok(0)
     })
 }
@@ -210,10 +249,10 @@ unsafe fn buf_ref<'a>(buf: *const c_void, len: size_t) -> Result<&'a [u8], i32> 
 #[no_mangle]
 unsafe extern "C" fn rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
     ret(|| {
-        let rs = lookup(s)?;
+        let rs = lookup_any(s)?;
         // SAFETY: the caller's buffer, as recv(2) takes it.
         let b = unsafe { buf_mut(buf, len) }?;
-        rs.recv(b, flags).map_err(errno_of)
+        recv_any(&rs, b, flags).map(|(n, _)| n)
     })
 }
 
@@ -226,15 +265,47 @@ unsafe extern "C" fn rrecvfrom(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    // SAFETY: forwarded.
-    let n = unsafe { rrecv(s, buf, len, flags) };
-    if n >= 0 {
-        if let Ok(rs) = lookup(s) {
-            // SAFETY: the caller's buffer, as recvfrom(2) takes it.
-            unsafe { put_addr(rs.peer_addr(), addr, alen) };
-        }
+    ret(|| {
+        let rs = lookup_any(s)?;
+        // SAFETY: the caller's buffer, as recvfrom(2) takes it.
+        let b = unsafe { buf_mut(buf, len) }?;
+        let (n, from) = recv_any(&rs, b, flags)?;
+        // SAFETY: the caller's address buffer, as recvfrom(2) takes it.
+        unsafe { put_addr(from, addr, alen) };
+        Ok(n)
+    })
+}
+
+/// A receive on either kind of socket: the bytes, and who sent them.
+fn recv_any(
+    rs: &Sock,
+    b: &mut [u8],
+    flags: c_int,
+) -> Result<(usize, Option<std::net::SocketAddr>), i32> {
+    match rs {
+        Sock::Stream(r) => r
+            .recv(b, flags)
+            .map(|n| (n, r.peer_addr()))
+            .map_err(errno_of),
+        Sock::Dgram(d) => d
+            .recv_from(b, flags)
+            .map(|(n, a)| (n, Some(a)))
+            .map_err(errno_of),
     }
-    n
+}
+
+/// A send on either kind of socket (`to`: a datagram's destination).
+fn send_any(
+    rs: &Sock,
+    b: &[u8],
+    flags: c_int,
+    to: Option<std::net::SocketAddr>,
+) -> Result<usize, i32> {
+    match (rs, to) {
+        (Sock::Stream(r), _) => r.send(b, flags).map_err(errno_of),
+        (Sock::Dgram(d), Some(a)) => d.send_to(b, flags, a).map_err(errno_of),
+        (Sock::Dgram(d), None) => d.send(b, flags).map_err(errno_of),
+    }
 }
 
 #[no_mangle]
@@ -246,10 +317,10 @@ unsafe extern "C" fn rread(s: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
 #[no_mangle]
 unsafe extern "C" fn rsend(s: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
     ret(|| {
-        let rs = lookup(s)?;
+        let rs = lookup_any(s)?;
         // SAFETY: the caller's buffer, as send(2) takes it.
         let b = unsafe { buf_ref(buf, len) }?;
-        rs.send(b, flags).map_err(errno_of)
+        send_any(&rs, b, flags, None)
     })
 }
 
@@ -259,11 +330,21 @@ unsafe extern "C" fn rsendto(
     buf: *const c_void,
     len: size_t,
     flags: c_int,
-    _addr: *const sockaddr,
-    _alen: socklen_t,
+    addr: *const sockaddr,
+    alen: socklen_t,
 ) -> ssize_t {
-    // SAFETY: forwarded; a connected stream socket ignores the address.
-    unsafe { rsend(s, buf, len, flags) }
+    ret(|| {
+        let rs = lookup_any(s)?;
+        // SAFETY: the caller's buffer, as sendto(2) takes it.
+        let b = unsafe { buf_ref(buf, len) }?;
+        // A connected stream socket ignores the address, as TCP does.
+        let to = match (&rs, addr.is_null()) {
+            // SAFETY: the caller's address, as sendto(2) takes it.
+            (Sock::Dgram(_), false) => Some(unsafe { get_addr(addr, alen) }?),
+            _ => None,
+        };
+        send_any(&rs, b, flags, to)
+    })
 }
 
 #[no_mangle]
@@ -293,14 +374,14 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> Result<&'a [libc::iov
 /// As [`iovecs`].
 unsafe fn sendv(s: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> ssize_t {
     ret(|| {
-        let rs = lookup(s)?;
+        let rs = lookup_any(s)?;
         let mut all = Vec::new();
         // SAFETY: the caller's promise.
         for v in unsafe { iovecs(iov, n) }? {
             // SAFETY: each iovec's bytes.
             all.extend_from_slice(unsafe { buf_ref(v.iov_base, v.iov_len) }?);
         }
-        rs.send(&all, flags).map_err(errno_of)
+        send_any(&rs, &all, flags, None)
     })
 }
 
@@ -310,12 +391,12 @@ unsafe fn sendv(s: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> ss
 /// As [`iovecs`], writable.
 unsafe fn recvv(s: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> ssize_t {
     ret(|| {
-        let rs = lookup(s)?;
+        let rs = lookup_any(s)?;
         // SAFETY: the caller's promise.
         let vs = unsafe { iovecs(iov, n) }?;
         let total: usize = vs.iter().map(|v| v.iov_len).sum();
         let mut all = vec![0u8; total];
-        let got = rs.recv(&mut all, flags).map_err(errno_of)?;
+        let (got, _) = recv_any(&rs, &mut all, flags)?;
         let mut at = 0;
         for v in vs {
             if at == got {
@@ -369,7 +450,11 @@ unsafe extern "C" fn rsendmsg(s: c_int, msg: *const libc::msghdr, flags: c_int) 
 #[no_mangle]
 unsafe extern "C" fn rgetpeername(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     ret(|| {
-        let a = lookup(s)?.peer_addr().ok_or(libc::ENOTCONN)?;
+        let a = match lookup_any(s)? {
+            Sock::Stream(r) => r.peer_addr(),
+            Sock::Dgram(d) => d.peer_addr(),
+        }
+        .ok_or(libc::ENOTCONN)?;
         // SAFETY: the caller's buffer, as getpeername(2) takes it.
         unsafe { put_addr(Some(a), addr, len) };
         Ok(0)
@@ -379,7 +464,10 @@ unsafe extern "C" fn rgetpeername(s: c_int, addr: *mut sockaddr, len: *mut sockl
 #[no_mangle]
 unsafe extern "C" fn rgetsockname(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     ret(|| {
-        let a = lookup(s)?.local_addr();
+        let a = match lookup_any(s)? {
+            Sock::Stream(r) => r.local_addr(),
+            Sock::Dgram(d) => d.local_addr(),
+        };
         // SAFETY: the caller's buffer, as getsockname(2) takes it.
         unsafe { put_addr(a, addr, len) };
         Ok(0)
@@ -407,6 +495,17 @@ unsafe extern "C" fn rsetsockopt(
     len: socklen_t,
 ) -> c_int {
     ret(|| {
+        if let Sock::Dgram(d) = lookup_any(s)? {
+            if level == SOL_RDMA {
+                return Err(libc::ENOTSUP);
+            }
+            // As rsocket.c: the options of the datagram socket's UDP socket.
+            // SAFETY: the caller's option, as setsockopt(2) takes it.
+            return match unsafe { libc::setsockopt(d.fd(), level, name, v, len) } {
+                0 => Ok(0),
+                _ => Err(crate::rdmacm::last_errno()),
+            };
+        }
         let rs = lookup(s)?;
         // SAFETY: the caller's option value, as setsockopt(2) takes it.
         let val = || unsafe { int_at(v, len) };
@@ -473,6 +572,16 @@ unsafe extern "C" fn rgetsockopt(
     len: *mut socklen_t,
 ) -> c_int {
     ret(|| {
+        if let Sock::Dgram(d) = lookup_any(s)? {
+            if level == SOL_RDMA {
+                return Err(libc::ENOTSUP);
+            }
+            // SAFETY: the caller's buffer, as getsockopt(2) takes it.
+            return match unsafe { libc::getsockopt(d.fd(), level, name, v, len) } {
+                0 => Ok(0),
+                _ => Err(crate::rdmacm::last_errno()),
+            };
+        }
         let rs = lookup(s)?;
         if v.is_null() || len.is_null() {
             return Err(libc::EINVAL);
@@ -551,6 +660,21 @@ fn tcp_info(rs: &RSocket) -> Vec<u8> {
 #[no_mangle]
 extern "C" fn rfcntl(s: c_int, cmd: c_int, arg: c_long) -> c_int {
     ret(|| {
+        if let Sock::Dgram(d) = lookup_any(s)? {
+            return match cmd {
+                libc::F_GETFL => Ok(libc::O_RDWR
+                    | if d.nonblocking_flag() {
+                        libc::O_NONBLOCK
+                    } else {
+                        0
+                    }),
+                libc::F_SETFL => {
+                    d.set_nonblocking(arg as c_int & libc::O_NONBLOCK != 0);
+                    Ok(0)
+                }
+                _ => Err(libc::ENOTSUP),
+            };
+        }
         let rs = lookup(s)?;
         match cmd {
             libc::F_GETFL => Ok(libc::O_RDWR
@@ -574,11 +698,12 @@ extern "C" fn rfcntl(s: c_int, cmd: c_int, arg: c_long) -> c_int {
 }
 
 /// One look at every descriptor, rsockets through [`RSocket::poll_events`].
-fn poll_once(fds: &mut [libc::pollfd], socks: &[Option<Arc<RSocket>>]) -> c_int {
+fn poll_once(fds: &mut [libc::pollfd], socks: &[Option<Sock>]) -> c_int {
     let mut n = 0;
     for (p, rs) in fds.iter_mut().zip(socks) {
         p.revents = match rs {
-            Some(rs) => rs.poll_events(p.events),
+            Some(Sock::Stream(rs)) => rs.poll_events(p.events),
+            Some(Sock::Dgram(d)) => d.poll_events(p.events),
             None => {
                 let mut q = *p;
                 // SAFETY: one pollfd, no wait.
@@ -608,7 +733,7 @@ unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: 
             // SAFETY: the caller's array, as poll(2) takes it.
             unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
         };
-        let socks: Vec<Option<Arc<RSocket>>> = {
+        let socks: Vec<Option<Sock>> = {
             let t = table().lock();
             fds.iter().map(|p| t.get(&p.fd).cloned()).collect()
         };
@@ -619,16 +744,18 @@ unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: 
             if n > 0 || timeout == 0 {
                 return Ok(n);
             }
+            let wait = |fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
             let mut waits: Vec<libc::pollfd> = fds
                 .iter()
                 .zip(&socks)
-                .map(|(p, rs)| match rs {
-                    Some(rs) => libc::pollfd {
-                        fd: rs.wait_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                    None => libc::pollfd { revents: 0, ..*p },
+                .flat_map(|(p, rs)| match rs {
+                    Some(Sock::Stream(rs)) => vec![wait(rs.wait_fd())],
+                    Some(Sock::Dgram(d)) => d.wait_fds().into_iter().map(wait).collect(),
+                    None => vec![libc::pollfd { revents: 0, ..*p }],
                 })
                 .collect();
             // Armed: what came before the arming shows now.
@@ -646,14 +773,12 @@ unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: 
                 }
                 None => Duration::from_millis(500),
             };
+            // Rounded up: a wait of less than a millisecond left is one
+            // millisecond, not a busy loop of zero-timeout polls (which
+            // took the CPU from the engines udpong's 1 ms waits need).
+            let ms = left.as_micros().div_ceil(1000) as c_int;
             // SAFETY: our own array of waits.
-            let r = unsafe {
-                libc::poll(
-                    waits.as_mut_ptr(),
-                    waits.len() as libc::nfds_t,
-                    left.as_millis() as c_int,
-                )
-            };
+            let r = unsafe { libc::poll(waits.as_mut_ptr(), waits.len() as libc::nfds_t, ms) };
             if r < 0 {
                 return Err(crate::rdmacm::last_errno());
             }

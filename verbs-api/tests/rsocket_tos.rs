@@ -1,0 +1,90 @@
+//! `IP_TOS` on a stream rsocket reaches its CM id (as rsocket.c's
+//! `rdma_set_option(RDMA_OPTION_ID_TOS)`), and the CM's REQ leaves with
+//! it: a plain UDP socket with `IP_RECVTOS` stands where the peer
+//! device's RoCE port would be and reads the REQ's IP TOS.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+use uroce_verbs::rsocket::RSocket;
+
+const PEER: &str = "127.111.7.1";
+const OURS: &str = "127.111.7.2";
+
+/// One datagram's IP TOS (`IP_RECVTOS`), if one comes within `within`.
+fn recv_tos(sock: &UdpSocket, within: Duration) -> Option<u8> {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        let mut buf = [0u8; 512];
+        let mut cbuf = [0u64; 16];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: all-zero bytes are a valid msghdr.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = cbuf.as_mut_ptr().cast();
+        m.msg_controllen = std::mem::size_of_val(&cbuf);
+        // SAFETY: the msghdr points at our buffers, which outlive the call.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut m, libc::MSG_DONTWAIT) };
+        if n < 0 {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        // SAFETY: the control buffer recvmsg filled, walked with the
+        // CMSG macros within msg_controllen.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&m);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
+                    return Some(*libc::CMSG_DATA(c));
+                }
+                c = libc::CMSG_NXTHDR(&m, c);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn ip_tos_reaches_the_cm_req() {
+    // SAFETY of set_var: the only test of this binary, before any thread
+    // of it reads the environment through uroce.
+    std::env::set_var("UROCE_DEVICES", format!("rtos={OURS}"));
+    let peer = UdpSocket::bind(SocketAddr::new(PEER.parse().unwrap(), 4791)).unwrap();
+    let on: libc::c_int = 1;
+    // SAFETY: an int option of the right size on our own socket.
+    let r = unsafe {
+        libc::setsockopt(
+            peer.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_RECVTOS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+
+    let s = RSocket::new().unwrap();
+    s.set_tos(0xb8);
+    assert_eq!(s.tos(), 0xb8);
+    assert_eq!(s.cm_id().tos(), 0xb8, "IP_TOS reached the CM id");
+    s.set_nonblocking(true);
+    let dst = SocketAddr::new(PEER.parse().unwrap(), 20110);
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut tos = None;
+    while tos.is_none() && Instant::now() < end {
+        // Each call takes the connect a step further (address, route,
+        // REQ); no REP ever comes.
+        match s.connect(dst) {
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EALREADY) => {}
+            r => panic!("connect: {r:?}"),
+        }
+        tos = recv_tos(&peer, Duration::from_millis(50));
+    }
+    assert_eq!(tos, Some(0xb8), "the REQ's IP TOS");
+    s.close();
+}
