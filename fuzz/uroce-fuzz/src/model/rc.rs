@@ -5,6 +5,7 @@
 
 use super::answer::{nak, psn_add, psn_diff, Want};
 use super::memory::{self, check_rkey, Place};
+use super::requester;
 use super::rules::{self, Rule};
 use super::{Input, Pkt, Recv, World, WC_RECV, WC_RECV_RDMA_WITH_IMM};
 use crate::target::{Conn, KeyState};
@@ -77,6 +78,8 @@ pub struct Rc {
     pub nak_sent: bool,
     /// Executed READs and atomics.
     pub records: Vec<Record>,
+    /// The requester's side.
+    pub req: super::requester::Requester,
 }
 
 impl Rc {
@@ -88,6 +91,7 @@ impl Rc {
             cur: None,
             nak_sent: false,
             records: Vec::new(),
+            req: Default::default(),
         }
     }
 }
@@ -130,14 +134,31 @@ pub fn step(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
         // IBA 10.3.1: a QP in Error takes no packets.
         return vec![w];
     }
+    // The requester may have given up on its requests by now.
+    let mut out = Vec::new();
+    if requester::busy(&mut w) {
+        out.push(requester::give_up(w.clone()));
+    }
+    out.extend(packet(w, conn, input));
+    out
+}
+
+fn packet(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
     let p = match input {
-        Input::Malformed { psn, why } => return malformed(w, *psn, why),
+        Input::Malformed { psn, why } => {
+            // A request the responder cannot read, or a response the
+            // requester cannot read.
+            let mut out = malformed(w.clone(), *psn, why);
+            if requester::busy(&mut w) {
+                out.push(requester::fail(w, Vec::new()));
+            }
+            return out;
+        }
         Input::Pkt(p) => p,
     };
     if !p.info.is_request {
-        // A response: the requester has nothing outstanding (cases with
-        // posts are not judged), so it is dropped.
-        return vec![w];
+        // A response: for the requester.
+        return requester::response(w, conn, input);
     }
     if p.info.transport != Wire::Rc {
         // IBA 9.6: an opcode of another transport; dropped, or taken
@@ -364,6 +385,8 @@ fn expected(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
         Operation::RdmaWrite => write(w, conn, p),
         Operation::RdmaReadRequest => read(w, conn, p),
         Operation::CompareSwap | Operation::FetchAdd => atomic(w, conn, p),
+        Operation::AtomicWrite => atomic_write(w, conn, p),
+        Operation::Flush => flush(w, conn, p),
         op => vec![w.open(format!("{op:?} is not modelled"))],
     }
 }
@@ -595,4 +618,80 @@ fn atomic(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
         w.expect(want, true, rules::ATOMIC, &p.why);
         w
     })
+}
+
+/// A FLUSH or ATOMIC WRITE executed: answered by an empty READ response
+/// ONLY (IBA 1.5) or, as some responders do, an ACK; it takes one PSN,
+/// completes a message, and is kept for a duplicate.
+fn placed(mut w: World, p: &Pkt) -> World {
+    let r = rc(&mut w);
+    r.epsn = psn_add(p.psn, 1);
+    r.msn = psn_add(r.msn, 1);
+    r.records.push(Record {
+        psn: p.psn,
+        orig: None,
+    });
+    let read = Want::Read {
+        psn: p.psn,
+        bytes: Vec::new(),
+        mtu: 1,
+    };
+    let ack = Want::Ack {
+        from: p.psn,
+        n: 1,
+        msn: None,
+    };
+    w.expect(read, false, rules::PLACEMENT, &p.why);
+    w.expect(ack, false, rules::PLACEMENT, &p.why);
+    w.expect(
+        Want::Covered { from: p.psn },
+        true,
+        rules::PLACEMENT,
+        &p.why,
+    );
+    w
+}
+
+/// IBA 1.5 ATOMIC WRITE: 8 bytes of payload placed as one store at an
+/// aligned address (else an invalid request) through an R_Key with the
+/// write or the atomic right (the spec's readers differ on which: a key
+/// with only one of them may be taken or refused), answered as
+/// [`placed`].
+fn atomic_write(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
+    let Some(reth) = p.reth else {
+        return vec![w.open("an ATOMIC WRITE without RETH")];
+    };
+    let invalid = p.payload.len() != 8 || reth.va % 8 != 0 || reth.dma_len != 8;
+    let check = |need| check_rkey(conn, &w.keys, reth.rkey, reth.va, 8, need);
+    let (by_write, by_atomic) = (check(memory::REMOTE_WRITE), check(memory::REMOTE_ATOMIC));
+    let mut failed = Vec::new();
+    if invalid {
+        failed.push(INVALID);
+    }
+    if by_write.is_none() || by_atomic.is_none() {
+        failed.push(ACCESS);
+    }
+    let mut out = Vec::new();
+    if !failed.is_empty() {
+        out = outcomes(w.clone(), p, &failed, false, |w| w);
+    }
+    if let (Some(place), false) = (by_write.or(by_atomic), invalid) {
+        let mut w = w;
+        match place {
+            Place::Exposed(off) => w.region.write(off, &p.payload),
+            _ => w.region.forget(0, conn.len as usize),
+        }
+        out.push(placed(w, p));
+    }
+    out
+}
+
+/// IBA 1.5 RDMA FLUSH: changes no byte; the R_Key needs the FLUSH right
+/// of its placement type, which the exposed region's registration may
+/// lack, and the QP may not take FLUSH at all: executed, or an invalid
+/// request, or a remote access error.
+fn flush(w: World, _conn: &Conn, p: &Pkt) -> Vec<World> {
+    let mut out = outcomes(w.clone(), p, &[INVALID, ACCESS], false, |w| w);
+    out.push(placed(w, p));
+    out
 }
