@@ -237,6 +237,15 @@ impl World {
         });
     }
 
+    /// The QP enters Error: it sends nothing more, so answers it had yet
+    /// to send (READ responses, ACKs held behind them) may never go out.
+    pub fn enter_error(&mut self) {
+        self.err = true;
+        for e in &mut self.expects {
+            e.required = false;
+        }
+    }
+
     /// This world cannot be judged.
     pub fn open(mut self, why: impl Into<String>) -> World {
         self.open.get_or_insert(why.into());

@@ -78,6 +78,8 @@ pub struct Rc {
     pub nak_sent: bool,
     /// Executed READs and atomics.
     pub records: Vec<Record>,
+    /// Each executed SEND or WRITE packet's PSN and the MSN after it.
+    pub acked_msn: Vec<(u32, u32)>,
     /// The requester's side.
     pub req: super::requester::Requester,
 }
@@ -91,6 +93,7 @@ impl Rc {
             cur: None,
             nak_sent: false,
             records: Vec::new(),
+            acked_msn: Vec::new(),
             req: Default::default(),
         }
     }
@@ -131,7 +134,16 @@ fn rc(w: &mut World) -> &mut Rc {
 /// One input on an RC QP.
 pub fn step(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
     if w.err {
-        // IBA 10.3.1: a QP in Error takes no packets.
+        // IBA 10.3.1: a QP in Error takes no packets. (A responder that
+        // holds new requests behind READ responses and answers
+        // duplicates at once may still answer a duplicate that arrived
+        // after the failing request but before it was executed.)
+        if let Input::Pkt(p) = input {
+            let epsn = rc(&mut w).epsn;
+            if p.info.is_request && classify(p.psn, epsn) == PsnClass::Duplicate {
+                return vec![duplicate(w, conn, p)];
+            }
+        }
         return vec![w];
     }
     // The requester may have given up on its requests by now.
@@ -224,10 +236,15 @@ fn duplicate(mut w: World, conn: &Conn, p: &Pkt) -> World {
     let rule = rules::DUPLICATE;
     match p.info.operation {
         Operation::Send | Operation::RdmaWrite => {
+            // The MSN as of the duplicate's PSN, or any later one up to
+            // now (the ACK names a PSN from the duplicate's on).
+            let r = rc(&mut w);
+            let at = r.acked_msn.iter().rev().find(|x| x.0 == p.psn).map(|x| x.1);
+            let msn = at.map(|lo| (lo, r.msn));
             let want = Want::Ack {
                 from: p.psn,
                 n: since,
-                msn: None,
+                msn,
             };
             w.expect(want, false, rule, &p.why);
         }
@@ -235,6 +252,17 @@ fn duplicate(mut w: World, conn: &Conn, p: &Pkt) -> World {
             if let Some(reth) = p.reth {
                 let len = u64::from(reth.dma_len);
                 let place = check_rkey(conn, &w.keys, reth.rkey, reth.va, len, memory::REMOTE_READ);
+                // The requester asks again: the responder may abandon the
+                // responses of an earlier READ it still sends for these
+                // PSNs (they are answered by this one's).
+                for e in &mut w.expects {
+                    if let Want::Read { psn, bytes, mtu } = &e.want {
+                        let n = (bytes.len() as u32).div_ceil((*mtu).max(1)).max(1);
+                        if psn_diff(p.psn, *psn) < n {
+                            e.required = false;
+                        }
+                    }
+                }
                 if let Some(bytes) = read_bytes(&w, place, len) {
                     let want = Want::Read {
                         psn: p.psn,
@@ -292,7 +320,7 @@ fn fail(
         _ if may_take_recv => w.in_progress = Some(w.next_recv),
         _ => {}
     }
-    w.err = true;
+    w.enter_error();
     let codes = codes.to_vec();
     w.expect(Want::Nak { psn, codes }, !nak_optional, rule, why);
     w
@@ -304,26 +332,42 @@ struct Check {
     codes: &'static [u8],
     rule: &'static Rule,
     nak_optional: bool,
+    /// The spec leaves open whether this fails.
+    maybe: bool,
 }
 
 const INVALID: Check = Check {
     codes: &[nak::INVALID_REQUEST],
     rule: rules::INVALID_REQUEST,
     nak_optional: false,
+    maybe: false,
 };
 const ACCESS: Check = Check {
     codes: &[nak::REMOTE_ACCESS],
     rule: rules::REMOTE_ACCESS,
     nak_optional: false,
+    maybe: false,
 };
+
+/// The length check's failure for `p`, if any.
+fn length_check(p: &Pkt, mtu: u32) -> Option<Check> {
+    match length_ok(p, mtu) {
+        Ok(()) => None,
+        Err(maybe) => Some(Check { maybe, ..INVALID }),
+    }
+}
 
 /// IBA 9.7.5.1 length checks: FIRST and MIDDLE carry exactly one MTU,
 /// LAST and ONLY at most one.
-fn length_ok(p: &Pkt, mtu: u32) -> bool {
+/// A LAST without payload (no requester sends one: a message of whole
+/// MTUs ends with a full LAST) may be taken or refused: Err(true).
+pub fn length_ok(p: &Pkt, mtu: u32) -> Result<(), bool> {
     let n = p.payload.len() as u64;
     match p.info.position {
-        Position::First | Position::Middle => n == u64::from(mtu),
-        _ => n <= u64::from(mtu),
+        Position::First | Position::Middle if n == u64::from(mtu) => Ok(()),
+        Position::Last if n == 0 => Err(true),
+        Position::Last | Position::Only if n <= u64::from(mtu) => Ok(()),
+        _ => Err(false),
     }
 }
 
@@ -338,6 +382,17 @@ fn outcomes(
     rnr: bool,
     execute: impl FnOnce(World) -> World,
 ) -> Vec<World> {
+    // A check whose failure the spec leaves open fails in one world and
+    // passes in another.
+    let sure = failed.iter().all(|c| !c.maybe);
+    let mut out = outcomes_sure(w.clone(), p, failed, rnr);
+    if out.is_empty() || (!sure && failed.iter().all(|c| c.maybe) && !rnr) {
+        out.push(execute(w));
+    }
+    out
+}
+
+fn outcomes_sure(w: World, p: &Pkt, failed: &[Check], rnr: bool) -> Vec<World> {
     let mut out = Vec::new();
     if rnr {
         // IBA 9.7.6: RNR NAK at the request's PSN, nothing done.
@@ -345,8 +400,14 @@ fn outcomes(
         v.expect(Want::Rnr { psn: p.psn }, true, rules::RNR, &p.why);
         out.push(v);
     }
+    // A failed request may have taken the receive WR it needs.
+    let needs_recv = match p.info.operation {
+        Operation::Send => p.info.position.starts_message(),
+        Operation::RdmaWrite => p.info.position.ends_message() && p.imm.is_some(),
+        _ => false,
+    };
     for c in failed {
-        let took = p.info.position.starts_message();
+        let took = needs_recv;
         out.push(fail(
             w.clone(),
             c.codes,
@@ -355,9 +416,6 @@ fn outcomes(
             c.rule,
             &p.why,
         ));
-    }
-    if out.is_empty() {
-        out.push(execute(w));
     }
     out
 }
@@ -397,10 +455,11 @@ fn acked(mut w: World, p: &Pkt) -> World {
     let r = rc(&mut w);
     let (psn, msn) = (p.psn, r.msn);
     r.epsn = psn_add(psn, 1);
+    r.acked_msn.push((psn, msn));
     let want = Want::Ack {
         from: psn,
         n: 1,
-        msn: Some(msn),
+        msn: Some((msn, msn)),
     };
     w.expect(want, false, rules::ACK, &p.why);
     if p.ack_req {
@@ -418,9 +477,7 @@ fn send(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     let starts = p.info.position.starts_message();
     let ends = p.info.position.ends_message();
     let mut failed = Vec::new();
-    if !length_ok(p, conn.mtu) {
-        failed.push(INVALID);
-    }
+    failed.extend(length_check(p, conn.mtu));
     let so_far = match rc(&mut w).cur {
         Some(Msg::Send { len, .. }) => len,
         _ => 0,
@@ -442,6 +499,7 @@ fn send(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
             ],
             rule: rules::RECEIVE,
             nak_optional: true,
+            maybe: false,
         });
     }
     let rnr = starts && w.next_recv >= u64::from(conn.recvs_posted);
@@ -480,9 +538,7 @@ fn send(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
 fn write(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     let ends = p.info.position.ends_message();
     let mut failed = Vec::new();
-    if !length_ok(p, conn.mtu) {
-        failed.push(INVALID);
-    }
+    failed.extend(length_check(p, conn.mtu));
     let n = p.payload.len() as u64;
     let (place, dma, done) = match (&rc(&mut w).cur, p.reth) {
         (Some(Msg::Write { place, dma, done }), _) => (Some(*place), *dma, *done),

@@ -135,7 +135,7 @@ pub fn fail(mut w: World, status: Vec<u32>) -> World {
         w.region.forget(off as usize, len as usize);
     }
     complete(&mut w, i, status);
-    w.err = true;
+    w.enter_error();
     w
 }
 
@@ -202,9 +202,10 @@ pub fn response(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
                 3 => vec![status::REM_OP],
                 _ => Vec::new(),
             };
-            if req(&mut w).next < i {
+            if req(&mut w).next < i || status.is_empty() {
                 // A READ or atomic before it is unanswered: retried
-                // first, or failed by the NAK.
+                // first, or failed by the NAK; a code RC does not use
+                // (invalid RD request, reserved): ignored, or a failure.
                 return vec![w.clone(), fail(w, Vec::new())];
             }
             vec![fail(w, status)]
