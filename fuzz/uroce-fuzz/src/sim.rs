@@ -35,6 +35,11 @@ pub enum PlantedBug {
     /// write into the private region, as if it completed a stale request
     /// into a stale buffer.
     GhostAck,
+    /// An RDMA WRITE through a type 2 memory window is checked against
+    /// another QP than the one that carries it (IBA 10.6.7.2.4: a type 2
+    /// window is usable only through the QP it is bound to): a window
+    /// bound to another QP grants the fuzzer its memory.
+    WindowAnyQp,
 }
 
 impl PlantedBug {
@@ -44,6 +49,7 @@ impl PlantedBug {
             "write-inside-send" => Some(PlantedBug::WriteInsideSend),
             "long-read" => Some(PlantedBug::LongReadStallsQp),
             "ghost-ack" => Some(PlantedBug::GhostAck),
+            "window-any-qp" => Some(PlantedBug::WindowAnyQp),
             _ => None,
         }
     }
@@ -56,6 +62,8 @@ struct Planted {
     inner: Box<dyn QpMachine>,
     bug: PlantedBug,
     private: Arc<MrInner>,
+    /// The fuzzed QP's key table.
+    keys: Arc<KeyTable>,
     in_send: bool,
     /// The next PSN the QP sends (as seen on its packets).
     next_sent: Option<Psn>,
@@ -97,6 +105,23 @@ impl QpMachine for Planted {
                 }
             }
             _ => {}
+        }
+        if self.bug == PlantedBug::WindowAnyQp
+            && in_order
+            && info.is_request
+            && info.operation == Operation::RdmaWrite
+        {
+            if let Some(r) = pkt.reth() {
+                let len = pkt.payload.len() as u64;
+                let need = Access::REMOTE_WRITE;
+                // The check made for the wrong QP: the control QP's.
+                if let Ok((mr, off)) =
+                    self.keys
+                        .check_rkey(r.rkey, testing::PD, CONTROL_QPN, r.va, len, need)
+                {
+                    let _ = mr.write(off, pkt.payload);
+                }
+            }
         }
         if self.bug == PlantedBug::GhostAck && info.operation == Operation::Acknowledge {
             // PSNs from the next one to send on are ghosts (within half
@@ -418,12 +443,14 @@ impl Target for SimTarget {
                 .register_zeroed(testing::PD, REGION, Access::LOCAL_WRITE)
                 .expect("alloc");
             private_slot = Some(private.clone());
+            let keys = cfg.keys.clone();
             let qp = uroce_provider::transport::new_qp(qp_type, cfg).expect("capacities");
             match bug {
                 Some(bug) => Box::new(Planted {
                     inner: qp,
                     bug,
                     private,
+                    keys,
                     in_send: false,
                     next_sent: None,
                 }),

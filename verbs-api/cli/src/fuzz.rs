@@ -17,7 +17,7 @@ use uroce_verbs::QpType;
 pub struct TargetArgs {
     /// `sim` (uroce's QP machines on the simulated network), `sim:BUG`
     /// with a planted bug (`write-inside-send`, `long-read`,
-    /// `ghost-ack`), or
+    /// `ghost-ack`, `window-any-qp`), or
     /// `udp:IP` (a live RoCEv2 device at IP, observed through
     /// uroce-fuzz-agent).
     #[arg(long, default_value = "sim")]

@@ -321,3 +321,126 @@ pub(crate) fn dup_case(rng: &mut SmallRng, conn: &Conn) -> Case {
     steps.push(Step::Wait(5_000));
     Case { steps }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gen::{Generator, Mode};
+    use crate::sim::SimTarget;
+    use crate::target::Target;
+    use std::collections::BTreeSet;
+
+    /// The class of a request packet (None: SEND with Invalidate, or not
+    /// a request).
+    fn class_of(p: &PacketSpec) -> Option<Class> {
+        let i = p.info()?;
+        Class::ALL.into_iter().find(|c| {
+            c.operation() == i.operation
+                && !i.has_ieth()
+                && (i.has_imm() == matches!(c, Class::SendImm | Class::WriteImm)
+                    || !i.position.ends_message())
+                && (c.multi() || i.position == Position::Only)
+        })
+    }
+
+    /// What the duplicates mode made over `n` cases on `t`: the classes
+    /// sent as duplicates and ahead, and how many cases had a duplicate
+    /// inside a partly executed message, and a FIRST or ONLY while a
+    /// message was in progress.
+    fn survey(t: QpType, n: u64) -> (BTreeSet<String>, BTreeSet<String>, usize, usize) {
+        let mut sim = SimTarget::new(1, None);
+        let conn = sim.setup(t, 4).expect("set up");
+        let g = Generator::new(9, Mode::Duplicates);
+        let (mut dup, mut ahead) = (BTreeSet::new(), BTreeSet::new());
+        let (mut partial, mut interrupted) = (0, 0);
+        for i in 0..n {
+            let case = g.case(i, &conn);
+            let deltas = case.psn_deltas(conn.mtu);
+            // Whether a message is open (its FIRST or MIDDLE in sequence).
+            let mut open = false;
+            let mut saw_partial = false;
+            let mut saw_interrupt = false;
+            for (p, d) in case.packets().zip(deltas) {
+                let (Some(c), Some(info)) = (class_of(p), p.info()) else {
+                    continue;
+                };
+                let name = format!("{c:?}");
+                match d {
+                    0 => {
+                        saw_interrupt |= open && info.position.starts_message();
+                        open = !info.position.ends_message();
+                    }
+                    d if d < 0 => {
+                        saw_partial |= open;
+                        dup.insert(name);
+                    }
+                    _ => {
+                        ahead.insert(name);
+                    }
+                }
+            }
+            partial += usize::from(saw_partial);
+            interrupted += usize::from(saw_interrupt);
+        }
+        (dup, ahead, partial, interrupted)
+    }
+
+    /// RC: every opcode class is sent as a duplicate and ahead; duplicates
+    /// arrive inside partly executed messages; FIRSTs and ONLYs interrupt
+    /// messages in progress.
+    #[test]
+    fn rc_duplicates_cover_every_class() {
+        let (dup, ahead, partial, interrupted) = survey(QpType::Rc, 2_000);
+        let all: BTreeSet<String> = Class::ALL.iter().map(|c| format!("{c:?}")).collect();
+        assert_eq!(dup, all);
+        assert_eq!(ahead, all);
+        assert!(
+            partial > 100 && interrupted > 100,
+            "{partial} {interrupted}"
+        );
+    }
+
+    /// UC: its four classes, the same ways; UD: its two, duplicated and
+    /// ahead.
+    #[test]
+    fn uc_and_ud_duplicates_cover_their_classes() {
+        let (dup, ahead, partial, interrupted) = survey(QpType::Uc, 1_000);
+        let uc: BTreeSet<String> = ["Send", "SendImm", "Write", "WriteImm"]
+            .map(String::from)
+            .into();
+        assert_eq!((&dup, &ahead), (&uc, &uc));
+        assert!(partial > 50 && interrupted > 50, "{partial} {interrupted}");
+        let (dup, ahead, ..) = survey(QpType::Ud, 500);
+        let ud: BTreeSet<String> = ["Send", "SendImm"].map(String::from).into();
+        assert_eq!((&dup, &ahead), (&ud, &ud));
+    }
+
+    /// A message is what its class says: a multi-packet WRITE's FIRST
+    /// names the whole DMA length, and its packets take one PSN each.
+    #[test]
+    fn messages_are_valid() {
+        let mut sim = SimTarget::new(1, None);
+        let conn = sim.setup(QpType::Rc, 4).expect("set up");
+        let mut rng = rand::SeedableRng::seed_from_u64(4);
+        for class in Class::ALL {
+            let m = message(class, 3, 10, &conn, &mut rng);
+            let n = if class.multi() { 3 } else { 1 };
+            assert_eq!(m.len(), n, "{class:?}");
+            for (i, p) in m.iter().enumerate() {
+                assert_eq!(p.psn_off, 10 + i as i32);
+                // (A FIRST or MIDDLE has no immediate: SEND's and SEND
+                // with immediate's are the same packet.)
+                let c = class_of(p).expect("a request");
+                if p.info().is_some_and(|i| i.position.ends_message()) {
+                    assert_eq!(c, class, "{p:?}");
+                }
+                assert_eq!(c.operation(), class.operation(), "{p:?}");
+            }
+            if class.operation() == Operation::RdmaWrite {
+                let total: u32 = m.iter().map(|p| u32::from(p.payload.0)).sum();
+                assert_eq!(m[0].reth.map(|r| r.2), Some(total));
+                assert!(m[1..].iter().all(|p| p.reth.is_none()));
+            }
+        }
+    }
+}

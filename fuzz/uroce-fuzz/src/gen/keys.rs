@@ -237,3 +237,182 @@ fn qkey_case(rng: &mut SmallRng, conn: &Conn) -> Case {
     steps.push(Step::Wait(5_000));
     Case { steps }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::Dest;
+    use crate::gen::{Generator, Mode};
+    use crate::sim::{PlantedBug, SimTarget};
+    use crate::target::{access, Target, EXPOSED_KEYS};
+    use crate::{fuzz, run_case, Config, Violation};
+    use uroce_wire::AethSyndrome;
+
+    /// Whether the target answered `case`'s one request with an ACK, a
+    /// READ response or an atomic ACK (not a NAK, nor nothing).
+    fn accepted(t: &mut SimTarget, case: &Case) -> bool {
+        let out = run_case(t, QpType::Rc, 4, case).expect("sim target");
+        assert_eq!(out.violations, [], "{case:?}");
+        out.packets.iter().filter(|p| !p.sent).any(|p| {
+            let Ok(pkt) = uroce_wire::packet::parse(&p.bytes) else {
+                return false;
+            };
+            match pkt.info.operation {
+                Operation::RdmaReadResponse | Operation::AtomicAcknowledge => true,
+                Operation::Acknowledge => {
+                    matches!(
+                        pkt.aeth().map(|a| a.syndrome),
+                        Some(AethSyndrome::Ack { .. })
+                    )
+                }
+                _ => false,
+            }
+        })
+    }
+
+    /// The sim lists every key of `EXPOSED_KEYS`, and uroce's responder
+    /// accepts a WRITE, a READ and an atomic through each exactly when the
+    /// table says the key grants it, and none straddling its end.
+    #[test]
+    fn the_sim_exposes_every_key_with_the_rights_it_claims() {
+        let mut t = SimTarget::new(1, None);
+        let conn = t.setup(QpType::Rc, 4).expect("set up");
+        let names: Vec<&str> = conn.keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, EXPOSED_KEYS);
+        let ops = [
+            (Opcode::RC_RDMA_WRITE_ONLY, access::REMOTE_WRITE),
+            (Opcode::RC_RDMA_READ_REQUEST, access::REMOTE_READ),
+            (Opcode::RC_FETCH_ADD, access::REMOTE_ATOMIC),
+        ];
+        let mut granted = 0;
+        for (i, k) in conn.keys.iter().enumerate() {
+            for (op, need) in ops {
+                // Eight bytes at the start, and straddling the end (an
+                // atomic: just past it, aligned).
+                let atomic = op == Opcode::RC_FETCH_ADD;
+                let end = i64::from(k.len) - if atomic { 0 } else { 4 };
+                for off in [0, end] {
+                    let mut p = PacketSpec::new(op, 0);
+                    let key = Key::Exposed(i as u8);
+                    if atomic {
+                        p.atomic = Some((off, key, 1, 0));
+                    } else {
+                        p.reth = Some((off, key, 8));
+                        p.payload.0 = if op == Opcode::RC_RDMA_WRITE_ONLY {
+                            8
+                        } else {
+                            0
+                        };
+                    }
+                    let want = k.grants(need, k.va.wrapping_add(off as u64), 8);
+                    let case = Case {
+                        steps: vec![Step::Packet(p), Step::Wait(2_000)],
+                    };
+                    let got = accepted(&mut t, &case);
+                    assert_eq!(got, want, "{} {op:?} +{off}: {k:?}", k.name);
+                    granted += usize::from(got);
+                }
+            }
+        }
+        // read-only: READ; write-only: WRITE; no-atomic: both; zero-based,
+        // window1, window2: all three (each at offset 0 only).
+        assert_eq!(granted, 1 + 1 + 2 + 3 * 3);
+    }
+
+    /// The keys mode aims at every exposed key, with ranges inside and
+    /// straddling the start and the end, with every operation of RC.
+    #[test]
+    fn keys_mode_aims_at_every_key_and_range() {
+        let mut t = SimTarget::new(1, None);
+        let conn = t.setup(QpType::Rc, 4).expect("set up");
+        let g = Generator::new(3, Mode::Keys);
+        let (mut keys, mut ops) = (
+            std::collections::BTreeSet::new(),
+            std::collections::BTreeSet::new(),
+        );
+        let (mut start, mut end, mut inside, mut invalidate) = (0, 0, 0, 0);
+        for i in 0..2_000 {
+            for p in g.case(i, &conn).packets() {
+                ops.insert(p.opcode);
+                let range = p.reth.map(|(o, k, l)| (o, k, i64::from(l)));
+                let range = range.or(p.atomic.map(|(o, k, ..)| (o, k, 8)));
+                if let Some((off, Key::Exposed(k), len)) = range {
+                    keys.insert(k);
+                    let klen = i64::from(conn.keys[usize::from(k)].len);
+                    start += usize::from(off < 0 && off + len > 0);
+                    end += usize::from(off < klen && off + len > klen);
+                    inside += usize::from(off >= 0 && off + len <= klen && len > 0);
+                }
+                if let Some(Key::Exposed(k)) = p.ieth {
+                    keys.insert(k);
+                    invalidate += 1;
+                }
+            }
+        }
+        assert_eq!(keys.len(), conn.keys.len(), "{keys:?}");
+        assert!(
+            start > 50 && end > 50 && inside > 50,
+            "{start} {end} {inside}"
+        );
+        assert!(invalidate > 50, "{invalidate}");
+        for op in key_ops(QpType::Rc) {
+            assert!(ops.contains(&op.0), "{op:?}");
+        }
+        assert!(ops.contains(&Opcode::RC_RDMA_WRITE_FIRST.0));
+    }
+
+    /// UD: the keys mode sends other Q_Keys (the controlled bit flipped
+    /// among them) and other source QPs, to the fuzzed QP.
+    #[test]
+    fn ud_keys_mode_mismatches_qkey_and_source_qp() {
+        let mut t = SimTarget::new(1, None);
+        let conn = t.setup(QpType::Ud, 4).expect("set up");
+        let g = Generator::new(3, Mode::Keys);
+        let (mut qkey, mut high, mut src, mut right) = (0, 0, 0, 0);
+        for i in 0..500 {
+            for p in g.case(i, &conn).packets() {
+                assert_eq!(p.dest, Dest::Target);
+                let (q, s) = p.deth.expect("a DETH");
+                let q = q.unwrap_or(conn.qkey);
+                qkey += usize::from(q != conn.qkey);
+                high += usize::from(q ^ conn.qkey == 0x8000_0000);
+                src += usize::from(s != conn.fuzzer_qpn);
+                right += usize::from(q == conn.qkey && s == conn.fuzzer_qpn);
+            }
+        }
+        assert!(
+            qkey > 200 && high > 20 && src > 200 && right > 50,
+            "{qkey} {high} {src} {right}"
+        );
+    }
+
+    /// A responder that checks a type 2 window against the wrong QP is
+    /// found by the keys mode: the window bound to another QP lets the
+    /// fuzzer write its memory.
+    #[test]
+    fn a_window_checked_for_the_wrong_qp_is_found() {
+        let mut t = SimTarget::new(2, Some(PlantedBug::WindowAnyQp));
+        let cfg = Config {
+            seed: 5,
+            mode: Mode::Keys,
+            qp_type: QpType::Rc,
+            cases: 400,
+            time_limit: None,
+            minimize: true,
+            recvs: 4,
+        };
+        let r = fuzz(&mut t, &cfg, |_| {}).expect("sim target");
+        let (f, _) = r
+            .findings
+            .iter()
+            .find(|(f, _)| f.violations.contains(&Violation::PrivateRegionChanged))
+            .expect("found");
+        let p = f.case.packets().next().expect("a packet");
+        let other = EXPOSED_KEYS.iter().position(|&n| n == "window2-other-qp");
+        assert_eq!(p.reth.map(|r| r.1), other.map(|i| Key::Exposed(i as u8)));
+        // Without the bug, the same run finds nothing.
+        let mut clean = SimTarget::new(2, None);
+        let r = fuzz(&mut clean, &cfg, |_| {}).expect("sim target");
+        assert!(r.findings.is_empty());
+    }
+}
