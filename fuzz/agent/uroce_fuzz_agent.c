@@ -14,7 +14,7 @@
  * Protocol (one command per line, answers end with "end" or are one line):
  *   setup rc|uc|ud RECVS FUZZER_IP FUZZER_QPN FUZZER_PSN
  *     -> ok qpn=N control_qpn=N rq_psn=N sq_psn=N va=N len=N rkey=N
- *           private_rkey=N qkey=N mtu=N keys=K;K;...
+ *           private_rkey=N qkey=N mtu=N recv_len=N keys=K;K;...
  *        where each K is NAME,RKEY,KIND,VA,LEN,ACCESS,SAME_PD,BOUND_TO_QP,STATE
  *        (KIND 0 region, 1 type 1 window, 2 type 2 window; STATE 0 valid,
  *        1 deregistered, 2 invalidated, 3 unbound): the further keys the
@@ -24,7 +24,8 @@
  *     -> ok | error WHY   (a signaled WR on the fuzzed QP; its local buffer
  *        is the exposed region at LOCAL_OFF: the fuzzer answers as responder)
  *   observe
- *     -> log LINE / state N / wc WR_ID STATUS RECV / event NAME / exposed HEX /
+ *     -> log LINE / state N / event NAME / exposed HEX /
+ *        wc WR_ID STATUS RECV OPCODE BYTE_LEN WC_FLAGS IMM INVALIDATED_RKEY SRC_QP /
  *        private ok|changed / control ok|fail / end
  *        ("private ok": the private region, and the keys' memory no key lets
  *        the fuzzer write, hold their pattern)
@@ -472,10 +473,10 @@ static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, 
   expose_keys(t);
   fprintf(out,
           "ok qpn=%u control_qpn=%u rq_psn=%u sq_psn=%u va=%llu len=%u rkey=%u "
-          "private_rkey=%u qkey=%u mtu=%d keys=%s\n",
+          "private_rkey=%u qkey=%u mtu=%d recv_len=%u keys=%s\n",
           fqp->qp_num, cqp ? cqp->qp_num : 0, fpsn & 0xffffff, sq_psn,
           (unsigned long long)(uintptr_t)exposed, REGION, exposed_mr->rkey, private_mr->rkey,
-          QKEY, mtu_bytes, keys_line);
+          QKEY, mtu_bytes, rlen, keys_line);
 }
 
 /* -k: the kernel log (/dev/kmsg, from the agent's start): new lines that
@@ -519,7 +520,9 @@ static void observe(FILE *out) {
   for (int q = 0; q < 2; q++)
     while ((n = ibv_poll_cq(q ? frcq : fcq, 16, wc)) > 0)
       for (int i = 0; i < n; i++)
-        fprintf(out, "wc %llu %d %d\n", (unsigned long long)wc[i].wr_id, wc[i].status, q);
+        fprintf(out, "wc %llu %d %d %d %u %u %u %u %u\n", (unsigned long long)wc[i].wr_id,
+                wc[i].status, q, (int)wc[i].opcode, wc[i].byte_len, (unsigned)wc[i].wc_flags,
+                ntohl(wc[i].imm_data), wc[i].invalidated_rkey, wc[i].src_qp);
   struct ibv_async_event ev;
   while (ibv_get_async_event(ctx, &ev) == 0) {
     fprintf(out, "event %s\n", ibv_event_type_str(ev.event_type));
