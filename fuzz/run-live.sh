@@ -68,7 +68,7 @@ for qp in rc uc ud; do
     line=$(grep -m1 "cases in" "$out/$qp-$mode.log")
     n=$(grep -c "^finding " "$out/$qp-$mode.log")
     findings=$((findings + n))
-    printf '%-4s %-9s %s (%d s)\n' "$qp" "$mode" "${line:-no summary (exit $rc)}" $((SECONDS - t0))
+    printf '%-4s %-10s %s (%d s)\n' "$qp" "$mode" "${line:-no summary (exit $rc)}" $((SECONDS - t0))
     if [ $rc != 0 ] || [ "$n" != 0 ]; then
       status=1
       sed 's/^/  | /' "$out/$qp-$mode.log" | head -40
