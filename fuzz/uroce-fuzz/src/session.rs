@@ -31,7 +31,7 @@ pub enum TargetSpec {
 
 impl TargetSpec {
     /// Parses `sim`, `sim:BUG` (`write-inside-send`, `long-read`,
-    /// `ghost-ack`) or
+    /// `ghost-ack`, `window-any-qp`) or
     /// `udp:IP` (with `fuzzer` and `agent`, which default to ... none: a
     /// live target needs both).
     pub fn parse(
@@ -46,7 +46,7 @@ impl TargetSpec {
             return PlantedBug::from_name(bug)
                 .map(|b| TargetSpec::Sim(Some(b)))
                 .ok_or_else(|| {
-                    format!("unknown planted bug {bug:?} (write-inside-send, long-read, ghost-ack)")
+                    format!("unknown planted bug {bug:?} (write-inside-send, long-read, ghost-ack, window-any-qp)")
                 });
         }
         if let Some(ip) = s.strip_prefix("udp:") {
@@ -71,6 +71,7 @@ impl TargetSpec {
             }
             TargetSpec::Sim(Some(PlantedBug::LongReadStallsQp)) => "--target sim:long-read".into(),
             TargetSpec::Sim(Some(PlantedBug::GhostAck)) => "--target sim:ghost-ack".into(),
+            TargetSpec::Sim(Some(PlantedBug::WindowAnyQp)) => "--target sim:window-any-qp".into(),
             TargetSpec::Udp {
                 target,
                 fuzzer,
