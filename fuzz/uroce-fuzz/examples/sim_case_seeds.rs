@@ -5,10 +5,10 @@
 //! ```sh
 //! # N cases of every (transport, mode) as seed files in DIR
 //! cargo run --release -p uroce-fuzz --example sim_case_seeds -- write DIR N
-//! # the generator alone for SECONDS on the sim target (RC, UC and UD,
-//! # every mode, in turn): the baseline a coverage-guided campaign is
-//! # compared with
-//! cargo run --release -p uroce-fuzz --example sim_case_seeds -- run SECONDS
+//! # the generator alone for SECONDS (or CASES cases, if fewer) on the
+//! # sim target (RC, UC and UD, every mode, in turn): the baseline a
+//! # coverage-guided campaign is compared with
+//! cargo run --release -p uroce-fuzz --example sim_case_seeds -- run SECONDS [CASES]
 //! ```
 
 use std::time::{Duration, Instant};
@@ -62,11 +62,14 @@ fn main() {
             }
             println!("{} seeds in {dir}", n * KINDS.len() as u64);
         }
-        ["run", secs] => {
+        ["run", secs, ref cases @ ..] => {
             let limit = Duration::from_secs(secs.parse().expect("SECONDS: a number"));
+            let cases: u64 = cases
+                .first()
+                .map_or(u64::MAX, |c| c.parse().expect("CASES"));
             let start = Instant::now();
             let (mut runs, mut findings) = (0u64, 0u64);
-            while start.elapsed() < limit {
+            while start.elapsed() < limit && runs < cases {
                 let i = runs / KINDS.len() as u64;
                 let out = input((runs % KINDS.len() as u64) as usize, i)
                     .run()
@@ -87,7 +90,7 @@ fn main() {
             );
         }
         _ => {
-            eprintln!("usage: sim_case_seeds write DIR N | run SECONDS");
+            eprintln!("usage: sim_case_seeds write DIR N | run SECONDS [CASES]");
             std::process::exit(2);
         }
     }
