@@ -31,10 +31,12 @@ report "$tdir/coverage/$triple/release/sim_case" "$root/fuzz/coverage/sim_case/c
 # long (or as many cases as the campaign ran, on a shared machine), on the
 # same code built the same way.
 if [ "$secs" -gt 0 ]; then
-  (cd "$root" && RUSTFLAGS="-Cinstrument-coverage --cfg fuzzing" cargo build -q --release \
+  raw=$(mktemp -d)
+  # (Build scripts are instrumented too: their profiles go elsewhere.)
+  (cd "$root" && LLVM_PROFILE_FILE="$raw/build/%p.profraw" \
+    RUSTFLAGS="-Cinstrument-coverage --cfg fuzzing" cargo build -q --release \
     -p uroce-fuzz --example sim_case_seeds --target-dir "$tdir/coverage-base")
   bin="$tdir/coverage-base/release/examples/sim_case_seeds"
-  raw=$(mktemp -d)
   LLVM_PROFILE_FILE="$raw/gen-%m.profraw" "$bin" run "$secs" $cases
   "$llvm/llvm-profdata" merge -sparse "$raw"/*.profraw -o "$raw/gen.profdata"
   echo "generator alone, $secs s${cases:+ or $cases cases}:"
