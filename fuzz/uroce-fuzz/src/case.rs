@@ -179,7 +179,7 @@ impl PacketSpec {
         (icrc_damaged && icrc::VERIFIES)
             || (self.tver & 0xf) != 0
             || (self.pkey & 0x7fff) != 0x7fff
-            || self.dest != Dest::Target
+            || self.dest_qpn(conn) != conn.qpn
             || bytes.len() < need
     }
 
@@ -203,16 +203,22 @@ impl PacketSpec {
         }
     }
 
+    /// The destination QP number the BTH carries (a raw one may be the
+    /// fuzzed QP's own).
+    pub fn dest_qpn(&self, conn: &Conn) -> u32 {
+        match self.dest {
+            Dest::Target => conn.qpn,
+            Dest::Control => conn.control_qpn,
+            Dest::Raw(q) => q & 0xff_ffff,
+        }
+    }
+
     /// The packet's bytes (the UDP payload: BTH to ICRC) for `conn`, with
     /// the ICRC for the IP header a packet from `conn.fuzzer` to
     /// `conn.target` carries when it leaves a UDP socket (IPv4 ID 0).
     pub fn emit(&self, conn: &Conn) -> Option<Vec<u8>> {
         let info = self.info()?;
-        let dest_qp = match self.dest {
-            Dest::Target => conn.qpn,
-            Dest::Control => conn.control_qpn,
-            Dest::Raw(q) => q & 0xff_ffff,
-        };
+        let dest_qp = self.dest_qpn(conn);
         let mut h = Headers::new(BthRepr {
             opcode: Opcode(self.opcode),
             se: self.se,

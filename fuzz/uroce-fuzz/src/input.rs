@@ -487,6 +487,30 @@ mod tests {
         assert_eq!(input.run().expect("sim").violations, []);
     }
 
+    /// A raw destination QP that is the fuzzed QP's number reaches it
+    /// (found by the generator's baseline run: a SEND to `Raw(0x111)`
+    /// completed a receive the oracle had ruled out).
+    #[test]
+    fn a_raw_destination_may_be_the_target() {
+        let mut t = SimTarget::new(5, None);
+        let conn = t.setup(QpType::Uc, 8).expect("sim");
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+        let mut p = crate::gen::valid(uroce_wire::Opcode::UC_SEND_ONLY, 0, &conn, &mut rng);
+        p.dest = Dest::Raw(conn.qpn);
+        assert!(!p.silently_dropped(&conn));
+        let input = FuzzInput {
+            seed: 5,
+            qp_type: QpType::Uc,
+            recvs: 8,
+            case: Case {
+                steps: vec![Step::Packet(p), Step::Wait(2_000)],
+            },
+        };
+        let out = input.run().expect("sim");
+        assert_eq!(out.obs.completions.len(), 1);
+        assert_eq!(out.violations, []);
+    }
+
     /// A WRITE inside a SEND message, as bytes: clean on uroce's QP,
     /// a violation where `sim:write-inside-send` is planted (what makes
     /// the cargo-fuzz target fail).
