@@ -326,6 +326,13 @@ fn finish_crc(
     h.finalize()
 }
 
+/// Whether verification compares ICRCs at all: false under
+/// `cfg(fuzzing)`, where it always succeeds (see the crate's contract), so
+/// that a judge of a receiver's behaviour (`uroce fuzz`'s oracles, run
+/// inside a cargo-fuzz build) knows that a damaged ICRC or a cut packet
+/// is not dropped there.
+pub const VERIFIES: bool = !cfg!(fuzzing);
+
 /// Writes the ICRC into the last four bytes of `udp_payload`.
 pub fn write(ctx: &IpContext, udp_payload: &mut [u8]) -> Result<u32> {
     let crc = compute(ctx, udp_payload)?;

@@ -26,6 +26,7 @@ pub mod attack;
 pub mod case;
 pub mod diff;
 pub mod gen;
+pub mod input;
 pub mod live;
 pub mod minimize;
 pub mod model;

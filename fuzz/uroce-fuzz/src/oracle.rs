@@ -123,7 +123,9 @@ impl Violation {
             Violation::StateChangedBySilentDrop(_) | Violation::EffectOfSilentDrop(_) => {
                 "IBA 9.6.1 / 9.7.1 (C9-xx): packets failing header or ICRC checks are silently dropped"
             }
-            Violation::IllegalState(_) => "IBA 10.3.1: responder errors move an RC/UC QP to Error only",
+            Violation::IllegalState(_) => {
+                "IBA 10.3.1: responder errors move an RC/UC QP to Error only; a UC/UD send error to SQE"
+            }
             Violation::OutOfOrderCompletion(_) => {
                 "IBA 10.8.6 (C10-?): an RC send queue's WRs complete in the order posted"
             }
@@ -187,14 +189,21 @@ fn may_receive(case: &Case, conn: &Conn) -> usize {
 }
 
 /// The answers of `case` that the target takes as answers: responses not
-/// silently dropped, as it parses them, with their PSN offsets.
+/// silently dropped, as it parses them, with their PSN offsets as the
+/// target sees them: in the 24-bit PSN space, within half of it of the
+/// PSN it sends first (an offset of 2^24 + 4 is the PSN at 4).
 fn answers<'a>(
     case: &'a Case,
     conn: &'a Conn,
 ) -> impl Iterator<Item = (&'static uroce_wire::OpcodeInfo, i32, &'a PacketSpec)> + 'a {
     case.packets()
         .filter(|p| p.resp && !p.silently_dropped(conn))
-        .filter_map(|p| Some((p.seen(conn)?.info, p.psn_off, p)))
+        .filter_map(|p| Some((p.seen(conn)?.info, psn_space(p.psn_off), p)))
+}
+
+/// `off` modulo 2^24, from -2^23 to 2^23 - 1.
+fn psn_space(off: i32) -> i32 {
+    (off << 8) >> 8
 }
 
 /// Whether the successful completion of `posts[i]` was earned by an
@@ -307,9 +316,14 @@ pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
     {
         v.push(Violation::WriteOutsideGrant { offset });
     }
-    let allowed: &[QpState] = match conn.qp_type {
-        QpType::Rc | QpType::Uc => &[QpState::Rts, QpState::Err],
-        QpType::Ud => &[QpState::Rts],
+    // A UC or UD send WR that completes in error moves its QP to SQE
+    // (IBA 10.3.1, "Send Queue Error"): the case's own posts may.
+    let posted = case.posts().next().is_some();
+    let allowed: &[QpState] = match (conn.qp_type, posted) {
+        (QpType::Rc, _) | (QpType::Uc, false) => &[QpState::Rts, QpState::Err],
+        (QpType::Uc, true) => &[QpState::Rts, QpState::Sqe, QpState::Err],
+        (QpType::Ud, false) => &[QpState::Rts],
+        (QpType::Ud, true) => &[QpState::Rts, QpState::Sqe],
     };
     if !allowed.contains(&obs.qp_state) {
         v.push(Violation::IllegalState(obs.qp_state));
@@ -342,7 +356,9 @@ pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
                         v.push(Violation::OutOfOrderCompletion(c.wr_id));
                     }
                     last_send = Some(i);
-                    if c.status == 0 {
+                    // (A UC or UD send WR completes once its packets are
+                    // sent, IBA 9.8.3 / 9.8.4: nothing need earn it.)
+                    if c.status == 0 && conn.qp_type == QpType::Rc {
                         v.extend(check_success(conn, case, &posts, i, obs));
                     }
                 }
@@ -477,6 +493,42 @@ mod tests {
             .collect()
     }
 
+    /// A UC QP whose own send WR fails is in SQE (IBA 10.3.1); without a
+    /// post of the case's, SQE is illegal.
+    #[test]
+    fn a_failed_uc_send_may_leave_sqe() {
+        let c = Conn {
+            qp_type: QpType::Uc,
+            ..conn()
+        };
+        let (_, mut obs) = answered();
+        obs.completions = vec![Completion {
+            wr_id: 1,
+            status: 1,
+            recv: false,
+            ..Completion::default()
+        }];
+        obs.qp_state = QpState::Sqe;
+        obs.exposed.fill(PATTERN);
+        let posted = Case {
+            steps: vec![post(1, PostOp::Send, 1 << 30, 0)],
+        };
+        assert_eq!(classic(&c, &posted, &obs), []);
+        // A UC SEND completes once sent, unanswered.
+        obs.completions[0].status = 0;
+        obs.qp_state = QpState::Rts;
+        assert_eq!(classic(&c, &posted, &obs), []);
+        obs.qp_state = QpState::Sqe;
+        obs.completions.clear();
+        let packets = Case {
+            steps: vec![answer(Opcode::UC_SEND_ONLY, 0, 10, 0)],
+        };
+        assert_eq!(
+            classic(&c, &packets, &obs),
+            [Violation::IllegalState(QpState::Sqe)]
+        );
+    }
+
     #[test]
     fn the_responder_oracles_each_trip() {
         let c = conn();
@@ -513,6 +565,10 @@ mod tests {
         let (mut case, obs) = answered();
         case.steps[4] = answer(Opcode::RC_ACKNOWLEDGE, 2, 0, 0x62);
         assert_eq!(classic(&c, &case, &obs), [Violation::UnearnedSuccess(2)]);
+        // The PSN space has 24 bits: an ACK 2^24 PSNs on is the same ACK.
+        let (mut case, obs) = answered();
+        case.steps[4] = answer(Opcode::RC_ACKNOWLEDGE, 2 + (1 << 24), 0, 0x1f);
+        assert_eq!(classic(&c, &case, &obs), []);
         // A completion nobody posted, and one twice.
         let (case, mut obs) = answered();
         obs.completions.push(Completion {

@@ -1,0 +1,22 @@
+//! Coverage-guided fuzzing of uroce's own QP machines with `uroce fuzz`'s
+//! case model: the input is a case (`uroce_fuzz::input::FuzzInput`: the
+//! transport, RC, UC or UD, the sim target's seed, the receive WRs and up
+//! to 64 steps of packets relative to the connection, posts and waits),
+//! run on a fresh sim target and judged by `uroce_fuzz::oracle::check`;
+//! a violation is a crash. Seeds: the generator's cases
+//! (`fuzz/seeds_sim/`, or `cargo run -p uroce-fuzz --example
+//! sim_case_seeds -- write DIR N`).
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use uroce_fuzz::input::FuzzInput;
+
+fuzz_target!(|input: FuzzInput| {
+    let out = input.run().expect("the sim target sets up");
+    if !out.violations.is_empty() {
+        let rules: Vec<&str> = out.violations.iter().map(|v| v.rule()).collect();
+        panic!(
+            "oracle: {:?} (rules: {rules:?}) on {:?} QP, seed {}, case {:?}",
+            out.violations, input.qp_type, input.seed, input.case
+        );
+    }
+});
