@@ -1,0 +1,305 @@
+//! The planted-mistake battery (issue #25, item 4): the fuzzer's recall,
+//! measured.
+//!
+//! Every [`Mistake`] of the provider (`uroce_provider::planted`, feature
+//! `planted`) is planted in turn in the simulated target's fuzzed QP
+//! (`--target sim:<mistake>`), and the documented modes run against it
+//! with fixed seeds and budgets ([`RUNS`]), one after the other, until a
+//! case trips an oracle ([`crate::oracle::check`]). The battery reports
+//! for each mistake whether it was found, by which run and oracle, after
+//! how many cases; and the recall (found / total). The clean target runs
+//! every run's full budget too: it must give no finding, or a finding on
+//! a planted target proves nothing.
+//!
+//! A mistake the oracles cannot see yet is listed in [`KNOWN_MISSED`]
+//! with the reason; the battery (`tests/battery.rs`) fails when any other
+//! mistake is missed.
+
+use crate::case::Case;
+use crate::gen::{Generator, Mode};
+use crate::run_case;
+use crate::sim::{PlantedBug, SimTarget};
+use crate::target::Target;
+use std::time::{Duration, Instant};
+use uroce_provider::planted::Mistake;
+use uroce_provider::types::QpType;
+
+/// One fuzzing run of the battery: a mode on a transport, its seed and
+/// its budget of cases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// Generator.
+    pub mode: Mode,
+    /// Transport of the fuzzed QP.
+    pub qp_type: QpType,
+    /// Seed of the generator and of the simulated network.
+    pub seed: u64,
+    /// Cases at most.
+    pub cases: u64,
+}
+
+impl Run {
+    const fn new(mode: Mode, qp_type: QpType, seed: u64, cases: u64) -> Run {
+        Run {
+            mode,
+            qp_type,
+            seed,
+            cases,
+        }
+    }
+
+    /// `mode/transport`, as the report prints it.
+    pub fn label(&self) -> String {
+        let mode = match self.mode {
+            Mode::Fields => "fields",
+            Mode::Sequence => "sequence",
+            Mode::Responder => "responder",
+        };
+        format!("{mode}/{}", format!("{:?}", self.qp_type).to_lowercase())
+    }
+}
+
+/// Receive WRs posted on the fuzzed QP per case (as `uroce fuzz`'s
+/// default).
+const RECVS: u32 = 8;
+
+/// The documented modes on the transports they apply to, in the order
+/// the battery tries them, with the budgets CI runs (`uroce fuzz`'s
+/// modes: fields, sequence and responder for RC; fields and sequence for
+/// UC and UD).
+pub const RUNS: &[Run] = &[
+    Run::new(Mode::Sequence, QpType::Rc, 1, 400),
+    Run::new(Mode::Fields, QpType::Rc, 1, 400),
+    Run::new(Mode::Responder, QpType::Rc, 1, 400),
+    Run::new(Mode::Sequence, QpType::Uc, 1, 300),
+    Run::new(Mode::Fields, QpType::Uc, 1, 300),
+    Run::new(Mode::Sequence, QpType::Ud, 1, 300),
+    Run::new(Mode::Fields, QpType::Ud, 1, 300),
+];
+
+/// Mistakes the oracles are known to miss today, with the reason: printed
+/// as "missed (known)". The issue is not done while this list is not
+/// empty.
+pub const KNOWN_MISSED: &[(Mistake, &str)] = &[];
+
+/// Why `m` is known to be missed, if it is.
+pub fn known_missed(m: Mistake) -> Option<&'static str> {
+    KNOWN_MISSED
+        .iter()
+        .find(|(k, _)| *k == m)
+        .map(|(_, why)| *why)
+}
+
+/// What a run of the battery found on one target.
+#[derive(Clone, Debug)]
+pub struct Hit {
+    /// The run that found it.
+    pub run: Run,
+    /// Cases of that run it took (the finding's included).
+    pub cases: u64,
+    /// The oracles' violation kinds on the finding case.
+    pub oracles: Vec<&'static str>,
+    /// The IBA rules they name (where known).
+    pub rules: Vec<&'static str>,
+    /// The case.
+    pub case: Case,
+}
+
+/// One target's result: the first hit, if any, and the cases run.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The planted mistake (`None`: the clean target).
+    pub mistake: Option<Mistake>,
+    /// The first finding.
+    pub hit: Option<Hit>,
+    /// Cases run over all runs.
+    pub cases: u64,
+    /// Time taken.
+    pub elapsed: Duration,
+}
+
+/// Fuzzes the simulated target with `mistake` planted (or none) through
+/// `runs`, stopping at the first finding.
+pub fn hunt(mistake: Option<Mistake>, runs: &[Run]) -> Outcome {
+    let start = Instant::now();
+    let mut total = 0;
+    let bug = mistake.map(PlantedBug::Mistake);
+    for run in runs {
+        let mut target = SimTarget::new(run.seed, bug);
+        let Ok(probe) = target.setup(run.qp_type, RECVS) else {
+            continue;
+        };
+        let gen = Generator::new(run.seed, run.mode);
+        for index in 0..run.cases {
+            let case = gen.case(index, &probe);
+            total += 1;
+            let Ok(out) = run_case(&mut target, run.qp_type, RECVS, &case) else {
+                continue;
+            };
+            if out.violations.is_empty() {
+                continue;
+            }
+            let mut rules: Vec<&'static str> = out
+                .violations
+                .iter()
+                .map(|v| v.rule())
+                .filter(|r| !r.is_empty())
+                .collect();
+            rules.sort();
+            rules.dedup();
+            let hit = Hit {
+                run: *run,
+                cases: index + 1,
+                oracles: out.kinds(),
+                rules,
+                case,
+            };
+            return Outcome {
+                mistake,
+                hit: Some(hit),
+                cases: total,
+                elapsed: start.elapsed(),
+            };
+        }
+    }
+    Outcome {
+        mistake,
+        hit: None,
+        cases: total,
+        elapsed: start.elapsed(),
+    }
+}
+
+/// The whole battery: the clean target and every mistake, on `threads`
+/// threads (each plants its own mistake: the selection is per thread).
+/// Outcomes in [`Mistake::ALL`]'s order, the clean target's first.
+pub fn run_all(runs: &[Run], threads: usize) -> Vec<Outcome> {
+    let targets: Vec<Option<Mistake>> = std::iter::once(None)
+        .chain(Mistake::ALL.iter().copied().map(Some))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&m) = targets.get(i) else { break };
+                let out = hunt(m, runs);
+                results
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((i, out));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, o)| o).collect()
+}
+
+/// The battery's verdict on its outcomes.
+#[derive(Clone, Debug, Default)]
+pub struct Verdict {
+    /// Mistakes found.
+    pub found: usize,
+    /// Mistakes planted.
+    pub total: usize,
+    /// Mistakes missed that are not in [`KNOWN_MISSED`]: failures.
+    pub unexpected_misses: Vec<Mistake>,
+    /// Mistakes found that [`KNOWN_MISSED`] still lists (the list should
+    /// lose them).
+    pub stale_known: Vec<Mistake>,
+    /// The clean target's finding, if it had one: a failure.
+    pub clean_finding: Option<String>,
+}
+
+impl Verdict {
+    /// Whether the battery passes: no unexpected miss, nothing found on
+    /// the clean target.
+    pub fn passed(&self) -> bool {
+        self.unexpected_misses.is_empty() && self.clean_finding.is_none()
+    }
+}
+
+/// Writes the report (a line per target, then the recall) to `out` and
+/// returns the verdict.
+pub fn report(outcomes: &[Outcome], out: &mut dyn std::io::Write) -> Verdict {
+    let mut v = Verdict::default();
+    let _ = writeln!(
+        out,
+        "{:<27} {:<15} {:<14} {:>6}  oracle",
+        "target", "result", "run", "cases"
+    );
+    for o in outcomes {
+        let name = o
+            .mistake
+            .map_or("sim (clean)".to_string(), |m| m.name().into());
+        let result = match (&o.hit, o.mistake) {
+            (Some(_), None) => "FINDING".to_string(),
+            (None, None) => "clean".to_string(),
+            (Some(_), Some(m)) if known_missed(m).is_some() => "found (stale)".into(),
+            (Some(_), Some(_)) => "found".into(),
+            (None, Some(m)) if known_missed(m).is_some() => "missed (known)".into(),
+            (None, Some(_)) => "MISSED".into(),
+        };
+        match &o.hit {
+            Some(h) => {
+                let _ = writeln!(
+                    out,
+                    "{name:<27} {result:<15} {:<14} {:>6}  {}",
+                    h.run.label(),
+                    h.cases,
+                    h.oracles.join(", ")
+                );
+            }
+            None => {
+                let why = o.mistake.and_then(known_missed).unwrap_or("");
+                let _ = writeln!(
+                    out,
+                    "{name:<27} {result:<15} {:<14} {:>6}  {why}",
+                    "-", o.cases
+                );
+            }
+        }
+        match (o.mistake, &o.hit) {
+            (None, Some(h)) => {
+                v.clean_finding = Some(format!(
+                    "{} after {} cases: {} ({:?})",
+                    h.run.label(),
+                    h.cases,
+                    h.oracles.join(", "),
+                    h.case
+                ))
+            }
+            (None, None) => {}
+            (Some(m), hit) => {
+                v.total += 1;
+                match (hit.is_some(), known_missed(m).is_some()) {
+                    (true, false) => v.found += 1,
+                    (true, true) => {
+                        v.found += 1;
+                        v.stale_known.push(m);
+                    }
+                    (false, false) => v.unexpected_misses.push(m),
+                    (false, true) => {}
+                }
+            }
+        }
+    }
+    let secs: f64 = outcomes.iter().map(|o| o.elapsed.as_secs_f64()).sum();
+    let cases: u64 = outcomes.iter().map(|o| o.cases).sum();
+    let _ = writeln!(
+        out,
+        "recall: {}/{} mistakes found ({} cases, {:.1} s of fuzzing)",
+        v.found, v.total, cases, secs
+    );
+    if !v.stale_known.is_empty() {
+        let names: Vec<&str> = v.stale_known.iter().map(|m| m.name()).collect();
+        let _ = writeln!(
+            out,
+            "found although listed as missed (known): {} (take them off KNOWN_MISSED)",
+            names.join(", ")
+        );
+    }
+    v
+}
