@@ -54,6 +54,8 @@ impl Run {
             Mode::Fields => "fields",
             Mode::Sequence => "sequence",
             Mode::Responder => "responder",
+            Mode::Keys => "keys",
+            Mode::Duplicates => "duplicates",
         };
         format!("{mode}/{}", format!("{:?}", self.qp_type).to_lowercase())
     }
@@ -65,16 +67,22 @@ const RECVS: u32 = 8;
 
 /// The documented modes on the transports they apply to, in the order
 /// the battery tries them, with the budgets CI runs (`uroce fuzz`'s
-/// modes: fields, sequence and responder for RC; fields and sequence for
-/// UC and UD).
+/// modes: fields, sequence, keys and duplicates on RC, UC and UD;
+/// responder on RC).
 pub const RUNS: &[Run] = &[
-    Run::new(Mode::Sequence, QpType::Rc, 1, 400),
-    Run::new(Mode::Fields, QpType::Rc, 1, 400),
-    Run::new(Mode::Responder, QpType::Rc, 1, 400),
-    Run::new(Mode::Sequence, QpType::Uc, 1, 300),
-    Run::new(Mode::Fields, QpType::Uc, 1, 300),
-    Run::new(Mode::Sequence, QpType::Ud, 1, 300),
-    Run::new(Mode::Fields, QpType::Ud, 1, 300),
+    Run::new(Mode::Sequence, QpType::Rc, 1, 1000),
+    Run::new(Mode::Fields, QpType::Rc, 1, 1000),
+    Run::new(Mode::Keys, QpType::Rc, 1, 1000),
+    Run::new(Mode::Duplicates, QpType::Rc, 1, 1000),
+    Run::new(Mode::Responder, QpType::Rc, 1, 1000),
+    Run::new(Mode::Sequence, QpType::Uc, 1, 500),
+    Run::new(Mode::Fields, QpType::Uc, 1, 500),
+    Run::new(Mode::Keys, QpType::Uc, 1, 500),
+    Run::new(Mode::Duplicates, QpType::Uc, 1, 500),
+    Run::new(Mode::Sequence, QpType::Ud, 1, 500),
+    Run::new(Mode::Fields, QpType::Ud, 1, 500),
+    Run::new(Mode::Keys, QpType::Ud, 1, 500),
+    Run::new(Mode::Duplicates, QpType::Ud, 1, 500),
 ];
 
 /// Mistakes the oracles are known to miss today, with the reason: printed

@@ -22,6 +22,11 @@ pub enum Key {
     Private,
     /// This value.
     Raw(u32),
+    /// The key `Conn::keys[i]` (a region or window with other rights, of
+    /// another PD, deregistered, ...); an address that goes with it is an
+    /// offset from that key's `va`. An index the target does not expose
+    /// is key 0.
+    Exposed(u8),
 }
 
 /// Which QP a packet is addressed to.
@@ -197,7 +202,18 @@ impl PacketSpec {
             Key::Valid => conn.rkey,
             Key::Private => conn.private_rkey,
             Key::Raw(v) => v,
+            Key::Exposed(i) => conn.keys.get(usize::from(i)).map_or(0, |e| e.key),
         }
+    }
+
+    /// The address `off` names with key `k`: an offset from the exposed
+    /// region's address, or from an exposed key's own.
+    fn addr(k: Key, off: i64, conn: &Conn) -> u64 {
+        let base = match k {
+            Key::Exposed(i) => conn.keys.get(usize::from(i)).map_or(0, |e| e.va),
+            _ => conn.va,
+        };
+        base.wrapping_add(off as u64)
     }
 
     /// The packet's bytes (the UDP payload: BTH to ICRC) for `conn`, with
@@ -222,13 +238,12 @@ impl PacketSpec {
             psn: self.psn(conn),
             ..BthRepr::default()
         });
-        let va = |off: i64| conn.va.wrapping_add(off as u64);
         for ext in info.headers {
             match ext {
                 Ext::Reth => {
                     let (off, k, len) = self.reth.unwrap_or((0, Key::Valid, 0));
                     h.reth = Some(RethRepr {
-                        va: va(off),
+                        va: Self::addr(k, off, conn),
                         rkey: Self::key(k, conn),
                         dma_len: len,
                     });
@@ -236,7 +251,7 @@ impl PacketSpec {
                 Ext::AtomicEth => {
                     let (off, k, swap_add, compare) = self.atomic.unwrap_or((0, Key::Valid, 1, 0));
                     h.atomic_eth = Some(AtomicEthRepr {
-                        va: va(off),
+                        va: Self::addr(k, off, conn),
                         rkey: Self::key(k, conn),
                         swap_add,
                         compare,

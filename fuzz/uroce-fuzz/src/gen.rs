@@ -8,7 +8,9 @@
 //!   far, wrapped), destination QP, BTH flags, pad, version, partition
 //!   key, the RETH's address, key and length, the AtomicETH's alignment,
 //!   the payload length against the MTU and the DMA length, truncation
-//!   and the ICRC.
+//!   and the ICRC. A mutated RETH or AtomicETH key may be one of the
+//!   target's exposed keys ([`Conn::keys`]) over a range around its
+//!   bounds, as in [`Mode::Keys`].
 //! * [`Mode::Sequence`]: a run of 2 to 24 requests from a model of the
 //!   transport's requester: mostly in sequence (multi-packet SENDs and
 //!   WRITEs with their FIRST/MIDDLE/LAST packets, READs advancing the PSN
@@ -25,6 +27,16 @@
 //!   and over-long READ responses, atomic ACKs for the wrong PSN,
 //!   response opcodes swapped, and the header mutations of the other
 //!   modes.
+//! * [`Mode::Keys`]: key confusion aimed at every key the target exposes
+//!   (rights lacking, another PD, deregistered, windows unbound,
+//!   invalidated or bound to another QP, ranges straddling the bounds);
+//!   on UD, Q_Key and source-QP mismatches. See [`keys`].
+//! * [`Mode::Duplicates`]: duplicates (of whole and of partly executed
+//!   messages), PSNs ahead and a FIRST or ONLY while a message is in
+//!   progress, for every opcode class of the transport. See [`dup`].
+
+mod dup;
+mod keys;
 
 use super::case::{Case, Dest, Icrc, Key, PacketSpec, Post, PostOp, Step};
 use super::target::Conn;
@@ -43,15 +55,24 @@ pub enum Mode {
     Sequence,
     /// The fuzzer answers the target's requests (RC).
     Responder,
+    /// Key confusion (RC, UC); Q_Key and source-QP mismatches (UD).
+    Keys,
+    /// Duplicates, PSNs ahead, messages interrupted.
+    Duplicates,
 }
 
 impl Mode {
-    /// Parses `fields` / `sequence`.
+    /// Every mode's name, as [`Mode::from_name`] takes it.
+    pub const NAMES: [&'static str; 5] = ["fields", "sequence", "responder", "keys", "duplicates"];
+
+    /// Parses a name of [`Mode::NAMES`] (or `seq`, `dup`).
     pub fn from_name(s: &str) -> Option<Mode> {
         match s {
             "fields" => Some(Mode::Fields),
             "sequence" | "seq" => Some(Mode::Sequence),
             "responder" => Some(Mode::Responder),
+            "keys" => Some(Mode::Keys),
+            "duplicates" | "dup" => Some(Mode::Duplicates),
             _ => None,
         }
     }
@@ -97,6 +118,8 @@ impl Generator {
             Mode::Fields => fields_case(&mut rng, conn),
             Mode::Sequence => sequence_case(&mut rng, conn),
             Mode::Responder => responder_case(&mut rng, conn),
+            Mode::Keys => keys::keys_case(&mut rng, conn),
+            Mode::Duplicates => dup::dup_case(&mut rng, conn),
         }
     }
 }
@@ -113,6 +136,9 @@ pub fn valid(op: Opcode, psn_off: i32, conn: &Conn, rng: &mut SmallRng) -> Packe
     };
     if info.has_payload {
         p.payload = (len, rng.random());
+    }
+    if info.operation == Operation::AtomicWrite {
+        p.payload.0 = 8;
     }
     match info.operation {
         Operation::RdmaWrite | Operation::AtomicWrite | Operation::RdmaReadRequest => {
@@ -170,23 +196,40 @@ pub(crate) fn one_mutation(p: &mut PacketSpec, rng: &mut SmallRng, conn: &Conn) 
         10 => p.pkey = rng.random(),
         11 | 12 => {
             let (mut off, mut key, mut len) = p.reth.unwrap_or((0, Key::Valid, 0));
-            match rng.random_range(0..7) {
+            match rng.random_range(0..8) {
                 0 => off = -(rng.random_range(1..4096) as i64),
                 1 => off = i64::from(conn.len) - rng.random_range(0..64),
                 2 => off = rng.random::<i64>(),
                 3 => key = Key::Private,
                 4 => key = Key::Raw(rng.random()),
                 5 => len = rng.random(),
-                _ => len = conn.len + rng.random_range(1..4096),
+                6 => len = conn.len + rng.random_range(1..4096),
+                _ => {
+                    // An exposed key over a range around its bounds.
+                    key = keys::pick_key(rng, conn);
+                    let klen = match key {
+                        Key::Exposed(i) => conn.keys[usize::from(i)].len,
+                        _ => conn.len,
+                    };
+                    (off, len) = keys::pick_range(rng, klen, len.max(1));
+                }
             }
             p.reth = Some((off, key, len));
         }
         13 => {
             let (off, key, s, c) = p.atomic.unwrap_or((0, Key::Valid, 0, 0));
-            p.atomic = Some(match rng.random_range(0..3) {
+            p.atomic = Some(match rng.random_range(0..4) {
                 0 => (off + rng.random_range(1..8), key, s, c),
                 1 => (off, Key::Private, s, c),
-                _ => (i64::from(conn.len) - 4, key, s, c),
+                2 => (i64::from(conn.len) - 4, key, s, c),
+                _ => {
+                    let key = keys::pick_key(rng, conn);
+                    let klen = match key {
+                        Key::Exposed(i) => conn.keys[usize::from(i)].len,
+                        _ => conn.len,
+                    };
+                    (i64::from(rng.random_range(0..=klen / 8) * 8), key, s, c)
+                }
             });
         }
         14 | 15 => {

@@ -31,7 +31,7 @@ pub enum TargetSpec {
 
 impl TargetSpec {
     /// Parses `sim`, `sim:BUG` (`write-inside-send`, `long-read`,
-    /// `ghost-ack`) or
+    /// `ghost-ack`, `window-any-qp`) or
     /// `udp:IP` (with `fuzzer` and `agent`, which default to ... none: a
     /// live target needs both).
     pub fn parse(
@@ -52,7 +52,7 @@ impl TargetSpec {
                         "; planted mistakes need uroce-fuzz's feature `planted`"
                     };
                     format!(
-                        "unknown planted bug {bug:?} (write-inside-send, long-read, ghost-ack{planted})"
+                        "unknown planted bug {bug:?} (write-inside-send, long-read, ghost-ack, window-any-qp{planted})"
                     )
                 });
         }

@@ -7,11 +7,14 @@
 //! mistakes ([`uroce_provider::planted::Mistake`]), active while the
 //! fuzzed QP (and only it: not the control pair) runs.
 
-use super::target::{Completion, Conn, Observation, Target, TargetError, PATTERN};
+use super::target::{
+    access, Completion, Conn, ExposedKey, KeyKind, KeyState, Observation, Target, TargetError,
+    EXPOSED_KEYS, PATTERN,
+};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::Arc;
-use uroce_provider::memory::MrInner;
+use uroce_provider::memory::{KeyTable, MrInner, MwBind, MwType};
 use uroce_provider::net::sim::{Faults, SimNet};
 use uroce_provider::planted::Mistake;
 use uroce_provider::qp_attr::{AttrMask, QpAttr};
@@ -36,6 +39,11 @@ pub enum PlantedBug {
     /// write into the private region, as if it completed a stale request
     /// into a stale buffer.
     GhostAck,
+    /// An RDMA WRITE through a type 2 memory window is checked against
+    /// another QP than the one that carries it (IBA 10.6.7.2.4: a type 2
+    /// window is usable only through the QP it is bound to): a window
+    /// bound to another QP grants the fuzzer its memory.
+    WindowAnyQp,
     /// A one-line mistake in the provider's transports or key checks,
     /// planted in the fuzzed QP (the battery's; feature `planted`).
     #[serde(skip)]
@@ -50,6 +58,7 @@ impl PlantedBug {
             "write-inside-send" => Some(PlantedBug::WriteInsideSend),
             "long-read" => Some(PlantedBug::LongReadStallsQp),
             "ghost-ack" => Some(PlantedBug::GhostAck),
+            "window-any-qp" => Some(PlantedBug::WindowAnyQp),
             _ if cfg!(feature = "planted") => Mistake::from_name(s).map(PlantedBug::Mistake),
             _ => None,
         }
@@ -61,6 +70,7 @@ impl PlantedBug {
             PlantedBug::WriteInsideSend => "write-inside-send",
             PlantedBug::LongReadStallsQp => "long-read",
             PlantedBug::GhostAck => "ghost-ack",
+            PlantedBug::WindowAnyQp => "window-any-qp",
             PlantedBug::Mistake(m) => m.name(),
         }
     }
@@ -137,6 +147,8 @@ struct Planted {
     inner: Box<dyn QpMachine>,
     bug: PlantedBug,
     private: Arc<MrInner>,
+    /// The fuzzed QP's key table.
+    keys: Arc<KeyTable>,
     in_send: bool,
     /// The next PSN the QP sends (as seen on its packets).
     next_sent: Option<Psn>,
@@ -178,6 +190,23 @@ impl QpMachine for Planted {
                 }
             }
             _ => {}
+        }
+        if self.bug == PlantedBug::WindowAnyQp
+            && in_order
+            && info.is_request
+            && info.operation == Operation::RdmaWrite
+        {
+            if let Some(r) = pkt.reth() {
+                let len = pkt.payload.len() as u64;
+                let need = Access::REMOTE_WRITE;
+                // The check made for the wrong QP: the control QP's.
+                if let Ok((mr, off)) =
+                    self.keys
+                        .check_rkey(r.rkey, testing::PD, CONTROL_QPN, r.va, len, need)
+                {
+                    let _ = mr.write(off, pkt.payload);
+                }
+            }
         }
         if self.bug == PlantedBug::GhostAck && info.operation == Operation::Acknowledge {
             // PSNs from the next one to send on are ghosts (within half
@@ -243,7 +272,157 @@ struct Live {
     peer: Side,
     control_mr: Arc<MrInner>,
     peer_mr: Arc<MrInner>,
+    /// Memory no exposed key lets the fuzzer write.
+    guarded: Vec<Guarded>,
     seen_trace: usize,
+}
+
+/// Bytes no exposed key lets the fuzzer write: (region, offset, length),
+/// filled with [`PATTERN`].
+type Guarded = (Arc<MrInner>, usize, usize);
+
+/// Size of the memory behind each exposed region (each window has a
+/// quarter of one).
+const KEY_REGION: usize = 1024;
+
+/// The keys of [`EXPOSED_KEYS`], set up in `keys` (the fuzzed QP's table,
+/// PD [`testing::PD`]) for the fuzzed QP `QPN`, with the memory that no key
+/// lets the fuzzer write.
+fn expose_keys(keys: &KeyTable) -> (Vec<ExposedKey>, Vec<Guarded>) {
+    let mut out = Vec::new();
+    let mut guarded = Vec::new();
+    let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let all = remote | Access::LOCAL_WRITE;
+    let region = |pd: u32, acc: Access| {
+        let mr = keys.register_zeroed(pd, KEY_REGION, acc).expect("alloc");
+        let _ = mr.fill(0, KEY_REGION, PATTERN);
+        mr
+    };
+    let key = |name: &str, kind, mr_key: u32, va, access, state| ExposedKey {
+        name: name.into(),
+        key: mr_key,
+        kind,
+        va,
+        len: KEY_REGION as u32,
+        access,
+        same_pd: true,
+        bound_to_qp: true,
+        state,
+    };
+    // Regions: (rights, PD, guarded).
+    let regions = [
+        (Access::REMOTE_READ, testing::PD, true),
+        (
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            testing::PD,
+            false,
+        ),
+        (
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            testing::PD,
+            false,
+        ),
+        (Access::empty(), testing::PD, true),
+        (all, testing::PD + 1, true),
+        (all, testing::PD, true),
+        (all | Access::ZERO_BASED, testing::PD, false),
+    ];
+    for (i, (acc, pd, guard)) in regions.into_iter().enumerate() {
+        let mr = region(pd, acc);
+        let mut k = key(
+            EXPOSED_KEYS[i],
+            KeyKind::Region,
+            mr.rkey(),
+            mr.iova(),
+            acc.bits(),
+            KeyState::Valid,
+        );
+        k.same_pd = pd == testing::PD;
+        if EXPOSED_KEYS[i] == "deregistered" {
+            keys.deregister(&mr);
+            k.state = KeyState::Deregistered;
+        }
+        // (A deregistered region's bytes are out of every access's reach,
+        // the observer's too: `MrInner` refuses to touch them.)
+        if guard && k.state == KeyState::Valid {
+            guarded.push((mr, 0, KEY_REGION));
+        }
+        out.push(k);
+    }
+    // Windows: four over one region with the right to bind them, one
+    // range each; the last two ranges are guarded.
+    let backing = region(testing::PD, Access::LOCAL_WRITE | Access::MW_BIND);
+    let win_acc = access::REMOTE;
+    let bind = |kind: MwType, i: usize, qpn: u32| {
+        let mw = keys.alloc_mw(testing::PD, kind);
+        let b = MwBind {
+            mw: mw.clone(),
+            mw_rkey: mw.rkey(),
+            new_rkey: 0x40 + i as u32,
+            mr_lkey: backing.lkey(),
+            addr: backing.iova() + (i * KEY_REGION / 4) as u64,
+            len: (KEY_REGION / 4) as u64,
+            access: remote,
+        };
+        let rkey = keys.bind_mw(&b, testing::PD, qpn).expect("a valid bind");
+        (mw, rkey, b.addr)
+    };
+    let quarter = |name, kind, rkey, va, state| ExposedKey {
+        len: (KEY_REGION / 4) as u32,
+        ..key(name, kind, rkey, va, win_acc, state)
+    };
+    let (_, rkey, va) = bind(MwType::Type1, 0, QPN);
+    out.push(quarter(
+        "window1",
+        KeyKind::Window1,
+        rkey,
+        va,
+        KeyState::Valid,
+    ));
+    let (_, rkey, va) = bind(MwType::Type2, 1, QPN);
+    out.push(quarter(
+        "window2",
+        KeyKind::Window2,
+        rkey,
+        va,
+        KeyState::Valid,
+    ));
+    let (_, rkey, va) = bind(MwType::Type2, 2, CONTROL_QPN);
+    out.push(ExposedKey {
+        bound_to_qp: false,
+        ..quarter(
+            "window2-other-qp",
+            KeyKind::Window2,
+            rkey,
+            va,
+            KeyState::Valid,
+        )
+    });
+    let (_, rkey, va) = bind(MwType::Type2, 3, QPN);
+    keys.invalidate_rkey(rkey, testing::PD, QPN, false)
+        .expect("a bound type 2 window");
+    out.push(quarter(
+        "window2-invalidated",
+        KeyKind::Window2,
+        rkey,
+        va,
+        KeyState::Invalidated,
+    ));
+    let unbound = keys.alloc_mw(testing::PD, MwType::Type1);
+    out.push(ExposedKey {
+        len: 0,
+        access: 0,
+        ..key(
+            "window-unbound",
+            KeyKind::Window1,
+            unbound.rkey(),
+            0,
+            0,
+            KeyState::Unbound,
+        )
+    });
+    guarded.push((backing, KEY_REGION / 2, KEY_REGION / 2));
+    (out, guarded)
 }
 
 /// The simulated target.
@@ -349,6 +528,7 @@ impl Target for SimTarget {
                 .register_zeroed(testing::PD, REGION, Access::LOCAL_WRITE)
                 .expect("alloc");
             private_slot = Some(private.clone());
+            let keys = cfg.keys.clone();
             let qp = uroce_provider::transport::new_qp(qp_type, cfg).expect("capacities");
             match bug {
                 #[cfg(feature = "planted")]
@@ -359,6 +539,7 @@ impl Target for SimTarget {
                     inner: qp,
                     bug,
                     private,
+                    keys,
                     in_send: false,
                     next_sent: None,
                 }),
@@ -414,6 +595,7 @@ impl Target for SimTarget {
             .keys
             .register_zeroed(testing::PD, 64, all)
             .expect("alloc");
+        let (keys, guarded) = expose_keys(&fuzzed.keys);
         let conn = Conn {
             qp_type,
             target: ip(TARGET),
@@ -431,7 +613,7 @@ impl Target for SimTarget {
             qkey: QKEY,
             mtu: p.mtu.bytes(),
             recvs_posted: recvs,
-            keys: Vec::new(),
+            keys,
         };
         self.live = Some(Live {
             net,
@@ -442,6 +624,7 @@ impl Target for SimTarget {
             peer,
             control_mr,
             peer_mr,
+            guarded,
             seen_trace: 0,
         });
         Ok(conn)
@@ -541,8 +724,13 @@ impl Target for SimTarget {
         let mut exposed = vec![0u8; REGION];
         let _ = l.exposed.read(0, &mut exposed);
         let mut priv_bytes = vec![0u8; REGION];
-        let private_intact =
-            l.private.read(0, &mut priv_bytes).is_ok() && priv_bytes.iter().all(|&b| b == PATTERN);
+        let intact = |mr: &MrInner, off: usize, len: usize| {
+            let mut b = vec![0u8; len];
+            mr.read(off, &mut b).is_ok() && b.iter().all(|&x| x == PATTERN)
+        };
+        let private_intact = l.private.read(0, &mut priv_bytes).is_ok()
+            && priv_bytes.iter().all(|&b| b == PATTERN)
+            && l.guarded.iter().all(|(mr, o, n)| intact(mr, *o, *n));
         let qp_state = l.net.qp(l.fuzzed.id).state();
         let control_ok = Self::control_check(l);
         Ok(Observation {

@@ -48,7 +48,10 @@ pub struct Conn {
     /// `private_rkey` (regions and windows with other rights, of another
     /// PD, deregistered, invalidated, ...): what the generator aims its
     /// key-confusion mutations at and what the reference model judges
-    /// their answers by. Empty on targets that expose none.
+    /// their answers by. Empty on targets that expose none; targets that
+    /// expose them list the set [`EXPOSED_KEYS`] names, in its order, so
+    /// that a case's [`crate::case::Key::Exposed`] index means the same
+    /// key on every target.
     #[serde(default)]
     pub keys: Vec<ExposedKey>,
 }
@@ -78,10 +81,71 @@ pub enum KeyState {
     Unbound,
 }
 
+/// The keys a target exposes in [`Conn::keys`], in this order, by name.
+/// Every range lies in memory of its own (never the exposed or private
+/// region); the bytes no key lets the fuzzer write (the read-only,
+/// local-only, other-PD and deregistered regions, the ranges of the
+/// windows bound to another QP and invalidated) hold [`PATTERN`] at
+/// set-up, and the target folds "they still do" into
+/// [`Observation::private_intact`].
+///
+/// | name | object | rights (`ibv_access_flags`) |
+/// |---|---|---|
+/// | `read-only` | region | REMOTE_READ |
+/// | `write-only` | region | LOCAL_WRITE, REMOTE_WRITE |
+/// | `no-atomic` | region | LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ |
+/// | `local-only` | region | none (local read) |
+/// | `other-pd` | region of another PD | all remote rights |
+/// | `deregistered` | region, deregistered after set-up | all remote rights |
+/// | `zero-based` | region addressed from 0 | all remote rights |
+/// | `window1` | type 1 window | all remote rights |
+/// | `window2` | type 2 window bound to the fuzzed QP | all remote rights |
+/// | `window2-other-qp` | type 2 window bound to another QP | all remote rights |
+/// | `window2-invalidated` | type 2 window, bound then invalidated | all remote rights |
+/// | `window-unbound` | type 1 window allocated, never bound | none |
+///
+/// On UD, where a type 2 window cannot be bound through the fuzzed QP,
+/// `window2` and `window2-invalidated` are bound through another QP
+/// (`bound_to_qp` false); UD has no RDMA operations to use them anyway.
+pub const EXPOSED_KEYS: [&str; 12] = [
+    "read-only",
+    "write-only",
+    "no-atomic",
+    "local-only",
+    "other-pd",
+    "deregistered",
+    "zero-based",
+    "window1",
+    "window2",
+    "window2-other-qp",
+    "window2-invalidated",
+    "window-unbound",
+];
+
+/// `ibv_access_flags` bits, as [`ExposedKey::access`] holds them.
+pub mod access {
+    /// IBV_ACCESS_LOCAL_WRITE.
+    pub const LOCAL_WRITE: u32 = 1;
+    /// IBV_ACCESS_REMOTE_WRITE.
+    pub const REMOTE_WRITE: u32 = 2;
+    /// IBV_ACCESS_REMOTE_READ.
+    pub const REMOTE_READ: u32 = 4;
+    /// IBV_ACCESS_REMOTE_ATOMIC.
+    pub const REMOTE_ATOMIC: u32 = 8;
+    /// IBV_ACCESS_MW_BIND.
+    pub const MW_BIND: u32 = 16;
+    /// IBV_ACCESS_ZERO_BASED.
+    pub const ZERO_BASED: u32 = 32;
+    /// The three remote rights.
+    pub const REMOTE: u32 = REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC;
+}
+
 /// One key the target exposes: the object's range and rights as the
 /// target registered it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExposedKey {
+    /// Which of [`EXPOSED_KEYS`] it is.
+    pub name: String,
     /// The R_Key.
     pub key: u32,
     /// Region or window.
@@ -99,6 +163,21 @@ pub struct ExposedKey {
     pub bound_to_qp: bool,
     /// Usable, deregistered, invalidated or unbound.
     pub state: KeyState,
+}
+
+impl ExposedKey {
+    /// Whether a correct responder lets a request on the fuzzed QP use
+    /// this key for `need` (`access` bits) over `[va, va + len)`.
+    pub fn grants(&self, need: u32, va: u64, len: u64) -> bool {
+        let inside = va >= self.va
+            && va - self.va <= u64::from(self.len)
+            && len <= u64::from(self.len) - (va - self.va);
+        self.state == KeyState::Valid
+            && self.same_pd
+            && self.bound_to_qp
+            && self.access & need == need
+            && inside
+    }
 }
 
 impl Conn {
@@ -138,7 +217,9 @@ pub struct Observation {
     pub events: Vec<String>,
     /// The exposed region's bytes.
     pub exposed: Vec<u8>,
-    /// Whether the private region still holds its pattern.
+    /// Whether the private region still holds its pattern, and so do the
+    /// bytes of the exposed keys' memory that no key lets the fuzzer
+    /// write (see [`EXPOSED_KEYS`]).
     pub private_intact: bool,
     /// A SEND and an RDMA WRITE on the untouched control QP succeeded.
     pub control_ok: bool,

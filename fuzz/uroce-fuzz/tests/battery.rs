@@ -180,12 +180,15 @@ mod witness {
             Mistake::WriteWithoutRemoteWrite => rc(vec![p(with_reth(
                 pkt(O::RC_RDMA_WRITE_ONLY, 0, 8),
                 0,
-                Key::Private,
+                Key::Exposed(0),
                 8,
             ))]),
-            // The simulated target exposes no key of another PD (its
-            // `Conn::keys` is empty).
-            Mistake::OtherPdKeyAccepted => None,
+            Mistake::OtherPdKeyAccepted => rc(vec![p(with_reth(
+                pkt(O::RC_RDMA_WRITE_ONLY, 0, 8),
+                0,
+                Key::Exposed(4),
+                8,
+            ))]),
             Mistake::RkeyBoundsOffByOne => rc(vec![p(with_reth(
                 pkt(O::RC_RDMA_READ_REQUEST, 0, 0),
                 4096 - 2047,

@@ -17,7 +17,7 @@ use uroce_verbs::QpType;
 pub struct TargetArgs {
     /// `sim` (uroce's QP machines on the simulated network), `sim:BUG`
     /// with a planted bug (`write-inside-send`, `long-read`,
-    /// `ghost-ack`), or
+    /// `ghost-ack`, `window-any-qp`), or
     /// `udp:IP` (a live RoCEv2 device at IP, observed through
     /// uroce-fuzz-agent).
     #[arg(long, default_value = "sim")]
@@ -50,8 +50,12 @@ pub struct FuzzArgs {
     #[arg(long, default_value = "rc")]
     pub qp: String,
     /// `fields` (single packets, every header field mutated),
-    /// `sequence` (stateful request sequences) or `responder` (RC: the
-    /// target posts requests, the fuzzer answers them, mutated).
+    /// `sequence` (stateful request sequences), `responder` (RC: the
+    /// target posts requests, the fuzzer answers them, mutated), `keys`
+    /// (requests with the target's other keys: rights lacking, another
+    /// PD, deregistered, windows; UD: Q_Key and source-QP mismatches) or
+    /// `duplicates` (duplicates, PSNs ahead, messages interrupted, for
+    /// every opcode class).
     #[arg(long, default_value = "fields")]
     pub mode: String,
     /// Seed: the same seed makes the same cases.
@@ -212,7 +216,7 @@ pub fn run(a: FuzzArgs) -> ExitCode {
         return fail(&format!("--qp {}: rc, uc or ud", a.qp));
     };
     let Some(mode) = Mode::from_name(&a.mode) else {
-        return fail(&format!("--mode {}: fields, sequence or responder", a.mode));
+        return fail(&format!("--mode {}: {}", a.mode, Mode::NAMES.join(", ")));
     };
     if mode == Mode::Responder && qp_type != QpType::Rc {
         return fail("--mode responder needs --qp rc (only RC requests are answered)");
