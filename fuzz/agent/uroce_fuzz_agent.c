@@ -14,12 +14,13 @@
  * Protocol (one command per line, answers end with "end" or are one line):
  *   setup rc|uc|ud RECVS FUZZER_IP FUZZER_QPN FUZZER_PSN
  *     -> ok qpn=N control_qpn=N rq_psn=N sq_psn=N va=N len=N rkey=N
- *           private_rkey=N qkey=N mtu=N
+ *           private_rkey=N qkey=N mtu=N recv_len=N
  *   post send|write|read|cas|faa WR_ID LEN LOCAL_OFF REMOTE_VA RKEY SWAP_ADD COMPARE
  *     -> ok | error WHY   (a signaled WR on the fuzzed QP; its local buffer
  *        is the exposed region at LOCAL_OFF: the fuzzer answers as responder)
  *   observe
- *     -> log LINE / state N / wc WR_ID STATUS RECV / event NAME / exposed HEX /
+ *     -> log LINE / state N / event NAME / exposed HEX /
+ *        wc WR_ID STATUS RECV OPCODE BYTE_LEN WC_FLAGS IMM INVALIDATED_RKEY SRC_QP /
  *        private ok|changed / control ok|fail / end
  *   ping -> pong
  *   quit
@@ -303,10 +304,10 @@ static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, 
   }
   fprintf(out,
           "ok qpn=%u control_qpn=%u rq_psn=%u sq_psn=%u va=%llu len=%u rkey=%u "
-          "private_rkey=%u qkey=%u mtu=%d\n",
+          "private_rkey=%u qkey=%u mtu=%d recv_len=%u\n",
           fqp->qp_num, cqp ? cqp->qp_num : 0, fpsn & 0xffffff, sq_psn,
           (unsigned long long)(uintptr_t)exposed, REGION, exposed_mr->rkey, private_mr->rkey,
-          QKEY, mtu_bytes);
+          QKEY, mtu_bytes, rlen);
 }
 
 /* -k: the kernel log (/dev/kmsg, from the agent's start): new lines that
@@ -350,7 +351,9 @@ static void observe(FILE *out) {
   for (int q = 0; q < 2; q++)
     while ((n = ibv_poll_cq(q ? frcq : fcq, 16, wc)) > 0)
       for (int i = 0; i < n; i++)
-        fprintf(out, "wc %llu %d %d\n", (unsigned long long)wc[i].wr_id, wc[i].status, q);
+        fprintf(out, "wc %llu %d %d %d %u %u %u %u %u\n", (unsigned long long)wc[i].wr_id,
+                wc[i].status, q, (int)wc[i].opcode, wc[i].byte_len, (unsigned)wc[i].wc_flags,
+                ntohl(wc[i].imm_data), wc[i].invalidated_rkey, wc[i].src_qp);
   struct ibv_async_event ev;
   while (ibv_get_async_event(ctx, &ev) == 0) {
     fprintf(out, "event %s\n", ibv_event_type_str(ev.event_type));

@@ -30,6 +30,7 @@ pub mod diff;
 pub mod gen;
 pub mod live;
 pub mod minimize;
+pub mod model;
 pub mod oracle;
 pub mod pair;
 pub mod replay;
@@ -196,6 +197,14 @@ pub fn run_case(
             });
         }
     };
+    let mut obs = obs;
+    obs.answers = Some(
+        packets
+            .iter()
+            .filter(|p| !p.sent)
+            .map(|p| p.bytes.clone())
+            .collect(),
+    );
     let violations = oracle::check(&conn, case, &obs);
     Ok(Outcome {
         conn,

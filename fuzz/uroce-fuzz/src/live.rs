@@ -155,6 +155,7 @@ impl Target for LiveTarget {
             mtu: f("mtu")? as u32,
             recvs_posted: recvs.min(64),
             keys: Vec::new(),
+            recv_len: field(l, "recv_len").map(|v| v as u32),
         })
     }
 
@@ -239,6 +240,7 @@ impl Target for LiveTarget {
             private_intact: false,
             control_ok: false,
             log: Vec::new(),
+            answers: None,
         };
         for l in &lines {
             let (word, rest) = l.split_once(' ').unwrap_or((l, ""));
@@ -256,12 +258,8 @@ impl Target for LiveTarget {
                         .split_whitespace()
                         .filter_map(|x| x.parse().ok())
                         .collect();
-                    if let [wr_id, status, recv] = v[..] {
-                        o.completions.push(Completion {
-                            wr_id,
-                            status: status as u32,
-                            recv: recv != 0,
-                        });
+                    if let Some(c) = completion(&v) {
+                        o.completions.push(c);
                     }
                 }
                 "event" => o.events.push(rest.to_string()),
@@ -275,6 +273,31 @@ impl Target for LiveTarget {
         }
         Ok(o)
     }
+}
+
+/// A completion from the numbers of the agent's `wc` line: `WR_ID STATUS
+/// RECV`, then (agents that report them) `OPCODE BYTE_LEN WC_FLAGS IMM
+/// INVALIDATED_RKEY SRC_QP`; the details kept only of a successful one,
+/// the immediate and the invalidated key only where the flags say
+/// (`IBV_WC_WITH_IMM` 2, `IBV_WC_WITH_INV` 8).
+fn completion(v: &[u64]) -> Option<Completion> {
+    let [wr_id, status, recv, ref more @ ..] = *v else {
+        return None;
+    };
+    let mut c = Completion {
+        wr_id,
+        status: status as u32,
+        recv: recv != 0,
+        ..Completion::default()
+    };
+    if let ([opcode, byte_len, flags, imm, inv, src_qp, ..], 0) = (more, status) {
+        c.opcode = Some(*opcode as u32);
+        c.byte_len = Some(*byte_len as u32);
+        c.imm = (flags & 2 != 0).then_some(*imm as u32);
+        c.invalidated_rkey = (flags & 8 != 0).then_some(*inv as u32);
+        c.src_qp = (c.recv && *src_qp != 0).then_some(*src_qp as u32);
+    }
+    Some(c)
 }
 
 /// An IPv4 datagram from `src` to `dst` around the RoCEv2 `packet`, with

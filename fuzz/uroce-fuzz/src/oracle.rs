@@ -17,7 +17,11 @@
 //!   a WR completes successfully only if the case answered it (an ACK,
 //!   a sequence or RNR NAK past it, or a later response, at a PSN the
 //!   target sent; a READ's last response; an atomic ACK at its PSN), and
-//!   a successful READ holds the bytes its responses carried.
+//!   a successful READ holds the bytes its responses carried;
+//! * the reference model ([`crate::model`]): the answers, receive
+//!   completions, QP state and region bytes are one of the outcomes the
+//!   spec allows for the case's packets ([`Violation::Model`] names the
+//!   rule and its section).
 
 use super::case::{Case, Key, PacketSpec, Post, PostOp};
 use super::target::{Conn, Observation, PATTERN};
@@ -64,6 +68,18 @@ pub enum Violation {
         /// First wrong offset in the region.
         offset: usize,
     },
+    /// The reference model ([`crate::model`]) allows no outcome like
+    /// the one observed.
+    Model {
+        /// The rule broken (an id of [`crate::model::rules`]).
+        rule: String,
+        /// Where the spec states it.
+        section: String,
+        /// What the model allowed.
+        allowed: String,
+        /// What was observed.
+        observed: String,
+    },
     /// More successful receives than messages sent.
     TooManyReceives {
         /// Successful receive completions.
@@ -92,6 +108,9 @@ impl Violation {
             Violation::OutOfOrderCompletion(_) => "out-of-order-completion",
             Violation::UnearnedSuccess(_) => "unearned-success",
             Violation::ReadDataWrong { .. } => "read-data-wrong",
+            Violation::Model { rule, .. } => {
+                crate::model::rules::find(rule).map_or("model", |r| r.id)
+            }
         }
     }
 
@@ -117,6 +136,7 @@ impl Violation {
             Violation::TooManyReceives { .. }
             | Violation::UnknownCompletion(_)
             | Violation::DuplicateCompletion(_) => "IBA 10.8: each WR completes exactly once",
+            Violation::Model { rule, .. } => crate::model::rules::find(rule).map_or("", |r| r.section),
             _ => "",
         }
     }
@@ -342,6 +362,18 @@ pub fn check(conn: &Conn, case: &Case, obs: &Observation) -> Vec<Violation> {
     if !obs.control_ok {
         v.push(Violation::ControlQpBroken);
     }
+    if let crate::model::Verdict::Illegal(ms) = crate::model::judge(conn, case, obs) {
+        v.extend(ms.into_iter().map(|m| {
+            Violation::Model {
+                section: crate::model::rules::find(m.rule)
+                    .map_or("", |r| r.section)
+                    .into(),
+                rule: m.rule.into(),
+                allowed: m.allowed,
+                observed: m.observed,
+            }
+        }));
+    }
     v
 }
 
@@ -373,6 +405,7 @@ mod tests {
             mtu: 1024,
             recvs_posted: 8,
             keys: Vec::new(),
+            recv_len: Some(4096),
         }
     }
 
@@ -414,6 +447,7 @@ mod tests {
             wr_id,
             status: 0,
             recv: false,
+            ..Completion::default()
         };
         let obs = Observation {
             alive: true,
@@ -424,6 +458,7 @@ mod tests {
             private_intact: true,
             control_ok: true,
             log: Vec::new(),
+            answers: None,
         };
         (case, obs)
     }
@@ -469,6 +504,7 @@ mod tests {
             wr_id: 99,
             status: 0,
             recv: false,
+            ..Completion::default()
         });
         obs.completions.push(obs.completions[1].clone());
         assert_eq!(

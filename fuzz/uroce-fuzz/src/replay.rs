@@ -811,6 +811,7 @@ mod tests {
             mtu: 1024,
             recvs_posted: 0,
             keys: Vec::new(),
+            recv_len: None,
         };
         let path = tmp("ud.pcap");
         let mut cap = Capture::create(&path).expect("create");

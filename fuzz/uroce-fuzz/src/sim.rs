@@ -21,7 +21,9 @@ use uroce_provider::qp_attr::{AttrMask, QpAttr};
 use uroce_provider::testing::{self, sge, PairParams, Side};
 use uroce_provider::transport::{Nanos, RxMeta};
 use uroce_provider::transport::{QpMachine, Transmit};
-use uroce_provider::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
+use uroce_provider::types::{
+    Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Wc, WcFlags, WcStatus, WrOpcode,
+};
 use uroce_wire::packet::ParsedPacket;
 use uroce_wire::{Operation, Position, Psn};
 
@@ -501,6 +503,24 @@ impl SimTarget {
     }
 }
 
+/// What the fuzzer keeps of a completion: everything, with the details
+/// (opcode, length, immediate, invalidated key, source QP) of a
+/// successful one only, as the verbs define them only there.
+fn completion(wc: &Wc, recv: bool) -> Completion {
+    let ok = wc.status == WcStatus::Success;
+    let flag = |f: WcFlags| ok && wc.wc_flags.contains(f);
+    Completion {
+        wr_id: wc.wr_id,
+        status: wc.status as u32,
+        recv,
+        opcode: ok.then_some(wc.opcode as u32),
+        byte_len: ok.then_some(wc.byte_len),
+        imm: flag(WcFlags::WITH_IMM).then_some(wc.imm_data),
+        invalidated_rkey: flag(WcFlags::WITH_INV).then_some(wc.invalidated_rkey),
+        src_qp: (ok && recv && wc.src_qp != 0).then_some(wc.src_qp),
+    }
+}
+
 fn ip(o: [u8; 4]) -> IpAddr {
     IpAddr::from(o)
 }
@@ -614,6 +634,7 @@ impl Target for SimTarget {
             mtu: p.mtu.bytes(),
             recvs_posted: recvs,
             keys,
+            recv_len: Some(REGION as u32),
         };
         self.live = Some(Live {
             net,
@@ -704,18 +725,10 @@ impl Target for SimTarget {
         l.net.run_until(200_000_000, |_| false);
         let mut completions = Vec::new();
         while let Some(wc) = l.fuzzed.send_cq.poll_one() {
-            completions.push(Completion {
-                wr_id: wc.wr_id,
-                status: wc.status as u32,
-                recv: false,
-            });
+            completions.push(completion(&wc, false));
         }
         while let Some(wc) = l.fuzzed.recv_cq.poll_one() {
-            completions.push(Completion {
-                wr_id: wc.wr_id,
-                status: wc.status as u32,
-                recv: true,
-            });
+            completions.push(completion(&wc, true));
         }
         let mut events = Vec::new();
         while let Some(e) = l.fuzzed.events.get(Some(std::time::Duration::ZERO)) {
@@ -742,6 +755,7 @@ impl Target for SimTarget {
             private_intact,
             control_ok,
             log: Vec::new(),
+            answers: None,
         })
     }
 }

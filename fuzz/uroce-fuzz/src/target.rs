@@ -54,6 +54,11 @@ pub struct Conn {
     /// key on every target.
     #[serde(default)]
     pub keys: Vec<ExposedKey>,
+    /// Bytes each receive WR posted at set-up takes (None: not known;
+    /// the reference model then leaves a message longer than the MTU
+    /// open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recv_len: Option<u32>,
 }
 
 /// What kind of object a key names.
@@ -192,8 +197,11 @@ impl Conn {
     }
 }
 
-/// One completion the target reported.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One completion the target reported. The details after `recv` are
+/// what the target reported of a successful completion (absent in case
+/// files written before they were kept, and on targets that do not
+/// report them).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completion {
     /// Work request ID.
     pub wr_id: u64,
@@ -201,6 +209,21 @@ pub struct Completion {
     pub status: u32,
     /// Whether it came from the receive queue.
     pub recv: bool,
+    /// Opcode (`ibv_wc_opcode` number: 128 RECV, 129 RECV_RDMA_WITH_IMM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opcode: Option<u32>,
+    /// Bytes received (a receive), or transferred.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub byte_len: Option<u32>,
+    /// Immediate data (when the completion has `IBV_WC_WITH_IMM`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imm: Option<u32>,
+    /// The R_Key a SEND with Invalidate invalidated (`IBV_WC_WITH_INV`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalidated_rkey: Option<u32>,
+    /// Source QP (UD receives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_qp: Option<u32>,
 }
 
 /// What the target lets the fuzzer see after a case.
@@ -225,6 +248,12 @@ pub struct Observation {
     pub control_ok: bool,
     /// Problems the target itself reported (kernel log lines, ...).
     pub log: Vec<String>,
+    /// The packets the target sent to the fuzzer during the case (UDP
+    /// payloads, in order), as the case's run collected them; None where
+    /// they were not recorded (the reference model then judges no
+    /// answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<Vec<Vec<u8>>>,
 }
 
 impl Observation {
@@ -240,6 +269,7 @@ impl Observation {
             private_intact: true,
             control_ok: false,
             log: why,
+            answers: None,
         }
     }
 }
