@@ -19,7 +19,7 @@ fn every_planted_mistake_is_found_and_the_clean_target_passes() {
     let mut text = Vec::new();
     let verdict = battery::report(&outcomes, &mut text);
     let text = String::from_utf8_lossy(&text);
-    println!("{text}");
+    println!("\n{text}");
     assert!(
         verdict.clean_finding.is_none(),
         "the clean target has a finding: {:?}",
