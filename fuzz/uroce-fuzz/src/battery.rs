@@ -15,6 +15,7 @@
 //! with the reason; the battery (`tests/battery.rs`) fails when any other
 //! mistake is missed.
 
+use crate::attack::{AttackConfig, Verdict as AttackVerdict};
 use crate::case::Case;
 use crate::gen::{Generator, Mode};
 use crate::run_case;
@@ -24,38 +25,58 @@ use std::time::{Duration, Instant};
 use uroce_provider::planted::Mistake;
 use uroce_provider::types::QpType;
 
-/// One fuzzing run of the battery: a mode on a transport, its seed and
-/// its budget of cases.
+/// What a run of the battery drives: a generator of `uroce fuzz`, or
+/// `uroce fuzz attack`'s attacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    /// `uroce fuzz --mode MODE`: cases judged by the oracles.
+    Fuzz(Mode),
+    /// `uroce fuzz attack`: every attack, judged by its verdict.
+    Attack,
+}
+
+/// One run of the battery: a mode (or the attacks) on a transport, its
+/// seed and its budget (cases; for the attacks: packets per attack).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Run {
-    /// Generator.
-    pub mode: Mode,
+    /// Generator or attacks.
+    pub driver: Driver,
     /// Transport of the fuzzed QP.
     pub qp_type: QpType,
     /// Seed of the generator and of the simulated network.
     pub seed: u64,
-    /// Cases at most.
+    /// Cases at most (attacks: packets per attack).
     pub cases: u64,
 }
 
 impl Run {
     const fn new(mode: Mode, qp_type: QpType, seed: u64, cases: u64) -> Run {
         Run {
-            mode,
+            driver: Driver::Fuzz(mode),
             qp_type,
             seed,
             cases,
         }
     }
 
+    const fn attack(qp_type: QpType, budget: u64) -> Run {
+        Run {
+            driver: Driver::Attack,
+            qp_type,
+            seed: 1,
+            cases: budget,
+        }
+    }
+
     /// `mode/transport`, as the report prints it.
     pub fn label(&self) -> String {
-        let mode = match self.mode {
-            Mode::Fields => "fields",
-            Mode::Sequence => "sequence",
-            Mode::Responder => "responder",
-            Mode::Keys => "keys",
-            Mode::Duplicates => "duplicates",
+        let mode = match self.driver {
+            Driver::Fuzz(Mode::Fields) => "fields",
+            Driver::Fuzz(Mode::Sequence) => "sequence",
+            Driver::Fuzz(Mode::Responder) => "responder",
+            Driver::Fuzz(Mode::Keys) => "keys",
+            Driver::Fuzz(Mode::Duplicates) => "duplicates",
+            Driver::Attack => "attack",
         };
         format!("{mode}/{}", format!("{:?}", self.qp_type).to_lowercase())
     }
@@ -83,6 +104,8 @@ pub const RUNS: &[Run] = &[
     Run::new(Mode::Fields, QpType::Ud, 1, 500),
     Run::new(Mode::Keys, QpType::Ud, 1, 500),
     Run::new(Mode::Duplicates, QpType::Ud, 1, 500),
+    Run::attack(QpType::Rc, 256),
+    Run::attack(QpType::Uc, 256),
 ];
 
 /// Mistakes the oracles are known to miss today, with the reason: printed
@@ -120,8 +143,10 @@ pub struct Hit {
     pub oracles: Vec<&'static str>,
     /// The IBA rules they name (where known).
     pub rules: Vec<&'static str>,
-    /// The case.
+    /// The case (empty for an attack).
     pub case: Case,
+    /// What else the report says (the attacks that succeeded).
+    pub detail: String,
 }
 
 /// One target's result: the first hit, if any, and the cases run.
@@ -174,11 +199,30 @@ pub fn hunt(mistake: Option<Mistake>, runs: &[Run]) -> Outcome {
     let mut first = None;
     let bug = mistake.map(PlantedBug::Mistake);
     for run in runs {
+        let Driver::Fuzz(mode) = run.driver else {
+            if let Some(hit) = attack(run, mistake) {
+                total += hit.cases;
+                flagged += 1;
+                if mistake.is_some() {
+                    return Outcome {
+                        mistake,
+                        hit: Some(hit),
+                        flagged,
+                        cases: total,
+                        elapsed: start.elapsed(),
+                    };
+                }
+                first.get_or_insert(hit);
+            } else {
+                total += crate::attack::ATTACKS.len() as u64;
+            }
+            continue;
+        };
         let mut target = SimTarget::new(run.seed, bug);
         let Ok(probe) = target.setup(run.qp_type, RECVS) else {
             continue;
         };
-        let gen = Generator::new(run.seed, run.mode);
+        let gen = Generator::new(run.seed, mode);
         for index in 0..run.cases {
             let case = gen.case(index, &probe);
             total += 1;
@@ -207,6 +251,7 @@ pub fn hunt(mistake: Option<Mistake>, runs: &[Run]) -> Outcome {
                 oracles,
                 rules,
                 case,
+                detail: String::new(),
             };
             if mistake.is_some() {
                 return Outcome {
@@ -227,6 +272,45 @@ pub fn hunt(mistake: Option<Mistake>, runs: &[Run]) -> Outcome {
         cases: total,
         elapsed: start.elapsed(),
     }
+}
+
+/// Runs every attack of `uroce fuzz attack` on the simulated target with
+/// `mistake` planted. A hit: an attack whose verdict differs from the
+/// clean target's (on which some succeed by design: a fixed QPN, one
+/// packet kills an RC QP as IBA has it; the attacks' own tests pin
+/// those). The clean target itself has no hit. `Hit::cases` counts the
+/// attacks run up to the first that differs.
+fn attack(run: &Run, mistake: Option<Mistake>) -> Option<Hit> {
+    let mistake = mistake?;
+    let cfg = AttackConfig {
+        qp_type: run.qp_type,
+        budget: run.cases,
+        spoof: None,
+    };
+    let verdicts = |bug: Option<Mistake>| -> Vec<(String, AttackVerdict)> {
+        let mut t = SimTarget::new(run.seed, bug.map(PlantedBug::Mistake));
+        crate::attack::run(&mut t, &cfg, &[], |_| {})
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| (r.name, r.verdict))
+            .collect()
+    };
+    let clean = verdicts(None);
+    let planted = verdicts(Some(mistake));
+    let changed: Vec<String> = planted
+        .iter()
+        .filter(|v| !clean.contains(v))
+        .map(|(name, verdict)| format!("{name}: {verdict:?}"))
+        .collect();
+    let index = planted.iter().position(|v| !clean.contains(v))?;
+    Some(Hit {
+        run: *run,
+        cases: index as u64 + 1,
+        oracles: vec!["attack verdict"],
+        rules: Vec::new(),
+        case: Case { steps: Vec::new() },
+        detail: changed.join(", "),
+    })
 }
 
 /// The whole battery: the clean target and every mistake, on `threads`
@@ -305,10 +389,15 @@ pub fn report(outcomes: &[Outcome], out: &mut dyn std::io::Write) -> Verdict {
             Some(h) => {
                 let _ = writeln!(
                     out,
-                    "{name:<27} {result:<15} {:<14} {:>6}  {}",
+                    "{name:<27} {result:<15} {:<14} {:>6}  {}{}",
                     h.run.label(),
                     h.cases,
-                    h.oracles.join(", ")
+                    h.oracles.join(", "),
+                    if h.detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", h.detail)
+                    }
                 );
             }
             None => {
