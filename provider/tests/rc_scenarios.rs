@@ -738,3 +738,48 @@ fn write_with_imm_rnr_then_receive_posted() {
         assert_eq!(got, data);
     }
 }
+
+/// Regression (found by the fuzzer's reference model): the requester
+/// took a READ response by its PSN and whether it ended the READ, not by
+/// its opcode, so a LAST answering a one-packet READ (or a MIDDLE in a
+/// FIRST's place) completed it successfully. The response of a one-packet
+/// READ is held back, then delivered with its opcode byte rewritten (the
+/// ONLY and LAST headers have the same layout) and its ICRC again.
+fn read_answered_by(p: &mut RcPair, op: Opcode) -> WcStatus {
+    let remote = p.mr(false, 1000, ALL);
+    let local = p.mr(true, 1000, ALL);
+    remote.write(0, &data(1000)).unwrap();
+    let held: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let h = held.clone();
+    p.net.set_filter(move |w: &Wire<'_>| {
+        let mut h = h.lock().unwrap();
+        if w.pkt.info.operation == Operation::RdmaReadResponse && h.is_empty() {
+            h.push(w.pkt.bytes.to_vec());
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    });
+    let mut w = wr(1, WrOpcode::RdmaRead, &[sge(&local, 0, 1000)]);
+    w.remote_addr = remote.iova();
+    w.rkey = remote.rkey();
+    p.post_send(true, w);
+    p.settle(100_000);
+    let (a, b) = (p.a.ip, p.b.ip);
+    let mut pkt = held.lock().unwrap()[0].clone();
+    pkt[0] = op.0;
+    let ctx = uroce_wire::icrc::IpContext::between(b, a, 4791, 4791);
+    uroce_wire::icrc::write(&ctx, &mut pkt).unwrap();
+    p.net.inject(b, a, pkt);
+    let s = p.wait(true, true, 1, 10 * SEC);
+    s[0].status
+}
+
+#[test]
+fn a_read_response_out_of_its_opcode_sequence_is_not_taken() {
+    let mut p = pair();
+    let only = Opcode::RC_RDMA_READ_RESPONSE_ONLY;
+    assert_eq!(read_answered_by(&mut p, only), WcStatus::Success);
+    let mut p = pair();
+    let status = read_answered_by(&mut p, Opcode::RC_RDMA_READ_RESPONSE_LAST);
+    assert_ne!(status, WcStatus::Success, "a LAST without FIRST");
+}

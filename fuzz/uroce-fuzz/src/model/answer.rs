@@ -158,15 +158,15 @@ fn nak_name(code: u8) -> &'static str {
 /// What the model allows (and maybe requires) of the answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Want {
-    /// An ACK naming a PSN in `from .. from + n`, with this MSN (None:
-    /// any).
+    /// An ACK naming a PSN in `from .. from + n`, with an MSN in this
+    /// range (inclusive; None: any).
     Ack {
         /// First PSN.
         from: u32,
         /// How many.
         n: u32,
-        /// MSN.
-        msn: Option<u32>,
+        /// MSN range.
+        msn: Option<(u32, u32)>,
     },
     /// A NAK at `psn` with one of `codes`.
     Nak {
@@ -215,7 +215,8 @@ impl Want {
     fn allows(&self, s: &Seen) -> bool {
         match (self, s) {
             (Want::Ack { from, n, msn }, Seen::Ack { psn, msn: m }) => {
-                psn_diff(*psn, *from) < *n && msn.is_none_or(|x| x == *m)
+                psn_diff(*psn, *from) < *n
+                    && msn.is_none_or(|(lo, hi)| psn_diff(*m, lo) <= psn_diff(hi, lo))
             }
             (Want::Nak { psn, codes }, Seen::Nak { psn: p, code }) => {
                 psn == p && codes.contains(code)
@@ -282,9 +283,16 @@ impl Want {
 impl fmt::Display for Want {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Want::Ack { from, n: 1, msn } => write!(f, "ACK PSN {from:#x} MSN {msn:?}"),
-            Want::Ack { from, n, .. } => {
-                write!(f, "ACK PSN {from:#x}..={:#x}", psn_add(*from, n - 1))
+            Want::Ack { from, n, msn } => {
+                write!(f, "ACK PSN {from:#x}")?;
+                if *n > 1 {
+                    write!(f, "..={:#x}", psn_add(*from, n - 1))?;
+                }
+                match msn {
+                    Some((lo, hi)) if lo == hi => write!(f, " MSN {lo}"),
+                    Some((lo, hi)) => write!(f, " MSN {lo}..={hi}"),
+                    None => Ok(()),
+                }
             }
             Want::Nak { psn, codes } => {
                 let names: Vec<&str> = codes.iter().map(|&c| nak_name(c)).collect();

@@ -34,6 +34,7 @@
 pub mod answer;
 pub mod memory;
 pub mod rc;
+pub mod requester;
 pub mod rules;
 pub mod uc;
 pub mod ud;
@@ -47,7 +48,7 @@ use answer::{Expect, Mismatch, Seen, Want};
 use memory::Region;
 use rules::Rule;
 use uroce_provider::types::{QpState, QpType};
-use uroce_wire::{AtomicEthRepr, DethRepr, OpcodeInfo, RethRepr};
+use uroce_wire::{AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, OpcodeInfo, RethRepr};
 
 /// The most worlds the model follows at once.
 pub const MAX_WORLDS: usize = 64;
@@ -82,6 +83,10 @@ pub struct Pkt {
     pub ieth: Option<u32>,
     /// DETH.
     pub deth: Option<DethRepr>,
+    /// AETH.
+    pub aeth: Option<AethRepr>,
+    /// AtomicAckETH.
+    pub atomic_ack: Option<AtomicAckEthRepr>,
     /// Payload.
     pub payload: Vec<u8>,
     /// The packet in a finding's words ("packet 3: RC_SEND_ONLY PSN +2").
@@ -232,6 +237,15 @@ impl World {
         });
     }
 
+    /// The QP enters Error: it sends nothing more, so answers it had yet
+    /// to send (READ responses, ACKs held behind them) may never go out.
+    pub fn enter_error(&mut self) {
+        self.err = true;
+        for e in &mut self.expects {
+            e.required = false;
+        }
+    }
+
     /// This world cannot be judged.
     pub fn open(mut self, why: impl Into<String>) -> World {
         self.open.get_or_insert(why.into());
@@ -276,13 +290,13 @@ pub enum Verdict {
 }
 
 /// The packets of `case` as they reach the fuzzed QP, in order with the
-/// posts (None: a post).
-fn inputs(conn: &Conn, case: &Case) -> Vec<Option<Input>> {
+/// posts (Err: a post).
+fn inputs<'a>(conn: &Conn, case: &'a Case) -> Vec<Result<Input, &'a crate::case::Post>> {
     let mut out = Vec::new();
     let mut i = 0;
     for s in &case.steps {
         match s {
-            Step::Post(_) => out.push(None),
+            Step::Post(w) => out.push(Err(w)),
             Step::Wait(_) => {}
             Step::Packet(p) => {
                 i += 1;
@@ -297,7 +311,7 @@ fn inputs(conn: &Conn, case: &Case) -> Vec<Option<Input>> {
                 let off = answer::psn_diff(psn, conn.rq_psn) as i32;
                 let off = if off >= 1 << 23 { off - (1 << 24) } else { off };
                 match uroce_wire::packet::parse(&bytes) {
-                    Ok(k) => out.push(Some(Input::Pkt(Pkt {
+                    Ok(k) => out.push(Ok(Input::Pkt(Pkt {
                         info: k.info,
                         psn,
                         ack_req: k.bth.ack_req,
@@ -306,10 +320,12 @@ fn inputs(conn: &Conn, case: &Case) -> Vec<Option<Input>> {
                         imm: k.imm(),
                         ieth: k.ieth(),
                         deth: k.deth(),
+                        aeth: k.aeth(),
+                        atomic_ack: k.atomic_ack(),
                         payload: k.payload.to_vec(),
                         why: format!("packet {i}: {} PSN {off:+}", k.info.name),
                     }))),
-                    Err(e) => out.push(Some(Input::Malformed {
+                    Err(e) => out.push(Ok(Input::Malformed {
                         psn,
                         why: format!("packet {i}: opcode {:#04x} PSN {off:+} ({e})", bytes[0]),
                     })),
@@ -324,8 +340,17 @@ fn inputs(conn: &Conn, case: &Case) -> Vec<Option<Input>> {
 pub fn run(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
     let mut worlds = vec![World::new(conn)];
     for input in inputs(conn, case) {
-        let Some(input) = input else {
-            return Err("the case has the target post requests (requester not modelled)".into());
+        let input = match input {
+            Ok(i) => i,
+            Err(post) => {
+                for w in &mut worlds {
+                    match &mut w.t {
+                        Transport::Rc(r) => r.req.post(post, conn.sq_psn, conn.mtu),
+                        _ => return Err("posts on a UC or UD QP are not modelled".into()),
+                    }
+                }
+                continue;
+            }
         };
         let mut next = Vec::new();
         for w in worlds {
@@ -343,6 +368,17 @@ pub fn run(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
         }
         worlds = next;
     }
+    // Requests still unanswered fail once their retries run out.
+    let worlds = worlds
+        .into_iter()
+        .map(|mut w| {
+            if matches!(w.t, Transport::Rc(_)) && !w.err && requester::busy(&mut w) {
+                requester::give_up(w)
+            } else {
+                w
+            }
+        })
+        .collect();
     Ok(worlds)
 }
 
@@ -396,6 +432,32 @@ fn compare(conn: &Conn, w: &World, obs: &Observation) -> Vec<Mismatch> {
                     format!(
                         "receive completion {} {:?} (for {})",
                         r.wr_id, r.status, r.why
+                    )
+                }),
+                observed: c.map_or("none".into(), |c| format!("{c:?}")),
+            });
+            break;
+        }
+    }
+    // The send completions, in posting order (IBA 10.8).
+    let want = requester::completions(w);
+    let got: Vec<&crate::target::Completion> = obs.completions.iter().filter(|c| !c.recv).collect();
+    for i in 0..want.len().max(got.len()) {
+        let (s, c) = (want.get(i), got.get(i));
+        let fits = match (s, c) {
+            (Some(s), Some(c)) => {
+                s.wr_id == c.wr_id
+                    && (s.status.contains(&c.status) || (s.status.is_empty() && c.status != 0))
+            }
+            _ => false,
+        };
+        if !fits {
+            out.push(Mismatch {
+                rule: rules::REQUESTER.id,
+                allowed: s.map_or("no further send completion".into(), |s| {
+                    format!(
+                        "send completion {:#x} status {:?} (empty: any error)",
+                        s.wr_id, s.status
                     )
                 }),
                 observed: c.map_or("none".into(), |c| format!("{c:?}")),

@@ -5,6 +5,7 @@
 
 use super::answer::{nak, psn_add, psn_diff, Want};
 use super::memory::{self, check_rkey, Place};
+use super::requester;
 use super::rules::{self, Rule};
 use super::{Input, Pkt, Recv, World, WC_RECV, WC_RECV_RDMA_WITH_IMM};
 use crate::target::{Conn, KeyState};
@@ -77,6 +78,10 @@ pub struct Rc {
     pub nak_sent: bool,
     /// Executed READs and atomics.
     pub records: Vec<Record>,
+    /// Each executed SEND or WRITE packet's PSN and the MSN after it.
+    pub acked_msn: Vec<(u32, u32)>,
+    /// The requester's side.
+    pub req: super::requester::Requester,
 }
 
 impl Rc {
@@ -88,6 +93,8 @@ impl Rc {
             cur: None,
             nak_sent: false,
             records: Vec::new(),
+            acked_msn: Vec::new(),
+            req: Default::default(),
         }
     }
 }
@@ -127,17 +134,43 @@ fn rc(w: &mut World) -> &mut Rc {
 /// One input on an RC QP.
 pub fn step(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
     if w.err {
-        // IBA 10.3.1: a QP in Error takes no packets.
+        // IBA 10.3.1: a QP in Error takes no packets. (A responder that
+        // holds new requests behind READ responses and answers
+        // duplicates at once may still answer a duplicate that arrived
+        // after the failing request but before it was executed.)
+        if let Input::Pkt(p) = input {
+            let epsn = rc(&mut w).epsn;
+            if p.info.is_request && classify(p.psn, epsn) == PsnClass::Duplicate {
+                return vec![duplicate(w, conn, p)];
+            }
+        }
         return vec![w];
     }
+    // The requester may have given up on its requests by now.
+    let mut out = Vec::new();
+    if requester::busy(&mut w) {
+        out.push(requester::give_up(w.clone()));
+    }
+    out.extend(packet(w, conn, input));
+    out
+}
+
+fn packet(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
     let p = match input {
-        Input::Malformed { psn, why } => return malformed(w, *psn, why),
+        Input::Malformed { psn, why } => {
+            // A request the responder cannot read, or a response the
+            // requester cannot read.
+            let mut out = malformed(w.clone(), *psn, why);
+            if requester::busy(&mut w) {
+                out.push(requester::fail(w, Vec::new()));
+            }
+            return out;
+        }
         Input::Pkt(p) => p,
     };
     if !p.info.is_request {
-        // A response: the requester has nothing outstanding (cases with
-        // posts are not judged), so it is dropped.
-        return vec![w];
+        // A response: for the requester.
+        return requester::response(w, conn, input);
     }
     if p.info.transport != Wire::Rc {
         // IBA 9.6: an opcode of another transport; dropped, or taken
@@ -203,10 +236,15 @@ fn duplicate(mut w: World, conn: &Conn, p: &Pkt) -> World {
     let rule = rules::DUPLICATE;
     match p.info.operation {
         Operation::Send | Operation::RdmaWrite => {
+            // The MSN as of the duplicate's PSN, or any later one up to
+            // now (the ACK names a PSN from the duplicate's on).
+            let r = rc(&mut w);
+            let at = r.acked_msn.iter().rev().find(|x| x.0 == p.psn).map(|x| x.1);
+            let msn = at.map(|lo| (lo, r.msn));
             let want = Want::Ack {
                 from: p.psn,
                 n: since,
-                msn: None,
+                msn,
             };
             w.expect(want, false, rule, &p.why);
         }
@@ -214,6 +252,17 @@ fn duplicate(mut w: World, conn: &Conn, p: &Pkt) -> World {
             if let Some(reth) = p.reth {
                 let len = u64::from(reth.dma_len);
                 let place = check_rkey(conn, &w.keys, reth.rkey, reth.va, len, memory::REMOTE_READ);
+                // The requester asks again: the responder may abandon the
+                // responses of an earlier READ it still sends for these
+                // PSNs (they are answered by this one's).
+                for e in &mut w.expects {
+                    if let Want::Read { psn, bytes, mtu } = &e.want {
+                        let n = (bytes.len() as u32).div_ceil((*mtu).max(1)).max(1);
+                        if psn_diff(p.psn, *psn) < n {
+                            e.required = false;
+                        }
+                    }
+                }
                 if let Some(bytes) = read_bytes(&w, place, len) {
                     let want = Want::Read {
                         psn: p.psn,
@@ -271,7 +320,7 @@ fn fail(
         _ if may_take_recv => w.in_progress = Some(w.next_recv),
         _ => {}
     }
-    w.err = true;
+    w.enter_error();
     let codes = codes.to_vec();
     w.expect(Want::Nak { psn, codes }, !nak_optional, rule, why);
     w
@@ -283,26 +332,42 @@ struct Check {
     codes: &'static [u8],
     rule: &'static Rule,
     nak_optional: bool,
+    /// The spec leaves open whether this fails.
+    maybe: bool,
 }
 
 const INVALID: Check = Check {
     codes: &[nak::INVALID_REQUEST],
     rule: rules::INVALID_REQUEST,
     nak_optional: false,
+    maybe: false,
 };
 const ACCESS: Check = Check {
     codes: &[nak::REMOTE_ACCESS],
     rule: rules::REMOTE_ACCESS,
     nak_optional: false,
+    maybe: false,
 };
+
+/// The length check's failure for `p`, if any.
+fn length_check(p: &Pkt, mtu: u32) -> Option<Check> {
+    match length_ok(p, mtu) {
+        Ok(()) => None,
+        Err(maybe) => Some(Check { maybe, ..INVALID }),
+    }
+}
 
 /// IBA 9.7.5.1 length checks: FIRST and MIDDLE carry exactly one MTU,
 /// LAST and ONLY at most one.
-fn length_ok(p: &Pkt, mtu: u32) -> bool {
+/// A LAST without payload (no requester sends one: a message of whole
+/// MTUs ends with a full LAST) may be taken or refused: Err(true).
+pub fn length_ok(p: &Pkt, mtu: u32) -> Result<(), bool> {
     let n = p.payload.len() as u64;
     match p.info.position {
-        Position::First | Position::Middle => n == u64::from(mtu),
-        _ => n <= u64::from(mtu),
+        Position::First | Position::Middle if n == u64::from(mtu) => Ok(()),
+        Position::Last if n == 0 => Err(true),
+        Position::Last | Position::Only if n <= u64::from(mtu) => Ok(()),
+        _ => Err(false),
     }
 }
 
@@ -317,6 +382,17 @@ fn outcomes(
     rnr: bool,
     execute: impl FnOnce(World) -> World,
 ) -> Vec<World> {
+    // A check whose failure the spec leaves open fails in one world and
+    // passes in another.
+    let sure = failed.iter().all(|c| !c.maybe);
+    let mut out = outcomes_sure(w.clone(), p, failed, rnr);
+    if out.is_empty() || (!sure && failed.iter().all(|c| c.maybe) && !rnr) {
+        out.push(execute(w));
+    }
+    out
+}
+
+fn outcomes_sure(w: World, p: &Pkt, failed: &[Check], rnr: bool) -> Vec<World> {
     let mut out = Vec::new();
     if rnr {
         // IBA 9.7.6: RNR NAK at the request's PSN, nothing done.
@@ -324,8 +400,14 @@ fn outcomes(
         v.expect(Want::Rnr { psn: p.psn }, true, rules::RNR, &p.why);
         out.push(v);
     }
+    // A failed request may have taken the receive WR it needs.
+    let needs_recv = match p.info.operation {
+        Operation::Send => p.info.position.starts_message(),
+        Operation::RdmaWrite => p.info.position.ends_message() && p.imm.is_some(),
+        _ => false,
+    };
     for c in failed {
-        let took = p.info.position.starts_message();
+        let took = needs_recv;
         out.push(fail(
             w.clone(),
             c.codes,
@@ -334,9 +416,6 @@ fn outcomes(
             c.rule,
             &p.why,
         ));
-    }
-    if out.is_empty() {
-        out.push(execute(w));
     }
     out
 }
@@ -364,6 +443,8 @@ fn expected(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
         Operation::RdmaWrite => write(w, conn, p),
         Operation::RdmaReadRequest => read(w, conn, p),
         Operation::CompareSwap | Operation::FetchAdd => atomic(w, conn, p),
+        Operation::AtomicWrite => atomic_write(w, conn, p),
+        Operation::Flush => flush(w, conn, p),
         op => vec![w.open(format!("{op:?} is not modelled"))],
     }
 }
@@ -374,10 +455,11 @@ fn acked(mut w: World, p: &Pkt) -> World {
     let r = rc(&mut w);
     let (psn, msn) = (p.psn, r.msn);
     r.epsn = psn_add(psn, 1);
+    r.acked_msn.push((psn, msn));
     let want = Want::Ack {
         from: psn,
         n: 1,
-        msn: Some(msn),
+        msn: Some((msn, msn)),
     };
     w.expect(want, false, rules::ACK, &p.why);
     if p.ack_req {
@@ -395,9 +477,7 @@ fn send(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     let starts = p.info.position.starts_message();
     let ends = p.info.position.ends_message();
     let mut failed = Vec::new();
-    if !length_ok(p, conn.mtu) {
-        failed.push(INVALID);
-    }
+    failed.extend(length_check(p, conn.mtu));
     let so_far = match rc(&mut w).cur {
         Some(Msg::Send { len, .. }) => len,
         _ => 0,
@@ -419,6 +499,7 @@ fn send(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
             ],
             rule: rules::RECEIVE,
             nak_optional: true,
+            maybe: false,
         });
     }
     let rnr = starts && w.next_recv >= u64::from(conn.recvs_posted);
@@ -457,9 +538,7 @@ fn send(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
 fn write(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     let ends = p.info.position.ends_message();
     let mut failed = Vec::new();
-    if !length_ok(p, conn.mtu) {
-        failed.push(INVALID);
-    }
+    failed.extend(length_check(p, conn.mtu));
     let n = p.payload.len() as u64;
     let (place, dma, done) = match (&rc(&mut w).cur, p.reth) {
         (Some(Msg::Write { place, dma, done }), _) => (Some(*place), *dma, *done),
@@ -595,4 +674,80 @@ fn atomic(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
         w.expect(want, true, rules::ATOMIC, &p.why);
         w
     })
+}
+
+/// A FLUSH or ATOMIC WRITE executed: answered by an empty READ response
+/// ONLY (IBA 1.5) or, as some responders do, an ACK; it takes one PSN,
+/// completes a message, and is kept for a duplicate.
+fn placed(mut w: World, p: &Pkt) -> World {
+    let r = rc(&mut w);
+    r.epsn = psn_add(p.psn, 1);
+    r.msn = psn_add(r.msn, 1);
+    r.records.push(Record {
+        psn: p.psn,
+        orig: None,
+    });
+    let read = Want::Read {
+        psn: p.psn,
+        bytes: Vec::new(),
+        mtu: 1,
+    };
+    let ack = Want::Ack {
+        from: p.psn,
+        n: 1,
+        msn: None,
+    };
+    w.expect(read, false, rules::PLACEMENT, &p.why);
+    w.expect(ack, false, rules::PLACEMENT, &p.why);
+    w.expect(
+        Want::Covered { from: p.psn },
+        true,
+        rules::PLACEMENT,
+        &p.why,
+    );
+    w
+}
+
+/// IBA 1.5 ATOMIC WRITE: 8 bytes of payload placed as one store at an
+/// aligned address (else an invalid request) through an R_Key with the
+/// write or the atomic right (the spec's readers differ on which: a key
+/// with only one of them may be taken or refused), answered as
+/// [`placed`].
+fn atomic_write(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
+    let Some(reth) = p.reth else {
+        return vec![w.open("an ATOMIC WRITE without RETH")];
+    };
+    let invalid = p.payload.len() != 8 || reth.va % 8 != 0 || reth.dma_len != 8;
+    let check = |need| check_rkey(conn, &w.keys, reth.rkey, reth.va, 8, need);
+    let (by_write, by_atomic) = (check(memory::REMOTE_WRITE), check(memory::REMOTE_ATOMIC));
+    let mut failed = Vec::new();
+    if invalid {
+        failed.push(INVALID);
+    }
+    if by_write.is_none() || by_atomic.is_none() {
+        failed.push(ACCESS);
+    }
+    let mut out = Vec::new();
+    if !failed.is_empty() {
+        out = outcomes(w.clone(), p, &failed, false, |w| w);
+    }
+    if let (Some(place), false) = (by_write.or(by_atomic), invalid) {
+        let mut w = w;
+        match place {
+            Place::Exposed(off) => w.region.write(off, &p.payload),
+            _ => w.region.forget(0, conn.len as usize),
+        }
+        out.push(placed(w, p));
+    }
+    out
+}
+
+/// IBA 1.5 RDMA FLUSH: changes no byte; the R_Key needs the FLUSH right
+/// of its placement type, which the exposed region's registration may
+/// lack, and the QP may not take FLUSH at all: executed, or an invalid
+/// request, or a remote access error.
+fn flush(w: World, _conn: &Conn, p: &Pkt) -> Vec<World> {
+    let mut out = outcomes(w.clone(), p, &[INVALID, ACCESS], false, |w| w);
+    out.push(placed(w, p));
+    out
 }

@@ -50,6 +50,10 @@ rules! {
         "a READ is answered by its responses, one per MTU at consecutive PSNs from the request's (FIRST/MIDDLE/LAST or ONLY), carrying the region's bytes";
     ATOMIC = "model:atomic", "IBA 9.4.5 (atomic operations), 9.7.5.2 (duplicate atomics)",
         "an atomic is executed once and answered by an atomic ACK at its PSN with the original value; a duplicate gets the saved value";
+    PLACEMENT = "model:placement", "IBA 1.5 (memory placement extensions: RDMA FLUSH, ATOMIC WRITE)",
+        "an ATOMIC WRITE places its 8 bytes once; a FLUSH changes nothing; each is answered once executed (an empty READ response ONLY, or an ACK)";
+    REQUESTER = "model:requester", "IBA 9.7.4 (requester: ACK, coalesced ACK, implied NAK, NAK classes, retries), 10.8 (completions in posting order)",
+        "a request completes successfully only when answered (its ACK, a later ACK past a SEND or WRITE, its last READ response, its atomic ACK), in posting order; an error NAK fails it with the matching status and the QP; unanswered ones fail when retries run out; the rest are flushed";
     RECEIVE = "model:receive", "IBA 10.8 (work completions), 9.4.1 (SEND), 9.4.2 (WRITE with immediate), 10.6.7 (SEND with Invalidate)",
         "each message that consumes a receive WR completes it once, in order, with its opcode, length, immediate data and invalidated key";
     FLUSH = "model:flush", "IBA 10.3.1 (QP state Error), 10.8",

@@ -2,9 +2,13 @@
 //! uroce's own QP machines.
 
 use super::*;
+use crate::case::{Key, PacketSpec, Post, PostOp, Step};
 use crate::gen::{Generator, Mode};
 use crate::sim::SimTarget;
+use crate::target::{Completion, PATTERN};
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use uroce_wire::Opcode;
 
 /// Runs `n` cases of each mode and transport on the sim target and
 /// prints the model's verdicts (`UROCE_MODEL_SURVEY=N`).
@@ -16,9 +20,17 @@ fn survey() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
     for qp in [QpType::Rc, QpType::Uc, QpType::Ud] {
-        for mode in [Mode::Fields, Mode::Sequence] {
+        let modes: &[Mode] = match qp {
+            QpType::Rc => &[Mode::Fields, Mode::Sequence, Mode::Responder],
+            _ => &[Mode::Fields, Mode::Sequence],
+        };
+        for &mode in modes {
             let mut t = SimTarget::new(1, None);
-            let gen = Generator::new(7, mode);
+            let seed = std::env::var("UROCE_MODEL_SEED")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(7);
+            let gen = Generator::new(seed, mode);
             let probe = crate::target::Target::setup(&mut t, qp, 8).expect("sim");
             let mut tally: BTreeMap<String, u64> = BTreeMap::new();
             let mut shown = 0;
@@ -33,14 +45,437 @@ fn survey() {
                 };
                 if let (Verdict::Illegal(m), true) = (&v, shown < 3) {
                     shown += 1;
+                    println!("--- {qp:?} {mode:?} case {i}: {m:#?}");
+                    for s in &case.steps {
+                        println!("   {}", serde_json::to_string(s).unwrap_or_default());
+                    }
+                    for a in out.obs.answers.iter().flatten() {
+                        println!("   answer {:?}", answer::Seen::parse(a));
+                    }
+                    for p in out.packets.iter().filter(|p| !p.sent) {
+                        if let Ok(k) = uroce_wire::packet::parse(&p.bytes) {
+                            let psn = k.bth.psn.value();
+                            println!(
+                                "   sent {} psn {psn:#x} ({} bytes)",
+                                k.info.name,
+                                k.payload.len()
+                            );
+                        }
+                    }
+                    for i in inputs(&out.conn, &case) {
+                        match i {
+                            Ok(Input::Pkt(p)) => println!(
+                                "   input {} req {} psn {:#x} len {}",
+                                p.why,
+                                p.info.is_request,
+                                p.psn,
+                                p.payload.len()
+                            ),
+                            Ok(Input::Malformed { why, .. }) => println!("   input {why}"),
+                            Err(_) => {}
+                        }
+                    }
+                    for w in run(&out.conn, &case).unwrap_or_default() {
+                        println!("   world: {:?}", compare(&out.conn, &w, &out.obs));
+                    }
+                    let (c, s) = (&out.obs.completions, out.obs.qp_state);
                     println!(
-                        "--- {qp:?} {mode:?} case {i}: {m:#?}\n{}",
-                        serde_json::to_string(&case).unwrap_or_default()
+                        "   completions {c:?} state {s:?} conn sq_psn {:#x}",
+                        out.conn.sq_psn
                     );
                 }
                 *tally.entry(key).or_default() += 1;
             }
             println!("{qp:?} {mode:?}: {tally:?}");
         }
+    }
+}
+
+fn conn(qp_type: QpType) -> Conn {
+    let ip = |b| IpAddr::V4(Ipv4Addr::new(10, 0, 0, b));
+    Conn {
+        qp_type,
+        target: ip(1),
+        fuzzer: ip(2),
+        src_port: 4791,
+        qpn: 0x11,
+        fuzzer_qpn: 0x22,
+        control_qpn: 0x33,
+        rq_psn: 100,
+        sq_psn: 200,
+        va: 0x10_0000,
+        len: 4096,
+        rkey: 0x1234,
+        private_rkey: 0x5678,
+        qkey: 0x1111_1111,
+        mtu: 1024,
+        recvs_posted: 2,
+        keys: Vec::new(),
+        recv_len: Some(4096),
+    }
+}
+
+/// A request of `op` at `psn` (from the expected PSN), `len` bytes of
+/// `fill`, the RETH (if any) at offset 0 of the exposed region.
+fn req(op: Opcode, psn: i32, len: u16, fill: u8) -> PacketSpec {
+    let mut p = PacketSpec::new(op, psn);
+    p.payload = (len, fill);
+    p.reth = Some((0, Key::Valid, u32::from(len)));
+    p
+}
+
+/// An answer of the target: `op` at `psn` from the expected PSN (or, with
+/// `resp`, from the send PSN), with AETH `syndrome` and `msn`.
+fn answer(c: &Conn, op: Opcode, psn: i32, syndrome: u8, msn: u32) -> Vec<u8> {
+    let mut p = PacketSpec::new(op, psn);
+    p.aeth = Some((syndrome, msn));
+    p.emit(c).expect("emits")
+}
+
+fn case(steps: Vec<PacketSpec>) -> Case {
+    Case {
+        steps: steps.into_iter().map(Step::Packet).collect(),
+    }
+}
+
+fn recv(wr_id: u64, status: u32) -> Completion {
+    Completion {
+        wr_id,
+        status,
+        recv: true,
+        ..Completion::default()
+    }
+}
+
+fn send(wr_id: u64, status: u32) -> Completion {
+    Completion {
+        recv: false,
+        ..recv(wr_id, status)
+    }
+}
+
+/// What a target shows: RTS, nothing completed, the region untouched,
+/// no answers.
+fn quiet() -> Observation {
+    Observation {
+        alive: true,
+        qp_state: QpState::Rts,
+        completions: Vec::new(),
+        events: Vec::new(),
+        exposed: vec![PATTERN; 4096],
+        private_intact: true,
+        control_ok: true,
+        log: Vec::new(),
+        answers: Some(Vec::new()),
+    }
+}
+
+/// The rules the verdict names (empty: legal).
+fn broken(c: &Conn, k: &Case, o: &Observation) -> Vec<&'static str> {
+    match judge(c, k, o) {
+        Verdict::Legal => Vec::new(),
+        Verdict::Illegal(m) => m.iter().map(|m| m.rule).collect(),
+        Verdict::Open(why) => panic!("not judged: {why}"),
+    }
+}
+
+const ACK: u8 = 0x1f;
+
+#[test]
+fn a_duplicate_write_is_acked_again_not_executed_again() {
+    let c = conn(QpType::Rc);
+    let k = case(vec![
+        req(Opcode::RC_RDMA_WRITE_ONLY, 0, 8, 0x11),
+        req(Opcode::RC_RDMA_WRITE_ONLY, 0, 8, 0x22),
+    ]);
+    let mut o = quiet();
+    o.exposed[..8].fill(0x11);
+    let ack = answer(&c, Opcode::RC_ACKNOWLEDGE, 0, ACK, 1);
+    o.answers = Some(vec![ack.clone(), ack]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // Executed again: the duplicate's bytes.
+    o.exposed[..8].fill(0x22);
+    assert_eq!(broken(&c, &k, &o), [rules::EXECUTE_ONCE.id]);
+    // Not acknowledged at all (AckReq was set).
+    o.exposed[..8].fill(0x11);
+    o.answers = Some(Vec::new());
+    assert_eq!(broken(&c, &k, &o), [rules::ACK.id]);
+    // An ACK with another MSN than the messages completed.
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, ACK, 2)]);
+    assert!(broken(&c, &k, &o).contains(&rules::ACK.id));
+}
+
+#[test]
+fn a_duplicate_send_takes_no_second_receive() {
+    let c = conn(QpType::Rc);
+    let k = case(vec![
+        req(Opcode::RC_SEND_ONLY, 0, 8, 1),
+        req(Opcode::RC_SEND_ONLY, 0, 8, 1),
+    ]);
+    let mut o = quiet();
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, ACK, 1)]);
+    o.completions = vec![recv(0, 0)];
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    o.completions.push(recv(1, 0));
+    assert_eq!(broken(&c, &k, &o), [rules::RECEIVE.id]);
+    // The receive's length and opcode are judged where reported.
+    let mut r = recv(0, 0);
+    (r.opcode, r.byte_len) = (Some(WC_RECV), Some(9));
+    o.completions = vec![r];
+    assert_eq!(broken(&c, &k, &o), [rules::RECEIVE.id]);
+}
+
+#[test]
+fn a_duplicate_atomic_is_answered_with_the_saved_value() {
+    let c = conn(QpType::Rc);
+    let mut faa = PacketSpec::new(Opcode::RC_FETCH_ADD, 0);
+    faa.atomic = Some((0, Key::Valid, 1, 0));
+    let k = case(vec![faa.clone(), faa]);
+    let orig = u64::from_le_bytes([PATTERN; 8]);
+    let ack = |v: u64| {
+        let mut p = PacketSpec::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, 0);
+        p.aeth = Some((ACK, 1));
+        p.atomic_ack = Some(v);
+        p.emit(&c).expect("emits")
+    };
+    let mut o = quiet();
+    o.exposed[..8].copy_from_slice(&(orig + 1).to_le_bytes());
+    o.answers = Some(vec![ack(orig), ack(orig)]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // Replayed by executing again: the value after the first, and the
+    // region added to twice.
+    o.exposed[..8].copy_from_slice(&(orig + 2).to_le_bytes());
+    o.answers = Some(vec![ack(orig), ack(orig + 1)]);
+    let b = broken(&c, &k, &o);
+    assert!(b.contains(&rules::EXECUTE_ONCE.id), "{b:?}");
+    assert!(b.contains(&rules::ATOMIC.id), "{b:?}");
+}
+
+#[test]
+fn a_gap_is_naked_once_with_the_expected_psn() {
+    let c = conn(QpType::Rc);
+    let k = case(vec![
+        req(Opcode::RC_SEND_ONLY, 2, 8, 1),
+        req(Opcode::RC_SEND_ONLY, 3, 8, 1),
+    ]);
+    let mut o = quiet();
+    let nak = answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x60, 0);
+    o.answers = Some(vec![nak]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    o.answers = Some(Vec::new());
+    assert_eq!(broken(&c, &k, &o), [rules::SEQUENCE_NAK.id]);
+    // Naming the packet's PSN instead of the expected one.
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 2, 0x60, 0)]);
+    assert_eq!(
+        broken(&c, &k, &o),
+        [rules::UNEXPECTED_ANSWER.id, rules::SEQUENCE_NAK.id]
+    );
+    // Executed although out of sequence.
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x60, 0)]);
+    o.completions = vec![recv(0, 0)];
+    assert_eq!(broken(&c, &k, &o), [rules::RECEIVE.id]);
+}
+
+#[test]
+fn a_bad_rkey_is_a_remote_access_error_that_fails_the_qp() {
+    let c = conn(QpType::Rc);
+    let mut w = req(Opcode::RC_RDMA_WRITE_ONLY, 0, 8, 1);
+    w.reth = Some((0, Key::Private, 8));
+    let k = case(vec![w]);
+    let mut o = quiet();
+    o.qp_state = QpState::Err;
+    o.completions = vec![recv(0, WC_WR_FLUSH_ERR), recv(1, WC_WR_FLUSH_ERR)];
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x62, 0)]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // Another NAK class.
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x61, 0)]);
+    assert_eq!(
+        broken(&c, &k, &o),
+        [rules::REMOTE_ACCESS.id, rules::REMOTE_ACCESS.id]
+    );
+    // The QP left up, its receive WRs not flushed.
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x62, 0)]);
+    o.qp_state = QpState::Rts;
+    o.completions.clear();
+    assert_eq!(broken(&c, &k, &o), [rules::QP_STATE.id, rules::FLUSH.id]);
+}
+
+#[test]
+fn a_middle_without_first_is_an_invalid_request() {
+    let c = conn(QpType::Rc);
+    let k = case(vec![req(Opcode::RC_SEND_MIDDLE, 0, 1024, 1)]);
+    let mut o = quiet();
+    o.qp_state = QpState::Err;
+    o.completions = vec![recv(0, WC_WR_FLUSH_ERR), recv(1, WC_WR_FLUSH_ERR)];
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x61, 0)]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    o.answers = Some(Vec::new());
+    assert_eq!(broken(&c, &k, &o), [rules::OP_SEQUENCE.id]);
+}
+
+#[test]
+fn no_receive_wr_is_an_rnr_nak_and_nothing_done() {
+    let c = Conn {
+        recvs_posted: 0,
+        ..conn(QpType::Rc)
+    };
+    let k = case(vec![req(Opcode::RC_SEND_ONLY, 0, 8, 1)]);
+    let mut o = quiet();
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x21, 0)]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, ACK, 1)]);
+    assert_eq!(broken(&c, &k, &o), [rules::RNR.id, rules::RNR.id]);
+}
+
+#[test]
+fn a_read_is_answered_with_the_bytes_as_they_were() {
+    let c = conn(QpType::Rc);
+    let mut read = PacketSpec::new(Opcode::RC_RDMA_READ_REQUEST, 1);
+    read.reth = Some((0, Key::Valid, 1500));
+    let k = case(vec![req(Opcode::RC_RDMA_WRITE_ONLY, 0, 8, 0x33), read]);
+    let resp = |op: Opcode, psn: i32, len: u16, fill: u8| {
+        let mut p = PacketSpec::new(op, psn);
+        p.aeth = Some((ACK, 2));
+        p.payload = (len, fill);
+        let mut data = vec![PATTERN; usize::from(len)];
+        if psn == 1 {
+            data[..8].fill(fill);
+        }
+        p.data = Some(data);
+        p.emit(&c).expect("emits")
+    };
+    let mut o = quiet();
+    o.exposed[..8].fill(0x33);
+    o.answers = Some(vec![
+        resp(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 1, 1024, 0x33),
+        resp(Opcode::RC_RDMA_READ_RESPONSE_LAST, 2, 476, 0x33),
+    ]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // The bytes before the WRITE.
+    o.answers = Some(vec![
+        resp(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 1, 1024, PATTERN),
+        resp(Opcode::RC_RDMA_READ_RESPONSE_LAST, 2, 476, PATTERN),
+    ]);
+    let b = broken(&c, &k, &o);
+    assert!(b.contains(&rules::READ_RESPONSE.id), "{b:?}");
+}
+
+#[test]
+fn uc_answers_nothing_and_restarts_on_a_first() {
+    let c = conn(QpType::Uc);
+    let k = case(vec![
+        req(Opcode::UC_SEND_FIRST, 0, 1024, 1),
+        req(Opcode::UC_SEND_FIRST, 5, 1024, 1),
+        req(Opcode::UC_SEND_LAST, 6, 10, 1),
+    ]);
+    let mut o = quiet();
+    // The first message's WR kept for the second, or completed in error.
+    o.completions = vec![recv(0, 0)];
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    o.completions = vec![recv(0, 1), recv(1, 0)];
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // A NAK from UC.
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x60, 0)]);
+    assert_eq!(broken(&c, &k, &o), [rules::UNEXPECTED_ANSWER.id]);
+    // A LAST out of sequence completing a message.
+    let k = case(vec![
+        req(Opcode::UC_SEND_FIRST, 0, 1024, 1),
+        req(Opcode::UC_SEND_LAST, 2, 10, 1),
+    ]);
+    o.answers = Some(Vec::new());
+    o.completions = vec![recv(0, 0)];
+    assert_eq!(broken(&c, &k, &o), [rules::RECEIVE.id]);
+}
+
+#[test]
+fn ud_compares_the_qkey_as_it_is() {
+    let c = conn(QpType::Ud);
+    let mut d = req(Opcode::UD_SEND_ONLY, 0, 8, 1);
+    d.reth = None;
+    let mut controlled = d.clone();
+    controlled.deth = Some((Some(c.qkey | 0x8000_0000), c.fuzzer_qpn));
+    let mut o = quiet();
+    let mut r = recv(0, 0);
+    (r.byte_len, r.src_qp) = (Some(8 + GRH_LEN), Some(c.fuzzer_qpn));
+    o.completions = vec![r];
+    assert_eq!(broken(&c, &case(vec![d.clone()]), &o), [] as [&str; 0]);
+    // A Q_Key with the high-order bit set is not the QP's.
+    assert_eq!(broken(&c, &case(vec![controlled]), &o), [rules::UD.id]);
+    // Another source QP in the completion.
+    o.completions[0].src_qp = Some(0x99);
+    assert_eq!(broken(&c, &case(vec![d]), &o), [rules::UD.id]);
+}
+
+fn post(wr_id: u64, op: PostOp, len: u32) -> Step {
+    Step::Post(Post {
+        wr_id,
+        op,
+        len,
+        local_off: 0,
+        remote_va: 0,
+        rkey: 0x4242,
+        swap_add: 0,
+        compare: 0,
+    })
+}
+
+fn response(op: Opcode, psn: i32, syndrome: u8) -> Step {
+    let mut p = PacketSpec::response(op, psn);
+    p.aeth = Some((syndrome, 1));
+    Step::Packet(p)
+}
+
+#[test]
+fn requester_completions_follow_the_answers() {
+    let c = conn(QpType::Rc);
+    let two_sends = |answer: Step| Case {
+        steps: vec![post(1, PostOp::Send, 8), post(2, PostOp::Send, 8), answer],
+    };
+    // A coalesced ACK completes both.
+    let k = two_sends(response(Opcode::RC_ACKNOWLEDGE, 1, ACK));
+    let mut o = quiet();
+    o.completions = vec![send(1, 0), send(2, 0)];
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // A NAK remote access at the second: the first done, the second
+    // failed with its status, the QP in error.
+    let k = two_sends(response(Opcode::RC_ACKNOWLEDGE, 1, 0x62));
+    o.qp_state = QpState::Err;
+    o.completions = vec![send(1, 0), send(2, 10), recv(0, 5), recv(1, 5)];
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    o.completions[1].status = 9;
+    assert_eq!(broken(&c, &k, &o), [rules::REQUESTER.id]);
+    // A ghost ACK completes nothing.
+    let k = two_sends(response(Opcode::RC_ACKNOWLEDGE, 5, ACK));
+    o.completions = vec![send(1, 0), send(2, 0)];
+    o.qp_state = QpState::Rts;
+    assert!(broken(&c, &k, &o).contains(&rules::REQUESTER.id));
+}
+
+#[test]
+fn an_ack_past_an_unanswered_read_does_not_complete_it() {
+    let c = conn(QpType::Rc);
+    let k = Case {
+        steps: vec![
+            post(1, PostOp::Read, 8),
+            post(2, PostOp::Send, 8),
+            response(Opcode::RC_ACKNOWLEDGE, 1, ACK),
+        ],
+    };
+    let mut o = quiet();
+    o.qp_state = QpState::Err;
+    o.completions = vec![send(1, 12), send(2, 5), recv(0, 5), recv(1, 5)];
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    o.completions[0].status = 0;
+    assert!(broken(&c, &k, &o).contains(&rules::REQUESTER.id));
+}
+
+#[test]
+fn every_rule_has_a_section() {
+    for r in rules::ALL {
+        assert!(
+            r.id.starts_with("model:") && r.section.starts_with("IBA"),
+            "{r:?}"
+        );
+        assert_eq!(rules::find(r.id).map(|x| x.id), Some(r.id));
     }
 }

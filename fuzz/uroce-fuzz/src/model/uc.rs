@@ -9,7 +9,7 @@ use super::memory::{self, check_rkey, Place};
 use super::rc::Msg;
 use super::{Input, Pkt, Recv, Status, World, WC_RECV, WC_RECV_RDMA_WITH_IMM};
 use crate::target::Conn;
-use uroce_wire::{Operation, Position, Transport as Wire};
+use uroce_wire::{Operation, Transport as Wire};
 
 /// The UC responder's state.
 #[derive(Clone, Debug)]
@@ -115,15 +115,30 @@ fn accept(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     u.epsn = psn_add(p.psn, 1);
     let n = p.payload.len() as u64;
     let mtu = u64::from(conn.mtu);
-    let length_ok = match p.info.position {
-        Position::First | Position::Middle => n == mtu,
-        _ => n <= mtu,
-    };
     let starts = p.info.position.starts_message();
     let ends = p.info.position.ends_message();
-    if !length_ok {
-        return drop_message(w);
+    match super::rc::length_ok(p, conn.mtu) {
+        Ok(()) => {}
+        Err(false) => return drop_message(w),
+        Err(true) => {
+            let mut out = drop_message(w.clone());
+            out.extend(execute(w, conn, p, starts, ends, n, mtu));
+            return out;
+        }
     }
+    execute(w, conn, p, starts, ends, n, mtu)
+}
+
+/// Executes a packet that passed the length check.
+fn execute(
+    mut w: World,
+    conn: &Conn,
+    p: &Pkt,
+    starts: bool,
+    ends: bool,
+    n: u64,
+    mtu: u64,
+) -> Vec<World> {
     match p.info.operation {
         Operation::Send => {
             if starts {
@@ -207,7 +222,7 @@ fn too_long(w: World) -> Vec<World> {
         .iter()
         .cloned()
         .map(|mut w| {
-            w.err = true;
+            w.enter_error();
             w
         })
         .collect();

@@ -228,7 +228,7 @@ impl RcQp {
             return;
         }
         let expected = e.first_psn.add(e.read_done);
-        let ends = pkt.info.position.ends_message();
+        let pos = pkt.info.position;
         if psn != expected {
             if !psn.is_after(expected) {
                 // A duplicate (from a re-request's replay).
@@ -248,7 +248,7 @@ impl RcQp {
             // in-order one will judge it.
             if k < 128
                 && e.read_ahead & (1u128 << k) == 0
-                && e.place_read_response(idx, mtu, ends, pkt.payload).is_ok()
+                && e.place_read_response(idx, mtu, pos, pkt.payload).is_ok()
             {
                 e.read_ahead |= 1u128 << k;
             } else {
@@ -271,7 +271,7 @@ impl RcQp {
             }
             return;
         }
-        if let Err(status) = e.place_read_response(e.read_done, mtu, ends, pkt.payload) {
+        if let Err(status) = e.place_read_response(e.read_done, mtu, pos, pkt.payload) {
             e.error = Some(status);
             return;
         }

@@ -46,11 +46,22 @@ impl SqEntry {
         &self,
         idx: u32,
         mtu: u64,
-        ends: bool,
+        pos: Position,
         payload: &[u8],
     ) -> Result<(), WcStatus> {
         let (off, want_len) = segment(self.len, idx, mtu);
-        if ends != (idx + 1 == self.npkts) || payload.len() != want_len {
+        // The response's opcode must fit its place in a stream of FIRST,
+        // MIDDLE..., LAST or ONLY (IBA 9.7.5): the first packet of the
+        // READ opens the stream; a later one may open the stream of a
+        // re-request (FIRST, or ONLY at the end) or continue one; only
+        // the last ends it.
+        let n = self.npkts;
+        let fits = match (idx, pos) {
+            (0, p) => p == position(0, n),
+            (k, Position::First | Position::Middle) => k + 1 < n,
+            (k, Position::Last | Position::Only) => k + 1 == n,
+        };
+        if !fits || payload.len() != want_len {
             return Err(WcStatus::BadRespErr);
         }
         self.data
