@@ -47,7 +47,9 @@ pub enum PlantedBug {
     /// bound to another QP grants the fuzzer its memory.
     WindowAnyQp,
     /// A one-line mistake in the provider's transports or key checks,
-    /// planted in the fuzzed QP (the battery's; feature `planted`).
+    /// planted in the fuzzed QP (the battery's). Needs the feature
+    /// `planted`: without it the sites are compiled away and the QP runs
+    /// clean ([`PlantedBug::from_name`] then never names one).
     #[serde(skip)]
     Mistake(Mistake),
 }
