@@ -12,7 +12,7 @@
 //! anywhere enables it, so the device library never has it) [`active`] is
 //! a `const fn` returning false and every site compiles to the right
 //! branch alone. With the feature, a mistake is planted for the current
-//! thread only ([`with`]): the fuzzer's simulated target runs a case on
+//! thread only (`with`): the fuzzer's simulated target runs a case on
 //! one thread and plants the mistake around its fuzzed QP's calls alone,
 //! while tests run in parallel threads, each with its own selection.
 //!
