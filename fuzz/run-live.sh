@@ -4,7 +4,8 @@
 # namespace of its own, the fuzzer sends from another address in it.
 # First ReDMArk's attacks (`uroce fuzz attack`, RC and UC, spoofing from
 # 127.0.0.9): their table is printed, only a failure to run fails. Then
-# every mode and transport runs for a share of the time; any finding
+# every mode and transport runs for a share of the time (keys and
+# duplicates with the agent's further keys: regions and windows); any finding
 # fails the run (uroce is expected to run clean), and the findings stay
 # in $OUT (default: a temporary directory, printed). Last, a capture of
 # `uroce demo` is replayed on the target (`uroce fuzz pcap`, with mutants).
@@ -56,7 +57,7 @@ for qp in rc uc; do
 done
 findings=0
 for qp in rc uc ud; do
-  modes="fields sequence"
+  modes="fields sequence keys duplicates"
   [ $qp = rc ] && modes="$modes responder"
   for mode in $modes; do
     t0=$SECONDS
@@ -67,7 +68,7 @@ for qp in rc uc ud; do
     line=$(grep -m1 "cases in" "$out/$qp-$mode.log")
     n=$(grep -c "^finding " "$out/$qp-$mode.log")
     findings=$((findings + n))
-    printf '%-4s %-9s %s (%d s)\n' "$qp" "$mode" "${line:-no summary (exit $rc)}" $((SECONDS - t0))
+    printf '%-4s %-10s %s (%d s)\n' "$qp" "$mode" "${line:-no summary (exit $rc)}" $((SECONDS - t0))
     if [ $rc != 0 ] || [ "$n" != 0 ]; then
       status=1
       sed 's/^/  | /' "$out/$qp-$mode.log" | head -40
@@ -92,5 +93,7 @@ printf 'pcap replay (%d s, exit %d):\n' $((SECONDS - t0)) $rc
 sed 's/^/  | /' "$out/pcap.log" | head -40
 [ $rc = 0 ] || status=1
 kill -0 "$agent_pid" 2>/dev/null || { echo "the agent died"; status=1; }
+# uroce makes every key the agent exposes (regions, windows of both types).
+if grep "no further keys" "$out/agent.log"; then status=1; fi
 echo "uroce fuzz (live, netns): $findings findings; logs and findings in $out"
 exit $status

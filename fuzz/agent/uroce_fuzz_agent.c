@@ -14,7 +14,12 @@
  * Protocol (one command per line, answers end with "end" or are one line):
  *   setup rc|uc|ud RECVS FUZZER_IP FUZZER_QPN FUZZER_PSN
  *     -> ok qpn=N control_qpn=N rq_psn=N sq_psn=N va=N len=N rkey=N
- *           private_rkey=N qkey=N mtu=N recv_len=N
+ *           private_rkey=N qkey=N mtu=N recv_len=N keys=K;K;...
+ *        where each K is NAME,RKEY,KIND,VA,LEN,ACCESS,SAME_PD,BOUND_TO_QP,STATE
+ *        (KIND 0 region, 1 type 1 window, 2 type 2 window; STATE 0 valid,
+ *        1 deregistered, 2 invalidated, 3 unbound): the further keys the
+ *        fuzzer may aim at (see expose_keys), or none if the device could
+ *        not make them all
  *   post send|write|read|cas|faa WR_ID LEN LOCAL_OFF REMOTE_VA RKEY SWAP_ADD COMPARE
  *     -> ok | error WHY   (a signaled WR on the fuzzed QP; its local buffer
  *        is the exposed region at LOCAL_OFF: the fuzzer answers as responder)
@@ -22,6 +27,8 @@
  *     -> log LINE / state N / event NAME / exposed HEX /
  *        wc WR_ID STATUS RECV OPCODE BYTE_LEN WC_FLAGS IMM INVALIDATED_RKEY SRC_QP /
  *        private ok|changed / control ok|fail / end
+ *        ("private ok": the private region, and the keys' memory no key lets
+ *        the fuzzer write, hold their pattern)
  *   ping -> pong
  *   quit
  *
@@ -50,7 +57,7 @@
 #define DEPTH 64
 
 static struct ibv_context *ctx;
-static struct ibv_pd *pd;
+static struct ibv_pd *pd, *pd2;
 static int gid_index = -1;
 static union ibv_gid my_gid;
 static enum ibv_mtu mtu = IBV_MTU_1024;
@@ -63,6 +70,21 @@ static struct ibv_cq *fcq, *frcq;
 static struct ibv_qp *fqp;
 static struct ibv_mr *exposed_mr, *private_mr, *recv_mr;
 static char *exposed, *private_buf, *recv_buf;
+
+/* The further keys (uroce-fuzz's EXPOSED_KEYS, in its order): seven
+ * regions of KEY_REGION bytes and four windows over quarters of an eighth
+ * region, plus an unbound window (re-made by every setup). */
+#define KEY_REGION 1024
+#define NREGIONS 7
+#define NKEYS 12
+static const char *key_names[NKEYS] = {
+    "read-only", "write-only", "no-atomic", "local-only", "other-pd", "deregistered",
+    "zero-based", "window1", "window2", "window2-other-qp", "window2-invalidated",
+    "window-unbound"};
+static char *key_buf[NREGIONS + 1];
+static struct ibv_mr *key_mr[NREGIONS + 1];
+static struct ibv_mw *key_mw[5];
+static char keys_line[NKEYS * 96];
 
 /* The control pair. */
 static struct ibv_cq *ccq;
@@ -235,7 +257,23 @@ static int control_check(void) {
   return good && done == 3;
 }
 
+static void teardown_keys(void) {
+  for (int i = 0; i < 5; i++)
+    if (key_mw[i])
+      ibv_dealloc_mw(key_mw[i]);
+  for (int i = 0; i <= NREGIONS; i++) {
+    if (key_mr[i])
+      ibv_dereg_mr(key_mr[i]);
+    free(key_buf[i]);
+    key_mr[i] = NULL;
+    key_buf[i] = NULL;
+  }
+  memset(key_mw, 0, sizeof key_mw);
+  keys_line[0] = 0;
+}
+
 static void teardown(void) {
+  teardown_keys();
   if (fqp)
     ibv_destroy_qp(fqp);
   if (exposed_mr)
@@ -255,6 +293,136 @@ static void teardown(void) {
   exposed_mr = private_mr = recv_mr = NULL;
   fcq = frcq = NULL;
   exposed = private_buf = recv_buf = NULL;
+}
+
+/* Waits up to 1 s for the completion of wr_id on cq (others are dropped:
+ * at set-up nothing else completes there that the fuzzer must see). */
+static int wait_wc(struct ibv_cq *cq, uint64_t wr_id) {
+  double end = now_s() + 1;
+  struct ibv_wc wc;
+  while (now_s() < end)
+    if (ibv_poll_cq(cq, 1, &wc) > 0 && wc.wr_id == wr_id)
+      return wc.status == IBV_WC_SUCCESS ? 0 : -1;
+  return -1;
+}
+
+/* Binds the type 2 window mw over quarter q of the windows' region with a
+ * BIND_MW work request on qp (whose send CQ is cq); returns its R_Key. */
+static int bind_type2(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mw *mw, int q,
+                      uint32_t *rkey) {
+  struct ibv_send_wr w = {.wr_id = 0xb1d0 + q, .opcode = IBV_WR_BIND_MW,
+                          .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  w.bind_mw.mw = mw;
+  w.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  w.bind_mw.bind_info.mr = key_mr[NREGIONS];
+  w.bind_mw.bind_info.addr = (uintptr_t)(key_buf[NREGIONS] + q * KEY_REGION / 4);
+  w.bind_mw.bind_info.length = KEY_REGION / 4;
+  w.bind_mw.bind_info.mw_access_flags =
+      IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  if (ibv_post_send(qp, &w, &bad) || wait_wc(cq, w.wr_id))
+    return -1;
+  *rkey = w.bind_mw.rkey;
+  return 0;
+}
+
+static void key_entry(int i, uint32_t rkey, int kind, uint64_t va, unsigned len, int access,
+                      int same_pd, int bound, int state) {
+  size_t n = strlen(keys_line);
+  snprintf(keys_line + n, sizeof keys_line - n, "%s%s,%u,%d,%llu,%u,%d,%d,%d,%d", n ? ";" : "",
+           key_names[i], rkey, kind, (unsigned long long)va, len, access, same_pd, bound, state);
+}
+
+/* Makes the keys of key_names for the fuzzed QP (of type t) and lists them
+ * in keys_line; on any failure none (and says why on stderr). Type 1
+ * windows are bound through the control QP (any QP of the PD may), type 2
+ * ones through the fuzzed QP, except on UD (which cannot bind them) and
+ * the one bound to another QP: through the control QP. */
+static int expose_keys(enum ibv_qp_type t) {
+  const int remote = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  const int all = IBV_ACCESS_LOCAL_WRITE | remote;
+  const int rights[NREGIONS + 1] = {
+      IBV_ACCESS_REMOTE_READ,
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+      0,
+      all,
+      all,
+      all,
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND};
+  const char *step = "regions";
+  uint32_t rkeys[NREGIONS];
+  for (int i = 0; i <= NREGIONS; i++) {
+    if (!(key_buf[i] = aligned_alloc(4096, KEY_REGION)))
+      goto fail;
+    memset(key_buf[i], PATTERN, KEY_REGION);
+    struct ibv_pd *p = i == 4 ? pd2 : pd;
+    key_mr[i] = i == 6 ? ibv_reg_mr_iova(p, key_buf[i], KEY_REGION, 0, rights[i])
+                       : ibv_reg_mr(p, key_buf[i], KEY_REGION, rights[i]);
+    if (!key_mr[i])
+      goto fail;
+    if (i < NREGIONS)
+      rkeys[i] = key_mr[i]->rkey;
+  }
+  step = "deregistration";
+  if (ibv_dereg_mr(key_mr[5]))
+    goto fail;
+  key_mr[5] = NULL;
+  for (int i = 0; i < NREGIONS; i++)
+    key_entry(i, rkeys[i], 0, i == 6 ? 0 : (uintptr_t)key_buf[i], KEY_REGION, rights[i],
+              i != 4, 1, i == 5);
+  step = "alloc_mw";
+  for (int i = 0; i < 5; i++)
+    if (!(key_mw[i] = ibv_alloc_mw(pd, i == 0 || i == 4 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2)))
+      goto fail;
+  step = "type 1 bind";
+  struct ibv_mw_bind b1 = {.wr_id = 0xb1d0, .send_flags = IBV_SEND_SIGNALED};
+  b1.bind_info.mr = key_mr[NREGIONS];
+  b1.bind_info.addr = (uintptr_t)key_buf[NREGIONS];
+  b1.bind_info.length = KEY_REGION / 4;
+  b1.bind_info.mw_access_flags = remote;
+  if (ibv_bind_mw(cqp, key_mw[0], &b1) || wait_wc(ccq, b1.wr_id))
+    goto fail;
+  char *wbase = key_buf[NREGIONS];
+  key_entry(7, key_mw[0]->rkey, 1, (uintptr_t)wbase, KEY_REGION / 4, remote, 1, 1, 0);
+  int own = t != IBV_QPT_UD;
+  struct ibv_qp *bq = own ? fqp : cqp;
+  struct ibv_cq *bcq = own ? fcq : ccq;
+  uint32_t k2, k3, k4;
+  step = "type 2 binds";
+  if (bind_type2(bq, bcq, key_mw[1], 1, &k2) || bind_type2(cqp, ccq, key_mw[2], 2, &k3) ||
+      bind_type2(bq, bcq, key_mw[3], 3, &k4))
+    goto fail;
+  step = "local invalidate";
+  struct ibv_send_wr inv = {.wr_id = 0x1d0, .opcode = IBV_WR_LOCAL_INV,
+                            .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = k4},
+                     *bad;
+  if (ibv_post_send(bq, &inv, &bad) || wait_wc(bcq, inv.wr_id))
+    goto fail;
+  key_entry(8, k2, 2, (uintptr_t)(wbase + KEY_REGION / 4), KEY_REGION / 4, remote, 1, own, 0);
+  key_entry(9, k3, 2, (uintptr_t)(wbase + KEY_REGION / 2), KEY_REGION / 4, remote, 1, 0, 0);
+  key_entry(10, k4, 2, (uintptr_t)(wbase + 3 * KEY_REGION / 4), KEY_REGION / 4, remote, 1, own,
+            2);
+  key_entry(11, key_mw[4]->rkey, 1, 0, 0, 0, 1, 1, 3);
+  return 0;
+fail:
+  fprintf(stderr, "uroce-fuzz-agent: no further keys (%s: %s)\n", step, strerror(errno));
+  teardown_keys();
+  return -1;
+}
+
+/* Whether the keys' memory no key lets the fuzzer write (the read-only,
+ * local-only, other-PD and deregistered regions, the second half of the
+ * windows' region) holds its pattern. */
+static int keys_intact(void) {
+  static const int guarded[] = {0, 3, 4, 5};
+  int ok = 1;
+  for (unsigned g = 0; g < sizeof guarded / sizeof guarded[0]; g++)
+    for (int i = 0; key_buf[guarded[g]] && i < KEY_REGION; i++)
+      ok &= (unsigned char)key_buf[guarded[g]][i] == PATTERN;
+  for (int i = KEY_REGION / 2; key_buf[NREGIONS] && i < KEY_REGION; i++)
+    ok &= (unsigned char)key_buf[NREGIONS][i] == PATTERN;
+  return ok;
 }
 
 static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, unsigned fqpn,
@@ -302,12 +470,13 @@ static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, 
       return;
     }
   }
+  expose_keys(t);
   fprintf(out,
           "ok qpn=%u control_qpn=%u rq_psn=%u sq_psn=%u va=%llu len=%u rkey=%u "
-          "private_rkey=%u qkey=%u mtu=%d recv_len=%u\n",
+          "private_rkey=%u qkey=%u mtu=%d recv_len=%u keys=%s\n",
           fqp->qp_num, cqp ? cqp->qp_num : 0, fpsn & 0xffffff, sq_psn,
           (unsigned long long)(uintptr_t)exposed, REGION, exposed_mr->rkey, private_mr->rkey,
-          QKEY, mtu_bytes, rlen);
+          QKEY, mtu_bytes, rlen, keys_line);
 }
 
 /* -k: the kernel log (/dev/kmsg, from the agent's start): new lines that
@@ -363,7 +532,7 @@ static void observe(FILE *out) {
   for (int i = 0; i < REGION; i++)
     fprintf(out, "%02x", (unsigned char)exposed[i]);
   fprintf(out, "\n");
-  int intact = 1;
+  int intact = keys_intact();
   for (int i = 0; i < REGION; i++)
     intact &= (unsigned char)private_buf[i] == PATTERN;
   fprintf(out, "private %s\n", intact ? "ok" : "changed");
@@ -487,7 +656,8 @@ int main(int argc, char **argv) {
   for (int i = 0; list && i < n; i++)
     if (!dev || !strcmp(ibv_get_device_name(list[i]), dev))
       d = d ? d : list[i];
-  if (!d || !(ctx = ibv_open_device(d)) || !(pd = ibv_alloc_pd(ctx))) {
+  if (!d || !(ctx = ibv_open_device(d)) || !(pd = ibv_alloc_pd(ctx)) ||
+      !(pd2 = ibv_alloc_pd(ctx))) {
     fprintf(stderr, "no device %s\n", dev ? dev : "");
     return 1;
   }

@@ -492,3 +492,61 @@ fn duplicate_send_after_an_atomic_is_not_acked_with_the_atomic_psn() {
         "nothing executed twice"
     );
 }
+
+/// Requests held back behind READ responses keep their place: a request
+/// that arrives after them is classified against the expected PSN they
+/// leave, not the one before them. Here a WRITE waits behind a READ's
+/// responses, and the packet after it is exactly half the PSN space from
+/// the expected PSN before the WRITE (a duplicate, taken alone) but one
+/// less than that ahead of the one after it: a PSN sequence error the
+/// responder must NAK (IBA 9.7.5.1). Found by `uroce fuzz --mode
+/// duplicates` judged by the reference model: the packet was taken for a
+/// duplicate and dropped.
+#[test]
+fn requests_behind_a_read_are_classified_in_arrival_order() {
+    let mut p = pair(4);
+    let remote = p.mr(false, 4096, ALL);
+    sends(&mut p, 1);
+    let b_ip: IpAddr = p.b.ip;
+    let naks = Arc::new(Mutex::new(Vec::new()));
+    let n2 = naks.clone();
+    p.net.set_filter(move |w: &Wire<'_>| {
+        if w.src == b_ip {
+            if let Some(a) = w.pkt.aeth() {
+                n2.lock().unwrap().push((a.syndrome, w.pkt.bth.psn));
+            }
+        }
+        Verdict::Pass
+    });
+    let epsn = Psn::new(p.net.qp(p.b.id).attr().rq_psn);
+    let mut h = Headers::new(bth(&p, Opcode::RC_RDMA_READ_REQUEST, epsn));
+    h.reth = Some(RethRepr {
+        va: remote.iova(),
+        rkey: remote.rkey(),
+        dma_len: 2048,
+    });
+    let read = forge(&p, h, &[]);
+    let mut h = Headers::new(bth(&p, Opcode::RC_RDMA_WRITE_ONLY, epsn.add(2)));
+    h.reth = Some(RethRepr {
+        va: remote.iova() + 2048,
+        rkey: remote.rkey(),
+        dma_len: 4,
+    });
+    let write = forge(&p, h, b"abcd");
+    let far = epsn.add(2).sub(1 << 23);
+    let mut h = Headers::new(bth(&p, Opcode::RC_FETCH_ADD, far));
+    h.atomic_eth = Some(AtomicEthRepr {
+        va: remote.iova(),
+        rkey: remote.rkey(),
+        swap_add: 1,
+        compare: 0,
+    });
+    let atomic = forge(&p, h, &[]);
+    for bytes in [read, write, atomic] {
+        p.net.inject(p.a.ip, p.b.ip, bytes);
+    }
+    p.settle(SEC / 10);
+    let naks = naks.lock().unwrap().clone();
+    let seq = uroce_wire::AethSyndrome::Nak(uroce_wire::NakCode::PsnSequenceError);
+    assert!(naks.contains(&(seq, epsn.add(3))), "{naks:?}");
+}

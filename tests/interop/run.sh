@@ -775,8 +775,8 @@ fuzz_rxe() {
   fi
   for qp in $runs; do
     # RC: the fuzzer as responder first (its cases do not crash rxe).
-    local modes="fields sequence"
-    [ $qp = rc ] && modes="responder sequence fields"
+    local modes="fields sequence keys duplicates"
+    [ $qp = rc ] && modes="responder sequence fields keys duplicates"
     for mode in $modes; do
       ns timeout -k 5 $((secs * 4 + 60)) "$UROCE" fuzz --target udp:$VM_GUEST_IP \
         --fuzzer $VM_HOST_IP --agent $VM_GUEST_IP:4792 --qp $qp --mode $mode --seed 1 \

@@ -30,10 +30,10 @@
 //! * [`Mode::Keys`]: key confusion aimed at every key the target exposes
 //!   (rights lacking, another PD, deregistered, windows unbound,
 //!   invalidated or bound to another QP, ranges straddling the bounds);
-//!   on UD, Q_Key and source-QP mismatches. See [`keys`].
+//!   on UD, Q_Key and source-QP mismatches (`gen/keys.rs`).
 //! * [`Mode::Duplicates`]: duplicates (of whole and of partly executed
 //!   messages), PSNs ahead and a FIRST or ONLY while a message is in
-//!   progress, for every opcode class of the transport. See [`dup`].
+//!   progress, for every opcode class of the transport (`gen/dup.rs`).
 
 mod dup;
 mod keys;

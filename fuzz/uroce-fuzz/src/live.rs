@@ -6,7 +6,9 @@
 //! 0 (IP_PMTUDISC_DO), the header their ICRC is computed for. The
 //! fuzzer's address must not be a uroce device's on the same host.
 
-use super::target::{Completion, Conn, Observation, Target, TargetError};
+use super::target::{
+    Completion, Conn, ExposedKey, KeyKind, KeyState, Observation, Target, TargetError,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -99,9 +101,49 @@ impl LiveTarget {
 }
 
 fn field(line: &str, name: &str) -> Option<u64> {
+    word(line, name).and_then(|v| v.parse().ok())
+}
+
+fn word<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
+}
+
+/// The agent's `keys=` list: `NAME,RKEY,KIND,VA,LEN,ACCESS,SAME_PD,
+/// BOUND_TO_QP,STATE` entries separated by `;` (see the agent's header).
+/// An entry that does not parse ends the list: the keys after it would
+/// not be at their indices.
+fn keys(s: &str) -> Vec<ExposedKey> {
+    let entry = |e: &str| -> Option<ExposedKey> {
+        let f: Vec<&str> = e.split(',').collect();
+        let [name, key, kind, va, len, access, same_pd, bound, state] = f[..] else {
+            return None;
+        };
+        let n = |v: &str| v.parse::<u64>().ok();
+        Some(ExposedKey {
+            name: name.to_string(),
+            key: n(key)? as u32,
+            kind: match n(kind)? {
+                0 => KeyKind::Region,
+                1 => KeyKind::Window1,
+                2 => KeyKind::Window2,
+                _ => return None,
+            },
+            va: n(va)?,
+            len: n(len)? as u32,
+            access: n(access)? as u32,
+            same_pd: n(same_pd)? != 0,
+            bound_to_qp: n(bound)? != 0,
+            state: match n(state)? {
+                0 => KeyState::Valid,
+                1 => KeyState::Deregistered,
+                2 => KeyState::Invalidated,
+                3 => KeyState::Unbound,
+                _ => return None,
+            },
+        })
+    };
+    s.split(';').map_while(entry).collect()
 }
 
 fn hex(s: &str) -> Vec<u8> {
@@ -154,7 +196,7 @@ impl Target for LiveTarget {
             qkey: f("qkey")? as u32,
             mtu: f("mtu")? as u32,
             recvs_posted: recvs.min(64),
-            keys: Vec::new(),
+            keys: word(l, "keys").map_or_else(Vec::new, keys),
             recv_len: field(l, "recv_len").map(|v| v as u32),
         })
     }
@@ -320,4 +362,35 @@ pub fn spoofed_datagram(
     buf.truncate(n);
     buf.drain(..ETH_HDR_LEN);
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The agent's keys list parses into the table, in order; a broken
+    /// entry ends it.
+    #[test]
+    fn the_agents_keys_parse() {
+        let l = "ok qpn=17 keys=read-only,4660,0,140000,1024,4,1,1,0;\
+                 window2-invalidated,291,2,8192,256,14,1,0,2;bad,1 x=1";
+        let k = keys(word(l, "keys").expect("keys"));
+        assert_eq!(k.len(), 2);
+        assert_eq!(
+            k[1],
+            ExposedKey {
+                name: "window2-invalidated".into(),
+                key: 291,
+                kind: KeyKind::Window2,
+                va: 8192,
+                len: 256,
+                access: 14,
+                same_pd: true,
+                bound_to_qp: false,
+                state: KeyState::Invalidated,
+            }
+        );
+        assert_eq!(k[0].kind, KeyKind::Region);
+        assert!(keys("").is_empty());
+    }
 }

@@ -338,7 +338,9 @@ fn expose_keys(keys: &KeyTable) -> (Vec<ExposedKey>, Vec<Guarded>) {
             KeyKind::Region,
             mr.rkey(),
             mr.iova(),
-            acc.bits(),
+            // (Zero-based shows in `va`, as the agent registers it: with
+            // an iova of 0, not a flag.)
+            (acc - Access::ZERO_BASED).bits(),
             KeyState::Valid,
         );
         k.same_pd = pd == testing::PD;

@@ -361,6 +361,23 @@ mod tests {
         assert!(ops.contains(&Opcode::RC_RDMA_WRITE_FIRST.0));
     }
 
+    /// The fields mode aims some of its RETH and AtomicETH key mutations
+    /// at the exposed keys.
+    #[test]
+    fn fields_mode_uses_the_exposed_keys() {
+        let mut t = SimTarget::new(1, None);
+        let conn = t.setup(QpType::Rc, 4).expect("set up");
+        let g = Generator::new(3, Mode::Fields);
+        let (mut reth, mut atomic) = (0, 0);
+        for i in 0..3_000 {
+            for p in g.case(i, &conn).packets() {
+                reth += usize::from(matches!(p.reth, Some((_, Key::Exposed(_), _))));
+                atomic += usize::from(matches!(p.atomic, Some((_, Key::Exposed(_), ..))));
+            }
+        }
+        assert!(reth > 20 && atomic > 5, "{reth} {atomic}");
+    }
+
     /// UD: the keys mode sends other Q_Keys (the controlled bit flipped
     /// among them) and other source QPs, to the fuzzed QP.
     #[test]

@@ -180,6 +180,16 @@ pub fn response(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
         return vec![w];
     };
     let (post, start) = req(&mut w).posts[i].clone();
+    // A PSN of the READ in progress whose responses up to it are all in
+    // is answered already: anything for it is a duplicate.
+    let r = req(&mut w);
+    let k = psn_diff(p.psn, start) as usize;
+    if i == r.next
+        && post.op == PostOp::Read
+        && r.read_got.get(..=k).is_some_and(|g| g.iter().all(|&g| g))
+    {
+        return vec![w];
+    }
     match (p.info.operation, p.aeth.map(|a| a.syndrome)) {
         (Operation::Acknowledge, Some(AethSyndrome::Ack { .. })) => {
             // Everything up to q; a READ or atomic at q or before is
@@ -202,10 +212,12 @@ pub fn response(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
                 3 => vec![status::REM_OP],
                 _ => Vec::new(),
             };
-            if req(&mut w).next < i || status.is_empty() {
-                // A READ or atomic before it is unanswered: retried
-                // first, or failed by the NAK; a code RC does not use
-                // (invalid RD request, reserved): ignored, or a failure.
+            // A READ before it, or the READ it falls inside (past the
+            // READ's own PSN), is unanswered: retried first, or failed by
+            // the NAK; a code RC does not use (invalid RD request,
+            // reserved): ignored, or a failure.
+            let inside = psn_diff(p.psn, start) > 0 && post.op == PostOp::Read;
+            if req(&mut w).next < i || inside || status.is_empty() {
                 return vec![w.clone(), fail(w, Vec::new())];
             }
             vec![fail(w, status)]

@@ -479,3 +479,26 @@ fn every_rule_has_a_section() {
         assert_eq!(rules::find(r.id).map(|x| x.id), Some(r.id));
     }
 }
+
+/// Runs the finding at `UROCE_MODEL_FINDING` on the sim target and
+/// prints what every world of the model makes of it (triage by hand).
+#[test]
+#[ignore = "triage, run by hand"]
+fn explain_finding() {
+    let Ok(path) = std::env::var("UROCE_MODEL_FINDING") else {
+        return;
+    };
+    let f = crate::Finding::load(std::path::Path::new(&path)).expect("a finding");
+    let mut t = SimTarget::new(f.seed, None);
+    let out = crate::run_case(&mut t, f.qp_type, f.recvs, &f.case).expect("sim");
+    for a in out.obs.answers.iter().flatten() {
+        println!("answer {:?}", answer::Seen::parse(a));
+    }
+    println!(
+        "completions {:?} state {:?}",
+        out.obs.completions, out.obs.qp_state
+    );
+    for w in run(&out.conn, &f.case).unwrap_or_default() {
+        println!("world: {:?}", compare(&out.conn, &w, &out.obs));
+    }
+}

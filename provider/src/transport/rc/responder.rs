@@ -363,9 +363,13 @@ impl RcQp {
             class
         };
         // New requests wait behind READ responses; duplicates change no
-        // memory and are answered at once.
-        if class != PsnClass::Duplicate
-            && (self.svc.resp.reads_pending() || !self.svc.resp.deferred.is_empty())
+        // memory and are answered at once, unless requests already wait:
+        // then the expected PSN is not yet what those leave, so whatever
+        // comes next is classified after them, in arrival order (IBA
+        // 9.7.5.1: each request is checked against the expected PSN its
+        // predecessors left).
+        if (class != PsnClass::Duplicate && self.svc.resp.reads_pending())
+            || !self.svc.resp.deferred.is_empty()
         {
             if self.svc.resp.deferred.len() < MAX_DEFERRED {
                 let mut b = self.svc.resp.spare.pop().unwrap_or_default();
