@@ -393,4 +393,23 @@ mod tests {
         assert_eq!(k[0].kind, KeyKind::Region);
         assert!(keys("").is_empty());
     }
+
+    /// The agent's `wc` lines: the old three numbers, and the details of a
+    /// successful receive (immediate and invalidated key only where the
+    /// flags say; nothing of a failed one).
+    #[test]
+    fn wc_lines_parse_with_and_without_details() {
+        let old = completion(&[7, 5, 1]).expect("parses");
+        assert_eq!((old.wr_id, old.status, old.recv), (7, 5, true));
+        assert_eq!(old.opcode, None);
+        let c = completion(&[3, 0, 1, 129, 200, 2, 0xabcd, 0xabcd, 0x77]).expect("parses");
+        assert_eq!(c.opcode, Some(129));
+        assert_eq!(c.byte_len, Some(200));
+        assert_eq!(c.imm, Some(0xabcd));
+        assert_eq!(c.invalidated_rkey, None);
+        assert_eq!(c.src_qp, Some(0x77));
+        let failed = completion(&[3, 9, 1, 129, 200, 2, 1, 1, 1]).expect("parses");
+        assert_eq!((failed.opcode, failed.imm), (None, None));
+        assert!(completion(&[1, 2]).is_none());
+    }
 }

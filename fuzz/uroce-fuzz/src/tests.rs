@@ -154,7 +154,11 @@ fn oracles_judge_single_packets() {
     // A granted write judged against a grant that does not cover it.
     let mut obs = out.obs.clone();
     obs.exposed[200] = 0;
-    let v = oracle::check(&out.conn, &ok, &obs);
+    // (The reference model also sees the WRITE's bytes and ACK missing.)
+    let v: Vec<Violation> = oracle::check(&out.conn, &ok, &obs)
+        .into_iter()
+        .filter(|v| !matches!(v, Violation::Model { .. }))
+        .collect();
     assert!(
         matches!(v[..], [Violation::WriteOutsideGrant { offset: 200 }]),
         "{v:?}"
