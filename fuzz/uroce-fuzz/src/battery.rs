@@ -166,25 +166,25 @@ pub struct Outcome {
 }
 
 /// The oracles' violation kinds and rules when `case` runs on a fresh
-/// simulated target of `run` with `bug` planted (or none).
-fn judge(
-    run: &Run,
-    bug: Option<PlantedBug>,
-    case: &Case,
-) -> (Vec<&'static str>, Vec<&'static str>) {
-    let mut target = SimTarget::new(run.seed, bug);
+/// clean simulated target of `run`.
+fn on_clean(run: &Run, case: &Case) -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut target = SimTarget::new(run.seed, None);
     let Ok(out) = run_case(&mut target, run.qp_type, RECVS, case) else {
         return (Vec::new(), Vec::new());
     };
-    let mut rules: Vec<&'static str> = out
-        .violations
+    (out.kinds(), rules_of(&out.violations))
+}
+
+/// The IBA rules `violations` name (where known), sorted, without repeats.
+fn rules_of(violations: &[crate::oracle::Violation]) -> Vec<&'static str> {
+    let mut rules: Vec<&'static str> = violations
         .iter()
         .map(|v| v.rule())
         .filter(|r| !r.is_empty())
         .collect();
     rules.sort();
     rules.dedup();
-    (out.kinds(), rules)
+    rules
 }
 
 /// Fuzzes the simulated target with `mistake` planted (or none) through
@@ -232,13 +232,11 @@ pub fn hunt(mistake: Option<Mistake>, runs: &[Run]) -> Outcome {
             if out.violations.is_empty() {
                 continue;
             }
-            let (mut oracles, mut rules) = (out.kinds(), Vec::new());
+            let (mut oracles, mut rules) = (out.kinds(), rules_of(&out.violations));
             if mistake.is_some() {
                 // Only what the clean target does not also trip.
-                let (clean, clean_rules) = judge(run, None, &case);
-                let (_, planted_rules) = judge(run, bug, &case);
+                let (clean, clean_rules) = on_clean(run, &case);
                 oracles.retain(|k| !clean.contains(k));
-                rules = planted_rules;
                 rules.retain(|r| !clean_rules.contains(r));
                 if oracles.is_empty() {
                     continue;
@@ -399,6 +397,9 @@ pub fn report(outcomes: &[Outcome], out: &mut dyn std::io::Write) -> Verdict {
                         format!(" ({})", h.detail)
                     }
                 );
+                for rule in &h.rules {
+                    let _ = writeln!(out, "{:<60}  {rule}", "");
+                }
             }
             None => {
                 let why = o.mistake.and_then(known_missed).unwrap_or("");
