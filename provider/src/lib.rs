@@ -13,6 +13,7 @@ pub mod engine;
 pub mod events;
 pub mod memory;
 pub mod net;
+pub mod planted;
 pub mod qp_attr;
 pub mod quota;
 #[cfg(any(test, feature = "testing"))]

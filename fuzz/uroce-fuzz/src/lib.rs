@@ -23,6 +23,8 @@
 #![warn(missing_docs)]
 
 pub mod attack;
+#[cfg(feature = "planted")]
+pub mod battery;
 pub mod case;
 pub mod diff;
 pub mod gen;

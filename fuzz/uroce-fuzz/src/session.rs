@@ -46,7 +46,14 @@ impl TargetSpec {
             return PlantedBug::from_name(bug)
                 .map(|b| TargetSpec::Sim(Some(b)))
                 .ok_or_else(|| {
-                    format!("unknown planted bug {bug:?} (write-inside-send, long-read, ghost-ack, window-any-qp)")
+                    let planted = if cfg!(feature = "planted") {
+                        ", or a planted mistake"
+                    } else {
+                        "; planted mistakes need uroce-fuzz's feature `planted`"
+                    };
+                    format!(
+                        "unknown planted bug {bug:?} (write-inside-send, long-read, ghost-ack, window-any-qp{planted})"
+                    )
                 });
         }
         if let Some(ip) = s.strip_prefix("udp:") {
@@ -66,12 +73,7 @@ impl TargetSpec {
     pub fn args(&self) -> String {
         match self {
             TargetSpec::Sim(None) => "--target sim".into(),
-            TargetSpec::Sim(Some(PlantedBug::WriteInsideSend)) => {
-                "--target sim:write-inside-send".into()
-            }
-            TargetSpec::Sim(Some(PlantedBug::LongReadStallsQp)) => "--target sim:long-read".into(),
-            TargetSpec::Sim(Some(PlantedBug::GhostAck)) => "--target sim:ghost-ack".into(),
-            TargetSpec::Sim(Some(PlantedBug::WindowAnyQp)) => "--target sim:window-any-qp".into(),
+            TargetSpec::Sim(Some(bug)) => format!("--target sim:{}", bug.name()),
             TargetSpec::Udp {
                 target,
                 fuzzer,

@@ -2,7 +2,10 @@
 //! path (ICRC check with the IP-ID solve, parsing, demux) and uroce's own
 //! QP machines, deterministic from a seed. With a [`PlantedBug`] its
 //! fuzzed QP is deliberately broken, which is how the fuzzer, the
-//! minimizer and the oracles are tested.
+//! minimizer and the oracles are tested: one of the three wrappers below,
+//! or (with the feature `planted`) one of the provider's planted
+//! mistakes ([`uroce_provider::planted::Mistake`]), active while the
+//! fuzzed QP (and only it: not the control pair) runs.
 
 use super::target::{
     access, Completion, Conn, ExposedKey, KeyKind, KeyState, Observation, Target, TargetError,
@@ -13,6 +16,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use uroce_provider::memory::{KeyTable, MrInner, MwBind, MwType};
 use uroce_provider::net::sim::{Faults, SimNet};
+use uroce_provider::planted::Mistake;
 use uroce_provider::qp_attr::{AttrMask, QpAttr};
 use uroce_provider::testing::{self, sge, PairParams, Side};
 use uroce_provider::transport::{Nanos, RxMeta};
@@ -42,18 +46,101 @@ pub enum PlantedBug {
     /// window is usable only through the QP it is bound to): a window
     /// bound to another QP grants the fuzzer its memory.
     WindowAnyQp,
+    /// A one-line mistake in the provider's transports or key checks,
+    /// planted in the fuzzed QP (the battery's). Needs the feature
+    /// `planted`: without it the sites are compiled away and the QP runs
+    /// clean ([`PlantedBug::from_name`] then never names one).
+    #[serde(skip)]
+    Mistake(Mistake),
 }
 
 impl PlantedBug {
-    /// Parses a name as `--bug` takes it.
+    /// Parses a name as `--target sim:BUG` takes it: a wrapper's, or
+    /// (built with the feature `planted`) a planted mistake's.
     pub fn from_name(s: &str) -> Option<PlantedBug> {
         match s {
             "write-inside-send" => Some(PlantedBug::WriteInsideSend),
             "long-read" => Some(PlantedBug::LongReadStallsQp),
             "ghost-ack" => Some(PlantedBug::GhostAck),
             "window-any-qp" => Some(PlantedBug::WindowAnyQp),
+            _ if cfg!(feature = "planted") => Mistake::from_name(s).map(PlantedBug::Mistake),
             _ => None,
         }
+    }
+
+    /// The name `--target sim:BUG` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlantedBug::WriteInsideSend => "write-inside-send",
+            PlantedBug::LongReadStallsQp => "long-read",
+            PlantedBug::GhostAck => "ghost-ack",
+            PlantedBug::WindowAnyQp => "window-any-qp",
+            PlantedBug::Mistake(m) => m.name(),
+        }
+    }
+}
+
+/// The fuzzed QP with a planted mistake: every call into it runs with the
+/// mistake planted on this thread (the simulated network runs on the
+/// caller's), so that the control pair on the same network runs clean.
+#[cfg(feature = "planted")]
+#[derive(Debug)]
+struct WithMistake {
+    inner: Box<dyn QpMachine>,
+    mistake: Mistake,
+}
+
+#[cfg(feature = "planted")]
+impl WithMistake {
+    fn run<R>(&self, f: impl FnOnce(&dyn QpMachine) -> R) -> R {
+        uroce_provider::planted::with(Some(self.mistake), || f(&*self.inner))
+    }
+    fn run_mut<R>(&mut self, f: impl FnOnce(&mut dyn QpMachine) -> R) -> R {
+        uroce_provider::planted::with(Some(self.mistake), || f(&mut *self.inner))
+    }
+}
+
+#[cfg(feature = "planted")]
+impl QpMachine for WithMistake {
+    fn qpn(&self) -> u32 {
+        self.inner.qpn()
+    }
+    fn qp_type(&self) -> QpType {
+        self.inner.qp_type()
+    }
+    fn state(&self) -> QpState {
+        self.inner.state()
+    }
+    fn attr(&self) -> QpAttr {
+        self.inner.attr()
+    }
+    fn modify(
+        &mut self,
+        attr: &QpAttr,
+        mask: AttrMask,
+    ) -> Result<(), uroce_provider::qp_attr::ModifyError> {
+        self.run_mut(|q| q.modify(attr, mask))
+    }
+    fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
+        self.run_mut(|q| q.handle_packet(now, meta, pkt))
+    }
+    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.run_mut(|q| q.poll_transmit(now, buf))
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        self.run(|q| q.poll_timeout())
+    }
+    fn handle_timeout(&mut self, now: Nanos) {
+        self.run_mut(|q| q.handle_timeout(now))
+    }
+    fn inflight(&self) -> u32 {
+        self.inner.inflight()
+    }
+    fn set_throttled(&mut self, on: bool) {
+        self.inner.set_throttled(on)
+    }
+    fn only_acks_to_send(&self) -> bool {
+        self.inner.only_acks_to_send()
     }
 }
 
@@ -445,7 +532,7 @@ fn ip(o: [u8; 4]) -> IpAddr {
 impl Target for SimTarget {
     fn name(&self) -> String {
         match self.bug {
-            Some(b) => format!("sim (planted bug {b:?})"),
+            Some(b) => format!("sim (planted bug {})", b.name()),
             None => "sim".into(),
         }
     }
@@ -468,6 +555,10 @@ impl Target for SimTarget {
             let keys = cfg.keys.clone();
             let qp = uroce_provider::transport::new_qp(qp_type, cfg).expect("capacities");
             match bug {
+                #[cfg(feature = "planted")]
+                Some(PlantedBug::Mistake(mistake)) => Box::new(WithMistake { inner: qp, mistake }),
+                #[cfg(not(feature = "planted"))]
+                Some(PlantedBug::Mistake(_)) => qp,
                 Some(bug) => Box::new(Planted {
                     inner: qp,
                     bug,

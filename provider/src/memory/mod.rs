@@ -44,6 +44,7 @@
 //! fails where it next touches it, with the status the spec names for its
 //! side (see the transports).
 
+use crate::planted::{self, Mistake};
 use crate::types::Access;
 use dashmap::DashMap;
 use std::alloc::Layout;
@@ -588,13 +589,20 @@ impl KeyTable {
         if !mr.is_valid() {
             return Err(KeyError::Mem(MemError::Invalid));
         }
-        if mr.pd != pd {
+        if mr.pd != pd && !planted::active(Mistake::OtherPdKeyAccepted) {
             return Err(KeyError::PdMismatch);
         }
-        if !mr.access.contains(need) {
+        let granted = mr.access.contains(need)
+            || (need == Access::REMOTE_WRITE && planted::active(Mistake::WriteWithoutRemoteWrite));
+        if !granted {
             return Err(KeyError::Access(need));
         }
-        let off = mr.offset_of(addr, len)?;
+        let checked = if planted::active(Mistake::RkeyBoundsOffByOne) {
+            len.saturating_sub(1)
+        } else {
+            len
+        };
+        let off = mr.offset_of(addr, checked)?;
         Ok((mr, off))
     }
 }

@@ -23,6 +23,7 @@
 //! (C10-72..C10-75, o10-36.2.x, o10-37.2.x) as kernel rxe applies them.
 
 use super::{KeyError, KeyTable, MrInner, PdId};
+use crate::planted::{self, Mistake};
 use crate::types::Access;
 use std::sync::Arc;
 
@@ -303,19 +304,25 @@ impl KeyTable {
             Some(b) if st.rkey == rkey && !st.dead => b,
             _ => return Err(KeyError::BadKey(rkey)),
         };
+        let other_pd = mw.pd != pd && !planted::active(Mistake::OtherPdKeyAccepted);
         match b.qpn {
             Some(q) if q != qpn => return Err(KeyError::PdMismatch),
-            None if mw.pd != pd => return Err(KeyError::PdMismatch),
+            None if other_pd => return Err(KeyError::PdMismatch),
             _ => {}
         }
         if !b.access.contains(need) {
             return Err(KeyError::Access(need));
         }
+        let checked = if planted::active(Mistake::RkeyBoundsOffByOne) {
+            len.saturating_sub(1)
+        } else {
+            len
+        };
         let addr = if b.zero_based {
             // In the window, which lies inside the region: no overflow.
-            super::offset_in(0, b.len, addr, len)? + b.addr
+            super::offset_in(0, b.len, addr, checked)? + b.addr
         } else {
-            super::offset_in(b.addr, b.len, addr, len)?;
+            super::offset_in(b.addr, b.len, addr, checked)?;
             addr
         };
         let mr = b.mr.clone();

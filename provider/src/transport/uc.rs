@@ -39,6 +39,7 @@ use super::sgl::Resolved;
 use super::status::{ErrorAction, RespError};
 use super::{Nanos, RxMeta, SweepDetector, Transmit};
 use crate::counters::Counters;
+use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::types::{QpState, QpType, SendWr, WcOpcode, WcStatus, WrOpcode};
 use uroce_wire::packet::ParsedPacket;
@@ -254,7 +255,8 @@ impl UcQp {
         // PSN (rxe check_psn for UC): a PSN other than the
         // expected one, or any packet while a message is being dropped,
         // is dropped unless it starts a message; a FIRST or ONLY resyncs.
-        if psn != self.svc.resp.epsn || self.svc.resp.dropping {
+        let gap = psn != self.svc.resp.epsn && !planted::active(Mistake::UcGapContinues);
+        if gap || self.svc.resp.dropping {
             if !starts {
                 if !self.svc.resp.dropping {
                     self.drop_message();
@@ -268,7 +270,7 @@ impl UcQp {
         // ends it unfinished (missing LAST, class D1): the open message is
         // dropped and the packet may start a valid new one.
         let in_seq = match &self.svc.resp.cur {
-            None => starts,
+            None => starts || planted::active(Mistake::UcMiddleWithoutFirst),
             Some(_) if starts => {
                 Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
                 self.abort_current();
@@ -332,7 +334,8 @@ impl UcQp {
 
     /// Returns whether the packet was accepted (the expected PSN moves on).
     fn exec_send(&mut self, pkt: &ParsedPacket<'_>) -> bool {
-        if pkt.info.position.starts_message() {
+        let opens = self.svc.resp.cur.is_none() && planted::active(Mistake::UcMiddleWithoutFirst);
+        if pkt.info.position.starts_message() || opens {
             let Some(recv) = self.message_recv() else {
                 return false;
             };

@@ -3,6 +3,7 @@
 
 use super::RcQp;
 use crate::counters::Counters;
+use crate::planted::{self, Mistake};
 use crate::transport::status::requester_status;
 use crate::transport::Nanos;
 use crate::types::{WcStatus, WrOpcode};
@@ -137,7 +138,11 @@ impl RcQp {
     /// READ or atomic without its data (found by `uroce fuzz --mode
     /// responder`), or resume past it.
     fn nak_reaches(&mut self, psn: Psn) -> bool {
-        self.ack_before(psn);
+        if planted::active(Mistake::NakAcknowledgesItsPsn) {
+            self.ack_through(psn);
+        } else {
+            self.ack_before(psn);
+        }
         self.svc.req.una == psn && self.core.state != crate::types::QpState::Err
     }
 
@@ -162,7 +167,7 @@ impl RcQp {
             if e.first_psn.is_after(psn) {
                 break;
             }
-            if e.wr.opcode.is_read_or_atomic() {
+            if e.wr.opcode.is_read_or_atomic() && !planted::active(Mistake::ImpliedNakIgnored) {
                 // Acknowledged past an unanswered READ/atomic.
                 let resume = e.first_psn.add(e.read_done);
                 if resume.is_after(psn) {
@@ -291,7 +296,8 @@ impl RcQp {
             return;
         };
         let e = &mut self.svc.req.wqes[i];
-        if !e.wr.opcode.is_atomic() || e.first_psn != psn || !e.started {
+        let own_psn = e.first_psn == psn || planted::active(Mistake::AtomicAckAnyPsn);
+        if !e.wr.opcode.is_atomic() || !own_psn || !e.started {
             Counters::inc(&self.core.cfg.counters.dropped_pkts);
             return;
         }

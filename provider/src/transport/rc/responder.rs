@@ -6,6 +6,7 @@ use super::RcQp;
 use crate::counters::Counters;
 use crate::events::EventType;
 use crate::memory::MrInner;
+use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::core::bth;
 use crate::transport::message::{check_op_allowed, check_payload_length, check_rkey};
@@ -132,6 +133,25 @@ fn check_responder_resources(op: Operation, max_dest_rd_atomic: u8) -> Result<()
     } else {
         Ok(())
     }
+}
+
+/// Executes an atomic on the word at `offset` of `mr`: compare and swap
+/// (`compare_swap`) or fetch and add; returns the word's value before it.
+fn apply_atomic(
+    mr: &MrInner,
+    offset: usize,
+    compare_swap: bool,
+    a: &uroce_wire::AtomicEthRepr,
+) -> Result<u64, crate::memory::MemError> {
+    mr.with_atomic_u64(offset, |word| {
+        if compare_swap {
+            match word.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            }
+        } else {
+            word.fetch_add(a.swap_add, Ordering::SeqCst)
+        }
+    })
 }
 
 /// The access a FLUSH's placement type needs, of the QP and of the
@@ -333,6 +353,15 @@ impl RcQp {
             .sweep
             .note(now, psn, self.svc.resp.epsn, &self.core.cfg);
         let class = psn.classify(self.svc.resp.epsn);
+        let resend = matches!(pkt.info.operation, Operation::Send | Operation::RdmaWrite);
+        let class = if planted::active(Mistake::DuplicateExecuted)
+            && resend
+            && class == PsnClass::Duplicate
+        {
+            PsnClass::Expected
+        } else {
+            class
+        };
         // New requests wait behind READ responses; duplicates change no
         // memory and are answered at once, unless requests already wait:
         // then the expected PSN is not yet what those leave, so whatever
@@ -368,7 +397,7 @@ impl RcQp {
     /// A request ahead of the expected PSN (IBA ch. 9.7: PSN sequence
     /// error): one NAK per gap, naming the expected PSN.
     fn sequence_error(&mut self) {
-        if self.svc.resp.nak_sent {
+        if self.svc.resp.nak_sent && !planted::active(Mistake::SeqNakEveryPacket) {
             return;
         }
         self.svc.resp.nak_sent = true;
@@ -420,7 +449,9 @@ impl RcQp {
                     },
                     self.core.attr.max_dest_rd_atomic,
                 );
-                self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
+                if !planted::active(Mistake::MsnNotAdvancedOnRead) {
+                    self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
+                }
                 let msn = self.svc.resp.msn;
                 self.svc.resp.queue_read(psn, mr, offset, len, n, msn);
                 self.svc.resp.epsn = psn.add(n);
@@ -433,28 +464,15 @@ impl RcQp {
                 }
                 let (mr, offset) = self.check_rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
                 let mr = mr.ok_or(RespError::RemoteAccess)?;
-                let orig = mr
-                    .with_atomic_u64(offset, |word| {
-                        if info.operation == Operation::CompareSwap {
-                            match word.compare_exchange(
-                                a.compare,
-                                a.swap_add,
-                                Ordering::SeqCst,
-                                Ordering::SeqCst,
-                            ) {
-                                Ok(v) | Err(v) => v,
-                            }
-                        } else {
-                            word.fetch_add(a.swap_add, Ordering::SeqCst)
-                        }
-                    })
+                let compare_swap = info.operation == Operation::CompareSwap;
+                let orig = apply_atomic(&mr, offset, compare_swap, &a)
                     .map_err(|_| RespError::RemoteAccess)?;
                 self.svc.resp.remember(
                     RdAtomicRes {
                         psn,
                         npkts: 1,
                         kind: ResKind::Atomic {
-                            compare_swap: info.operation == Operation::CompareSwap,
+                            compare_swap,
                             va: a.va,
                             rkey: a.rkey,
                             compare: a.compare,
@@ -532,7 +550,12 @@ impl RcQp {
         self.svc.resp.epsn = psn.next();
         if pkt.bth.ack_req {
             let m = self.svc.resp.msn;
-            self.queue_ack(psn, ACK, m);
+            let named = if planted::active(Mistake::AckUnexecutedPsn) {
+                psn.next()
+            } else {
+                psn
+            };
+            self.queue_ack(named, ACK, m);
         }
         Ok(())
     }
@@ -652,6 +675,11 @@ impl RcQp {
         self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
         if let Some(wr) = recv {
             let imm = Some(pkt.imm().unwrap_or(0));
+            let total = if planted::active(Mistake::WriteImmWrongByteLen) {
+                pkt.payload.len() as u64
+            } else {
+                total
+            };
             let wc = self.received(wr.wr_id, WcOpcode::RecvRdmaWithImm, total, imm);
             self.complete(false, wc, pkt.bth.se);
         }
@@ -661,7 +689,11 @@ impl RcQp {
     fn rnr_nak(&mut self, psn: Psn) {
         Counters::inc(&self.core.cfg.counters.rnr_naks_sent);
         let m = self.svc.resp.msn;
-        let timer = self.core.attr.min_rnr_timer;
+        let timer = if planted::active(Mistake::RnrNakWrongTimer) {
+            self.core.attr.timeout
+        } else {
+            self.core.attr.min_rnr_timer
+        };
         self.queue_ack(psn, AethSyndrome::RnrNak { timer }, m);
     }
 
@@ -727,6 +759,16 @@ impl RcQp {
                 let Some(orig) = r.repeats_atomic(psn, compare_swap, &a) else {
                     return self.drop_unmatched();
                 };
+                let orig = if planted::active(Mistake::DuplicateAtomicExecuted) {
+                    self.check_rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
+                        .ok()
+                        .and_then(|(mr, off)| {
+                            apply_atomic(mr.as_deref()?, off, compare_swap, &a).ok()
+                        })
+                        .unwrap_or(orig)
+                } else {
+                    orig
+                };
                 self.svc
                     .resp
                     .queue_again(RespItem::AtomicAck { psn, orig, msn });
@@ -780,6 +822,9 @@ impl RcQp {
         // (an atomic has changed memory; without its ACK the requester
         // never learns the original value). Found by `uroce fuzz --versus`
         // against rxe, which sends them too.
+        if planted::active(Mistake::NoErrorOnAccessError) && err == RespError::RemoteAccess {
+            return;
+        }
         let answered = std::mem::take(&mut self.svc.resp.out);
         self.enter_error();
         self.svc.resp.out = answered;
@@ -872,6 +917,11 @@ impl RcQp {
                     });
                 }
                 let (off, plen) = segment(*len, k, mtu);
+                let plen = if planted::active(Mistake::ReadLastFullMtu) && *len > 0 {
+                    mtu as usize
+                } else {
+                    plen
+                };
                 *sent += 1;
                 let done = *sent == *npkts;
                 (h, Some((mr.clone(), *offset + off as usize, plen)), done)
