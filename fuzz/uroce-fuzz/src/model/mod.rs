@@ -241,6 +241,16 @@ impl World {
     /// to send (READ responses, ACKs held behind them) may never go out.
     pub fn enter_error(&mut self) {
         self.err = true;
+        // The receive WR of a SEND in progress completes in error
+        // (IBA 10.3.1), whatever moved the QP to Error.
+        let cur = match &self.t {
+            Transport::Rc(r) => r.cur.as_ref(),
+            Transport::Uc(u) => u.cur.as_ref(),
+            Transport::Ud(_) => None,
+        };
+        if let (None, Some(rc::Msg::Send { wr, .. })) = (self.in_progress, cur) {
+            self.in_progress = Some(*wr);
+        }
         for e in &mut self.expects {
             e.required = false;
         }
@@ -327,7 +337,7 @@ fn inputs<'a>(conn: &Conn, case: &'a Case) -> Vec<Result<Input, &'a crate::case:
                     }))),
                     Err(e) => out.push(Ok(Input::Malformed {
                         psn,
-                        why: format!("packet {i}: opcode {:#04x} PSN {off:+} ({e})", bytes[0]),
+                        why: malformed_why(i, &bytes, off, &e),
                     })),
                 }
             }
@@ -336,18 +346,62 @@ fn inputs<'a>(conn: &Conn, case: &'a Case) -> Vec<Result<Input, &'a crate::case:
     out
 }
 
+/// A packet that does not parse in a finding's words; `bytes` may be
+/// empty (a packet cut to nothing, which a build that does not verify
+/// ICRCs takes).
+fn malformed_why(i: usize, bytes: &[u8], off: i32, e: &dyn std::fmt::Display) -> String {
+    match bytes.first() {
+        Some(op) => format!("packet {i}: opcode {op:#04x} PSN {off:+} ({e})"),
+        None => format!("packet {i}: no bytes, PSN {off:+} ({e})"),
+    }
+}
+
 /// Runs the model over `case` on `conn`: the worlds it ends in.
+///
+/// A post is the target's own act, a packet the fuzzer's: packets sent
+/// since the last wait may still be on their way when the target posts
+/// (on the sim target they always are), so the case's posts may take
+/// effect before those packets (a post that fails locally may move the
+/// QP to Error before they arrive). The worlds of both orders are legal.
 pub fn run(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
+    let mut worlds = run_in_order(conn, case)?;
+    if let Some(early) = posts_first(case) {
+        worlds.extend(run_in_order(conn, &early)?);
+    }
+    Ok(worlds)
+}
+
+/// `case` with the posts between two waits moved before the packets
+/// between them (in their order), if that moves any.
+fn posts_first(case: &Case) -> Option<Case> {
+    let mut steps = Vec::with_capacity(case.steps.len());
+    let mut packets = Vec::new();
+    for s in &case.steps {
+        match s {
+            Step::Packet(_) => packets.push(s.clone()),
+            Step::Post(_) => steps.push(s.clone()),
+            Step::Wait(_) => {
+                steps.append(&mut packets);
+                steps.push(s.clone());
+            }
+        }
+    }
+    steps.append(&mut packets);
+    (steps != case.steps).then_some(Case { steps })
+}
+
+/// [`run`] with the steps taking effect in the case's order.
+fn run_in_order(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
     let mut worlds = vec![World::new(conn)];
     for input in inputs(conn, case) {
         let input = match input {
             Ok(i) => i,
             Err(post) => {
                 for w in &mut worlds {
-                    match &mut w.t {
-                        Transport::Rc(r) => r.req.post(post, conn.sq_psn, conn.mtu),
-                        _ => return Err("posts on a UC or UD QP are not modelled".into()),
+                    if !matches!(w.t, Transport::Rc(_)) {
+                        return Err("posts on a UC or UD QP are not modelled".into());
                     }
+                    requester::post(w, post, conn);
                 }
                 continue;
             }

@@ -17,6 +17,12 @@
 //! * an answer for a PSN never sent, or one already answered (a ghost or
 //!   a duplicate) is dropped.
 //!
+//! * a post whose local buffer the target's memory does not hold (past
+//!   the exposed region, or longer than a message may be) sends nothing
+//!   and fails with a local error (length or protection, IBA 10.8.3.1
+//!   / 11.6.2 local errors) once the requests before it are done, the
+//!   QP going to Error (IBA 10.3.1);
+//!
 //! Open choices: the requester may give up at any point (its retries
 //! run out while the case still answers: the request then fails with
 //! transport retry or RNR retry exceeded, the QP goes to Error); an
@@ -59,6 +65,8 @@ pub struct SendDone {
 pub struct Requester {
     /// The posts with the PSN each starts at.
     pub posts: Vec<(Post, u32)>,
+    /// Whether each post fails locally (it takes no PSNs).
+    pub bad: Vec<bool>,
     /// The first post not completed.
     pub next: usize,
     /// READ responses taken for it, by index.
@@ -70,13 +78,19 @@ pub struct Requester {
 impl Requester {
     /// PSNs sent so far, from the send PSN at set-up.
     fn sent(&self, mtu: u32) -> u32 {
-        self.posts.iter().map(|(w, _)| w.span(mtu)).sum()
+        self.posts
+            .iter()
+            .zip(&self.bad)
+            .filter(|(_, &bad)| !bad)
+            .fold(0, |n, ((w, _), _)| n.wrapping_add(w.span(mtu)))
     }
 
-    /// Post `w` (signaled).
-    pub fn post(&mut self, w: &Post, sq_psn: u32, mtu: u32) {
+    /// Post `w` (signaled) on a target whose exposed region is
+    /// `region_len` bytes long.
+    pub fn post(&mut self, w: &Post, sq_psn: u32, mtu: u32, region_len: u32) {
         let start = psn_add(sq_psn, self.sent(mtu));
         self.posts.push((w.clone(), start));
+        self.bad.push(fails_locally(w, region_len));
     }
 
     fn last_psn(&self, i: usize, mtu: u32) -> u32 {
@@ -89,8 +103,42 @@ impl Requester {
     fn outstanding(&self, psn: u32, mtu: u32) -> Option<usize> {
         (self.next..self.posts.len()).find(|&i| {
             let (w, s) = &self.posts[i];
-            psn_diff(psn, *s) < w.span(mtu)
+            !self.bad[i] && psn_diff(psn, *s) < w.span(mtu)
         })
+    }
+}
+
+/// Whether post `w` fails locally on a target whose exposed region (its
+/// local buffers' memory region) is `region_len` bytes long: its
+/// scatter/gather element reaches past the region (the L_Key check), or
+/// the message is longer than 2^31 bytes (IBA 9.4).
+pub fn fails_locally(w: &Post, region_len: u32) -> bool {
+    let len = match w.op {
+        PostOp::CompareSwap | PostOp::FetchAdd => 8,
+        _ => u64::from(w.len),
+    };
+    (len > 0 && u64::from(w.local_off) + len > u64::from(region_len)) || len > 1 << 31
+}
+
+/// `ibv_wc_status`: the local errors a post that [`fails_locally`]
+/// completes with (local length error, local protection error).
+pub const LOCAL_ERRORS: [u32; 2] = [1, 4];
+
+/// Has `w`'s target post `post`; a post that fails locally and is the
+/// first not completed fails at once.
+pub fn post(w: &mut World, post: &Post, conn: &Conn) {
+    if let super::Transport::Rc(r) = &mut w.t {
+        r.req.post(post, conn.sq_psn, conn.mtu, conn.len);
+    }
+    settle(w);
+}
+
+/// A post that fails locally fails when the requests before it are
+/// done.
+fn settle(w: &mut World) {
+    let r = req(w);
+    if r.next < r.posts.len() && r.bad[r.next] && !w.err {
+        *w = fail(w.clone(), LOCAL_ERRORS.to_vec());
     }
 }
 
@@ -114,6 +162,9 @@ fn req(w: &mut World) -> &mut Requester {
 fn ack_before(w: &mut World, upto: usize) {
     while req(w).next < upto {
         let i = req(w).next;
+        if req(w).bad[i] {
+            return;
+        }
         match req(w).posts[i].0.op {
             PostOp::Send | PostOp::Write => complete(w, i, vec![super::WC_SUCCESS]),
             _ => return,
@@ -170,7 +221,15 @@ pub fn completions(w: &World) -> Vec<SendDone> {
 }
 
 /// A response packet for the requester.
-pub fn response(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
+pub fn response(w: World, conn: &Conn, input: &Input) -> Vec<World> {
+    let mut out = answered(w, conn, input);
+    for w in &mut out {
+        settle(w);
+    }
+    out
+}
+
+fn answered(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
     let mtu = conn.mtu;
     let Input::Pkt(p) = input else {
         return unreadable(w, 0);

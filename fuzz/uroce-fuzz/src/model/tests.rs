@@ -502,3 +502,209 @@ fn explain_finding() {
         println!("world: {:?}", compare(&out.conn, &w, &out.obs));
     }
 }
+
+/// Replays a `sim_case` input (`UROCE_MODEL_REPLAY=FILE`) and prints the
+/// model's view of it: how a finding of the coverage-guided target is
+/// triaged.
+#[test]
+#[ignore = "a triage aid, run by hand"]
+fn replay() {
+    let Ok(path) = std::env::var("UROCE_MODEL_REPLAY") else {
+        return;
+    };
+    let input = crate::input::FuzzInput::decode(&std::fs::read(path).expect("reads"));
+    let out = input.run().expect("sim");
+    println!(
+        "{:?} recvs {} violations {:#?}",
+        input.qp_type, input.recvs, out.violations
+    );
+    for s in &input.case.steps {
+        println!("   {}", serde_json::to_string(s).unwrap_or_default());
+    }
+    for p in &out.packets {
+        if let Ok(k) = uroce_wire::packet::parse(&p.bytes) {
+            println!(
+                "   {} {} psn {:#x} ack_req {} aeth {:?} ({} bytes)",
+                if p.sent { "in " } else { "OUT" },
+                k.info.name,
+                k.bth.psn.value(),
+                k.bth.ack_req,
+                k.aeth(),
+                k.payload.len()
+            );
+        }
+    }
+    for i in inputs(&out.conn, &input.case) {
+        match i {
+            Ok(Input::Pkt(p)) => println!("   input {} psn {:#x}", p.why, p.psn),
+            Ok(Input::Malformed { why, .. }) => println!("   input {why}"),
+            Err(p) => println!("   post {p:?}"),
+        }
+    }
+    for w in run(&out.conn, &input.case).unwrap_or_default() {
+        println!("   world: {:?}", compare(&out.conn, &w, &out.obs));
+    }
+    println!(
+        "   completions {:?} state {:?} conn rq_psn {:#x} sq_psn {:#x}",
+        out.obs.completions, out.obs.qp_state, out.conn.rq_psn, out.conn.sq_psn
+    );
+}
+
+/// The model's violations on a `sim_case` input run on the sim target.
+fn model_findings(bytes: &[u8]) -> Vec<crate::oracle::Violation> {
+    let input = crate::input::FuzzInput::decode(bytes);
+    let out = input.run().expect("sim");
+    out.violations
+        .into_iter()
+        .filter(|v| matches!(v, crate::oracle::Violation::Model { .. }))
+        .collect()
+}
+
+/// `sim_case` findings that were the model's mistakes (reproducers under
+/// model/repro/): uroce's QP machines did what the spec allows.
+#[test]
+fn sim_case_findings_are_legal() {
+    for (name, bytes) in [
+        // A WRITE whose local buffer is past the region: a local error
+        // when its turn comes, after the WRITE before it was ACKed.
+        (
+            "local-error-write",
+            &include_bytes!("repro/local-error-write.bin")[..],
+        ),
+        // An atomic whose local buffer is past the region.
+        (
+            "local-error-atomic",
+            include_bytes!("repro/local-error-atomic.bin"),
+        ),
+        // The same, posted while the packets sent before it are still on
+        // their way: the QP is in Error before they arrive.
+        (
+            "local-error-before-packets",
+            include_bytes!("repro/local-error-before-packets.bin"),
+        ),
+        // A UD datagram of 38,400 bytes: too long for its receive WR.
+        (
+            "ud-longer-than-4096",
+            include_bytes!("repro/ud-longer-than-4096.bin"),
+        ),
+        // A SEND in progress when the requester's retries run out: its
+        // receive WR completes in error before the rest are flushed.
+        (
+            "send-in-progress-requester-error",
+            include_bytes!("repro/send-in-progress-requester-error.bin"),
+        ),
+        // (On a build that verifies ICRCs) a packet cut to nothing.
+        ("cut-to-nothing", include_bytes!("repro/cut-to-nothing.bin")),
+    ] {
+        let found = model_findings(bytes);
+        assert!(found.is_empty(), "{name}: {found:#?}");
+    }
+}
+
+/// A post whose local buffer the region does not hold fails with a local
+/// error and takes no PSNs; the model says so, and holds uroce to it.
+#[test]
+fn local_error_post() {
+    let c = conn(QpType::Rc);
+    let post = |wr_id, op, len, local_off| Post {
+        wr_id,
+        op,
+        len,
+        local_off,
+        remote_va: 0,
+        rkey: 0x99,
+        swap_add: 0,
+        compare: 0,
+    };
+    assert!(requester::fails_locally(
+        &post(0, PostOp::Write, 100, 4000),
+        4096
+    ));
+    assert!(requester::fails_locally(
+        &post(0, PostOp::FetchAdd, 0, 4089),
+        4096
+    ));
+    assert!(!requester::fails_locally(
+        &post(0, PostOp::FetchAdd, 0, 4088),
+        4096
+    ));
+    assert!(!requester::fails_locally(
+        &post(0, PostOp::Write, 0, u32::MAX),
+        4096
+    ));
+    assert!(requester::fails_locally(
+        &post(0, PostOp::Read, u32::MAX, 0),
+        u32::MAX
+    ));
+    let case = Case {
+        steps: vec![
+            Step::Post(post(7, PostOp::Write, 100, 0)),
+            Step::Post(post(8, PostOp::Write, 100, 4090)),
+            Step::Post(post(9, PostOp::Send, 10, 0)),
+        ],
+    };
+    let worlds = run(&c, &case).expect("modelled");
+    // Unanswered, the first fails (its retries run out), the QP in Error.
+    assert!(worlds.iter().all(|w| w.err));
+    // The bad post takes no PSNs: an ACK at the first's last PSN + 1 is
+    // the third's (SEND), not a PSN of the second.
+    let mut ack = PacketSpec::new(Opcode::RC_ACKNOWLEDGE, 0);
+    ack.aeth = Some((0, 1));
+    ack.resp = true;
+    let case = Case {
+        steps: vec![
+            Step::Post(post(7, PostOp::Write, 100, 0)),
+            Step::Post(post(8, PostOp::Write, 100, 4090)),
+            Step::Wait(10),
+            Step::Packet(ack),
+        ],
+    };
+    let worlds = run(&c, &case).expect("modelled");
+    let done: Vec<Vec<requester::SendDone>> = worlds.iter().map(requester::completions).collect();
+    let ok_then_local = vec![
+        requester::SendDone {
+            wr_id: 7,
+            status: vec![WC_SUCCESS],
+        },
+        requester::SendDone {
+            wr_id: 8,
+            status: requester::LOCAL_ERRORS.to_vec(),
+        },
+    ];
+    assert!(done.contains(&ok_then_local), "{done:#?}");
+}
+
+/// A packet that does not parse and has no bytes at all is named, not a
+/// panic (a cargo-fuzz build, which does not verify ICRCs, takes a
+/// packet cut to nothing).
+#[test]
+fn malformed_without_bytes() {
+    let e = "too short";
+    assert_eq!(
+        malformed_why(3, &[], -1, &e),
+        "packet 3: no bytes, PSN -1 (too short)"
+    );
+    assert_eq!(
+        malformed_why(3, &[0x04], 2, &e),
+        "packet 3: opcode 0x04 PSN +2 (too short)"
+    );
+}
+
+/// A SEND in progress when the QP enters Error for another reason (the
+/// requester's retries run out) completes its receive WR in error; the
+/// WRs after it are flushed (IBA 10.3.1).
+#[test]
+fn send_in_progress_fails_with_the_qp() {
+    let c = conn(QpType::Rc);
+    let mut first = req(Opcode::RC_SEND_FIRST, 0, 1024, 1);
+    first.reth = None;
+    let worlds = run(&c, &case(vec![first])).expect("modelled");
+    assert_eq!(worlds.len(), 1);
+    let mut w = worlds[0].clone();
+    w.enter_error();
+    let got: Vec<(u64, Status)> = w.receives(&c).iter().map(|r| (r.wr_id, r.status)).collect();
+    assert_eq!(
+        got,
+        vec![(0, Status::AnyError), (1, Status::Is(WC_WR_FLUSH_ERR))]
+    );
+}
