@@ -359,20 +359,46 @@ fn malformed_why(i: usize, bytes: &[u8], off: i32, e: &dyn std::fmt::Display) ->
 /// Runs the model over `case` on `conn`: the worlds it ends in.
 ///
 /// A post is the target's own act, a packet the fuzzer's: packets sent
-/// since the last wait may still be on their way when the target posts
-/// (on the sim target they always are), so the case's posts may take
-/// effect before those packets (a post that fails locally may move the
-/// QP to Error before they arrive). The worlds of both orders are legal.
+/// before a post may still be on their way, or not yet taken, when the
+/// target posts (on the sim target those since the last wait always
+/// are), so the case's posts may take effect before them. The worlds of
+/// each order are legal: the posts between two waits before the packets
+/// between them, and the first post that fails locally (it moves the QP
+/// to Error) before any number of the packets sent before it.
 pub fn run(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
     let mut worlds = run_in_order(conn, case)?;
-    if let Some(early) = posts_first(case) {
+    for early in posts_first(case)
+        .into_iter()
+        .chain(local_error_earlier(conn, case))
+    {
         worlds.extend(run_in_order(conn, &early)?);
     }
     Ok(worlds)
 }
 
-/// `case` with the posts between two waits moved before the packets
-/// between them (in their order), if that moves any.
+/// `case` with its first post that fails locally moved before each of
+/// the packets before it in turn.
+fn local_error_earlier(conn: &Conn, case: &Case) -> Vec<Case> {
+    let bad = case
+        .steps
+        .iter()
+        .position(|s| matches!(s, Step::Post(p) if requester::fails_locally(p, conn.len)));
+    let Some(j) = bad else {
+        return Vec::new();
+    };
+    (0..j)
+        .filter(|&k| matches!(case.steps[k], Step::Packet(_)))
+        .map(|k| {
+            let mut steps = case.steps.clone();
+            let post = steps.remove(j);
+            steps.insert(k, post);
+            Case { steps }
+        })
+        .collect()
+}
+
+/// `case` with the posts between two waits (of some time) moved before
+/// the packets between them (in their order), if that moves any.
 fn posts_first(case: &Case) -> Option<Case> {
     let mut steps = Vec::with_capacity(case.steps.len());
     let mut packets = Vec::new();
@@ -380,6 +406,8 @@ fn posts_first(case: &Case) -> Option<Case> {
         match s {
             Step::Packet(_) => packets.push(s.clone()),
             Step::Post(_) => steps.push(s.clone()),
+            // A wait of no time lets nothing arrive.
+            Step::Wait(0) => packets.push(s.clone()),
             Step::Wait(_) => {
                 steps.append(&mut packets);
                 steps.push(s.clone());

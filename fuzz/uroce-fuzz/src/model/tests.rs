@@ -582,6 +582,17 @@ fn sim_case_findings_are_legal() {
             "local-error-before-packets",
             include_bytes!("repro/local-error-before-packets.bin"),
         ),
+        // The same after a wait of no time (nothing arrives meanwhile).
+        (
+            "local-error-after-wait-zero",
+            include_bytes!("repro/local-error-after-wait-zero.bin"),
+        ),
+        // The same after a wait of 1 µs: the SEND before it not yet
+        // taken either.
+        (
+            "local-error-before-waited-packets",
+            include_bytes!("repro/local-error-before-waited-packets.bin"),
+        ),
         // A UD datagram of 38,400 bytes: too long for its receive WR.
         (
             "ud-longer-than-4096",
@@ -707,4 +718,67 @@ fn send_in_progress_fails_with_the_qp() {
         got,
         vec![(0, Status::AnyError), (1, Status::Is(WC_WR_FLUSH_ERR))]
     );
+}
+
+/// The orders the model also follows: posts before the packets since the
+/// last wait of some time, and the first post that fails locally before
+/// any of the packets before it.
+#[test]
+fn post_orders() {
+    let c = conn(QpType::Rc);
+    let post = |wr_id, local_off| {
+        Step::Post(Post {
+            wr_id,
+            op: PostOp::Send,
+            len: 8,
+            local_off,
+            remote_va: 0,
+            rkey: 0,
+            swap_add: 0,
+            compare: 0,
+        })
+    };
+    let pkt = |psn| Step::Packet(req(Opcode::RC_SEND_ONLY, psn, 0, 0));
+    let case = Case {
+        steps: vec![
+            pkt(0),
+            Step::Wait(5),
+            pkt(1),
+            Step::Wait(0),
+            pkt(2),
+            post(1, 0),
+        ],
+    };
+    let early = posts_first(&case).expect("moves");
+    assert_eq!(
+        early.steps,
+        vec![
+            pkt(0),
+            Step::Wait(5),
+            post(1, 0),
+            pkt(1),
+            Step::Wait(0),
+            pkt(2)
+        ]
+    );
+    assert!(local_error_earlier(&c, &case).is_empty());
+    let case = Case {
+        steps: vec![pkt(0), Step::Wait(5), pkt(1), post(1, 4090), post(2, 0)],
+    };
+    let moved: Vec<Vec<Step>> = local_error_earlier(&c, &case)
+        .into_iter()
+        .map(|c| c.steps)
+        .collect();
+    assert_eq!(
+        moved,
+        vec![
+            vec![post(1, 4090), pkt(0), Step::Wait(5), pkt(1), post(2, 0)],
+            vec![pkt(0), Step::Wait(5), post(1, 4090), pkt(1), post(2, 0)],
+        ]
+    );
+    // The SEND at +0 may or may not have been taken before the QP failed.
+    let worlds = run(&c, &case).expect("modelled");
+    let first: Vec<Status> = worlds.iter().map(|w| w.receives(&c)[0].status).collect();
+    assert!(first.contains(&Status::Is(WC_SUCCESS)), "{first:?}");
+    assert!(first.contains(&Status::Is(WC_WR_FLUSH_ERR)), "{first:?}");
 }
