@@ -111,18 +111,11 @@ pub const RUNS: &[Run] = &[
 /// Mistakes the oracles are known to miss today, with the reason: printed
 /// as "missed (known)". The issue is not done while this list is not
 /// empty.
-pub const KNOWN_MISSED: &[(Mistake, &str)] = &[
-    (
-        Mistake::SeqNakEveryPacket,
-        "the model matches answers as a set: a second sequence NAK for the same \
-         expected PSN matches the one it wants (IBA 9.7.5.1.1 allows one per gap)",
-    ),
-    (
-        Mistake::RnrNakWrongTimer,
-        "the model takes an RNR NAK with any timer: Conn does not carry the QP's \
+pub const KNOWN_MISSED: &[(Mistake, &str)] = &[(
+    Mistake::RnrNakWrongTimer,
+    "the model takes an RNR NAK with any timer: Conn does not carry the QP's \
          min_rnr_timer (IBA 9.7.5.2.8 wants it in the NAK)",
-    ),
-];
+)];
 
 /// Why `m` is known to be missed, if it is.
 pub fn known_missed(m: Mistake) -> Option<&'static str> {

@@ -362,6 +362,35 @@ pub fn judge(expects: &[Expect], seen: &[Seen], end: u32) -> Vec<Mismatch> {
             observed: s.to_string(),
         });
     }
+    // IBA 9.7.5.1: one PSN sequence error NAK per gap. Each the model
+    // allows (one per gap it opened) explains one NAK; ACKs may repeat,
+    // these may not.
+    let mut seq: std::collections::BTreeMap<u32, usize> = Default::default();
+    for s in seen {
+        if let Seen::Nak {
+            psn,
+            code: nak::SEQUENCE,
+        } = *s
+        {
+            *seq.entry(psn).or_default() += 1;
+        }
+    }
+    for (psn, n) in seq {
+        let allowed = expects
+            .iter()
+            .filter(|e| match &e.want {
+                Want::Nak { psn: q, codes } => *q == psn && codes.contains(&nak::SEQUENCE),
+                _ => false,
+            })
+            .count();
+        if allowed > 0 && n > allowed {
+            out.push(Mismatch {
+                rule: rules::SEQUENCE_NAK.id,
+                allowed: format!("{allowed} PSN sequence error NAK at {psn:#x} (one per gap)"),
+                observed: format!("{n} of them"),
+            });
+        }
+    }
     for e in expects.iter().filter(|e| e.required) {
         if !e.want.satisfied(seen, end) {
             out.push(Mismatch {

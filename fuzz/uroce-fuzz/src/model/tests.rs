@@ -260,9 +260,12 @@ fn a_gap_is_naked_once_with_the_expected_psn() {
     ]);
     let mut o = quiet();
     let nak = answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x60, 0);
-    o.answers = Some(vec![nak]);
+    o.answers = Some(vec![nak.clone()]);
     assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
     o.answers = Some(Vec::new());
+    assert_eq!(broken(&c, &k, &o), [rules::SEQUENCE_NAK.id]);
+    // A second NAK for the same gap (IBA 9.7.5.1: once per gap).
+    o.answers = Some(vec![nak.clone(), nak.clone()]);
     assert_eq!(broken(&c, &k, &o), [rules::SEQUENCE_NAK.id]);
     // Naming the packet's PSN instead of the expected one.
     o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 2, 0x60, 0)]);
@@ -781,4 +784,23 @@ fn post_orders() {
     let first: Vec<Status> = worlds.iter().map(|w| w.receives(&c)[0].status).collect();
     assert!(first.contains(&Status::Is(WC_SUCCESS)), "{first:?}");
     assert!(first.contains(&Status::Is(WC_WR_FLUSH_ERR)), "{first:?}");
+}
+
+/// A gap closed by the expected PSN and opened again may be NAKed again
+/// with the same expected PSN (the request there failed with an RNR NAK,
+/// so the expected PSN did not move).
+#[test]
+fn a_gap_opened_again_is_naked_again() {
+    let mut c = conn(QpType::Rc);
+    c.recvs_posted = 0;
+    let k = case(vec![
+        req(Opcode::RC_SEND_ONLY, 2, 8, 1),
+        req(Opcode::RC_SEND_ONLY, 0, 8, 1),
+        req(Opcode::RC_SEND_ONLY, 2, 8, 1),
+    ]);
+    let mut o = quiet();
+    let nak = answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x60, 0);
+    let rnr = answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x20, 0);
+    o.answers = Some(vec![nak.clone(), rnr, nak]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
 }
