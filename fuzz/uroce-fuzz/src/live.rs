@@ -198,6 +198,7 @@ impl Target for LiveTarget {
             recvs_posted: recvs.min(64),
             keys: word(l, "keys").map_or_else(Vec::new, keys),
             recv_len: field(l, "recv_len").map(|v| v as u32),
+            min_rnr_timer: field(l, "min_rnr_timer").map(|v| v as u8),
         })
     }
 

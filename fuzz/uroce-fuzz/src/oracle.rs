@@ -422,6 +422,7 @@ mod tests {
             recvs_posted: 8,
             keys: Vec::new(),
             recv_len: Some(4096),
+            min_rnr_timer: None,
         }
     }
 

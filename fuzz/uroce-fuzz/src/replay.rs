@@ -812,6 +812,7 @@ mod tests {
             recvs_posted: 0,
             keys: Vec::new(),
             recv_len: None,
+            min_rnr_timer: None,
         };
         let path = tmp("ud.pcap");
         let mut cap = Capture::create(&path).expect("create");

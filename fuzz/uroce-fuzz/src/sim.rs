@@ -639,6 +639,7 @@ impl Target for SimTarget {
             recvs_posted: recvs,
             keys,
             recv_len: Some(REGION as u32),
+            min_rnr_timer: Some(Self::params(0).min_rnr_timer),
         };
         self.live = Some(Live {
             net,

@@ -59,6 +59,11 @@ pub struct Conn {
     /// open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recv_len: Option<u32>,
+    /// The fuzzed QP's min_rnr_timer, the 5-bit code its RNR NAKs carry
+    /// (IBA 9.7.5.2.8; None: not known, the reference model then takes
+    /// any timer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_rnr_timer: Option<u8>,
 }
 
 /// What kind of object a key names.

@@ -41,6 +41,8 @@ pub enum Seen {
     Rnr {
         /// PSN.
         psn: u32,
+        /// The 5-bit timer code.
+        timer: u8,
     },
     /// An RDMA READ response packet.
     Read {
@@ -91,7 +93,9 @@ impl Seen {
                 psn,
                 msn: p.aeth().map_or(0, |a| a.msn),
             },
-            (Operation::Acknowledge, Some(AethSyndrome::RnrNak { .. })) => Seen::Rnr { psn },
+            (Operation::Acknowledge, Some(AethSyndrome::RnrNak { timer })) => {
+                Seen::Rnr { psn, timer }
+            }
             (Operation::Acknowledge, Some(AethSyndrome::Nak(c))) => Seen::Nak {
                 psn,
                 code: c.code(),
@@ -104,7 +108,7 @@ impl Seen {
         match *self {
             Seen::Ack { psn, .. }
             | Seen::Nak { psn, .. }
-            | Seen::Rnr { psn }
+            | Seen::Rnr { psn, .. }
             | Seen::Read { psn, .. }
             | Seen::AtomicAck { psn, .. } => Some(psn),
             Seen::Other(_) => None,
@@ -117,7 +121,7 @@ impl fmt::Display for Seen {
         match self {
             Seen::Ack { psn, msn } => write!(f, "ACK PSN {psn:#x} MSN {msn}"),
             Seen::Nak { psn, code } => write!(f, "NAK {} PSN {psn:#x}", nak_name(*code)),
-            Seen::Rnr { psn } => write!(f, "RNR NAK PSN {psn:#x}"),
+            Seen::Rnr { psn, timer } => write!(f, "RNR NAK PSN {psn:#x} timer {timer}"),
             Seen::Read {
                 psn,
                 position,
@@ -175,10 +179,12 @@ pub enum Want {
         /// Allowed codes.
         codes: Vec<u8>,
     },
-    /// An RNR NAK at `psn` (any timer).
+    /// An RNR NAK at `psn` with this timer (None: any).
     Rnr {
         /// PSN.
         psn: u32,
+        /// The 5-bit timer code.
+        timer: Option<u8>,
     },
     /// READ responses from `psn`, one per `mtu` bytes of `bytes` (at
     /// least one), each carrying its part of them.
@@ -221,7 +227,9 @@ impl Want {
             (Want::Nak { psn, codes }, Seen::Nak { psn: p, code }) => {
                 psn == p && codes.contains(code)
             }
-            (Want::Rnr { psn }, Seen::Rnr { psn: p }) => psn == p,
+            (Want::Rnr { psn, timer }, Seen::Rnr { psn: p, timer: t }) => {
+                psn == p && timer.is_none_or(|x| x == *t)
+            }
             (Want::AtomicAck { psn, orig }, Seen::AtomicAck { psn: p, orig: o }) => {
                 psn == p && orig.is_none_or(|x| x == *o)
             }
@@ -298,7 +306,11 @@ impl fmt::Display for Want {
                 let names: Vec<&str> = codes.iter().map(|&c| nak_name(c)).collect();
                 write!(f, "NAK {} PSN {psn:#x}", names.join(" or "))
             }
-            Want::Rnr { psn } => write!(f, "RNR NAK PSN {psn:#x}"),
+            Want::Rnr { psn, timer: None } => write!(f, "RNR NAK PSN {psn:#x}"),
+            Want::Rnr {
+                psn,
+                timer: Some(t),
+            } => write!(f, "RNR NAK PSN {psn:#x} timer {t}"),
             Want::Read { psn, bytes, mtu } => write!(
                 f,
                 "{} READ response(s) from PSN {psn:#x}, {} bytes",
@@ -414,7 +426,7 @@ fn want_psn(w: &Want) -> Option<u32> {
     match *w {
         Want::Ack { from, .. } => Some(from),
         Want::Nak { psn, .. }
-        | Want::Rnr { psn }
+        | Want::Rnr { psn, .. }
         | Want::Read { psn, .. }
         | Want::AtomicAck { psn, .. } => Some(psn),
         Want::Covered { .. } => None,

@@ -196,6 +196,8 @@ pub struct World {
     pub expects: Vec<Expect>,
     /// Why this world cannot be judged.
     pub open: Option<String>,
+    /// The timer code its RNR NAKs carry (`Conn::min_rnr_timer`).
+    pub min_rnr_timer: Option<u8>,
     /// Transport state.
     pub t: Transport,
 }
@@ -211,6 +213,7 @@ impl World {
             err: false,
             expects: Vec::new(),
             open: None,
+            min_rnr_timer: conn.min_rnr_timer,
             t: match conn.qp_type {
                 QpType::Rc => Transport::Rc(rc::Rc::new(conn.rq_psn)),
                 QpType::Uc => Transport::Uc(uc::Uc::new(conn.rq_psn)),

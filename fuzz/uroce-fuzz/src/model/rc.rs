@@ -395,9 +395,14 @@ fn outcomes(
 fn outcomes_sure(w: World, p: &Pkt, failed: &[Check], rnr: bool) -> Vec<World> {
     let mut out = Vec::new();
     if rnr {
-        // IBA 9.7.6: RNR NAK at the request's PSN, nothing done.
+        // IBA 9.7.6: RNR NAK at the request's PSN, nothing done; its
+        // timer field the QP's min_rnr_timer (IBA 9.7.5.2.8).
         let mut v = w.clone();
-        v.expect(Want::Rnr { psn: p.psn }, true, rules::RNR, &p.why);
+        let want = Want::Rnr {
+            psn: p.psn,
+            timer: w.min_rnr_timer,
+        };
+        v.expect(want, true, rules::RNR, &p.why);
         out.push(v);
     }
     // A failed request may have taken the receive WR it needs.

@@ -112,6 +112,7 @@ fn conn(qp_type: QpType) -> Conn {
         recvs_posted: 2,
         keys: Vec::new(),
         recv_len: Some(4096),
+        min_rnr_timer: Some(12),
     }
 }
 
@@ -324,10 +325,20 @@ fn no_receive_wr_is_an_rnr_nak_and_nothing_done() {
     };
     let k = case(vec![req(Opcode::RC_SEND_ONLY, 0, 8, 1)]);
     let mut o = quiet();
-    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x21, 0)]);
+    // The timer field is the QP's min_rnr_timer (12: 0x20 | 12).
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x2c, 0)]);
     assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
     o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, ACK, 1)]);
     assert_eq!(broken(&c, &k, &o), [rules::RNR.id, rules::RNR.id]);
+    // Another timer (IBA 9.7.5.2.8).
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x21, 0)]);
+    assert_eq!(broken(&c, &k, &o), [rules::RNR.id, rules::RNR.id]);
+    // A target that does not say its timer: any.
+    let c = Conn {
+        min_rnr_timer: None,
+        ..c
+    };
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
 }
 
 #[test]
@@ -800,7 +811,38 @@ fn a_gap_opened_again_is_naked_again() {
     ]);
     let mut o = quiet();
     let nak = answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x60, 0);
-    let rnr = answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x20, 0);
+    let rnr = answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x2c, 0);
     o.answers = Some(vec![nak.clone(), rnr, nak]);
     assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+}
+
+/// On the sim target an RNR NAK carries the min_rnr_timer `Conn` names.
+#[test]
+fn sim_rnr_nak_carries_the_qps_timer() {
+    let input = crate::input::FuzzInput {
+        seed: 1,
+        qp_type: QpType::Rc,
+        recvs: 0,
+        case: Case {
+            steps: vec![
+                Step::Packet(req(Opcode::RC_SEND_ONLY, 0, 8, 1)),
+                Step::Wait(100),
+            ],
+        },
+    };
+    let out = input.run().expect("sim");
+    let seen: Vec<answer::Seen> = out
+        .obs
+        .answers
+        .iter()
+        .flatten()
+        .filter_map(|b| answer::Seen::parse(b))
+        .collect();
+    let timer = out.conn.min_rnr_timer.expect("the sim says");
+    assert!(
+        seen.iter()
+            .any(|s| matches!(*s, answer::Seen::Rnr { timer: t, .. } if t == timer)),
+        "{seen:?}"
+    );
+    assert!(out.violations.is_empty(), "{:#?}", out.violations);
 }
