@@ -618,6 +618,13 @@ fn sim_case_findings_are_legal() {
             "send-in-progress-requester-error",
             include_bytes!("repro/send-in-progress-requester-error.bin"),
         ),
+        // A UD datagram too long for its receive WR (completed with a
+        // length error), then one with the same source QP and PSN:
+        // uroce takes it for a repeat and drops it.
+        (
+            "ud-repeat-of-a-failed-datagram",
+            include_bytes!("repro/ud-repeat-of-a-failed-datagram.bin"),
+        ),
         // (On a build that verifies ICRCs) a packet cut to nothing.
         ("cut-to-nothing", include_bytes!("repro/cut-to-nothing.bin")),
     ] {

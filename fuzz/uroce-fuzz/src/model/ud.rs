@@ -36,6 +36,12 @@ pub fn step(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
     // receive buffer; kernel rxe completes IB_WC_LOC_LEN_ERR).
     let src_qp = p.deth.map_or(0, |d| d.src_qp);
     let repeat = ud(&mut w).contains(&(src_qp, p.psn));
+    // A later datagram with the same source QP and PSN may be taken for
+    // a repeat of this one, whatever became of this one (taken, failed
+    // for its length, dropped for its size): remember it in every world.
+    if !repeat {
+        ud(&mut w).push((src_qp, p.psn));
+    }
     if repeat || p.payload.len() as u64 > u64::from(conn.mtu) {
         let dropped = w.clone();
         return vec![dropped]
@@ -46,7 +52,7 @@ pub fn step(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
     deliver(w, conn, p)
 }
 
-/// Datagrams delivered so far: (source QP, PSN).
+/// Datagrams seen so far (past the Q_Key check): (source QP, PSN).
 fn ud(w: &mut World) -> &mut Vec<(u32, u32)> {
     match &mut w.t {
         super::Transport::Ud(d) => d,
@@ -77,7 +83,6 @@ fn deliver(mut w: World, conn: &Conn, p: &super::Pkt) -> Vec<World> {
         }
         _ => {}
     }
-    ud(&mut w).push((src_qp, p.psn));
     let mut c = Recv::ok(wr, WC_RECV, len, &p.why);
     c.imm = p.imm;
     c.src_qp = Some(src_qp);
