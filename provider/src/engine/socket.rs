@@ -452,41 +452,22 @@ impl UdpPort {
                     std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, m.seg as u16);
                     used += libc::CMSG_SPACE(2) as usize;
                 }
+                let v4 = m.dst.is_ipv4();
                 if m.tos != 0 {
-                    let c = base.add(used).cast::<libc::cmsghdr>();
-                    (*c).cmsg_level = if m.dst.is_ipv4() {
-                        libc::IPPROTO_IP
+                    let (level, ty) = if v4 {
+                        (libc::IPPROTO_IP, libc::IP_TOS)
                     } else {
-                        libc::IPPROTO_IPV6
+                        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
                     };
-                    (*c).cmsg_type = if m.dst.is_ipv4() {
-                        libc::IP_TOS
-                    } else {
-                        libc::IPV6_TCLASS
-                    };
-                    let len = std::mem::size_of::<libc::c_int>() as u32;
-                    (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
-                    let v = libc::c_int::from(m.tos);
-                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, v);
-                    used += libc::CMSG_SPACE(len) as usize;
+                    used += put_int_cmsg(base.add(used), level, ty, m.tos.into());
                 }
                 if let Some(ttl) = m.ttl.filter(|&t| t != 0) {
-                    let c = base.add(used).cast::<libc::cmsghdr>();
-                    (*c).cmsg_level = if m.dst.is_ipv4() {
-                        libc::IPPROTO_IP
+                    let (level, ty) = if v4 {
+                        (libc::IPPROTO_IP, libc::IP_TTL)
                     } else {
-                        libc::IPPROTO_IPV6
+                        (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT)
                     };
-                    (*c).cmsg_type = if m.dst.is_ipv4() {
-                        libc::IP_TTL
-                    } else {
-                        libc::IPV6_HOPLIMIT
-                    };
-                    let len = std::mem::size_of::<libc::c_int>() as u32;
-                    (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
-                    let v = libc::c_int::from(ttl);
-                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, v);
-                    used += libc::CMSG_SPACE(len) as usize;
+                    used += put_int_cmsg(base.add(used), level, ty, ttl.into());
                 }
                 if used != 0 {
                     h.msg_control = base.cast();
@@ -511,6 +492,26 @@ impl UdpPort {
     /// The socket's descriptor (valid while the port lives).
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
         self.sock.as_raw_fd()
+    }
+}
+
+/// Writes one control message holding a C `int` at `at`; returns the
+/// room it takes (its `CMSG_SPACE`).
+///
+/// # Safety
+/// `at` is 8-aligned (as a `cmsghdr` needs) and has `CMSG_SPACE(int)`
+/// writable bytes.
+unsafe fn put_int_cmsg(at: *mut u8, level: i32, ty: i32, v: libc::c_int) -> usize {
+    let len = std::mem::size_of::<libc::c_int>() as u32;
+    let c = at.cast::<libc::cmsghdr>();
+    // SAFETY: the caller gives CMSG_SPACE(int) aligned bytes at `at`: the
+    // header fits there and CMSG_DATA (inside CMSG_LEN) holds the int.
+    unsafe {
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = ty;
+        (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), v);
+        libc::CMSG_SPACE(len) as usize
     }
 }
 
