@@ -87,6 +87,21 @@ fn ipv4_wildcard_after_ipv6_wildcard_needs_afonly_on_the_ipv6_id() {
 /// Both wildcards listening on one port: an IPv4 connection goes to the
 /// IPv4 listener (the IPv6 one is AFONLY), as with the kernel's
 /// `cma_match_private_data`.
+/// Resolves `c` from the client's address to the server's `port` and
+/// sends its REQ (QP `qpn`).
+fn connect(c: &CmId, cch: &EventChannel, port: u16, qpn: u32) {
+    c.resolve_addr(Some(addr(CLIENT, 0)), addr(SERVER, port))
+        .unwrap();
+    expect(cch, CmEventType::AddrResolved);
+    c.resolve_route().unwrap();
+    expect(cch, CmEventType::RouteResolved);
+    c.connect(&ConnParam {
+        qp_num: qpn,
+        ..ConnParam::default()
+    })
+    .unwrap();
+}
+
 #[test]
 fn an_ipv4_request_goes_to_the_ipv4_listener() {
     init();
@@ -103,16 +118,7 @@ fn an_ipv4_request_goes_to_the_ipv4_listener() {
     v4.listen(8).unwrap();
     let cch = EventChannel::new().unwrap();
     let c = CmId::new(&cch, PortSpace::Tcp).unwrap();
-    c.resolve_addr(Some(addr(CLIENT, 0)), addr(SERVER, port))
-        .unwrap();
-    expect(&cch, CmEventType::AddrResolved);
-    c.resolve_route().unwrap();
-    expect(&cch, CmEventType::RouteResolved);
-    c.connect(&ConnParam {
-        qp_num: 0x123,
-        ..ConnParam::default()
-    })
-    .unwrap();
+    connect(&c, &cch, port, 0x123);
     let req = expect(&ch4, CmEventType::ConnectRequest);
     assert_eq!(req.listen_id.as_ref(), Some(&v4));
     assert!(
@@ -130,16 +136,7 @@ fn an_ipv4_request_goes_to_the_ipv4_listener() {
     v4.destroy();
     c.destroy();
     let c = CmId::new(&cch, PortSpace::Tcp).unwrap();
-    c.resolve_addr(Some(addr(CLIENT, 0)), addr(SERVER, port))
-        .unwrap();
-    expect(&cch, CmEventType::AddrResolved);
-    c.resolve_route().unwrap();
-    expect(&cch, CmEventType::RouteResolved);
-    c.connect(&ConnParam {
-        qp_num: 0x124,
-        ..ConnParam::default()
-    })
-    .unwrap();
+    connect(&c, &cch, port, 0x124);
     let e = expect(&cch, CmEventType::Rejected);
     assert_eq!(e.status, 28, "REJ reason 28: consumer defined");
     assert!(
