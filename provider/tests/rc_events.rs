@@ -992,12 +992,12 @@ fn sqd_with_nothing_in_flight_is_drained_at_once() {
 fn sqd_drain_of_a_long_write_keeps_the_retry_timer_fresh() {
     let params = PairParams {
         mtu: Mtu::Mtu256,
-        timeout: 4, // 65.5 µs
+        timeout: 4, // 65.5 µs, raised to the 4 ms floor
         retry_cnt: 1,
         ..Default::default()
     };
     let faults = Faults {
-        delay_ns: 20_000, // RTT 40 µs
+        delay_ns: 1_500_000, // RTT 3 ms: 7 windows take 21 ms
         ..Faults::default()
     };
     const LEN: u32 = 400 * 256; // 400 packets: 7 windows of 64
@@ -1028,4 +1028,32 @@ fn sqd_drain_of_a_long_write_keeps_the_retry_timer_fresh() {
             );
         }
     }
+}
+
+/// A tiny ACK timeout (`timeout` 4, 65.5 µs: the `ibverbs` crate's
+/// default) waits at least a jiffy, as on rxe: a peer that answers 2 ms
+/// later (a descheduled process) is not retried into `RETRY_EXC_ERR`.
+#[test]
+fn a_tiny_ack_timeout_waits_a_jiffy() {
+    let params = PairParams {
+        timeout: 4,
+        retry_cnt: 0,
+        ..Default::default()
+    };
+    let faults = Faults {
+        delay_ns: 1_000_000, // RTT 2 ms
+        ..Faults::default()
+    };
+    let mut p = RcPair::new(14, faults, params);
+    let src = p.mr(true, 64, ALL);
+    let dst = p.mr(false, 64, ALL);
+    for i in 0..3 {
+        let mut w = wr(i, WrOpcode::RdmaWrite, &[sge(&src, 0, 64)]);
+        w.remote_addr = dst.iova();
+        w.rkey = dst.rkey();
+        p.post_send(true, w);
+        let s = p.wait(true, true, 1, SEC);
+        assert_eq!((s.len(), s[0].status), (1, WcStatus::Success), "write {i}");
+    }
+    assert_eq!(p.a.counters.snapshot().retry_timeouts, 0);
 }

@@ -629,7 +629,17 @@ impl RcQp {
     }
 }
 
-/// The local ACK timeout: 4.096 µs × 2^timeout (IBA 9.7.6.1.3).
+/// The shortest local ACK timeout: 4 ms, one jiffy of the kernels rxe
+/// runs on (`CONFIG_HZ=250`). rxe rounds the timeout up to whole jiffies
+/// and never below one (`rxe_qp_from_attr`), so a program asking for
+/// `timeout` 4 (65 µs, the `ibverbs` crate's default) waits a jiffy on
+/// rxe. A userspace stack is descheduled for longer than 65 µs on a busy
+/// machine: seven such timeouts in a row (`retry_cnt` 6) failed a healthy
+/// connection with `IBV_WC_RETRY_EXC_ERR` under load.
+pub const MIN_ACK_TIMEOUT_NS: u64 = 4_000_000;
+
+/// The local ACK timeout: 4.096 µs × 2^timeout (IBA 9.7.6.1.3), never
+/// shorter than [`MIN_ACK_TIMEOUT_NS`].
 pub fn ack_timeout_ns(timeout: u8) -> u64 {
-    4096u64 << timeout.min(31)
+    (4096u64 << timeout.min(31)).max(MIN_ACK_TIMEOUT_NS)
 }
