@@ -44,3 +44,60 @@ fn the_rxe_crash_case_is_an_invalid_request_for_uroce() {
     assert_eq!(out.obs.qp_state, QpState::Err);
     assert!(out.violations.is_empty(), "{:?}", out.violations);
 }
+
+/// Replays a committed rxe case on uroce's own QP machines: the reference
+/// model and every oracle accept what uroce does; returns its answers.
+fn replay_clean(name: &str) -> (Vec<String>, uroce_fuzz::Outcome) {
+    let f = case(name);
+    let mut t = SimTarget::new(1, None);
+    let out = run_case(&mut t, f.qp_type, f.recvs, &f.case).expect("sim target");
+    assert!(out.violations.is_empty(), "{name}: {:?}", out.violations);
+    let answers = out
+        .packets
+        .iter()
+        .filter(|p| !p.sent)
+        .map(|p| answer_kind(&p.bytes))
+        .collect();
+    (answers, out)
+}
+
+/// rxe checks an access through a memory window against the window's MR,
+/// not the window: one byte just past a type 1 window (inside its MR) is
+/// written and ACKed. uroce bounds the access by the window (IBA
+/// 10.6.7.2): NAK remote access error, nothing written, the QP in ERR.
+#[test]
+fn an_access_past_a_window_is_a_remote_access_error_for_uroce() {
+    let (answers, out) = replay_clean("rxe-mw-beyond-window.json");
+    assert_eq!(answers, ["NAK remote access error"]);
+    assert_eq!(out.obs.qp_state, QpState::Err);
+}
+
+/// rxe ACKs a SEND with Invalidate whose key cannot be invalidated (and
+/// fails the receive, and enters ERR). uroce NAKs it.
+#[test]
+fn a_failed_send_with_invalidate_is_naked_by_uroce() {
+    let (answers, _) = replay_clean("rxe-send-inv-acked.json");
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert!(answers[0].starts_with("NAK"), "{answers:?}");
+}
+
+/// rxe answers a duplicate that comes before any request executed with an
+/// ACK for PSN 0xffffff. uroce acknowledges at most the PSN before the
+/// expected one, which the model accepts.
+#[test]
+fn an_early_duplicate_is_acknowledged_inside_the_window_by_uroce() {
+    let (answers, _) = replay_clean("rxe-dup-ack-ffffff.json");
+    assert!(answers.iter().all(|a| a.starts_with("ACK")), "{answers:?}");
+}
+
+/// As requester, rxe completes a SEND with success when an ATOMIC
+/// ACKNOWLEDGE arrives at its last PSN. uroce's requester does not
+/// take a response of the wrong kind as the SEND's acknowledgement.
+#[test]
+fn an_atomic_ack_does_not_complete_a_send_for_uroce() {
+    let (_, out) = replay_clean("rxe-atomic-ack-completes-send.json");
+    let send: Vec<_> = out.obs.completions.iter().filter(|c| !c.recv).collect();
+    // The SEND waits for its real ACK, which never comes: retry exceeded.
+    assert_eq!(send.len(), 1, "{send:?}");
+    assert_eq!((send[0].wr_id, send[0].status), (256, 12), "{send:?}");
+}
