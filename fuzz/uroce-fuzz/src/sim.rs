@@ -692,15 +692,20 @@ impl Target for SimTarget {
             .map_err(|e| TargetError::Io(format!("post: {e:?}")))
     }
 
+    // The packet is handled at once, before a post that follows it in the
+    // case goes out: the target sees the case's steps in their order (as
+    // the model reads them).
     fn send(&mut self, packet: &[u8]) {
         if let Some(l) = self.live.as_mut() {
             l.net.inject(ip(FUZZER), ip(TARGET), packet.to_vec());
+            l.net.deliver_due();
         }
     }
 
     fn send_from(&mut self, src: IpAddr, packet: &[u8]) -> Result<(), TargetError> {
         if let Some(l) = self.live.as_mut() {
             l.net.inject(src, ip(TARGET), packet.to_vec());
+            l.net.deliver_due();
         }
         Ok(())
     }

@@ -268,6 +268,26 @@ impl SimNet {
         self.launch(src, dst, RxIp::default(), bytes);
     }
 
+    /// Delivers every packet due now (an injected packet on a link
+    /// without delay is), before any QP transmits again: a driver that
+    /// injects a packet and then posts work sees the packet handled
+    /// first, in the order it did the two. Returns whether any was.
+    pub fn deliver_due(&mut self) -> bool {
+        let mut any = false;
+        while let Some(Reverse((t, _, slot))) = self.queue.peek().copied() {
+            if t > self.now {
+                break;
+            }
+            self.queue.pop();
+            if let Some(p) = self.slots[slot].take() {
+                self.free.push(slot);
+                self.deliver(p);
+                any = true;
+            }
+        }
+        any
+    }
+
     /// Packets sent so far.
     pub fn packets_sent(&self) -> u64 {
         self.sent
@@ -278,17 +298,7 @@ impl SimNet {
     /// network is idle (nothing in flight, no deadline).
     pub fn step(&mut self) -> bool {
         let mut progressed = self.transmit_all();
-        while let Some(Reverse((t, _, slot))) = self.queue.peek().copied() {
-            if t > self.now {
-                break;
-            }
-            self.queue.pop();
-            if let Some(p) = self.slots[slot].take() {
-                self.free.push(slot);
-                self.deliver(p);
-                progressed = true;
-            }
-        }
+        progressed |= self.deliver_due();
         // Timers.
         let now = self.now;
         for e in &mut self.endpoints {

@@ -290,7 +290,23 @@ impl RcQp {
         self.svc.req.read_hole = None;
     }
 
+    /// An ATOMIC ACKNOWLEDGE answers the atomic sent at its PSN and
+    /// acknowledges everything before it. One whose PSN is not an atomic's
+    /// (a SEND's, a WRITE's) is a response of the wrong kind, which the
+    /// requester discards whole (IBA 9.7.5.2, response checks): it
+    /// acknowledges nothing. (rxe completes such a SEND with success.)
     fn atomic_ack(&mut self, psn: Psn, pkt: &ParsedPacket<'_>) {
+        let answers_an_atomic = self.svc.req.wqes.iter().any(|e| {
+            e.started
+                && !e.done
+                && e.error.is_none()
+                && e.wr.opcode.is_atomic()
+                && e.first_psn == psn
+        });
+        if !answers_an_atomic && !planted::active(Mistake::AtomicAckAnyPsn) {
+            Counters::inc(&self.core.cfg.counters.dropped_pkts);
+            return;
+        }
         self.ack_before(psn);
         let Some(i) = self.svc.req.waited() else {
             return;
