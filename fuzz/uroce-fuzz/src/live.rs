@@ -199,6 +199,8 @@ impl Target for LiveTarget {
             keys: word(l, "keys").map_or_else(Vec::new, keys),
             recv_len: field(l, "recv_len").map(|v| v as u32),
             min_rnr_timer: field(l, "min_rnr_timer").map(|v| v as u8),
+            access: field(l, "access").map(|v| v as u32),
+            qp_access: field(l, "qp_access").map(|v| v as u32),
         })
     }
 

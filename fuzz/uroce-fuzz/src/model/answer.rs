@@ -52,6 +52,8 @@ pub enum Seen {
         position: Position,
         /// Its payload.
         payload: Vec<u8>,
+        /// The AETH's MSN (FIRST, LAST and ONLY carry one).
+        msn: Option<u32>,
     },
     /// An atomic ACK.
     AtomicAck {
@@ -84,6 +86,7 @@ impl Seen {
                 psn,
                 position: p.info.position,
                 payload: p.payload.to_vec(),
+                msn: p.aeth().map(|a| a.msn),
             },
             (Operation::AtomicAcknowledge, _) => Seen::AtomicAck {
                 psn,
@@ -126,11 +129,18 @@ impl fmt::Display for Seen {
                 psn,
                 position,
                 payload,
-            } => write!(
-                f,
-                "READ response {position:?} PSN {psn:#x} of {} bytes",
-                payload.len()
-            ),
+                msn,
+            } => {
+                write!(
+                    f,
+                    "READ response {position:?} PSN {psn:#x} of {} bytes",
+                    payload.len()
+                )?;
+                match msn {
+                    Some(m) => write!(f, " MSN {m}"),
+                    None => Ok(()),
+                }
+            }
             Seen::AtomicAck { psn, orig } => write!(f, "atomic ACK PSN {psn:#x} value {orig:#x}"),
             Seen::Other(s) => f.write_str(s),
         }
@@ -187,7 +197,9 @@ pub enum Want {
         timer: Option<u8>,
     },
     /// READ responses from `psn`, one per `mtu` bytes of `bytes` (at
-    /// least one), each carrying its part of them.
+    /// least one), each carrying its part of them; the LAST or ONLY an
+    /// MSN in `msn` (inclusive; None: any), the FIRST one in it or the
+    /// one before its low end.
     Read {
         /// First PSN.
         psn: u32,
@@ -195,6 +207,8 @@ pub enum Want {
         bytes: Vec<Option<u8>>,
         /// Path MTU.
         mtu: u32,
+        /// MSN range.
+        msn: Option<(u32, u32)>,
     },
     /// An atomic ACK at `psn` with this original value (None: any).
     AtomicAck {
@@ -234,11 +248,17 @@ impl Want {
                 psn == p && orig.is_none_or(|x| x == *o)
             }
             (
-                Want::Read { psn, bytes, mtu },
+                Want::Read {
+                    psn,
+                    bytes,
+                    mtu,
+                    msn,
+                },
                 Seen::Read {
                     psn: p,
                     position,
                     payload,
+                    msn: m,
                 },
             ) => {
                 let n = Self::read_packets(bytes.len(), *mtu);
@@ -261,6 +281,7 @@ impl Want {
                         .iter()
                         .zip(payload)
                         .all(|(w, b)| w.is_none_or(|w| w == *b))
+                    && read_msn_fits(*msn, want_pos, *m)
             }
             _ => false,
         }
@@ -274,11 +295,17 @@ impl Want {
                 let Some(p) = s.psn() else { return false };
                 !matches!(s, Seen::Other(_)) && psn_diff(p, *from) <= psn_diff(end, *from)
             }),
-            Want::Read { psn, bytes, mtu } => (0..Self::read_packets(bytes.len(), *mtu)).all(|i| {
+            Want::Read {
+                psn,
+                bytes,
+                mtu,
+                msn,
+            } => (0..Self::read_packets(bytes.len(), *mtu)).all(|i| {
                 let one = Want::Read {
                     psn: *psn,
                     bytes: bytes.clone(),
                     mtu: *mtu,
+                    msn: *msn,
                 };
                 seen.iter()
                     .any(|s| s.psn() == Some(psn_add(*psn, i)) && one.allows(s))
@@ -311,12 +338,24 @@ impl fmt::Display for Want {
                 psn,
                 timer: Some(t),
             } => write!(f, "RNR NAK PSN {psn:#x} timer {t}"),
-            Want::Read { psn, bytes, mtu } => write!(
-                f,
-                "{} READ response(s) from PSN {psn:#x}, {} bytes",
-                Self::read_packets(bytes.len(), *mtu),
-                bytes.len()
-            ),
+            Want::Read {
+                psn,
+                bytes,
+                mtu,
+                msn,
+            } => {
+                write!(
+                    f,
+                    "{} READ response(s) from PSN {psn:#x}, {} bytes",
+                    Self::read_packets(bytes.len(), *mtu),
+                    bytes.len()
+                )?;
+                match msn {
+                    Some((lo, hi)) if lo == hi => write!(f, ", MSN {lo}"),
+                    Some((lo, hi)) => write!(f, ", MSN {lo}..={hi}"),
+                    None => Ok(()),
+                }
+            }
             Want::AtomicAck { psn, orig } => match orig {
                 Some(o) => write!(f, "atomic ACK PSN {psn:#x} value {o:#x}"),
                 None => write!(f, "atomic ACK PSN {psn:#x}"),
@@ -324,6 +363,24 @@ impl fmt::Display for Want {
             Want::Covered { from } => write!(f, "an ACK covering PSN {from:#x}"),
         }
     }
+}
+
+/// Whether a READ response at `position` carrying `seen` (its AETH's
+/// MSN; MIDDLE carries none) fits the MSN range `want` (IBA 9.7.5.1.6:
+/// the MSN counts the requests completed; a READ is complete once its
+/// last response is sent, so the LAST or ONLY counts it; whether the
+/// FIRST, sent while the READ is still being answered, counts it already
+/// the spec leaves open: kernel rxe and uroce count it on the FIRST too).
+fn read_msn_fits(want: Option<(u32, u32)>, position: Position, seen: Option<u32>) -> bool {
+    let (Some((lo, hi)), Some(m)) = (want, seen) else {
+        return true;
+    };
+    let lo = if position == Position::First {
+        lo.wrapping_sub(1) & PSN_MASK
+    } else {
+        lo
+    };
+    psn_diff(m, lo) <= psn_diff(hi, lo)
 }
 
 /// One expectation, with the rule that makes it and why it applies.

@@ -48,7 +48,9 @@ use answer::{Expect, Mismatch, Seen, Want};
 use memory::Region;
 use rules::Rule;
 use uroce_provider::types::{QpState, QpType};
-use uroce_wire::{AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, OpcodeInfo, RethRepr};
+use uroce_wire::{
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, FethRepr, OpcodeInfo, RethRepr,
+};
 
 /// The most worlds the model follows at once.
 pub const MAX_WORLDS: usize = 64;
@@ -87,6 +89,8 @@ pub struct Pkt {
     pub aeth: Option<AethRepr>,
     /// AtomicAckETH.
     pub atomic_ack: Option<AtomicAckEthRepr>,
+    /// FETH (RDMA FLUSH).
+    pub feth: Option<FethRepr>,
     /// Payload.
     pub payload: Vec<u8>,
     /// The packet in a finding's words ("packet 3: RC_SEND_ONLY PSN +2").
@@ -335,6 +339,7 @@ fn inputs<'a>(conn: &Conn, case: &'a Case) -> Vec<Result<Input, &'a crate::case:
                         deth: k.deth(),
                         aeth: k.aeth(),
                         atomic_ack: k.atomic_ack(),
+                        feth: k.feth(),
                         payload: k.payload.to_vec(),
                         why: format!("packet {i}: {} PSN {off:+}", k.info.name),
                     }))),
