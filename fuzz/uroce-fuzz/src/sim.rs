@@ -687,6 +687,16 @@ impl Target for SimTarget {
         }
         w.remote_addr = wr.remote_va;
         w.rkey = wr.rkey;
+        if l.net.qp(l.fuzzed.id).qp_type() == QpType::Ud {
+            // A datagram to the fuzzer's QP, with the target's Q_Key.
+            w.ud = Some(uroce_provider::types::UdDest {
+                ip: ip(FUZZER),
+                remote_qpn: FUZZER_QPN,
+                remote_qkey: QKEY,
+                tclass: 0,
+                hop_limit: 64,
+            });
+        }
         (w.compare_add, w.swap) = match wr.op {
             PostOp::CompareSwap => (wr.compare, wr.swap_add),
             _ => (wr.swap_add, 0),

@@ -36,6 +36,7 @@ pub mod memory;
 pub mod rc;
 pub mod requester;
 pub mod rules;
+pub mod sender;
 pub mod uc;
 pub mod ud;
 
@@ -202,6 +203,8 @@ pub struct World {
     pub open: Option<String>,
     /// The timer code its RNR NAKs carry (`Conn::min_rnr_timer`).
     pub min_rnr_timer: Option<u8>,
+    /// The UC or UD requester (posts on those QPs).
+    pub sender: sender::Sender,
     /// Transport state.
     pub t: Transport,
 }
@@ -218,6 +221,7 @@ impl World {
             expects: Vec::new(),
             open: None,
             min_rnr_timer: conn.min_rnr_timer,
+            sender: Default::default(),
             t: match conn.qp_type {
                 QpType::Rc => Transport::Rc(rc::Rc::new(conn.rq_psn)),
                 QpType::Uc => Transport::Uc(uc::Uc::new(conn.rq_psn)),
@@ -433,12 +437,22 @@ fn run_in_order(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
         let input = match input {
             Ok(i) => i,
             Err(post) => {
-                for w in &mut worlds {
-                    if !matches!(w.t, Transport::Rc(_)) {
-                        return Err("posts on a UC or UD QP are not modelled".into());
+                let mut next = Vec::new();
+                for mut w in worlds {
+                    if matches!(w.t, Transport::Rc(_)) {
+                        requester::post(&mut w, post, conn);
+                        next.push(w);
+                    } else {
+                        next.extend(sender::post(w, post, conn));
                     }
-                    requester::post(w, post, conn);
                 }
+                if let Some(why) = next.iter().find_map(|w| w.open.clone()) {
+                    return Err(why);
+                }
+                if next.len() > MAX_WORLDS {
+                    return Err(format!("more than {MAX_WORLDS} worlds"));
+                }
+                worlds = next;
                 continue;
             }
         };
@@ -477,7 +491,11 @@ fn compare(conn: &Conn, w: &World, obs: &Observation) -> Vec<Mismatch> {
     let mut out = Vec::new();
     let ud = matches!(w.t, Transport::Ud(_));
     // The QP state (IBA 10.3.1).
-    let state = if w.err { QpState::Err } else { QpState::Rts };
+    let state = match (w.err, w.sender.sqe) {
+        (true, _) => QpState::Err,
+        (_, true) => QpState::Sqe,
+        _ => QpState::Rts,
+    };
     if obs.qp_state != state {
         out.push(Mismatch {
             rule: rules::QP_STATE.id,
@@ -534,20 +552,29 @@ fn compare(conn: &Conn, w: &World, obs: &Observation) -> Vec<Mismatch> {
     let got: Vec<&crate::target::Completion> = obs.completions.iter().filter(|c| !c.recv).collect();
     for i in 0..want.len().max(got.len()) {
         let (s, c) = (want.get(i), got.get(i));
+        let detail = |want: Option<u32>, got: Option<u32>| want.is_none() || got == want;
         let fits = match (s, c) {
             (Some(s), Some(c)) => {
                 s.wr_id == c.wr_id
                     && (s.status.contains(&c.status) || (s.status.is_empty() && c.status != 0))
+                    && (c.status != WC_SUCCESS
+                        || c.opcode.is_none()
+                        || (detail(s.opcode, c.opcode) && detail(s.byte_len, c.byte_len)))
             }
             _ => false,
         };
         if !fits {
+            let rule = match w.t {
+                Transport::Rc(_) => rules::REQUESTER,
+                Transport::Uc(_) => rules::UC,
+                Transport::Ud(_) => rules::UD,
+            };
             out.push(Mismatch {
-                rule: rules::REQUESTER.id,
+                rule: rule.id,
                 allowed: s.map_or("no further send completion".into(), |s| {
                     format!(
-                        "send completion {:#x} status {:?} (empty: any error)",
-                        s.wr_id, s.status
+                        "send completion {:#x} status {:?} (empty: any error), opcode {:?}, length {:?}",
+                        s.wr_id, s.status, s.opcode, s.byte_len
                     )
                 }),
                 observed: c.map_or("none".into(), |c| format!("{c:?}")),
@@ -556,6 +583,10 @@ fn compare(conn: &Conn, w: &World, obs: &Observation) -> Vec<Mismatch> {
         }
     }
     if let Some(ans) = &obs.answers {
+        if !matches!(w.t, Transport::Rc(_)) {
+            // What the UC or UD requester sent for the posts.
+            out.extend(sender::judge(conn, w, ans));
+        }
         let seen: Vec<Seen> = ans.iter().filter_map(|b| Seen::parse(b)).collect();
         let end = match &w.t {
             Transport::Rc(r) => r.epsn,

@@ -705,10 +705,14 @@ fn local_error_post() {
         requester::SendDone {
             wr_id: 7,
             status: vec![WC_SUCCESS],
+            opcode: Some(1),
+            byte_len: Some(100),
         },
         requester::SendDone {
             wr_id: 8,
             status: requester::LOCAL_ERRORS.to_vec(),
+            opcode: None,
+            byte_len: None,
         },
     ];
     assert!(done.contains(&ok_then_local), "{done:#?}");
@@ -1148,5 +1152,203 @@ fn sim_flush_and_atomic_write_are_judged_legal() {
             .filter(|b| matches!(answer::Seen::parse(b), Some(answer::Seen::Read { .. })))
             .count();
         assert_eq!(reads > 0, needs_read_response, "{input:?}");
+    }
+}
+
+/// A send completion with its details, as a target reports a successful
+/// one.
+fn sent(wr_id: u64, opcode: u32, byte_len: u32) -> Completion {
+    Completion {
+        opcode: Some(opcode),
+        byte_len: Some(byte_len),
+        ..send(wr_id, 0)
+    }
+}
+
+fn uc_post(wr_id: u64, op: PostOp, len: u32, local_off: u32) -> Step {
+    Step::Post(Post {
+        wr_id,
+        op,
+        len,
+        local_off,
+        remote_va: 0x7000,
+        rkey: 0x4242,
+        swap_add: 0,
+        compare: 0,
+    })
+}
+
+/// A request the target sends: `op` at `psn` from its send PSN, `len`
+/// bytes of the pattern, a RETH of the post's.
+fn request(c: &Conn, op: Opcode, psn: i32, len: u16, reth: Option<u32>) -> Vec<u8> {
+    let mut p = PacketSpec::response(op, psn);
+    p.dest = crate::case::Dest::Raw(c.fuzzer_qpn);
+    p.payload = (len, PATTERN);
+    p.reth = reth.map(|l| (0x7000 - c.va as i64, Key::Raw(0x4242), l));
+    if c.qp_type == QpType::Ud {
+        p.deth = Some((None, c.qpn));
+    }
+    p.emit(c).expect("emits")
+}
+
+/// Posts on a UC QP are judged: each goes out once as its packets, and
+/// completes successfully with its opcode and length; a READ is refused
+/// or fails with a local QP operation error that moves the QP to SQE and
+/// flushes the posts after it.
+#[test]
+fn uc_posts_are_judged() {
+    let c = conn(QpType::Uc);
+    let k = Case {
+        steps: vec![
+            uc_post(1, PostOp::Send, 10, 0),
+            uc_post(2, PostOp::Write, 1500, 0),
+        ],
+    };
+    let mut o = quiet();
+    o.completions = vec![sent(1, 0, 10), sent(2, 1, 1500)];
+    o.answers = Some(vec![
+        request(&c, Opcode::UC_SEND_ONLY, 0, 10, None),
+        request(&c, Opcode::UC_RDMA_WRITE_FIRST, 1, 1024, Some(1500)),
+        request(&c, Opcode::UC_RDMA_WRITE_LAST, 2, 476, None),
+    ]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // The length, the opcode, the status of a completion.
+    o.completions[1].byte_len = Some(1024);
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    o.completions[1] = sent(2, 0, 1500);
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    o.completions[1] = send(2, 12);
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    o.completions[1] = sent(2, 1, 1500);
+    // A packet missing, or sent twice, or another length or PSN.
+    let all = o.answers.clone().expect("set");
+    o.answers = Some(all[..2].to_vec());
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    o.answers = Some([&all[..], &all[2..]].concat());
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    let mut other = all.clone();
+    other[0] = request(&c, Opcode::UC_SEND_ONLY, 0, 9, None);
+    o.answers = Some(other.clone());
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    other[0] = request(&c, Opcode::UC_SEND_ONLY, 1, 10, None);
+    o.answers = Some(other);
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    // A READ on UC: refused, or a local QP operation error, the QP to
+    // SQE and the SEND after it flushed.
+    let k = Case {
+        steps: vec![
+            uc_post(1, PostOp::Read, 10, 0),
+            uc_post(2, PostOp::Send, 10, 0),
+        ],
+    };
+    let mut o = quiet();
+    o.completions = vec![sent(2, 0, 10)];
+    o.answers = Some(vec![request(&c, Opcode::UC_SEND_ONLY, 0, 10, None)]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    o.completions = vec![send(1, sender::WC_LOC_QP_OP_ERR), send(2, WC_WR_FLUSH_ERR)];
+    o.answers = Some(Vec::new());
+    o.qp_state = QpState::Sqe;
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // ... not RTS, not Error.
+    o.qp_state = QpState::Rts;
+    assert_eq!(broken(&c, &k, &o), [rules::QP_STATE.id]);
+    // A READ on UC completing successfully.
+    o.qp_state = QpState::Rts;
+    o.completions = vec![sent(1, 2, 10), sent(2, 0, 10)];
+    o.answers = Some(vec![request(&c, Opcode::UC_SEND_ONLY, 0, 10, None)]);
+    assert!(!broken(&c, &k, &o).is_empty());
+}
+
+/// Posts on a UD QP: a SEND is one datagram from the QP, completed with
+/// its length; a WRITE is refused or fails locally.
+#[test]
+fn ud_posts_are_judged() {
+    let c = conn(QpType::Ud);
+    let k = Case {
+        steps: vec![
+            uc_post(1, PostOp::Send, 10, 0),
+            uc_post(2, PostOp::Send, 0, 0),
+        ],
+    };
+    let mut o = quiet();
+    o.completions = vec![sent(1, 0, 10), sent(2, 0, 0)];
+    o.answers = Some(vec![
+        request(&c, Opcode::UD_SEND_ONLY, 0, 10, None),
+        request(&c, Opcode::UD_SEND_ONLY, 1, 0, None),
+    ]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // Another source QP in the DETH.
+    let mut p = PacketSpec::response(Opcode::UD_SEND_ONLY, 1);
+    p.dest = crate::case::Dest::Raw(c.fuzzer_qpn);
+    p.deth = Some((None, 0x99));
+    o.answers = Some(vec![
+        request(&c, Opcode::UD_SEND_ONLY, 0, 10, None),
+        p.emit(&c).expect("emits"),
+    ]);
+    assert_eq!(broken(&c, &k, &o), [rules::UD.id]);
+    // Not sent at all, though completed.
+    o.answers = Some(Vec::new());
+    assert_eq!(broken(&c, &k, &o), [rules::UD.id]);
+    // A WRITE on UD completing successfully.
+    let k = Case {
+        steps: vec![uc_post(1, PostOp::Write, 10, 0)],
+    };
+    o.completions = vec![sent(1, 1, 10)];
+    assert!(!broken(&c, &k, &o).is_empty());
+    o.completions = vec![send(1, sender::WC_LOC_QP_OP_ERR)];
+    o.qp_state = QpState::Sqe;
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+}
+
+/// On the sim target, UC and UD posts get a verdict, and uroce's is
+/// legal: what it sends and how the posts complete.
+#[test]
+fn sim_uc_and_ud_posts_are_judged_legal() {
+    for (qp_type, steps) in [
+        (
+            QpType::Uc,
+            vec![
+                uc_post(0x100, PostOp::Send, 10, 0),
+                uc_post(0x101, PostOp::Write, 2500, 100),
+                uc_post(0x102, PostOp::Send, 0, 0),
+            ],
+        ),
+        (
+            QpType::Uc,
+            vec![
+                uc_post(0x100, PostOp::Send, 10, 0),
+                uc_post(0x101, PostOp::FetchAdd, 8, 0),
+                uc_post(0x102, PostOp::Write, 10, 0),
+            ],
+        ),
+        (QpType::Uc, vec![uc_post(0x100, PostOp::Write, 100, 4090)]),
+        (
+            QpType::Ud,
+            vec![
+                uc_post(0x100, PostOp::Send, 10, 0),
+                uc_post(0x101, PostOp::Send, 1000, 8),
+                uc_post(0x102, PostOp::Read, 10, 0),
+                uc_post(0x103, PostOp::Send, 10, 0),
+            ],
+        ),
+        (QpType::Ud, vec![uc_post(0x100, PostOp::Send, 2000, 0)]),
+    ] {
+        let mut steps = steps;
+        steps.push(Step::Wait(100));
+        let input = crate::input::FuzzInput {
+            seed: 5,
+            qp_type,
+            recvs: 1,
+            case: Case { steps },
+        };
+        let out = input.run().expect("sim");
+        assert!(out.violations.is_empty(), "{:#?}", out.violations);
+        let v = judge(&out.conn, &input.case, &out.obs);
+        assert!(matches!(v, Verdict::Legal), "{input:?}: {v:?}");
+        assert!(
+            out.obs.completions.iter().any(|c| !c.recv),
+            "{:?}",
+            out.obs.completions
+        );
     }
 }
