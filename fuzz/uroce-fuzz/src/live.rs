@@ -437,6 +437,56 @@ mod tests {
         assert!(conn_of("error modify: x", QpType::Rc, ends, 8).is_err());
     }
 
+    /// Live (`UROCE_FUZZ_LIVE=TARGET_IP,FUZZER_IP,AGENT_ADDR`, an agent
+    /// running there): the agent says its QP's min_rnr_timer, a SEND
+    /// with no receive WR draws an RNR NAK carrying it, and the model
+    /// judges the timer (another one in `Conn` is a violation).
+    #[test]
+    #[ignore = "needs a live agent"]
+    fn live_rnr_nak_timer_is_judged() {
+        use crate::case::{Case, PacketSpec, Step};
+        use crate::model::{judge, Verdict};
+        let Ok(v) = std::env::var("UROCE_FUZZ_LIVE") else {
+            return;
+        };
+        let [target, fuzzer, agent] = v.split(',').collect::<Vec<_>>()[..] else {
+            panic!("UROCE_FUZZ_LIVE=TARGET_IP,FUZZER_IP,AGENT_ADDR");
+        };
+        let mut t = LiveTarget::new(
+            fuzzer.parse().expect("ip"),
+            target.parse().expect("ip"),
+            agent.parse().expect("addr"),
+        )
+        .expect("agent");
+        let mut send = PacketSpec::new(uroce_wire::Opcode::RC_SEND_ONLY, 0);
+        send.payload = (8, 1);
+        let case = Case {
+            steps: vec![Step::Packet(send), Step::Wait(20_000)],
+        };
+        let out = crate::run_case(&mut t, QpType::Rc, 0, &case).expect("runs");
+        let timer = out.conn.min_rnr_timer.expect("the agent says its timer");
+        let rnr = out
+            .obs
+            .answers
+            .iter()
+            .flatten()
+            .filter_map(|b| crate::model::answer::Seen::parse(b))
+            .find_map(|s| match s {
+                crate::model::answer::Seen::Rnr { timer, .. } => Some(timer),
+                _ => None,
+            });
+        assert_eq!(rnr, Some(timer));
+        assert_eq!(judge(&out.conn, &case, &out.obs), Verdict::Legal);
+        let other = Conn {
+            min_rnr_timer: Some((timer + 1) & 0x1f),
+            ..out.conn.clone()
+        };
+        assert!(matches!(
+            judge(&other, &case, &out.obs),
+            Verdict::Illegal(_)
+        ));
+    }
+
     /// The agent's `wc` lines: the old three numbers, and the details of a
     /// successful receive (immediate and invalidated key only where the
     /// flags say; nothing of a failed one).

@@ -61,6 +61,8 @@ pub enum Seen {
         psn: u32,
         /// Original value.
         orig: u64,
+        /// The AETH's MSN.
+        msn: u32,
     },
     /// Anything else a responder sent (a response with a reserved
     /// syndrome, a packet that does not parse).
@@ -91,6 +93,7 @@ impl Seen {
             (Operation::AtomicAcknowledge, _) => Seen::AtomicAck {
                 psn,
                 orig: p.atomic_ack().map_or(0, |a| a.orig),
+                msn: p.aeth().map_or(0, |a| a.msn),
             },
             (Operation::Acknowledge, Some(AethSyndrome::Ack { .. })) => Seen::Ack {
                 psn,
@@ -141,7 +144,9 @@ impl fmt::Display for Seen {
                     None => Ok(()),
                 }
             }
-            Seen::AtomicAck { psn, orig } => write!(f, "atomic ACK PSN {psn:#x} value {orig:#x}"),
+            Seen::AtomicAck { psn, orig, msn } => {
+                write!(f, "atomic ACK PSN {psn:#x} value {orig:#x} MSN {msn}")
+            }
             Seen::Other(s) => f.write_str(s),
         }
     }
@@ -210,12 +215,15 @@ pub enum Want {
         /// MSN range.
         msn: Option<(u32, u32)>,
     },
-    /// An atomic ACK at `psn` with this original value (None: any).
+    /// An atomic ACK at `psn` with this original value (None: any) and
+    /// an MSN in this range (inclusive; None: any).
     AtomicAck {
         /// PSN.
         psn: u32,
         /// Original value.
         orig: Option<u64>,
+        /// MSN range.
+        msn: Option<(u32, u32)>,
     },
     /// Required only: some ACK-carrying answer at `from` or later, up to
     /// the expected PSN at the end of the case (a coalesced ACK, a NAK
@@ -244,8 +252,17 @@ impl Want {
             (Want::Rnr { psn, timer }, Seen::Rnr { psn: p, timer: t }) => {
                 psn == p && timer.is_none_or(|x| x == *t)
             }
-            (Want::AtomicAck { psn, orig }, Seen::AtomicAck { psn: p, orig: o }) => {
-                psn == p && orig.is_none_or(|x| x == *o)
+            (
+                Want::AtomicAck { psn, orig, msn },
+                Seen::AtomicAck {
+                    psn: p,
+                    orig: o,
+                    msn: m,
+                },
+            ) => {
+                psn == p
+                    && orig.is_none_or(|x| x == *o)
+                    && msn.is_none_or(|(lo, hi)| psn_diff(*m, lo) <= psn_diff(hi, lo))
             }
             (
                 Want::Read {
@@ -356,10 +373,17 @@ impl fmt::Display for Want {
                     None => Ok(()),
                 }
             }
-            Want::AtomicAck { psn, orig } => match orig {
-                Some(o) => write!(f, "atomic ACK PSN {psn:#x} value {o:#x}"),
-                None => write!(f, "atomic ACK PSN {psn:#x}"),
-            },
+            Want::AtomicAck { psn, orig, msn } => {
+                write!(f, "atomic ACK PSN {psn:#x}")?;
+                if let Some(o) = orig {
+                    write!(f, " value {o:#x}")?;
+                }
+                match msn {
+                    Some((lo, hi)) if lo == hi => write!(f, " MSN {lo}"),
+                    Some((lo, hi)) => write!(f, " MSN {lo}..={hi}"),
+                    None => Ok(()),
+                }
+            }
             Want::Covered { from } => write!(f, "an ACK covering PSN {from:#x}"),
         }
     }

@@ -21,13 +21,14 @@
 //! one world explains all of it.
 //!
 //! What it leaves open (the verdict is [`Verdict::Open`], the other
-//! oracles still judge): the requester side (cases that have the target
-//! post work requests), ATOMIC WRITE and FLUSH, a SEND longer than the
-//! MTU on a target that does not say how large its receive buffers are,
-//! and cases whose choices make more than [`MAX_WORLDS`] worlds.
+//! oracles still judge): a SEND longer than the MTU on a target that does
+//! not say how large its receive buffers are, and cases whose choices
+//! make more than [`MAX_WORLDS`] worlds. The target's posts are judged
+//! by the RC requester ([`requester`]) and the UC and UD one
+//! ([`sender`]).
 //!
 //! The rules are a table ([`rules`]); the transports are one module each
-//! ([`rc`], [`uc`], [`ud`]), each a function per packet class citing the
+//! ([`rc`], [`uc`], [`ud`]; the requesters [`requester`], [`sender`]), each a function per packet class citing the
 //! section it follows. uroce's codec is used to parse header fields, and
 //! nothing else of uroce.
 

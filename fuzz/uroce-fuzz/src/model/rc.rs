@@ -295,10 +295,18 @@ fn duplicate(mut w: World, conn: &Conn, p: &Pkt) -> World {
         }
         Operation::CompareSwap | Operation::FetchAdd => {
             if let Some(Record {
-                orig: Some(orig), ..
+                orig: Some(orig),
+                msn: then,
+                ..
             }) = record
             {
-                let want = Want::AtomicAck { psn: p.psn, orig };
+                // The MSN as of the atomic, or any later one up to now.
+                let msn = Some((then, rc(&mut w).msn));
+                let want = Want::AtomicAck {
+                    psn: p.psn,
+                    orig,
+                    msn,
+                };
                 w.expect(want, false, rule, &p.why);
             }
         }
@@ -713,7 +721,12 @@ fn atomic(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
             op: p.info.operation,
             orig: Some(orig),
         });
-        let want = Want::AtomicAck { psn: p.psn, orig };
+        // IBA 9.7.5.1.6: the MSN counts the atomic.
+        let want = Want::AtomicAck {
+            psn: p.psn,
+            orig,
+            msn: Some((msn, msn)),
+        };
         w.expect(want, true, rules::ATOMIC, &p.why);
         w
     })
@@ -810,8 +823,9 @@ fn atomic_write(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
 /// range (else a remote access error); executed, it changes no byte and
 /// is answered as [`placed`]. A placement type with neither bit (a
 /// reserved value) the spec does not define: refused as an invalid
-/// request (uroce), or taken as needing no right (kernel rxe), the key
-/// still checked.
+/// request (uroce), or taken as needing no right, the key still checked
+/// (as rxe's `check_rkey` reads; rxe 6.12 was seen to send no answer at
+/// all, which the model reports).
 fn flush(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     let (Some(feth), Some(reth)) = (p.feth, p.reth) else {
         return vec![w.open("a FLUSH without FETH or RETH")];

@@ -19,8 +19,11 @@ fn survey() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
+    // UROCE_MODEL_SURVEY_POSTS=1: the responder mode's posts alone.
+    let only_posts = std::env::var("UROCE_MODEL_SURVEY_POSTS").is_ok();
     for qp in [QpType::Rc, QpType::Uc, QpType::Ud] {
         let modes: &[Mode] = match qp {
+            _ if only_posts => &[Mode::Responder],
             QpType::Rc => &[
                 Mode::Fields,
                 Mode::Sequence,
@@ -28,7 +31,14 @@ fn survey() {
                 Mode::Keys,
                 Mode::Duplicates,
             ],
-            _ => &[Mode::Fields, Mode::Sequence, Mode::Keys, Mode::Duplicates],
+            // (Responder: its posts, on UC and UD with nothing to answer.)
+            _ => &[
+                Mode::Fields,
+                Mode::Sequence,
+                Mode::Keys,
+                Mode::Duplicates,
+                Mode::Responder,
+            ],
         };
         for &mode in modes {
             let mut t = SimTarget::new(1, None);
@@ -258,6 +268,16 @@ fn a_duplicate_atomic_is_answered_with_the_saved_value() {
     let b = broken(&c, &k, &o);
     assert!(b.contains(&rules::EXECUTE_ONCE.id), "{b:?}");
     assert!(b.contains(&rules::ATOMIC.id), "{b:?}");
+    // The atomic ACK's MSN counts the atomic (IBA 9.7.5.1.6): not the
+    // count before it, nor one past it.
+    o.exposed[..8].copy_from_slice(&(orig + 1).to_le_bytes());
+    for m in [0, 2] {
+        let mut p = PacketSpec::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, 0);
+        p.aeth = Some((ACK, m));
+        p.atomic_ack = Some(orig);
+        o.answers = Some(vec![p.emit(&c).expect("emits"), ack(orig)]);
+        assert_eq!(broken(&c, &k, &o), [rules::ATOMIC.id], "MSN {m}");
+    }
 }
 
 #[test]
