@@ -435,10 +435,16 @@ mod tests {
         for (qp, modes) in [
             (
                 QpType::Rc,
-                &[Mode::Fields, Mode::Sequence, Mode::Responder][..],
+                &[
+                    Mode::Fields,
+                    Mode::Sequence,
+                    Mode::Responder,
+                    Mode::Keys,
+                    Mode::Duplicates,
+                ][..],
             ),
-            (QpType::Uc, &[Mode::Fields, Mode::Sequence][..]),
-            (QpType::Ud, &[Mode::Fields, Mode::Sequence][..]),
+            (QpType::Uc, &[Mode::Fields, Mode::Sequence, Mode::Keys][..]),
+            (QpType::Ud, &[Mode::Fields, Mode::Sequence, Mode::Keys][..]),
         ] {
             let conn = t.setup(qp, 8).expect("sim");
             for &mode in modes {
@@ -454,6 +460,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A FLUSH's FETH is a byte after its packet, and only its: the
+    /// packets after it keep their places.
+    #[test]
+    fn a_flush_carries_its_feth() {
+        let mut flush = PacketSpec::new(uroce_wire::Opcode::RC_FLUSH, 0);
+        flush.reth = Some((0, Key::Valid, 64));
+        let send = PacketSpec::new(uroce_wire::Opcode::RC_SEND_ONLY, 1);
+        let input = |feth| {
+            let mut f = flush.clone();
+            f.feth = feth;
+            FuzzInput {
+                seed: 1,
+                qp_type: QpType::Rc,
+                recvs: 1,
+                case: Case {
+                    steps: vec![Step::Packet(f), Step::Packet(send.clone())],
+                },
+            }
+        };
+        for feth in [None, Some((0, 0)), Some((1, 0)), Some((2, 1)), Some((3, 1))] {
+            let i = input(feth);
+            assert_eq!(FuzzInput::decode(&i.encode()), i, "{feth:?}");
+        }
+        // One byte more than without a FLUSH.
+        let mut two_sends = input(None);
+        two_sends.case.steps[0] = Step::Packet(send.clone());
+        assert_eq!(input(None).encode().len(), two_sends.encode().len() + 1);
     }
 
     /// Any bytes are an input, of bounded size, whose posts have IDs of

@@ -766,9 +766,10 @@ fn placed(mut w: World, p: &Pkt) -> World {
 }
 
 /// Whether the QP's access flags (`Conn::qp_access`) allow an operation
-/// that needs `need` (IBA 10.2.?, the QP's remote access rights; kernel
-/// rxe's `check_qp_attr_access`): a QP that does not is sent an invalid
-/// request. Not said: either.
+/// that needs `need` (the remote access enables Modify QP sets, IBA
+/// ch. 11; kernel rxe's `check_qp_attr_access`, uroce's
+/// `check_op_allowed`): a QP that does not is sent an invalid request.
+/// Not said: either.
 fn qp_allows(conn: &Conn, need: u32) -> Option<Check> {
     match conn.qp_access {
         Some(q) if q & need == need => None,
