@@ -57,8 +57,7 @@ for qp in rc uc; do
 done
 findings=0
 for qp in rc uc ud; do
-  modes="fields sequence keys duplicates"
-  [ $qp = rc ] && modes="$modes responder"
+  modes="fields sequence keys duplicates responder"
   for mode in $modes; do
     t0=$SECONDS
     ip netns exec "$ns" "$uroce" fuzz --target udp:$target --fuzzer $fuzzer --agent $agent \

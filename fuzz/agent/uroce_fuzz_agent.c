@@ -14,7 +14,12 @@
  * Protocol (one command per line, answers end with "end" or are one line):
  *   setup rc|uc|ud RECVS FUZZER_IP FUZZER_QPN FUZZER_PSN
  *     -> ok qpn=N control_qpn=N rq_psn=N sq_psn=N va=N len=N rkey=N
- *           private_rkey=N qkey=N mtu=N recv_len=N keys=K;K;...
+ *           private_rkey=N qkey=N mtu=N recv_len=N access=N [qp_access=N]
+ *           [min_rnr_timer=N] keys=K;K;...
+ *        access: the exposed region's ibv_access_flags; qp_access (RC, UC)
+ *        and min_rnr_timer (RC): the fuzzed QP's, as ibv_query_qp reports
+ *        them (fields a fuzzer does not know it ignores; one an older agent
+ *        does not send the fuzzer takes as not known)
  *        where each K is NAME,RKEY,KIND,VA,LEN,ACCESS,SAME_PD,BOUND_TO_QP,STATE
  *        (KIND 0 region, 1 type 1 window, 2 type 2 window; STATE 0 valid,
  *        1 deregistered, 2 invalidated, 3 unbound): the further keys the
@@ -22,7 +27,8 @@
  *        not make them all
  *   post send|write|read|cas|faa WR_ID LEN LOCAL_OFF REMOTE_VA RKEY SWAP_ADD COMPARE
  *     -> ok | error WHY   (a signaled WR on the fuzzed QP; its local buffer
- *        is the exposed region at LOCAL_OFF: the fuzzer answers as responder)
+ *        is the exposed region at LOCAL_OFF: the fuzzer answers as responder;
+ *        on UD a datagram to the fuzzer's QP with the Q_Key QKEY)
  *   observe
  *     -> log LINE / state N / event NAME / exposed HEX /
  *        wc WR_ID STATUS RECV OPCODE BYTE_LEN WC_FLAGS IMM INVALIDATED_RKEY SRC_QP /
@@ -68,6 +74,9 @@ static int mtu_bytes = 1024;
  * so which queue a completion came from is told by its CQ. */
 static struct ibv_cq *fcq, *frcq;
 static struct ibv_qp *fqp;
+/* UD: the address of the fuzzer's QP, where posts go. */
+static struct ibv_ah *fah;
+static uint32_t fuzzer_qpn;
 static struct ibv_mr *exposed_mr, *private_mr, *recv_mr;
 static char *exposed, *private_buf, *recv_buf;
 
@@ -276,6 +285,9 @@ static void teardown(void) {
   teardown_keys();
   if (fqp)
     ibv_destroy_qp(fqp);
+  if (fah)
+    ibv_destroy_ah(fah);
+  fah = NULL;
   if (exposed_mr)
     ibv_dereg_mr(exposed_mr);
   if (private_mr)
@@ -488,12 +500,35 @@ static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, 
       return;
     }
   }
+  fuzzer_qpn = fqpn;
+  if (t == IBV_QPT_UD) {
+    struct ibv_ah_attr ah = {.is_global = 1, .port_num = 1};
+    ah.grh.dgid = fgid;
+    ah.grh.sgid_index = gid_index;
+    ah.grh.hop_limit = 64;
+    if (!(fah = ibv_create_ah(pd, &ah))) {
+      fprintf(out, "error create_ah: %s\n", strerror(errno));
+      return;
+    }
+  }
+  /* The QP's rights and RNR timer as the device keeps them. */
+  char qp_line[64] = "";
+  if (t != IBV_QPT_UD) {
+    struct ibv_qp_attr qa;
+    struct ibv_qp_init_attr qi;
+    int mask = IBV_QP_ACCESS_FLAGS | (t == IBV_QPT_RC ? IBV_QP_MIN_RNR_TIMER : 0);
+    if (!ibv_query_qp(fqp, &qa, mask, &qi)) {
+      int n = snprintf(qp_line, sizeof qp_line, " qp_access=%u", qa.qp_access_flags);
+      if (t == IBV_QPT_RC)
+        snprintf(qp_line + n, sizeof qp_line - n, " min_rnr_timer=%u", qa.min_rnr_timer);
+    }
+  }
   fprintf(out,
           "ok qpn=%u control_qpn=%u rq_psn=%u sq_psn=%u va=%llu len=%u rkey=%u "
-          "private_rkey=%u qkey=%u mtu=%d recv_len=%u keys=%s\n",
+          "private_rkey=%u qkey=%u mtu=%d recv_len=%u access=%d%s keys=%s\n",
           fqp->qp_num, cqp ? cqp->qp_num : 0, fpsn & 0xffffff, sq_psn,
           (unsigned long long)(uintptr_t)exposed, REGION, exposed_mr->rkey, private_mr->rkey,
-          QKEY, mtu_bytes, rlen, keys_line);
+          QKEY, mtu_bytes, rlen, all, qp_line, keys_line);
 }
 
 /* -k: the kernel log (/dev/kmsg, from the agent's start): new lines that
@@ -591,7 +626,12 @@ static void post(FILE *out, const char *op, unsigned long long wr_id, unsigned l
     fprintf(out, "error unknown operation %s\n", op);
     return;
   }
-  if (atomic) {
+  if (fqp->qp_type == IBV_QPT_UD) {
+    /* (The union's other members would be read as an address handle.) */
+    w.wr.ud.ah = fah;
+    w.wr.ud.remote_qpn = fuzzer_qpn;
+    w.wr.ud.remote_qkey = QKEY;
+  } else if (atomic) {
     w.wr.atomic.remote_addr = va;
     w.wr.atomic.rkey = rkey;
     w.wr.atomic.compare_add = !strcmp(op, "cas") ? compare : swap_add;

@@ -103,6 +103,11 @@ pub struct PacketSpec {
     /// `payload.1` repeated; `payload.0` is still the length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Vec<u8>>,
+    /// FETH (an RDMA FLUSH): placement type (4 bits) and selectivity
+    /// level (2 bits); None: both zero. Kept None on opcodes without a
+    /// FETH (the input format has it only for those).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feth: Option<(u8, u8)>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -135,6 +140,7 @@ impl PacketSpec {
             truncate: None,
             resp: false,
             data: None,
+            feth: None,
         }
     }
 
@@ -146,6 +152,11 @@ impl PacketSpec {
             ack_req: false,
             ..PacketSpec::new(opcode, psn_off)
         }
+    }
+
+    /// Whether the opcode's headers hold a FETH (an RDMA FLUSH).
+    pub fn has_feth(&self) -> bool {
+        self.info().is_some_and(|i| i.headers.contains(&Ext::Feth))
     }
 
     /// The opcode's description (None for a code the table lacks).
@@ -288,9 +299,10 @@ impl PacketSpec {
                     });
                 }
                 Ext::Feth => {
+                    let (placement, selectivity) = self.feth.unwrap_or((0, 0));
                     h.feth = Some(FethRepr {
-                        placement: 0,
-                        selectivity: 0,
+                        placement: placement & 0xf,
+                        selectivity: selectivity & 0x3,
                     })
                 }
                 Ext::CnpReserved => {}

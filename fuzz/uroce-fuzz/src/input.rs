@@ -18,6 +18,8 @@
 //!          reth(off:i64 key len:u32) atomic(off:i64 key swap_add:u64 compare:u64)
 //!          aeth(syndrome:u8 msn:u32) atomic_ack:u64 imm:u32 ieth:key
 //!          deth(qkey:u32 src_qp:u32) payload(len:u16 fill:u8) icrc_xor:u32 truncate:u16
+//!          [feth:u8]  (only after an opcode with a FETH, RDMA FLUSH: bit 7
+//!                      present, bits 3-0 placement type, bits 5-4 selectivity)
 //! key    = which:u8 (% 3: valid/target, private/control, raw) value:u32
 //! wait   = us:u16
 //! post   = op:u8 (% 5) len:u32 local_off:u32 remote_va:u64 rkey:u32
@@ -176,6 +178,13 @@ fn read_packet(r: &mut Reader<'_>) -> PacketSpec {
     let payload = (r.u16(), r.u8());
     let icrc_xor = r.u32();
     let truncate = r.u16();
+    let probe = PacketSpec::new(uroce_wire::Opcode(opcode), 0);
+    let feth = if probe.has_feth() {
+        let b = r.u8();
+        (b & 0x80 != 0).then_some((b & 0xf, (b >> 4) & 0x3))
+    } else {
+        None
+    };
     PacketSpec {
         opcode,
         raw_opcode: has(flag::RAW_OPCODE).then_some(raw_opcode),
@@ -203,6 +212,7 @@ fn read_packet(r: &mut Reader<'_>) -> PacketSpec {
         truncate: has(flag::TRUNCATE).then_some(truncate),
         resp: has(flag::RESP),
         data: None,
+        feth,
     }
 }
 
@@ -307,6 +317,11 @@ fn write_packet(w: &mut Writer, p: &PacketSpec) {
         Icrc::Wrong(x) => x,
     });
     w.u16(p.truncate.unwrap_or(0));
+    if p.has_feth() {
+        w.u8(p
+            .feth
+            .map_or(0, |(pl, sel)| 0x80 | (pl & 0xf) | (sel & 0x3) << 4));
+    }
 }
 
 fn write_post(w: &mut Writer, p: &Post) {
@@ -420,10 +435,16 @@ mod tests {
         for (qp, modes) in [
             (
                 QpType::Rc,
-                &[Mode::Fields, Mode::Sequence, Mode::Responder][..],
+                &[
+                    Mode::Fields,
+                    Mode::Sequence,
+                    Mode::Responder,
+                    Mode::Keys,
+                    Mode::Duplicates,
+                ][..],
             ),
-            (QpType::Uc, &[Mode::Fields, Mode::Sequence][..]),
-            (QpType::Ud, &[Mode::Fields, Mode::Sequence][..]),
+            (QpType::Uc, &[Mode::Fields, Mode::Sequence, Mode::Keys][..]),
+            (QpType::Ud, &[Mode::Fields, Mode::Sequence, Mode::Keys][..]),
         ] {
             let conn = t.setup(qp, 8).expect("sim");
             for &mode in modes {
@@ -439,6 +460,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A FLUSH's FETH is a byte after its packet, and only its: the
+    /// packets after it keep their places.
+    #[test]
+    fn a_flush_carries_its_feth() {
+        let mut flush = PacketSpec::new(uroce_wire::Opcode::RC_FLUSH, 0);
+        flush.reth = Some((0, Key::Valid, 64));
+        let send = PacketSpec::new(uroce_wire::Opcode::RC_SEND_ONLY, 1);
+        let input = |feth| {
+            let mut f = flush.clone();
+            f.feth = feth;
+            FuzzInput {
+                seed: 1,
+                qp_type: QpType::Rc,
+                recvs: 1,
+                case: Case {
+                    steps: vec![Step::Packet(f), Step::Packet(send.clone())],
+                },
+            }
+        };
+        for feth in [None, Some((0, 0)), Some((1, 0)), Some((2, 1)), Some((3, 1))] {
+            let i = input(feth);
+            assert_eq!(FuzzInput::decode(&i.encode()), i, "{feth:?}");
+        }
+        // One byte more than without a FLUSH.
+        let mut two_sends = input(None);
+        two_sends.case.steps[0] = Step::Packet(send.clone());
+        assert_eq!(input(None).encode().len(), two_sends.encode().len() + 1);
     }
 
     /// Any bytes are an input, of bounded size, whose posts have IDs of

@@ -146,6 +146,46 @@ fn keys(s: &str) -> Vec<ExposedKey> {
     s.split(';').map_while(entry).collect()
 }
 
+/// The connection an agent's `setup` answer describes (see the agent's
+/// header): fields an older agent does not send (recv_len, access,
+/// qp_access, min_rnr_timer, keys) are taken as not known.
+/// `ends`: the target's and the fuzzer's addresses, the fuzzer's QP.
+fn conn_of(
+    l: &str,
+    qp_type: QpType,
+    ends: (IpAddr, IpAddr, u32),
+    recvs: u32,
+) -> Result<Conn, TargetError> {
+    let (target, fuzzer, fuzzer_qpn) = ends;
+    if !l.starts_with("ok ") {
+        return Err(io(format!("agent: {l}")));
+    }
+    let f = |n: &str| field(l, n).ok_or_else(|| io(format!("agent: no {n} in {l}")));
+    Ok(Conn {
+        qp_type,
+        target,
+        fuzzer,
+        src_port: uroce_wire::ROCEV2_UDP_PORT,
+        qpn: f("qpn")? as u32,
+        fuzzer_qpn,
+        control_qpn: f("control_qpn")? as u32,
+        rq_psn: f("rq_psn")? as u32,
+        sq_psn: f("sq_psn")? as u32,
+        va: f("va")?,
+        len: f("len")? as u32,
+        rkey: f("rkey")? as u32,
+        private_rkey: f("private_rkey")? as u32,
+        qkey: f("qkey")? as u32,
+        mtu: f("mtu")? as u32,
+        recvs_posted: recvs.min(64),
+        keys: word(l, "keys").map_or_else(Vec::new, keys),
+        recv_len: field(l, "recv_len").map(|v| v as u32),
+        min_rnr_timer: field(l, "min_rnr_timer").map(|v| v as u8),
+        access: field(l, "access").map(|v| v as u32),
+        qp_access: field(l, "qp_access").map(|v| v as u32),
+    })
+}
+
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len() / 2)
         .filter_map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
@@ -174,32 +214,8 @@ impl Target for LiveTarget {
             self.fuzzer, self.fuzzer_qpn, self.psn
         );
         let lines = self.command(&cmd)?;
-        let l = &lines[0];
-        if !l.starts_with("ok ") {
-            return Err(io(format!("agent: {l}")));
-        }
-        let f = |n: &str| field(l, n).ok_or_else(|| io(format!("agent: no {n} in {l}")));
-        Ok(Conn {
-            qp_type,
-            target: self.target,
-            fuzzer: self.fuzzer,
-            src_port: uroce_wire::ROCEV2_UDP_PORT,
-            qpn: f("qpn")? as u32,
-            fuzzer_qpn: self.fuzzer_qpn,
-            control_qpn: f("control_qpn")? as u32,
-            rq_psn: f("rq_psn")? as u32,
-            sq_psn: f("sq_psn")? as u32,
-            va: f("va")?,
-            len: f("len")? as u32,
-            rkey: f("rkey")? as u32,
-            private_rkey: f("private_rkey")? as u32,
-            qkey: f("qkey")? as u32,
-            mtu: f("mtu")? as u32,
-            recvs_posted: recvs.min(64),
-            keys: word(l, "keys").map_or_else(Vec::new, keys),
-            recv_len: field(l, "recv_len").map(|v| v as u32),
-            min_rnr_timer: field(l, "min_rnr_timer").map(|v| v as u8),
-        })
+        let ends = (self.target, self.fuzzer, self.fuzzer_qpn);
+        conn_of(&lines[0], qp_type, ends, recvs)
     }
 
     fn post(&mut self, wr: &super::case::Post) -> Result<(), TargetError> {
@@ -393,6 +409,82 @@ mod tests {
         );
         assert_eq!(k[0].kind, KeyKind::Region);
         assert!(keys("").is_empty());
+    }
+
+    /// The agent's setup answer carries the QP's min_rnr_timer and access
+    /// flags and the region's; an older agent's, without them, leaves
+    /// them unknown.
+    #[test]
+    fn the_setup_answer_parses_old_and_new() {
+        let ends = (
+            "127.115.0.1".parse().expect("ip"),
+            "127.115.0.2".parse().expect("ip"),
+            0xf00d,
+        );
+        let old = "ok qpn=17 control_qpn=18 rq_psn=5 sq_psn=6 va=4096 len=4096 rkey=7 \
+                   private_rkey=8 qkey=286331153 mtu=1024 recv_len=4096 keys=";
+        let c = conn_of(old, QpType::Rc, ends, 8).expect("parses");
+        assert_eq!((c.qpn, c.sq_psn, c.recv_len), (17, 6, Some(4096)));
+        assert_eq!((c.min_rnr_timer, c.access, c.qp_access), (None, None, None));
+        let new = "ok qpn=17 control_qpn=18 rq_psn=5 sq_psn=6 va=4096 len=4096 rkey=7 \
+                   private_rkey=8 qkey=286331153 mtu=1024 recv_len=4096 access=15 \
+                   qp_access=15 min_rnr_timer=1 keys=";
+        let c = conn_of(new, QpType::Rc, ends, 8).expect("parses");
+        assert_eq!(
+            (c.min_rnr_timer, c.access, c.qp_access),
+            (Some(1), Some(15), Some(15))
+        );
+        assert!(conn_of("error modify: x", QpType::Rc, ends, 8).is_err());
+    }
+
+    /// Live (`UROCE_FUZZ_LIVE=TARGET_IP,FUZZER_IP,AGENT_ADDR`, an agent
+    /// running there): the agent says its QP's min_rnr_timer, a SEND
+    /// with no receive WR draws an RNR NAK carrying it, and the model
+    /// judges the timer (another one in `Conn` is a violation).
+    #[test]
+    #[ignore = "needs a live agent"]
+    fn live_rnr_nak_timer_is_judged() {
+        use crate::case::{Case, PacketSpec, Step};
+        use crate::model::{judge, Verdict};
+        let Ok(v) = std::env::var("UROCE_FUZZ_LIVE") else {
+            return;
+        };
+        let [target, fuzzer, agent] = v.split(',').collect::<Vec<_>>()[..] else {
+            panic!("UROCE_FUZZ_LIVE=TARGET_IP,FUZZER_IP,AGENT_ADDR");
+        };
+        let mut t = LiveTarget::new(
+            fuzzer.parse().expect("ip"),
+            target.parse().expect("ip"),
+            agent.parse().expect("addr"),
+        )
+        .expect("agent");
+        let mut send = PacketSpec::new(uroce_wire::Opcode::RC_SEND_ONLY, 0);
+        send.payload = (8, 1);
+        let case = Case {
+            steps: vec![Step::Packet(send), Step::Wait(20_000)],
+        };
+        let out = crate::run_case(&mut t, QpType::Rc, 0, &case).expect("runs");
+        let timer = out.conn.min_rnr_timer.expect("the agent says its timer");
+        let rnr = out
+            .obs
+            .answers
+            .iter()
+            .flatten()
+            .filter_map(|b| crate::model::answer::Seen::parse(b))
+            .find_map(|s| match s {
+                crate::model::answer::Seen::Rnr { timer, .. } => Some(timer),
+                _ => None,
+            });
+        assert_eq!(rnr, Some(timer));
+        assert_eq!(judge(&out.conn, &case, &out.obs), Verdict::Legal);
+        let other = Conn {
+            min_rnr_timer: Some((timer + 1) & 0x1f),
+            ..out.conn.clone()
+        };
+        assert!(matches!(
+            judge(&other, &case, &out.obs),
+            Verdict::Illegal(_)
+        ));
     }
 
     /// The agent's `wc` lines: the old three numbers, and the details of a

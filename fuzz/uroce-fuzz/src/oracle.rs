@@ -423,6 +423,8 @@ mod tests {
             keys: Vec::new(),
             recv_len: Some(4096),
             min_rnr_timer: None,
+            access: None,
+            qp_access: None,
         }
     }
 

@@ -361,6 +361,7 @@ impl ReplayPlan {
             },
             truncate: None,
             resp: false,
+            feth: p.feth().map(|f| (f.placement, f.selectivity)),
         }
     }
 
@@ -813,6 +814,8 @@ mod tests {
             keys: Vec::new(),
             recv_len: None,
             min_rnr_timer: None,
+            access: None,
+            qp_access: None,
         };
         let path = tmp("ud.pcap");
         let mut cap = Capture::create(&path).expect("create");

@@ -578,9 +578,12 @@ impl Target for SimTarget {
             | Access::REMOTE_WRITE
             | Access::REMOTE_READ
             | Access::REMOTE_ATOMIC;
+        // The exposed region takes FLUSHes for global visibility (as the
+        // QP does: `testing::to_rtr`), not for persistence.
+        let exposed_access = all | Access::FLUSH_GLOBAL;
         let exposed = fuzzed
             .keys
-            .register_zeroed(testing::PD, REGION, all)
+            .register_zeroed(testing::PD, REGION, exposed_access)
             .expect("alloc");
         exposed
             .fill(0, REGION, PATTERN)
@@ -640,6 +643,8 @@ impl Target for SimTarget {
             keys,
             recv_len: Some(REGION as u32),
             min_rnr_timer: Some(Self::params(0).min_rnr_timer),
+            access: Some(exposed_access.bits()),
+            qp_access: Some(net.qp(fuzzed.id).attr().qp_access_flags.bits()),
         };
         self.live = Some(Live {
             net,
@@ -682,6 +687,16 @@ impl Target for SimTarget {
         }
         w.remote_addr = wr.remote_va;
         w.rkey = wr.rkey;
+        if l.net.qp(l.fuzzed.id).qp_type() == QpType::Ud {
+            // A datagram to the fuzzer's QP, with the target's Q_Key.
+            w.ud = Some(uroce_provider::types::UdDest {
+                ip: ip(FUZZER),
+                remote_qpn: FUZZER_QPN,
+                remote_qkey: QKEY,
+                tclass: 0,
+                hop_limit: 64,
+            });
+        }
         (w.compare_add, w.swap) = match wr.op {
             PostOp::CompareSwap => (wr.compare, wr.swap_add),
             _ => (wr.swap_add, 0),

@@ -64,6 +64,15 @@ pub struct Conn {
     /// any timer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_rnr_timer: Option<u8>,
+    /// The exposed region's `ibv_access_flags` ([`access`]; None: not
+    /// known, taken as the three remote rights and nothing of FLUSH).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<u32>,
+    /// The fuzzed QP's `qp_access_flags` ([`access`]; None: not known,
+    /// the reference model then leaves open whether the QP takes an
+    /// operation at all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qp_access: Option<u32>,
 }
 
 /// What kind of object a key names.
@@ -146,6 +155,10 @@ pub mod access {
     pub const MW_BIND: u32 = 16;
     /// IBV_ACCESS_ZERO_BASED.
     pub const ZERO_BASED: u32 = 32;
+    /// IBV_ACCESS_FLUSH_GLOBAL (an RDMA FLUSH for global visibility).
+    pub const FLUSH_GLOBAL: u32 = 1 << 8;
+    /// IBV_ACCESS_FLUSH_PERSISTENT (an RDMA FLUSH for persistence).
+    pub const FLUSH_PERSISTENT: u32 = 1 << 9;
     /// The three remote rights.
     pub const REMOTE: u32 = REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC;
 }

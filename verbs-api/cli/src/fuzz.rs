@@ -50,8 +50,9 @@ pub struct FuzzArgs {
     #[arg(long, default_value = "rc")]
     pub qp: String,
     /// `fields` (single packets, every header field mutated),
-    /// `sequence` (stateful request sequences), `responder` (RC: the
-    /// target posts requests, the fuzzer answers them, mutated), `keys`
+    /// `sequence` (stateful request sequences), `responder` (the target
+    /// posts requests; RC: the fuzzer answers them, mutated; UC, UD: the
+    /// posts alone), `keys`
     /// (requests with the target's other keys: rights lacking, another
     /// PD, deregistered, windows; UD: Q_Key and source-QP mismatches) or
     /// `duplicates` (duplicates, PSNs ahead, messages interrupted, for
@@ -217,9 +218,6 @@ pub fn run(a: FuzzArgs) -> ExitCode {
     };
     let Some(mode) = Mode::from_name(&a.mode) else {
         return fail(&format!("--mode {}: {}", a.mode, Mode::NAMES.join(", ")));
-    };
-    if mode == Mode::Responder && qp_type != QpType::Rc {
-        return fail("--mode responder needs --qp rc (only RC requests are answered)");
     };
     let cfg = Config {
         seed: a.seed,

@@ -52,6 +52,8 @@ pub enum Seen {
         position: Position,
         /// Its payload.
         payload: Vec<u8>,
+        /// The AETH's MSN (FIRST, LAST and ONLY carry one).
+        msn: Option<u32>,
     },
     /// An atomic ACK.
     AtomicAck {
@@ -59,6 +61,8 @@ pub enum Seen {
         psn: u32,
         /// Original value.
         orig: u64,
+        /// The AETH's MSN.
+        msn: u32,
     },
     /// Anything else a responder sent (a response with a reserved
     /// syndrome, a packet that does not parse).
@@ -84,10 +88,12 @@ impl Seen {
                 psn,
                 position: p.info.position,
                 payload: p.payload.to_vec(),
+                msn: p.aeth().map(|a| a.msn),
             },
             (Operation::AtomicAcknowledge, _) => Seen::AtomicAck {
                 psn,
                 orig: p.atomic_ack().map_or(0, |a| a.orig),
+                msn: p.aeth().map_or(0, |a| a.msn),
             },
             (Operation::Acknowledge, Some(AethSyndrome::Ack { .. })) => Seen::Ack {
                 psn,
@@ -126,12 +132,21 @@ impl fmt::Display for Seen {
                 psn,
                 position,
                 payload,
-            } => write!(
-                f,
-                "READ response {position:?} PSN {psn:#x} of {} bytes",
-                payload.len()
-            ),
-            Seen::AtomicAck { psn, orig } => write!(f, "atomic ACK PSN {psn:#x} value {orig:#x}"),
+                msn,
+            } => {
+                write!(
+                    f,
+                    "READ response {position:?} PSN {psn:#x} of {} bytes",
+                    payload.len()
+                )?;
+                match msn {
+                    Some(m) => write!(f, " MSN {m}"),
+                    None => Ok(()),
+                }
+            }
+            Seen::AtomicAck { psn, orig, msn } => {
+                write!(f, "atomic ACK PSN {psn:#x} value {orig:#x} MSN {msn}")
+            }
             Seen::Other(s) => f.write_str(s),
         }
     }
@@ -187,7 +202,9 @@ pub enum Want {
         timer: Option<u8>,
     },
     /// READ responses from `psn`, one per `mtu` bytes of `bytes` (at
-    /// least one), each carrying its part of them.
+    /// least one), each carrying its part of them; the LAST or ONLY an
+    /// MSN in `msn` (inclusive; None: any), the FIRST one in it or the
+    /// one before its low end.
     Read {
         /// First PSN.
         psn: u32,
@@ -195,13 +212,18 @@ pub enum Want {
         bytes: Vec<Option<u8>>,
         /// Path MTU.
         mtu: u32,
+        /// MSN range.
+        msn: Option<(u32, u32)>,
     },
-    /// An atomic ACK at `psn` with this original value (None: any).
+    /// An atomic ACK at `psn` with this original value (None: any) and
+    /// an MSN in this range (inclusive; None: any).
     AtomicAck {
         /// PSN.
         psn: u32,
         /// Original value.
         orig: Option<u64>,
+        /// MSN range.
+        msn: Option<(u32, u32)>,
     },
     /// Required only: some ACK-carrying answer at `from` or later, up to
     /// the expected PSN at the end of the case (a coalesced ACK, a NAK
@@ -230,15 +252,30 @@ impl Want {
             (Want::Rnr { psn, timer }, Seen::Rnr { psn: p, timer: t }) => {
                 psn == p && timer.is_none_or(|x| x == *t)
             }
-            (Want::AtomicAck { psn, orig }, Seen::AtomicAck { psn: p, orig: o }) => {
-                psn == p && orig.is_none_or(|x| x == *o)
+            (
+                Want::AtomicAck { psn, orig, msn },
+                Seen::AtomicAck {
+                    psn: p,
+                    orig: o,
+                    msn: m,
+                },
+            ) => {
+                psn == p
+                    && orig.is_none_or(|x| x == *o)
+                    && msn.is_none_or(|(lo, hi)| psn_diff(*m, lo) <= psn_diff(hi, lo))
             }
             (
-                Want::Read { psn, bytes, mtu },
+                Want::Read {
+                    psn,
+                    bytes,
+                    mtu,
+                    msn,
+                },
                 Seen::Read {
                     psn: p,
                     position,
                     payload,
+                    msn: m,
                 },
             ) => {
                 let n = Self::read_packets(bytes.len(), *mtu);
@@ -261,6 +298,7 @@ impl Want {
                         .iter()
                         .zip(payload)
                         .all(|(w, b)| w.is_none_or(|w| w == *b))
+                    && read_msn_fits(*msn, want_pos, *m)
             }
             _ => false,
         }
@@ -274,11 +312,17 @@ impl Want {
                 let Some(p) = s.psn() else { return false };
                 !matches!(s, Seen::Other(_)) && psn_diff(p, *from) <= psn_diff(end, *from)
             }),
-            Want::Read { psn, bytes, mtu } => (0..Self::read_packets(bytes.len(), *mtu)).all(|i| {
+            Want::Read {
+                psn,
+                bytes,
+                mtu,
+                msn,
+            } => (0..Self::read_packets(bytes.len(), *mtu)).all(|i| {
                 let one = Want::Read {
                     psn: *psn,
                     bytes: bytes.clone(),
                     mtu: *mtu,
+                    msn: *msn,
                 };
                 seen.iter()
                     .any(|s| s.psn() == Some(psn_add(*psn, i)) && one.allows(s))
@@ -311,19 +355,56 @@ impl fmt::Display for Want {
                 psn,
                 timer: Some(t),
             } => write!(f, "RNR NAK PSN {psn:#x} timer {t}"),
-            Want::Read { psn, bytes, mtu } => write!(
-                f,
-                "{} READ response(s) from PSN {psn:#x}, {} bytes",
-                Self::read_packets(bytes.len(), *mtu),
-                bytes.len()
-            ),
-            Want::AtomicAck { psn, orig } => match orig {
-                Some(o) => write!(f, "atomic ACK PSN {psn:#x} value {o:#x}"),
-                None => write!(f, "atomic ACK PSN {psn:#x}"),
-            },
+            Want::Read {
+                psn,
+                bytes,
+                mtu,
+                msn,
+            } => {
+                write!(
+                    f,
+                    "{} READ response(s) from PSN {psn:#x}, {} bytes",
+                    Self::read_packets(bytes.len(), *mtu),
+                    bytes.len()
+                )?;
+                match msn {
+                    Some((lo, hi)) if lo == hi => write!(f, ", MSN {lo}"),
+                    Some((lo, hi)) => write!(f, ", MSN {lo}..={hi}"),
+                    None => Ok(()),
+                }
+            }
+            Want::AtomicAck { psn, orig, msn } => {
+                write!(f, "atomic ACK PSN {psn:#x}")?;
+                if let Some(o) = orig {
+                    write!(f, " value {o:#x}")?;
+                }
+                match msn {
+                    Some((lo, hi)) if lo == hi => write!(f, " MSN {lo}"),
+                    Some((lo, hi)) => write!(f, " MSN {lo}..={hi}"),
+                    None => Ok(()),
+                }
+            }
             Want::Covered { from } => write!(f, "an ACK covering PSN {from:#x}"),
         }
     }
+}
+
+/// Whether a READ response at `position` carrying `seen` (its AETH's
+/// MSN; MIDDLE carries none) fits the MSN range `want` (IBA 9.7.5.1.6:
+/// the MSN counts the requests completed; a READ is complete once its
+/// last response is sent, so the LAST or ONLY counts it; whether the
+/// FIRST, sent while the READ is still being answered, counts it already
+/// the spec leaves open: kernel rxe and uroce count it on the FIRST too).
+fn read_msn_fits(want: Option<(u32, u32)>, position: Position, seen: Option<u32>) -> bool {
+    let (Some((lo, hi)), Some(m)) = (want, seen) else {
+        return true;
+    };
+    let lo = if position == Position::First {
+        lo.wrapping_sub(1) & PSN_MASK
+    } else {
+        lo
+    };
+    psn_diff(m, lo) <= psn_diff(hi, lo)
 }
 
 /// One expectation, with the rule that makes it and why it applies.

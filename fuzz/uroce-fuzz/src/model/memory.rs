@@ -2,7 +2,7 @@
 //! the R_Key check (IBA 10.6: a key names a region or window of one
 //! protection domain, with access rights and a range).
 
-use crate::target::{Conn, ExposedKey, KeyKind, KeyState, PATTERN};
+use crate::target::{access, Conn, ExposedKey, KeyKind, KeyState, PATTERN};
 
 /// `ibv_access_flags` bits.
 pub const REMOTE_WRITE: u32 = 2;
@@ -84,9 +84,7 @@ pub fn check_rkey(
         va >= start && va.checked_add(len).is_some_and(|end| end <= start + size)
     };
     if rkey == conn.rkey {
-        // The exposed region: every remote right.
-        let all = REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC;
-        return (need & !all == 0 && within(conn.va, u64::from(conn.len)))
+        return (need & !exposed_rights(conn) == 0 && within(conn.va, u64::from(conn.len)))
             .then(|| Place::Exposed((va - conn.va) as usize));
     }
     if rkey == conn.private_rkey {
@@ -100,6 +98,50 @@ pub fn check_rkey(
         && k.access & need == need
         && within(k.va, u64::from(k.len));
     usable.then_some(Place::Elsewhere)
+}
+
+/// The exposed region's rights: as the target registered it, or (not
+/// said) the three remote ones.
+fn exposed_rights(conn: &Conn) -> u32 {
+    conn.access.unwrap_or(access::REMOTE)
+}
+
+/// The R_Key check of an RDMA FLUSH (IBA 1.5 memory placement
+/// extensions; kernel rxe's `check_rkey`, uroce's responder): the key
+/// names a valid region or window of the QP's PD with the FLUSH rights
+/// `need`, checked even for an empty range; the range `[va, va + len)`
+/// lies inside it unless the FLUSH is of the whole region (`whole`,
+/// selectivity level MR). None: the model cannot tell (a key it knows
+/// nothing of the range of, with no rights needed).
+pub fn flush_key_ok(
+    conn: &Conn,
+    keys: &[ExposedKey],
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: u32,
+    whole: bool,
+) -> Option<bool> {
+    let within = |start: u64, size: u64| {
+        whole || (va >= start && va.checked_add(len).is_some_and(|end| end <= start + size))
+    };
+    if rkey == conn.rkey {
+        return Some(need & !exposed_rights(conn) == 0 && within(conn.va, u64::from(conn.len)));
+    }
+    if rkey == conn.private_rkey {
+        // A region without remote rights; where it lies is not said.
+        return (need != 0).then_some(false);
+    }
+    let Some(k) = keys.iter().find(|k| k.key == rkey) else {
+        return Some(false);
+    };
+    Some(
+        k.state == KeyState::Valid
+            && k.same_pd
+            && (k.kind != KeyKind::Window2 || k.bound_to_qp)
+            && k.access & need == need
+            && within(k.va, u64::from(k.len)),
+    )
 }
 
 /// Whether a SEND with Invalidate may invalidate `rkey` (IBA 10.6.7: a

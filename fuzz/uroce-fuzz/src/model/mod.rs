@@ -21,13 +21,14 @@
 //! one world explains all of it.
 //!
 //! What it leaves open (the verdict is [`Verdict::Open`], the other
-//! oracles still judge): the requester side (cases that have the target
-//! post work requests), ATOMIC WRITE and FLUSH, a SEND longer than the
-//! MTU on a target that does not say how large its receive buffers are,
-//! and cases whose choices make more than [`MAX_WORLDS`] worlds.
+//! oracles still judge): a SEND longer than the MTU on a target that does
+//! not say how large its receive buffers are, and cases whose choices
+//! make more than [`MAX_WORLDS`] worlds. The target's posts are judged
+//! by the RC requester ([`requester`]) and the UC and UD one
+//! ([`sender`]).
 //!
 //! The rules are a table ([`rules`]); the transports are one module each
-//! ([`rc`], [`uc`], [`ud`]), each a function per packet class citing the
+//! ([`rc`], [`uc`], [`ud`]; the requesters [`requester`], [`sender`]), each a function per packet class citing the
 //! section it follows. uroce's codec is used to parse header fields, and
 //! nothing else of uroce.
 
@@ -36,6 +37,7 @@ pub mod memory;
 pub mod rc;
 pub mod requester;
 pub mod rules;
+pub mod sender;
 pub mod uc;
 pub mod ud;
 
@@ -48,7 +50,9 @@ use answer::{Expect, Mismatch, Seen, Want};
 use memory::Region;
 use rules::Rule;
 use uroce_provider::types::{QpState, QpType};
-use uroce_wire::{AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, OpcodeInfo, RethRepr};
+use uroce_wire::{
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, FethRepr, OpcodeInfo, RethRepr,
+};
 
 /// The most worlds the model follows at once.
 pub const MAX_WORLDS: usize = 64;
@@ -87,6 +91,8 @@ pub struct Pkt {
     pub aeth: Option<AethRepr>,
     /// AtomicAckETH.
     pub atomic_ack: Option<AtomicAckEthRepr>,
+    /// FETH (RDMA FLUSH).
+    pub feth: Option<FethRepr>,
     /// Payload.
     pub payload: Vec<u8>,
     /// The packet in a finding's words ("packet 3: RC_SEND_ONLY PSN +2").
@@ -198,6 +204,8 @@ pub struct World {
     pub open: Option<String>,
     /// The timer code its RNR NAKs carry (`Conn::min_rnr_timer`).
     pub min_rnr_timer: Option<u8>,
+    /// The UC or UD requester (posts on those QPs).
+    pub sender: sender::Sender,
     /// Transport state.
     pub t: Transport,
 }
@@ -214,6 +222,7 @@ impl World {
             expects: Vec::new(),
             open: None,
             min_rnr_timer: conn.min_rnr_timer,
+            sender: Default::default(),
             t: match conn.qp_type {
                 QpType::Rc => Transport::Rc(rc::Rc::new(conn.rq_psn)),
                 QpType::Uc => Transport::Uc(uc::Uc::new(conn.rq_psn)),
@@ -335,6 +344,7 @@ fn inputs<'a>(conn: &Conn, case: &'a Case) -> Vec<Result<Input, &'a crate::case:
                         deth: k.deth(),
                         aeth: k.aeth(),
                         atomic_ack: k.atomic_ack(),
+                        feth: k.feth(),
                         payload: k.payload.to_vec(),
                         why: format!("packet {i}: {} PSN {off:+}", k.info.name),
                     }))),
@@ -428,12 +438,22 @@ fn run_in_order(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
         let input = match input {
             Ok(i) => i,
             Err(post) => {
-                for w in &mut worlds {
-                    if !matches!(w.t, Transport::Rc(_)) {
-                        return Err("posts on a UC or UD QP are not modelled".into());
+                let mut next = Vec::new();
+                for mut w in worlds {
+                    if matches!(w.t, Transport::Rc(_)) {
+                        requester::post(&mut w, post, conn);
+                        next.push(w);
+                    } else {
+                        next.extend(sender::post(w, post, conn));
                     }
-                    requester::post(w, post, conn);
                 }
+                if let Some(why) = next.iter().find_map(|w| w.open.clone()) {
+                    return Err(why);
+                }
+                if next.len() > MAX_WORLDS {
+                    return Err(format!("more than {MAX_WORLDS} worlds"));
+                }
+                worlds = next;
                 continue;
             }
         };
@@ -472,7 +492,11 @@ fn compare(conn: &Conn, w: &World, obs: &Observation) -> Vec<Mismatch> {
     let mut out = Vec::new();
     let ud = matches!(w.t, Transport::Ud(_));
     // The QP state (IBA 10.3.1).
-    let state = if w.err { QpState::Err } else { QpState::Rts };
+    let state = match (w.err, w.sender.sqe) {
+        (true, _) => QpState::Err,
+        (_, true) => QpState::Sqe,
+        _ => QpState::Rts,
+    };
     if obs.qp_state != state {
         out.push(Mismatch {
             rule: rules::QP_STATE.id,
@@ -529,20 +553,29 @@ fn compare(conn: &Conn, w: &World, obs: &Observation) -> Vec<Mismatch> {
     let got: Vec<&crate::target::Completion> = obs.completions.iter().filter(|c| !c.recv).collect();
     for i in 0..want.len().max(got.len()) {
         let (s, c) = (want.get(i), got.get(i));
+        let detail = |want: Option<u32>, got: Option<u32>| want.is_none() || got == want;
         let fits = match (s, c) {
             (Some(s), Some(c)) => {
                 s.wr_id == c.wr_id
                     && (s.status.contains(&c.status) || (s.status.is_empty() && c.status != 0))
+                    && (c.status != WC_SUCCESS
+                        || c.opcode.is_none()
+                        || (detail(s.opcode, c.opcode) && detail(s.byte_len, c.byte_len)))
             }
             _ => false,
         };
         if !fits {
+            let rule = match w.t {
+                Transport::Rc(_) => rules::REQUESTER,
+                Transport::Uc(_) => rules::UC,
+                Transport::Ud(_) => rules::UD,
+            };
             out.push(Mismatch {
-                rule: rules::REQUESTER.id,
+                rule: rule.id,
                 allowed: s.map_or("no further send completion".into(), |s| {
                     format!(
-                        "send completion {:#x} status {:?} (empty: any error)",
-                        s.wr_id, s.status
+                        "send completion {:#x} status {:?} (empty: any error), opcode {:?}, length {:?}",
+                        s.wr_id, s.status, s.opcode, s.byte_len
                     )
                 }),
                 observed: c.map_or("none".into(), |c| format!("{c:?}")),
@@ -551,6 +584,10 @@ fn compare(conn: &Conn, w: &World, obs: &Observation) -> Vec<Mismatch> {
         }
     }
     if let Some(ans) = &obs.answers {
+        if !matches!(w.t, Transport::Rc(_)) {
+            // What the UC or UD requester sent for the posts.
+            out.extend(sender::judge(conn, w, ans));
+        }
         let seen: Vec<Seen> = ans.iter().filter_map(|b| Seen::parse(b)).collect();
         let end = match &w.t {
             Transport::Rc(r) => r.epsn,

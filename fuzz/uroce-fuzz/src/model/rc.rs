@@ -8,7 +8,7 @@ use super::memory::{self, check_rkey, Place};
 use super::requester;
 use super::rules::{self, Rule};
 use super::{Input, Pkt, Recv, World, WC_RECV, WC_RECV_RDMA_WITH_IMM};
-use crate::target::{Conn, KeyState};
+use crate::target::{access, Conn, KeyState};
 use uroce_wire::{Operation, Position, Transport as Wire};
 
 /// The largest message (IBA 9.4: 2^31 bytes).
@@ -56,11 +56,18 @@ impl Msg {
     }
 }
 
-/// A READ or atomic the responder executed (its record, IBA 9.7.5.2).
+/// A READ, atomic, ATOMIC WRITE or FLUSH the responder executed (its
+/// record, IBA 9.7.5.2).
 #[derive(Clone, Debug)]
 pub struct Record {
     /// PSN.
     pub psn: u32,
+    /// PSNs it takes (a READ: one per response).
+    pub n: u32,
+    /// The MSN once it was executed (counting it).
+    pub msn: u32,
+    /// Which operation.
+    pub op: Operation,
     /// An atomic's original value (None: a READ, or not known).
     pub orig: Option<Option<u64>>,
 }
@@ -249,6 +256,15 @@ fn duplicate(mut w: World, conn: &Conn, p: &Pkt) -> World {
             w.expect(want, false, rule, &p.why);
         }
         Operation::RdmaReadRequest => {
+            // The MSN as of the READ it repeats (or a part of), or any
+            // later one up to now.
+            let r = rc(&mut w);
+            let msn = r
+                .records
+                .iter()
+                .rev()
+                .find(|x| x.op == Operation::RdmaReadRequest && psn_diff(p.psn, x.psn) < x.n)
+                .map(|x| (x.msn, r.msn));
             if let Some(reth) = p.reth {
                 let len = u64::from(reth.dma_len);
                 let place = check_rkey(conn, &w.keys, reth.rkey, reth.va, len, memory::REMOTE_READ);
@@ -256,7 +272,10 @@ fn duplicate(mut w: World, conn: &Conn, p: &Pkt) -> World {
                 // responses of an earlier READ it still sends for these
                 // PSNs (they are answered by this one's).
                 for e in &mut w.expects {
-                    if let Want::Read { psn, bytes, mtu } = &e.want {
+                    if let Want::Read {
+                        psn, bytes, mtu, ..
+                    } = &e.want
+                    {
                         let n = (bytes.len() as u32).div_ceil((*mtu).max(1)).max(1);
                         if psn_diff(p.psn, *psn) < n {
                             e.required = false;
@@ -268,6 +287,7 @@ fn duplicate(mut w: World, conn: &Conn, p: &Pkt) -> World {
                         psn: p.psn,
                         bytes,
                         mtu: conn.mtu,
+                        msn,
                     };
                     w.expect(want, false, rule, &p.why);
                 }
@@ -275,11 +295,27 @@ fn duplicate(mut w: World, conn: &Conn, p: &Pkt) -> World {
         }
         Operation::CompareSwap | Operation::FetchAdd => {
             if let Some(Record {
-                orig: Some(orig), ..
+                orig: Some(orig),
+                msn: then,
+                ..
             }) = record
             {
-                let want = Want::AtomicAck { psn: p.psn, orig };
+                // The MSN as of the atomic, or any later one up to now.
+                let msn = Some((then, rc(&mut w).msn));
+                let want = Want::AtomicAck {
+                    psn: p.psn,
+                    orig,
+                    msn,
+                };
                 w.expect(want, false, rule, &p.why);
+            }
+        }
+        op @ (Operation::AtomicWrite | Operation::Flush) => {
+            // Answered again as it was (an empty READ response ONLY),
+            // without being executed again, if the record is kept.
+            if let Some(x) = record.filter(|x| x.op == op) {
+                let msn = Some((x.msn, rc(&mut w).msn));
+                w.expect(placed_answer(p.psn, msn), false, rule, &p.why);
             }
         }
         _ => {}
@@ -618,14 +654,20 @@ fn read(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
         let r = rc(&mut w);
         r.epsn = psn_add(p.psn, n);
         r.msn = psn_add(r.msn, 1);
+        let msn = r.msn;
         r.records.push(Record {
             psn: p.psn,
+            n,
+            msn,
+            op: Operation::RdmaReadRequest,
             orig: None,
         });
+        // IBA 9.7.5.1.6: the MSN counts the READ.
         let want = Want::Read {
             psn: p.psn,
             bytes,
             mtu: conn.mtu,
+            msn: Some((msn, msn)),
         };
         w.expect(want, true, rules::READ_RESPONSE, &p.why);
         w
@@ -671,88 +713,150 @@ fn atomic(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
         let r = rc(&mut w);
         r.epsn = psn_add(p.psn, 1);
         r.msn = psn_add(r.msn, 1);
+        let msn = r.msn;
         r.records.push(Record {
             psn: p.psn,
+            n: 1,
+            msn,
+            op: p.info.operation,
             orig: Some(orig),
         });
-        let want = Want::AtomicAck { psn: p.psn, orig };
+        // IBA 9.7.5.1.6: the MSN counts the atomic.
+        let want = Want::AtomicAck {
+            psn: p.psn,
+            orig,
+            msn: Some((msn, msn)),
+        };
         w.expect(want, true, rules::ATOMIC, &p.why);
         w
     })
 }
 
+/// The answer to an executed FLUSH or ATOMIC WRITE (IBA 1.5): an RDMA
+/// READ response ONLY with no payload at its PSN, its MSN in `msn`.
+fn placed_answer(psn: u32, msn: Option<(u32, u32)>) -> Want {
+    Want::Read {
+        psn,
+        bytes: Vec::new(),
+        mtu: 1,
+        msn,
+    }
+}
+
 /// A FLUSH or ATOMIC WRITE executed: answered by an empty READ response
-/// ONLY (IBA 1.5) or, as some responders do, an ACK; it takes one PSN,
+/// ONLY counting it in its MSN (IBA 1.5; it is acknowledged like a READ,
+/// not by a plain or coalesced ACK: kernel rxe's
+/// `send_read_response_ack`, uroce's responder); it takes one PSN,
 /// completes a message, and is kept for a duplicate.
 fn placed(mut w: World, p: &Pkt) -> World {
     let r = rc(&mut w);
     r.epsn = psn_add(p.psn, 1);
     r.msn = psn_add(r.msn, 1);
+    let msn = r.msn;
     r.records.push(Record {
         psn: p.psn,
+        n: 1,
+        msn,
+        op: p.info.operation,
         orig: None,
     });
-    let read = Want::Read {
-        psn: p.psn,
-        bytes: Vec::new(),
-        mtu: 1,
-    };
-    let ack = Want::Ack {
-        from: p.psn,
-        n: 1,
-        msn: None,
-    };
-    w.expect(read, false, rules::PLACEMENT, &p.why);
-    w.expect(ack, false, rules::PLACEMENT, &p.why);
-    w.expect(
-        Want::Covered { from: p.psn },
-        true,
-        rules::PLACEMENT,
-        &p.why,
-    );
+    let want = placed_answer(p.psn, Some((msn, msn)));
+    w.expect(want, true, rules::PLACEMENT, &p.why);
     w
 }
 
-/// IBA 1.5 ATOMIC WRITE: 8 bytes of payload placed as one store at an
-/// aligned address (else an invalid request) through an R_Key with the
-/// write or the atomic right (the spec's readers differ on which: a key
-/// with only one of them may be taken or refused), answered as
+/// Whether the QP's access flags (`Conn::qp_access`) allow an operation
+/// that needs `need` (the remote access enables Modify QP sets, IBA
+/// ch. 11; kernel rxe's `check_qp_attr_access`, uroce's
+/// `check_op_allowed`): a QP that does not is sent an invalid request.
+/// Not said: either.
+fn qp_allows(conn: &Conn, need: u32) -> Option<Check> {
+    match conn.qp_access {
+        Some(q) if q & need == need => None,
+        Some(_) => Some(INVALID),
+        None => Some(Check {
+            maybe: true,
+            ..INVALID
+        }),
+    }
+}
+
+/// IBA 1.5 ATOMIC WRITE: 8 bytes of payload, a DMA length of 8 and an
+/// aligned address (else an invalid request), on a QP that takes remote
+/// writes (else an invalid request), through an R_Key with the remote
+/// write right over the 8 bytes (else a remote access error; kernel rxe
+/// and uroce ask for the write right, as rdma-core's
+/// `ibv_wr_atomic_write` on a region registered for remote write);
+/// placed as one store, the region's 8 bytes and no other, answered as
 /// [`placed`].
 fn atomic_write(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     let Some(reth) = p.reth else {
         return vec![w.open("an ATOMIC WRITE without RETH")];
     };
-    let invalid = p.payload.len() != 8 || reth.va % 8 != 0 || reth.dma_len != 8;
-    let check = |need| check_rkey(conn, &w.keys, reth.rkey, reth.va, 8, need);
-    let (by_write, by_atomic) = (check(memory::REMOTE_WRITE), check(memory::REMOTE_ATOMIC));
     let mut failed = Vec::new();
-    if invalid {
+    if p.payload.len() != 8 || reth.va % 8 != 0 || reth.dma_len != 8 {
         failed.push(INVALID);
     }
-    if by_write.is_none() || by_atomic.is_none() {
+    let qp = match conn.qp_access {
+        // (A QP whose rights are not said takes it, as a WRITE.)
+        None => None,
+        Some(_) => qp_allows(conn, memory::REMOTE_WRITE),
+    };
+    failed.extend(qp);
+    let place = check_rkey(conn, &w.keys, reth.rkey, reth.va, 8, memory::REMOTE_WRITE);
+    if place.is_none() {
         failed.push(ACCESS);
     }
-    let mut out = Vec::new();
-    if !failed.is_empty() {
-        out = outcomes(w.clone(), p, &failed, false, |w| w);
-    }
-    if let (Some(place), false) = (by_write.or(by_atomic), invalid) {
-        let mut w = w;
-        match place {
+    outcomes(w, p, &failed, false, |mut w| {
+        match place.expect("checked") {
             Place::Exposed(off) => w.region.write(off, &p.payload),
             _ => w.region.forget(0, conn.len as usize),
         }
-        out.push(placed(w, p));
-    }
-    out
+        placed(w, p)
+    })
 }
 
-/// IBA 1.5 RDMA FLUSH: changes no byte; the R_Key needs the FLUSH right
-/// of its placement type, which the exposed region's registration may
-/// lack, and the QP may not take FLUSH at all: executed, or an invalid
-/// request, or a remote access error.
-fn flush(w: World, _conn: &Conn, p: &Pkt) -> Vec<World> {
-    let mut out = outcomes(w.clone(), p, &[INVALID, ACCESS], false, |w| w);
-    out.push(placed(w, p));
-    out
+/// IBA 1.5 RDMA FLUSH: the FETH's placement type names the rights it
+/// needs (global visibility: IBV_ACCESS_FLUSH_GLOBAL, persistence:
+/// IBV_ACCESS_FLUSH_PERSISTENT, both: both); a QP without them is sent an
+/// invalid request; the R_Key must grant them, for the RETH's range or,
+/// at selectivity level MR, the whole region, checked even for an empty
+/// range (else a remote access error); executed, it changes no byte and
+/// is answered as [`placed`]. A placement type with neither bit (a
+/// reserved value) the spec does not define: refused as an invalid
+/// request (uroce), or taken as needing no right, the key still checked
+/// (as rxe's `check_rkey` reads; rxe 6.12 was seen to send no answer at
+/// all, which the model reports).
+fn flush(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
+    let (Some(feth), Some(reth)) = (p.feth, p.reth) else {
+        return vec![w.open("a FLUSH without FETH or RETH")];
+    };
+    let mut need = 0;
+    if feth.placement & uroce_wire::feth::FLUSH_GLOBAL != 0 {
+        need |= access::FLUSH_GLOBAL;
+    }
+    if feth.placement & uroce_wire::feth::FLUSH_PERSISTENT != 0 {
+        need |= access::FLUSH_PERSISTENT;
+    }
+    let whole = feth.selectivity == uroce_wire::feth::FLUSH_MR;
+    let len = u64::from(reth.dma_len);
+    let key = memory::flush_key_ok(conn, &w.keys, reth.rkey, reth.va, len, need, whole);
+    let mut failed = Vec::new();
+    if need == 0 {
+        failed.push(Check {
+            maybe: true,
+            ..INVALID
+        });
+    } else {
+        failed.extend(qp_allows(conn, need));
+    }
+    match key {
+        Some(true) => {}
+        Some(false) => failed.push(ACCESS),
+        None => failed.push(Check {
+            maybe: true,
+            ..ACCESS
+        }),
+    }
+    outcomes(w, p, &failed, false, |w| placed(w, p))
 }

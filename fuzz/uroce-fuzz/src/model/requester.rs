@@ -58,6 +58,10 @@ pub struct SendDone {
     pub wr_id: u64,
     /// Allowed statuses (empty: any error).
     pub status: Vec<u32>,
+    /// Of a successful one: its `ibv_wc_opcode` (None: not judged).
+    pub opcode: Option<u32>,
+    /// Of a successful one: its length (None: not judged).
+    pub byte_len: Option<u32>,
 }
 
 /// The requester's state.
@@ -144,8 +148,16 @@ fn settle(w: &mut World) {
 
 fn complete(w: &mut World, i: usize, status: Vec<u32>) {
     let r = req(w);
-    let wr_id = r.posts[i].0.wr_id;
-    r.done.push(SendDone { wr_id, status });
+    let post = &r.posts[i].0;
+    let ok = status == [super::WC_SUCCESS];
+    let (opcode, byte_len) = super::sender::wc_of(post);
+    let done = SendDone {
+        wr_id: post.wr_id,
+        status,
+        opcode: ok.then_some(opcode),
+        byte_len: ok.then_some(byte_len),
+    };
+    r.done.push(done);
     r.next = i + 1;
     r.read_got.clear();
 }
@@ -205,7 +217,8 @@ pub fn busy(w: &mut World) -> bool {
 /// flushed when the QP is in Error.
 pub fn completions(w: &World) -> Vec<SendDone> {
     let super::Transport::Rc(rc) = &w.t else {
-        return Vec::new();
+        // UC and UD: each post completed when it was made.
+        return w.sender.done.clone();
     };
     let r = &rc.req;
     let mut v = r.done.clone();
@@ -214,6 +227,8 @@ pub fn completions(w: &World) -> Vec<SendDone> {
             v.push(SendDone {
                 wr_id: p.wr_id,
                 status: vec![super::WC_WR_FLUSH_ERR],
+                opcode: None,
+                byte_len: None,
             });
         }
     }

@@ -19,10 +19,26 @@ fn survey() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
+    // UROCE_MODEL_SURVEY_POSTS=1: the responder mode's posts alone.
+    let only_posts = std::env::var("UROCE_MODEL_SURVEY_POSTS").is_ok();
     for qp in [QpType::Rc, QpType::Uc, QpType::Ud] {
         let modes: &[Mode] = match qp {
-            QpType::Rc => &[Mode::Fields, Mode::Sequence, Mode::Responder],
-            _ => &[Mode::Fields, Mode::Sequence],
+            _ if only_posts => &[Mode::Responder],
+            QpType::Rc => &[
+                Mode::Fields,
+                Mode::Sequence,
+                Mode::Responder,
+                Mode::Keys,
+                Mode::Duplicates,
+            ],
+            // (Responder: its posts, on UC and UD with nothing to answer.)
+            _ => &[
+                Mode::Fields,
+                Mode::Sequence,
+                Mode::Keys,
+                Mode::Duplicates,
+                Mode::Responder,
+            ],
         };
         for &mode in modes {
             let mut t = SimTarget::new(1, None);
@@ -113,6 +129,8 @@ fn conn(qp_type: QpType) -> Conn {
         keys: Vec::new(),
         recv_len: Some(4096),
         min_rnr_timer: Some(12),
+        access: None,
+        qp_access: None,
     }
 }
 
@@ -250,6 +268,16 @@ fn a_duplicate_atomic_is_answered_with_the_saved_value() {
     let b = broken(&c, &k, &o);
     assert!(b.contains(&rules::EXECUTE_ONCE.id), "{b:?}");
     assert!(b.contains(&rules::ATOMIC.id), "{b:?}");
+    // The atomic ACK's MSN counts the atomic (IBA 9.7.5.1.6): not the
+    // count before it, nor one past it.
+    o.exposed[..8].copy_from_slice(&(orig + 1).to_le_bytes());
+    for m in [0, 2] {
+        let mut p = PacketSpec::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, 0);
+        p.aeth = Some((ACK, m));
+        p.atomic_ack = Some(orig);
+        o.answers = Some(vec![p.emit(&c).expect("emits"), ack(orig)]);
+        assert_eq!(broken(&c, &k, &o), [rules::ATOMIC.id], "MSN {m}");
+    }
 }
 
 #[test]
@@ -697,10 +725,14 @@ fn local_error_post() {
         requester::SendDone {
             wr_id: 7,
             status: vec![WC_SUCCESS],
+            opcode: Some(1),
+            byte_len: Some(100),
         },
         requester::SendDone {
             wr_id: 8,
             status: requester::LOCAL_ERRORS.to_vec(),
+            opcode: None,
+            byte_len: None,
         },
     ];
     assert!(done.contains(&ok_then_local), "{done:#?}");
@@ -852,4 +884,491 @@ fn sim_rnr_nak_carries_the_qps_timer() {
         "{seen:?}"
     );
     assert!(out.violations.is_empty(), "{:#?}", out.violations);
+}
+
+/// READ responses carry the MSN counting the READ (IBA 9.7.5.1.6): the
+/// LAST and ONLY must, the FIRST may also carry the one before.
+#[test]
+fn read_responses_carry_the_msn_counting_the_read() {
+    let c = conn(QpType::Rc);
+    let mut read = PacketSpec::new(Opcode::RC_RDMA_READ_REQUEST, 1);
+    read.reth = Some((0, Key::Valid, 1500));
+    let k = case(vec![req(Opcode::RC_RDMA_WRITE_ONLY, 0, 8, 0x33), read]);
+    let resp = |op: Opcode, psn: i32, len: u16, msn: u32| {
+        let mut p = PacketSpec::new(op, psn);
+        p.aeth = Some((ACK, msn));
+        let mut data = vec![PATTERN; usize::from(len)];
+        if psn == 1 {
+            data[..8].fill(0x33);
+        }
+        p.payload = (len, 0);
+        p.data = Some(data);
+        p.emit(&c).expect("emits")
+    };
+    let mut o = quiet();
+    o.exposed[..8].fill(0x33);
+    let first = |m| resp(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 1, 1024, m);
+    let last = |m| resp(Opcode::RC_RDMA_READ_RESPONSE_LAST, 2, 476, m);
+    for f in [1, 2] {
+        o.answers = Some(vec![first(f), last(2)]);
+        assert_eq!(broken(&c, &k, &o), [] as [&str; 0], "FIRST MSN {f}");
+    }
+    // The LAST not counting the READ (as a responder that does not
+    // advance the MSN on a READ sends it).
+    o.answers = Some(vec![first(1), last(1)]);
+    let b = broken(&c, &k, &o);
+    assert!(b.contains(&rules::READ_RESPONSE.id), "{b:?}");
+    // An MSN counting more than was done.
+    o.answers = Some(vec![first(3), last(2)]);
+    let b = broken(&c, &k, &o);
+    assert!(b.contains(&rules::READ_RESPONSE.id), "{b:?}");
+    // An ONLY carries the count with the READ.
+    let mut only = PacketSpec::new(Opcode::RC_RDMA_READ_REQUEST, 0);
+    only.reth = Some((0, Key::Valid, 8));
+    let k = case(vec![only]);
+    let o = |m| {
+        let mut o = quiet();
+        let mut p = PacketSpec::new(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 0);
+        p.aeth = Some((ACK, m));
+        p.payload = (8, PATTERN);
+        o.answers = Some(vec![p.emit(&c).expect("emits")]);
+        o
+    };
+    assert_eq!(broken(&c, &k, &o(1)), [] as [&str; 0]);
+    assert!(broken(&c, &k, &o(0)).contains(&rules::READ_RESPONSE.id));
+}
+
+/// A duplicate READ's responses carry an MSN from the one as of the READ
+/// to the current one.
+#[test]
+fn a_duplicate_reads_msn_is_between_its_own_and_now() {
+    let c = conn(QpType::Rc);
+    let mut read = PacketSpec::new(Opcode::RC_RDMA_READ_REQUEST, 0);
+    read.reth = Some((0, Key::Valid, 8));
+    let k = case(vec![
+        read.clone(),
+        req(Opcode::RC_RDMA_WRITE_ONLY, 1, 8, PATTERN),
+        read,
+    ]);
+    let only = |m| {
+        let mut p = PacketSpec::new(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 0);
+        p.aeth = Some((ACK, m));
+        p.payload = (8, PATTERN);
+        p.emit(&c).expect("emits")
+    };
+    let ack = answer(&c, Opcode::RC_ACKNOWLEDGE, 1, ACK, 2);
+    let mut o = quiet();
+    for m in [1, 2] {
+        o.answers = Some(vec![only(1), ack.clone(), only(m)]);
+        assert_eq!(broken(&c, &k, &o), [] as [&str; 0], "MSN {m}");
+    }
+    for m in [0, 3] {
+        o.answers = Some(vec![only(1), ack.clone(), only(m)]);
+        // (Named by the first expectation at its PSN: the READ's own.)
+        assert_eq!(broken(&c, &k, &o), [rules::READ_RESPONSE.id], "MSN {m}");
+    }
+}
+
+/// A connection whose region and QP say their rights: the remote three
+/// and FLUSH for global visibility (as the sim target's).
+fn flush_conn() -> Conn {
+    use crate::target::access;
+    Conn {
+        access: Some(access::LOCAL_WRITE | access::REMOTE | access::FLUSH_GLOBAL),
+        qp_access: Some(access::LOCAL_WRITE | access::REMOTE | access::FLUSH_GLOBAL),
+        ..conn(QpType::Rc)
+    }
+}
+
+fn flush(placement: u8, selectivity: u8, off: i64, key: Key, len: u32) -> PacketSpec {
+    let mut p = PacketSpec::new(Opcode::RC_FLUSH, 0);
+    p.reth = Some((off, key, len));
+    p.feth = Some((placement, selectivity));
+    p
+}
+
+/// The empty READ response ONLY that answers a FLUSH or ATOMIC WRITE.
+fn placed_answer(c: &Conn, psn: i32, msn: u32) -> Vec<u8> {
+    answer(c, Opcode::RC_RDMA_READ_RESPONSE_ONLY, psn, ACK, msn)
+}
+
+/// What a target shows after a request that failed a check: QP in
+/// Error, both receive WRs flushed, the NAK `syndrome`.
+fn failed(c: &Conn, syndrome: u8) -> Observation {
+    let mut o = quiet();
+    o.qp_state = QpState::Err;
+    o.completions = vec![recv(0, WC_WR_FLUSH_ERR), recv(1, WC_WR_FLUSH_ERR)];
+    o.answers = Some(vec![answer(c, Opcode::RC_ACKNOWLEDGE, 0, syndrome, 0)]);
+    o
+}
+
+/// An RDMA FLUSH (IBA 1.5): the rights of its placement type on the QP
+/// and the key, the range (or the whole region), answered by an empty
+/// READ response ONLY counting it, and no byte changed.
+#[test]
+fn a_flush_is_checked_answered_and_changes_nothing() {
+    let c = flush_conn();
+    let (global, persistent) = (1, 2);
+    let ok = case(vec![flush(global, 0, 64, Key::Valid, 128)]);
+    let mut o = quiet();
+    o.answers = Some(vec![placed_answer(&c, 0, 1)]);
+    assert_eq!(broken(&c, &ok, &o), [] as [&str; 0]);
+    // A plain ACK is not its answer (nor is the response's MSN another).
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, ACK, 1)]);
+    assert_eq!(
+        broken(&c, &ok, &o),
+        [rules::PLACEMENT.id, rules::PLACEMENT.id]
+    );
+    o.answers = Some(vec![placed_answer(&c, 0, 0)]);
+    assert!(broken(&c, &ok, &o).contains(&rules::PLACEMENT.id));
+    // It changes no byte.
+    o.answers = Some(vec![placed_answer(&c, 0, 1)]);
+    o.exposed[64] = 0;
+    assert_eq!(broken(&c, &ok, &o), [rules::EXECUTE_ONCE.id]);
+    // Refused although it was valid.
+    assert!(!broken(&c, &ok, &failed(&c, 0x61)).is_empty());
+    // Persistence: the QP does not take it: an invalid request.
+    let persist = case(vec![flush(persistent, 0, 64, Key::Valid, 128)]);
+    assert_eq!(broken(&c, &persist, &failed(&c, 0x61)), [] as [&str; 0]);
+    o.exposed[64] = PATTERN;
+    assert!(!broken(&c, &persist, &o).is_empty());
+    // The QP takes it but the region lacks the right: a remote access
+    // error.
+    let c2 = Conn {
+        qp_access: c
+            .qp_access
+            .map(|a| a | crate::target::access::FLUSH_PERSISTENT),
+        ..c.clone()
+    };
+    assert_eq!(broken(&c2, &persist, &failed(&c2, 0x62)), [] as [&str; 0]);
+    assert!(!broken(&c2, &persist, &failed(&c2, 0x61)).is_empty());
+    // A range past the region: an access error; the whole region
+    // (selectivity MR) checks no range.
+    let past = case(vec![flush(global, 0, 4000, Key::Valid, 200)]);
+    assert_eq!(broken(&c, &past, &failed(&c, 0x62)), [] as [&str; 0]);
+    let whole = case(vec![flush(global, 1, 4000, Key::Valid, 200)]);
+    assert_eq!(broken(&c, &whole, &o), [] as [&str; 0]);
+    // The key is checked even for an empty range.
+    let empty = case(vec![flush(global, 0, 0, Key::Private, 0)]);
+    assert_eq!(broken(&c, &empty, &failed(&c, 0x62)), [] as [&str; 0]);
+    assert!(!broken(&c, &empty, &o).is_empty());
+}
+
+/// An ATOMIC WRITE (IBA 1.5): 8 aligned bytes through a key with the
+/// remote write right, placed exactly there, answered by an empty READ
+/// response ONLY counting it.
+#[test]
+fn an_atomic_write_places_its_eight_bytes_and_no_other() {
+    use crate::target::{access, ExposedKey, KeyKind, KeyState};
+    let mut c = flush_conn();
+    let key = |name: &str, key, access| ExposedKey {
+        name: name.into(),
+        key,
+        kind: KeyKind::Region,
+        va: 0x80_0000,
+        len: 1024,
+        access,
+        same_pd: true,
+        bound_to_qp: true,
+        state: KeyState::Valid,
+    };
+    c.keys = vec![
+        key(
+            "no-write",
+            0x901,
+            access::REMOTE_READ | access::REMOTE_ATOMIC,
+        ),
+        key(
+            "write-only",
+            0x902,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        ),
+    ];
+    let aw = |off: i64, k: Key, dma: u32, len: u16| {
+        let mut p = PacketSpec::new(Opcode::RC_ATOMIC_WRITE, 0);
+        p.reth = Some((off, k, dma));
+        p.payload = (len, 0x77);
+        case(vec![p])
+    };
+    let mut o = quiet();
+    o.answers = Some(vec![placed_answer(&c, 0, 1)]);
+    o.exposed[8..16].fill(0x77);
+    assert_eq!(broken(&c, &aw(8, Key::Valid, 8, 8), &o), [] as [&str; 0]);
+    // A byte more, or one fewer, changed.
+    o.exposed[16] = 0x77;
+    assert_eq!(
+        broken(&c, &aw(8, Key::Valid, 8, 8), &o),
+        [rules::EXECUTE_ONCE.id]
+    );
+    o.exposed[16] = PATTERN;
+    o.exposed[15] = PATTERN;
+    assert_eq!(
+        broken(&c, &aw(8, Key::Valid, 8, 8), &o),
+        [rules::EXECUTE_ONCE.id]
+    );
+    o.exposed[15] = 0x77;
+    // Answered by a plain ACK.
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, ACK, 1)]);
+    assert!(broken(&c, &aw(8, Key::Valid, 8, 8), &o).contains(&rules::PLACEMENT.id));
+    // Length, DMA length and alignment: invalid requests.
+    for k in [
+        aw(8, Key::Valid, 16, 8),
+        aw(8, Key::Valid, 8, 4),
+        aw(4, Key::Valid, 8, 8),
+    ] {
+        assert_eq!(broken(&c, &k, &failed(&c, 0x61)), [] as [&str; 0], "{k:?}");
+    }
+    // The write right, not the atomic one.
+    let write_only = aw(0, Key::Exposed(1), 8, 8);
+    let mut elsewhere = quiet();
+    elsewhere.answers = Some(vec![placed_answer(&c, 0, 1)]);
+    assert_eq!(broken(&c, &write_only, &elsewhere), [] as [&str; 0]);
+    let no_write = aw(0, Key::Exposed(0), 8, 8);
+    assert_eq!(broken(&c, &no_write, &failed(&c, 0x62)), [] as [&str; 0]);
+    assert!(!broken(&c, &no_write, &elsewhere).is_empty());
+}
+
+/// On the sim target (uroce's QP machines, the exposed region and the QP
+/// taking FLUSH for global visibility) FLUSHes and ATOMIC WRITEs are
+/// judged, and uroce's answers are legal.
+#[test]
+fn sim_flush_and_atomic_write_are_judged_legal() {
+    let mut aw = PacketSpec::new(Opcode::RC_ATOMIC_WRITE, 2);
+    aw.reth = Some((16, Key::Valid, 8));
+    aw.payload = (8, 0x42);
+    for (steps, needs_read_response) in [
+        (vec![flush(1, 0, 0, Key::Valid, 64), aw.clone()], true),
+        (vec![flush(1, 1, 0, Key::Valid, 0)], true),
+        (vec![flush(2, 0, 0, Key::Valid, 64)], false),
+        (vec![flush(1, 0, 4090, Key::Valid, 64)], false),
+        (vec![flush(0, 0, 0, Key::Valid, 64)], false),
+        (vec![flush(1, 0, 0, Key::Private, 0)], false),
+    ] {
+        let mut steps: Vec<Step> = steps.into_iter().map(Step::Packet).collect();
+        if steps.len() == 2 {
+            // The ATOMIC WRITE after a FLUSH at +0 takes PSN +1.
+            if let Step::Packet(p) = &mut steps[1] {
+                p.psn_off = 1;
+            }
+        }
+        steps.push(Step::Wait(100));
+        let input = crate::input::FuzzInput {
+            seed: 3,
+            qp_type: QpType::Rc,
+            recvs: 1,
+            case: Case { steps },
+        };
+        let out = input.run().expect("sim");
+        assert!(out.violations.is_empty(), "{:#?}", out.violations);
+        assert!(
+            matches!(judge(&out.conn, &input.case, &out.obs), Verdict::Legal),
+            "{input:?}"
+        );
+        let reads = out
+            .obs
+            .answers
+            .iter()
+            .flatten()
+            .filter(|b| matches!(answer::Seen::parse(b), Some(answer::Seen::Read { .. })))
+            .count();
+        assert_eq!(reads > 0, needs_read_response, "{input:?}");
+    }
+}
+
+/// A send completion with its details, as a target reports a successful
+/// one.
+fn sent(wr_id: u64, opcode: u32, byte_len: u32) -> Completion {
+    Completion {
+        opcode: Some(opcode),
+        byte_len: Some(byte_len),
+        ..send(wr_id, 0)
+    }
+}
+
+fn uc_post(wr_id: u64, op: PostOp, len: u32, local_off: u32) -> Step {
+    Step::Post(Post {
+        wr_id,
+        op,
+        len,
+        local_off,
+        remote_va: 0x7000,
+        rkey: 0x4242,
+        swap_add: 0,
+        compare: 0,
+    })
+}
+
+/// A request the target sends: `op` at `psn` from its send PSN, `len`
+/// bytes of the pattern, a RETH of the post's.
+fn request(c: &Conn, op: Opcode, psn: i32, len: u16, reth: Option<u32>) -> Vec<u8> {
+    let mut p = PacketSpec::response(op, psn);
+    p.dest = crate::case::Dest::Raw(c.fuzzer_qpn);
+    p.payload = (len, PATTERN);
+    p.reth = reth.map(|l| (0x7000 - c.va as i64, Key::Raw(0x4242), l));
+    if c.qp_type == QpType::Ud {
+        p.deth = Some((None, c.qpn));
+    }
+    p.emit(c).expect("emits")
+}
+
+/// Posts on a UC QP are judged: each goes out once as its packets, and
+/// completes successfully with its opcode and length; a READ is refused
+/// or fails with a local QP operation error that moves the QP to SQE and
+/// flushes the posts after it.
+#[test]
+fn uc_posts_are_judged() {
+    let c = conn(QpType::Uc);
+    let k = Case {
+        steps: vec![
+            uc_post(1, PostOp::Send, 10, 0),
+            uc_post(2, PostOp::Write, 1500, 0),
+        ],
+    };
+    let mut o = quiet();
+    o.completions = vec![sent(1, 0, 10), sent(2, 1, 1500)];
+    o.answers = Some(vec![
+        request(&c, Opcode::UC_SEND_ONLY, 0, 10, None),
+        request(&c, Opcode::UC_RDMA_WRITE_FIRST, 1, 1024, Some(1500)),
+        request(&c, Opcode::UC_RDMA_WRITE_LAST, 2, 476, None),
+    ]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // The length, the opcode, the status of a completion.
+    o.completions[1].byte_len = Some(1024);
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    o.completions[1] = sent(2, 0, 1500);
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    o.completions[1] = send(2, 12);
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    o.completions[1] = sent(2, 1, 1500);
+    // A packet missing, or sent twice, or another length or PSN.
+    let all = o.answers.clone().expect("set");
+    o.answers = Some(all[..2].to_vec());
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    o.answers = Some([&all[..], &all[2..]].concat());
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    let mut other = all.clone();
+    other[0] = request(&c, Opcode::UC_SEND_ONLY, 0, 9, None);
+    o.answers = Some(other.clone());
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    other[0] = request(&c, Opcode::UC_SEND_ONLY, 1, 10, None);
+    o.answers = Some(other);
+    assert_eq!(broken(&c, &k, &o), [rules::UC.id]);
+    // A READ on UC: refused, or a local QP operation error, the QP to
+    // SQE and the SEND after it flushed.
+    let k = Case {
+        steps: vec![
+            uc_post(1, PostOp::Read, 10, 0),
+            uc_post(2, PostOp::Send, 10, 0),
+        ],
+    };
+    let mut o = quiet();
+    o.completions = vec![sent(2, 0, 10)];
+    o.answers = Some(vec![request(&c, Opcode::UC_SEND_ONLY, 0, 10, None)]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    o.completions = vec![send(1, sender::WC_LOC_QP_OP_ERR), send(2, WC_WR_FLUSH_ERR)];
+    o.answers = Some(Vec::new());
+    o.qp_state = QpState::Sqe;
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // ... not RTS, not Error.
+    o.qp_state = QpState::Rts;
+    assert_eq!(broken(&c, &k, &o), [rules::QP_STATE.id]);
+    // A READ on UC completing successfully.
+    o.qp_state = QpState::Rts;
+    o.completions = vec![sent(1, 2, 10), sent(2, 0, 10)];
+    o.answers = Some(vec![request(&c, Opcode::UC_SEND_ONLY, 0, 10, None)]);
+    assert!(!broken(&c, &k, &o).is_empty());
+}
+
+/// Posts on a UD QP: a SEND is one datagram from the QP, completed with
+/// its length; a WRITE is refused or fails locally.
+#[test]
+fn ud_posts_are_judged() {
+    let c = conn(QpType::Ud);
+    let k = Case {
+        steps: vec![
+            uc_post(1, PostOp::Send, 10, 0),
+            uc_post(2, PostOp::Send, 0, 0),
+        ],
+    };
+    let mut o = quiet();
+    o.completions = vec![sent(1, 0, 10), sent(2, 0, 0)];
+    o.answers = Some(vec![
+        request(&c, Opcode::UD_SEND_ONLY, 0, 10, None),
+        request(&c, Opcode::UD_SEND_ONLY, 1, 0, None),
+    ]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // Another source QP in the DETH.
+    let mut p = PacketSpec::response(Opcode::UD_SEND_ONLY, 1);
+    p.dest = crate::case::Dest::Raw(c.fuzzer_qpn);
+    p.deth = Some((None, 0x99));
+    o.answers = Some(vec![
+        request(&c, Opcode::UD_SEND_ONLY, 0, 10, None),
+        p.emit(&c).expect("emits"),
+    ]);
+    assert_eq!(broken(&c, &k, &o), [rules::UD.id]);
+    // Not sent at all, though completed.
+    o.answers = Some(Vec::new());
+    assert_eq!(broken(&c, &k, &o), [rules::UD.id]);
+    // A WRITE on UD completing successfully.
+    let k = Case {
+        steps: vec![uc_post(1, PostOp::Write, 10, 0)],
+    };
+    o.completions = vec![sent(1, 1, 10)];
+    assert!(!broken(&c, &k, &o).is_empty());
+    o.completions = vec![send(1, sender::WC_LOC_QP_OP_ERR)];
+    o.qp_state = QpState::Sqe;
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+}
+
+/// On the sim target, UC and UD posts get a verdict, and uroce's is
+/// legal: what it sends and how the posts complete.
+#[test]
+fn sim_uc_and_ud_posts_are_judged_legal() {
+    for (qp_type, steps) in [
+        (
+            QpType::Uc,
+            vec![
+                uc_post(0x100, PostOp::Send, 10, 0),
+                uc_post(0x101, PostOp::Write, 2500, 100),
+                uc_post(0x102, PostOp::Send, 0, 0),
+            ],
+        ),
+        (
+            QpType::Uc,
+            vec![
+                uc_post(0x100, PostOp::Send, 10, 0),
+                uc_post(0x101, PostOp::FetchAdd, 8, 0),
+                uc_post(0x102, PostOp::Write, 10, 0),
+            ],
+        ),
+        (QpType::Uc, vec![uc_post(0x100, PostOp::Write, 100, 4090)]),
+        (
+            QpType::Ud,
+            vec![
+                uc_post(0x100, PostOp::Send, 10, 0),
+                uc_post(0x101, PostOp::Send, 1000, 8),
+                uc_post(0x102, PostOp::Read, 10, 0),
+                uc_post(0x103, PostOp::Send, 10, 0),
+            ],
+        ),
+        (QpType::Ud, vec![uc_post(0x100, PostOp::Send, 2000, 0)]),
+    ] {
+        let mut steps = steps;
+        steps.push(Step::Wait(100));
+        let input = crate::input::FuzzInput {
+            seed: 5,
+            qp_type,
+            recvs: 1,
+            case: Case { steps },
+        };
+        let out = input.run().expect("sim");
+        assert!(out.violations.is_empty(), "{:#?}", out.violations);
+        let v = judge(&out.conn, &input.case, &out.obs);
+        assert!(matches!(v, Verdict::Legal), "{input:?}: {v:?}");
+        assert!(
+            out.obs.completions.iter().any(|c| !c.recv),
+            "{:?}",
+            out.obs.completions
+        );
+    }
 }
