@@ -512,17 +512,26 @@ static void setup(FILE *out, const char *type, unsigned recvs, const char *fip, 
     }
   }
   /* The QP's rights and RNR timer as the device keeps them. */
-  char qp_line[64] = "";
+  char qp_line[96] = "";
+  int n = 0;
   if (t != IBV_QPT_UD) {
     struct ibv_qp_attr qa;
     struct ibv_qp_init_attr qi;
     int mask = IBV_QP_ACCESS_FLAGS | (t == IBV_QPT_RC ? IBV_QP_MIN_RNR_TIMER : 0);
     if (!ibv_query_qp(fqp, &qa, mask, &qi)) {
-      int n = snprintf(qp_line, sizeof qp_line, " qp_access=%u", qa.qp_access_flags);
+      n = snprintf(qp_line, sizeof qp_line, " qp_access=%u", qa.qp_access_flags);
       if (t == IBV_QPT_RC)
-        snprintf(qp_line + n, sizeof qp_line - n, " min_rnr_timer=%u", qa.min_rnr_timer);
+        n += snprintf(qp_line + n, sizeof qp_line - n, " min_rnr_timer=%u", qa.min_rnr_timer);
     }
   }
+  /* Which of IBA 1.5's placement operations the device announces
+   * (device_cap_flags_ex: FLUSH global, bit 38; ATOMIC WRITE, bit 40):
+   * for one without them those opcodes are reserved. */
+  struct ibv_device_attr_ex dx;
+  if (!ibv_query_device_ex(ctx, NULL, &dx))
+    snprintf(qp_line + n, sizeof qp_line - n, " ops_1_5=%u",
+             (unsigned)(((dx.device_cap_flags_ex >> 38) & 1) |
+                        (((dx.device_cap_flags_ex >> 40) & 1) << 1)));
   fprintf(out,
           "ok qpn=%u control_qpn=%u rq_psn=%u sq_psn=%u va=%llu len=%u rkey=%u "
           "private_rkey=%u qkey=%u mtu=%d recv_len=%u access=%d%s keys=%s\n",

@@ -183,6 +183,7 @@ fn conn_of(
         min_rnr_timer: field(l, "min_rnr_timer").map(|v| v as u8),
         access: field(l, "access").map(|v| v as u32),
         qp_access: field(l, "qp_access").map(|v| v as u32),
+        ops_1_5: field(l, "ops_1_5").map(|v| v as u8),
     })
 }
 
@@ -426,14 +427,16 @@ mod tests {
         let c = conn_of(old, QpType::Rc, ends, 8).expect("parses");
         assert_eq!((c.qpn, c.sq_psn, c.recv_len), (17, 6, Some(4096)));
         assert_eq!((c.min_rnr_timer, c.access, c.qp_access), (None, None, None));
+        assert_eq!(c.ops_1_5, None);
         let new = "ok qpn=17 control_qpn=18 rq_psn=5 sq_psn=6 va=4096 len=4096 rkey=7 \
                    private_rkey=8 qkey=286331153 mtu=1024 recv_len=4096 access=15 \
-                   qp_access=15 min_rnr_timer=1 keys=";
+                   qp_access=15 min_rnr_timer=1 ops_1_5=1 keys=";
         let c = conn_of(new, QpType::Rc, ends, 8).expect("parses");
         assert_eq!(
             (c.min_rnr_timer, c.access, c.qp_access),
             (Some(1), Some(15), Some(15))
         );
+        assert_eq!(c.ops_1_5, Some(crate::target::OPS_FLUSH));
         assert!(conn_of("error modify: x", QpType::Rc, ends, 8).is_err());
     }
 

@@ -425,6 +425,7 @@ mod tests {
             min_rnr_timer: None,
             access: None,
             qp_access: None,
+            ops_1_5: None,
         }
     }
 

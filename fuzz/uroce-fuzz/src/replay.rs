@@ -816,6 +816,7 @@ mod tests {
             min_rnr_timer: None,
             access: None,
             qp_access: None,
+            ops_1_5: None,
         };
         let path = tmp("ud.pcap");
         let mut cap = Capture::create(&path).expect("create");

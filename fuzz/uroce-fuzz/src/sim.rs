@@ -645,6 +645,8 @@ impl Target for SimTarget {
             min_rnr_timer: Some(Self::params(0).min_rnr_timer),
             access: Some(exposed_access.bits()),
             qp_access: Some(net.qp(fuzzed.id).attr().qp_access_flags.bits()),
+            // uroce implements both (and its drop-in announces both).
+            ops_1_5: Some(crate::target::OPS_FLUSH | crate::target::OPS_ATOMIC_WRITE),
         };
         self.live = Some(Live {
             net,

@@ -73,7 +73,19 @@ pub struct Conn {
     /// operation at all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qp_access: Option<u32>,
+    /// Which of IBA 1.5's placement operations the device implements, as
+    /// its `device_cap_flags_ex` announce them: [`OPS_FLUSH`] (FLUSH
+    /// global, bit 38) and [`OPS_ATOMIC_WRITE`] (bit 40). For a device
+    /// without one, its opcode is reserved (IBA 9.6.1: dropped, or an
+    /// invalid request). None: not known, taken as implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_1_5: Option<u8>,
 }
+
+/// [`Conn::ops_1_5`]: the device implements RDMA FLUSH.
+pub const OPS_FLUSH: u8 = 1;
+/// [`Conn::ops_1_5`]: the device implements ATOMIC WRITE.
+pub const OPS_ATOMIC_WRITE: u8 = 2;
 
 /// What kind of object a key names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -184,6 +184,12 @@ fn packet(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
         // as an invalid request.
         return malformed(w, p.psn, &p.why);
     }
+    if !implemented(conn, p.info.operation) {
+        // IBA 9.6.1 (header checks): an opcode the device does not
+        // implement is reserved for it (IBA 1.5's placement operations
+        // on an older device): dropped, or taken as an invalid request.
+        return malformed(w, p.psn, &p.why);
+    }
     let epsn = rc(&mut w).epsn;
     match classify(p.psn, epsn) {
         PsnClass::Expected => expected(w, conn, p),
@@ -191,6 +197,17 @@ fn packet(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
         PsnClass::Ahead => vec![ahead(w, &p.why)],
         PsnClass::Either => vec![duplicate(w.clone(), conn, p), ahead(w, &p.why)],
     }
+}
+
+/// Whether the device implements `op`: IBA 1.5's FLUSH and ATOMIC WRITE
+/// only where it announces them ([`Conn::ops_1_5`]; not known: yes).
+fn implemented(conn: &Conn, op: Operation) -> bool {
+    let bit = match op {
+        Operation::Flush => crate::target::OPS_FLUSH,
+        Operation::AtomicWrite => crate::target::OPS_ATOMIC_WRITE,
+        _ => return true,
+    };
+    conn.ops_1_5.is_none_or(|ops| ops & bit != 0)
 }
 
 /// A packet the QP cannot read: dropped; or, at the expected PSN, an
@@ -804,7 +821,22 @@ fn atomic_write(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     };
     failed.extend(qp);
     let place = check_rkey(conn, &w.keys, reth.rkey, reth.va, 8, memory::REMOTE_WRITE);
-    if place.is_none() {
+    // With a DMA length other than 8 a responder may check the R_Key for
+    // the length the RETH names before it finds the length wrong (rxe
+    // does): the remote access error is one of the two it may report.
+    let long = u64::from(reth.dma_len);
+    if place.is_none()
+        || (long != 8
+            && check_rkey(
+                conn,
+                &w.keys,
+                reth.rkey,
+                reth.va,
+                long,
+                memory::REMOTE_WRITE,
+            )
+            .is_none())
+    {
         failed.push(ACCESS);
     }
     outcomes(w, p, &failed, false, |mut w| {

@@ -131,6 +131,7 @@ fn conn(qp_type: QpType) -> Conn {
         min_rnr_timer: Some(12),
         access: None,
         qp_access: None,
+        ops_1_5: None,
     }
 }
 
@@ -1371,4 +1372,39 @@ fn sim_uc_and_ud_posts_are_judged_legal() {
             out.obs.completions
         );
     }
+}
+
+/// IBA 1.5's placement operations on a device that does not announce
+/// them (rxe 6.1; `Conn::ops_1_5`): their opcodes are reserved for it,
+/// so a FLUSH or ATOMIC WRITE may be dropped (no answer, the expected
+/// PSN unmoved) or refused as an invalid request. On a device that
+/// announces them the same silence is a finding.
+#[test]
+fn placement_operations_a_device_lacks_are_reserved_opcodes() {
+    let lacks = Conn {
+        ops_1_5: Some(0),
+        ..flush_conn()
+    };
+    let has = Conn {
+        ops_1_5: Some(crate::target::OPS_FLUSH | crate::target::OPS_ATOMIC_WRITE),
+        ..flush_conn()
+    };
+    let mut aw = PacketSpec::new(Opcode::RC_ATOMIC_WRITE, 0);
+    aw.reth = Some((64, Key::Valid, 8));
+    aw.payload = (8, 7);
+    for k in [case(vec![flush(1, 0, 64, Key::Valid, 128)]), case(vec![aw])] {
+        // Dropped, or an invalid request.
+        assert_eq!(broken(&lacks, &k, &quiet()), [] as [&str; 0]);
+        assert_eq!(broken(&lacks, &k, &failed(&lacks, 0x61)), [] as [&str; 0]);
+        // Executed where it is reserved: the bytes of an ATOMIC WRITE.
+        assert!(!broken(&has, &k, &quiet()).is_empty());
+    }
+    // A request after it at the next PSN: a sequence error (the dropped
+    // one did not move the expected PSN).
+    let mut send = PacketSpec::new(Opcode::RC_SEND_ONLY, 1);
+    send.payload = (8, 1);
+    let k = case(vec![flush(1, 0, 64, Key::Valid, 128), send]);
+    let mut o = quiet();
+    o.answers = Some(vec![answer(&lacks, Opcode::RC_ACKNOWLEDGE, 0, 0x60, 0)]);
+    assert_eq!(broken(&lacks, &k, &o), [] as [&str; 0]);
 }
