@@ -231,3 +231,121 @@ fn the_application_moving_a_qp_to_err_is_said_so() {
     let e = p.a.last_error();
     assert!(e.contains("ibv_modify_qp moved it to ERR"), "{e}");
 }
+
+#[test]
+fn a_send_longer_than_the_receive_wr_names_both_lengths() {
+    let mut p = pair(PairParams::default());
+    let src = p.mr(true, 4096, Access::LOCAL_WRITE);
+    let dst = p.mr(false, 4096, Access::LOCAL_WRITE);
+    p.post_recv(false, 0x77, &[sge(&dst, 0, 1000)]);
+    p.post_send(true, wr(4, WrOpcode::Send, &[sge(&src, 0, 3000)]));
+    let c = p.wait(true, true, 1, 5 * SEC);
+    assert_eq!(c[0].status, WcStatus::RemInvReqErr);
+    let r = p.wait(false, false, 1, SEC);
+    assert_eq!(r[0].status, WcStatus::LocLenErr);
+    let b = p.b.state.error_cause().unwrap().to_string();
+    assert!(
+        b.contains("IBV_WC_LOC_LEN_ERR (responder): RC_SEND_FIRST PSN"),
+        "{b}"
+    );
+    assert!(
+        b.contains(
+            "length: the SEND's 1024 bytes so far exceed the receive WR's 1000 bytes of buffers"
+        ),
+        "{b}"
+    );
+    assert!(b.contains("NAK invalid request (syndrome 0x61)"), "{b}");
+    let a = p.a.last_error();
+    assert!(a.contains("IBV_WC_REM_INV_REQ_ERR (requester): peer 10.0.0.2 QP 0x000022 sent NAK invalid request (syndrome 0x61)"), "{a}");
+    assert!(a.contains("the WR 0x4 was a Send of 3000 bytes"), "{a}");
+}
+
+#[test]
+fn a_write_the_qp_does_not_allow_names_its_access_flags() {
+    let mut p = pair(PairParams::default());
+    let attr = uroce_provider::qp_attr::QpAttr {
+        qp_state: QpState::Rts,
+        qp_access_flags: Access::LOCAL_WRITE | Access::REMOTE_READ,
+        ..Default::default()
+    };
+    p.net
+        .qp(p.b.id)
+        .modify(
+            &attr,
+            uroce_provider::qp_attr::AttrMask::STATE
+                | uroce_provider::qp_attr::AttrMask::ACCESS_FLAGS,
+        )
+        .unwrap();
+    let (status, _, _) = write_to_b(&mut p, Access::LOCAL_WRITE | Access::REMOTE_WRITE, 0, 0, 8);
+    assert_eq!(status, WcStatus::RemInvReqErr);
+    let b = p.b.state.error_cause().unwrap().to_string();
+    assert!(b.contains("RC_RDMA_WRITE_ONLY PSN 0x123456: op validity: the QP's access flags (LOCAL_WRITE|REMOTE_READ) do not allow it"), "{b}");
+}
+
+mod ud {
+    use super::SEC;
+    use uroce_provider::net::sim::{Faults, SimNet};
+    use uroce_provider::testing::{sge, side_with, ud_up, PairParams};
+    use uroce_provider::transport::ud::UdQp;
+    use uroce_provider::types::*;
+
+    const QKEY: u32 = 0x1111_1111;
+
+    #[test]
+    fn a_datagram_longer_than_its_receive_buffer_and_a_bad_lkey_are_explained() {
+        let mut net = SimNet::new(3, Faults::default());
+        let p = PairParams::default();
+        let a = side_with(&mut net, "10.0.0.1".parse().unwrap(), 0x11, &p, |c| {
+            Box::new(UdQp::new(c))
+        });
+        let b = side_with(&mut net, "10.0.0.2".parse().unwrap(), 0x22, &p, |c| {
+            Box::new(UdQp::new(c))
+        });
+        ud_up(net.qp(a.id), QKEY, 0);
+        ud_up(net.qp(b.id), QKEY, 0);
+        let src = a
+            .keys
+            .register_zeroed(1, 1024, Access::LOCAL_WRITE)
+            .unwrap();
+        let dst = b
+            .keys
+            .register_zeroed(1, 1024, Access::LOCAL_WRITE)
+            .unwrap();
+        b.rq.post(RecvWr {
+            wr_id: 0x55,
+            sg_list: [sge(&dst, 0, 100)].into_iter().collect(),
+        })
+        .unwrap();
+        let mut w = SendWr::new(1, WrOpcode::Send);
+        w.flags = SendFlags::SIGNALED;
+        w.sg_list = [sge(&src, 0, 200)].into_iter().collect();
+        w.ud = Some(UdDest {
+            ip: b.ip,
+            remote_qpn: b.qpn,
+            remote_qkey: QKEY,
+            tclass: 0,
+            hop_limit: 64,
+        });
+        a.sq.post(w.clone()).unwrap();
+        net.run_until(SEC, |_| false);
+        assert_eq!(b.recv_cq.poll_one().unwrap().status, WcStatus::LocLenErr);
+        let e = b.last_error();
+        assert!(e.contains("IBV_WC_LOC_LEN_ERR (responder): datagram PSN 0x000000 from 10.0.0.1 QP 0x000011: length: 40 bytes of GRH + 200 of payload exceed receive WR 0x55's 100 bytes of buffers"), "{e}");
+        assert_eq!(b.state.error_cause(), None, "a UD QP stays up");
+
+        // A bad lkey: the send queue error (SQE), explained.
+        w.wr_id = 2;
+        w.sg_list[0].lkey ^= 0xff;
+        a.sq.post(w).unwrap();
+        net.run_until(SEC, |_| false);
+        assert_eq!(a.send_cq.poll_one().unwrap().status, WcStatus::Success);
+        assert_eq!(a.send_cq.poll_one().unwrap().status, WcStatus::LocProtErr);
+        let e = a.last_error();
+        assert!(
+            e.contains("IBV_WC_LOC_PROT_ERR (local): Send WR 0x2: SGE 0: lkey"),
+            "{e}"
+        );
+        assert!(e.contains("no memory region has this key"), "{e}");
+        assert!(e.contains("the QP moves to SQE"), "{e}");
+    }
+}
