@@ -1,11 +1,11 @@
 //! What a capture on `lo` shows of uroce's UDP GSO sends, read by
-//! `uroce decode`: `tcpdump -i lo` captures an `rc-pingpong` pair (16 KiB
+//! `uroce decode`: `tcpdump -i lo` (or tshark) captures an `rc-pingpong` pair (16 KiB
 //! messages at MTU 1024, sent as GSO runs) on addresses of this test's own;
 //! each GSO message is one frame holding several RoCE packets, which
 //! `uroce decode` splits at the segment size where every piece's ICRC
 //! verifies, and says so. With `UROCE_GSO=0` every frame is one packet.
-//! Skipped, with the reason printed, where tcpdump is missing or cannot
-//! capture (not root).
+//! Skipped, with the reason printed, where neither tcpdump nor tshark is
+//! installed or they cannot capture (not root).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -45,22 +45,54 @@ fn wait_listening(port: u16) {
     panic!("server did not listen on {port}");
 }
 
-/// tcpdump on `lo` writing `file` (each packet as it comes: without
-/// immediate mode a ^C loses what waits in the capture ring), RoCEv2 of
-/// 127.118.3.0/24 only, once it
-/// says it is listening; `None` (and why) when it cannot capture.
-fn start_tcpdump(file: &Path) -> Result<Child, String> {
-    let mut td = Command::new("tcpdump")
-        .args(["-i", "lo", "--immediate-mode", "-B", "16384", "-U", "-w"])
-        .arg(file)
-        .args(["udp port 4791 and net 127.118.3.0/24"])
+/// A capture tool: tcpdump, or else tshark (which CI installs).
+struct Tool {
+    name: &'static str,
+    /// What it says on stderr once it captures.
+    ready: &'static str,
+}
+
+const TCPDUMP: Tool = Tool {
+    name: "tcpdump",
+    ready: "listening on",
+};
+const TSHARK: Tool = Tool {
+    name: "tshark",
+    ready: "Capturing on",
+};
+
+/// The capture tool installed, or why there is none.
+fn capture_tool() -> Result<&'static Tool, String> {
+    [&TCPDUMP, &TSHARK]
+        .into_iter()
+        .find(|t| Command::new(t.name).arg("--version").output().is_ok())
+        .ok_or_else(|| "neither tcpdump nor tshark is installed (apt-get install tcpdump)".into())
+}
+
+/// `tool` capturing on `lo` into `file` (tcpdump: each packet as it
+/// comes; without immediate mode a ^C loses what waits in the capture
+/// ring), RoCEv2 of 127.118.3.0/24 only, once it says it captures; why
+/// not when it cannot (not root).
+fn start_capture(tool: &Tool, file: &Path) -> Result<Child, String> {
+    let filter = "udp port 4791 and net 127.118.3.0/24";
+    let mut cmd = Command::new(tool.name);
+    if tool.name == "tcpdump" {
+        cmd.args(["-i", "lo", "--immediate-mode", "-B", "16384", "-U", "-w"])
+            .arg(file)
+            .arg(filter);
+    } else {
+        cmd.args(["-i", "lo", "-B", "16", "-f", filter, "-w"])
+            .arg(file);
+    }
+    let mut td = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("tcpdump: {e}"))?;
-    // "listening on lo" comes once the capture runs; an error ends it.
+        .map_err(|e| format!("{}: {e}", tool.name))?;
+    // `ready` comes once the capture runs; an error ends it.
     let mut err = td.stderr.take().expect("piped");
     let (tx, rx) = std::sync::mpsc::channel();
+    let ready = tool.ready;
     std::thread::spawn(move || {
         use std::io::Read;
         let mut seen = Vec::new();
@@ -70,7 +102,7 @@ fn start_tcpdump(file: &Path) -> Result<Child, String> {
                 break;
             }
             seen.extend_from_slice(&b[..n]);
-            if String::from_utf8_lossy(&seen).contains("listening on") {
+            if String::from_utf8_lossy(&seen).contains(ready) {
                 let _ = tx.send(Ok(()));
             }
         }
@@ -78,30 +110,35 @@ fn start_tcpdump(file: &Path) -> Result<Child, String> {
     });
     match rx.recv_timeout(Duration::from_secs(10)) {
         Ok(Ok(())) => Ok(td),
-        Ok(Err(e)) => Err(format!("tcpdump cannot capture: {}", e.trim())),
+        Ok(Err(e)) => Err(format!("{} cannot capture: {}", tool.name, e.trim())),
         Err(_) => {
             let _ = td.kill();
-            Err("tcpdump did not start listening in 10 s".into())
+            Err(format!("{} did not start capturing in 10 s", tool.name))
         }
     }
 }
 
-/// Stops tcpdump as ^C does, so that it writes out what it holds.
-fn stop_tcpdump(td: Child) {
+/// Stops the capture as ^C does, so that it writes out what it holds.
+fn stop_capture(td: Child) {
     let _ = Command::new("kill")
         .args(["-INT", &td.id().to_string()])
         .status();
-    finish(td, "tcpdump");
+    finish(td, "the capture");
 }
 
 /// An rc-pingpong pair of 16 KiB messages at MTU 1024 on 127.118.3.`n`
 /// and .`n+1` (TCP port `port`), with `env`, captured on `lo`; returns
 /// `uroce decode`'s JSON lines and stderr, or why it was skipped.
-fn capture_pair(n: u8, port: u16, env: &[(&str, &str)]) -> Result<(Vec<Value>, String), String> {
+fn capture_pair(
+    tool: &Tool,
+    n: u8,
+    port: u16,
+    env: &[(&str, &str)],
+) -> Result<(Vec<Value>, String), String> {
     let dir = std::env::temp_dir().join(format!("uroce-gso-capture-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file: PathBuf = dir.join("lo.pcap");
-    let td = start_tcpdump(&file)?;
+    let td = start_capture(tool, &file)?;
     let args = ["-g", "0", "-c", "-s", "16384", "-m", "1024", "-n", "4"];
     let (srv, cli) = (format!("127.118.3.{n}"), format!("127.118.3.{}", n + 1));
     let server = uroce()
@@ -127,7 +164,7 @@ fn capture_pair(n: u8, port: u16, env: &[(&str, &str)]) -> Result<(Vec<Value>, S
     let c = finish(client, "rc-pingpong client");
     let s = finish(server, "rc-pingpong server");
     std::thread::sleep(Duration::from_millis(300));
-    stop_tcpdump(td);
+    stop_capture(td);
     assert!(c.status.success() && s.status.success(), "{c:?} {s:?}");
     let out = uroce().arg("decode").arg(&file).output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -142,11 +179,14 @@ fn capture_pair(n: u8, port: u16, env: &[(&str, &str)]) -> Result<(Vec<Value>, S
 
 #[test]
 fn a_capture_on_lo_of_gso_sends_is_split_into_its_packets() {
-    if Command::new("tcpdump").arg("--version").output().is_err() {
-        println!("skipped: tcpdump is not installed (apt-get install tcpdump)");
-        return;
-    }
-    let (lines, err) = match capture_pair(1, 21110, &[]) {
+    let tool = match capture_tool() {
+        Ok(t) => t,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let (lines, err) = match capture_pair(tool, 1, 21110, &[]) {
         Ok(x) => x,
         Err(why) => {
             println!("skipped: {why}");
@@ -187,7 +227,8 @@ fn a_capture_on_lo_of_gso_sends_is_split_into_its_packets() {
     assert!(err.contains("frames were UDP GSO super-packets"), "{err}");
 
     // Without GSO every frame is one packet.
-    let (lines, err) = capture_pair(3, 21111, &[("UROCE_GSO", "0")]).expect("captured before");
+    let (lines, err) =
+        capture_pair(tool, 3, 21111, &[("UROCE_GSO", "0")]).expect("captured before");
     assert!(lines.iter().all(|l| l.get("gso").is_none()), "{err}");
     assert!(!err.contains("GSO super-packet"), "{err}");
     let frames: std::collections::BTreeSet<u64> =
