@@ -27,6 +27,11 @@
 //! * the state switch of `poll_transmit`: ERR flushes what is posted, SQE
 //!   flushes the send queue; responses go in any state, requests in RTS
 //!   (new WRs) and SQD (only what started);
+//! * explanations ([`crate::explain`]): each error completion and each
+//!   move to ERR gets one line, kept in the published [`super::StateCell`]
+//!   and printed with `UROCE_EXPLAIN=1`; an error site notes what it found
+//!   (`QpCore::why`), the explanation is made where the status is decided,
+//!   and the move to ERR keeps it as its cause (`QpCore::err_cause`);
 //! * timers and in-flight accounting, which count only in RTS and SQD;
 //! * the [`QpMachine`] impl.
 //!
