@@ -805,6 +805,16 @@ impl QpHandle {
     pub fn state(&self) -> QpState {
         self.state.get()
     }
+    /// The QP's last error explained: which check failed on which side
+    /// (see [`crate::explain`]); kept whether or not `UROCE_EXPLAIN=1`
+    /// prints it.
+    pub fn last_error(&self) -> Option<crate::explain::Explanation> {
+        self.state.last_error()
+    }
+    /// Why the QP is in ERR, when it is and that was explained.
+    pub fn error_cause(&self) -> Option<crate::explain::Explanation> {
+        self.state.error_cause()
+    }
     /// Modifies the QP; returns its attributes afterwards.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<QpAttr> {
         Ok(self.dev.engine().modify_qp(self.qpn, attr, mask)?)

@@ -11,6 +11,7 @@ pub mod device;
 pub mod endpoint;
 pub mod engine;
 pub mod events;
+pub mod explain;
 pub mod memory;
 pub mod net;
 pub mod planted;

@@ -28,7 +28,7 @@ use crate::memory::{KeyTable, MrInner};
 use crate::net::sim::{Faults, QpId, SimNet};
 use crate::qp_attr::{AddressVector, AttrMask, ModifyLimits, QpAttr, QpCap};
 use crate::transport::rc::{QpConfig, RcQp};
-use crate::transport::{QpMachine, RecvQueue, SendQueue};
+use crate::transport::{QpMachine, RecvQueue, SendQueue, StateCell};
 use crate::types::{Access, Mtu, QpState, RecvWr, SendFlags, SendWr, Sge, Wc, WrOpcode};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -55,6 +55,17 @@ pub struct Side {
     pub counters: Arc<Counters>,
     /// The side's asynchronous events.
     pub events: Arc<AsyncEvents>,
+    /// The QP's published state and explained errors.
+    pub state: Arc<StateCell>,
+}
+
+impl Side {
+    /// The QP's last explained error, displayed ("" when none).
+    pub fn last_error(&self) -> String {
+        self.state
+            .last_error()
+            .map_or_else(String::new, |e| e.to_string())
+    }
 }
 
 /// Connection parameters of a pair.
@@ -136,6 +147,7 @@ pub fn side_with(
         qpn,
         counters: cfg.counters.clone(),
         events: cfg.events.clone(),
+        state: cfg.state.clone(),
     };
     Side {
         id: net.add_boxed(ip, make(cfg)),

@@ -17,6 +17,9 @@
 #   * tests/ibverbs/datapath.c: zero-based memory and regions at an iova,
 #     completion timestamps, a UD address handle's traffic class in the
 #     receiver's GRH, WRITE WITH IMMEDIATE into a small receive WR;
+#   * tests/ibverbs/explain.c: with UROCE_EXPLAIN=1, a WRITE with a wrong
+#     rkey (IBV_WC_REM_ACCESS_ERR) and the flush after it leave lines on
+#     stderr naming the rkey, va, len, the failed check and the NAK;
 #   * tests/ibverbs/signals.c: signals the program blocks and reads from a
 #     signalfd reach it (no thread of the library takes them);
 #   * tests/ibverbs/eintr.c: a signal handler interrupts ibv_get_cq_event,
@@ -128,6 +131,15 @@ if UROCE_DEVICES=uroce0=127.103.9.1,uroce1=127.103.9.2 timeout 60 "$tmp/datapath
   pass "datapath.c" "$(tail -1 "$tmp/out")"
 else
   fail "datapath.c" "$(grep -c FAIL "$tmp/out") checks failed"
+fi
+
+# ---- errors that explain themselves: UROCE_EXPLAIN=1 puts the failed
+# check of a WRITE with a wrong rkey on stderr, on both sides
+cc -O1 -Wall -o "$tmp/explain" tests/ibverbs/explain.c -libverbs || exit 1
+if UROCE_EXPLAIN=1 UROCE_DEVICES=uroce0=127.118.1.1,uroce1=127.118.1.2 timeout 60 "$tmp/explain" >"$tmp/out" 2>&1; then
+  pass "explain.c" "$(tail -1 "$tmp/out")"
+else
+  fail "explain.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
 
 # ---- signals the program blocks stay its own (no library thread takes them)

@@ -54,6 +54,7 @@ pub use uroce_provider::cq::{
     clock_ns as completion_clock_ns, wallclock_ns as completion_wallclock_ns,
     CLOCK_KHZ as COMPLETION_CLOCK_KHZ,
 };
+pub use uroce_provider::explain::Explanation;
 pub use uroce_provider::memory::MwType;
 pub use uroce_provider::net::faults::Faults;
 pub use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};

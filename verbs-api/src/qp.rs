@@ -143,6 +143,18 @@ impl QueuePair {
         self.qp.state()
     }
 
+    /// The QP's last error, explained: which check failed on which side
+    /// (the key, address and region; the NAK; the silent peer). Kept
+    /// whether or not `UROCE_EXPLAIN=1` prints it to stderr.
+    pub fn last_error(&self) -> Option<crate::Explanation> {
+        self.qp.last_error()
+    }
+
+    /// Why the QP is in ERR, when it is and that was explained.
+    pub fn error_cause(&self) -> Option<crate::Explanation> {
+        self.qp.error_cause()
+    }
+
     /// `ibv_bind_mw`: binds a type 1 window to `range` of a region with
     /// `access` (REMOTE_READ/WRITE/ATOMIC; the region needs MW_BIND, and
     /// LOCAL_WRITE for remote write or atomic), or unbinds it with

@@ -109,20 +109,36 @@ impl QpConfig {
 
     /// Executes a local operation (BIND_MW, LOCAL_INV) for this QP. A
     /// refused one gives rxe's status: MW_BIND_ERR for a bind,
-    /// LOC_QP_OP_ERR for an invalidation.
-    pub fn execute_local(&self, wr: &SendWr) -> Result<(), WcStatus> {
+    /// LOC_QP_OP_ERR for an invalidation, with why it was refused.
+    pub fn execute_local(&self, wr: &SendWr) -> Result<(), (WcStatus, String)> {
         match (wr.opcode, &wr.bind) {
-            (crate::types::WrOpcode::BindMw, Some(b)) => self
-                .keys
-                .bind_mw(b, self.pd, self.qpn)
-                .map(|_| ())
-                .map_err(|_| WcStatus::MwBindErr),
-            (crate::types::WrOpcode::BindMw, None) => Err(WcStatus::MwBindErr),
+            (crate::types::WrOpcode::BindMw, Some(b)) => {
+                self.keys.bind_mw(b, self.pd, self.qpn).map(|_| ()).map_err(|e| {
+                    let why = format!(
+                        "BIND_MW WR {:#x} of window rkey {:#x} to lkey {:#x} addr {:#x} len {}: {e}",
+                        wr.wr_id, b.mw_rkey, b.mr_lkey, b.addr, b.len
+                    );
+                    (WcStatus::MwBindErr, why)
+                })
+            }
+            (crate::types::WrOpcode::BindMw, None) => Err((
+                WcStatus::MwBindErr,
+                format!("BIND_MW WR {:#x} names no window", wr.wr_id),
+            )),
             (crate::types::WrOpcode::LocalInv, _) => self
                 .keys
                 .invalidate_rkey(wr.invalidate_rkey, self.pd, self.qpn, false)
-                .map_err(|_| WcStatus::LocQpOpErr),
-            _ => Err(WcStatus::LocQpOpErr),
+                .map_err(|e| {
+                    let why = format!(
+                        "LOCAL_INV WR {:#x} of rkey {:#x}: {e}",
+                        wr.wr_id, wr.invalidate_rkey
+                    );
+                    (WcStatus::LocQpOpErr, why)
+                }),
+            _ => Err((
+                WcStatus::LocQpOpErr,
+                format!("{:?} WR {:#x} is not a local operation", wr.opcode, wr.wr_id),
+            )),
         }
     }
 

@@ -27,6 +27,11 @@
 //! * the state switch of `poll_transmit`: ERR flushes what is posted, SQE
 //!   flushes the send queue; responses go in any state, requests in RTS
 //!   (new WRs) and SQD (only what started);
+//! * explanations ([`crate::explain`]): each error completion and each
+//!   move to ERR gets one line, kept in the published [`super::StateCell`]
+//!   and printed with `UROCE_EXPLAIN=1`; an error site notes what it found
+//!   (`QpCore::why`), the explanation is made where the status is decided,
+//!   and the move to ERR keeps it as its cause (`QpCore::err_cause`);
 //! * timers and in-flight accounting, which count only in RTS and SQD;
 //! * the [`QpMachine`] impl.
 //!
@@ -41,8 +46,9 @@ use super::Nanos;
 use super::{PeerPin, QpConfig, QpMachine, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
 use crate::events::EventType;
+use crate::explain::{Explanation, Side};
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
-use crate::types::{QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus};
+use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus};
 use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::{BthRepr, Opcode, Psn, Transport};
 
@@ -59,6 +65,14 @@ pub struct QpCore {
     pub comm_est: bool,
     /// The peer as admission checks it (connected types).
     pub pin: PeerPin,
+    /// When the last packet from the connected peer was admitted: "retry
+    /// exceeded" says since when the peer has been silent.
+    pub last_rx: Option<Nanos>,
+    /// What an error site found, for the explanation made where the
+    /// error's status is decided (error paths only).
+    pub why: Option<String>,
+    /// The explanation the next move to ERR gives as its cause.
+    pub err_cause: Option<Explanation>,
 }
 
 impl QpCore {
@@ -70,6 +84,9 @@ impl QpCore {
             attr: QpAttr::default(),
             comm_est: false,
             pin: PeerPin::default(),
+            last_rx: None,
+            why: None,
+            err_cause: None,
         }
     }
 
@@ -144,6 +161,30 @@ impl QpCore {
         self.comm_est = false;
         self.pin = PeerPin::default();
         self.attr = QpAttr::default();
+        self.last_rx = None;
+        self.why = None;
+        self.err_cause = None;
+        self.cfg.state.forget_cause();
+    }
+
+    /// When the connected peer was last heard from, relative to `now`.
+    pub fn peer_last_seen(&self, now: Nanos) -> String {
+        match self.last_rx {
+            Some(t) => format!(
+                "last packet from it {} ago",
+                crate::explain::ms(now.0.saturating_sub(t.0))
+            ),
+            None => "no packet from it since the QP was connected".into(),
+        }
+    }
+
+    /// The connected peer: address and QPN.
+    pub fn peer(&self) -> String {
+        format!(
+            "peer {} QP {:#08x}",
+            self.attr.ah_attr.ip(),
+            self.attr.dest_qp_num
+        )
     }
 }
 
@@ -274,7 +315,10 @@ impl<S: Service> Qp<S> {
             return Ok(());
         }
         match to {
-            QpState::Err if from != QpState::Err => self.enter_error(),
+            QpState::Err if from != QpState::Err => {
+                self.core.err_cause = None;
+                self.enter_error();
+            }
             QpState::Reset => self.reset(),
             _ => {}
         }
@@ -292,7 +336,12 @@ impl<S: Service> Qp<S> {
     /// bytes), or returns `None` when there is nothing to send now.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         match self.core.state {
-            QpState::Err => self.core.cfg.flush_posted(),
+            QpState::Err => {
+                if self.core.cfg.has_posted() {
+                    self.explain_flush();
+                }
+                self.core.cfg.flush_posted();
+            }
             QpState::Sqe => self.flush_sends(),
             _ => {}
         }
@@ -341,6 +390,13 @@ impl<S: Service> Qp<S> {
     pub(crate) fn fatal(&mut self) {
         if self.core.state != QpState::Err {
             self.core.cfg.event(EventType::QpFatal);
+            self.explain(
+                None,
+                Side::Local,
+                "a completion was lost to a full CQ: the QP's catastrophic error \
+                 (IBA 11.4.2.1, QP_FATAL)"
+                    .into(),
+            );
             self.enter_error();
         }
     }
@@ -375,6 +431,33 @@ impl<S: Service> Qp<S> {
     /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
     /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
     pub(crate) fn enter_error(&mut self) {
+        let qpn = self.core.cfg.qpn;
+        match self.core.err_cause.take() {
+            // The cause was explained (and printed) just now: it is why
+            // the QP is in ERR; a line that is not itself about the move
+            // to ERR is followed by a short one that is.
+            Some(c) => {
+                if let Some(s) = c.status {
+                    crate::explain::emit_line(&format!(
+                        "QP {qpn:#08x} enters ERR: outstanding WRs complete with \
+                         IBV_WC_WR_FLUSH_ERR (cause: the {} above)",
+                        crate::explain::status_name(s)
+                    ));
+                }
+                self.core.cfg.state.set_cause(c);
+            }
+            None => {
+                let e = Explanation {
+                    qpn,
+                    status: None,
+                    side: Side::Local,
+                    text: "ibv_modify_qp moved it to ERR; outstanding WRs complete with \
+                           IBV_WC_WR_FLUSH_ERR"
+                        .into(),
+                };
+                self.core.cfg.state.explain(e, true);
+            }
+        }
         self.core.set_state(QpState::Err);
         S::on_error(self);
         self.core.cfg.flush_posted();
@@ -394,6 +477,13 @@ impl<S: Service> Qp<S> {
     /// a send queue error of a UC or UD QP leaves the receive queue
     /// running).
     pub(crate) fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
+        let why = self.local_fault(wr, status);
+        self.explain(
+            Some(status),
+            Side::Local,
+            format!("{why}; the QP moves to SQE, WRs waiting in its send queue are flushed"),
+        );
+        self.core.err_cause = None;
         self.core.cfg.sq.retire(1);
         let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
         self.core.set_state(QpState::Sqe);
@@ -402,6 +492,58 @@ impl<S: Service> Qp<S> {
         if self.core.state == QpState::Sqe {
             self.flush_sends();
         }
+    }
+
+    /// Explains an error of the QP (`status`: the completion it explains,
+    /// `None`: its move to ERR): kept as its last explanation, printed when
+    /// asked for, and the cause the next move to ERR gives.
+    pub(crate) fn explain(&mut self, status: Option<WcStatus>, side: Side, text: String) {
+        let e = Explanation {
+            qpn: self.core.cfg.qpn,
+            status,
+            side,
+            text,
+        };
+        self.core.cfg.state.explain(e.clone(), false);
+        self.core.err_cause = Some(e);
+    }
+
+    /// Notes why receive WR `wr`'s buffers fail their lkey checks (local
+    /// write, the receive PD) for the explanation that follows.
+    pub(crate) fn note_recv_fault(&mut self, wr: &crate::types::RecvWr) {
+        let cfg = &self.core.cfg;
+        let f =
+            crate::explain::lkey_fault(&cfg.keys, cfg.recv_pd, &wr.sg_list, Access::LOCAL_WRITE);
+        self.core.why = Some(format!(
+            "receive WR {:#x}: {}",
+            wr.wr_id,
+            f.unwrap_or_else(|| "its buffers are bad".into())
+        ));
+    }
+
+    /// WRs posted to the QP in ERR are about to be flushed: why.
+    fn explain_flush(&mut self) {
+        let text = match self.core.cfg.state.error_cause() {
+            Some(c) => format!("WRs posted to the QP in ERR are flushed; it is in ERR: {c}"),
+            None => "WRs posted to the QP in ERR are flushed".into(),
+        };
+        self.explain(Some(WcStatus::WrFlushErr), Side::Local, text);
+        self.core.err_cause = None;
+    }
+
+    /// Why send WR `wr` failed locally with `status`: what the failing
+    /// site noted, or the WR's checks run again.
+    pub(crate) fn local_fault(&mut self, wr: &SendWr, status: WcStatus) -> String {
+        if let Some(w) = self.core.why.take() {
+            return w;
+        }
+        let max = if S::QP_TYPE == QpType::Ud {
+            u64::from(self.core.cfg.limits.active_mtu.bytes())
+        } else {
+            super::message::MAX_MSG_SIZE
+        };
+        let cfg = &self.core.cfg;
+        crate::explain::local_wr_fault(&cfg.keys, cfg.pd, wr, status, max)
     }
 
     /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
@@ -416,6 +558,13 @@ impl<S: Service> Qp<S> {
     /// buffers are bad): the WR completes with `status` and the QP goes to
     /// ERR (rxe: a malformed receive WQE).
     pub(crate) fn recv_local_error(&mut self, wr_id: u64, status: WcStatus) {
+        let why = self.core.why.take().unwrap_or_else(|| {
+            format!(
+                "receive WR {wr_id:#x}: a buffer was deregistered while a message was \
+                 placed in it"
+            )
+        });
+        self.explain(Some(status), Side::Local, why);
         self.complete_recv(wr_id, status);
         if self.core.state != QpState::Err {
             self.enter_error();
@@ -446,6 +595,7 @@ impl<S: Service> Qp<S> {
     /// the peer's source port is pinned.
     pub(crate) fn receive_connected(
         &mut self,
+        now: Nanos,
         receiving: bool,
         meta: &RxMeta,
         pkt: &ParsedPacket<'_>,
@@ -462,6 +612,7 @@ impl<S: Service> Qp<S> {
             return;
         }
         Counters::inc(&c.rcvd_pkts);
+        self.core.last_rx = Some(now);
         self.core.note_received();
         if handle(self) {
             let strict = self.core.cfg.strict_source_port;

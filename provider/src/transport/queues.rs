@@ -3,6 +3,7 @@
 //! SRQ limit event, and the QP state as the posting side reads it.
 
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
+use crate::explain::{ExplainLog, Explanation};
 use crate::types::{QpState, RecvWr, SendWr};
 use crossbeam::queue::ArrayQueue;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,18 +11,49 @@ use std::sync::Arc;
 
 /// A QP's state as the machine last set it, readable from any thread: the
 /// verbs layer checks posts against it instead of mirroring modify calls
-/// (the engine moves a QP to ERR or SQE on its own).
+/// (the engine moves a QP to ERR or SQE on its own). With it, the QP's
+/// explained errors ([`ExplainLog`]), written on error paths only.
 #[derive(Debug, Default)]
-pub struct StateCell(AtomicU32);
+pub struct StateCell {
+    state: AtomicU32,
+    explained: parking_lot::Mutex<ExplainLog>,
+}
 
 impl StateCell {
     /// The state.
     pub fn get(&self) -> QpState {
-        QpState::from_u32(self.0.load(Ordering::Acquire)).unwrap_or(QpState::Err)
+        QpState::from_u32(self.state.load(Ordering::Acquire)).unwrap_or(QpState::Err)
     }
     /// Publishes a new state (the machine does, whenever it changes).
     pub fn set(&self, s: QpState) {
-        self.0.store(s as u32, Ordering::Release);
+        self.state.store(s as u32, Ordering::Release);
+    }
+    /// The QP's last explained error, if any.
+    pub fn last_error(&self) -> Option<Explanation> {
+        self.explained.lock().last.clone()
+    }
+    /// Why the QP is in ERR, if it is and that was explained.
+    pub fn error_cause(&self) -> Option<Explanation> {
+        self.explained.lock().cause.clone()
+    }
+    /// Keeps `e` as the last explanation (and, `cause`, as why the QP is
+    /// in ERR) and prints it when asked for (`UROCE_EXPLAIN=1`).
+    pub fn explain(&self, e: Explanation, cause: bool) {
+        crate::explain::emit(&e);
+        let mut log = self.explained.lock();
+        if cause {
+            log.cause = Some(e.clone());
+        }
+        log.last = Some(e);
+    }
+    /// Keeps `e`, explained already, as why the QP is in ERR.
+    pub fn set_cause(&self, e: Explanation) {
+        self.explained.lock().cause = Some(e);
+    }
+    /// Back to RESET: the QP is no longer in ERR for any reason (its last
+    /// explanation stays).
+    pub fn forget_cause(&self) {
+        self.explained.lock().cause = None;
     }
 }
 

@@ -39,6 +39,7 @@ use super::sgl::Resolved;
 use super::status::{ErrorAction, RespError};
 use super::{Nanos, RxMeta, SweepDetector, Transmit};
 use crate::counters::Counters;
+use crate::explain::Side;
 use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::types::{QpState, QpType, SendWr, WcOpcode, WcStatus, WrOpcode};
@@ -134,7 +135,7 @@ impl Service for UcService {
     /// Requests only: UC has no responses.
     fn receive(qp: &mut UcQp, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
         let receiving = qp.core.receiving() && pkt.info.is_request;
-        qp.receive_connected(receiving, meta, pkt, |qp| {
+        qp.receive_connected(now, receiving, meta, pkt, |qp| {
             let epsn = qp.svc.resp.epsn;
             qp.svc.sweep.note(now, pkt.bth.psn, epsn, &qp.core.cfg);
             qp.receive(pkt);
@@ -182,7 +183,8 @@ impl UcQp {
             // Local operations (BIND_MW, LOCAL_INV) run when the queue
             // reaches them; UC completes each WR once sent, so in order.
             while wr.opcode.is_local() {
-                if let Err(status) = self.core.cfg.execute_local(&wr) {
+                if let Err((status, why)) = self.core.cfg.execute_local(&wr) {
+                    self.core.why = Some(why);
                     self.send_error(&wr, status);
                     return None;
                 }
@@ -310,13 +312,16 @@ impl UcQp {
         let Some(wr) = self.core.cfg.rq.take() else {
             return Ok(None);
         };
-        RecvTarget::resolve(&self.core.cfg, &wr)
-            .map(Some)
-            .map_err(|wr_id| {
+        match RecvTarget::resolve(&self.core.cfg, &wr) {
+            Ok(t) => Ok(Some(t)),
+            Err(wr_id) => {
                 // The receive WR's own buffers are bad: a local error of
                 // the receive queue (class A), the QP goes to ERR.
+                self.note_recv_fault(&wr);
                 self.recv_local_error(wr_id, WcStatus::LocProtErr);
-            })
+                Err(())
+            }
+        }
     }
 
     /// The receive WR of a message: UC has no RNR, without one the message
@@ -361,6 +366,19 @@ impl UcQp {
                 self.svc.resp.dropping = true;
                 Counters::inc(&self.core.cfg.counters.uc_dropped_msgs);
                 if let Some(r) = recv {
+                    self.explain(
+                        Some(e.recv_status()),
+                        Side::Responder,
+                        format!(
+                            "{} PSN {:#08x}: length: the SEND exceeds receive WR {:#x}'s {} \
+                             bytes of buffers; UC drops the message",
+                            pkt.info.name,
+                            pkt.bth.psn.value(),
+                            r.wr_id,
+                            r.sgl.total()
+                        ),
+                    );
+                    self.core.err_cause = None;
                     self.complete_recv(r.wr_id, e.recv_status());
                 }
                 return false;
@@ -469,6 +487,16 @@ impl UcQp {
     /// `srq_status` (class E).
     fn give_back(&mut self, recv: RecvTarget, srq_status: WcStatus) {
         if self.core.cfg.rq.is_srq() {
+            self.explain(
+                Some(srq_status),
+                Side::Responder,
+                format!(
+                    "receive WR {:#x} from the SRQ was taken by a message UC then dropped \
+                     (a check of the message failed)",
+                    recv.wr_id
+                ),
+            );
+            self.core.err_cause = None;
             self.complete_recv(recv.wr_id, srq_status);
         } else {
             self.svc.resp.held = Some(recv);

@@ -7,6 +7,15 @@
 //! fit before the last four bytes) and an `error`. `icrc_ok` is exact: the
 //! ICRC is recomputed over the frame's own IP and UDP headers. A bad ICRC
 //! alone is not an `error`: the packet is well formed, `icrc_ok` is false.
+//!
+//! A UDP GSO message (uroce sends runs of equal-size packets so) crosses
+//! `lo` and a veth as one IP packet holding several RoCE packets, and a
+//! capture there holds it so. Such a super-packet is split: the segment
+//! size is the one at which every piece's ICRC verifies over the headers
+//! the kernel gives that piece when it segments the message (the lengths
+//! of the piece, IPv4 identification counting up from the message's);
+//! each piece gets its own line, with `gso` saying which piece of how many,
+//! and a note on stderr says the frame was split.
 
 use serde::Serialize;
 use std::io::{self, Read, Write};
@@ -22,6 +31,8 @@ use uroce_wire::{
 
 /// At most this many per-frame warnings are printed.
 const MAX_WARNINGS: u64 = 20;
+/// At most this many frames are named as GSO super-packets.
+const MAX_GSO_NOTES: u64 = 5;
 
 /// RETH fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -178,9 +189,24 @@ pub struct PacketLine {
     /// The CM MAD a packet to QP1 carries.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mad: Option<MadJson>,
+    /// The piece of a UDP GSO super-packet this packet was (the frame
+    /// held several RoCE packets; see the module docs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gso: Option<GsoJson>,
     /// Why the packet is malformed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Where a packet lay in a UDP GSO super-packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GsoJson {
+    /// Its place, from 0.
+    pub index: usize,
+    /// Packets in the super-packet.
+    pub count: usize,
+    /// The segment size: every packet's length but the last's.
+    pub segment_size: usize,
 }
 
 /// A CM MAD's main fields (`uroce_wire::cm`).
@@ -406,6 +432,96 @@ pub fn packet_line(frame_no: u64, f: &Frame<'_>) -> PacketLine {
     line
 }
 
+/// The IP and UDP headers the kernel gives piece `k` (of `len` bytes) when
+/// it segments the UDP GSO message `f` holds: the lengths of the piece,
+/// and for IPv4 the identification `k` past the message's (checksums are
+/// not covered by the ICRC and left as they are).
+fn piece_headers(f: &Frame<'_>, k: usize, len: usize) -> (Vec<u8>, [u8; 8]) {
+    let mut ip = f.ip_header.to_vec();
+    let udp_len = (8 + len) as u16;
+    match f.ipv4_ident() {
+        Some((ident, _)) => {
+            let ihl = ip.len() as u16;
+            ip[2..4].copy_from_slice(&(ihl + udp_len).to_be_bytes());
+            ip[4..6].copy_from_slice(&ident.wrapping_add(k as u16).to_be_bytes());
+        }
+        None => ip[4..6].copy_from_slice(&udp_len.to_be_bytes()),
+    }
+    let mut udp = [0u8; 8];
+    udp.copy_from_slice(&f.udp_header[..8]);
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    (ip, udp)
+}
+
+/// Whether piece `k` of super-packet `f` carries a good ICRC for the
+/// headers the kernel gives it.
+fn piece_verifies(f: &Frame<'_>, k: usize, piece: &[u8]) -> bool {
+    let (ip, udp) = piece_headers(f, k, piece.len());
+    icrc::stored(piece).is_some_and(|stored| {
+        icrc::compute_with_ip_header(&ip, &udp, piece).is_ok_and(|c| c == stored)
+    })
+}
+
+/// The segment size at which the UDP payload of `f` is a UDP GSO message
+/// of two or more RoCE packets, each with a good ICRC, if there is one:
+/// the pieces are `seg` bytes long but the last, which has the rest.
+/// Candidates are cheap to reject: RoCE packets are whole 32-bit words,
+/// and a second piece starts with a BTH of a known opcode to the same
+/// QP; only those are checked by their ICRCs.
+pub fn gso_segment_size(f: &Frame<'_>) -> Option<usize> {
+    let b = f.payload;
+    let min = BTH_LEN + ICRC_LEN;
+    if b.len() % 4 != 0 || b.len() < 2 * min {
+        return None;
+    }
+    let qp = Bth::new_checked(b).ok()?.dest_qp();
+    (min..=b.len() - min).step_by(4).find(|&seg| {
+        let last = b.len() - (b.len() - 1) / seg * seg;
+        let second = Bth::new_checked(&b[seg..]).ok();
+        last >= min
+            && second.is_some_and(|s| s.dest_qp() == qp && s.opcode().info().is_some())
+            && b.chunks(seg)
+                .enumerate()
+                .all(|(k, p)| piece_verifies(f, k, p))
+    })
+}
+
+/// The lines of a frame: one, or one per piece of a UDP GSO super-packet
+/// (a frame whose payload is not one good RoCE packet, and splits into
+/// several at a segment size, [`gso_segment_size`]), each piece decoded
+/// over the headers the kernel gives it.
+pub fn frame_lines(frame_no: u64, f: &Frame<'_>) -> Vec<PacketLine> {
+    let whole = packet_line(frame_no, f);
+    if whole.error.is_none() && whole.icrc_ok != Some(false) {
+        return vec![whole];
+    }
+    let Some(seg) = gso_segment_size(f) else {
+        return vec![whole];
+    };
+    let count = f.payload.len().div_ceil(seg);
+    f.payload
+        .chunks(seg)
+        .enumerate()
+        .map(|(index, piece)| {
+            let (ip, udp) = piece_headers(f, index, piece.len());
+            let pf = Frame {
+                ip_header: &ip,
+                udp_header: &udp,
+                payload: piece,
+                ..*f
+            };
+            PacketLine {
+                gso: Some(GsoJson {
+                    index,
+                    count,
+                    segment_size: seg,
+                }),
+                ..packet_line(frame_no, &pf)
+            }
+        })
+        .collect()
+}
+
 /// The extension headers of a malformed packet that lie whole before its
 /// last four bytes (which may or may not be an ICRC).
 fn readable_extensions(op: Opcode, bytes: &[u8]) -> Headers {
@@ -455,6 +571,8 @@ pub struct DecodeReport {
     pub malformed: u64,
     /// Of those, with a wrong ICRC.
     pub bad_icrc: u64,
+    /// Frames that were UDP GSO super-packets, split into their packets.
+    pub gso_frames: u64,
     /// Frames that are not UDP to or from port 4791.
     pub skipped: u64,
     /// Frames that could not be parsed down to UDP (warned about).
@@ -490,12 +608,25 @@ pub fn decode<R: Read, W: Write>(
         rep.frames += 1;
         match parse_frame(rec.link, rec.data) {
             Ok(Some(f)) => {
-                let line = packet_line(rec.index, &f);
-                rep.packets += 1;
-                rep.malformed += u64::from(line.error.is_some());
-                rep.bad_icrc += u64::from(line.icrc_ok == Some(false));
-                serde_json::to_writer(&mut *out, &line)?;
-                out.write_all(b"\n")?;
+                let lines = frame_lines(rec.index, &f);
+                if let Some(g) = lines.first().and_then(|l| l.gso) {
+                    rep.gso_frames += 1;
+                    // A note for the first few; the summary counts them all.
+                    if rep.gso_frames <= MAX_GSO_NOTES {
+                        warn(format!(
+                            "frame {}: GSO super-packet: {} RoCE packets of {} bytes, decoded \
+                             one by one",
+                            rec.index, g.count, g.segment_size
+                        ));
+                    }
+                }
+                for line in lines {
+                    rep.packets += 1;
+                    rep.malformed += u64::from(line.error.is_some());
+                    rep.bad_icrc += u64::from(line.icrc_ok == Some(false));
+                    serde_json::to_writer(&mut *out, &line)?;
+                    out.write_all(b"\n")?;
+                }
             }
             Ok(None) => rep.skipped += 1,
             Err(e) => {
@@ -550,6 +681,14 @@ pub fn run(path: &Path) -> ExitCode {
          {} other frames, {} not decodable",
         rep.frames, rep.packets, rep.malformed, rep.bad_icrc, rep.skipped, rep.undecodable
     );
+    if rep.gso_frames > 0 {
+        eprintln!(
+            "uroce decode: {} frames were UDP GSO super-packets (several RoCE packets in one \
+             IP packet, as a capture on lo or a veth shows uroce's GSO sends), split into \
+             their packets; UROCE_PCAP=FILE, or UROCE_GSO=0, captures one packet per frame",
+            rep.gso_frames
+        );
+    }
     match rep.read_error {
         Some(e) => {
             eprintln!(
@@ -642,6 +781,88 @@ mod tests {
         mad[1] = 0x04;
         let l = line_of(&frame_of(&h, &mad));
         assert!(l.mad.unwrap().msg.contains("not the CM class"));
+    }
+
+    /// Three packets of a SEND (FIRST and MIDDLE of 256 payload bytes,
+    /// LAST of 100) as a UDP GSO message shows them on `lo`: one frame,
+    /// IPv4 identification 0x4000 for the message, the packets' ICRCs
+    /// computed for identifications 0x4000, 0x4001, 0x4002.
+    fn super_packet() -> Vec<u8> {
+        use uroce_wire::icrc::{IpContext, IpFields, IPV4_DF};
+        let (src, dst) = (Ipv4Addr::new(127, 118, 0, 1), Ipv4Addr::new(127, 118, 0, 2));
+        let ops = [
+            (Opcode::RC_SEND_FIRST, 256),
+            (Opcode::RC_SEND_MIDDLE, 256),
+            (Opcode::RC_SEND_LAST, 100),
+        ];
+        let mut udp = Vec::new();
+        for (k, (op, len)) in ops.into_iter().enumerate() {
+            let h = Headers::new(BthRepr {
+                opcode: op,
+                pkey: 0xffff,
+                dest_qp: 0x1234,
+                psn: Psn::new(0xfffffe + k as u32),
+                ..BthRepr::default()
+            });
+            let ctx = IpContext {
+                ip: IpFields::V4 {
+                    src,
+                    dst,
+                    ident: 0x4000 + k as u16,
+                    flags_frag: IPV4_DF,
+                },
+                src_port: 4791,
+                dst_port: 4791,
+            };
+            let mut buf = vec![0u8; 512];
+            let hdr = packet::emit_headers(&h, len, &mut buf).unwrap();
+            buf[hdr..hdr + len].fill(k as u8 + 1);
+            let n = packet::finish(&mut buf, hdr, len, &ctx).unwrap();
+            udp.extend_from_slice(&buf[..n]);
+        }
+        let p = FrameParams::v4([0; 6], [0; 6], src, dst, 0x4000, 4791);
+        let mut frame = vec![0u8; 2048];
+        let n = uroce_wire::frame::build_frame(&p, &udp, &mut frame).unwrap();
+        frame.truncate(n);
+        frame
+    }
+
+    #[test]
+    fn a_gso_super_packet_is_split_where_every_icrc_verifies() {
+        let frame = super_packet();
+        let f = parse_frame(LinkType::Ethernet, &frame).unwrap().unwrap();
+        let whole = packet_line(1, &f);
+        assert_eq!(whole.icrc_ok, Some(false), "whole, its ICRC is wrong");
+        assert_eq!(gso_segment_size(&f), Some(12 + 256 + 4));
+        let lines = frame_lines(1, &f);
+        assert_eq!(lines.len(), 3);
+        for (k, l) in lines.iter().enumerate() {
+            assert_eq!(l.error, None, "{l:?}");
+            assert_eq!(l.icrc_ok, Some(true), "{l:?}");
+            assert_eq!(l.psn, Some((0xfffffe + k as u32) & 0xffffff));
+            assert_eq!(
+                l.gso,
+                Some(GsoJson {
+                    index: k,
+                    count: 3,
+                    segment_size: 272
+                })
+            );
+        }
+        assert_eq!(lines[2].payload_len, Some(100));
+        let v = serde_json::to_value(&lines[1]).unwrap();
+        assert_eq!(v["gso"]["segment_size"], 272);
+
+        // One bad ICRC in a piece: no segment size fits, the frame stays
+        // one malformed line.
+        let mut bad = frame.clone();
+        let at = bad.len() - 100;
+        bad[at] ^= 1;
+        let f = parse_frame(LinkType::Ethernet, &bad).unwrap().unwrap();
+        assert_eq!(gso_segment_size(&f), None);
+        let lines = frame_lines(1, &f);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].icrc_ok == Some(false) && lines[0].gso.is_none());
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl Service for RcService {
     fn receive(qp: &mut RcQp, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
         let request = pkt.info.is_request;
         let receiving = qp.core.receiving() && (request || qp.core.state != QpState::Rtr);
-        qp.receive_connected(receiving, meta, pkt, |qp| {
+        qp.receive_connected(now, receiving, meta, pkt, |qp| {
             let (epsn, una) = (qp.svc.resp.epsn, qp.svc.req.una);
             if request {
                 qp.handle_request(now, pkt);

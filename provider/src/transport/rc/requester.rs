@@ -2,6 +2,7 @@
 
 use super::{RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS, MIN_CWND};
 use crate::counters::Counters;
+use crate::explain::Side;
 use crate::memory::KeyError;
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::message::MAX_MSG_SIZE;
@@ -455,7 +456,10 @@ impl RcQp {
                 e.done = true;
                 self.svc.req.send_idx += 1;
             }
-            Err(s) => e.error = Some(s),
+            Err((s, why)) => {
+                e.error = Some(s);
+                self.core.why = Some(why);
+            }
         }
         self.retire();
         ok
@@ -551,6 +555,8 @@ impl RcQp {
             let e = self.svc.req.wqes.pop_front().expect("front exists");
             self.svc.req.pop_adjust();
             if let Some(status) = error {
+                let why = self.local_fault(&e.wr, status);
+                self.explain(Some(status), Side::of_send_status(status), why);
                 self.retire_send(&e.wr, status, 0);
                 self.enter_error();
                 return;
@@ -585,6 +591,18 @@ impl RcQp {
         }
         Counters::inc(&self.core.cfg.counters.retry_timeouts);
         if self.svc.req.retry_left == 0 {
+            let a = &self.core.attr;
+            self.core.why = Some(format!(
+                "no ACK from {} for PSN {:#08x}: {} retries of the {} local ACK timeout \
+                 (timeout {}) spent (retry_cnt {}); {}",
+                self.core.peer(),
+                self.svc.req.una.value(),
+                a.retry_cnt,
+                crate::explain::ms(ack_timeout_ns(a.timeout)),
+                a.timeout,
+                a.retry_cnt,
+                self.core.peer_last_seen(now)
+            ));
             self.fail_at(self.svc.req.una, WcStatus::RetryExcErr);
             return;
         }

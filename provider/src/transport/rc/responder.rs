@@ -5,6 +5,7 @@
 use super::RcQp;
 use crate::counters::Counters;
 use crate::events::EventType;
+use crate::explain::{rights, rkey_fault, Side};
 use crate::memory::MrInner;
 use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr};
@@ -387,6 +388,9 @@ impl RcQp {
             PsnClass::Expected => {
                 self.svc.resp.nak_sent = false;
                 if let Err(err) = self.execute(pkt) {
+                    if err != RespError::Rnr {
+                        self.core.why = Some(self.request_fault(err, pkt));
+                    }
                     let epsn = self.svc.resp.epsn;
                     self.responder_error(err, epsn);
                 }
@@ -580,7 +584,7 @@ impl RcQp {
     /// Op sequence (IBA ch. 9.7): a message in progress continues with a
     /// MIDDLE or LAST packet of the same operation; with none in progress
     /// only a FIRST or ONLY packet may come. Else: invalid request.
-    fn check_op_sequence(&self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
+    fn check_op_sequence(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
         let info = pkt.info;
         let starts = info.position.starts_message();
         let in_seq = match &self.svc.resp.cur {
@@ -591,6 +595,16 @@ impl RcQp {
             Ok(())
         } else {
             Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
+            self.core.why = Some(format!(
+                "op sequence: {} PSN {:#08x} {}",
+                info.name,
+                pkt.bth.psn.value(),
+                if starts {
+                    "starts a message while one is in progress"
+                } else {
+                    "continues no message of its operation in progress"
+                }
+            ));
             Err(RespError::InvalidRequest)
         }
     }
@@ -609,6 +623,7 @@ impl RcQp {
             match RecvTarget::resolve(&self.core.cfg, &wr) {
                 Ok(recv) => self.svc.resp.cur = Some(Inbound::Send { recv, written: 0 }),
                 Err(wr_id) => {
+                    self.note_recv_fault(&wr);
                     self.complete_recv(wr_id, WcStatus::LocProtErr);
                     return Err(RespError::RemoteOperational);
                 }
@@ -736,12 +751,16 @@ impl RcQp {
                 let allowed =
                     check_op_allowed(Operation::RdmaReadRequest, self.core.attr.qp_access_flags);
                 if let Err(e) = allowed {
+                    self.core.why = Some(self.request_fault(e, pkt));
                     return self.responder_error(e, psn);
                 }
                 let (mr, offset) =
                     match self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ) {
                         Ok(v) => v,
-                        Err(e) => return self.responder_error(e, psn),
+                        Err(e) => {
+                            self.core.why = Some(self.request_fault(e, pkt));
+                            return self.responder_error(e, psn);
+                        }
                     };
                 // The requester asks again: responses still queued for
                 // any of the same PSNs are superseded.
@@ -814,7 +833,24 @@ impl RcQp {
         });
         let msn = self.svc.resp.msn;
         self.queue_ack(psn, AethSyndrome::Nak(nak), msn);
-        if let Some(wr_id) = self.svc.resp.abort_current() {
+        let aborted = self.svc.resp.abort_current();
+        let detail = self.core.why.take().unwrap_or_else(|| format!("{err:?}"));
+        let status = match (aborted, err) {
+            (Some(_), _) => Some(recv_status),
+            (None, RespError::RemoteOperational) => Some(WcStatus::LocProtErr),
+            _ => None,
+        };
+        self.explain(
+            status,
+            Side::Responder,
+            format!(
+                "{detail}; NAK {nak} (syndrome {:#04x}) sent to {} for PSN {:#08x}",
+                AethSyndrome::Nak(nak).to_byte(),
+                self.core.peer(),
+                psn.value()
+            ),
+        );
+        if let Some(wr_id) = aborted {
             self.complete_recv(wr_id, recv_status);
         }
         // The READ responses and atomic ACKs queued ahead of the NAK answer
@@ -828,6 +864,99 @@ impl RcQp {
         let answered = std::mem::take(&mut self.svc.resp.out);
         self.enter_error();
         self.svc.resp.out = answered;
+    }
+
+    /// Which check request `pkt` failed with `err`, described (error path
+    /// only): what the failing site noted, else the checks that depend on
+    /// the packet alone run again in the responder's order, each saying
+    /// what it saw (the R_Key check with the region's bounds and rights).
+    fn request_fault(&mut self, err: RespError, pkt: &ParsedPacket<'_>) -> String {
+        if let Some(w) = self.core.why.take() {
+            return w;
+        }
+        let info = pkt.info;
+        let op = info.operation;
+        let head = format!("{} PSN {:#08x}", info.name, pkt.bth.psn.value());
+        let qp_access = self.core.attr.qp_access_flags;
+        if let Err(e) = check_op_allowed(op, qp_access) {
+            if e == err {
+                return format!(
+                    "{head}: op validity: the QP's access flags ({}) do not allow it",
+                    rights(qp_access)
+                );
+            }
+        }
+        if check_responder_resources(op, self.core.attr.max_dest_rd_atomic).is_err() {
+            return format!(
+                "{head}: resources: the QP offers no responder resources \
+                 (max_dest_rd_atomic 0)"
+            );
+        }
+        let mtu = self.mtu() as usize;
+        if check_payload_length(pkt, mtu).is_err() {
+            return format!(
+                "{head}: length: {} payload bytes break the rule for its place in the \
+                 message at path MTU {mtu}",
+                pkt.payload.len()
+            );
+        }
+        let cfg = &self.core.cfg;
+        let rkey = |rkey: u32, va: u64, len: u64, need: Access| {
+            rkey_fault(&cfg.keys, cfg.pd, cfg.qpn, rkey, va, len, need)
+        };
+        let found = match (op, pkt.reth(), pkt.atomic_eth()) {
+            (Operation::RdmaWrite, Some(r), _) => {
+                rkey(r.rkey, r.va, r.dma_len.into(), Access::REMOTE_WRITE)
+            }
+            (Operation::RdmaReadRequest, Some(r), _) => {
+                rkey(r.rkey, r.va, r.dma_len.into(), Access::REMOTE_READ)
+            }
+            (Operation::AtomicWrite, Some(r), _) if r.va % 8 == 0 => {
+                rkey(r.rkey, r.va, 8, Access::REMOTE_WRITE)
+            }
+            (Operation::CompareSwap | Operation::FetchAdd, _, Some(a)) if a.va % 8 == 0 => {
+                rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
+            }
+            (Operation::CompareSwap | Operation::FetchAdd, _, Some(a)) => {
+                Some(format!("va {:#x} of an atomic is not 8-byte aligned", a.va))
+            }
+            (Operation::Flush, Some(r), _) => {
+                let need = pkt
+                    .feth()
+                    .map_or(Access::empty(), |f| flush_access(f.placement));
+                rkey(r.rkey, r.va, r.dma_len.into(), need)
+            }
+            _ => None,
+        };
+        if let Some(f) = found {
+            return format!("{head}: R_Key check: {f}");
+        }
+        let send = match &self.svc.resp.cur {
+            Some(Inbound::Send { recv, written }) => Some((recv.sgl.total(), *written)),
+            _ => None,
+        };
+        match (err, op) {
+            (RespError::LengthError, _) => match send {
+                Some((cap, written)) => format!(
+                    "{head}: length: the SEND's {} bytes so far exceed the receive WR's \
+                     {cap} bytes of buffers",
+                    written + pkt.payload.len() as u64
+                ),
+                None => format!("{head}: length: the message exceeds the receive WR's buffers"),
+            },
+            (RespError::RemoteAccess, Operation::RdmaWrite) => format!(
+                "{head}: the region of the RDMA WRITE in progress was deregistered mid-message"
+            ),
+            (_, Operation::Send) if pkt.ieth().is_some() => format!(
+                "{head}: SEND with Invalidate of rkey {:#x}, which is no memory window bound \
+                 through this QP",
+                pkt.ieth().unwrap_or(0)
+            ),
+            (_, Operation::RdmaWrite) => format!(
+                "{head}: length: the WRITE's packets do not add up to its RETH's DMA length"
+            ),
+            (e, _) => format!("{head}: {e:?}"),
+        }
     }
 
     /// Executes requests held back behind READ responses, once those are
@@ -860,6 +989,19 @@ impl RcQp {
         }
         Counters::inc(&self.core.cfg.counters.err_naks_sent);
         self.core.cfg.event(EventType::QpAccessErr);
+        let nak = AethSyndrome::Nak(NakCode::RemoteAccessError);
+        self.explain(
+            None,
+            Side::Responder,
+            format!(
+                "the region an RDMA READ was answered from was deregistered while its \
+                 responses went out; NAK remote access error (syndrome {:#04x}) sent to {} \
+                 for PSN {:#08x}",
+                nak.to_byte(),
+                self.core.peer(),
+                psn.value()
+            ),
+        );
         let msn = self.svc.resp.msn;
         self.svc.resp.out.push_front(RespItem::Ack {
             psn,

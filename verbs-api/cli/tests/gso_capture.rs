@@ -1,0 +1,242 @@
+//! What a capture on `lo` shows of uroce's UDP GSO sends, read by
+//! `uroce decode`: `tcpdump -i lo` (or tshark) captures an `rc-pingpong` pair (16 KiB
+//! messages at MTU 1024, sent as GSO runs) on addresses of this test's own;
+//! each GSO message is one frame holding several RoCE packets, which
+//! `uroce decode` splits at the segment size where every piece's ICRC
+//! verifies, and says so. With `UROCE_GSO=0` every frame is one packet.
+//! Skipped, with the reason printed, where neither tcpdump nor tshark is
+//! installed or they cannot capture (not root).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn uroce() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_uroce"))
+}
+
+/// Waits for `child`, killing it after a minute.
+fn finish(mut child: Child, what: &str) -> std::process::Output {
+    let end = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            child.kill().unwrap();
+            panic!("{what} hung");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn wait_listening(port: u16) {
+    let end = Instant::now() + Duration::from_secs(10);
+    let hex = format!(":{port:04X} ");
+    while Instant::now() < end {
+        let t = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default()
+            + &std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default();
+        if t.lines()
+            .any(|l| l.contains(&hex) && l.split_whitespace().nth(3) == Some("0A"))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("server did not listen on {port}");
+}
+
+/// A capture tool: tcpdump, or else tshark (which CI installs).
+struct Tool {
+    name: &'static str,
+    /// What it says on stderr once it captures.
+    ready: &'static str,
+}
+
+const TCPDUMP: Tool = Tool {
+    name: "tcpdump",
+    ready: "listening on",
+};
+const TSHARK: Tool = Tool {
+    name: "tshark",
+    ready: "Capturing on",
+};
+
+/// The capture tool installed, or why there is none.
+fn capture_tool() -> Result<&'static Tool, String> {
+    [&TCPDUMP, &TSHARK]
+        .into_iter()
+        .find(|t| Command::new(t.name).arg("--version").output().is_ok())
+        .ok_or_else(|| "neither tcpdump nor tshark is installed (apt-get install tcpdump)".into())
+}
+
+/// `tool` capturing on `lo` into `file` (tcpdump: each packet as it
+/// comes; without immediate mode a ^C loses what waits in the capture
+/// ring), RoCEv2 of 127.118.3.0/24 only, once it says it captures; why
+/// not when it cannot (not root).
+fn start_capture(tool: &Tool, file: &Path) -> Result<Child, String> {
+    let filter = "udp port 4791 and net 127.118.3.0/24";
+    let mut cmd = Command::new(tool.name);
+    if tool.name == "tcpdump" {
+        cmd.args(["-i", "lo", "--immediate-mode", "-B", "16384", "-U", "-w"])
+            .arg(file)
+            .arg(filter);
+    } else {
+        cmd.args(["-i", "lo", "-B", "16", "-f", filter, "-w"])
+            .arg(file);
+    }
+    let mut td = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", tool.name))?;
+    // `ready` comes once the capture runs; an error ends it.
+    let mut err = td.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ready = tool.ready;
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut seen = Vec::new();
+        let mut b = [0u8; 256];
+        while let Ok(n) = err.read(&mut b) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&b[..n]);
+            if String::from_utf8_lossy(&seen).contains(ready) {
+                let _ = tx.send(Ok(()));
+            }
+        }
+        let _ = tx.send(Err(String::from_utf8_lossy(&seen).into_owned()));
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(Ok(())) => Ok(td),
+        Ok(Err(e)) => Err(format!("{} cannot capture: {}", tool.name, e.trim())),
+        Err(_) => {
+            let _ = td.kill();
+            Err(format!("{} did not start capturing in 10 s", tool.name))
+        }
+    }
+}
+
+/// Stops the capture as ^C does, so that it writes out what it holds.
+fn stop_capture(td: Child) {
+    let _ = Command::new("kill")
+        .args(["-INT", &td.id().to_string()])
+        .status();
+    finish(td, "the capture");
+}
+
+/// An rc-pingpong pair of 16 KiB messages at MTU 1024 on 127.118.3.`n`
+/// and .`n+1` (TCP port `port`), with `env`, captured on `lo`; returns
+/// `uroce decode`'s JSON lines and stderr, or why it was skipped.
+fn capture_pair(
+    tool: &Tool,
+    n: u8,
+    port: u16,
+    env: &[(&str, &str)],
+) -> Result<(Vec<Value>, String), String> {
+    let dir = std::env::temp_dir().join(format!("uroce-gso-capture-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file: PathBuf = dir.join("lo.pcap");
+    let td = start_capture(tool, &file)?;
+    let args = ["-g", "0", "-c", "-s", "16384", "-m", "1024", "-n", "4"];
+    let (srv, cli) = (format!("127.118.3.{n}"), format!("127.118.3.{}", n + 1));
+    let server = uroce()
+        .envs(env.iter().copied())
+        .env("UROCE_DEVICES", format!("srv={srv}"))
+        .args(["rc-pingpong", "-p", &port.to_string()])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(port);
+    let client = uroce()
+        .envs(env.iter().copied())
+        .env("UROCE_DEVICES", format!("cli={cli}"))
+        .args(["rc-pingpong", "-p", &port.to_string()])
+        .args(args)
+        .arg(&srv)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = finish(client, "rc-pingpong client");
+    let s = finish(server, "rc-pingpong server");
+    std::thread::sleep(Duration::from_millis(300));
+    stop_capture(td);
+    assert!(c.status.success() && s.status.success(), "{c:?} {s:?}");
+    let out = uroce().arg("decode").arg(&file).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{out:?}");
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    Ok((lines, String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+#[test]
+fn a_capture_on_lo_of_gso_sends_is_split_into_its_packets() {
+    let tool = match capture_tool() {
+        Ok(t) => t,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let (lines, err) = match capture_pair(tool, 1, 21110, &[]) {
+        Ok(x) => x,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    // 4 round trips of 16 KiB: each message's 16 SEND packets are one GSO
+    // message, one frame. (tcpdump may drop frames on a busy machine: the
+    // checks are about the frames it kept.)
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["icrc_ok"] == true && l.get("error").is_none()),
+        "{err}"
+    );
+    let split: Vec<&Value> = lines.iter().filter(|l| l.get("gso").is_some()).collect();
+    assert!(split.len() >= 16, "GSO runs were captured whole: {err}");
+    for l in &split {
+        assert_eq!(l["gso"]["segment_size"], 1040, "{l}");
+        assert_eq!(l["gso"]["count"], 16, "{l}");
+        assert_eq!(l["payload_len"], 1024, "{l}");
+    }
+    // A frame's pieces are one message's packets, in PSN order.
+    for w in split.windows(2) {
+        if w[0]["frame"] == w[1]["frame"] {
+            let (a, b) = (w[0]["psn"].as_u64().unwrap(), w[1]["psn"].as_u64().unwrap());
+            assert_eq!((a + 1) & 0xff_ffff, b, "{} {}", w[0], w[1]);
+            assert_eq!(
+                w[0]["gso"]["index"].as_u64().unwrap() + 1,
+                w[1]["gso"]["index"]
+            );
+        }
+    }
+    assert!(
+        err.contains("GSO super-packet: 16 RoCE packets of 1040 bytes"),
+        "{err}"
+    );
+    assert!(err.contains("frames were UDP GSO super-packets"), "{err}");
+
+    // Without GSO every frame is one packet.
+    let (lines, err) =
+        capture_pair(tool, 3, 21111, &[("UROCE_GSO", "0")]).expect("captured before");
+    assert!(lines.iter().all(|l| l.get("gso").is_none()), "{err}");
+    assert!(!err.contains("GSO super-packet"), "{err}");
+    let frames: std::collections::BTreeSet<u64> =
+        lines.iter().map(|l| l["frame"].as_u64().unwrap()).collect();
+    assert_eq!(frames.len(), lines.len(), "one packet per frame");
+    let sends = lines
+        .iter()
+        .filter(|l| l["payload_len"] == 1024 && l["icrc_ok"] == true)
+        .count();
+    assert!(sends >= 64, "{sends} SEND packets: {err}");
+}
