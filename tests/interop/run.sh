@@ -876,8 +876,10 @@ fuzz_rxe() {
       --agent $VM_GUEST_IP:4792 --qp $qp --spoof "${VM_HOST_IP%.*}.9" >"$d/attack-$qp.log" 2>&1 || ok=0
     sed 's/^/     | /' "$d/attack-$qp.log"
   done
-  # UD and UC first, RC last: an RC case may crash the guest's kernel
-  # (see the README's "uroce fuzz" section), which ends the runs.
+  # UD and UC first, RC last: a case may crash the guest's kernel (see
+  # the README's "uroce fuzz" section), which ends the runs. The crashes
+  # already recorded under fuzz/cases/ are left out (--skip-known-crashes;
+  # FUZZ_REPLAY=fuzz/cases/... replays them).
   local runs=${FUZZ_QPS-ud uc rc} crashed=""
   if [ -n "${FUZZ_REPLAY:-}" ]; then
     # One saved finding replayed on rxe instead of fuzzing.
@@ -892,7 +894,7 @@ fuzz_rxe() {
     for mode in $modes; do
       ns timeout -k 5 $((secs * 4 + 60)) "$UROCE" fuzz --target udp:$VM_GUEST_IP \
         --fuzzer $VM_HOST_IP --agent $VM_GUEST_IP:4792 --qp $qp --mode $mode --seed 1 \
-        --cases 100000 --time "$secs" --out "$d/$qp-$mode" >"$d/$qp-$mode.log" 2>"$d/$qp-$mode.err"
+        --cases 100000 --time "$secs" --skip-known-crashes --out "$d/$qp-$mode" >"$d/$qp-$mode.log" 2>"$d/$qp-$mode.err"
       rc=$?
       local n
       n=$(grep -c "^finding " "$d/$qp-$mode.log")
@@ -912,7 +914,7 @@ fuzz_rxe() {
   for mode in $diffs; do
     ns timeout -k 5 $((secs * 4 + 60)) "$UROCE" fuzz --target udp:$VM_GUEST_IP \
       --fuzzer $VM_HOST_IP --agent $VM_GUEST_IP:4792 --versus sim --qp rc --mode $mode \
-      --seed 1 --cases 100000 --time "$secs" --out "$d/diff-$mode" >"$d/diff-$mode.log" 2>"$d/diff-$mode.err"
+      --seed 1 --cases 100000 --time "$secs" --skip-known-crashes --out "$d/diff-$mode" >"$d/diff-$mode.log" 2>"$d/diff-$mode.err"
     rc=$?
     echo "     fuzz rc $mode, rxe versus uroce: $(grep -m1 'cases in' "$d/diff-$mode.log" || echo "did not run (exit $rc): $(tail -n 1 "$d/diff-$mode.err")")"
     grep -v "^uroce fuzz:\|cases in" "$d/diff-$mode.log" | sed "s|$d|\$FUZZ_KEEP|g; s/^/     | /"

@@ -228,7 +228,10 @@ pub fn fuzz_diff(
         if cfg.time_limit.is_some_and(|l| start.elapsed() >= l) {
             break;
         }
-        let case = gen.case(index, &probe);
+        let mut case = gen.case(index, &probe);
+        if cfg.skip_known_crashes {
+            crate::known::defuse(&mut case);
+        }
         let (d, x, y) = run(a, b, &case)?;
         report.cases += 1;
         let dead = |o: &Outcome, t: &dyn Target| !o.obs.alive && !t.revives();
@@ -362,6 +365,7 @@ mod tests {
             time_limit: None,
             minimize: true,
             recvs: 8,
+            skip_known_crashes: false,
         };
         let mut a = SimTarget::new(1, None);
         let mut b = OnceOff {
@@ -390,6 +394,7 @@ mod tests {
             time_limit: None,
             minimize: true,
             recvs: 8,
+            skip_known_crashes: false,
         };
         let (mut a, mut b) = (SimTarget::new(1, None), SimTarget::new(2, None));
         let r = fuzz_diff(&mut a, &mut b, &cfg, |_| {}).unwrap();

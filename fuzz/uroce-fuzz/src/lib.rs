@@ -29,6 +29,7 @@ pub mod case;
 pub mod diff;
 pub mod gen;
 pub mod input;
+pub mod known;
 pub mod live;
 pub mod minimize;
 pub mod model;
@@ -69,6 +70,9 @@ pub struct Config {
     pub minimize: bool,
     /// Receive WRs posted on the fuzzed QP per case.
     pub recvs: u32,
+    /// Leave out the packets already known to crash a target's kernel
+    /// ([`known::defuse`]), so that a campaign against it runs on.
+    pub skip_known_crashes: bool,
 }
 
 impl Default for Config {
@@ -81,6 +85,7 @@ impl Default for Config {
             time_limit: None,
             minimize: true,
             recvs: 8,
+            skip_known_crashes: false,
         }
     }
 }
@@ -443,7 +448,10 @@ pub fn fuzz_cases(
         if cfg.time_limit.is_some_and(|l| start.elapsed() >= l) {
             break;
         }
-        let case = make(index, &probe);
+        let mut case = make(index, &probe);
+        if cfg.skip_known_crashes {
+            known::defuse(&mut case);
+        }
         let out = match run_case(target, cfg.qp_type, cfg.recvs, &case) {
             Ok(o) => o,
             Err(e) => {

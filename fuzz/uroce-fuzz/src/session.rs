@@ -399,6 +399,7 @@ pub fn replay_pcap(
             time_limit: None,
             minimize: true,
             recvs,
+            skip_known_crashes: false,
         };
         let mut line = StatusLine::new();
         let mutant = |i: u64, probe: &super::target::Conn| plan.mutant(opts.seed, i, probe);

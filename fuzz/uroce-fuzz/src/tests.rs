@@ -11,6 +11,7 @@ fn cfg(mode: Mode, cases: u64) -> Config {
         time_limit: None,
         minimize: true,
         recvs: 8,
+        skip_known_crashes: false,
     }
 }
 

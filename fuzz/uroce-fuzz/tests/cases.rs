@@ -101,3 +101,18 @@ fn an_atomic_ack_does_not_complete_a_send_for_uroce() {
     assert_eq!(send.len(), 1, "{send:?}");
     assert_eq!((send[0].wr_id, send[0].status), (256, 12), "{send:?}");
 }
+
+/// The UC twin of the rxe crash (a UC RDMA WRITE ONLY, DMA length 0,
+/// with a payload: rxe 6.1 panics in rxe_mr_copy). A UC responder drops
+/// a malformed WRITE without an answer; uroce does, and its QP stays up.
+#[test]
+fn the_uc_rxe_crash_case_is_dropped_by_uroce() {
+    let f = case("rxe-uc-write-len0-payload.json");
+    let p = f.case.packets().next().expect("a packet");
+    assert_eq!(p.opcode, uroce_wire::Opcode::UC_RDMA_WRITE_ONLY.0);
+    assert_eq!((p.reth.map(|r| r.2), p.payload.0 > 0), (Some(0), true));
+    let (answers, out) = replay_clean("rxe-uc-write-len0-payload.json");
+    assert!(answers.is_empty(), "{answers:?}");
+    assert_eq!(out.obs.qp_state, QpState::Rts);
+    assert!(out.obs.private_intact);
+}

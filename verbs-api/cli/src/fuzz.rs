@@ -77,6 +77,11 @@ pub struct FuzzArgs {
     /// Receive WRs posted on the fuzzed QP per case.
     #[arg(long, default_value_t = 8)]
     pub recvs: u32,
+    /// Leave out the packets known to crash kernel rxe (an RDMA WRITE
+    /// whose RETH names a DMA length of 0 but which carries a payload;
+    /// `fuzz/cases/`), so that a campaign against it runs on.
+    #[arg(long)]
+    pub skip_known_crashes: bool,
     /// Differential: run every case on this second target too (`sim`,
     /// `udp:IP`) and report where the two differ.
     #[arg(long)]
@@ -227,6 +232,7 @@ pub fn run(a: FuzzArgs) -> ExitCode {
         time_limit: a.time.map(Duration::from_secs),
         minimize: !a.no_minimize,
         recvs: a.recvs,
+        skip_known_crashes: a.skip_known_crashes,
     };
     if let Some(v) = &a.versus {
         let other = match TargetSpec::parse(v, a.versus_fuzzer, a.versus_agent) {

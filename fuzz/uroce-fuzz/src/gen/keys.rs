@@ -417,6 +417,7 @@ mod tests {
             time_limit: None,
             minimize: true,
             recvs: 4,
+            skip_known_crashes: false,
         };
         let r = fuzz(&mut t, &cfg, |_| {}).expect("sim target");
         let (f, _) = r
