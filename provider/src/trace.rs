@@ -8,7 +8,7 @@
 //!   category `wr` on the QP's track): name the opcode, args `wr_id`,
 //!   `length` (as posted), `status` and `byte_len` (at completion).
 //! * Packets sent and received are instant events on the QP's track
-//!   (`tx SEND_ONLY`, `rx ACKNOWLEDGE`, args opcode, PSN, length; an
+//!   (`tx RC_SEND_ONLY`, `rx RC_ACKNOWLEDGE`, args opcode, PSN, length; an
 //!   ACK's or NAK's syndrome and MSN), so are packets the fault injector
 //!   drops, retransmissions (`retransmit`: from which PSN and why), state
 //!   changes (`state RTR->RTS`); an RNR wait is a span of the time the
@@ -770,7 +770,13 @@ mod tests {
                 },
             );
         }
-        w.event(7_000, Kind::Discard { qpn: 0x12, queue: q });
+        w.event(
+            7_000,
+            Kind::Discard {
+                qpn: 0x12,
+                queue: q,
+            },
+        );
         let _ = w.out.flush();
         // Not closed: the array lacks its `]`, as a crashed process's.
         let text = std::fs::read_to_string(&path).unwrap();
@@ -780,7 +786,9 @@ mod tests {
         assert_eq!(begins.len(), 3);
         // wr_id 8 began at its post (1.001 µs) and ended at 5 µs.
         assert!(text.contains("\"ts\":1.001,\"tid\":18,\"name\":\"RECV\",\"args\":{\"wr_id\":8"));
-        assert!(text.contains("\"ts\":5.000,\"tid\":18,\"name\":\"RECV\",\"args\":{\"status\":\"success\""));
+        assert!(text.contains(
+            "\"ts\":5.000,\"tid\":18,\"name\":\"RECV\",\"args\":{\"status\":\"success\""
+        ));
         assert!(text.contains("discarded (RESET)"));
         w.close();
         let text = std::fs::read_to_string(&path).unwrap();
