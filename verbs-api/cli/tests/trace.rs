@@ -102,7 +102,8 @@ fn both_ends_of_a_pingpong_trace_and_merge() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ev: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
+    let ev: Value = serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
+    let ev = ev["traceEvents"].as_array().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 
     // Two processes, each named, each with its RC QP's track.
