@@ -164,6 +164,8 @@ fn send(kind: Kind) {
 
 /// A QP was made: its track is named, and what was remembered of earlier
 /// queues at its queues' addresses is forgotten.
+#[cold]
+#[inline(never)]
 pub fn qp_created(cfg: &QpConfig, qp_type: QpType) {
     send(Kind::QpCreated {
         qpn: cfg.qpn,
@@ -175,11 +177,15 @@ pub fn qp_created(cfg: &QpConfig, qp_type: QpType) {
 }
 
 /// A QP moved from state `from` to `to`.
+#[cold]
+#[inline(never)]
 pub fn state(qpn: u32, from: QpState, to: QpState) {
     send(Kind::State { qpn, from, to });
 }
 
 /// A send WR was posted to the queue at `queue`.
+#[cold]
+#[inline(never)]
 pub fn post_send(queue: usize, wr: &SendWr) {
     let len = if wr.flags.contains(crate::types::SendFlags::INLINE) {
         wr.inline_data.len() as u64
@@ -195,6 +201,8 @@ pub fn post_send(queue: usize, wr: &SendWr) {
 }
 
 /// A receive WR of `len` bytes was posted to the queue at `queue`.
+#[cold]
+#[inline(never)]
 pub fn post_recv(queue: usize, wr_id: u64, len: u64) {
     send(Kind::Post {
         queue,
@@ -206,6 +214,8 @@ pub fn post_recv(queue: usize, wr_id: u64, len: u64) {
 
 /// A send WR left QP `cfg.qpn`'s send queue with `status` (a completion
 /// if signaled or failed; `byte_len` bytes).
+#[cold]
+#[inline(never)]
 pub fn send_done(cfg: &QpConfig, wr: &SendWr, status: WcStatus, byte_len: u64) {
     let signaled = cfg.sq_sig_all || wr.flags.contains(crate::types::SendFlags::SIGNALED);
     send(Kind::Done {
@@ -219,6 +229,8 @@ pub fn send_done(cfg: &QpConfig, wr: &SendWr, status: WcStatus, byte_len: u64) {
 }
 
 /// A receive WR of QP `cfg.qpn` completed.
+#[cold]
+#[inline(never)]
 pub fn recv_done(cfg: &QpConfig, wr_id: u64, status: WcStatus, byte_len: u64) {
     send(Kind::Done {
         queue: queue_id(&*cfg.rq),
@@ -232,6 +244,8 @@ pub fn recv_done(cfg: &QpConfig, wr_id: u64, status: WcStatus, byte_len: u64) {
 
 /// The QP went to RESET: its posted WRs are discarded without
 /// completions.
+#[cold]
+#[inline(never)]
 pub fn discarded(cfg: &QpConfig) {
     send(Kind::Discard {
         qpn: cfg.qpn,
@@ -257,6 +271,8 @@ pub enum Dir {
 }
 
 /// QP `qpn` sent or received `pkt`.
+#[cold]
+#[inline(never)]
 pub fn packet(qpn: u32, dir: Dir, pkt: &ParsedPacket<'_>) {
     let aeth = pkt.aeth().map(|a| (a.syndrome, a.msn));
     send(Kind::Packet {
@@ -272,6 +288,8 @@ pub fn packet(qpn: u32, dir: Dir, pkt: &ParsedPacket<'_>) {
 
 /// QP `qpn` sent the UDP payload `bytes` (parsed here; a packet that does
 /// not parse is not traced).
+#[cold]
+#[inline(never)]
 pub fn packet_bytes(qpn: u32, dir: Dir, bytes: &[u8]) {
     if let Ok(p) = uroce_wire::packet::parse(bytes) {
         packet(qpn, dir, &p);
@@ -280,6 +298,8 @@ pub fn packet_bytes(qpn: u32, dir: Dir, bytes: &[u8]) {
 
 /// QP `qpn`'s requester goes back to resend from `psn` (`why`: "ack
 /// timeout", "PSN sequence NAK"), with `retries_left` retries left.
+#[cold]
+#[inline(never)]
 pub fn retransmit(qpn: u32, psn: u32, why: &'static str, retries_left: u8) {
     send(Kind::Retransmit {
         qpn,
@@ -291,6 +311,8 @@ pub fn retransmit(qpn: u32, psn: u32, why: &'static str, retries_left: u8) {
 
 /// QP `qpn`'s requester got an RNR NAK for `psn` and waits `wait_ns`
 /// before resending.
+#[cold]
+#[inline(never)]
 pub fn rnr_wait(qpn: u32, psn: u32, wait_ns: u64, retries_left: u8) {
     send(Kind::RnrWait {
         qpn,
@@ -302,6 +324,8 @@ pub fn rnr_wait(qpn: u32, psn: u32, wait_ns: u64, retries_left: u8) {
 
 /// A CM MAD sent or received, or a CM event (`what`), about connection
 /// `conn`, with a detail (the peer, a reason).
+#[cold]
+#[inline(never)]
 pub fn cm(what: &'static str, conn: u32, detail: String) {
     send(Kind::Cm { what, conn, detail });
 }
