@@ -323,10 +323,11 @@ pub fn rnr_wait(qpn: u32, psn: u32, wait_ns: u64, retries_left: u8) {
 }
 
 /// A CM MAD sent or received, or a CM event (`what`), about connection
-/// `conn`, with a detail (the peer, a reason).
+/// `conn` (our communication ID, when known), with a detail (the peer,
+/// the transaction).
 #[cold]
 #[inline(never)]
-pub fn cm(what: &'static str, conn: u32, detail: String) {
+pub fn cm(what: &'static str, conn: Option<u32>, detail: String) {
     send(Kind::Cm { what, conn, detail });
 }
 
@@ -429,7 +430,7 @@ enum Kind {
     },
     Cm {
         what: &'static str,
-        conn: u32,
+        conn: Option<u32>,
         detail: String,
     },
 }
@@ -712,12 +713,13 @@ impl Writer {
                 ));
             }
             Kind::Cm { what, conn, detail } => {
+                let conn = conn.map_or(String::new(), |c| format!("\"conn\":{c},"));
                 let detail = escape(&detail);
                 self.instant(
                     ts,
                     CM_TID,
                     what,
-                    format_args!("\"conn\":{conn},\"detail\":\"{detail}\""),
+                    format_args!("{conn}\"detail\":\"{detail}\""),
                 );
             }
         }

@@ -458,7 +458,7 @@ impl CmAgent {
         Counters::inc(&self.counters.cm_mads_sent);
         if crate::trace::on() {
             let detail = format!("to {dst} QP{dst_qpn} tid {:#x}", mad.tid);
-            crate::trace::cm(mad_name(&mad.msg, true), 0, detail);
+            crate::trace::cm(mad_name(&mad.msg, true), None, detail);
         }
         self.out.push_back(Outgoing {
             dst,
@@ -470,7 +470,7 @@ impl CmAgent {
 
     fn event(&mut self, conn: u32, e: CmEvent) {
         if crate::trace::on() {
-            crate::trace::cm(event_name(&e), conn, String::new());
+            crate::trace::cm(event_name(&e), Some(conn), String::new());
         }
         if self.conns.get(&conn).is_none_or(|c| c.user) {
             self.events.push_back(e);
@@ -935,7 +935,7 @@ impl CmAgent {
         Counters::inc(&self.counters.cm_mads_rcvd);
         if crate::trace::on() {
             let detail = format!("from {src} QP{src_qpn} tid {:#x}", mad.tid);
-            crate::trace::cm(mad_name(&mad.msg, false), 0, detail);
+            crate::trace::cm(mad_name(&mad.msg, false), None, detail);
         }
         let handled = match mad.msg {
             CmMessage::Req(r) => self.on_req(now, src, src_qpn, mad.tid, r),

@@ -149,3 +149,86 @@ fn both_ends_of_a_pingpong_trace_and_merge() {
     }
     assert!(checked >= 40, "{checked}");
 }
+
+/// The CM's exchange on QP1's track, on both sides: `uroce cm-echo`.
+#[test]
+fn cm_echo_traces_the_cm_exchange() {
+    let dir = std::env::temp_dir().join(format!("uroce-trace-cm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pattern = dir.join("cm-%p.json");
+    let (server_ip, client_ip, port) = ("127.120.5.2", "127.120.5.1", 21521u16);
+    let run = |dev: &str, ip: &str, extra: &[&str]| {
+        uroce()
+            .env("UROCE_TRACE", &pattern)
+            .env("UROCE_DEVICES", format!("{dev}={ip}"))
+            .args(["cm-echo", "-p", &port.to_string(), "-b", ip])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let server = run("srv", server_ip, &[]);
+    // The server listens through the CM (no TCP port to watch): a client
+    // that came too early is rejected and tries again.
+    let mut client_pid = 0;
+    for _ in 0..50 {
+        let client = run("cli", client_ip, &["--verify", server_ip]);
+        client_pid = client.id();
+        if client.wait_with_output().unwrap().status.success() {
+            break;
+        }
+        client_pid = 0;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_ne!(client_pid, 0, "no client got through");
+    let server_pid = server.id();
+    finish(server);
+    let names = |pid: u32| -> Vec<String> {
+        let text = std::fs::read_to_string(dir.join(format!("cm-{pid}.json"))).unwrap();
+        let ev: Vec<Value> = serde_json::from_str(&text).unwrap();
+        ev.iter()
+            .filter(|e| e["tid"] == 1 && e["ph"] == "i")
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .filter(|n| !n.starts_with("tx ") && !n.starts_with("rx "))
+            .collect()
+    };
+    let (c, s) = (names(client_pid), names(server_pid));
+    let _ = std::fs::remove_dir_all(&dir);
+    let has = |v: &[String], want: &[&str]| {
+        // In this order, other entries between them.
+        let mut it = v.iter();
+        want.iter().all(|w| it.any(|n| n == w))
+    };
+    assert!(
+        has(
+            &c,
+            &[
+                "send REQ",
+                "recv REP",
+                "event REP received",
+                "send RTU",
+                "send DREQ",
+                "recv DREP",
+                "event disconnected"
+            ]
+        ),
+        "{c:?}"
+    );
+    assert!(
+        has(
+            &s,
+            &[
+                "recv REQ",
+                "event REQ received",
+                "send REP",
+                "recv RTU",
+                "event established",
+                "recv DREQ",
+                "send DREP",
+                "event disconnected"
+            ]
+        ),
+        "{s:?}"
+    );
+}
