@@ -95,7 +95,10 @@ mod tests {
         assert_eq!(run(&[a.clone(), b.clone()], &out).unwrap(), 3);
         let v = read(&out).unwrap();
         assert_eq!(v[2]["name"], "z");
-        assert_eq!(run(&[out.clone()], &dir.join("again.json")).unwrap(), 3);
+        assert_eq!(
+            run(std::slice::from_ref(&out), &dir.join("again.json")).unwrap(),
+            3
+        );
         std::fs::write(&b, "{\"pid\":2").unwrap();
         assert!(matches!(run(&[a, b], &out), Err(MergeError::Format(..))));
         let _ = std::fs::remove_dir_all(&dir);
