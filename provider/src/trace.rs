@@ -222,7 +222,7 @@ pub fn send_done(cfg: &QpConfig, wr: &SendWr, status: WcStatus, byte_len: u64) {
         queue: queue_id(&*cfg.sq),
         qpn: cfg.qpn,
         wr_id: wr.wr_id,
-        status: Some(status),
+        status,
         byte_len,
         signaled: signaled || status != WcStatus::Success,
     });
@@ -236,7 +236,7 @@ pub fn recv_done(cfg: &QpConfig, wr_id: u64, status: WcStatus, byte_len: u64) {
         queue: queue_id(&*cfg.rq),
         qpn: cfg.qpn,
         wr_id,
-        status: Some(status),
+        status,
         byte_len,
         signaled: true,
     });
@@ -247,14 +247,27 @@ pub fn recv_done(cfg: &QpConfig, wr_id: u64, status: WcStatus, byte_len: u64) {
 #[cold]
 #[inline(never)]
 pub fn discarded(cfg: &QpConfig) {
+    gone(cfg, "discarded (RESET)");
+}
+
+/// The QP was destroyed: WRs still posted end (status `destroyed`).
+#[cold]
+#[inline(never)]
+pub fn destroyed(cfg: &QpConfig) {
+    gone(cfg, "destroyed");
+}
+
+fn gone(cfg: &QpConfig, why: &'static str) {
     send(Kind::Discard {
         qpn: cfg.qpn,
         queue: queue_id(&*cfg.sq),
+        why,
     });
     if !cfg.rq.is_srq() {
         send(Kind::Discard {
             qpn: cfg.qpn,
             queue: queue_id(&*cfg.rq),
+            why,
         });
     }
 }
@@ -399,13 +412,14 @@ enum Kind {
         queue: usize,
         qpn: u32,
         wr_id: u64,
-        status: Option<WcStatus>,
+        status: WcStatus,
         byte_len: u64,
         signaled: bool,
     },
     Discard {
         qpn: u32,
         queue: usize,
+        why: &'static str,
     },
     Packet {
         qpn: u32,
@@ -649,13 +663,13 @@ impl Writer {
                     let i = q.iter().position(|p| p.wr_id == wr_id)?;
                     q.remove(i)
                 });
-                self.span(ts, qpn, wr_id, p, status, byte_len, signaled);
+                self.span(ts, qpn, wr_id, p, Ok(status), byte_len, signaled);
             }
-            Kind::Discard { qpn, queue } => {
+            Kind::Discard { qpn, queue, why } => {
                 let left = self.posted.remove(&queue).unwrap_or_default();
                 for p in left {
                     let id = p.wr_id;
-                    self.span(ts, qpn, id, Some(p), None, 0, false);
+                    self.span(ts, qpn, id, Some(p), Err(why), 0, false);
                 }
             }
             Kind::Packet {
@@ -726,8 +740,8 @@ impl Writer {
     }
 
     /// A WR's span: from its post (`p`; the end itself if the post was
-    /// not seen) to `end`, on QP `qpn`'s track. `status` `None`: the WR
-    /// was discarded (the QP went to RESET).
+    /// not seen) to `end`, on QP `qpn`'s track. `status` `Err`: the WR
+    /// left without a completion (the QP went to RESET, or was destroyed).
     #[allow(clippy::too_many_arguments)]
     fn span(
         &mut self,
@@ -735,7 +749,7 @@ impl Writer {
         qpn: u32,
         wr_id: u64,
         p: Option<Posted>,
-        status: Option<WcStatus>,
+        status: Result<WcStatus, &'static str>,
         byte_len: u64,
         signaled: bool,
     ) {
@@ -749,7 +763,7 @@ impl Writer {
             "\"ph\":\"b\",\"cat\":\"wr\",\"id2\":{{\"local\":\"{id}\"}},\"ts\":{},\"tid\":{qpn},\"name\":\"{op}\",\"args\":{{\"qpn\":{qpn},\"wr_id\":{wr_id},\"length\":{len}}}",
             us(start)
         ));
-        let status = status.map_or_else(|| "discarded (RESET)".to_string(), |s| s.to_string());
+        let status = status.map_or_else(str::to_string, |s| s.to_string());
         self.record(format_args!(
             "\"ph\":\"e\",\"cat\":\"wr\",\"id2\":{{\"local\":\"{id}\"}},\"ts\":{},\"tid\":{qpn},\"name\":\"{op}\",\"args\":{{\"status\":\"{}\",\"byte_len\":{byte_len},\"signaled\":{signaled}}}",
             us(end),
@@ -795,7 +809,7 @@ mod tests {
                     queue: q,
                     qpn: 0x12,
                     wr_id: id,
-                    status: Some(WcStatus::Success),
+                    status: WcStatus::Success,
                     byte_len: 10,
                     signaled: true,
                 },
@@ -806,6 +820,7 @@ mod tests {
             Kind::Discard {
                 qpn: 0x12,
                 queue: q,
+                why: "discarded (RESET)",
             },
         );
         let _ = w.out.flush();

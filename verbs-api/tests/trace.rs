@@ -91,6 +91,11 @@ fn a_lossy_rc_pair_leaves_a_well_formed_timeline() {
         done += 1;
     }
     assert_eq!(b_cq.wait(MSGS as usize, T).len(), MSGS as usize);
+    // Receives nobody answers, then the QP destroyed under them.
+    for i in 0..3 {
+        b_qp.post_recv(&[common::recv(3000 + i, &dst, 0, LEN)])
+            .unwrap();
+    }
     let lost = a_ctx.counters();
     let (qa, qb) = (a_qp.qp_num(), b_qp.qp_num());
     // The devices close: their QPs' events are in the file.
@@ -168,8 +173,16 @@ fn a_lossy_rc_pair_leaves_a_well_formed_timeline() {
         .collect();
     assert_eq!(
         (sends.len() as u64, recvs.len() as u64),
-        (MSGS + 1, MSGS + 1)
+        (MSGS + 1, MSGS + 4)
     );
+    type Span<'a> = &'a (&'a Value, &'a Value);
+    let (gone, recvs): (Vec<Span>, Vec<Span>) = recvs
+        .into_iter()
+        .partition(|(b, _)| b["args"]["wr_id"].as_u64().unwrap() >= 3000);
+    assert_eq!(gone.len(), 3);
+    for (_, e) in &gone {
+        assert_eq!(e["args"]["status"], "destroyed", "{e}");
+    }
     for (b, e) in sends.iter().chain(&recvs) {
         assert_eq!(b["args"]["length"], u64::from(LEN));
         assert_eq!(e["args"]["status"], "success");

@@ -516,6 +516,16 @@ impl<S: Service> Qp<S> {
     }
 }
 
+impl<S: Service> Drop for Qp<S> {
+    /// A QP destroyed with WRs posted: their spans end in the trace (the
+    /// queues' addresses may serve another QP next).
+    fn drop(&mut self) {
+        if crate::trace::on() {
+            crate::trace::destroyed(&self.core.cfg);
+        }
+    }
+}
+
 /// A BTH to `dest_qp` with the default P_Key.
 pub(crate) fn bth(dest_qp: u32, opcode: Opcode, psn: Psn) -> BthRepr {
     BthRepr {
