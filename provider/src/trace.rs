@@ -4,9 +4,13 @@
 //!
 //! * One track per QP: `pid` is the process, `tid` the QPN, named by a
 //!   `thread_name` metadata event ("RC QP 0x001234").
-//! * Each WR from post to completion is a span (an async `b`/`e` pair of
-//!   category `wr` on the QP's track): name the opcode, args `wr_id`,
-//!   `length` (as posted), `status` and `byte_len` (at completion).
+//! * Each WR from post to completion is a span: an async `b`/`e` pair of
+//!   category `wr` with a process-local ID (`id2.local`), since a QP's
+//!   WRs overlap and the format's `B`/`E`/`X` slices of one thread must
+//!   nest. Name the opcode, args `qpn`, `wr_id`, `length` (as posted),
+//!   `status` and `byte_len` (at completion). The `tid` is the QPN;
+//!   Perfetto shows a process's async spans on tracks named after them
+//!   (`SEND`, `RECV`).
 //! * Packets sent and received are instant events on the QP's track
 //!   (`tx RC_SEND_ONLY`, `rx RC_ACKNOWLEDGE`, args opcode, PSN, length; an
 //!   ACK's or NAK's syndrome and MSN), so are packets the fault injector
@@ -23,7 +27,7 @@
 //! through a buffer, and writes what it has whenever the channel runs dry:
 //! a process that crashes leaves a file whose records are whole and whose
 //! array lacks only its closing `]`, which the format allows (the spec's
-//! "JSON Array Format": the `]` may be missing) and both viewers accept.
+//! "JSON Array Format": the `]` may be missing) and Perfetto's UI loads.
 //! The writer is flushed when a device closes and flushed and closed
 //! (`]`) at exit.
 //!
