@@ -531,6 +531,9 @@ impl Endpoint {
         let Some(s) = self.qps.get_mut(&qpn) else {
             return false;
         };
+        if crate::trace::on() {
+            crate::trace::packet(qpn, crate::trace::Dir::Rx, pkt);
+        }
         s.qp.handle_packet(now, meta, pkt);
         if !s.dirty {
             s.dirty = true;
@@ -570,6 +573,9 @@ impl Endpoint {
                 self.inflight = self.inflight - was + fresh;
                 if let Some(t) = t {
                     self.current = Some((qpn, sent + 1));
+                    if crate::trace::on() {
+                        crate::trace::packet_bytes(qpn, crate::trace::Dir::Tx, &buf[..t.len]);
+                    }
                     return Some(t);
                 }
                 if spent && fresh > 0 && !slot.throttled {
@@ -585,6 +591,12 @@ impl Endpoint {
             schedule(&mut self.timers, qpn, slot);
             compact_timers(&mut self.timers, &self.qps);
         }
+    }
+
+    /// The QP whose packet [`Endpoint::poll_transmit`] returned last
+    /// (while it may send more).
+    pub fn last_sender(&self) -> Option<u32> {
+        self.current.map(|(q, _)| q)
     }
 
     /// Runs the QP timers that are due at `now`; their QPs are queued for

@@ -20,6 +20,7 @@ pub mod quota;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod threads;
+pub mod trace;
 pub mod transport;
 pub mod types;
 

@@ -145,6 +145,36 @@ pub fn iba_time_ns(t: u8) -> u64 {
     4096u64 << (t & 31)
 }
 
+/// A MAD's name on the trace's CM track (`sent`: ours, else received).
+fn mad_name(m: &CmMessage, sent: bool) -> &'static str {
+    macro_rules! names {
+        ($($v:ident => $n:literal),* $(,)?) => {
+            match m {
+                $(CmMessage::$v(_) => if sent { concat!("send ", $n) } else { concat!("recv ", $n) },)*
+            }
+        };
+    }
+    names!(
+        Req => "REQ", Mra => "MRA", Rej => "REJ", Rep => "REP", Rtu => "RTU", Dreq => "DREQ",
+        Drep => "DREP", SidrReq => "SIDR_REQ", SidrRep => "SIDR_REP", Lap => "LAP", Apr => "APR",
+    )
+}
+
+/// A CM event's name on the trace's CM track.
+fn event_name(e: &CmEvent) -> &'static str {
+    match e {
+        CmEvent::ReqReceived { .. } => "event REQ received",
+        CmEvent::RepReceived { .. } => "event REP received",
+        CmEvent::Established { .. } => "event established",
+        CmEvent::Rejected { .. } => "event rejected",
+        CmEvent::Unreachable { .. } => "event unreachable",
+        CmEvent::Disconnected { .. } => "event disconnected",
+        CmEvent::TimewaitExit { .. } => "event timewait exit",
+        CmEvent::SidrReqReceived { .. } => "event SIDR_REQ received",
+        CmEvent::SidrRepReceived { .. } => "event SIDR_REP received",
+    }
+}
+
 /// What the agent tells its user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CmEvent {
@@ -426,6 +456,10 @@ impl CmAgent {
 
     fn send(&mut self, dst: IpAddr, dst_qpn: u32, tclass: u8, mad: CmMad) {
         Counters::inc(&self.counters.cm_mads_sent);
+        if crate::trace::on() {
+            let detail = format!("to {dst} QP{dst_qpn} tid {:#x}", mad.tid);
+            crate::trace::cm(mad_name(&mad.msg, true), None, detail);
+        }
         self.out.push_back(Outgoing {
             dst,
             dst_qpn,
@@ -435,6 +469,9 @@ impl CmAgent {
     }
 
     fn event(&mut self, conn: u32, e: CmEvent) {
+        if crate::trace::on() {
+            crate::trace::cm(event_name(&e), Some(conn), String::new());
+        }
         if self.conns.get(&conn).is_none_or(|c| c.user) {
             self.events.push_back(e);
         }
@@ -896,6 +933,10 @@ impl CmAgent {
             }
         };
         Counters::inc(&self.counters.cm_mads_rcvd);
+        if crate::trace::on() {
+            let detail = format!("from {src} QP{src_qpn} tid {:#x}", mad.tid);
+            crate::trace::cm(mad_name(&mad.msg, false), None, detail);
+        }
         let handled = match mad.msg {
             CmMessage::Req(r) => self.on_req(now, src, src_qpn, mad.tid, r),
             CmMessage::Mra(m) => self.on_mra(now, m),

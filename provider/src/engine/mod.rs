@@ -296,6 +296,7 @@ impl Engine {
     /// Binds UDP 4791 on `ip` and starts the engine thread. Faults named by
     /// `UROCE_FAULTS` apply to everything it sends.
     pub fn start(ip: IpAddr, keys: Arc<KeyTable>) -> Result<Engine, EngineError> {
+        crate::trace::init();
         let faults = Faults::from_env().map_err(|e| EngineError::Bind {
             addr: ip,
             msg: e.to_string(),
@@ -669,6 +670,8 @@ impl Drop for Engine {
         }
         STOPPING.0.lock().insert(self.local_ip);
         self.shared.stop.store(true, Ordering::Release);
+        // What the device's QPs traced is in the file when it has closed.
+        let flush_trace = crate::trace::on();
         self.shared.doorbell.ring();
         // Dropped on its own thread (the last handle released inside a
         // callback), the engine cannot wait for itself: the stop flag ends
@@ -677,6 +680,9 @@ impl Drop for Engine {
             if !self.on_own_thread() {
                 let _ = t.join();
             }
+        }
+        if flush_trace {
+            crate::trace::flush();
         }
     }
 }
@@ -1133,7 +1139,13 @@ impl Driver {
             let Some(inj) = self.faults.as_mut() else {
                 break;
             };
-            for (delay, b) in inj.inject(&self.txbuf[..t.len], 1) {
+            let copies: Vec<_> = inj.inject(&self.txbuf[..t.len], 1).collect();
+            if copies.is_empty() && crate::trace::on() {
+                if let Some(q) = self.ep.last_sender() {
+                    crate::trace::packet_bytes(q, crate::trace::Dir::Lost, &self.txbuf[..t.len]);
+                }
+            }
+            for (delay, b) in copies {
                 self.delayed_seq += 1;
                 let due = now.plus(delay);
                 let ip = (t.tclass, t.hop_limit);

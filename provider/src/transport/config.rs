@@ -148,6 +148,9 @@ impl QpConfig {
         let mut ok = true;
         while let Some(wr) = self.sq.take() {
             self.sq.retire(1);
+            if crate::trace::on() {
+                crate::trace::send_done(self, &wr, WcStatus::WrFlushErr, 0);
+            }
             let wc = Wc::new(
                 wr.wr_id,
                 WcStatus::WrFlushErr,
@@ -210,6 +213,9 @@ impl QpConfig {
     #[must_use]
     pub fn complete(&self, send: bool, wc: Wc, solicited: bool) -> bool {
         let cq = if send { &self.send_cq } else { &self.recv_cq };
+        if !send && crate::trace::on() {
+            crate::trace::recv_done(self, wc.wr_id, wc.status, u64::from(wc.byte_len));
+        }
         if cq.push_notify(wc, solicited) {
             return true;
         }

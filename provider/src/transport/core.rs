@@ -92,6 +92,9 @@ impl QpCore {
 
     /// Sets the state and publishes it ([`super::StateCell`]).
     pub fn set_state(&mut self, s: QpState) {
+        if crate::trace::on() && s != self.state {
+            crate::trace::state(self.cfg.qpn, self.state, s);
+        }
         self.state = s;
         self.cfg.state.set(s);
     }
@@ -282,6 +285,9 @@ pub struct Qp<S: Service> {
 impl<S: Service> Qp<S> {
     /// A QP in the RESET state.
     pub fn new(cfg: QpConfig) -> Qp<S> {
+        if crate::trace::on() {
+            crate::trace::qp_created(&cfg, S::QP_TYPE);
+        }
         Qp {
             core: QpCore::new(cfg),
             svc: S::default(),
@@ -406,6 +412,9 @@ impl<S: Service> Qp<S> {
     /// reporting `byte_len` bytes.
     pub(crate) fn retire_send(&mut self, wr: &SendWr, status: WcStatus, byte_len: u64) {
         self.core.cfg.sq.retire(1);
+        if crate::trace::on() {
+            crate::trace::send_done(&self.core.cfg, wr, status, byte_len);
+        }
         let signaled = self.core.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
         if status != WcStatus::Success || signaled {
             let mut wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
@@ -466,6 +475,9 @@ impl<S: Service> Qp<S> {
 
     /// To RESET: everything is discarded without completions.
     fn reset(&mut self) {
+        if crate::trace::on() {
+            crate::trace::discarded(&self.core.cfg);
+        }
         S::on_reset(self);
         self.core.cfg.discard_posted();
         self.core.reset();
@@ -485,6 +497,9 @@ impl<S: Service> Qp<S> {
         );
         self.core.err_cause = None;
         self.core.cfg.sq.retire(1);
+        if crate::trace::on() {
+            crate::trace::send_done(&self.core.cfg, wr, status, 0);
+        }
         let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
         self.core.set_state(QpState::Sqe);
         self.core.attr.sq_draining = false;
@@ -649,6 +664,16 @@ impl<S: Service> Qp<S> {
             tclass,
             hop_limit: None,
         })
+    }
+}
+
+impl<S: Service> Drop for Qp<S> {
+    /// A QP destroyed with WRs posted: their spans end in the trace (the
+    /// queues' addresses may serve another QP next).
+    fn drop(&mut self) {
+        if crate::trace::on() {
+            crate::trace::destroyed(&self.core.cfg);
+        }
     }
 }
 

@@ -125,6 +125,9 @@ impl SendQueue {
             self.outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull);
         }
+        if crate::trace::on() {
+            crate::trace::post_send(crate::trace::queue_id(self), &wr);
+        }
         // Cannot fail: the queue holds `max` and at most `max` are posted.
         self.queue.push(wr).map_err(|_| PostError::QueueFull)
     }
@@ -223,6 +226,13 @@ impl RecvQueue {
     }
     /// Posts a receive WR.
     pub fn post(&self, wr: RecvWr) -> Result<(), PostError> {
+        if crate::trace::on() {
+            let len = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            if self.queue.is_full() {
+                return Err(PostError::QueueFull);
+            }
+            crate::trace::post_recv(crate::trace::queue_id(self), wr.wr_id, len);
+        }
         self.queue.push(wr).map_err(|_| PostError::QueueFull)
     }
     /// The engine takes the next receive WR.

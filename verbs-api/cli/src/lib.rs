@@ -14,6 +14,7 @@
 //! | `fuzz`, `fuzz replay` | [`fuzz`] (the engine: [`uroce_fuzz`]) |
 //! | `decode` | [`decode`] |
 //! | `sample-pcap` | [`sample`] |
+//! | `trace-merge` | [`trace_merge`] |
 //! | `libdir`, `exec` | [`libdir`], [`sysfs`] (the sysfs view `exec` gives) |
 #![warn(missing_docs)]
 
@@ -26,3 +27,4 @@ pub mod pingpong;
 pub mod sample;
 pub mod stress;
 pub mod sysfs;
+pub mod trace_merge;

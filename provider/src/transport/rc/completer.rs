@@ -57,6 +57,11 @@ impl RcQp {
                         self.svc.req.go_back(psn);
                         self.svc.req.timer = None;
                         self.svc.req.rnr_until = Some(now.plus(rnr_timer_ns(timer)));
+                        if crate::trace::on() {
+                            let left = self.svc.req.rnr_left;
+                            let wait = rnr_timer_ns(timer);
+                            crate::trace::rnr_wait(self.qpn(), psn.value(), wait, left);
+                        }
                     }
                     AethSyndrome::Nak(NakCode::PsnSequenceError) => {
                         Counters::inc(&self.core.cfg.counters.seq_naks_rcvd);
@@ -78,6 +83,11 @@ impl RcQp {
                         // otherwise exhaust it while making progress.
                         self.svc.req.go_back(psn);
                         self.svc.req.nak_resend = Some((psn, self.svc.req.hwm));
+                        if crate::trace::on() {
+                            let left = self.svc.req.retry_left;
+                            let why = "PSN sequence error NAK";
+                            crate::trace::retransmit(self.qpn(), psn.value(), why, left);
+                        }
                         // Not a congestion signal: reordering makes them
                         // too (25% reordering with halving at each NAK
                         // took a lossy-link stress run from 250 s to

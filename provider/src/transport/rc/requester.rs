@@ -623,6 +623,10 @@ impl RcQp {
         self.svc.req.read_rerequest = in_read.then_some(una);
         self.svc.req.read_hole = None;
         self.svc.req.go_back(una);
+        if crate::trace::on() {
+            let left = self.svc.req.retry_left;
+            crate::trace::retransmit(self.qpn(), una.value(), "ACK timeout", left);
+        }
     }
 
     /// The WR holding `psn` (or the oldest one) fails with `status`.

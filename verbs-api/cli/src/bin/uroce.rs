@@ -43,6 +43,17 @@ enum Cmd {
     },
     /// List the configured devices (UROCE_DEVICES) with their GIDs.
     Devices,
+    /// Merges traces that UROCE_TRACE wrote (one per process, e.g. both
+    /// ends of a pair) into one file for Perfetto or chrome://tracing.
+    #[command(name = "trace-merge")]
+    TraceMerge {
+        /// The trace files.
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+        /// The merged trace.
+        #[arg(short = 'o', long)]
+        out: std::path::PathBuf,
+    },
     /// A stateful RoCEv2 fuzzer: plays the peer of a target (uroce's QP
     /// machines on the simulated network, or any RoCEv2 device through
     /// uroce-fuzz-agent), checks oracles after every case, minimizes
@@ -332,6 +343,16 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Decode { file } => uroce_cli::decode::run(&file),
+        Cmd::TraceMerge { files, out } => match uroce_cli::trace_merge::run(&files, &out) {
+            Ok(n) => {
+                println!("{n} events from {} files in {}", files.len(), out.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("uroce trace-merge: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Fuzz(a) => uroce_cli::fuzz::run(*a),
         Cmd::CmEcho {
             server,
