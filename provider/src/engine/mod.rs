@@ -20,7 +20,7 @@ use crate::endpoint::{Endpoint, GroupChange, McastError, RxIp};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
-use crate::transport::{Nanos, QpMachine};
+use crate::transport::{Nanos, QpMachine, QpTally};
 use crate::types::QpState;
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::SegQueue;
@@ -65,8 +65,23 @@ enum Command {
     Sync(Sender<()>),
     SetFaults(Option<Faults>, Sender<()>),
     Dump(u32, Sender<String>),
+    Snapshot(Sender<Vec<QpSnapshot>>),
     Capture(Option<std::path::PathBuf>, Sender<Result<(), String>>),
     Mcast(McastOp, u32, IpAddr, Sender<Result<(), EngineError>>),
+}
+
+/// One QP as the engine sees it at one moment (for `uroce stat`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpSnapshot {
+    /// QP number.
+    pub qpn: u32,
+    /// Its attributes, as `ibv_query_qp` reports them (state, PSNs,
+    /// destination).
+    pub attr: QpAttr,
+    /// Request PSNs sent and not yet acknowledged.
+    pub inflight_psns: u32,
+    /// What it counted of its own life.
+    pub tally: QpTally,
 }
 
 /// A multicast membership change.
@@ -606,6 +621,20 @@ impl Engine {
         self.call(|tx| Command::Dump(qpn, tx))
     }
 
+    /// Every QP of the device as the engine sees it now, or `Stopped` if
+    /// the engine does not answer within `wait` (busy, or gone).
+    pub fn snapshot_qps(&self, wait: std::time::Duration) -> Result<Vec<QpSnapshot>, EngineError> {
+        if self.on_own_thread() {
+            return Err(EngineError::Reentrant);
+        }
+        let (tx, rx) = channel::bounded(1);
+        self.cmds
+            .send(Command::Snapshot(tx))
+            .map_err(|_| EngineError::Stopped)?;
+        self.shared.doorbell.ring();
+        rx.recv_timeout(wait).map_err(|_| EngineError::Stopped)
+    }
+
     /// Returns once the engine has finished whatever packet it was
     /// processing: after a region's keys are removed, no copy into it is
     /// in progress when this returns.
@@ -898,6 +927,15 @@ impl Driver {
                             .qp(qpn)
                             .map_or_else(|| "no such QP".into(), |qp| format!("{qp:#?}")),
                     );
+                }
+                Command::Snapshot(tx) => {
+                    let qps = self.ep.qps().map(|qp| QpSnapshot {
+                        qpn: qp.qpn(),
+                        attr: qp.attr(),
+                        inflight_psns: qp.inflight(),
+                        tally: qp.tally(),
+                    });
+                    let _ = tx.send(qps.collect());
                 }
                 Command::SetFaults(f, tx) => {
                     self.faults = f.filter(|f| !f.is_none()).map(FaultInjector::new);
