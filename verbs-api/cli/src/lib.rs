@@ -14,6 +14,7 @@
 //! | `fuzz`, `fuzz replay` | [`fuzz`] (the engine: [`uroce_fuzz`]) |
 //! | `decode` | [`decode`] |
 //! | `sample-pcap` | [`sample`] |
+//! | `stat` | [`stat`] (the source: [`uroce_verbs::provider::stat`]) |
 //! | `libdir`, `exec` | [`libdir`], [`sysfs`] (the sysfs view `exec` gives) |
 #![warn(missing_docs)]
 
@@ -24,5 +25,6 @@ pub mod fuzz;
 pub mod libdir;
 pub mod pingpong;
 pub mod sample;
+pub mod stat;
 pub mod stress;
 pub mod sysfs;
