@@ -860,7 +860,9 @@ fn qp_stat(qpn: u32, e: &QpEntry, live: Option<&QpSnapshot>) -> QpStat {
         seq_naks_rcvd: tally.seq_naks_rcvd,
         last_error_status: last.map(|l| l.status as u32),
         last_error_wr_id: last.map(|l| l.wr_id),
-        // The hook for a fuller explanation: today the status and its WR.
+        // HOOK(explain): the place for the QP's own explanation of its
+        // last error (which check failed, on which side) once the
+        // provider keeps one; today the completion's status and WR.
         last_error: last.map(|l| {
             let side = if l.send { "send" } else { "receive" };
             format!(

@@ -329,11 +329,23 @@ fn start(pid: u32) -> io::Result<PathBuf> {
         .find(|d| private_dir(d).is_ok())
         .ok_or_else(|| io::Error::other("no private directory for it"))?;
     let path = dir.join(format!("{pid}.sock"));
-    // A socket of an earlier process with this PID.
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    crate::threads::spawn("uroce-stat".into(), move || serve(listener))?;
+    // Made under another name and renamed once it listens, with its
+    // mode: a client never finds the name without a listener behind it
+    // (which `uroce stat` takes for a dead process's socket). The rename
+    // replaces a socket of an earlier process with this PID.
+    let tmp = dir.join(format!(".{pid}.sock.new"));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if let Err(e) = crate::threads::spawn("uroce-stat".into(), move || serve(listener)) {
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
     register_cleanup();
     Ok(path)
 }

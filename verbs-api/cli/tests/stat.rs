@@ -171,3 +171,24 @@ fn a_killed_process_socket_is_removed_and_stat_0_makes_none() {
     quiet.kill().unwrap();
     quiet.wait().unwrap();
 }
+
+#[test]
+fn watch_prints_again_every_second() {
+    use std::io::Read;
+    let mut w = uroce()
+        .args(["stat", "--watch"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = w.stdout.take().unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    w.kill().unwrap();
+    w.wait().unwrap();
+    let mut text = String::new();
+    out.read_to_string(&mut text).unwrap();
+    // A clear-screen and a header per round: the first at once, then one
+    // a second.
+    let rounds = text.matches("\x1b[H\x1b[2J").count();
+    assert!((2..=4).contains(&rounds), "{rounds} rounds: {text:?}");
+    assert_eq!(text.matches("every 1s: uroce stat").count(), rounds);
+}
