@@ -239,7 +239,10 @@ impl Device {
             }),
             events: Arc::new(new_event_queue()?),
         };
-        OPEN.lock().push(Arc::downgrade(&dev.shared));
+        let mut open = OPEN.lock();
+        open.retain(|w| w.strong_count() > 0);
+        open.push(Arc::downgrade(&dev.shared));
+        drop(open);
         crate::stat::serve_lazily();
         Ok(dev)
     }
@@ -831,7 +834,8 @@ fn mr_state(m: &MrInner) -> MrState {
 fn qp_stat(qpn: u32, e: &QpEntry, live: Option<&QpSnapshot>) -> QpStat {
     let attr = live.map(|l| l.attr).unwrap_or_default();
     let tally = live.map(|l| l.tally).unwrap_or_default();
-    let connected = e.qp_type != QpType::Ud && attr.qp_state as u32 >= QpState::Rtr as u32;
+    // RTR gave it a peer (RC, UC; a QP that went to ERR before has none).
+    let connected = e.qp_type != QpType::Ud && attr.dest_qp_num != 0;
     let last = tally.last_error;
     QpStat {
         qpn,

@@ -125,14 +125,11 @@ fn device_text(out: &mut String, d: &DeviceState) {
 }
 
 fn qp_text(out: &mut String, q: &QpStat) {
-    let _ = write!(
-        out,
-        "    qp lqpn {:#08x} rqpn {:#08x} type {} state {} pdn {}",
-        q.qpn, q.dest_qpn, q.qp_type, q.state, q.pdn
-    );
+    let _ = write!(out, "    qp lqpn {:#08x}", q.qpn);
     if let Some(a) = &q.dest_addr {
-        let _ = write!(out, " raddr {a}");
+        let _ = write!(out, " rqpn {:#08x} raddr {a}", q.dest_qpn);
     }
+    let _ = write!(out, " type {} state {} pdn {}", q.qp_type, q.state, q.pdn);
     let _ = write!(
         out,
         " mtu {} sq-psn {:#08x} rq-psn {:#08x} sq-wrs {}/{}",
