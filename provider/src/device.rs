@@ -60,7 +60,7 @@ pub use crate::engine::device::{
     active_mtu, devices_from_env, interface_index, interface_mtu, interface_of, parse_devices,
     ConfigError, DeviceConfig, DEVICES_ENV,
 };
-pub use crate::engine::{EngineError, IoPath};
+pub use crate::engine::{EngineError, IoPath, SnapshotHandle};
 pub use crate::qp_attr::{LimitError, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 pub use crate::transport::ud::grh_source;
 pub use crate::transport::PostError;
@@ -148,6 +148,20 @@ struct Shared {
     next_pd: AtomicU32,
     qpns: Mutex<HashSet<u32>>,
     quota: Arc<Quota>,
+    /// What `uroce stat` shows of the device.
+    reg: Arc<Registry>,
+}
+
+/// What `uroce stat` shows of a device, apart from the device: the state
+/// server holds this, never the device (a device it held would stay
+/// bound to its address after the program closed it).
+struct Registry {
+    keys: Arc<KeyTable>,
+    ip: IpAddr,
+    active_mtu: Mtu,
+    counters: Arc<crate::counters::Counters>,
+    io: IoPath,
+    snapshots: SnapshotHandle,
     /// The name the verbs layer gave the device (`uroce0`).
     name: std::sync::OnceLock<String>,
     /// What `uroce stat` lists of the device's objects.
@@ -184,17 +198,36 @@ struct QpEntry {
 }
 
 /// Every device this process has open, for `uroce stat`.
-static OPEN: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+static OPEN: Mutex<Vec<Weak<Registry>>> = Mutex::new(Vec::new());
 
 /// The state of every device this process has open (see
 /// [`crate::stat`]).
+///
+/// The server's thread holds no device, only its [`Registry`]: a program
+/// that closes a device and opens its address again at once must not
+/// find the address still bound because `uroce stat` asked.
 pub(crate) fn live_states() -> Vec<DeviceState> {
-    let devices: Vec<Arc<Shared>> = {
+    let asked: Vec<_> = {
         let mut open = OPEN.lock();
         open.retain(|w| w.strong_count() > 0);
-        open.iter().filter_map(Weak::upgrade).collect()
-    };
-    devices.iter().map(|d| d.state()).collect()
+        open.clone()
+    }
+    .into_iter()
+    .filter_map(|w| {
+        let answer = w.upgrade()?.snapshots.request().ok();
+        Some((w, answer))
+    })
+    .collect();
+    let deadline = std::time::Instant::now() + crate::stat::ENGINE_WAIT;
+    asked
+        .into_iter()
+        .filter_map(|(w, answer)| {
+            let qps = answer
+                .and_then(|rx| rx.recv_deadline(deadline).ok())
+                .unwrap_or_default();
+            Some(w.upgrade()?.state(qps))
+        })
+        .collect()
 }
 
 /// An open device (see the module docs). Clones share it; its engine
@@ -225,6 +258,16 @@ impl Device {
     pub fn open(ip: IpAddr) -> Result<Device> {
         let keys = Arc::new(KeyTable::new());
         let engine = Engine::start(ip, keys.clone())?;
+        let reg = Arc::new(Registry {
+            keys: keys.clone(),
+            ip,
+            active_mtu: active_mtu(ip),
+            counters: engine.counters().clone(),
+            io: engine.io_path(),
+            snapshots: engine.snapshot_handle(),
+            name: std::sync::OnceLock::new(),
+            objects: Mutex::default(),
+        });
         let dev = Device {
             shared: Arc::new(Shared {
                 engine,
@@ -234,14 +277,13 @@ impl Device {
                 next_pd: AtomicU32::new(1),
                 qpns: Mutex::new(HashSet::new()),
                 quota: Arc::default(),
-                name: std::sync::OnceLock::new(),
-                objects: Mutex::default(),
+                reg: reg.clone(),
             }),
             events: Arc::new(new_event_queue()?),
         };
         let mut open = OPEN.lock();
         open.retain(|w| w.strong_count() > 0);
-        open.push(Arc::downgrade(&dev.shared));
+        open.push(Arc::downgrade(&reg));
         drop(open);
         crate::stat::serve_lazily();
         Ok(dev)
@@ -250,15 +292,19 @@ impl Device {
     /// Names the device (`uroce stat` shows the name; the first one
     /// given stays).
     pub fn set_name(&self, name: &str) {
-        let _ = self.shared.name.set(name.to_owned());
+        let _ = self.shared.reg.name.set(name.to_owned());
     }
     /// The device's name (its address until [`Device::set_name`]).
     pub fn name(&self) -> String {
-        self.shared.name()
+        self.shared.reg.name()
     }
     /// The device's state as `uroce stat` shows it.
     pub fn state(&self) -> DeviceState {
-        self.shared.state()
+        let qps = self
+            .engine()
+            .snapshot_qps(crate::stat::ENGINE_WAIT)
+            .unwrap_or_default();
+        self.shared.reg.state(qps)
     }
 
     /// Another context on this open device: the same engine, keys and
@@ -358,10 +404,10 @@ impl Device {
     pub fn new_pd(&self) -> Result<PdHandle> {
         let slot = self.take_slot(Resource::Pd)?;
         let id = self.alloc_pd();
-        self.shared.objects.lock().pds.insert(id);
+        self.shared.reg.objects.lock().pds.insert(id);
         Ok(PdHandle {
             id,
-            shared: Arc::downgrade(&self.shared),
+            reg: Arc::downgrade(&self.shared.reg),
             _slot: slot,
         })
     }
@@ -487,7 +533,7 @@ impl Device {
         let slot = self.take_slot(Resource::Cq)?;
         let inner =
             CqInner::with_channel(cqe as usize, channel, context, Some(self.events().clone()));
-        let mut objects = self.shared.objects.lock();
+        let mut objects = self.shared.reg.objects.lock();
         objects.cqs.retain(|c| c.strong_count() > 0);
         objects.cqs.push(Arc::downgrade(&inner));
         drop(objects);
@@ -525,7 +571,7 @@ impl Device {
             max_wr,
             max_sge: max_sge.max(1),
         };
-        let mut objects = self.shared.objects.lock();
+        let mut objects = self.shared.reg.objects.lock();
         objects.srqs.retain(|e| e.rq.strong_count() > 0);
         objects.srqs.push(SrqEntry {
             rq: Arc::downgrade(&srq.rq),
@@ -603,7 +649,7 @@ impl Device {
             self.free_qpn(qpn);
             return Err(e);
         }
-        self.shared.objects.lock().qps.insert(
+        self.shared.reg.objects.lock().qps.insert(
             qpn,
             QpEntry {
                 qp_type: spec.qp_type,
@@ -696,7 +742,7 @@ impl CmLink {
 #[derive(Debug)]
 pub struct PdHandle {
     id: PdId,
-    shared: Weak<Shared>,
+    reg: Weak<Registry>,
     _slot: Slot,
 }
 
@@ -709,15 +755,15 @@ impl PdHandle {
 
 impl Drop for PdHandle {
     fn drop(&mut self) {
-        if let Some(s) = self.shared.upgrade() {
-            s.objects.lock().pds.remove(&self.id);
+        if let Some(r) = self.reg.upgrade() {
+            r.objects.lock().pds.remove(&self.id);
         }
     }
 }
 
 // ---------------------------------------------------------------- state
 
-impl Shared {
+impl Registry {
     fn name(&self) -> String {
         self.name
             .get()
@@ -728,14 +774,8 @@ impl Shared {
     /// The device as `uroce stat` shows it: its objects from the
     /// registry and the key table, its QPs' attributes and tallies from
     /// the engine (without them if it does not answer in time).
-    fn state(&self) -> DeviceState {
-        let live: HashMap<u32, QpSnapshot> = self
-            .engine
-            .snapshot_qps(crate::stat::ENGINE_WAIT)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|q| (q.qpn, q))
-            .collect();
+    fn state(&self, qps: Vec<QpSnapshot>) -> DeviceState {
+        let live: HashMap<u32, QpSnapshot> = qps.into_iter().map(|q| (q.qpn, q)).collect();
         let mut mrs: Vec<MrState> = self.keys.regions().iter().map(|m| mr_state(m)).collect();
         mrs.sort_by_key(|m| (m.pdn, m.lkey));
         let objects = self.objects.lock();
@@ -796,15 +836,14 @@ impl Shared {
             port_state: "ACTIVE".into(),
             active_mtu: self.active_mtu.bytes(),
             netdev_mtu: interface_mtu(self.ip),
-            io_path: self.engine.io_path().to_string(),
+            io_path: self.io.to_string(),
             pds,
             mrs,
             cqs,
             srqs,
             qps,
             counters: self
-                .engine
-                .counters()
+                .counters
                 .snapshot()
                 .entries()
                 .into_iter()
@@ -1301,7 +1340,7 @@ fn post_each<T, W, E: From<DeviceError>>(
 
 impl Drop for QpHandle {
     fn drop(&mut self) {
-        self.dev.shared.objects.lock().qps.remove(&self.qpn);
+        self.dev.shared.reg.objects.lock().qps.remove(&self.qpn);
         let _ = self.dev.engine().destroy_qp(self.qpn);
         self.dev.free_qpn(self.qpn);
     }

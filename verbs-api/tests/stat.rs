@@ -181,3 +181,32 @@ fn the_socket_is_the_users_alone_and_answers_one_request() {
     let me = stat::query(&path).unwrap();
     assert!(me.devices.iter().any(|d| d.name == "stat2"));
 }
+
+#[test]
+fn asking_does_not_keep_a_closed_device_bound() {
+    let dev = Device::new("stat3", "127.119.0.4".parse().unwrap());
+    let _held = dev.open().unwrap();
+    drop(_held);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let asker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                stat::query_pid(std::process::id()).unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    // Close and open the address again at once, while the state is asked
+    // for without pause: the open never finds it bound.
+    for _ in 0..200 {
+        let ctx = dev.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(4).unwrap();
+        let _qp = pd.qp_builder(&cq).build().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(asker.join().unwrap() > 0);
+}

@@ -627,12 +627,16 @@ impl Engine {
         if self.on_own_thread() {
             return Err(EngineError::Reentrant);
         }
-        let (tx, rx) = channel::bounded(1);
-        self.cmds
-            .send(Command::Snapshot(tx))
-            .map_err(|_| EngineError::Stopped)?;
-        self.shared.doorbell.ring();
+        let rx = self.snapshot_handle().request()?;
         rx.recv_timeout(wait).map_err(|_| EngineError::Stopped)
+    }
+    /// A handle that asks for [`Engine::snapshot_qps`] without keeping
+    /// the engine alive.
+    pub fn snapshot_handle(&self) -> SnapshotHandle {
+        SnapshotHandle {
+            cmds: self.cmds.clone(),
+            shared: Arc::downgrade(&self.shared),
+        }
     }
 
     /// Returns once the engine has finished whatever packet it was
@@ -651,6 +655,38 @@ impl Engine {
         // second from the next pass's, after the first pass transmitted.
         self.call(Command::Sync)?;
         self.call(Command::Sync)
+    }
+}
+
+/// See [`Engine::snapshot_handle`].
+#[derive(Clone)]
+pub struct SnapshotHandle {
+    cmds: Sender<Command>,
+    shared: std::sync::Weak<Shared>,
+}
+
+impl std::fmt::Debug for SnapshotHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SnapshotHandle")
+    }
+}
+
+impl SnapshotHandle {
+    /// Asks the engine for its QPs; the answer comes on the channel
+    /// returned, which closes unanswered when the engine stops first
+    /// (`Stopped` at once if it has). Never call it from the engine's
+    /// own thread and wait there.
+    pub fn request(&self) -> Result<Receiver<Vec<QpSnapshot>>, EngineError> {
+        let shared = self.shared.upgrade().ok_or(EngineError::Stopped)?;
+        if shared.stop.load(Ordering::Acquire) {
+            return Err(EngineError::Stopped);
+        }
+        let (tx, rx) = channel::bounded(1);
+        self.cmds
+            .send(Command::Snapshot(tx))
+            .map_err(|_| EngineError::Stopped)?;
+        shared.doorbell.ring();
+        Ok(rx)
     }
 }
 
