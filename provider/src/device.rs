@@ -34,20 +34,22 @@ use crate::cm::gsi::GsiQp;
 use crate::cm::{CmAgent, CmConfig};
 use crate::counters::CounterSnapshot;
 use crate::cq::CqInner;
+use crate::engine::QpSnapshot;
 use crate::engine::{can_post_send, Engine, Kicker};
 use crate::events::{AsyncEvents, CompChannel};
 use crate::memory::{Backing, KeyTable, MrInner, MwInner, MwType, PdId};
 use crate::net::faults::Faults;
 use crate::qp_attr::{AttrMask, CapError, ModifyLimits, QpAttr, QpCap};
 use crate::quota::{Quota, QuotaFull, Resource, Slot};
+use crate::stat::{CqState, DeviceState, MrState, PdState, QpStat, SrqState};
 use crate::transport::{new_qp, QpConfig, QueueAllocError, RecvQueue, SendQueue, StateCell};
 use crate::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Wc};
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 pub use crate::cm::gsi::Sink as CmSink;
 pub use crate::cm::Nanos;
@@ -58,7 +60,7 @@ pub use crate::engine::device::{
     active_mtu, devices_from_env, interface_index, interface_mtu, interface_of, parse_devices,
     ConfigError, DeviceConfig, DEVICES_ENV,
 };
-pub use crate::engine::{EngineError, IoPath};
+pub use crate::engine::{EngineError, IoPath, SnapshotHandle};
 pub use crate::qp_attr::{LimitError, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 pub use crate::transport::ud::grh_source;
 pub use crate::transport::PostError;
@@ -146,6 +148,88 @@ struct Shared {
     next_pd: AtomicU32,
     qpns: Mutex<HashSet<u32>>,
     quota: Arc<Quota>,
+    /// What `uroce stat` shows of the device.
+    reg: Arc<Registry>,
+}
+
+/// What `uroce stat` shows of a device, apart from the device: the state
+/// server holds this, never the device (a device it held would stay
+/// bound to its address after the program closed it).
+struct Registry {
+    keys: Arc<KeyTable>,
+    ip: IpAddr,
+    active_mtu: Mtu,
+    counters: Arc<crate::counters::Counters>,
+    io: IoPath,
+    snapshots: SnapshotHandle,
+    /// The name the verbs layer gave the device (`uroce0`).
+    name: std::sync::OnceLock<String>,
+    /// What `uroce stat` lists of the device's objects.
+    objects: Mutex<Objects>,
+}
+
+/// The device's objects as `uroce stat` lists them (regions are in the
+/// key table): entries the objects remove when they go (QPs, PDs) or
+/// that lapse with them (CQs, SRQs).
+#[derive(Default)]
+struct Objects {
+    pds: BTreeSet<PdId>,
+    cqs: Vec<Weak<CqInner>>,
+    srqs: Vec<SrqEntry>,
+    qps: BTreeMap<u32, QpEntry>,
+}
+
+struct SrqEntry {
+    rq: Weak<RecvQueue>,
+    pd: PdId,
+    max_wr: u32,
+    max_sge: u32,
+}
+
+struct QpEntry {
+    qp_type: QpType,
+    pd: PdId,
+    cap: QpCap,
+    sq: Arc<SendQueue>,
+    rq: Arc<RecvQueue>,
+    send_cq: u32,
+    recv_cq: u32,
+    srq: Option<u32>,
+    /// Its published state, with its explained errors.
+    state: Arc<StateCell>,
+}
+
+/// Every device this process has open, for `uroce stat`.
+static OPEN: Mutex<Vec<Weak<Registry>>> = Mutex::new(Vec::new());
+
+/// The state of every device this process has open (see
+/// [`crate::stat`]).
+///
+/// The server's thread holds no device, only its [`Registry`]: a program
+/// that closes a device and opens its address again at once must not
+/// find the address still bound because `uroce stat` asked.
+pub(crate) fn live_states() -> Vec<DeviceState> {
+    let asked: Vec<_> = {
+        let mut open = OPEN.lock();
+        open.retain(|w| w.strong_count() > 0);
+        open.clone()
+    }
+    .into_iter()
+    .filter_map(|w| {
+        let answer = w.upgrade()?.snapshots.request().ok();
+        Some((w, answer))
+    })
+    .collect();
+    let deadline = std::time::Instant::now() + crate::stat::ENGINE_WAIT;
+    asked
+        .into_iter()
+        .filter_map(|(w, answer)| {
+            let qps = answer
+                .and_then(|rx| rx.recv_deadline(deadline).ok())
+                .unwrap_or_default();
+            Some(w.upgrade()?.state(qps))
+        })
+        .collect()
 }
 
 /// An open device (see the module docs). Clones share it; its engine
@@ -170,10 +254,23 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// Binds UDP 4791 on `ip` and starts the device's engine. Faults named
     /// by `UROCE_FAULTS` apply to everything it sends.
+    ///
+    /// The first device a process opens starts its state socket for
+    /// `uroce stat` ([`crate::stat`]; not with `UROCE_STAT=0`).
     pub fn open(ip: IpAddr) -> Result<Device> {
         let keys = Arc::new(KeyTable::new());
         let engine = Engine::start(ip, keys.clone())?;
-        Ok(Device {
+        let reg = Arc::new(Registry {
+            keys: keys.clone(),
+            ip,
+            active_mtu: active_mtu(ip),
+            counters: engine.counters().clone(),
+            io: engine.io_path(),
+            snapshots: engine.snapshot_handle(),
+            name: std::sync::OnceLock::new(),
+            objects: Mutex::default(),
+        });
+        let dev = Device {
             shared: Arc::new(Shared {
                 engine,
                 keys,
@@ -182,9 +279,34 @@ impl Device {
                 next_pd: AtomicU32::new(1),
                 qpns: Mutex::new(HashSet::new()),
                 quota: Arc::default(),
+                reg: reg.clone(),
             }),
             events: Arc::new(new_event_queue()?),
-        })
+        };
+        let mut open = OPEN.lock();
+        open.retain(|w| w.strong_count() > 0);
+        open.push(Arc::downgrade(&reg));
+        drop(open);
+        crate::stat::serve_lazily();
+        Ok(dev)
+    }
+
+    /// Names the device (`uroce stat` shows the name; the first one
+    /// given stays).
+    pub fn set_name(&self, name: &str) {
+        let _ = self.shared.reg.name.set(name.to_owned());
+    }
+    /// The device's name (its address until [`Device::set_name`]).
+    pub fn name(&self) -> String {
+        self.shared.reg.name()
+    }
+    /// The device's state as `uroce stat` shows it.
+    pub fn state(&self) -> DeviceState {
+        let qps = self
+            .engine()
+            .snapshot_qps(crate::stat::ENGINE_WAIT)
+            .unwrap_or_default();
+        self.shared.reg.state(qps)
     }
 
     /// Another context on this open device: the same engine, keys and
@@ -274,9 +396,22 @@ impl Device {
 
     // ------------------------------------------------------------ PDs, MRs, MWs
 
-    /// A new protection domain number.
+    /// A new protection domain number (not listed by `uroce stat`
+    /// unless objects are made in it: see [`Device::new_pd`]).
     pub fn alloc_pd(&self) -> PdId {
         self.shared.next_pd.fetch_add(1, Ordering::Relaxed)
+    }
+    /// A new protection domain in the device's `max_pd`, listed by
+    /// `uroce stat` while the handle lives.
+    pub fn new_pd(&self) -> Result<PdHandle> {
+        let slot = self.take_slot(Resource::Pd)?;
+        let id = self.alloc_pd();
+        self.shared.reg.objects.lock().pds.insert(id);
+        Ok(PdHandle {
+            id,
+            reg: Arc::downgrade(&self.shared.reg),
+            _slot: slot,
+        })
     }
 
     /// The access rights a region may be registered with: remote write
@@ -400,6 +535,10 @@ impl Device {
         let slot = self.take_slot(Resource::Cq)?;
         let inner =
             CqInner::with_channel(cqe as usize, channel, context, Some(self.events().clone()));
+        let mut objects = self.shared.reg.objects.lock();
+        objects.cqs.retain(|c| c.strong_count() > 0);
+        objects.cqs.push(Arc::downgrade(&inner));
+        drop(objects);
         Ok(CqHandle {
             dev: self.clone(),
             inner,
@@ -425,7 +564,7 @@ impl Device {
         }
         let slot = self.take_slot(Resource::Srq)?;
         let handle = NEXT.fetch_add(1, Ordering::Relaxed);
-        Ok(SrqHandle {
+        let srq = SrqHandle {
             _slot: slot,
             _dev: self.clone(),
             pd,
@@ -433,7 +572,17 @@ impl Device {
             handle,
             max_wr,
             max_sge: max_sge.max(1),
-        })
+        };
+        let mut objects = self.shared.reg.objects.lock();
+        objects.srqs.retain(|e| e.rq.strong_count() > 0);
+        objects.srqs.push(SrqEntry {
+            rq: Arc::downgrade(&srq.rq),
+            pd,
+            max_wr: srq.max_wr,
+            max_sge: srq.max_sge,
+        });
+        drop(objects);
+        Ok(srq)
     }
 
     // ------------------------------------------------------------ QPs
@@ -502,6 +651,20 @@ impl Device {
             self.free_qpn(qpn);
             return Err(e);
         }
+        self.shared.reg.objects.lock().qps.insert(
+            qpn,
+            QpEntry {
+                qp_type: spec.qp_type,
+                pd: spec.pd,
+                cap,
+                sq: sq.clone(),
+                rq: rq.clone(),
+                send_cq: spec.send_cq.handle(),
+                recv_cq: spec.recv_cq.handle(),
+                srq: spec.srq.map(|s| s.handle),
+                state: state.clone(),
+            },
+        );
         Ok(QpHandle {
             dev: self.clone(),
             qpn,
@@ -572,6 +735,207 @@ impl CmLink {
     /// Reads the agent (nothing to send afterwards).
     pub fn peek<T>(&self, f: impl FnOnce(&CmAgent) -> T) -> T {
         f(&self.agent.lock())
+    }
+}
+
+// ---------------------------------------------------------------- PD
+
+/// A protection domain made by [`Device::new_pd`]: it holds its place in
+/// the device's `max_pd` and is listed by `uroce stat` until dropped.
+#[derive(Debug)]
+pub struct PdHandle {
+    id: PdId,
+    reg: Weak<Registry>,
+    _slot: Slot,
+}
+
+impl PdHandle {
+    /// Its number.
+    pub fn id(&self) -> PdId {
+        self.id
+    }
+}
+
+impl Drop for PdHandle {
+    fn drop(&mut self) {
+        if let Some(r) = self.reg.upgrade() {
+            r.objects.lock().pds.remove(&self.id);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- state
+
+impl Registry {
+    fn name(&self) -> String {
+        self.name
+            .get()
+            .cloned()
+            .unwrap_or_else(|| self.ip.to_string())
+    }
+
+    /// The device as `uroce stat` shows it: its objects from the
+    /// registry and the key table, its QPs' attributes and tallies from
+    /// the engine (without them if it does not answer in time).
+    fn state(&self, qps: Vec<QpSnapshot>) -> DeviceState {
+        let live: HashMap<u32, QpSnapshot> = qps.into_iter().map(|q| (q.qpn, q)).collect();
+        let mut mrs: Vec<MrState> = self.keys.regions().iter().map(|m| mr_state(m)).collect();
+        mrs.sort_by_key(|m| (m.pdn, m.lkey));
+        let objects = self.objects.lock();
+        let cqs = objects
+            .cqs
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|c| CqState {
+                cqn: c.handle(),
+                cqe: c.depth(),
+                pending: c.len(),
+                unacked_events: c.unacked_events(),
+            })
+            .collect();
+        let srqs: Vec<SrqState> = objects
+            .srqs
+            .iter()
+            .filter_map(|e| {
+                let rq = e.rq.upgrade()?;
+                Some(SrqState {
+                    srqn: rq.srq_handle(),
+                    pdn: e.pd,
+                    max_wr: e.max_wr,
+                    max_sge: e.max_sge,
+                    posted: rq.len(),
+                    limit: rq.limit(),
+                })
+            })
+            .collect();
+        let qps: Vec<QpStat> = objects
+            .qps
+            .iter()
+            .map(|(&qpn, e)| qp_stat(qpn, e, live.get(&qpn)))
+            .collect();
+        // Every PD handle, and every PD an object names (made with
+        // `alloc_pd`).
+        let pdns: BTreeSet<PdId> = objects
+            .pds
+            .iter()
+            .copied()
+            .chain(mrs.iter().map(|m| m.pdn))
+            .chain(qps.iter().map(|q| q.pdn))
+            .chain(srqs.iter().map(|s| s.pdn))
+            .collect();
+        let pds = pdns
+            .into_iter()
+            .map(|pdn| PdState {
+                pdn,
+                mrs: mrs.iter().filter(|m| m.pdn == pdn).count(),
+                qps: qps.iter().filter(|q| q.pdn == pdn).count(),
+                srqs: srqs.iter().filter(|s| s.pdn == pdn).count(),
+            })
+            .collect();
+        DeviceState {
+            name: self.name(),
+            addr: self.ip.to_string(),
+            port: 1,
+            port_state: "ACTIVE".into(),
+            active_mtu: self.active_mtu.bytes(),
+            netdev_mtu: interface_mtu(self.ip),
+            io_path: self.io.to_string(),
+            pds,
+            mrs,
+            cqs,
+            srqs,
+            qps,
+            counters: self
+                .counters
+                .snapshot()
+                .entries()
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        }
+    }
+}
+
+fn mr_state(m: &MrInner) -> MrState {
+    MrState {
+        pdn: m.pd(),
+        lkey: m.lkey(),
+        rkey: m.rkey(),
+        iova: m.iova(),
+        length: m.len() as u64,
+        access: m
+            .access()
+            .iter_names()
+            .map(|(name, _)| name.to_owned())
+            .collect(),
+    }
+}
+
+/// A QP's line: what the face knows (type, PD, queues) and what the
+/// engine said (`live`: state, PSNs, peer, tally).
+fn qp_stat(qpn: u32, e: &QpEntry, live: Option<&QpSnapshot>) -> QpStat {
+    let attr = live.map(|l| l.attr).unwrap_or_default();
+    let tally = live.map(|l| l.tally).unwrap_or_default();
+    // RTR gave it a peer (RC, UC; a QP that went to ERR before has none).
+    let connected = e.qp_type != QpType::Ud && attr.dest_qp_num != 0;
+    let last = tally.last_error;
+    QpStat {
+        qpn,
+        qp_type: format!("{:?}", e.qp_type).to_uppercase(),
+        state: match live {
+            Some(_) => state_name(attr.qp_state).into(),
+            None => "UNKNOWN".into(),
+        },
+        pdn: e.pd,
+        dest_qpn: attr.dest_qp_num,
+        dest_addr: connected.then(|| attr.ah_attr.ip().to_string()),
+        path_mtu: attr.path_mtu.bytes(),
+        sq_psn: attr.sq_psn,
+        rq_psn: attr.rq_psn,
+        send_cq: e.send_cq,
+        recv_cq: e.recv_cq,
+        srq: e.srq,
+        sq_wrs: e.sq.outstanding(),
+        max_send_wr: e.cap.max_send_wr,
+        rq_wrs: if e.srq.is_some() { 0 } else { e.rq.len() },
+        max_recv_wr: e.cap.max_recv_wr,
+        inflight_psns: live.map_or(0, |l| l.inflight_psns),
+        retransmits: tally.retransmits,
+        retry_timeouts: tally.retry_timeouts,
+        rnr_naks_rcvd: tally.rnr_naks_rcvd,
+        seq_naks_rcvd: tally.seq_naks_rcvd,
+        last_error_status: last.map(|l| l.status as u32),
+        last_error_wr_id: last.map(|l| l.wr_id),
+        // The QP's own explanation (which check failed, on which side;
+        // `UROCE_EXPLAIN`), else the completion's status and WR. A flush
+        // is explained by the error that moved the QP to ERR.
+        last_error: e
+            .state
+            .error_cause()
+            .or_else(|| e.state.last_error())
+            .map(|x| x.to_string())
+            .or_else(|| {
+                last.map(|l| {
+                    let side = if l.send { "send" } else { "receive" };
+                    format!(
+                        "{} ({}) on {side} wr_id {:#x}",
+                        l.status, l.status as u32, l.wr_id
+                    )
+                })
+            }),
+    }
+}
+
+/// A QP state as `rdma resource show qp` writes it.
+fn state_name(s: QpState) -> &'static str {
+    match s {
+        QpState::Reset => "RESET",
+        QpState::Init => "INIT",
+        QpState::Rtr => "RTR",
+        QpState::Rts => "RTS",
+        QpState::Sqd => "SQD",
+        QpState::Sqe => "SQE",
+        QpState::Err => "ERR",
     }
 }
 
@@ -996,6 +1360,7 @@ fn post_each<T, W, E: From<DeviceError>>(
 
 impl Drop for QpHandle {
     fn drop(&mut self) {
+        self.dev.shared.reg.objects.lock().qps.remove(&self.qpn);
         let _ = self.dev.engine().destroy_qp(self.qpn);
         self.dev.free_qpn(self.qpn);
     }

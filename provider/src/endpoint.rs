@@ -332,6 +332,11 @@ impl Endpoint {
         self.qps.get(&qpn).map(|s| &*s.qp)
     }
 
+    /// Every QP (QP1 included).
+    pub fn qps(&self) -> impl Iterator<Item = &(dyn QpMachine + 'static)> + '_ {
+        self.qps.values().map(|s| &*s.qp)
+    }
+
     /// A QP, to change (modify, post to): it is queued for output, since
     /// the change may give it something to send or move its timers.
     pub fn qp_mut(&mut self, qpn: u32) -> Option<&mut (dyn QpMachine + 'static)> {

@@ -17,6 +17,7 @@ pub mod net;
 pub mod planted;
 pub mod qp_attr;
 pub mod quota;
+pub mod stat;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod threads;

@@ -37,6 +37,8 @@
 #     both ways;
 #   * perftest's ib_{send,write,read,atomic}_bw and ib_{send,write,read}_lat
 #     over RC, and UC/UD where the tool offers them;
+#   * tests/ibverbs/stat.sh: `uroce stat` against ibv_rc_pingpong's
+#     server (its QP, receives and buffer), its socket gone at exit;
 #   * tests/ibverbs/rdmacm.sh: the rdma_cm programs (rdmacm-utils' rping,
 #     ucmatose, udaddy, rdma_server/rdma_client, perftest -R) on uroce's
 #     librdmacm.so.1, and tests/ibverbs/rdmacm_errors.c; rsockets
@@ -312,6 +314,9 @@ pair "ib_write_lat UC" "$lat" ib_write_lat -x 0 -c UC
 pair "ib_read_lat RC" "$lat" ib_read_lat -x 0
 pair "ib_send_bw RC -e" "$bw" ib_send_bw -x 0 -e
 pair "ib_send_lat RC -e" "$lat" ib_send_lat -x 0 -e
+
+# uroce stat against ibv_rc_pingpong (tests/ibverbs/stat.sh).
+. "$root/tests/ibverbs/stat.sh"
 
 # rdma_cm: rdmacm-utils and perftest -R on uroce's librdmacm.so.1.
 . "$root/tests/ibverbs/rdmacm.sh"

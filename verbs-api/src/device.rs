@@ -124,6 +124,7 @@ impl Device {
     /// engine thread.
     pub fn open(&self) -> Result<Context> {
         let face = face::Device::open(self.cfg.ip)?;
+        face.set_name(&self.cfg.name);
         if let Some(path) = capture_path_from_env(&self.cfg.name) {
             face.capture(Some(&path))?;
         }
@@ -333,9 +334,8 @@ impl Context {
     }
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
-        let slot = self.inner.face.take_slot(Resource::Pd)?;
-        let id = self.inner.face.alloc_pd();
-        Ok(ProtectionDomain::new(self.clone(), id, slot))
+        let pd = self.inner.face.new_pd()?;
+        Ok(ProtectionDomain::new(self.clone(), pd))
     }
     /// `ibv_create_cq` with at least `cqe` entries.
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {

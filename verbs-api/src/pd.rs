@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::qp::{QpInitAttr, QueuePair};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use uroce_provider::device::PdHandle;
 use uroce_provider::memory::{MemError, MrInner, MwBind, MwInner, MwType, PdId};
 use uroce_provider::quota::{Resource, Slot};
 use uroce_provider::types::{Access, SendFlags, SendWr, Sge, WrOpcode};
@@ -16,17 +17,18 @@ pub struct ProtectionDomain {
     pub(crate) id: PdId,
     /// Held by every MR and QP of the PD: destroy refuses while shared.
     pub(crate) users: Arc<()>,
-    /// Its place in the device's `max_pd` (none for a shared handle).
-    _slot: Option<Slot>,
+    /// The provider's PD: its place in the device's `max_pd` and in
+    /// `uroce stat` (none for a shared handle).
+    _pd: Option<PdHandle>,
 }
 
 impl ProtectionDomain {
-    pub(crate) fn new(ctx: Context, id: PdId, slot: Slot) -> ProtectionDomain {
+    pub(crate) fn new(ctx: Context, pd: PdHandle) -> ProtectionDomain {
         ProtectionDomain {
             ctx,
-            id,
+            id: pd.id(),
             users: Arc::new(()),
-            _slot: Some(slot),
+            _pd: Some(pd),
         }
     }
     /// The context.
@@ -48,7 +50,7 @@ impl ProtectionDomain {
             ctx: self.ctx.clone(),
             id: self.id,
             users: self.users.clone(),
-            _slot: None,
+            _pd: None,
         }
     }
 

@@ -20,7 +20,7 @@ use crate::endpoint::{Endpoint, GroupChange, McastError, RxIp};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
-use crate::transport::{Nanos, QpMachine};
+use crate::transport::{Nanos, QpMachine, QpTally};
 use crate::types::QpState;
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::SegQueue;
@@ -65,8 +65,23 @@ enum Command {
     Sync(Sender<()>),
     SetFaults(Option<Faults>, Sender<()>),
     Dump(u32, Sender<String>),
+    Snapshot(Sender<Vec<QpSnapshot>>),
     Capture(Option<std::path::PathBuf>, Sender<Result<(), String>>),
     Mcast(McastOp, u32, IpAddr, Sender<Result<(), EngineError>>),
+}
+
+/// One QP as the engine sees it at one moment (for `uroce stat`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpSnapshot {
+    /// QP number.
+    pub qpn: u32,
+    /// Its attributes, as `ibv_query_qp` reports them (state, PSNs,
+    /// destination).
+    pub attr: QpAttr,
+    /// Request PSNs sent and not yet acknowledged.
+    pub inflight_psns: u32,
+    /// What it counted of its own life.
+    pub tally: QpTally,
 }
 
 /// A multicast membership change.
@@ -607,6 +622,24 @@ impl Engine {
         self.call(|tx| Command::Dump(qpn, tx))
     }
 
+    /// Every QP of the device as the engine sees it now, or `Stopped` if
+    /// the engine does not answer within `wait` (busy, or gone).
+    pub fn snapshot_qps(&self, wait: std::time::Duration) -> Result<Vec<QpSnapshot>, EngineError> {
+        if self.on_own_thread() {
+            return Err(EngineError::Reentrant);
+        }
+        let rx = self.snapshot_handle().request()?;
+        rx.recv_timeout(wait).map_err(|_| EngineError::Stopped)
+    }
+    /// A handle that asks for [`Engine::snapshot_qps`] without keeping
+    /// the engine alive.
+    pub fn snapshot_handle(&self) -> SnapshotHandle {
+        SnapshotHandle {
+            cmds: self.cmds.clone(),
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
     /// Returns once the engine has finished whatever packet it was
     /// processing: after a region's keys are removed, no copy into it is
     /// in progress when this returns.
@@ -623,6 +656,38 @@ impl Engine {
         // second from the next pass's, after the first pass transmitted.
         self.call(Command::Sync)?;
         self.call(Command::Sync)
+    }
+}
+
+/// See [`Engine::snapshot_handle`].
+#[derive(Clone)]
+pub struct SnapshotHandle {
+    cmds: Sender<Command>,
+    shared: std::sync::Weak<Shared>,
+}
+
+impl std::fmt::Debug for SnapshotHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SnapshotHandle")
+    }
+}
+
+impl SnapshotHandle {
+    /// Asks the engine for its QPs; the answer comes on the channel
+    /// returned, which closes unanswered when the engine stops first
+    /// (`Stopped` at once if it has). Never call it from the engine's
+    /// own thread and wait there.
+    pub fn request(&self) -> Result<Receiver<Vec<QpSnapshot>>, EngineError> {
+        let shared = self.shared.upgrade().ok_or(EngineError::Stopped)?;
+        if shared.stop.load(Ordering::Acquire) {
+            return Err(EngineError::Stopped);
+        }
+        let (tx, rx) = channel::bounded(1);
+        self.cmds
+            .send(Command::Snapshot(tx))
+            .map_err(|_| EngineError::Stopped)?;
+        shared.doorbell.ring();
+        Ok(rx)
     }
 }
 
@@ -904,6 +969,15 @@ impl Driver {
                             .qp(qpn)
                             .map_or_else(|| "no such QP".into(), |qp| format!("{qp:#?}")),
                     );
+                }
+                Command::Snapshot(tx) => {
+                    let qps = self.ep.qps().map(|qp| QpSnapshot {
+                        qpn: qp.qpn(),
+                        attr: qp.attr(),
+                        inflight_psns: qp.inflight(),
+                        tally: qp.tally(),
+                    });
+                    let _ = tx.send(qps.collect());
                 }
                 Command::SetFaults(f, tx) => {
                     self.faults = f.filter(|f| !f.is_none()).map(FaultInjector::new);

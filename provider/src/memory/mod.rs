@@ -524,6 +524,11 @@ impl KeyTable {
         mr.invalidate();
     }
 
+    /// Every registered region.
+    pub fn regions(&self) -> Vec<Arc<MrInner>> {
+        self.by_lkey.iter().map(|e| e.value().clone()).collect()
+    }
+
     /// Number of registered regions.
     pub fn len(&self) -> usize {
         self.by_lkey.len()

@@ -73,6 +73,54 @@ pub struct QpCore {
     pub why: Option<String>,
     /// The explanation the next move to ERR gives as its cause.
     pub err_cause: Option<Explanation>,
+    /// What `uroce stat` shows of this QP besides its attributes.
+    pub tally: QpTally,
+}
+
+/// What one QP has counted of its own life, for `uroce stat` (the
+/// device's [`Counters`] hold the same events summed over its QPs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpTally {
+    /// Request packets sent again (go-back-N).
+    pub retransmits: u64,
+    /// Retransmission timer expiries.
+    pub retry_timeouts: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_rcvd: u64,
+    /// PSN sequence error NAKs received.
+    pub seq_naks_rcvd: u64,
+    /// The last error completion of the QP (a flush only when no other
+    /// error came before it: the flushes an error causes do not hide it).
+    pub last_error: Option<LastError>,
+}
+
+/// An error completion a QP produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastError {
+    /// Its status.
+    pub status: WcStatus,
+    /// Its WR's `wr_id`.
+    pub wr_id: u64,
+    /// A send (true) or receive (false) completion.
+    pub send: bool,
+}
+
+impl QpTally {
+    /// Notes a completion: an error one becomes the last error, unless it
+    /// is a flush and an error of another kind came first.
+    pub fn note_completion(&mut self, send: bool, wc: &Wc) {
+        let flush_over_cause = wc.status == WcStatus::WrFlushErr
+            && self
+                .last_error
+                .is_some_and(|e| e.status != WcStatus::WrFlushErr);
+        if wc.status != WcStatus::Success && !flush_over_cause {
+            self.last_error = Some(LastError {
+                status: wc.status,
+                wr_id: wc.wr_id,
+                send,
+            });
+        }
+    }
 }
 
 impl QpCore {
@@ -87,6 +135,7 @@ impl QpCore {
             last_rx: None,
             why: None,
             err_cause: None,
+            tally: QpTally::default(),
         }
     }
 
@@ -161,6 +210,7 @@ impl QpCore {
 
     /// Back to RESET: attributes, COMM_EST and the peer pin forgotten.
     pub fn reset(&mut self) {
+        self.tally = QpTally::default();
         self.comm_est = false;
         self.pin = PeerPin::default();
         self.attr = QpAttr::default();
@@ -387,6 +437,7 @@ impl<S: Service> Qp<S> {
     /// asked for a solicited event). A full CQ is a catastrophic error for
     /// the QP (IBA 11.4.2.1, QP_FATAL).
     pub(crate) fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
+        self.core.tally.note_completion(send, &wc);
         if !self.core.cfg.complete(send, wc, solicited) {
             self.fatal();
         }
@@ -728,5 +779,30 @@ impl<S: Service> QpMachine for Qp<S> {
     }
     fn only_acks_to_send(&self) -> bool {
         S::only_acks_to_send(self)
+    }
+    fn tally(&self) -> QpTally {
+        self.core.tally
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flushes_an_error_causes_do_not_hide_it() {
+        let mut t = QpTally::default();
+        let wc = |id, status| Wc::new(id, status, WcOpcode::Send, 0x11);
+        t.note_completion(true, &wc(1, WcStatus::Success));
+        assert_eq!(t.last_error, None);
+        t.note_completion(true, &wc(2, WcStatus::WrFlushErr));
+        assert_eq!(t.last_error.map(|e| e.status), Some(WcStatus::WrFlushErr));
+        t.note_completion(true, &wc(3, WcStatus::RetryExcErr));
+        t.note_completion(false, &wc(4, WcStatus::WrFlushErr));
+        let e = t.last_error.unwrap();
+        assert_eq!(
+            (e.status, e.wr_id, e.send),
+            (WcStatus::RetryExcErr, 3, true)
+        );
     }
 }

@@ -50,7 +50,7 @@ pub mod ud;
 pub use self::admission::{pkey_matches, Drop, PeerPin, SweepDetector, PKEY};
 pub use self::admission::{PLAUSIBLE_PSN_WINDOW, SWEEP_PERIOD_NS, SWEEP_THRESHOLD};
 pub use self::config::QpConfig;
-pub use self::core::QpCore;
+pub use self::core::{LastError, QpCore, QpTally};
 pub use self::message::payload_length_ok;
 pub use self::queues::{PostError, QueueAllocError, RecvQueue, SendQueue, StateCell};
 use crate::qp_attr::{AttrMask, CapError, ModifyError, QpAttr};
@@ -179,6 +179,10 @@ pub trait QpMachine: Send + std::fmt::Debug {
     /// back for an application's next post to carry (`Driver::app_pass`).
     fn only_acks_to_send(&self) -> bool {
         false
+    }
+    /// What the QP counted of its own life (see [`core::QpTally`]).
+    fn tally(&self) -> core::QpTally {
+        core::QpTally::default()
     }
 }
 

@@ -15,6 +15,7 @@
 //! | `decode` | [`decode`] |
 //! | `sample-pcap` | [`sample`] |
 //! | `trace-merge` | [`trace_merge`] |
+//! | `stat` | [`stat`] (the source: [`uroce_verbs::provider::stat`]) |
 //! | `libdir`, `exec` | [`libdir`], [`sysfs`] (the sysfs view `exec` gives) |
 #![warn(missing_docs)]
 
@@ -25,6 +26,7 @@ pub mod fuzz;
 pub mod libdir;
 pub mod pingpong;
 pub mod sample;
+pub mod stat;
 pub mod stress;
 pub mod sysfs;
 pub mod trace_merge;

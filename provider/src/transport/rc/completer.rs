@@ -33,6 +33,7 @@ impl RcQp {
                     AethSyndrome::Ack { .. } => self.ack_through(psn),
                     AethSyndrome::RnrNak { timer } => {
                         Counters::inc(&self.core.cfg.counters.rnr_naks_rcvd);
+                        self.core.tally.rnr_naks_rcvd += 1;
                         if !self.nak_reaches(psn) {
                             return;
                         }
@@ -65,6 +66,7 @@ impl RcQp {
                     }
                     AethSyndrome::Nak(NakCode::PsnSequenceError) => {
                         Counters::inc(&self.core.cfg.counters.seq_naks_rcvd);
+                        self.core.tally.seq_naks_rcvd += 1;
                         if !self.nak_reaches(psn) {
                             return;
                         }

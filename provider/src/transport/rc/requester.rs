@@ -404,6 +404,7 @@ impl RcQp {
         let psn = self.svc.req.next_psn;
         if psn.distance_from(self.svc.req.una) < self.svc.req.hwm.distance_from(self.svc.req.una) {
             Counters::inc(&self.core.cfg.counters.retransmits);
+            self.core.tally.retransmits += 1;
         }
         if e.wr.opcode == WrOpcode::RdmaRead {
             self.svc.req.next_psn = e.first_psn.add(e.npkts);
@@ -590,6 +591,7 @@ impl RcQp {
             return;
         }
         Counters::inc(&self.core.cfg.counters.retry_timeouts);
+        self.core.tally.retry_timeouts += 1;
         if self.svc.req.retry_left == 0 {
             let a = &self.core.attr;
             self.core.why = Some(format!(

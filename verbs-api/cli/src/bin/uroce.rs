@@ -54,6 +54,21 @@ enum Cmd {
         #[arg(short = 'o', long)]
         out: std::path::PathBuf,
     },
+    /// The live state of every uroce process of this user (or of one):
+    /// devices, PDs, MRs, CQs, SRQs, QPs and counters, as `rdma resource
+    /// show` and `rdma statistic` show kernel devices. Each process
+    /// serves it on $XDG_RUNTIME_DIR/uroce/PID.sock (or /tmp/uroce-UID/)
+    /// unless run with UROCE_STAT=0.
+    Stat {
+        /// Only this process.
+        pid: Option<u32>,
+        /// Print JSON (an array of processes) instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Print again every second until interrupted.
+        #[arg(short = 'w', long)]
+        watch: bool,
+    },
     /// A stateful RoCEv2 fuzzer: plays the peer of a target (uroce's QP
     /// machines on the simulated network, or any RoCEv2 device through
     /// uroce-fuzz-agent), checks oracles after every case, minimizes
@@ -420,6 +435,15 @@ fn main() -> ExitCode {
             let e = uroce_cli::libdir::exec(&cmd);
             eprintln!("uroce exec: {e}");
             ExitCode::FAILURE
+        }
+        Cmd::Stat { pid, json, watch } => {
+            match uroce_cli::stat::run(uroce_cli::stat::StatOptions { pid, json, watch }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("uroce stat: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Cmd::Libdir => match uroce_cli::libdir::run() {
             Ok(()) => ExitCode::SUCCESS,
