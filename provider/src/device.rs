@@ -30,6 +30,7 @@
 //! assert_eq!(qp.state(), uroce_provider::types::QpState::Reset);
 //! ```
 
+use crate::check::{self, Category, QpLedger};
 use crate::cm::gsi::GsiQp;
 use crate::cm::{CmAgent, CmConfig};
 use crate::counters::CounterSnapshot;
@@ -46,7 +47,7 @@ use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use crate::cm::gsi::Sink as CmSink;
@@ -171,6 +172,7 @@ impl Device {
     /// Binds UDP 4791 on `ip` and starts the device's engine. Faults named
     /// by `UROCE_FAULTS` apply to everything it sends.
     pub fn open(ip: IpAddr) -> Result<Device> {
+        check::init_from_env();
         let keys = Arc::new(KeyTable::new());
         let engine = Engine::start(ip, keys.clone())?;
         Ok(Device {
@@ -365,6 +367,9 @@ impl Device {
     /// Deregisters a region: its keys stop working, and no copy into or
     /// out of it is in progress when this returns.
     pub fn dereg(&self, mr: &MrInner) {
+        if check::any() {
+            check::deregistering(&self.shared.keys, mr.lkey());
+        }
         self.shared.keys.deregister(mr);
     }
     /// An unbound memory window.
@@ -403,6 +408,7 @@ impl Device {
         Ok(CqHandle {
             dev: self.clone(),
             inner,
+            attached_wrs: Arc::new(AtomicU64::new(0)),
             _slot: slot,
         })
     }
@@ -467,12 +473,21 @@ impl Device {
         // and a QP number is taken.
         cap.check()?;
         let slot = self.take_slot(Resource::Qp)?;
-        let sq = Arc::new(SendQueue::new(cap.max_send_wr.max(1))?);
+        let mut sq = SendQueue::new(cap.max_send_wr.max(1))?;
         let rq = match spec.srq {
             Some(srq) => srq.rq.clone(),
             None => Arc::new(RecvQueue::new(cap.max_recv_wr.max(1))?),
         };
         let qpn = self.alloc_qpn();
+        let ledger = QpLedger::new(
+            &self.shared.keys,
+            qpn,
+            spec.pd,
+            cap.max_send_wr,
+            cap.max_inline_data,
+        );
+        sq.attach_ledger(ledger.clone());
+        let sq = Arc::new(sq);
         let state = Arc::new(StateCell::default());
         let engine = self.engine();
         let cfg = QpConfig {
@@ -502,17 +517,30 @@ impl Device {
             self.free_qpn(qpn);
             return Err(e);
         }
+        let attached = [
+            (spec.send_cq, cap.max_send_wr),
+            (spec.recv_cq, cap.max_recv_wr),
+        ];
+        if check::on(Category::Queue) {
+            check_cq_sizes(qpn, &attached);
+        }
+        for (cq, n) in attached {
+            cq.attached_wrs.fetch_add(n as u64, Ordering::Relaxed);
+        }
         Ok(QpHandle {
             dev: self.clone(),
             qpn,
             qp_type: spec.qp_type,
             cap,
+            pd: spec.pd,
             sq,
             rq,
             state,
             srq: spec.srq.is_some(),
+            ledger,
             _send_cq: spec.send_cq.inner.clone(),
             _recv_cq: spec.recv_cq.inner.clone(),
+            attached_wrs: attached.map(|(cq, n)| (cq.attached_wrs.clone(), n)),
             _slot: slot,
         })
     }
@@ -544,6 +572,41 @@ impl Device {
             Some(sink),
         );
         Ok(engine.add_qp(qp)?)
+    }
+}
+
+/// The checker's CQ sizing rule, at the creation of QP `qpn` attached to
+/// `attached` (its send CQ with its send queue's depth, its receive CQ with
+/// its receive queue's): every WR the CQ's QPs can have outstanding may
+/// complete into it at once.
+fn check_cq_sizes(qpn: u32, attached: &[(&CqHandle, u32); 2]) {
+    let [(scq, s), (rcq, r)] = *attached;
+    let mut cqs = vec![(scq, s as u64)];
+    if std::ptr::eq(scq, rcq) {
+        cqs[0].1 += r as u64;
+    } else {
+        cqs.push((rcq, r as u64));
+    }
+    for (cq, add) in cqs {
+        let total = cq.attached_wrs.load(Ordering::Relaxed) + add;
+        if add == 0 || total <= cq.depth() as u64 {
+            continue;
+        }
+        let what = format!(
+            "QP {qpn:#x} brings the WRs that can complete into CQ {} to {total} (the send and \
+             receive queue depths of the QPs using it), but the CQ holds {}: if they all \
+             complete before the application polls, the CQ overruns, the CQ and its QPs go to \
+             error (IBV_EVENT_CQ_ERR, IBV_EVENT_QP_FATAL)",
+            cq.handle(),
+            cq.depth()
+        );
+        check::report(
+            Category::Queue,
+            &what,
+            "ibv_create_cq(3): cqe, the minimum number of entries required; IBA 11.4.2.1: a \
+             CQ overrun is an error of the CQ (CQ Error event) and of its QPs",
+            &[("QP created at", &check::Caller::here())],
+        );
     }
 }
 
@@ -582,6 +645,9 @@ impl CmLink {
 pub struct CqHandle {
     dev: Device,
     inner: Arc<CqInner>,
+    /// The send or receive queue depths of the QPs using the CQ, summed
+    /// (the checker's sizing rule).
+    attached_wrs: Arc<AtomicU64>,
     _slot: Slot,
 }
 
@@ -629,11 +695,21 @@ impl CqHandle {
     }
     /// Up to `out.len()` completions, oldest first.
     pub fn poll(&self, out: &mut [Wc]) -> usize {
-        self.inner.poll(out)
+        let n = self.inner.poll(out);
+        if check::any() && n > 0 {
+            check::polled(&self.dev.shared.keys, &out[..n]);
+        }
+        n
     }
     /// One completion, if any.
     pub fn poll_one(&self) -> Option<Wc> {
-        self.inner.poll_one()
+        let wc = self.inner.poll_one();
+        if check::any() {
+            if let Some(wc) = &wc {
+                check::polled(&self.dev.shared.keys, std::slice::from_ref(wc));
+            }
+        }
+        wc
     }
     /// True once a completion was lost because the CQ was full.
     pub fn overflowed(&self) -> bool {
@@ -712,6 +788,10 @@ impl SrqHandle {
     ) -> std::result::Result<(), (usize, E)> {
         post_each(items, self.max_wr as usize, read, |wr| {
             self.check_sges(wr.sg_list.len())?;
+            if check::on(Category::Post) {
+                let keys = &self._dev.shared.keys;
+                check_recv_wr(keys, self.pd, self.handle, &wr);
+            }
             Ok(self.rq.post(wr)?)
         })
         .1
@@ -779,8 +859,13 @@ pub struct QpHandle {
     /// on its own).
     state: Arc<StateCell>,
     srq: bool,
+    pd: PdId,
+    /// The checker's ledger (`UROCE_CHECK` on when the QP was made).
+    ledger: Option<Arc<QpLedger>>,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    /// What the QP added to its CQs' sums of queue depths.
+    attached_wrs: [(Arc<AtomicU64>, u32); 2],
     _slot: Slot,
 }
 
@@ -807,6 +892,11 @@ impl QpHandle {
     }
     /// Modifies the QP; returns its attributes afterwards.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<QpAttr> {
+        if let Some(l) = &self.ledger {
+            if mask.contains(AttrMask::STATE) && attr.qp_state == QpState::Err {
+                l.set_err_by_app();
+            }
+        }
         Ok(self.dev.engine().modify_qp(self.qpn, attr, mask)?)
     }
     /// The QP's attributes.
@@ -841,7 +931,13 @@ impl QpHandle {
     }
     /// The inline length rule (EINVAL beyond `max_inline_data`).
     pub fn check_inline(&self, len: usize) -> std::result::Result<(), LimitError> {
-        self.cap.check_inline(len)
+        let r = self.cap.check_inline(len);
+        if let (Err(_), Some(l)) = (&r, &self.ledger) {
+            if check::on(Category::Post) {
+                l.inline_too_long(len);
+            }
+        }
+        r
     }
     /// The SGE count rule of this QP's receive WRs (EINVAL beyond
     /// `max_recv_sge`).
@@ -906,9 +1002,18 @@ impl QpHandle {
                 DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()).into(),
             ));
         }
+        let ledger = self.ledger.as_ref().filter(|_| check::any());
+        if let Some(l) = ledger {
+            if check::on(Category::Post) && self.state() == QpState::Err {
+                l.post_in_err();
+            }
+        }
         let depth = self.sq.capacity() as usize;
         let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_send(&wr)?;
+            if let Some(l) = ledger.filter(|_| check::on(Category::Post)) {
+                l.check_send_wr(&wr);
+            }
             Ok(self.sq.post(wr)?)
         });
         if posted > 0 {
@@ -943,6 +1048,9 @@ impl QpHandle {
         let depth = self.rq.capacity();
         let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_recv_sges(wr.sg_list.len())?;
+            if check::on(Category::Post) {
+                check_recv_wr(&self.dev.shared.keys, self.pd, self.qpn, &wr);
+            }
             Ok(self.rq.post(wr)?)
         });
         if posted > 0 {
@@ -984,8 +1092,22 @@ fn post_each<T, W, E: From<DeviceError>>(
     (n, Ok(()))
 }
 
+/// The checker's L_Key rules of a receive WR's SG list (the buffers are
+/// written: local write).
+fn check_recv_wr(keys: &KeyTable, pd: PdId, qpn: u32, wr: &RecvWr) {
+    for s in wr.sg_list.iter().filter(|s| s.length > 0) {
+        check::check_sge(keys, pd, qpn, "receive", wr.wr_id, s, Access::LOCAL_WRITE);
+    }
+}
+
 impl Drop for QpHandle {
     fn drop(&mut self) {
+        if let Some(l) = &self.ledger {
+            check::qp_destroyed(l);
+        }
+        for (sum, n) in &self.attached_wrs {
+            sum.fetch_sub(*n as u64, Ordering::Relaxed);
+        }
         let _ = self.dev.engine().destroy_qp(self.qpn);
         self.dev.free_qpn(self.qpn);
     }

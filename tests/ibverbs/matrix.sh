@@ -24,6 +24,8 @@
 #     (SA_RESTART), as it interrupts a kernel device's read(2);
 #   * tests/ibverbs/bigqueue.c: QPs and SRQs whose queues cannot be
 #     allocated (RLIMIT_AS) are refused with ENOMEM, not an abort;
+#   * tests/ibverbs/check_*.c: one mistake each, which the verbs checker
+#     (UROCE_CHECK=1) must report once, naming the program's line;
 #   * tests/ibverbs/contexts.c: no event at open, an async_fd per context
 #     with the events of its own objects, EADDRINUSE for a taken address;
 #   * ibv_devices and ibv_devinfo; tests/ibverbs/sysfs.c: the sysfs files
@@ -79,7 +81,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
-pass() { passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"; }
+# With UROCE_CHECK set (the verbs checker on: see the README's "Finding
+# your RDMA bug"), an entry whose output holds a checker report fails,
+# unless it plants mistakes on purpose (may_report=1 pass ...).
+pass() {
+  if [ -n "${UROCE_CHECK:-}" ] && [ -z "${may_report:-}" ] && grep -q '^uroce check \[' "$tmp/out" 2>/dev/null; then
+    fail "$1" "UROCE_CHECK reported a mistake"
+    return
+  fi
+  passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"
+}
 fail() {
   failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "$2"
   sed 's/^/      | /' "$tmp/out" | tail -20
@@ -88,7 +99,7 @@ fail() {
 # ---- the C error-path program
 cc -O1 -Wall -o "$tmp/errors" tests/ibverbs/errors.c -libverbs || exit 1
 if UROCE_DEVICES=uroce0=127.40.2.1,uroce1=127.40.2.2 timeout 60 "$tmp/errors" >"$tmp/out" 2>&1; then
-  pass "errors.c" "$(tail -1 "$tmp/out")"
+  may_report=1 pass "errors.c" "$(tail -1 "$tmp/out")"
 else
   fail "errors.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
@@ -98,7 +109,7 @@ fi
 # without end fails here)
 cc -O1 -Wall -o "$tmp/handles" tests/ibverbs/handles.c -libverbs || exit 1
 if UROCE_DEVICES=uroce0=127.101.1.1,uroce1=127.101.1.2 timeout 300 "$tmp/handles" >"$tmp/out" 2>&1; then
-  pass "handles.c" "$(tail -1 "$tmp/out")"
+  may_report=1 pass "handles.c" "$(tail -1 "$tmp/out")"
 else
   fail "handles.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
@@ -165,6 +176,27 @@ if UROCE_DEVICES=uroce0=127.40.4.1 timeout 60 "$tmp/contexts" >"$tmp/out" 2>&1; 
 else
   fail "contexts.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
+
+# ---- the verbs checker (UROCE_CHECK=1): each tests/ibverbs/check_NAME.c
+# makes one mistake; exactly one report of its category must reach stderr,
+# naming the program's own source line (built with -g, the backtrace is
+# symbolised). Each also passes its own checks.
+for c in buffer:buffer dereg:lifetime destroy_qp:lifetime ah:lifetime \
+  unsignaled:queue cq_size:queue ack:event err_post:post pd:post inline:post; do
+  t=check_${c%%:*} cat=${c#*:}
+  cc -g -O0 -Wall -o "$tmp/$t" "tests/ibverbs/$t.c" -libverbs || exit 1
+  UROCE_CHECK=1 UROCE_DEVICES=uroce0=127.117.1.1,uroce1=127.117.1.2 timeout 60 \
+    "$tmp/$t" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  n=$(grep -c '^uroce check \[' "$tmp/err")
+  cat "$tmp/err" >>"$tmp/out"
+  if [ $rc = 0 ] && [ "$n" = 1 ] && grep -q "^uroce check \[$cat\]" "$tmp/err" &&
+    grep -q "$t\.c:[0-9]" "$tmp/err"; then
+    may_report=1 pass "$t.c (UROCE_CHECK)" "[$cat] at $(grep -m1 -o "$t\.c:[0-9]*" "$tmp/err")"
+  else
+    fail "$t.c (UROCE_CHECK)" "exit $rc, $n reports (1 [$cat] naming $t.c expected)"
+  fi
+done
 
 # ---- device listing
 export UROCE_DEVICES=uroce0=127.40.3.1,uroce1=127.40.3.2
