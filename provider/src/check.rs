@@ -11,7 +11,7 @@
 //! | ---------- | ------- |
 //! | `buffer`   | a SEND/WRITE source buffer changed between `ibv_post_send` and its completion |
 //! | `lifetime` | a region deregistered, or a QP destroyed, with send WRs outstanding on it; an address handle used after it was destroyed |
-//! | `queue`    | a send queue overrun by WRs no polled completion covers (what fails with ENOMEM on a NIC that frees unsignaled WRs only then); a CQ smaller than the WRs that can complete into it |
+//! | `queue`    | a send queue overrun by WRs no polled completion covers (what fails with ENOMEM on a NIC that frees unsignaled WRs only then); a CQ smaller than the completions its QPs' posted WRs owe it |
 //! | `event`    | a CQ destroyed with completion events not acknowledged |
 //! | `post`     | an L_Key that names no region, a region of another PD, too small or without the right; inline data beyond `max_inline_data`; posting to a QP that went to ERR before any of its error completions was polled |
 //!
@@ -23,13 +23,15 @@
 //! flag word; the per-QP ledger ([`QpLedger`]) exists only for QPs created
 //! while the checker is on.
 
+use crate::cq::CqInner;
 use crate::memory::{KeyTable, PdId};
+use crate::qp_attr::QpCap;
 use crate::types::{Access, SendFlags, SendWr, Sge, Wc, WrOpcode};
 use parking_lot::Mutex;
 use std::backtrace::Backtrace;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Once, Weak};
 
 /// The environment variable that turns the checker on: `1` or `all` for
@@ -155,9 +157,9 @@ impl Caller {
     pub fn here() -> Caller {
         Caller(Backtrace::force_capture())
     }
-    /// The frames from the application's call on: the library's own (the
+    /// The frames of the application's call: those of the library (the
     /// backtrace machinery, uroce, std) are left out, and the listing
-    /// stops after `main`, or after a dozen frames.
+    /// stops at `main`, at the runtime under it, or after a dozen frames.
     pub fn frames(&self) -> Vec<String> {
         let text = self.0.to_string();
         let mut frames: Vec<Vec<&str>> = Vec::new();
@@ -175,8 +177,13 @@ impl Caller {
         let start = frames.iter().position(|f| !internal(f[0])).unwrap_or(0);
         let mut out = Vec::new();
         for f in frames.iter().skip(start).take(12) {
-            out.push(f.join("\n      "));
             let name = f[0];
+            // The runtime under the program's code (a Rust program's
+            // `lang_start`, a test harness) is left out too.
+            if !out.is_empty() && (internal(name) || name.starts_with("__libc_start")) {
+                break;
+            }
+            out.push(f.join("\n      "));
             if name == "main" || name.ends_with("::main") {
                 break;
             }
@@ -195,6 +202,7 @@ fn internal(name: &str) -> bool {
         "uroce_",
         "__rust",
         "rust_",
+        "test::",
         "backtrace::",
     ]
     .iter()
@@ -264,6 +272,7 @@ the corresponding completion queue (CQ).\" A NIC may read the buffer at any time
 /// A send WR posted and not yet retired, as the ledger keeps it.
 struct Posted {
     wr_id: u64,
+    signaled: bool,
     opcode: WrOpcode,
     /// Each source SGE with the checksum of its bytes at post time.
     sums: Vec<(Sge, u64)>,
@@ -275,6 +284,8 @@ struct Posted {
 /// later one's) the application has not polled yet.
 struct Unreaped {
     wr_id: u64,
+    /// Its completion is generated even when it succeeds.
+    signaled: bool,
 }
 
 #[derive(Default)]
@@ -288,6 +299,65 @@ struct LedgerState {
     /// The application polled an error completion of the QP.
     saw_error: bool,
     err_post_reported: bool,
+    /// Signaled send WRs and receive WRs posted whose completions the
+    /// application has not polled: what the QP owes its CQs.
+    send_owed: i64,
+    recv_owed: i64,
+}
+
+/// What the checker counts of a CQ: the completions the WRs posted to its
+/// QPs owe it (signaled send WRs and receive WRs whose completions are not
+/// polled yet, those waiting in the CQ included).
+#[derive(Debug, Default)]
+pub struct CqLedger {
+    owed: AtomicI64,
+    reported: AtomicBool,
+}
+
+/// A QP's side of one of its CQs (see [`CqLedger`]).
+#[derive(Debug)]
+pub struct CqOwing {
+    cq: Arc<CqInner>,
+    ledger: Arc<CqLedger>,
+}
+
+impl CqOwing {
+    /// The QP's completions go to `cq`, counted in `ledger`.
+    pub fn new(cq: Arc<CqInner>, ledger: Arc<CqLedger>) -> CqOwing {
+        CqOwing { cq, ledger }
+    }
+
+    /// WR `wr_id` posted to QP `qpn` will complete into the CQ: reported
+    /// (once per CQ) when that makes more completions than the CQ holds.
+    fn owe(&self, qpn: u32, wr_id: u64, kind: &str) {
+        let owed = self.ledger.owed.fetch_add(1, Ordering::Relaxed) + 1;
+        let depth = self.cq.depth() as i64;
+        if owed <= depth
+            || !on(Category::Queue)
+            || self.ledger.reported.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        let what = format!(
+            "{kind} WR wr_id {wr_id} posted to QP {qpn:#x} makes {owed} completions that CQ {} \
+             will hold before the application polls them (signaled send WRs and receive WRs \
+             posted to its QPs, completions waiting included), but it holds {depth}: once they \
+             complete the CQ overruns, and the CQ and its QPs go to error \
+             (IBV_EVENT_CQ_ERR, IBV_EVENT_QP_FATAL)",
+            self.cq.handle()
+        );
+        report(
+            Category::Queue,
+            &what,
+            "ibv_create_cq(3): cqe, the minimum number of entries the CQ must hold; IBA \
+             11.4.2.1: a CQ overrun is an error of the CQ (CQ Error event) and of its QPs",
+            &[("posted at", &Caller::here())],
+        );
+    }
+
+    fn paid(&self, n: i64) {
+        self.ledger.owed.fetch_sub(n, Ordering::Relaxed);
+    }
 }
 
 /// What the checker knows of one QP's send queue: the WRs posted and not
@@ -299,6 +369,9 @@ pub struct QpLedger {
     keys: Arc<KeyTable>,
     max_send_wr: u32,
     max_inline: u32,
+    sq_sig_all: bool,
+    /// The send CQ's and the receive CQ's counts.
+    cqs: [CqOwing; 2],
     state: Mutex<LedgerState>,
 }
 
@@ -348,8 +421,9 @@ impl QpLedger {
         keys: &Arc<KeyTable>,
         qpn: u32,
         pd: PdId,
-        max_send_wr: u32,
-        max_inline: u32,
+        cap: &QpCap,
+        sq_sig_all: bool,
+        cqs: [CqOwing; 2],
     ) -> Option<Arc<QpLedger>> {
         if !any() {
             return None;
@@ -358,8 +432,10 @@ impl QpLedger {
             qpn,
             pd,
             keys: keys.clone(),
-            max_send_wr: max_send_wr.max(1),
-            max_inline,
+            max_send_wr: cap.max_send_wr.max(1),
+            max_inline: cap.max_inline_data,
+            sq_sig_all,
+            cqs,
             state: Mutex::default(),
         });
         ledgers()
@@ -392,6 +468,7 @@ impl QpLedger {
         };
         let caller = (on(Category::Buffer) || on(Category::Lifetime)).then(Caller::here);
         let (wr_id, opcode) = (wr.wr_id, wr.opcode);
+        let signaled = self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
         let mut st = self.state.lock();
         let queued = st.pending.len() + st.unreaped.len();
         if on(Category::Queue) && queued >= self.max_send_wr as usize && !st.overrun_reported {
@@ -399,8 +476,13 @@ impl QpLedger {
             self.report_overrun(&st, wr_id);
         }
         push(wr)?;
+        if signaled {
+            st.send_owed += 1;
+            self.cqs[0].owe(self.qpn, wr_id, "send");
+        }
         st.pending.push_back(Posted {
             wr_id,
+            signaled,
             opcode,
             sums,
             lkeys,
@@ -442,7 +524,10 @@ impl QpLedger {
                 break;
             };
             self.verify(&p);
-            st.unreaped.push_back(Unreaped { wr_id: p.wr_id });
+            st.unreaped.push_back(Unreaped {
+                wr_id: p.wr_id,
+                signaled: p.signaled,
+            });
             // Only what an overrun needs is kept.
             if st.unreaped.len() > self.max_send_wr as usize {
                 st.unreaped.pop_front();
@@ -472,17 +557,55 @@ impl QpLedger {
         }
     }
 
+    /// Receive WR `wr_id` was posted to the QP's own receive queue.
+    pub fn posted_recv(&self, wr_id: u64) {
+        self.state.lock().recv_owed += 1;
+        self.cqs[1].owe(self.qpn, wr_id, "receive");
+    }
+
+    /// The QP went to RESET: its WRs and completions are gone.
+    pub fn reset(&self) {
+        let mut st = self.state.lock();
+        self.forget_owed(&mut st);
+        st.pending.clear();
+        st.unreaped.clear();
+        st.overrun_reported = false;
+        st.app_set_err = false;
+        st.saw_error = false;
+        st.err_post_reported = false;
+    }
+
+    fn forget_owed(&self, st: &mut LedgerState) {
+        self.cqs[0].paid(std::mem::take(&mut st.send_owed));
+        self.cqs[1].paid(std::mem::take(&mut st.recv_owed));
+    }
+
     /// The application polled `wc`, a completion of this QP.
     fn polled(&self, wc: &Wc) {
         let mut st = self.state.lock();
         if wc.status != crate::types::WcStatus::Success {
             st.saw_error = true;
         }
-        if (wc.opcode as u32) < 128 {
-            // A send completion covers every earlier WR of the queue.
-            if let Some(i) = st.unreaped.iter().position(|u| u.wr_id == wc.wr_id) {
-                st.unreaped.drain(..=i);
-            }
+        // An unsignaled WR's error completion was not counted.
+        let send = (wc.opcode as u32) < 128;
+        let owed = if send {
+            &mut st.send_owed
+        } else {
+            &mut st.recv_owed
+        };
+        if *owed > 0 {
+            *owed -= 1;
+            self.cqs[usize::from(!send)].paid(1);
+        }
+        if send {
+            // A send completion covers its WR and every earlier one: a
+            // successful one is the first signaled WR's, an error one the
+            // first WR of its wr_id's (wr_ids need not be unique).
+            let ok = wc.status == crate::types::WcStatus::Success;
+            let its = |u: &Unreaped| if ok { u.signaled } else { u.wr_id == wc.wr_id };
+            let covered = st.unreaped.iter().position(its).map_or(1, |i| i + 1);
+            let covered = covered.min(st.unreaped.len());
+            st.unreaped.drain(..covered);
             if st.pending.len() + st.unreaped.len() < self.max_send_wr as usize {
                 st.overrun_reported = false;
             }
@@ -636,6 +759,8 @@ pub fn check_sge(
 
 impl Drop for QpLedger {
     fn drop(&mut self) {
+        let mut st = std::mem::take(&mut *self.state.lock());
+        self.forget_owed(&mut st);
         let key = key_of(&self.keys, self.qpn);
         let mut l = ledgers().lock();
         if l.get(&key).is_some_and(|w| w.strong_count() == 0) {

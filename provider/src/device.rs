@@ -30,7 +30,7 @@
 //! assert_eq!(qp.state(), uroce_provider::types::QpState::Reset);
 //! ```
 
-use crate::check::{self, Category, QpLedger};
+use crate::check::{self, Category, CqLedger, CqOwing, QpLedger};
 use crate::cm::gsi::GsiQp;
 use crate::cm::{CmAgent, CmConfig};
 use crate::counters::CounterSnapshot;
@@ -47,7 +47,7 @@ use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 pub use crate::cm::gsi::Sink as CmSink;
@@ -408,7 +408,7 @@ impl Device {
         Ok(CqHandle {
             dev: self.clone(),
             inner,
-            attached_wrs: Arc::new(AtomicU64::new(0)),
+            ledger: Arc::default(),
             _slot: slot,
         })
     }
@@ -479,12 +479,14 @@ impl Device {
             None => Arc::new(RecvQueue::new(cap.max_recv_wr.max(1))?),
         };
         let qpn = self.alloc_qpn();
+        let owing = |cq: &CqHandle| CqOwing::new(cq.inner.clone(), cq.ledger.clone());
         let ledger = QpLedger::new(
             &self.shared.keys,
             qpn,
             spec.pd,
-            cap.max_send_wr,
-            cap.max_inline_data,
+            &cap,
+            spec.sq_sig_all,
+            [owing(spec.send_cq), owing(spec.recv_cq)],
         );
         sq.attach_ledger(ledger.clone());
         let sq = Arc::new(sq);
@@ -517,16 +519,6 @@ impl Device {
             self.free_qpn(qpn);
             return Err(e);
         }
-        let attached = [
-            (spec.send_cq, cap.max_send_wr),
-            (spec.recv_cq, cap.max_recv_wr),
-        ];
-        if check::on(Category::Queue) {
-            check_cq_sizes(qpn, &attached);
-        }
-        for (cq, n) in attached {
-            cq.attached_wrs.fetch_add(n as u64, Ordering::Relaxed);
-        }
         Ok(QpHandle {
             dev: self.clone(),
             qpn,
@@ -540,7 +532,6 @@ impl Device {
             ledger,
             _send_cq: spec.send_cq.inner.clone(),
             _recv_cq: spec.recv_cq.inner.clone(),
-            attached_wrs: attached.map(|(cq, n)| (cq.attached_wrs.clone(), n)),
             _slot: slot,
         })
     }
@@ -572,41 +563,6 @@ impl Device {
             Some(sink),
         );
         Ok(engine.add_qp(qp)?)
-    }
-}
-
-/// The checker's CQ sizing rule, at the creation of QP `qpn` attached to
-/// `attached` (its send CQ with its send queue's depth, its receive CQ with
-/// its receive queue's): every WR the CQ's QPs can have outstanding may
-/// complete into it at once.
-fn check_cq_sizes(qpn: u32, attached: &[(&CqHandle, u32); 2]) {
-    let [(scq, s), (rcq, r)] = *attached;
-    let mut cqs = vec![(scq, s as u64)];
-    if std::ptr::eq(scq, rcq) {
-        cqs[0].1 += r as u64;
-    } else {
-        cqs.push((rcq, r as u64));
-    }
-    for (cq, add) in cqs {
-        let total = cq.attached_wrs.load(Ordering::Relaxed) + add;
-        if add == 0 || total <= cq.depth() as u64 {
-            continue;
-        }
-        let what = format!(
-            "QP {qpn:#x} brings the WRs that can complete into CQ {} to {total} (the send and \
-             receive queue depths of the QPs using it), but the CQ holds {}: if they all \
-             complete before the application polls, the CQ overruns, the CQ and its QPs go to \
-             error (IBV_EVENT_CQ_ERR, IBV_EVENT_QP_FATAL)",
-            cq.handle(),
-            cq.depth()
-        );
-        check::report(
-            Category::Queue,
-            &what,
-            "ibv_create_cq(3): cqe, the minimum number of entries required; IBA 11.4.2.1: a \
-             CQ overrun is an error of the CQ (CQ Error event) and of its QPs",
-            &[("QP created at", &check::Caller::here())],
-        );
     }
 }
 
@@ -645,9 +601,8 @@ impl CmLink {
 pub struct CqHandle {
     dev: Device,
     inner: Arc<CqInner>,
-    /// The send or receive queue depths of the QPs using the CQ, summed
-    /// (the checker's sizing rule).
-    attached_wrs: Arc<AtomicU64>,
+    /// What the checker counts of the CQ: the completions it owes.
+    ledger: Arc<CqLedger>,
     _slot: Slot,
 }
 
@@ -864,8 +819,6 @@ pub struct QpHandle {
     ledger: Option<Arc<QpLedger>>,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
-    /// What the QP added to its CQs' sums of queue depths.
-    attached_wrs: [(Arc<AtomicU64>, u32); 2],
     _slot: Slot,
 }
 
@@ -893,8 +846,12 @@ impl QpHandle {
     /// Modifies the QP; returns its attributes afterwards.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<QpAttr> {
         if let Some(l) = &self.ledger {
-            if mask.contains(AttrMask::STATE) && attr.qp_state == QpState::Err {
-                l.set_err_by_app();
+            if mask.contains(AttrMask::STATE) {
+                match attr.qp_state {
+                    QpState::Err => l.set_err_by_app(),
+                    QpState::Reset => l.reset(),
+                    _ => {}
+                }
             }
         }
         Ok(self.dev.engine().modify_qp(self.qpn, attr, mask)?)
@@ -1051,7 +1008,12 @@ impl QpHandle {
             if check::on(Category::Post) {
                 check_recv_wr(&self.dev.shared.keys, self.pd, self.qpn, &wr);
             }
-            Ok(self.rq.post(wr)?)
+            let id = wr.wr_id;
+            self.rq.post(wr)?;
+            if let Some(l) = &self.ledger {
+                l.posted_recv(id);
+            }
+            Ok(())
         });
         if posted > 0 {
             self.dev.engine().kick(self.qpn);
@@ -1104,9 +1066,6 @@ impl Drop for QpHandle {
     fn drop(&mut self) {
         if let Some(l) = &self.ledger {
             check::qp_destroyed(l);
-        }
-        for (sum, n) in &self.attached_wrs {
-            sum.fetch_sub(*n as u64, Ordering::Relaxed);
         }
         let _ = self.dev.engine().destroy_qp(self.qpn);
         self.dev.free_qpn(self.qpn);

@@ -83,10 +83,14 @@ passed=0
 failed=0
 # With UROCE_CHECK set (the verbs checker on: see the README's "Finding
 # your RDMA bug"), an entry whose output holds a checker report fails,
-# unless it plants mistakes on purpose (may_report=1 pass ...).
+# unless it plants mistakes on purpose (may_report=1 pass ...) or the
+# report is a mistake of the program the README names (known_reports=REGEX
+# of the report lines allowed).
 pass() {
-  if [ -n "${UROCE_CHECK:-}" ] && [ -z "${may_report:-}" ] && grep -q '^uroce check \[' "$tmp/out" 2>/dev/null; then
-    fail "$1" "UROCE_CHECK reported a mistake"
+  if [ -n "${UROCE_CHECK:-}" ] && [ -z "${may_report:-}" ] &&
+    grep '^uroce check \[' "$tmp/out" 2>/dev/null | grep -qvE "${known_reports:-^$}"; then
+    failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "UROCE_CHECK reported a mistake"
+    grep -A12 '^uroce check \[' "$tmp/out" | head -40 | sed 's/^/      | /'
     return
   fi
   passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"
@@ -293,8 +297,12 @@ pair() {
 }
 
 pp='iters in'
+# ibv_srq_pingpong leaves the loop once its counts of all QPs' sends and
+# receives reach -n, while SENDs it posted on other QPs are in flight, and
+# destroys those QPs (the README's "Finding your RDMA bug").
+srq_known='^uroce check \[lifetime\]: QP 0x[0-9a-f]+ destroyed with 1 send WR\(s\) outstanding \(oldest: SEND wr_id 2\)'
 for t in rc uc ud srq; do
-  pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
+  known_reports=$srq_known pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
 done
 # -e: sleep on the completion channel.
 pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
@@ -303,8 +311,8 @@ pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
 # options, buffer layout: UD data after the 40-byte GRH, SRQ's 256 slots).
 uroce=$root/target/release/uroce
 for t in rc uc ud srq; do
-  cross "srv ibv_${t}_pingpong, cli uroce" "$pp" "ibv_${t}_pingpong" -g 0 -c -- "$uroce" "$t-pingpong" -g 0 -c
-  cross "srv uroce, cli ibv_${t}_pingpong" "$pp" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
+  known_reports=$srq_known cross "srv ibv_${t}_pingpong, cli uroce" "$pp" "ibv_${t}_pingpong" -g 0 -c -- "$uroce" "$t-pingpong" -g 0 -c
+  known_reports=$srq_known cross "srv uroce, cli ibv_${t}_pingpong" "$pp" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
 done
 
 # Every RC operation, and IBA 1.5's ATOMIC WRITE and FLUSH (which the
