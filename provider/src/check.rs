@@ -10,7 +10,7 @@
 //! | category   | reports |
 //! | ---------- | ------- |
 //! | `buffer`   | a SEND/WRITE source buffer changed between `ibv_post_send` and its completion |
-//! | `lifetime` | a region deregistered, or a QP destroyed, with send WRs outstanding on it; an address handle used after it was destroyed |
+//! | `lifetime` | a region deregistered, or a QP destroyed, with send WRs outstanding on it; a receive WR completing after its region was deregistered; an address handle used after it was destroyed |
 //! | `queue`    | a send queue overrun by WRs no polled completion covers (what fails with ENOMEM on a NIC that frees unsignaled WRs only then); a CQ smaller than the completions its QPs' posted WRs owe it |
 //! | `event`    | a CQ destroyed with completion events not acknowledged |
 //! | `post`     | an L_Key that names no region, a region of another PD, too small or without the right; inline data beyond `max_inline_data`; posting to a QP that went to ERR before any of its error completions was polled |
@@ -195,6 +195,10 @@ impl Caller {
 /// A frame of the library itself (or of Rust's runtime under it).
 fn internal(name: &str) -> bool {
     let name = name.trim_start_matches('<');
+    // A closure's or function pointer's shim (`<fn() -> .. as FnOnce>`).
+    if name.starts_with("fn(") {
+        return true;
+    }
     [
         "std::",
         "core::",
@@ -280,6 +284,14 @@ struct Posted {
     caller: Option<Caller>,
 }
 
+/// A receive WR posted and not yet polled.
+struct PostedRecv {
+    lkeys: Vec<u32>,
+    /// Where a region it uses was deregistered (reported if a message
+    /// then completes into it: a QP destroyed first makes it harmless).
+    deregistered: Option<(u32, Arc<Caller>)>,
+}
+
 /// A send WR retired by the transport whose completion (its own, or a
 /// later one's) the application has not polled yet.
 struct Unreaped {
@@ -303,6 +315,9 @@ struct LedgerState {
     /// application has not polled: what the QP owes its CQs.
     send_owed: i64,
     recv_owed: i64,
+    /// Receive WRs posted to the QP's own receive queue whose completions
+    /// the application has not polled (they complete in order).
+    recvs: VecDeque<PostedRecv>,
 }
 
 /// What the checker counts of a CQ: the completions the WRs posted to its
@@ -558,9 +573,31 @@ impl QpLedger {
     }
 
     /// Receive WR `wr_id` was posted to the QP's own receive queue.
-    pub fn posted_recv(&self, wr_id: u64) {
-        self.state.lock().recv_owed += 1;
+    /// Posts receive WR `wr` through `push` (the receive queue's own
+    /// post), keeping its record when `push` takes it (the record is in
+    /// place before the WR can complete).
+    pub fn post_recv<E>(
+        &self,
+        wr: crate::types::RecvWr,
+        push: impl FnOnce(crate::types::RecvWr) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let lkeys = wr
+            .sg_list
+            .iter()
+            .filter(|s| s.length > 0)
+            .map(|s| s.lkey)
+            .collect();
+        let wr_id = wr.wr_id;
+        let mut st = self.state.lock();
+        push(wr)?;
+        st.recv_owed += 1;
+        st.recvs.push_back(PostedRecv {
+            lkeys,
+            deregistered: None,
+        });
+        drop(st);
         self.cqs[1].owe(self.qpn, wr_id, "receive");
+        Ok(())
     }
 
     /// The QP went to RESET: its WRs and completions are gone.
@@ -569,6 +606,7 @@ impl QpLedger {
         self.forget_owed(&mut st);
         st.pending.clear();
         st.unreaped.clear();
+        st.recvs.clear();
         st.overrun_reported = false;
         st.app_set_err = false;
         st.saw_error = false;
@@ -597,6 +635,13 @@ impl QpLedger {
             *owed -= 1;
             self.cqs[usize::from(!send)].paid(1);
         }
+        if !send {
+            let r = st.recvs.pop_front();
+            let flushed = wc.status == crate::types::WcStatus::WrFlushErr;
+            if let Some((lkey, at)) = r.and_then(|r| r.deregistered).filter(|_| !flushed) {
+                self.report_recv_into_deregistered(wc, lkey, &at);
+            }
+        }
         if send {
             // A send completion covers its WR and every earlier one: a
             // successful one is the first signaled WR's, an error one the
@@ -610,6 +655,24 @@ impl QpLedger {
                 st.overrun_reported = false;
             }
         }
+    }
+
+    fn report_recv_into_deregistered(&self, wc: &Wc, lkey: u32, at: &Caller) {
+        let what = format!(
+            "receive WR wr_id {} on QP {:#x} completed ({}) after the region with lkey \
+             {lkey:#x} it names was deregistered (ibv_dereg_mr while the WR was posted): a \
+             NIC completes it with IBV_WC_LOC_PROT_ERR and moves the QP to ERR",
+            wc.wr_id, self.qpn, wc.status
+        );
+        report(
+            Category::Lifetime,
+            &what,
+            "ibv_post_recv(3): the buffers of a receive WR are the device's until its \
+             completion is retrieved; IBA 10.6.3: an L_Key stops being valid at \
+             deregistration. Deregister after the completion, or after destroying (or \
+             resetting) the QP",
+            &[("deregistered at", at)],
+        );
     }
 
     /// The application moved the QP to ERR itself.
@@ -797,10 +860,19 @@ pub fn qp_destroyed(l: &QpLedger) {
     if on(Category::Lifetime) {
         l.destroyed();
     }
+    // Gone for lookups now (the engine may hold the send queue a while).
+    let mut st = std::mem::take(&mut *l.state.lock());
+    l.forget_owed(&mut st);
+    let key = key_of(&l.keys, l.qpn);
+    let mut all = ledgers().lock();
+    if all.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), l)) {
+        all.remove(&key);
+    }
 }
 
 /// The region with local key `lkey` is being deregistered: send WRs still
-/// outstanding that use it are reported.
+/// outstanding that use it are reported, receive WRs that use it marked
+/// (see [`PostedRecv`]).
 pub fn deregistering(keys: &Arc<KeyTable>, lkey: u32) {
     if !on(Category::Lifetime) {
         return;
@@ -811,9 +883,14 @@ pub fn deregistering(keys: &Arc<KeyTable>, lkey: u32) {
         .filter(|((k, _), _)| *k == Arc::as_ptr(keys) as usize)
         .filter_map(|(_, w)| w.upgrade())
         .collect();
-    let here = Caller::here();
+    let here = Arc::new(Caller::here());
     for l in live {
-        let st = l.state.lock();
+        let mut st = l.state.lock();
+        // Receive WRs that use the region are reported only if a message
+        // completes into one (a QP destroyed first never uses them).
+        for r in st.recvs.iter_mut().filter(|r| r.lkeys.contains(&lkey)) {
+            r.deregistered.get_or_insert_with(|| (lkey, here.clone()));
+        }
         let users: Vec<&Posted> = st
             .pending
             .iter()
@@ -831,7 +908,7 @@ pub fn deregistering(keys: &Arc<KeyTable>, lkey: u32) {
             op_name(first.opcode),
             first.wr_id
         );
-        let mut at = vec![("deregistered at", &here)];
+        let mut at: Vec<(&str, &Caller)> = vec![("deregistered at", &here)];
         if let Some(c) = &first.caller {
             at.push(("the oldest WR posted at", c));
         }
@@ -843,5 +920,24 @@ pub fn deregistering(keys: &Arc<KeyTable>, lkey: u32) {
              deregistration",
             &at,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uroce_check_names_categories() {
+        let all = Category::ALL.iter().fold(0, |m, c| m | *c as u32);
+        assert_eq!(parse("1"), Ok(all));
+        assert_eq!(parse("all"), Ok(all));
+        assert_eq!(parse(""), Ok(0));
+        assert_eq!(parse("0"), Ok(0));
+        assert_eq!(
+            parse("buffer, post"),
+            Ok(Category::Buffer as u32 | Category::Post as u32)
+        );
+        assert_eq!(parse("buffer,bogus"), Err("bogus".to_string()));
     }
 }

@@ -1008,10 +1008,9 @@ impl QpHandle {
             if check::on(Category::Post) {
                 check_recv_wr(&self.dev.shared.keys, self.pd, self.qpn, &wr);
             }
-            let id = wr.wr_id;
-            self.rq.post(wr)?;
-            if let Some(l) = &self.ledger {
-                l.posted_recv(id);
+            match &self.ledger {
+                Some(l) => l.post_recv(wr, |wr| self.rq.post(wr))?,
+                None => self.rq.post(wr)?,
             }
             Ok(())
         });

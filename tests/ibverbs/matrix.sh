@@ -88,9 +88,9 @@ failed=0
 # of the report lines allowed).
 pass() {
   if [ -n "${UROCE_CHECK:-}" ] && [ -z "${may_report:-}" ] &&
-    grep '^uroce check \[' "$tmp/out" 2>/dev/null | grep -qvE "${known_reports:-^$}"; then
+    grep 'uroce check \[' "$tmp/out" 2>/dev/null | grep -qvE "${known_reports:-^$}"; then
     failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "UROCE_CHECK reported a mistake"
-    grep -A12 '^uroce check \[' "$tmp/out" | head -40 | sed 's/^/      | /'
+    grep -A12 'uroce check \[' "$tmp/out" | head -40 | sed 's/^/      | /'
     return
   fi
   passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"
@@ -248,8 +248,11 @@ EOF
   fi
   # rdma-core's pyverbs test suite (tests/ibverbs/pyverbs.sh).
   . "$root/tests/ibverbs/pyverbs.sh"
+  # Two of its tests plant the mistakes they expect to fail (an lkey that
+  # names no region; a receive WR's region re-registered to another PD).
+  pyverbs_known='^pyverbs suite: uroce check \[post\]: (send WR wr_id 0 on QP 0x[0-9a-f]+, SGE 8 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ names no registered region|receive WR wr_id 0 on QP 0x[0-9a-f]+, SGE 1024 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ is a region of another protection domain)'
   if pyverbs_suite >"$tmp/out" 2>&1; then
-    pass "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
+    known_reports=$pyverbs_known pass "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
   else
     fail "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
   fi

@@ -1,7 +1,7 @@
 //! The verbs checker (`UROCE_CHECK`, here turned on by
 //! `provider::check::enable`) through the Rust API: each planted mistake
-//! is reported once, and the same traffic done right is not. One test:
-//! the report count is the process's.
+//! is reported once, and the same traffic done right is not (one test:
+//! the report count is the process's); a report shows the caller's frames.
 
 use std::time::{Duration, Instant};
 use uroce_verbs::provider::check::{self, Category};
@@ -87,6 +87,28 @@ fn recv(id: u64, sge: Sge) -> RecvWr {
     r
 }
 
+#[inline(never)]
+fn the_application_call() -> check::Caller {
+    let c = check::Caller::here();
+    std::hint::black_box(&c);
+    c
+}
+
+#[test]
+fn a_report_shows_the_callers_frames_only() {
+    let frames = the_application_call().frames();
+    // Neither the backtrace machinery's frames nor uroce's, and the
+    // listing stops at the runtime (here the test harness) under the
+    // test's own frames.
+    let first = frames.first().expect("a frame");
+    assert!(
+        first.starts_with("check::the_application_call"),
+        "{frames:?}"
+    );
+    assert!(frames.iter().all(|f| !f.contains("std::")), "{frames:?}");
+    assert!(frames.len() <= 3, "{frames:?}");
+}
+
 #[test]
 fn planted_mistakes_are_reported_once_and_clean_traffic_not() {
     check::enable(Category::ALL.iter().fold(0, |m, c| m | *c as u32));
@@ -149,5 +171,26 @@ fn planted_mistakes_are_reported_once_and_clean_traffic_not() {
     other.dereg();
     assert_eq!(check::reports(), base + 3, "the deregistration");
     b.qp.post_recv(&[recv(3, dst.sge(0, 512))]).unwrap();
+    // (It fails: its region is gone; receive 3 waits on.)
     wait(&a.cq);
+
+    // A region deregistered while a receive WR posted to it waits: a
+    // message completing into it is reported (one that never comes, as
+    // when the QP is destroyed first, would not be).
+    let (c, d) = pair("127.117.2.3", "127.117.2.4");
+    let (csrc, rbuf) = (
+        c.pd.alloc_mr(4096, ALL).unwrap(),
+        d.pd.alloc_mr(4096, ALL).unwrap(),
+    );
+    d.qp.post_recv(&[recv(4, rbuf.sge(0, 512))]).unwrap();
+    rbuf.dereg();
+    assert_eq!(check::reports(), base + 3, "not yet: no message came");
+    c.qp.post_send(&[send(5, WrOpcode::Send, csrc.sge(0, 64), true)])
+        .unwrap();
+    assert_ne!(wait(&d.cq).status, WcStatus::Success);
+    assert_eq!(
+        check::reports(),
+        base + 4,
+        "the receive into a deregistered region"
+    );
 }
