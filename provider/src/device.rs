@@ -30,6 +30,7 @@
 //! assert_eq!(qp.state(), uroce_provider::types::QpState::Reset);
 //! ```
 
+use crate::check::{self, Category, CqLedger, CqOwing, QpLedger};
 use crate::cm::gsi::GsiQp;
 use crate::cm::{CmAgent, CmConfig};
 use crate::counters::CounterSnapshot;
@@ -258,6 +259,7 @@ impl Device {
     /// The first device a process opens starts its state socket for
     /// `uroce stat` ([`crate::stat`]; not with `UROCE_STAT=0`).
     pub fn open(ip: IpAddr) -> Result<Device> {
+        check::init_from_env();
         let keys = Arc::new(KeyTable::new());
         let engine = Engine::start(ip, keys.clone())?;
         let reg = Arc::new(Registry {
@@ -500,6 +502,9 @@ impl Device {
     /// Deregisters a region: its keys stop working, and no copy into or
     /// out of it is in progress when this returns.
     pub fn dereg(&self, mr: &MrInner) {
+        if check::any() {
+            check::deregistering(&self.shared.keys, mr.lkey());
+        }
         self.shared.keys.deregister(mr);
     }
     /// An unbound memory window.
@@ -542,6 +547,7 @@ impl Device {
         Ok(CqHandle {
             dev: self.clone(),
             inner,
+            ledger: Arc::default(),
             _slot: slot,
         })
     }
@@ -616,12 +622,23 @@ impl Device {
         // and a QP number is taken.
         cap.check()?;
         let slot = self.take_slot(Resource::Qp)?;
-        let sq = Arc::new(SendQueue::new(cap.max_send_wr.max(1))?);
+        let mut sq = SendQueue::new(cap.max_send_wr.max(1))?;
         let rq = match spec.srq {
             Some(srq) => srq.rq.clone(),
             None => Arc::new(RecvQueue::new(cap.max_recv_wr.max(1))?),
         };
         let qpn = self.alloc_qpn();
+        let owing = |cq: &CqHandle| CqOwing::new(cq.inner.clone(), cq.ledger.clone());
+        let ledger = QpLedger::new(
+            &self.shared.keys,
+            qpn,
+            spec.pd,
+            &cap,
+            spec.sq_sig_all,
+            [owing(spec.send_cq), owing(spec.recv_cq)],
+        );
+        sq.attach_ledger(ledger.clone());
+        let sq = Arc::new(sq);
         let state = Arc::new(StateCell::default());
         let engine = self.engine();
         let cfg = QpConfig {
@@ -670,10 +687,12 @@ impl Device {
             qpn,
             qp_type: spec.qp_type,
             cap,
+            pd: spec.pd,
             sq,
             rq,
             state,
             srq: spec.srq.is_some(),
+            ledger,
             _send_cq: spec.send_cq.inner.clone(),
             _recv_cq: spec.recv_cq.inner.clone(),
             _slot: slot,
@@ -946,6 +965,8 @@ fn state_name(s: QpState) -> &'static str {
 pub struct CqHandle {
     dev: Device,
     inner: Arc<CqInner>,
+    /// What the checker counts of the CQ: the completions it owes.
+    ledger: Arc<CqLedger>,
     _slot: Slot,
 }
 
@@ -993,11 +1014,21 @@ impl CqHandle {
     }
     /// Up to `out.len()` completions, oldest first.
     pub fn poll(&self, out: &mut [Wc]) -> usize {
-        self.inner.poll(out)
+        let n = self.inner.poll(out);
+        if check::any() && n > 0 {
+            check::polled(&self.dev.shared.keys, &out[..n]);
+        }
+        n
     }
     /// One completion, if any.
     pub fn poll_one(&self) -> Option<Wc> {
-        self.inner.poll_one()
+        let wc = self.inner.poll_one();
+        if check::any() {
+            if let Some(wc) = &wc {
+                check::polled(&self.dev.shared.keys, std::slice::from_ref(wc));
+            }
+        }
+        wc
     }
     /// True once a completion was lost because the CQ was full.
     pub fn overflowed(&self) -> bool {
@@ -1076,6 +1107,10 @@ impl SrqHandle {
     ) -> std::result::Result<(), (usize, E)> {
         post_each(items, self.max_wr as usize, read, |wr| {
             self.check_sges(wr.sg_list.len())?;
+            if check::on(Category::Post) {
+                let keys = &self._dev.shared.keys;
+                check_recv_wr(keys, self.pd, self.handle, &wr);
+            }
             Ok(self.rq.post(wr)?)
         })
         .1
@@ -1143,6 +1178,9 @@ pub struct QpHandle {
     /// on its own).
     state: Arc<StateCell>,
     srq: bool,
+    pd: PdId,
+    /// The checker's ledger (`UROCE_CHECK` on when the QP was made).
+    ledger: Option<Arc<QpLedger>>,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
     _slot: Slot,
@@ -1181,6 +1219,15 @@ impl QpHandle {
     }
     /// Modifies the QP; returns its attributes afterwards.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<QpAttr> {
+        if let Some(l) = &self.ledger {
+            if mask.contains(AttrMask::STATE) {
+                match attr.qp_state {
+                    QpState::Err => l.set_err_by_app(),
+                    QpState::Reset => l.reset(),
+                    _ => {}
+                }
+            }
+        }
         Ok(self.dev.engine().modify_qp(self.qpn, attr, mask)?)
     }
     /// The QP's attributes.
@@ -1215,7 +1262,13 @@ impl QpHandle {
     }
     /// The inline length rule (EINVAL beyond `max_inline_data`).
     pub fn check_inline(&self, len: usize) -> std::result::Result<(), LimitError> {
-        self.cap.check_inline(len)
+        let r = self.cap.check_inline(len);
+        if let (Err(_), Some(l)) = (&r, &self.ledger) {
+            if check::on(Category::Post) {
+                l.inline_too_long(len);
+            }
+        }
+        r
     }
     /// The SGE count rule of this QP's receive WRs (EINVAL beyond
     /// `max_recv_sge`).
@@ -1280,9 +1333,18 @@ impl QpHandle {
                 DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()).into(),
             ));
         }
+        let ledger = self.ledger.as_ref().filter(|_| check::any());
+        if let Some(l) = ledger {
+            if check::on(Category::Post) && self.state() == QpState::Err {
+                l.post_in_err();
+            }
+        }
         let depth = self.sq.capacity() as usize;
         let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_send(&wr)?;
+            if let Some(l) = ledger.filter(|_| check::on(Category::Post)) {
+                l.check_send_wr(&wr);
+            }
             Ok(self.sq.post(wr)?)
         });
         if posted > 0 {
@@ -1317,7 +1379,14 @@ impl QpHandle {
         let depth = self.rq.capacity();
         let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_recv_sges(wr.sg_list.len())?;
-            Ok(self.rq.post(wr)?)
+            if check::on(Category::Post) {
+                check_recv_wr(&self.dev.shared.keys, self.pd, self.qpn, &wr);
+            }
+            match &self.ledger {
+                Some(l) => l.post_recv(wr, |wr| self.rq.post(wr))?,
+                None => self.rq.post(wr)?,
+            }
+            Ok(())
         });
         if posted > 0 {
             self.dev.engine().kick(self.qpn);
@@ -1358,8 +1427,19 @@ fn post_each<T, W, E: From<DeviceError>>(
     (n, Ok(()))
 }
 
+/// The checker's L_Key rules of a receive WR's SG list (the buffers are
+/// written: local write).
+fn check_recv_wr(keys: &KeyTable, pd: PdId, qpn: u32, wr: &RecvWr) {
+    for s in wr.sg_list.iter().filter(|s| s.length > 0) {
+        check::check_sge(keys, pd, qpn, "receive", wr.wr_id, s, Access::LOCAL_WRITE);
+    }
+}
+
 impl Drop for QpHandle {
     fn drop(&mut self) {
+        if let Some(l) = &self.ledger {
+            check::qp_destroyed(l);
+        }
         self.dev.shared.reg.objects.lock().qps.remove(&self.qpn);
         let _ = self.dev.engine().destroy_qp(self.qpn);
         self.dev.free_qpn(self.qpn);

@@ -4,6 +4,7 @@
 //! completion queues, and the engine that drives them over UDP.
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod cm;
 pub mod counters;
 pub mod cq;

@@ -27,6 +27,8 @@
 #     (SA_RESTART), as it interrupts a kernel device's read(2);
 #   * tests/ibverbs/bigqueue.c: QPs and SRQs whose queues cannot be
 #     allocated (RLIMIT_AS) are refused with ENOMEM, not an abort;
+#   * tests/ibverbs/check_*.c: one mistake each, which the verbs checker
+#     (UROCE_CHECK=1) must report once, naming the program's line;
 #   * tests/ibverbs/contexts.c: no event at open, an async_fd per context
 #     with the events of its own objects, EADDRINUSE for a taken address;
 #   * ibv_devices and ibv_devinfo; tests/ibverbs/sysfs.c: the sysfs files
@@ -84,7 +86,20 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
-pass() { passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"; }
+# With UROCE_CHECK set (the verbs checker on: see the README's "Finding
+# your RDMA bug"), an entry whose output holds a checker report fails,
+# unless it plants mistakes on purpose (may_report=1 pass ...) or the
+# report is a mistake of the program the README names (known_reports=REGEX
+# of the report lines allowed).
+pass() {
+  if [ -n "${UROCE_CHECK:-}" ] && [ -z "${may_report:-}" ] &&
+    grep 'uroce check \[' "$tmp/out" 2>/dev/null | grep -qvE "${known_reports:-^$}"; then
+    failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "UROCE_CHECK reported a mistake"
+    grep -A12 'uroce check \[' "$tmp/out" | head -40 | sed 's/^/      | /'
+    return
+  fi
+  passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"
+}
 fail() {
   failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "$2"
   sed 's/^/      | /' "$tmp/out" | tail -20
@@ -93,7 +108,7 @@ fail() {
 # ---- the C error-path program
 cc -O1 -Wall -o "$tmp/errors" tests/ibverbs/errors.c -libverbs || exit 1
 if UROCE_DEVICES=uroce0=127.40.2.1,uroce1=127.40.2.2 timeout 60 "$tmp/errors" >"$tmp/out" 2>&1; then
-  pass "errors.c" "$(tail -1 "$tmp/out")"
+  may_report=1 pass "errors.c" "$(tail -1 "$tmp/out")"
 else
   fail "errors.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
@@ -103,7 +118,7 @@ fi
 # without end fails here)
 cc -O1 -Wall -o "$tmp/handles" tests/ibverbs/handles.c -libverbs || exit 1
 if UROCE_DEVICES=uroce0=127.101.1.1,uroce1=127.101.1.2 timeout 300 "$tmp/handles" >"$tmp/out" 2>&1; then
-  pass "handles.c" "$(tail -1 "$tmp/out")"
+  may_report=1 pass "handles.c" "$(tail -1 "$tmp/out")"
 else
   fail "handles.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
@@ -180,6 +195,27 @@ else
   fail "contexts.c" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
 
+# ---- the verbs checker (UROCE_CHECK=1): each tests/ibverbs/check_NAME.c
+# makes one mistake; exactly one report of its category must reach stderr,
+# naming the program's own source line (built with -g, the backtrace is
+# symbolised). Each also passes its own checks.
+for c in buffer:buffer dereg:lifetime destroy_qp:lifetime ah:lifetime \
+  unsignaled:queue cq_size:queue ack:event err_post:post pd:post inline:post; do
+  t=check_${c%%:*} cat=${c#*:}
+  cc -g -O0 -Wall -o "$tmp/$t" "tests/ibverbs/$t.c" -libverbs || exit 1
+  UROCE_CHECK=1 UROCE_DEVICES=uroce0=127.117.1.1,uroce1=127.117.1.2 timeout 60 \
+    "$tmp/$t" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  n=$(grep -c '^uroce check \[' "$tmp/err")
+  cat "$tmp/err" >>"$tmp/out"
+  if [ $rc = 0 ] && [ "$n" = 1 ] && grep -q "^uroce check \[$cat\]" "$tmp/err" &&
+    grep -q "$t\.c:[0-9]" "$tmp/err"; then
+    may_report=1 pass "$t.c (UROCE_CHECK)" "[$cat] at $(grep -m1 -o "$t\.c:[0-9]*" "$tmp/err")"
+  else
+    fail "$t.c (UROCE_CHECK)" "exit $rc, $n reports (1 [$cat] naming $t.c expected)"
+  fi
+done
+
 # ---- device listing
 export UROCE_DEVICES=uroce0=127.40.3.1,uroce1=127.40.3.2
 if timeout 20 ibv_devices >"$tmp/out" 2>&1 && grep -q "uroce1 .*027572fffe280302" "$tmp/out"; then
@@ -226,8 +262,11 @@ EOF
   fi
   # rdma-core's pyverbs test suite (tests/ibverbs/pyverbs.sh).
   . "$root/tests/ibverbs/pyverbs.sh"
+  # Two of its tests plant the mistakes they expect to fail (an lkey that
+  # names no region; a receive WR's region re-registered to another PD).
+  pyverbs_known='^pyverbs suite: uroce check \[post\]: (send WR wr_id 0 on QP 0x[0-9a-f]+, SGE 8 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ names no registered region|receive WR wr_id 0 on QP 0x[0-9a-f]+, SGE 1024 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ is a region of another protection domain)'
   if pyverbs_suite >"$tmp/out" 2>&1; then
-    pass "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
+    known_reports=$pyverbs_known pass "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
   else
     fail "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
   fi
@@ -275,8 +314,12 @@ pair() {
 }
 
 pp='iters in'
+# ibv_srq_pingpong leaves the loop once its counts of all QPs' sends and
+# receives reach -n, while SENDs it posted on other QPs are in flight, and
+# destroys those QPs (the README's "Finding your RDMA bug").
+srq_known='^uroce check \[lifetime\]: QP 0x[0-9a-f]+ destroyed with 1 send WR\(s\) outstanding \(oldest: SEND wr_id 2\)'
 for t in rc uc ud srq; do
-  pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
+  known_reports=$srq_known pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
 done
 # -e: sleep on the completion channel.
 pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
@@ -285,8 +328,8 @@ pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
 # options, buffer layout: UD data after the 40-byte GRH, SRQ's 256 slots).
 uroce=$root/target/release/uroce
 for t in rc uc ud srq; do
-  cross "srv ibv_${t}_pingpong, cli uroce" "$pp" "ibv_${t}_pingpong" -g 0 -c -- "$uroce" "$t-pingpong" -g 0 -c
-  cross "srv uroce, cli ibv_${t}_pingpong" "$pp" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
+  known_reports=$srq_known cross "srv ibv_${t}_pingpong, cli uroce" "$pp" "ibv_${t}_pingpong" -g 0 -c -- "$uroce" "$t-pingpong" -g 0 -c
+  known_reports=$srq_known cross "srv uroce, cli ibv_${t}_pingpong" "$pp" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
 done
 
 # Every RC operation, and IBA 1.5's ATOMIC WRITE and FLUSH (which the

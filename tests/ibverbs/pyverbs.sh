@@ -32,7 +32,9 @@ pyverbs_suite() {
   log=${PYVERBS_LOG:-$dir/log}
   (cd "$dir" && UROCE_DEVICES=uroce0=127.82.0.1 timeout 900 /usr/bin/python3 tests/run_tests.py -v) >"$log" 2>&1
   rc=$?
-  ok=$(grep -c '\.\.\. ok$' "$log")
+  # (A test's "ok" may come on a line of its own after a UROCE_CHECK
+  # report printed on its line.)
+  ok=$(grep -cE '(\.\.\. |^)ok$' "$log")
   skipped=$(grep -c '\.\.\. skipped' "$log")
   fails=$(grep -cE '\.\.\. (FAIL|ERROR)$' "$log")
   crashed=0
@@ -51,6 +53,8 @@ pyverbs_suite() {
     echo "pyverbs suite: no summary (a crash or the 900 s timeout):"
     tail -20 "$log"
   fi
+  # The verbs checker's reports (UROCE_CHECK set), one line each.
+  grep -o 'uroce check \[.*' "$log" | sed 's/^/pyverbs suite: /'
   for line in "${unexpected[@]}"; do
     echo "pyverbs suite: unexpected: $line"
   done

@@ -2,6 +2,7 @@
 //! (lock-free, shared between the posting threads and the engine), the
 //! SRQ limit event, and the QP state as the posting side reads it.
 
+use crate::check::QpLedger;
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::explain::{ExplainLog, Explanation};
 use crate::types::{QpState, RecvWr, SendWr};
@@ -101,6 +102,9 @@ pub struct SendQueue {
     queue: ArrayQueue<SendWr>,
     outstanding: AtomicU32,
     max: u32,
+    /// The checker's record of the queue (`UROCE_CHECK`), if it was on
+    /// when the QP was made.
+    ledger: Option<Arc<QpLedger>>,
 }
 
 impl SendQueue {
@@ -112,7 +116,12 @@ impl SendQueue {
             queue: bounded(max as usize)?,
             outstanding: AtomicU32::new(0),
             max,
+            ledger: None,
         })
+    }
+    /// The checker keeps `ledger` of what is posted and retired.
+    pub fn attach_ledger(&mut self, ledger: Option<Arc<QpLedger>>) {
+        self.ledger = ledger;
     }
     /// Depth.
     pub fn capacity(&self) -> u32 {
@@ -121,6 +130,12 @@ impl SendQueue {
     /// Posts a WR. A WR occupies its slot until it completes (or, when
     /// unsignaled, until a later completion retires it).
     pub fn post(&self, wr: SendWr) -> Result<(), PostError> {
+        match &self.ledger {
+            None => self.push(wr),
+            Some(l) => l.post(wr, |wr| self.push(wr)),
+        }
+    }
+    fn push(&self, wr: SendWr) -> Result<(), PostError> {
         if self.outstanding.fetch_add(1, Ordering::AcqRel) >= self.max {
             self.outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull);
@@ -142,6 +157,9 @@ impl SendQueue {
     /// The engine retires `n` WRs (completed or flushed).
     pub fn retire(&self, n: u32) {
         self.outstanding.fetch_sub(n, Ordering::AcqRel);
+        if let Some(l) = &self.ledger {
+            l.retire(n);
+        }
     }
     /// WRs posted and not yet retired.
     pub fn outstanding(&self) -> u32 {

@@ -281,7 +281,10 @@ pub fn serve(o: &StressOptions) -> Result<StressReport> {
     // the client has its completion and closes the connection.
     let mut rest = String::new();
     let _ = rd.read_line(&mut rest);
-    drop(s.ctx);
+    // The QP (with the receive WRs it still holds) goes before the
+    // regions those WRs name are deregistered (UROCE_CHECK's lifetime
+    // rule).
+    drop(s);
     Ok(rep)
 }
 
@@ -608,6 +611,7 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
         rep.errors += 1;
     }
     rep.errors += srv_errors;
-    drop(s.ctx);
+    // The QP before the regions its WRs name (as in `serve`).
+    drop(s);
     Ok(rep)
 }

@@ -25,6 +25,27 @@ pub(crate) struct AhInner {
 }
 accessor!(ah, ibv_ah, Ah, AhInner);
 
+/// The address handle a UD WR names, as [`ah`]; with the checker's
+/// `lifetime` category on (`UROCE_CHECK`), one destroyed (or never made)
+/// is reported and refused with EINVAL instead of read.
+///
+/// # Safety
+/// As [`ah`] when the checker is off.
+pub(crate) unsafe fn ah_of_wr<'a>(p: *mut ibv_ah) -> Result<&'a AhInner, i32> {
+    use uroce_verbs::provider::check::{self, Category};
+    if check::on(Category::Lifetime) && live(p).is_err() {
+        check::report(
+            Category::Lifetime,
+            &format!("a UD WR names address handle {p:p}, which is not a live address handle (destroyed, or never made by ibv_create_ah)"),
+            "ibv_create_ah(3)/ibv_destroy_ah(3): a WR may only use an address handle from its creation to its destruction; after ibv_destroy_ah its memory is freed",
+            &[("posted at", &check::Caller::here())],
+        );
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's promise.
+    unsafe { ah(p) }
+}
+
 /// An `ibv_ah_attr` as uroce's address vector. RoCE needs the GRH
 /// (`is_global`): the destination is its GID.
 pub(crate) fn av_of(a: &ibv_ah_attr) -> Result<AddressVector, i32> {

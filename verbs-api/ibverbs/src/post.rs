@@ -6,7 +6,7 @@
 //! only applies the SGE and inline rules early, before it reads a
 //! program's arrays.
 
-use crate::ah::ah;
+use crate::ah::ah_of_wr;
 use crate::ffi::*;
 use crate::objects::errno;
 use crate::qp::qp;
@@ -134,7 +134,7 @@ unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, q: &QueuePair) -> Result<SendWr,
     unsafe {
         if ud {
             let u = w.wr.ud;
-            let a = ah(u.ah)?;
+            let a = ah_of_wr(u.ah)?;
             s.ud = Some(a.rust.ud_dest(u.remote_qpn, u.remote_qkey));
         } else if op.is_atomic() {
             let a = w.wr.atomic;

@@ -3,7 +3,7 @@
 //! batch is built in the QP and posted by `ibv_wr_complete` as one post;
 //! an error met while building fails the batch there.
 
-use crate::ah::ah;
+use crate::ah::ah_of_wr;
 use crate::ffi::*;
 use crate::guard;
 use crate::objects::errno;
@@ -261,7 +261,7 @@ pub(crate) unsafe extern "C" fn wr_set_ud_addr(
 ) {
     last_wr(p, |w, _| {
         // SAFETY: an AH made by this library.
-        let a = unsafe { ah(a)? };
+        let a = unsafe { ah_of_wr(a)? };
         w.ud = Some(a.rust.ud_dest(qpn, qkey));
         Ok(())
     })
