@@ -12,7 +12,9 @@
 
 use std::hint::black_box;
 use std::time::Instant;
+use uroce_benches::wire::{build, covered_len, known_ctx, DST, SPORT, SRC};
 use uroce_provider::memory::shared::Shared;
+use uroce_wire::icrc::{self, HEADROOM};
 
 const ROUNDS: usize = 101;
 
@@ -93,6 +95,79 @@ fn copies() {
     }
 }
 
+/// The IPv4 and UDP headers of the benchmark's packets, as on the wire
+/// (our socket's: ID 0, DF).
+fn headers(udp_payload_len: usize) -> ([u8; 20], [u8; 8]) {
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((20 + 8 + udp_payload_len) as u16).to_be_bytes());
+    ip[6] = 0x40;
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&SRC.octets());
+    ip[16..20].copy_from_slice(&DST.octets());
+    let mut udp = [0u8; 8];
+    udp[0..2].copy_from_slice(&SPORT.to_be_bytes());
+    udp[2..4].copy_from_slice(&uroce_wire::ROCEV2_UDP_PORT.to_be_bytes());
+    udp[4..6].copy_from_slice(&((8 + udp_payload_len) as u16).to_be_bytes());
+    (ip, udp)
+}
+
+fn icrcs() {
+    println!();
+    println!("ICRC  payload   from scratch     cached prefix (ratio)   crc32fast over what it covers (ratio)");
+    for len in [64usize, 1024, 4096] {
+        let ctx = known_ctx();
+        let pkt = build(len, &ctx);
+        let (ip, udp) = headers(pkt.len());
+        let covered = vec![0x5au8; covered_len(pkt.len())];
+        let n = 200_000 / (len as u32 / 64 + 4);
+        // Sending: the ICRC written into a packet built in a buffer.
+        let mut scratch = pkt.clone();
+        let send = race(
+            n,
+            &mut [
+                &mut || {
+                    black_box(icrc::compute_with_ip_header(&ip, &udp, black_box(&pkt)).unwrap());
+                },
+                &mut || {
+                    black_box(icrc::write(black_box(&ctx), &mut scratch).unwrap());
+                },
+                &mut || {
+                    black_box(crc32fast::hash(black_box(&covered)));
+                },
+            ],
+        );
+        // Receiving: the ICRC of a packet in a receive buffer, the IPv4
+        // identification solved for (the engine's check).
+        let mut rx = vec![0u8; HEADROOM];
+        rx.extend_from_slice(&pkt);
+        let recv = race(
+            n,
+            &mut [
+                &mut || {
+                    black_box(icrc::compute_with_ip_header(&ip, &udp, black_box(&pkt)).unwrap());
+                },
+                &mut || {
+                    black_box(
+                        icrc::verify_unknown_ipv4_id_in_place(black_box(&ctx), &mut rx).unwrap(),
+                    );
+                },
+                &mut || {
+                    black_box(crc32fast::hash(black_box(&covered)));
+                },
+            ],
+        );
+        for (dir, r) in [("send", send), ("recv", recv)] {
+            println!(
+                "{dir}  {len:>6}  {:>9.1} ns  {:>9.1} ns ({:.3}x)  {:>9.1} ns ({:.3}x)",
+                r[0].0, r[1].0, r[1].1, r[2].0, r[2].1
+            );
+        }
+    }
+}
+
 fn main() {
     copies();
+    icrcs();
 }
