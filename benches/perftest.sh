@@ -58,10 +58,10 @@
 # one core (target < 1%).
 # And the CPU cost per byte, at MTU 4096 and 1024 (quick runs too):
 #   * ib_write_bw -s 65536 -m MTU -D SECS+2, both processes' utime+stime
-#     (every thread) sampled from /proc/PID/stat every 0.1 s; the window is
-#     the stretch where the responder's CPU clock runs (it uses none before
-#     or after the transfer), less 0.2 s at each end; bytes moved = BW
-#     average x window. Printed per side as ns of CPU per byte and as
+#     (every thread) sampled from /proc/PID/stat every 0.2 s; the window is
+#     the stretch where the responder's CPU clock runs (it uses next to
+#     none before or after the transfer), less a sample at each end; bytes
+#     moved = BW average x window. Printed per side as ns of CPU per byte and as
 #     cycles per byte at the CPU's nominal clock (/proc/cpuinfo's
 #     "cpu MHz"; a VM exposes no cycle counter to perf here). The
 #     requester (client) spins on its CQ, so it shows a whole core
@@ -450,7 +450,7 @@ cpu_cost() { # MTU
     if [ -n "$sp" ] && [ -n "$cp" ] && st=$(cputicks "$sp") && ct=$(cputicks "$cp"); then
       echo "$(date +%s.%N) $st $ct" >>"$smp"
     fi
-    sleep 0.1
+    sleep 0.2
   done
   wait "$cpid"
   local crc=$?
@@ -461,16 +461,19 @@ cpu_cost() { # MTU
   local line bw
   line=$(awk '$1 == 65536 && $2 ~ /^[0-9]+$/ && NF >= 5 { l = $0 } END { print l }' "$c" | tr -s ' \t' ' ')
   bw=$(echo "$line" | awk '{ print $4 }')
-  # The window: samples where the responder's clock moved by 3 ticks or
-  # more since the previous one (30% of a core at 100 Hz), less two
-  # samples at each end; then ticks per side over bytes moved.
+  # The window: from the first to the last sample where the responder's
+  # clock moved by at least 30% of its largest step (1 tick at least: on
+  # a loaded machine it gets a fraction of a core), less one sample at
+  # each end; then CPU seconds per side over bytes moved.
   local w
   w=$(awk -v clk="$clk" '
     { t[NR] = $1; s[NR] = $2; c[NR] = $3 }
     END {
-      for (i = 2; i <= NR; i++) if (s[i] - s[i - 1] >= 3) { if (!a) a = i; b = i }
-      a += 2; b -= 2
-      if (!a || b - a < 3) exit
+      for (i = 2; i <= NR; i++) if (s[i] - s[i - 1] > m) m = s[i] - s[i - 1]
+      th = int(0.3 * m + 0.5); if (th < 1) th = 1
+      for (i = 2; i <= NR; i++) if (s[i] - s[i - 1] >= th) { if (!a) a = i; b = i }
+      a += 1; b -= 1
+      if (a < 3 || b - a < 3) exit
       dt = t[b] - t[a]
       printf "%.6f %.6f %.6f\n", dt, (s[b] - s[a]) / clk, (c[b] - c[a]) / clk
     }' "$smp")
