@@ -461,6 +461,22 @@ mod x86_64 {
                 d = inout(reg) dst => _,
                 n = inout(reg) count => _,
                 out("ymm0") _,
+                // `vzeroupper` clears the upper halves of all sixteen.
+                out("ymm1") _,
+                out("ymm2") _,
+                out("ymm3") _,
+                out("ymm4") _,
+                out("ymm5") _,
+                out("ymm6") _,
+                out("ymm7") _,
+                out("ymm8") _,
+                out("ymm9") _,
+                out("ymm10") _,
+                out("ymm11") _,
+                out("ymm12") _,
+                out("ymm13") _,
+                out("ymm14") _,
+                out("ymm15") _,
                 options(nostack),
             )
         }
@@ -498,6 +514,19 @@ mod x86_64 {
                 out("ymm1") _,
                 out("ymm2") _,
                 out("ymm3") _,
+                // `vzeroupper` clears the upper halves of all sixteen.
+                out("ymm4") _,
+                out("ymm5") _,
+                out("ymm6") _,
+                out("ymm7") _,
+                out("ymm8") _,
+                out("ymm9") _,
+                out("ymm10") _,
+                out("ymm11") _,
+                out("ymm12") _,
+                out("ymm13") _,
+                out("ymm14") _,
+                out("ymm15") _,
                 options(nostack),
             )
         }
