@@ -56,6 +56,20 @@
 # uroce's device engine thread) with no traffic; utime+stime of both
 # processes from /proc/PID/stat over UROCE_BENCH_IDLE_SECS seconds, as % of
 # one core (target < 1%).
+# And the CPU cost per byte, at MTU 4096 and 1024 (quick runs too):
+#   * ib_write_bw -s 65536 -m MTU -D SECS+2, both processes' utime+stime
+#     (every thread) sampled from /proc/PID/stat every 0.2 s; the window is
+#     the stretch where the responder's CPU clock runs (it uses next to
+#     none before or after the transfer), less a sample at each end; bytes
+#     moved = BW average x window. Printed per side as ns of CPU per byte and as
+#     cycles per byte at the CPU's nominal clock (/proc/cpuinfo's
+#     "cpu MHz"; a VM exposes no cycle counter to perf here). The
+#     requester (client) spins on its CQ, so it shows a whole core
+#     divided by the bandwidth; the responder (server) is uroce's receive
+#     side alone (perftest sleeps in a TCP read meanwhile).
+# Each full (non-quick) run appends its ratios (date, commit, test, MTU,
+# ratio, target) to benches/history.csv and draws benches/history.png
+# (benches/history.sh; gnuplot), ratio against target per test.
 #
 # Nothing is pinned: both sides of every test share the machine's cores,
 # and other load on the machine skews every figure (the CPU busy before the
@@ -73,6 +87,11 @@
 #                             the newest target/release/deps/qp_scale-*)
 #   UROCE_BENCH_OUT=path      also write the tables (markdown) to path
 #   UROCE_BENCH_KEEP=1        keep every program's output (the temp dir)
+#   UROCE_BENCH_HISTORY=0     a full run does not append to benches/history.csv
+#   UROCE_BENCH_NET=90        the second octet of every address (127.N.x.y)
+#   UROCE_BENCH_PORT=18900    the first TCP port, less one (perftest's
+#                             exchange; about 30 ports from there)
+#                             (both so that runs side by side do not meet)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -91,6 +110,10 @@ else
 fi
 [[ $secs =~ ^[1-9][0-9]{0,2}$ ]] && [ "$secs" -le 600 ] || { echo "perftest.sh: UROCE_BENCH_SECS must be 1..600, not '$secs'" >&2; exit 2; }
 lat_iters=${UROCE_BENCH_LAT_ITERS:-$((5000 * secs))}
+bnet=${UROCE_BENCH_NET:-90}
+bport=${UROCE_BENCH_PORT:-18900}
+[[ $bnet =~ ^[0-9]{1,3}$ ]] && [ "$bnet" -le 255 ] || { echo "perftest.sh: UROCE_BENCH_NET must be 0..255, not '$bnet'" >&2; exit 2; }
+[[ $bport =~ ^[1-9][0-9]{3,4}$ ]] && [ "$bport" -le 65000 ] || { echo "perftest.sh: UROCE_BENCH_PORT must be 1000..65000, not '$bport'" >&2; exit 2; }
 for v in idle_secs lat_iters; do
   [[ ${!v} =~ ^[1-9][0-9]{0,5}$ ]] || { echo "perftest.sh: $v must be a positive integer, not '${!v}'" >&2; exit 2; }
 done
@@ -100,6 +123,8 @@ done
 need=()
 command -v cc >/dev/null || need+=(gcc)
 command -v ib_write_bw >/dev/null || need+=(perftest)
+# A full run draws benches/history.png.
+[ "$quick" = 1 ] || [ "${UROCE_BENCH_HISTORY:-1}" = 0 ] || command -v gnuplot >/dev/null || need+=(gnuplot-nox)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >/dev/null 2>&1 || true
@@ -201,7 +226,7 @@ echo
 declare -A Y
 yard() { # KEY MODE SIZE
   local key=$1 mode=$2 size=$3 out rc
-  out=$(timeout $((secs + 60)) "$tmp/udp_yard" "$mode" "$size" "$secs" 127.90.1.1 127.90.1.2 2>"$tmp/yard.err")
+  out=$(timeout $((secs + 60)) "$tmp/udp_yard" "$mode" "$size" "$secs" 127.$bnet.1.1 127.$bnet.1.2 2>"$tmp/yard.err")
   rc=$?
   if [ $rc != 0 ] || [ -z "$out" ]; then
     [ $rc = 124 ] && echo "timed out" >>"$tmp/yard.err"
@@ -239,7 +264,7 @@ perf() { # KEY SIZE TOOL ARGS...: server -d uroce0, client -d uroce1
   local key=$1 size=$2
   shift 2
   pt_n=$((pt_n + 1))
-  local port=$((18900 + pt_n)) net=127.90.$pt_n
+  local port=$((bport + pt_n)) net=127.$bnet.$pt_n
   local lim=${perf_lim:-$((secs + 90))}
   local s="$tmp/$key.server" c="$tmp/$key.client"
   UROCE_DEVICES="uroce0=$net.1,uroce1=$net.2" LD_LIBRARY_PATH=$libdir \
@@ -309,7 +334,7 @@ qp_scale() {
     fail "qp_scale" "$out"
     return
   fi
-  UROCE_QP_SCALE_SECS=$secs timeout $((4 * secs + 120)) "$qp_bin" >"$out" 2>&1
+  UROCE_QP_SCALE_SECS=$secs UROCE_QP_SCALE_NET=$bnet timeout $((4 * secs + 120)) "$qp_bin" >"$out" 2>&1
   rc=$?
   line=$(grep -E '^qp_scale: 1 QP [0-9.]+ us/round trip, [0-9]+ QPs [0-9.]+ us/round trip' "$out" | tail -n 1)
   if [ $rc != 0 ] || [ -z "$line" ]; then
@@ -336,7 +361,7 @@ idle_pct=""
 idle_detail=""
 idle_test() {
   pt_n=$((pt_n + 1))
-  local port=$((18900 + pt_n)) net=127.90.$pt_n
+  local port=$((bport + pt_n)) net=127.$bnet.$pt_n
   local wait_s=$((idle_secs + 2)) lim=$((idle_secs + 90))
   local s="$tmp/idle.server" c="$tmp/idle.client"
   # stdbuf: perftest's stdout is a file here; line-buffer it so that
@@ -390,6 +415,87 @@ idle_test() {
   echo "idle ${args[*]}: $idle_pct% of a core over $idle_secs s ($idle_detail)"
 }
 idle_test
+
+# ---- CPU cost per byte moved: ib_write_bw -s 65536 at each MTU
+declare -A CPU
+cpu_mhz=$(awk -F': *' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
+num "$cpu_mhz" || cpu_mhz=""
+cpu_cost() { # MTU
+  local m=$1
+  pt_n=$((pt_n + 1))
+  local port=$((bport + pt_n)) net=127.$bnet.$pt_n
+  local lim=$((secs + 92))
+  local s="$tmp/cpu$m.server" c="$tmp/cpu$m.client" smp="$tmp/cpu$m.samples"
+  local args=(ib_write_bw -s 65536 -m "$m" -D $((secs + 2)))
+  export UROCE_DEVICES="uroce0=$net.1,uroce1=$net.2"
+  LD_LIBRARY_PATH=$libdir timeout $lim "${args[@]}" -d uroce0 -x 0 -p $port >"$s" 2>&1 &
+  local spid=$!
+  bg+=("$spid")
+  local _i
+  for _i in $(seq 100); do
+    command -v ss >/dev/null || { sleep 0.5; break; }
+    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  LD_LIBRARY_PATH=$libdir timeout $lim "${args[@]}" -d uroce1 -x 0 -p $port "$net.1" >"$c" 2>&1 &
+  local cpid=$!
+  bg+=("$cpid")
+  unset UROCE_DEVICES
+  local sp="" cp="" st ct
+  : >"$smp"
+  while kill -0 "$cpid" 2>/dev/null; do
+    [ -n "$sp" ] || sp=$(pgrep -P "$spid" | head -n 1)
+    [ -n "$cp" ] || cp=$(pgrep -P "$cpid" | head -n 1)
+    if [ -n "$sp" ] && [ -n "$cp" ] && st=$(cputicks "$sp") && ct=$(cputicks "$cp"); then
+      echo "$(date +%s.%N) $st $ct" >>"$smp"
+    fi
+    sleep 0.2
+  done
+  wait "$cpid"
+  local crc=$?
+  wait "$spid"
+  local src=$?
+  unbg "$spid"
+  unbg "$cpid"
+  local line bw
+  line=$(awk '$1 == 65536 && $2 ~ /^[0-9]+$/ && NF >= 5 { l = $0 } END { print l }' "$c" | tr -s ' \t' ' ')
+  bw=$(echo "$line" | awk '{ print $4 }')
+  # The window: from the first to the last sample where the responder's
+  # clock moved by at least 30% of its largest step (1 tick at least: on
+  # a loaded machine it gets a fraction of a core), less one sample at
+  # each end; then CPU seconds per side over bytes moved.
+  local w
+  w=$(awk -v clk="$clk" '
+    { t[NR] = $1; s[NR] = $2; c[NR] = $3 }
+    END {
+      for (i = 2; i <= NR; i++) if (s[i] - s[i - 1] > m) m = s[i] - s[i - 1]
+      th = int(0.3 * m + 0.5); if (th < 1) th = 1
+      for (i = 2; i <= NR; i++) if (s[i] - s[i - 1] >= th) { if (!a) a = i; b = i }
+      a += 1; b -= 1
+      if (a < 3 || b - a < 3) exit
+      dt = t[b] - t[a]
+      printf "%.6f %.6f %.6f\n", dt, (s[b] - s[a]) / clk, (c[b] - c[a]) / clk
+    }' "$smp")
+  if [ $crc != 0 ] || [ $src != 0 ] || ! num "$bw" || [ -z "$w" ]; then
+    echo "client exit $crc, server exit $src (124: timed out after $lim s); window: '${w}'" >>"$c"
+    fail "cpu cost: ${args[*]} (port $port)" "$c" "$s"
+    CPU[$m.state]=FAILED
+    return
+  fi
+  local dt scpu ccpu
+  read -r dt scpu ccpu <<<"$w"
+  CPU[$m.state]=ok
+  CPU[$m.bw]=$bw
+  CPU[$m.window]=$dt
+  # ns of CPU per byte: CPU seconds / (MiB/s x 2^20 x seconds) x 1e9.
+  CPU[$m.server]=$(calc 'sprintf("%.3f", 1e9 * x / (bw * 1048576 * dt))' x="$scpu" bw="$bw" dt="$dt")
+  CPU[$m.client]=$(calc 'sprintf("%.3f", 1e9 * x / (bw * 1048576 * dt))' x="$ccpu" bw="$bw" dt="$dt")
+  CPU[$m.scores]=$(calc 'sprintf("%.2f", x / dt)' x="$scpu" dt="$dt")
+  CPU[$m.ccores]=$(calc 'sprintf("%.2f", x / dt)' x="$ccpu" dt="$dt")
+  echo "cpu cost ${args[*]}: $bw MiB/s over ${dt} s: server ${CPU[$m.server]} ns/B (${CPU[$m.scores]} cores), client ${CPU[$m.client]} ns/B (${CPU[$m.ccores]} cores)"
+}
+for m in 4096 1024; do cpu_cost "$m"; done
 echo
 
 # ---- the tables
@@ -518,9 +624,35 @@ table=$tmp/table.md
     echo "| idle: 2 processes, 1 connected RC QP each | — | FAILED | one core | n/a | < 1%: n/a |"
   fi
 } >"$table"
+{
+  echo
+  echo "CPU cost per byte moved, ib_write_bw -s 65536 (one RC QP; utime+stime of each whole process over the transfer; cycles at the nominal ${cpu_mhz:-?} MHz):"
+  echo
+  echo "| MTU | uroce | responder (server): CPU per byte | requester (client, spins on its CQ): CPU per byte | cores busy (server + client) |"
+  echo "|---|---|---|---|---|"
+  for m in 4096 1024; do
+    if [ "${CPU[$m.state]:-}" != ok ]; then
+      echo "| $m | ${CPU[$m.state]:-not run} | n/a | n/a | n/a |"
+      continue
+    fi
+    cyc() { num "$cpu_mhz" && calc 'sprintf(", %.2f cycles/B", n * mhz / 1000)' n="$1" mhz="$cpu_mhz"; }
+    echo "| $m | ${CPU[$m.bw]} MiB/s | ${CPU[$m.server]} ns/B$(cyc "${CPU[$m.server]}") | ${CPU[$m.client]} ns/B$(cyc "${CPU[$m.client]}") | ${CPU[$m.scores]} + ${CPU[$m.ccores]} |"
+  done
+} >>"$table"
 cat "$table"
 if [ -n "${UROCE_BENCH_OUT:-}" ]; then
   cp "$table" "$UROCE_BENCH_OUT" || { echo "perftest.sh: cannot write $UROCE_BENCH_OUT" >&2; failures=$((failures + 1)); }
+fi
+# ---- history: a full run's ratios go to benches/history.csv and its chart
+if [ "$quick" = 0 ] && [ "${UROCE_BENCH_HISTORY:-1}" != 0 ]; then
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  git diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
+  if bash benches/history.sh append "$table" benches/history.csv "$commit" "$(date -u +%Y-%m-%dT%H:%MZ)"; then
+    echo "perftest.sh: ratios appended to benches/history.csv"
+    if bash benches/history.sh draw benches/history.csv benches/history.png; then
+      echo "perftest.sh: chart in benches/history.png"
+    fi
+  fi
 fi
 echo
 echo "perftest.sh: $((SECONDS - t_start)) s, $failures program(s) failed${failed_names[*]:+: ${failed_names[*]}}"

@@ -2,7 +2,7 @@
 //! over N connected RC QP pairs, against the same ping-pong on one pair.
 //!
 //! Two loopback devices in one process, A (127.90.200.1) and B
-//! (127.90.200.2), one CQ each (sends and receives; sized for every QP's
+//! (127.90.200.2; the second octet from UROCE_QP_SCALE_NET), one CQ each (sends and receives; sized for every QP's
 //! pre-posted receive and a full send queue on every QP), every QP with one
 //! receive posted. Message m goes on pair i = m mod N: A posts a signaled
 //! 2-byte SEND on its QP i; B sees the receive completion, reposts the
@@ -24,7 +24,8 @@
 //! `qp_scale: 1 QP 12.3 us/round trip, 1000 QPs 13.1 us/round trip, ratio 1.07x (target <= 1.5x)`
 //!
 //! Environment: UROCE_QP_SCALE_SECS (default 2) seconds per run,
-//! UROCE_QP_SCALE_QPS (default 1000) pairs.
+//! UROCE_QP_SCALE_QPS (default 1000) pairs, UROCE_QP_SCALE_NET (default
+//! 90) the addresses' second octet (so that runs side by side do not meet).
 //!
 //! Run: `cargo bench -p uroce-benches --bench qp_scale`.
 
@@ -33,8 +34,6 @@ use std::time::{Duration, Instant};
 use uroce_benches::rc::{connect, ALL};
 use uroce_verbs::*;
 
-const A_IP: &str = "127.90.200.1";
-const B_IP: &str = "127.90.200.2";
 /// The message size.
 const MSG: usize = 2;
 /// Send queue depth of every QP.
@@ -53,13 +52,14 @@ struct Side {
     /// Signaled SENDs not completed yet, per QP.
     sq_out: Vec<u32>,
     name: &'static str,
+    /// The device's address.
+    ip: IpAddr,
 }
 
 impl Side {
     fn open(name: &'static str, ip: &str, max_qps: usize) -> Side {
-        let ctx = Device::new(name, ip.parse().unwrap())
-            .open()
-            .expect("open device");
+        let ip: IpAddr = ip.parse().unwrap();
+        let ctx = Device::new(name, ip).open().expect("open device");
         let pd = ctx.alloc_pd().unwrap();
         // Every QP's receive and a full send queue on every QP.
         let cqe = (max_qps * (SQ as usize + 1) + 64) as u32;
@@ -74,6 +74,7 @@ impl Side {
             qps: Vec::new(),
             sq_out: Vec::new(),
             name,
+            ip,
         }
     }
 
@@ -151,7 +152,7 @@ impl Side {
 /// Connects one more pair and posts its receives.
 fn add_pair(a: &mut Side, b: &mut Side) {
     let k = a.qps.len() as u32;
-    let (ai, bi): (IpAddr, IpAddr) = (A_IP.parse().unwrap(), B_IP.parse().unwrap());
+    let (ai, bi) = (a.ip, b.ip);
     let qa = a.new_qp();
     let qb = b.new_qp();
     connect(qa, ai, qb, bi, 0x1000 + k, 0x80_0000 + k);
@@ -232,11 +233,16 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .filter(|&n| n >= 1)
         .unwrap_or(1000);
-    let mut a = Side::open("qpsA", A_IP, n);
-    let mut b = Side::open("qpsB", B_IP, n);
+    let net: u8 = std::env::var("UROCE_QP_SCALE_NET")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(90);
+    let (a_ip, b_ip) = (format!("127.{net}.200.1"), format!("127.{net}.200.2"));
+    let mut a = Side::open("qpsA", &a_ip, n);
+    let mut b = Side::open("qpsB", &b_ip, n);
     println!(
         "qp_scale: {MSG} B SEND/RECV round trips, round-robin over RC QP pairs between \
-         {A_IP} and {B_IP}, one thread polling both sides, {secs} s per run"
+         {a_ip} and {b_ip}, one thread polling both sides, {secs} s per run"
     );
 
     add_pair(&mut a, &mut b);

@@ -10,10 +10,11 @@
 //! race with it. Instead:
 //!
 //! * bytes move in and out by **copy** ([`MrInner::read`],
-//!   [`MrInner::write`]) made of relaxed atomic accesses ([`shared`]), as
+//!   [`MrInner::write`]) made of relaxed atomic accesses ([`shared`]; on
+//!   x86-64, inline assembly that does the same at memcpy's speed), as
 //!   DMA into a buffer would: a copy racing with another copy (or a remote
 //!   write) of the same bytes leaves each byte with one of the values
-//!   written, aligned words untorn, and is never undefined behaviour;
+//!   written, and is never undefined behaviour;
 //! * 64-bit words are accessed as **real atomics**
 //!   ([`MrInner::with_atomic_u64`]): the engine executes remote
 //!   compare-swap and fetch-add with `AtomicU64` operations on the same
@@ -274,8 +275,11 @@ impl MrInner {
             // while `touch` runs this closure, which bounds the reference;
             // AtomicU64 has the size of u64 and interior mutability, and
             // every other access to the word is a word-sized atomic
-            // (`shared` accesses whole aligned words inside a region as
-            // words).
+            // (`shared`'s portable loop accesses whole aligned words inside
+            // a region as words) or, on x86-64, inline assembly, which the
+            // memory model treats as an unknown operation made of atomic
+            // accesses, and which the CPU keeps coherent with the locked
+            // read-modify-writes of the atomic.
             f(unsafe { word.as_ref() })
         })
     }
