@@ -872,7 +872,7 @@ pub fn qp_destroyed(l: &QpLedger) {
 
 /// The region with local key `lkey` is being deregistered: send WRs still
 /// outstanding that use it are reported, receive WRs that use it marked
-/// (see [`PostedRecv`]).
+/// (see `PostedRecv`).
 pub fn deregistering(keys: &Arc<KeyTable>, lkey: u32) {
     if !on(Category::Lifetime) {
         return;

@@ -137,7 +137,7 @@ extern "C" fn finish_at_exit() {
 }
 
 /// Returns once the writer has written every event sent before the call
-/// (at most [`FLUSH_WAIT`]); a device flushes as it closes.
+/// (at most `FLUSH_WAIT`); a device flushes as it closes.
 pub fn flush() {
     if !on() {
         return;

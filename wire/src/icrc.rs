@@ -538,7 +538,7 @@ pub const HEADROOM: usize = LRH_ONES.len() + IPV6_HDR + UDP_HDR;
 /// [`compute`] for a UDP payload that sits at `buf[HEADROOM..]`: masks
 /// BTH byte 4 in place for the duration, so that the ICRC is one pass of
 /// crc32fast over the packet's contiguous bytes, started from the
-/// masked prefix's cached CRC ([`prefix_crc`]). `buf` is unchanged
+/// masked prefix's cached CRC (`prefix_crc`). `buf` is unchanged
 /// afterwards.
 pub fn compute_in_place(ctx: &IpContext, buf: &mut [u8]) -> Result<u32> {
     let payload_len = buf.len().saturating_sub(HEADROOM);

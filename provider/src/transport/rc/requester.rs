@@ -663,7 +663,7 @@ impl RcQp {
 pub const MIN_ACK_TIMEOUT_NS: u64 = 4_000_000;
 
 /// The local ACK timeout: 4.096 µs × 2^timeout (IBA 9.7.6.1.3), never
-/// shorter than [`MIN_ACK_TIMEOUT_NS`].
+/// shorter than `MIN_ACK_TIMEOUT_NS`.
 pub fn ack_timeout_ns(timeout: u8) -> u64 {
     (4096u64 << timeout.min(31)).max(MIN_ACK_TIMEOUT_NS)
 }
