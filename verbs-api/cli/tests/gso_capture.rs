@@ -11,10 +11,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn uroce() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_uroce"))
-}
+mod common;
+use common::{uroce, wait_listening};
 
 /// Waits for `child`, killing it after a minute.
 fn finish(mut child: Child, what: &str) -> std::process::Output {
@@ -27,22 +25,6 @@ fn finish(mut child: Child, what: &str) -> std::process::Output {
         std::thread::sleep(Duration::from_millis(10));
     }
     child.wait_with_output().unwrap()
-}
-
-fn wait_listening(port: u16) {
-    let end = Instant::now() + Duration::from_secs(10);
-    let hex = format!(":{port:04X} ");
-    while Instant::now() < end {
-        let t = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default()
-            + &std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default();
-        if t.lines()
-            .any(|l| l.contains(&hex) && l.split_whitespace().nth(3) == Some("0A"))
-        {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("server did not listen on {port}");
 }
 
 /// A capture tool: tcpdump, or else tshark (which CI installs).

@@ -2,29 +2,10 @@
 //! against themselves in two processes, over loopback addresses of their
 //! own, with data checking; and `rc-stress`.
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn uroce() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_uroce"))
-}
-
-fn wait_listening(port: u16) {
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        let out = std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default()
-            + &std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-        let hex = format!(":{port:04X} ");
-        if out
-            .lines()
-            .any(|l| l.contains(&hex) && l.split_whitespace().nth(3) == Some("0A"))
-        {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("server did not listen on {port}");
-}
+mod common;
+use common::{uroce, wait_listening};
 
 /// Waits for a tool's process, killing it after a minute (a run that
 /// hangs fails the test instead of hanging the suite).

@@ -3,30 +3,11 @@
 //! socket gone when they exit (or removed by `uroce stat` when they were
 //! killed), and no socket at all with `UROCE_STAT=0`.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use uroce_verbs::provider::stat::{self, ProcessState};
-
-fn uroce() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_uroce"))
-}
-
-fn wait_listening(port: u16) {
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        let out = std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default()
-            + &std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-        let hex = format!(":{port:04X} ");
-        if out
-            .lines()
-            .any(|l| l.contains(&hex) && l.split_whitespace().nth(3) == Some("0A"))
-        {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("server did not listen on {port}");
-}
+mod common;
+use common::{uroce, wait_listening};
 
 /// `uroce rc-pingpong` on its own device `ip`, as server (no `server`)
 /// or client.
