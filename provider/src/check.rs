@@ -237,24 +237,6 @@ pub fn report(cat: Category, what: &str, rule: &str, at: &[(&str, &Caller)]) {
     eprint!("{s}");
 }
 
-/// A short name of a send opcode, as verbs spells it.
-fn op_name(op: WrOpcode) -> &'static str {
-    match op {
-        WrOpcode::RdmaWrite => "RDMA_WRITE",
-        WrOpcode::RdmaWriteWithImm => "RDMA_WRITE_WITH_IMM",
-        WrOpcode::Send => "SEND",
-        WrOpcode::SendWithImm => "SEND_WITH_IMM",
-        WrOpcode::RdmaRead => "RDMA_READ",
-        WrOpcode::AtomicCmpAndSwp => "ATOMIC_CMP_AND_SWP",
-        WrOpcode::AtomicFetchAndAdd => "ATOMIC_FETCH_AND_ADD",
-        WrOpcode::LocalInv => "LOCAL_INV",
-        WrOpcode::BindMw => "BIND_MW",
-        WrOpcode::SendWithInv => "SEND_WITH_INV",
-        WrOpcode::Flush => "FLUSH",
-        WrOpcode::AtomicWrite => "ATOMIC_WRITE",
-    }
-}
-
 /// The opcodes whose SG list the peer reads: what must not change until
 /// the completion.
 fn reads_sources(op: WrOpcode) -> bool {
@@ -560,7 +542,7 @@ impl QpLedger {
                 "the source buffer of {} WR wr_id {} on QP {:#x} ({} bytes at {:#x}, lkey \
                  {:#x}) changed between ibv_post_send and the WR's completion: the peer may \
                  have received either contents, or a mix",
-                op_name(p.opcode),
+                p.opcode.name(),
                 p.wr_id,
                 self.qpn,
                 sge.length,
@@ -715,7 +697,7 @@ impl QpLedger {
              never complete, and what they were doing on the wire is cut off",
             self.qpn,
             st.pending.len(),
-            op_name(first.opcode),
+            first.opcode.name(),
             first.wr_id
         );
         let here = Caller::here();
@@ -905,7 +887,7 @@ pub fn deregistering(keys: &Arc<KeyTable>, lkey: u32) {
              IBV_WC_LOC_PROT_ERR, or carry whatever the memory holds when it is read",
             users.len(),
             l.qpn,
-            op_name(first.opcode),
+            first.opcode.name(),
             first.wr_id
         );
         let mut at: Vec<(&str, &Caller)> = vec![("deregistered at", &here)];

@@ -902,7 +902,7 @@ fn qp_stat(qpn: u32, e: &QpEntry, live: Option<&QpSnapshot>) -> QpStat {
         qpn,
         qp_type: format!("{:?}", e.qp_type).to_uppercase(),
         state: match live {
-            Some(_) => state_name(attr.qp_state).into(),
+            Some(_) => attr.qp_state.name().into(),
             None => "UNKNOWN".into(),
         },
         pdn: e.pd,
@@ -942,19 +942,6 @@ fn qp_stat(qpn: u32, e: &QpEntry, live: Option<&QpSnapshot>) -> QpStat {
                     )
                 })
             }),
-    }
-}
-
-/// A QP state as `rdma resource show qp` writes it.
-fn state_name(s: QpState) -> &'static str {
-    match s {
-        QpState::Reset => "RESET",
-        QpState::Init => "INIT",
-        QpState::Rtr => "RTR",
-        QpState::Rts => "RTS",
-        QpState::Sqd => "SQD",
-        QpState::Sqe => "SQE",
-        QpState::Err => "ERR",
     }
 }
 

@@ -35,7 +35,7 @@
 //! processes of a pair started with one environment write their own files.
 
 use crate::transport::QpConfig;
-use crate::types::{QpState, QpType, SendWr, WcStatus, WrOpcode};
+use crate::types::{QpState, QpType, SendWr, WcStatus};
 use crossbeam::channel::{self, Receiver, Sender};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -199,7 +199,7 @@ pub fn post_send(queue: usize, wr: &SendWr) {
     send(Kind::Post {
         queue,
         wr_id: wr.wr_id,
-        op: wr_name(wr.opcode),
+        op: wr.opcode.name(),
         len,
     });
 }
@@ -351,36 +351,6 @@ pub fn cm(what: &'static str, conn: Option<u32>, detail: String) {
 /// The writer's key for a queue: its address.
 pub fn queue_id<T>(q: &T) -> usize {
     q as *const T as usize
-}
-
-/// The verbs name of a send opcode (`IBV_WR_` left off).
-pub fn wr_name(op: WrOpcode) -> &'static str {
-    match op {
-        WrOpcode::RdmaWrite => "RDMA_WRITE",
-        WrOpcode::RdmaWriteWithImm => "RDMA_WRITE_WITH_IMM",
-        WrOpcode::Send => "SEND",
-        WrOpcode::SendWithImm => "SEND_WITH_IMM",
-        WrOpcode::RdmaRead => "RDMA_READ",
-        WrOpcode::AtomicCmpAndSwp => "ATOMIC_CMP_AND_SWP",
-        WrOpcode::AtomicFetchAndAdd => "ATOMIC_FETCH_AND_ADD",
-        WrOpcode::LocalInv => "LOCAL_INV",
-        WrOpcode::BindMw => "BIND_MW",
-        WrOpcode::SendWithInv => "SEND_WITH_INV",
-        WrOpcode::Flush => "FLUSH",
-        WrOpcode::AtomicWrite => "ATOMIC_WRITE",
-    }
-}
-
-fn state_name(s: QpState) -> &'static str {
-    match s {
-        QpState::Reset => "RESET",
-        QpState::Init => "INIT",
-        QpState::Rtr => "RTR",
-        QpState::Rts => "RTS",
-        QpState::Sqd => "SQD",
-        QpState::Sqe => "SQE",
-        QpState::Err => "ERR",
-    }
 }
 
 // -------------------------------------------------------------------
@@ -631,16 +601,12 @@ impl Writer {
                 );
             }
             Kind::State { qpn, from, to } => {
-                let name = format!("state {}->{}", state_name(from), state_name(to));
+                let name = format!("state {}->{}", from.name(), to.name());
                 self.instant(
                     ts,
                     qpn,
                     &name,
-                    format_args!(
-                        "\"from\":\"{}\",\"to\":\"{}\"",
-                        state_name(from),
-                        state_name(to)
-                    ),
+                    format_args!("\"from\":\"{}\",\"to\":\"{}\"", from.name(), to.name()),
                 );
             }
             Kind::Post {

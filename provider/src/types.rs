@@ -166,6 +166,24 @@ pub enum WrOpcode {
 }
 
 impl WrOpcode {
+    /// The verbs name (`ibv_wr_opcode` without `IBV_WR_`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            WrOpcode::RdmaWrite => "RDMA_WRITE",
+            WrOpcode::RdmaWriteWithImm => "RDMA_WRITE_WITH_IMM",
+            WrOpcode::Send => "SEND",
+            WrOpcode::SendWithImm => "SEND_WITH_IMM",
+            WrOpcode::RdmaRead => "RDMA_READ",
+            WrOpcode::AtomicCmpAndSwp => "ATOMIC_CMP_AND_SWP",
+            WrOpcode::AtomicFetchAndAdd => "ATOMIC_FETCH_AND_ADD",
+            WrOpcode::LocalInv => "LOCAL_INV",
+            WrOpcode::BindMw => "BIND_MW",
+            WrOpcode::SendWithInv => "SEND_WITH_INV",
+            WrOpcode::Flush => "FLUSH",
+            WrOpcode::AtomicWrite => "ATOMIC_WRITE",
+        }
+    }
+
     /// Every send opcode.
     pub const ALL: [WrOpcode; 12] = [
         WrOpcode::RdmaWrite,
@@ -548,6 +566,20 @@ pub enum QpState {
 }
 
 impl QpState {
+    /// The name `rdma resource show qp` writes (`ibv_qp_state` without
+    /// `IBV_QPS_`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            QpState::Reset => "RESET",
+            QpState::Init => "INIT",
+            QpState::Rtr => "RTR",
+            QpState::Rts => "RTS",
+            QpState::Sqd => "SQD",
+            QpState::Sqe => "SQE",
+            QpState::Err => "ERR",
+        }
+    }
+
     /// The state with this `ibv_qp_state` value.
     pub const fn from_u32(v: u32) -> Option<QpState> {
         Some(match v {
