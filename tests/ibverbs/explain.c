@@ -20,77 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
-
-enum { BUF = 4096 };
-
-struct side {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	struct ibv_mr *mr;
-	char *buf;
-	union ibv_gid gid;
-};
-
-static void open_side(struct side *s, struct ibv_device *dev, int access)
-{
-	MUST(s->ctx = ibv_open_device(dev));
-	MUST(s->pd = ibv_alloc_pd(s->ctx));
-	MUST(s->cq = ibv_create_cq(s->ctx, 16, NULL, NULL, 0));
-	struct ibv_qp_init_attr ia = {
-		.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 8, .max_recv_wr = 8,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	MUST(s->qp = ibv_create_qp(s->pd, &ia));
-	MUST(posix_memalign((void **)&s->buf, 4096, BUF) == 0);
-	memset(s->buf, 0, BUF);
-	MUST(s->mr = ibv_reg_mr(s->pd, s->buf, BUF, access));
-	MUST(ibv_query_gid(s->ctx, 1, 1, &s->gid) == 0);
-}
-
-static void rc_up(struct side *s, struct side *p)
-{
-	int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-		  IBV_ACCESS_REMOTE_READ;
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = all };
-	MUST(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				 IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-	struct ibv_qp_attr r = {
-		.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
-		.dest_qp_num = p->qp->qp_num, .rq_psn = 0x100,
-		.max_dest_rd_atomic = 1, .min_rnr_timer = 1,
-		.ah_attr = { .is_global = 1, .port_num = 1,
-			     .grh = { .dgid = p->gid, .sgid_index = 1,
-				      .hop_limit = 64 } },
-	};
-	MUST(ibv_modify_qp(s->qp, &r, IBV_QP_STATE | IBV_QP_AV |
-				 IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				 IBV_QP_MIN_RNR_TIMER) == 0);
-	struct ibv_qp_attr t = { .qp_state = IBV_QPS_RTS, .timeout = 14,
-				 .retry_cnt = 7, .rnr_retry = 7, .sq_psn = 0x100,
-				 .max_rd_atomic = 1 };
-	MUST(ibv_modify_qp(s->qp, &t, IBV_QP_STATE | IBV_QP_TIMEOUT |
-				 IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
-}
-
-/* One completion within 5 s, or status -1. */
-static struct ibv_wc wait1(struct ibv_cq *cq)
-{
-	struct ibv_wc wc = { .status = -1 };
-	for (int i = 0; i < 500000; i++) {
-		if (ibv_poll_cq(cq, 1, &wc) == 1)
-			return wc;
-		usleep(10);
-	}
-	wc.status = -1;
-	return wc;
-}
+#include "check_pair.h"
 
 static struct ibv_wc write_to(struct side *a, uint64_t wr_id, uint64_t raddr,
 			      uint32_t rkey)
@@ -138,14 +68,8 @@ int main(void)
 	int saved = dup(2);
 	MUST(saved >= 0 && dup2(fileno(errf), 2) == 2);
 
-	int n = 0;
-	struct ibv_device **devs = ibv_get_device_list(&n);
-	MUST(devs && n >= 2);
-	struct side a, b;
-	open_side(&a, devs[0], IBV_ACCESS_LOCAL_WRITE);
-	open_side(&b, devs[1], IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	rc_up(&a, &b);
-	rc_up(&b, &a);
+	struct side a = { 0 }, b = { 0 };
+	rc_pair(&a, &b, 16, 8);
 
 	uint32_t bad_rkey = b.mr->rkey ^ 0x5a5a0000;
 	uint64_t va = (uintptr_t)b.buf + 16;
@@ -173,7 +97,7 @@ int main(void)
 	snprintf(rk, sizeof(rk), "rkey %#x", bad_rkey);
 	snprintf(vas, sizeof(vas), "va %#llx", (unsigned long long)va);
 	const char *req[] = { "uroce: ", qa, "IBV_WC_REM_ACCESS_ERR (requester)",
-			      "sent NAK remote access error (syndrome 0x62) for PSN 0x000100",
+			      "sent NAK remote access error (syndrome 0x62) for PSN 0x000000",
 			      rk, vas, "len 64", NULL };
 	CHECK(line_with(err, req) != NULL,
 	      "the requester's line: the peer, the NAK's syndrome and PSN, the rkey asked");
