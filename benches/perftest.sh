@@ -361,6 +361,27 @@ cputicks() { # PID: utime+stime (all threads)
 }
 idle_pct=""
 idle_detail=""
+launch_pair() { # LIMIT PORT NET SERVER_OUT CLIENT_OUT ARGS...: the server
+  # (-d uroce0) and then, once it listens on PORT, the client (-d uroce1)
+  # of ARGS in the background; sets SPID and CPID.
+  local lim=$1 port=$2 net=$3 so=$4 co=$5 _i
+  shift 5
+  export UROCE_DEVICES="uroce0=$net.1,uroce1=$net.2"
+  LD_LIBRARY_PATH=$libdir timeout $lim "$@" -d uroce0 -x 0 -p $port >"$so" 2>&1 &
+  SPID=$!
+  bg+=("$SPID")
+  for _i in $(seq 100); do
+    command -v ss >/dev/null || { sleep 0.5; break; }
+    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+    kill -0 "$SPID" 2>/dev/null || break
+    sleep 0.1
+  done
+  LD_LIBRARY_PATH=$libdir timeout $lim "$@" -d uroce1 -x 0 -p $port "$net.1" >"$co" 2>&1 &
+  CPID=$!
+  bg+=("$CPID")
+  unset UROCE_DEVICES
+}
+
 idle_test() {
   pt_n=$((pt_n + 1))
   local port=$((bport + pt_n)) net=127.$bnet.$pt_n
@@ -369,21 +390,8 @@ idle_test() {
   # stdbuf: perftest's stdout is a file here; line-buffer it so that
   # "Waiting N seconds before releasing resources" shows while it waits.
   local args=(stdbuf -oL ib_write_lat -s 2 -n 1000 --wait_destroy=$wait_s)
-  export UROCE_DEVICES="uroce0=$net.1,uroce1=$net.2"
-  LD_LIBRARY_PATH=$libdir timeout $lim "${args[@]}" -d uroce0 -x 0 -p $port >"$s" 2>&1 &
-  local spid=$!
-  bg+=("$spid")
-  local _i
-  for _i in $(seq 100); do
-    command -v ss >/dev/null || { sleep 0.5; break; }
-    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.1
-  done
-  LD_LIBRARY_PATH=$libdir timeout $lim "${args[@]}" -d uroce1 -x 0 -p $port "$net.1" >"$c" 2>&1 &
-  local cpid=$!
-  bg+=("$cpid")
-  unset UROCE_DEVICES
+  launch_pair $lim $port $net "$s" "$c" "${args[@]}"
+  local spid=$SPID cpid=$CPID _i
   # Both have printed their result and sleep with the QP connected.
   local ok=0
   for _i in $(seq 300); do
@@ -429,21 +437,8 @@ cpu_cost() { # MTU
   local lim=$((secs + 92))
   local s="$tmp/cpu$m.server" c="$tmp/cpu$m.client" smp="$tmp/cpu$m.samples"
   local args=(ib_write_bw -s 65536 -m "$m" -D $((secs + 2)))
-  export UROCE_DEVICES="uroce0=$net.1,uroce1=$net.2"
-  LD_LIBRARY_PATH=$libdir timeout $lim "${args[@]}" -d uroce0 -x 0 -p $port >"$s" 2>&1 &
-  local spid=$!
-  bg+=("$spid")
-  local _i
-  for _i in $(seq 100); do
-    command -v ss >/dev/null || { sleep 0.5; break; }
-    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.1
-  done
-  LD_LIBRARY_PATH=$libdir timeout $lim "${args[@]}" -d uroce1 -x 0 -p $port "$net.1" >"$c" 2>&1 &
-  local cpid=$!
-  bg+=("$cpid")
-  unset UROCE_DEVICES
+  launch_pair $lim $port $net "$s" "$c" "${args[@]}"
+  local spid=$SPID cpid=$CPID _i
   local sp="" cp="" st ct
   : >"$smp"
   while kill -0 "$cpid" 2>/dev/null; do
