@@ -12,6 +12,9 @@
 #     DISCONNECTED leaves its DREP on the wire (the client's DISCONNECTED
 #     within 1 s, not after DREQ retries);
 #   * tests/ibverbs/cm_src.c: rdma_resolve_addr from an explicit source;
+#   * tests/ibverbs/cm_threads.c: an id and channel shared by two threads
+#     as rping 44 shares them (destroy waits for the other thread's ack;
+#     a destroyed channel answers EBADF);
 #   * rping -V (data verified) at three sizes, ucmatose -c 4 (and -m:
 #     ids migrated to a new channel), udaddy -c 4 (UD through SIDR),
 #     rdma_server/rdma_client (synchronous ids, rdma_create_ep), mckey
@@ -114,6 +117,20 @@ if cc -O1 -Wall -o "$tmp/cm_exit" tests/ibverbs/cm_exit.c -libverbs -lrdmacm; th
 else
   failed=$((failed + 1))
   echo "FAIL  cm_exit.c (does not compile: apt-get install librdmacm-dev)"
+fi
+
+# ---- ids and channels shared by two threads as rping 44 shares them
+# (tests/ibverbs/cm_threads.c): rdma_destroy_id waits for another
+# thread's acknowledgement, a destroyed channel is EBADF, not freed memory
+if cc -O1 -Wall -o "$tmp/cm_threads" tests/ibverbs/cm_threads.c -lrdmacm -libverbs -lpthread; then
+  if UROCE_DEVICES=uroce0=127.105.21.1 timeout 60 "$tmp/cm_threads" 127.105.21.1 127.105.21.2 >"$tmp/out" 2>&1; then
+    pass "cm_threads.c" "$(tail -1 "$tmp/out")"
+  else
+    fail "cm_threads.c" "$(grep -c FAIL "$tmp/out") checks failed ($(tail -1 "$tmp/out"))"
+  fi
+else
+  failed=$((failed + 1))
+  echo "FAIL  cm_threads.c (does not compile: apt-get install librdmacm-dev)"
 fi
 
 # ---- rdma_resolve_addr with an explicit source on an unbound id

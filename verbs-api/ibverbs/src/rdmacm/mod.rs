@@ -33,12 +33,13 @@ use self::ffi::*;
 use crate::ffi::*;
 use crate::{guard, minus_one_result, ptr_result, set_errno};
 use libc::{c_int, c_void, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
 use std::ptr::{addr_of, null_mut};
 use std::sync::OnceLock;
+use std::thread::ThreadId;
 use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::provider::qp_attr::gid_of;
 use uroce_verbs::{Error, QpType};
@@ -73,27 +74,33 @@ pub(crate) fn last_errno() -> i32 {
 
 // ---------------------------------------------------------------- channels
 
-/// An event channel: `rdma_event_channel` (its `fd` the uroce channel's
-/// descriptor, readable while an event waits), then the uroce channel.
-#[repr(C)]
-pub(crate) struct Chan {
-    pub c: rdma_event_channel,
-    pub inner: ChanInner,
-}
-pub(crate) struct ChanInner {
-    pub rust: EventChannel,
+/// Every live event channel of this library, by the address of its
+/// `rdma_event_channel` (whose `fd` is the uroce channel's descriptor,
+/// readable while an event waits), with its uroce half.
+///
+/// The C object holds nothing else, so a channel is looked up here, never
+/// read through the program's pointer: a thread that calls
+/// `rdma_get_cm_event` as another destroys the channel (rdmacm-utils 44's
+/// `rping`, whose event thread loops on a channel its main thread
+/// destroys before it returns) gets EBADF, as a read(2) of a closed kernel
+/// descriptor does, and a thread already waiting keeps waiting on its own
+/// reference, as a read(2) the kernel started does.
+fn channels() -> &'static Mutex<HashMap<usize, EventChannel>> {
+    static C: OnceLock<Mutex<HashMap<usize, EventChannel>>> = OnceLock::new();
+    C.get_or_init(Default::default)
 }
 
-/// The uroce half of a channel.
-///
-/// # Safety
-/// `p` is NULL or a live channel made by this library.
-pub(crate) unsafe fn chan<'a>(p: *mut rdma_event_channel) -> Result<&'a ChanInner, i32> {
+/// The uroce half of a live channel: EINVAL for NULL, EBADF for an
+/// address that is not (or no longer) a channel of this library.
+pub(crate) fn chan(p: *mut rdma_event_channel) -> Result<EventChannel, i32> {
     if p.is_null() {
         return Err(libc::EINVAL);
     }
-    // SAFETY: the caller's promise; only the Rust half is borrowed.
-    Ok(unsafe { &*addr_of!((*p.cast::<Chan>()).inner) })
+    channels()
+        .lock()
+        .get(&(p as usize))
+        .cloned()
+        .ok_or(libc::EBADF)
 }
 
 /// A new channel, with a blocking descriptor as the kernel's:
@@ -105,26 +112,38 @@ fn new_channel() -> Result<*mut rdma_event_channel, i32> {
     let rust = EventChannel::new().map_err(|e| errno(&e))?;
     let fd = rust.as_raw_fd();
     crate::make_blocking(fd);
-    let obj = Box::new(Chan {
-        c: rdma_event_channel { fd },
-        inner: ChanInner { rust },
-    });
-    Ok(Box::into_raw(obj).cast())
+    let p = Box::into_raw(Box::new(rdma_event_channel { fd }));
+    channels().lock().insert(p as usize, rust);
+    Ok(p)
 }
 
-/// Frees a channel made by [`new_channel`].
+/// Takes a channel out of the registry and frees its C object; the uroce
+/// half goes with the last reference (a waiting thread may hold one).
+/// None if `p` is not a live channel of this library.
+///
+/// # Safety
+/// `p` is NULL or a pointer the program got from this library.
+unsafe fn close_channel(p: *mut rdma_event_channel) -> Option<EventChannel> {
+    let rust = channels().lock().remove(&(p as usize))?;
+    // SAFETY: registered, so made by Box::into_raw in new_channel and not
+    // yet freed; out of the registry now, so freed once.
+    drop(unsafe { Box::from_raw(p) });
+    Some(rust)
+}
+
+/// Frees a synchronous id's channel made by [`new_channel`]: what is
+/// still queued for the (destroyed) id goes, so that nothing keeps the
+/// uroce id alive through it. Its descriptor goes non-blocking first, so
+/// that the last read does not wait.
 ///
 /// # Safety
 /// `p` is such a channel, not used afterwards.
 unsafe fn free_channel(p: *mut rdma_event_channel) {
     // SAFETY: the caller's promise.
-    let obj = unsafe { Box::from_raw(p.cast::<Chan>()) };
-    // A synchronous id's channel: what is still queued for the (destroyed)
-    // id goes, so that nothing keeps the uroce id alive through it. Its
-    // descriptor goes non-blocking first, so that the last read does not
-    // wait.
-    crate::make_nonblocking(obj.inner.rust.as_raw_fd());
-    while obj.inner.rust.try_get_event().is_ok() {}
+    if let Some(rust) = unsafe { close_channel(p) } {
+        crate::make_nonblocking(rust.as_raw_fd());
+        while rust.try_get_event().is_ok() {}
+    }
 }
 
 #[no_mangle]
@@ -135,11 +154,10 @@ unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
 #[no_mangle]
 unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
     guard((), || {
-        if !channel.is_null() {
-            // SAFETY: made by Box::into_raw in new_channel. Ids on it keep
-            // the uroce channel alive; their events still go there.
-            drop(unsafe { Box::from_raw(channel.cast::<Chan>()) });
-        }
+        // Ids on it keep the uroce channel alive; their events still go
+        // there. A pointer that is not a live channel is left alone.
+        // SAFETY: the program's pointer, checked against the registry.
+        drop(unsafe { close_channel(channel) });
     })
 }
 
@@ -154,13 +172,18 @@ pub(crate) struct Id {
 
 pub(crate) struct IdInner {
     pub st: Mutex<IdSt>,
+    /// Signalled when an event naming the id is acknowledged.
+    acked: Condvar,
 }
 
 pub(crate) struct IdSt {
     /// The uroce id (None once destroyed).
     pub rust: Option<CmId>,
-    /// Events naming the id not yet acknowledged.
+    /// Events naming the id not yet acknowledged, and pins.
     refs: usize,
+    /// The thread that got each event naming the id that the program has
+    /// not acknowledged yet: `rdma_destroy_id` waits for the others'.
+    holders: Vec<ThreadId>,
     destroyed: bool,
     /// Synchronous: `id->channel` is its own (made by this library).
     pub sync: bool,
@@ -245,6 +268,7 @@ fn new_id(
             st: Mutex::new(IdSt {
                 rust: Some(cm.clone()),
                 refs: 0,
+                holders: Vec::new(),
                 destroyed: false,
                 sync,
                 // SAFETY: plain data; all-zero is valid.
@@ -255,6 +279,7 @@ fn new_id(
                 init_depth: MAX_RES,
                 local_ece: (0, 0),
             }),
+            acked: Condvar::new(),
         },
     });
     let p = Box::into_raw(obj).cast::<rdma_cm_id>();
@@ -481,8 +506,8 @@ pub(crate) fn create_id(
         (channel, false)
     };
     // SAFETY: a channel of this library (the caller's, or just made).
-    let chi = unsafe { chan(ch)? };
-    match CmId::with_type(&chi.rust, ps, qp_type) {
+    let chi = chan(ch)?;
+    match CmId::with_type(&chi, ps, qp_type) {
         Ok(cm) => Ok(new_id(cm, ch, sync, context)),
         Err(e) => {
             if sync {
@@ -525,6 +550,16 @@ pub(crate) unsafe fn destroy_id(p: *mut rdma_cm_id) -> Result<(), i32> {
     drop(cm);
     let free = {
         let mut st = inner.st.lock();
+        // librdmacm's rdma_destroy_id returns once every event naming the
+        // id that the program was given is acknowledged (rping's main
+        // thread relies on it: its event thread is still handling
+        // DISCONNECTED). Events this thread holds are not waited for: a
+        // program that destroys an id under its own unacknowledged event
+        // would wait forever on librdmacm; here the id goes with the ack.
+        let me = std::thread::current().id();
+        while st.holders.iter().any(|t| *t != me) {
+            inner.acked.wait(&mut st);
+        }
         st.destroyed = true;
         st.refs == 0
     };
@@ -892,8 +927,8 @@ unsafe fn migrate_id(p: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> Re
         (channel, false)
     };
     // SAFETY: a channel of this library.
-    let chi = unsafe { chan(to)? };
-    cm.migrate(&chi.rust);
+    let chi = chan(to)?;
+    cm.migrate(&chi);
     if was_sync {
         // SAFETY: the id's C half; the event it kept.
         let ev = unsafe { std::mem::replace(&mut (*p).event, null_mut()) };
@@ -1013,6 +1048,8 @@ struct Event {
     /// The ids it holds references to (`c.id`, `c.listen_id`, which the
     /// program could overwrite).
     ids: [*mut rdma_cm_id; 2],
+    /// The thread `rdma_get_cm_event` (or a synchronous call) gave it to.
+    owner: Option<ThreadId>,
 }
 
 /// A connection request's new id, on the listener's channel (or, for a
@@ -1106,6 +1143,7 @@ unsafe fn convert(ev: CmEvent) -> Option<*mut rdma_cm_event> {
         c: unsafe { std::mem::zeroed() },
         pdata: Vec::new(),
         ids: [p, listen],
+        owner: None,
     });
     obj.c.id = p;
     obj.c.listen_id = listen;
@@ -1167,7 +1205,7 @@ unsafe fn next_event(
     // A clone: a wait does not touch the C object, which the program may
     // destroy meanwhile (as it may close a kernel channel's descriptor).
     // SAFETY: the caller's promise.
-    let ch = unsafe { chan(channel)? }.rust.clone();
+    let ch = chan(channel)?;
     loop {
         let ev = if block {
             ch.get_event()
@@ -1177,6 +1215,8 @@ unsafe fn next_event(
         .map_err(|e| errno(&e))?;
         // SAFETY: as above.
         if let Some(e) = unsafe { convert(ev) } {
+            // SAFETY: just made by convert, not yet the program's.
+            unsafe { hand_over(e) };
             return Ok(e);
         }
     }
@@ -1188,12 +1228,11 @@ unsafe extern "C" fn rdma_get_cm_event(
     out: *mut *mut rdma_cm_event,
 ) -> c_int {
     minus_one_result(|| {
-        // SAFETY: a channel of this library (the caller's contract).
-        let ch = unsafe { chan(channel)? };
+        let ch = chan(channel)?;
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        let block = !crate::is_nonblocking(ch.rust.as_raw_fd());
+        let block = !crate::is_nonblocking(ch.as_raw_fd());
         // SAFETY: as above; the caller's out-parameter.
         unsafe { *out = next_event(channel, block)? };
         Ok(())
@@ -1214,10 +1253,38 @@ unsafe fn ack_event(ev: *mut rdma_cm_event) -> Result<(), i32> {
         if q.is_null() {
             continue;
         }
+        if let Some(owner) = obj.owner {
+            // SAFETY: the event's reference keeps the id live.
+            if let Ok(inner) = unsafe { id(q) } {
+                let mut st = inner.st.lock();
+                if let Some(i) = st.holders.iter().position(|t| *t == owner) {
+                    st.holders.swap_remove(i);
+                }
+                inner.acked.notify_all();
+            }
+        }
         // SAFETY: the event's reference to the id.
         unsafe { release(q) };
     }
     Ok(())
+}
+
+/// An event goes to the calling thread: the ids it names record it, so
+/// that `rdma_destroy_id` on another thread waits for its acknowledgement.
+///
+/// # Safety
+/// `ev` was just made by [`convert`] and is not yet the program's.
+unsafe fn hand_over(ev: *mut rdma_cm_event) {
+    let me = std::thread::current().id();
+    // SAFETY: the caller's promise: ours alone.
+    let obj = unsafe { &mut *ev.cast::<Event>() };
+    obj.owner = Some(me);
+    for q in obj.ids {
+        // SAFETY: the event's reference keeps the id live.
+        if let Ok(inner) = unsafe { id(q) } {
+            inner.st.lock().holders.push(me);
+        }
+    }
 }
 
 #[no_mangle]
