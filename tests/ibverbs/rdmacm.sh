@@ -10,7 +10,7 @@
 #     without RDMA_OPTION_ID_AFONLY, as the kernel's CMA answers;
 #   * tests/ibverbs/cm_exit.c: a server that exits the moment it sees
 #     DISCONNECTED leaves its DREP on the wire (the client's DISCONNECTED
-#     within 1 s, not after DREQ retries);
+#     within 3 s, not after DREQ retries);
 #   * tests/ibverbs/cm_src.c: rdma_resolve_addr from an explicit source;
 #   * tests/ibverbs/cm_threads.c: an id and channel shared by two threads
 #     as rping 44 shares them (destroy waits for the other thread's ack;

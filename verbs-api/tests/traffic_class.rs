@@ -84,3 +84,97 @@ fn ud_traffic_class_reaches_the_receivers_grh() {
         }
     }
 }
+
+/// A plain UDP socket on port 4791 that reports each datagram's IP TOS
+/// (`IP_RECVTOS`): the far end of an RC or UC QP, seeing what the kernel
+/// put on the wire.
+struct TosSink(std::net::UdpSocket);
+
+impl TosSink {
+    fn bind(ip: &str) -> TosSink {
+        use std::os::fd::AsRawFd;
+        let s = std::net::UdpSocket::bind((ip, uroce_wire::ROCEV2_UDP_PORT)).unwrap();
+        s.set_read_timeout(Some(T)).unwrap();
+        let on: libc::c_int = 1;
+        // SAFETY: a valid descriptor and option value of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_RECVTOS,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "IP_RECVTOS");
+        TosSink(s)
+    }
+
+    /// The next datagram's first byte (the BTH's opcode) and its TOS.
+    fn next(&self) -> (u8, u8) {
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 4200];
+        let mut ctl = [0u64; 16];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: all-zero is a valid msghdr; the pointers set below
+        // outlive the call.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl.as_mut_ptr().cast();
+        m.msg_controllen = std::mem::size_of_val(&ctl);
+        // SAFETY: `m` describes live buffers of the lengths it gives.
+        let n = unsafe { libc::recvmsg(self.0.as_raw_fd(), &mut m, 0) };
+        assert!(n > 0, "a datagram: {}", std::io::Error::last_os_error());
+        let mut tos = None;
+        // SAFETY: the kernel filled msg_control; the CMSG macros walk it
+        // within msg_controllen.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&m);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
+                    tos = Some(*libc::CMSG_DATA(c));
+                }
+                c = libc::CMSG_NXTHDR(&m, c);
+            }
+        }
+        (buf[0], tos.expect("an IP_TOS control message"))
+    }
+}
+
+/// An RC or UC QP's path traffic class (its RTR `ah_attr`) is the IP TOS of
+/// every packet it sends, over real UDP: a plain socket in the peer's
+/// place reads it from the kernel (127.103.4.x).
+#[test]
+fn rc_and_uc_packets_carry_the_paths_traffic_class() {
+    let (ai, sink_ip) = ("127.103.4.1", "127.103.4.2");
+    let sink = TosSink::bind(sink_ip);
+    let a = open(ai);
+    let pd = a.alloc_pd().unwrap();
+    let cq = a.create_cq(64).unwrap();
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    // (type, traffic class, SEND ONLY's opcode)
+    for (t, tc, op) in [(QpType::Rc, 0xb8u8, 0x04u8), (QpType::Uc, 0x2a, 0x24)] {
+        let q = qp(&pd, &cq, t, None);
+        let o = ConnectOptions::default();
+        q.init_with(&o).unwrap();
+        let mut av = AddressVector::to_ip(sink_ip.parse().unwrap());
+        av.traffic_class = tc;
+        q.rtr_rts(&av, 0x123, 0, 0, &o).unwrap();
+        let mut w = SendWr::new(1, WrOpcode::Send);
+        w.sg_list.push(mr.sge(0, 8));
+        q.post_send(&[w]).unwrap();
+        let (got_op, got_tos) = sink.next();
+        assert_eq!(got_op, op, "{t:?}: a SEND ONLY");
+        assert_eq!(got_tos, tc, "{t:?}: the path's traffic class as IP TOS");
+        // No ACK comes: the RC QP would retransmit; it goes now, and what
+        // it resent before is read away.
+        drop(q);
+        sink.0.set_nonblocking(true).unwrap();
+        while sink.0.recv(&mut [0u8; 4200]).is_ok() {}
+        sink.0.set_nonblocking(false).unwrap();
+    }
+}
