@@ -18,7 +18,7 @@ use uroce_provider::qp_attr::{AttrMask, QpAttr};
 use uroce_provider::testing::{
     config, connect, sge, signaled_wr as wr, to_rtr, to_rts, PairParams, RcPair,
 };
-use uroce_provider::transport::rc::{QpConfig, RcQp};
+use uroce_provider::transport::rc::{max_inflight_psns, QpConfig, RcQp, MAX_INFLIGHT_BYTES};
 use uroce_provider::transport::{QpMachine, RecvQueue, SendQueue};
 use uroce_provider::types::*;
 use uroce_wire::Opcode;
@@ -846,11 +846,16 @@ fn srq_qp_error_raises_its_error_then_last_wqe_reached() {
 // 6. SQD
 // ---------------------------------------------------------------------
 
-const WR_LEN: u32 = 32 * 1024; // 32 packets at MTU 1024
+/// Half a full window: two WRs fill it.
+const WR_LEN: u32 = MAX_INFLIGHT_BYTES / 2;
+/// The pair's path MTU.
+const MTU: u32 = 1024;
+/// Packets per WR.
+const WR_PKTS: usize = (WR_LEN / MTU) as usize;
 
-/// A pair with 5 WRITEs of 32 packets: 4 posted and 64 PSNs (WRs 0 and 1)
-/// in flight, then RTS -> SQD, then the 5th posted. Returns the pair, the
-/// request log and the remote region.
+/// A pair with 5 WRITEs of half a window each: 4 posted and a window of
+/// PSNs (WRs 0 and 1) in flight, then RTS -> SQD, then the 5th posted.
+/// Returns the pair, the request log and the remote region.
 fn sqd_setup(seed: u64, notify: bool) -> (RcPair, ReqLog, Arc<MrInner>) {
     let mut p = RcPair::new(seed, Faults::default(), PairParams::default());
     let src = p.mr(true, WR_LEN as usize, ALL);
@@ -867,7 +872,8 @@ fn sqd_setup(seed: u64, notify: bool) -> (RcPair, ReqLog, Arc<MrInner>) {
         post(&p, i);
     }
     assert!(p.net.step());
-    assert_eq!(log.lock().unwrap().len(), 64, "64 PSNs in flight");
+    assert_eq!(max_inflight_psns(MTU) as usize, 2 * WR_PKTS);
+    assert_eq!(log.lock().unwrap().len(), 2 * WR_PKTS, "a window in flight");
     to_sqd(p.net.qp(p.a.id), notify);
     let at = p.net.qp(p.a.id).attr();
     assert_eq!(at.qp_state, QpState::Sqd);
@@ -906,7 +912,7 @@ fn sqd_drains_in_flight_wrs_starts_none_and_reports_sq_drained_once() {
         vec![(0, WcStatus::Success), (1, WcStatus::Success)]
     );
     assert_eq!(started(&log, &dst), vec![0, 1], "no WR started in SQD");
-    assert_eq!(log.lock().unwrap().len(), 64);
+    assert_eq!(log.lock().unwrap().len(), 2 * WR_PKTS);
     assert_eq!(p.a.sq.outstanding(), 3);
     assert!(drain(&p.a.events).is_empty(), "reported once");
     assert!(drain(&p.b.events).is_empty());
@@ -923,7 +929,7 @@ fn sqd_drains_in_flight_wrs_starts_none_and_reports_sq_drained_once() {
         .unwrap();
     p.settle(SEC);
     assert!(drain(&p.a.events).is_empty());
-    assert_eq!(log.lock().unwrap().len(), 64);
+    assert_eq!(log.lock().unwrap().len(), 2 * WR_PKTS);
 
     // SQD -> RTS: the rest go, in order.
     modify_state(p.net.qp(p.a.id), QpState::Rts);
@@ -938,7 +944,7 @@ fn sqd_drains_in_flight_wrs_starts_none_and_reports_sq_drained_once() {
         ]
     );
     assert_eq!(started(&log, &dst), vec![0, 1, 2, 3, 4]);
-    assert_eq!(log.lock().unwrap().len(), 5 * 32);
+    assert_eq!(log.lock().unwrap().len(), 5 * WR_PKTS);
     let mut got = vec![0u8; 5 * WR_LEN as usize];
     dst.read(0, &mut got).unwrap();
     assert!(got.iter().all(|&b| b == 0x77));

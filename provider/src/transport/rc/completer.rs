@@ -117,9 +117,10 @@ impl RcQp {
             )
         {
             // Progress: fresh retry budget and timer; the window grows.
+            let mtu = self.mtu();
             self.svc
                 .req
-                .on_acked(self.svc.req.una.distance_from(before));
+                .on_acked(self.svc.req.una.distance_from(before), mtu);
             self.svc.req.retry_left = self.core.attr.retry_cnt;
             self.svc.req.rnr_left = self.core.attr.rnr_retry;
             self.svc.req.timer = if self.svc.req.inflight() > 0 && self.core.attr.timeout != 0 {

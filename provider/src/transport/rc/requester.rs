@@ -1,6 +1,6 @@
 //! The requester: send WRs to request packets (IBA 9.7.1-9.7.4).
 
-use super::{RcQp, ACK_REQ_EVERY, MAX_INFLIGHT_PSNS, MIN_CWND};
+use super::{max_inflight_psns, RcQp, ACK_REQ_EVERY, MIN_CWND};
 use crate::counters::Counters;
 use crate::explain::Side;
 use crate::memory::KeyError;
@@ -111,7 +111,7 @@ pub(super) struct Requester {
     /// responses.
     pub read_rerequest: Option<Psn>,
     /// The congestion window in PSNs ([`Requester::window`]; 0: the full
-    /// [`MAX_INFLIGHT_PSNS`]).
+    /// window of the path MTU, [`max_inflight_psns`]).
     pub cwnd: u32,
     /// PSNs acknowledged since the window last grew.
     pub cwnd_acked: u32,
@@ -142,31 +142,31 @@ impl Requester {
     pub fn inflight(&self) -> u32 {
         self.next_psn.distance_from(self.una)
     }
-    /// PSNs the requester may have unacknowledged now: a window that
-    /// halves at each retransmission timeout (a whole window's tail lost:
-    /// the path or the receiver is overrun) down to [`MIN_CWND`] and grows
-    /// back by one PSN per window of PSNs acknowledged, up to
-    /// [`MAX_INFLIGHT_PSNS`] (additive increase, multiplicative decrease,
-    /// as TCP). Go-back-N resends a whole window after each timeout;
-    /// QPs on several devices doing that at full window into one
-    /// receiver overflow it again and again until their retries run out,
-    /// where halved windows drain it. Sequence NAKs do not cut it:
-    /// reordering causes them as well as loss.
-    pub fn window(&self) -> u32 {
+    /// PSNs the requester may have unacknowledged now, at path MTU `mtu`:
+    /// a window that halves at each retransmission timeout (a whole
+    /// window's tail lost: the path or the receiver is overrun) down to
+    /// [`MIN_CWND`] and grows back by one PSN per window of PSNs
+    /// acknowledged, up to [`max_inflight_psns`] (additive increase,
+    /// multiplicative decrease, as TCP). Go-back-N resends a whole window
+    /// after each timeout; QPs on several devices doing that at full
+    /// window into one receiver overflow it again and again until their
+    /// retries run out, where halved windows drain it. Sequence NAKs do
+    /// not cut it: reordering causes them as well as loss.
+    pub fn window(&self, mtu: u32) -> u32 {
         if self.cwnd == 0 {
-            MAX_INFLIGHT_PSNS
+            max_inflight_psns(mtu)
         } else {
             self.cwnd
         }
     }
     /// A sign of congestion: the window halves.
-    pub fn on_congestion(&mut self) {
-        self.cwnd = (self.window() / 2).max(MIN_CWND);
+    pub fn on_congestion(&mut self, mtu: u32) {
+        self.cwnd = (self.window(mtu) / 2).max(MIN_CWND);
         self.cwnd_acked = 0;
     }
     /// `n` PSNs newly acknowledged: the window grows by one for each
     /// window's worth.
-    pub fn on_acked(&mut self, n: u32) {
+    pub fn on_acked(&mut self, n: u32, mtu: u32) {
         if self.cwnd == 0 {
             return;
         }
@@ -174,7 +174,7 @@ impl Requester {
         while self.cwnd != 0 && self.cwnd_acked >= self.cwnd {
             self.cwnd_acked -= self.cwnd;
             self.cwnd += 1;
-            if self.cwnd >= MAX_INFLIGHT_PSNS {
+            if self.cwnd >= max_inflight_psns(mtu) {
                 self.cwnd = 0;
                 self.cwnd_acked = 0;
             }
@@ -380,7 +380,7 @@ impl RcQp {
             return None;
         }
         let inflight = self.svc.req.inflight();
-        if inflight >= self.svc.req.window() || (self.svc.req.throttled && inflight > 0) {
+        if inflight >= self.svc.req.window(self.mtu()) || (self.svc.req.throttled && inflight > 0) {
             return None;
         }
         if !self.svc.req.wqes[idx].started {
@@ -524,7 +524,7 @@ impl RcQp {
                 h = message_headers(h.bth, &e.wr, e.len, pos)?;
                 h.bth.ack_req = pos.ends_message()
                     || self.svc.req.since_ack_req + 1 >= ACK_REQ_EVERY
-                    || self.svc.req.inflight() + 1 >= self.svc.req.window();
+                    || self.svc.req.inflight() + 1 >= self.svc.req.window(mtu);
             }
         }
         if h.bth.ack_req {
@@ -609,7 +609,8 @@ impl RcQp {
             return;
         }
         self.svc.req.retry_left -= 1;
-        self.svc.req.on_congestion();
+        let mtu = self.mtu();
+        self.svc.req.on_congestion(mtu);
         Counters::inc(&self.core.cfg.counters.window_cuts);
         let una = self.svc.req.una;
         // A READ resent from `una` is that hole's re-request: answers
