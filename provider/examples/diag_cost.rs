@@ -24,15 +24,16 @@
 //!
 //! Each is the median over many batches of the time per message.
 //!
-//! With `--compare YARDSTICK_EXE` it is the driver: each round runs the
-//! yardstick, then this executable once per configuration (all off,
-//! `UROCE_CHECK=1`, `UROCE_EXPLAIN=1`, `UROCE_TRACE=FILE`, `uroce stat`
-//! polled, all on, in an order that rotates from round to round), then
-//! the yardstick again; each configuration's ratio in a round is against
-//! the mean of that round's two yardstick runs, and the yardstick's own
-//! second run against its first shows the noise floor. It prints one
-//! table: per configuration and workload the median time and the median
-//! of the per-round ratios with their quartiles, minimum and maximum.
+//! With `--compare YARDSTICK_EXE` it is the driver: each round runs this
+//! executable once per configuration (all off, `UROCE_CHECK=1`,
+//! `UROCE_EXPLAIN=1`, `UROCE_TRACE=FILE`, `uroce stat` polled every
+//! 10 ms, all on; in an order that rotates from round to round) with the
+//! yardstick before, between and after them. Each run's ratio is against
+//! the mean of the yardstick runs just before and after it, and the
+//! yardstick's own inner runs, against their neighbours, show the noise
+//! floor. It prints one table: per configuration and workload the median
+//! time and the median of the ratios with their quartiles, minimum and
+//! maximum.
 //! Nothing is asserted about time.
 
 use std::collections::BTreeMap;
@@ -97,23 +98,31 @@ fn main() {
 // ------------------------------------------------------------- measuring
 
 fn measure() {
-    println!(
-        "sim_send64 {:.1}",
-        sim(WrOpcode::Send, 64, 64, batches(1000))
-    );
-    println!(
-        "sim_write64k {:.1}",
-        sim(WrOpcode::RdmaWrite, 64 << 10, 64, batches(50))
-    );
+    let figures = [
+        sim(WrOpcode::Send, 64, 64, batches(1000)),
+        sim(WrOpcode::RdmaWrite, 64 << 10, 64, batches(50)),
+    ];
     let ends = udp_pair();
-    println!(
-        "udp_send64 {:.1}",
-        udp(&ends, WrOpcode::Send, 64, 64, batches(300))
-    );
-    println!(
-        "udp_write64k {:.1}",
-        udp(&ends, WrOpcode::RdmaWrite, 64 << 10, 16, batches(100))
-    );
+    let figures = figures.into_iter().chain([
+        udp(&ends, WrOpcode::Send, 64, 64, batches(300)),
+        udp(&ends, WrOpcode::RdmaWrite, 64 << 10, 16, batches(100)),
+    ]);
+    for ((name, _), ns) in WORKLOADS.iter().zip(figures) {
+        println!("{name} {ns:.1}");
+    }
+}
+
+/// Waits until the trace's writer has caught up (with `UROCE_TRACE`),
+/// so that a workload does not pay for the events of the one before.
+fn trace_caught_up() {
+    for _ in 0..20 {
+        let t = Instant::now();
+        uroce_provider::trace::flush();
+        // A flush gives up after half a second.
+        if t.elapsed() < Duration::from_millis(400) {
+            return;
+        }
+    }
 }
 
 /// The median of the per-batch time per message; the first tenth of the
@@ -127,6 +136,7 @@ fn median_per_msg(n: usize, per_batch: u64, mut batch: impl FnMut()) -> f64 {
             per_msg.push(t.elapsed().as_nanos() as f64 / per_batch as f64);
         }
     }
+    trace_caught_up();
     per_msg.sort_by(f64::total_cmp);
     per_msg[per_msg.len() / 2]
 }
@@ -448,30 +458,38 @@ fn compare(yard: &Path, rounds: usize) {
     let me = std::env::current_exe().expect("this executable");
     let scratch = std::env::temp_dir().join(format!("uroce-diag-cost-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("a scratch directory");
-    // Rows: the yardstick, its second run, then the configurations.
+    // Rows: the yardstick, the yardstick against its neighbours, then
+    // the configurations.
     let mut cells: Vec<BTreeMap<&str, Cell>> =
         (0..CONFIGS.len() + 2).map(|_| Default::default()).collect();
     let mut stat_answers = 0;
     for round in 0..rounds {
-        let first = run(yard, &YARDSTICK, &scratch);
+        // The yardstick runs between every two configurations (and
+        // first and last): each run is compared with the yardstick's runs
+        // just before and after it, seconds apart, so that what the
+        // machine's other work does to both is alike.
+        let mut yards = vec![run(yard, &YARDSTICK, &scratch)];
         let mut runs = Vec::new();
         for j in 0..CONFIGS.len() {
             let i = (round + j) % CONFIGS.len();
             runs.push((i, run(&me, &CONFIGS[i], &scratch)));
+            yards.push(run(yard, &YARDSTICK, &scratch));
         }
-        let second = run(yard, &YARDSTICK, &scratch);
         for (w, _) in WORKLOADS {
-            let (y1, y2) = (first.ns[w], second.ns[w]);
-            let base = (y1 + y2) / 2.0;
+            let y: Vec<f64> = yards.iter().map(|r| r.ns[w]).collect();
             let mut put = |row: usize, ns: f64, ratio: f64| {
                 let c = cells[row].entry(w).or_default();
                 c.ns.push(ns);
                 c.ratio.push(ratio);
             };
-            put(0, y1, y1 / base);
-            put(1, y2, y2 / y1);
-            for (i, r) in &runs {
-                put(i + 2, r.ns[w], r.ns[w] / base);
+            for (k, &ns) in y.iter().enumerate() {
+                put(0, ns, 1.0);
+                if k > 0 && k + 1 < y.len() {
+                    put(1, ns, ns / ((y[k - 1] + y[k + 1]) / 2.0));
+                }
+            }
+            for (k, (i, r)) in runs.iter().enumerate() {
+                put(i + 2, r.ns[w], r.ns[w] / ((y[k] + y[k + 1]) / 2.0));
             }
         }
         stat_answers += runs.iter().map(|(_, r)| r.stat_answers).sum::<u64>();
@@ -489,9 +507,12 @@ fn print_table(cells: &[BTreeMap<&str, Cell>], rounds: usize, stat_answers: u64)
         rule.push_str(" ---: |");
     }
     println!("{head}\n{rule}");
-    let names = ["compiled out (yardstick)", "compiled out, run again"]
-        .into_iter()
-        .chain(CONFIGS.iter().map(|c| c.name));
+    let names = [
+        "compiled out (yardstick)",
+        "compiled out, against its neighbours",
+    ]
+    .into_iter()
+    .chain(CONFIGS.iter().map(|c| c.name));
     for (row, name) in names.enumerate() {
         let mut line = format!("| {name} |");
         for (w, _) in WORKLOADS {
@@ -514,8 +535,9 @@ fn print_table(cells: &[BTreeMap<&str, Cell>], rounds: usize, stat_answers: u64)
         println!("{line}");
     }
     println!(
-        "\n{rounds} rounds. A cell: the median time per message; the median of the per-round \
-         ratios to the yardstick (the mean of the round's two compiled-out runs), [their middle \
-         half] and (their minimum-maximum). `uroce stat` answered {stat_answers} requests in all."
+        "\n{rounds} rounds. A cell: the median time per message; the median of the ratios of \
+         each run to the yardstick (the mean of the compiled-out runs just before and after it), \
+         [their middle half] and (their minimum-maximum). `uroce stat` answered {stat_answers} \
+         requests in all."
     );
 }
