@@ -31,7 +31,9 @@
 //! yardstick before, between and after them. Each run's ratio is against
 //! the mean of the yardstick runs just before and after it, and the
 //! yardstick's own inner runs, against their neighbours, show the noise
-//! floor. It prints one table: per configuration and workload the median
+//! floor. The yardstick runs with `UROCE_TRACE` set and must write
+//! nothing (and the trace rows something), so that a build with the
+//! tools cannot pass for it. It prints one table: per configuration and workload the median
 //! time and the median of the ratios with their quartiles, minimum and
 //! maximum.
 //! Nothing is asserted about time.
@@ -322,6 +324,8 @@ fn udp(ends: &[End; 2], op: WrOpcode, len: u32, per_batch: u64, n: usize) -> f64
 /// One row of the table: which executable, with which tools.
 struct Config {
     name: &'static str,
+    /// The yardstick's executable (else this one).
+    yardstick: bool,
     env: &'static [(&'static str, &'static str)],
     trace: bool,
     stat: bool,
@@ -329,36 +333,42 @@ struct Config {
 
 const CONFIGS: [Config; 6] = [
     Config {
+        yardstick: false,
         name: "all off",
         env: &[],
         trace: false,
         stat: false,
     },
     Config {
+        yardstick: false,
         name: "UROCE_CHECK=1",
         env: &[("UROCE_CHECK", "1")],
         trace: false,
         stat: false,
     },
     Config {
+        yardstick: false,
         name: "UROCE_EXPLAIN=1",
         env: &[("UROCE_EXPLAIN", "1")],
         trace: false,
         stat: false,
     },
     Config {
+        yardstick: false,
         name: "UROCE_TRACE=FILE",
         env: &[],
         trace: true,
         stat: false,
     },
     Config {
+        yardstick: false,
         name: "uroce stat polled /10 ms",
         env: &[],
         trace: false,
         stat: true,
     },
     Config {
+        yardstick: false,
         name: "all on",
         env: &[("UROCE_CHECK", "1"), ("UROCE_EXPLAIN", "1")],
         trace: true,
@@ -366,10 +376,13 @@ const CONFIGS: [Config; 6] = [
     },
 ];
 
+/// The yardstick runs with `UROCE_TRACE` set too: it must write nothing,
+/// which shows that its hooks are compiled out.
 const YARDSTICK: Config = Config {
+    yardstick: true,
     name: "compiled out",
     env: &[],
-    trace: false,
+    trace: true,
     stat: false,
 };
 
@@ -414,7 +427,21 @@ fn run(exe: &Path, c: &Config, scratch: &Path) -> Run {
     if let Some(p) = poller {
         let _ = p.join();
     }
-    let _ = std::fs::remove_file(&trace);
+    if c.trace {
+        let written = std::fs::metadata(&trace).map_or(0, |m| m.len());
+        let _ = std::fs::remove_file(&trace);
+        assert_eq!(
+            c.yardstick,
+            written == 0,
+            "{} wrote {written} bytes of trace: {}",
+            exe.display(),
+            if c.yardstick {
+                "it is not built with --cfg uroce_no_diag"
+            } else {
+                "its trace is off"
+            }
+        );
+    }
     assert!(
         out.status.success(),
         "{} ({}) failed",
