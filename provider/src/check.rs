@@ -128,13 +128,13 @@ pub fn enable(mask: u32) {
 /// True when category `c` is checked: one relaxed load.
 #[inline]
 pub fn on(c: Category) -> bool {
-    ON.load(Ordering::Relaxed) & c as u32 != 0
+    crate::diag::COMPILED && ON.load(Ordering::Relaxed) & c as u32 != 0
 }
 
 /// True when any category is checked.
 #[inline]
 pub fn any() -> bool {
-    ON.load(Ordering::Relaxed) != 0
+    crate::diag::COMPILED && ON.load(Ordering::Relaxed) != 0
 }
 
 /// Reports made so far in this process.

@@ -9,6 +9,7 @@ pub mod cm;
 pub mod counters;
 pub mod cq;
 pub mod device;
+pub mod diag;
 pub mod endpoint;
 pub mod engine;
 pub mod events;

@@ -305,7 +305,7 @@ fn enabled() -> bool {
 /// device open; `UROCE_STAT=0`: never). A failure to make the socket is
 /// reported on stderr once and costs the process nothing else.
 pub(crate) fn serve_lazily() {
-    if !enabled() {
+    if !crate::diag::COMPILED || !enabled() {
         return;
     }
     let pid = std::process::id();

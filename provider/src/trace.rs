@@ -79,7 +79,7 @@ struct Sink {
 /// Whether the process writes a trace: the one check on every hot path.
 #[inline(always)]
 pub fn on() -> bool {
-    ON.load(Ordering::Relaxed)
+    crate::diag::COMPILED && ON.load(Ordering::Relaxed)
 }
 
 /// Opens the trace named by `UROCE_TRACE` (once per process; the devices
@@ -87,6 +87,9 @@ pub fn on() -> bool {
 /// tracing stays off.
 pub fn init() {
     static INIT: Once = Once::new();
+    if !crate::diag::COMPILED {
+        return;
+    }
     INIT.call_once(|| {
         let Some(path) = std::env::var_os(TRACE_ENV).filter(|p| !p.is_empty()) else {
             return;

@@ -123,6 +123,12 @@ impl SendQueue {
     pub fn attach_ledger(&mut self, ledger: Option<Arc<QpLedger>>) {
         self.ledger = ledger;
     }
+    /// The checker's ledger, if the QP has one (never in the build
+    /// without the diagnostic tools: [`crate::diag`]).
+    #[inline(always)]
+    fn ledger(&self) -> Option<&Arc<QpLedger>> {
+        self.ledger.as_ref().filter(|_| crate::diag::COMPILED)
+    }
     /// Depth.
     pub fn capacity(&self) -> u32 {
         self.max
@@ -130,7 +136,7 @@ impl SendQueue {
     /// Posts a WR. A WR occupies its slot until it completes (or, when
     /// unsignaled, until a later completion retires it).
     pub fn post(&self, wr: SendWr) -> Result<(), PostError> {
-        match &self.ledger {
+        match self.ledger() {
             None => self.push(wr),
             Some(l) => l.post(wr, |wr| self.push(wr)),
         }
@@ -157,7 +163,7 @@ impl SendQueue {
     /// The engine retires `n` WRs (completed or flushed).
     pub fn retire(&self, n: u32) {
         self.outstanding.fetch_sub(n, Ordering::AcqRel);
-        if let Some(l) = &self.ledger {
+        if let Some(l) = self.ledger() {
             l.retire(n);
         }
     }
