@@ -101,9 +101,12 @@ fn stat_shows_a_pingpong_set_up_connected_and_gone() {
             std::thread::sleep(Duration::from_millis(5));
             continue;
         };
-        let (sq, cq) = (s.devices[0].qps[0].clone(), c.devices[0].qps[0].clone());
-        if sq.state == "RTS" && cq.state == "RTS" {
-            break (sq, cq);
+        // The client's socket can answer before its device or QP exists.
+        let first = |p: &ProcessState| p.devices.first().and_then(|d| d.qps.first()).cloned();
+        if let (Some(sq), Some(cq)) = (first(&s), first(&c)) {
+            if sq.state == "RTS" && cq.state == "RTS" {
+                break (sq, cq);
+            }
         }
         std::thread::sleep(Duration::from_millis(5));
     };
