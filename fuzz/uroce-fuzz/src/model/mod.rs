@@ -423,6 +423,9 @@ pub fn run(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
 /// convention of [`posts_first`]); on the sim target a wait of no time
 /// sends them too.
 fn held_behind_read(conn: &Conn, case: &Case, any_wait: bool) -> Option<Case> {
+    if conn.qp_type != QpType::Rc {
+        return None;
+    }
     let info =
         |p: &crate::case::PacketSpec| uroce_wire::Opcode(p.raw_opcode.unwrap_or(p.opcode)).info();
     let mut steps = Vec::with_capacity(case.steps.len());
