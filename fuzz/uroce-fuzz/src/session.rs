@@ -165,6 +165,16 @@ pub fn run(
     if report.target_died {
         let _ = writeln!(log, "the target stopped answering: the run ended there");
     }
+    if !report.unconfirmed.is_empty() {
+        let _ = writeln!(
+            log,
+            "{} cases tripped an oracle that a run waiting {} ms for the answers did not: \
+             late answers, not findings (cases {:?})",
+            report.unconfirmed.len(),
+            super::PATIENT_TAIL_US / 1000,
+            report.unconfirmed
+        );
+    }
     print_findings(&report, spec, out_dir, log);
     Ok(report)
 }

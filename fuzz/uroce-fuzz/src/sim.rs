@@ -667,6 +667,10 @@ impl Target for SimTarget {
         true
     }
 
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+
     fn post(&mut self, wr: &super::case::Post) -> Result<(), TargetError> {
         use super::case::PostOp;
         let l = self

@@ -352,6 +352,12 @@ pub trait Target {
     fn revives(&self) -> bool {
         false
     }
+    /// Whether every answer to a case is in by the end of its run (the
+    /// simulated target: virtual time), so that a finding needs no
+    /// confirming run that waits longer for late answers.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
 }
 
 /// The byte the exposed region is filled with at set-up.

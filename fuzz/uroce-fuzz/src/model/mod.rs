@@ -376,17 +376,84 @@ fn malformed_why(i: usize, bytes: &[u8], off: i32, e: &dyn std::fmt::Display) ->
 /// target posts (on the sim target those since the last wait always
 /// are), so the case's posts may take effect before them. The worlds of
 /// each order are legal: the posts between two waits before the packets
-/// between them, and the first post that fails locally (it moves the QP
-/// to Error) before any number of the packets sent before it.
+/// between them, the requests behind a READ's responses after the
+/// responses and posts that follow them ([`held_behind_read`]), and the
+/// first post that fails locally (it moves the QP to Error) before any
+/// number of the packets sent before it.
 pub fn run(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
-    let mut worlds = run_in_order(conn, case)?;
-    for early in posts_first(case)
-        .into_iter()
-        .chain(local_error_earlier(conn, case))
-    {
-        worlds.extend(run_in_order(conn, &early)?);
+    let mut orders = vec![case.clone()];
+    orders.extend(posts_first(case));
+    for c in orders.clone() {
+        for any_wait in [true, false] {
+            if let Some(h) = held_behind_read(conn, &c, any_wait) {
+                if !orders.contains(&h) {
+                    orders.push(h);
+                }
+            }
+        }
+    }
+    orders.extend(local_error_earlier(conn, case));
+    let mut worlds = Vec::new();
+    for c in &orders {
+        worlds.extend(run_in_order(conn, c)?);
     }
     Ok(worlds)
+}
+
+/// `case` with the requests that follow an RDMA READ request (up to the
+/// next wait: of any time when `any_wait`, else of some time) moved after
+/// the responses and posts that follow them, if that moves any.
+///
+/// An RC responder answers in the order of the requests (IBA 9.5,
+/// transaction ordering; a READ's responses take consecutive PSNs from
+/// the request's, 9.7.5.1), and a QP in Error sends nothing (IBA
+/// 10.3.1): the answer to a request behind a READ — an ACK, or the NAK
+/// of a check it fails (IBA 9.9, responder error classes: NAK, then the
+/// QP to Error) — can go out only after the READ's responses, and the
+/// QP's move to Error waits for them too. A responder may therefore take
+/// the requests behind a READ only once its responses are out (uroce's
+/// does: it holds them). Its QP's requester is independent of it (IBA
+/// 9.7.4 and 9.7.5 are separate state machines): meanwhile it handles
+/// the responses the peer sends and the application's posts. Those,
+/// arriving after the held requests, may take effect before them — a
+/// post goes out and is acknowledged before a request ahead of it fails
+/// and moves the QP to Error; or a NAK moves the QP to Error before the
+/// held requests are executed (a QP in Error executes none). The
+/// responses are out at the latest at the next wait of some time (the
+/// convention of [`posts_first`]); on the sim target a wait of no time
+/// sends them too.
+fn held_behind_read(conn: &Conn, case: &Case, any_wait: bool) -> Option<Case> {
+    if conn.qp_type != QpType::Rc {
+        return None;
+    }
+    let info =
+        |p: &crate::case::PacketSpec| uroce_wire::Opcode(p.raw_opcode.unwrap_or(p.opcode)).info();
+    let mut steps = Vec::with_capacity(case.steps.len());
+    let mut held = Vec::new();
+    let mut reading = false;
+    for s in &case.steps {
+        match s {
+            Step::Wait(t) if any_wait || *t > 0 => {
+                steps.append(&mut held);
+                reading = false;
+                steps.push(s.clone());
+            }
+            // The requests after the READ (anything that is not a
+            // response: what the responder may hold).
+            Step::Packet(p) if reading && info(p).is_none_or(|i| i.is_request) => {
+                held.push(s.clone())
+            }
+            Step::Packet(p) => {
+                reading |= !p.silently_dropped(conn)
+                    && info(p)
+                        .is_some_and(|i| i.operation == uroce_wire::Operation::RdmaReadRequest);
+                steps.push(s.clone());
+            }
+            Step::Post(_) | Step::Wait(_) => steps.push(s.clone()),
+        }
+    }
+    steps.append(&mut held);
+    (steps != case.steps).then_some(Case { steps })
 }
 
 /// `case` with its first post that fails locally moved before each of
@@ -439,10 +506,9 @@ fn run_in_order(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
             Ok(i) => i,
             Err(post) => {
                 let mut next = Vec::new();
-                for mut w in worlds {
+                for w in worlds {
                     if matches!(w.t, Transport::Rc(_)) {
-                        requester::post(&mut w, post, conn);
-                        next.push(w);
+                        next.extend(requester::post(w, post, conn));
                     } else {
                         next.extend(sender::post(w, post, conn));
                     }

@@ -21,7 +21,8 @@
 //!   the exposed region, or longer than a message may be) sends nothing
 //!   and fails with a local error (length or protection, IBA 10.8.3.1
 //!   / 11.6.2 local errors) once the requests before it are done, the
-//!   QP going to Error (IBA 10.3.1);
+//!   QP going to Error (IBA 10.3.1); until then the requester may send
+//!   the posts after it or stop at it ([`post`]);
 //!
 //! Open choices: the requester may give up at any point (its retries
 //! run out while the case still answers: the request then fails with
@@ -77,6 +78,9 @@ pub struct Requester {
     pub read_got: Vec<bool>,
     /// Send completions so far.
     pub done: Vec<SendDone>,
+    /// The requester stopped at this post, which fails locally: it
+    /// sends none of the posts after it.
+    pub stop: Option<usize>,
 }
 
 impl Requester {
@@ -105,7 +109,8 @@ impl Requester {
     /// Whether `psn` is one of the outstanding requests' (from the first
     /// not completed to the last sent).
     fn outstanding(&self, psn: u32, mtu: u32) -> Option<usize> {
-        (self.next..self.posts.len()).find(|&i| {
+        let end = self.stop.unwrap_or(self.posts.len());
+        (self.next..end).find(|&i| {
             let (w, s) = &self.posts[i];
             !self.bad[i] && psn_diff(psn, *s) < w.span(mtu)
         })
@@ -130,11 +135,27 @@ pub const LOCAL_ERRORS: [u32; 2] = [1, 4];
 
 /// Has `w`'s target post `post`; a post that fails locally and is the
 /// first not completed fails at once.
-pub fn post(w: &mut World, post: &Post, conn: &Conn) {
-    if let super::Transport::Rc(r) = &mut w.t {
-        r.req.post(post, conn.sq_psn, conn.mtu, conn.len);
+///
+/// One that fails locally behind requests still outstanding fails once
+/// they are done (completions in posting order, IBA 10.8); the posts
+/// after it complete flushed when it moves the QP to Error (IBA
+/// 10.3.1). Whether the requester meanwhile sends the posts after it
+/// (it may find the error only as it executes the WR, as for a READ's
+/// local buffer when its responses come) or stops at it (the WRs are
+/// begun in posting order, IBA 10.8) the spec leaves open: both worlds.
+pub fn post(mut w: World, post: &Post, conn: &Conn) -> Vec<World> {
+    let r = req(&mut w);
+    r.post(post, conn.sq_psn, conn.mtu, conn.len);
+    settle(&mut w);
+    let err = w.err;
+    let r = req(&mut w);
+    let i = r.posts.len() - 1;
+    if err || !r.bad[i] || r.next >= r.posts.len() || r.stop.is_some() {
+        return vec![w];
     }
-    settle(w);
+    let mut stops = w.clone();
+    req(&mut stops).stop = Some(i);
+    vec![w, stops]
 }
 
 /// A post that fails locally fails when the requests before it are

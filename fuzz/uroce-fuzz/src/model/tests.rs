@@ -656,6 +656,23 @@ fn sim_case_findings_are_legal() {
         ),
         // (On a build that verifies ICRCs) a packet cut to nothing.
         ("cut-to-nothing", include_bytes!("repro/cut-to-nothing.bin")),
+        // A READ, then a WRITE with immediate that fails its length
+        // check, then a SEND posted and ACKed by the fuzzer: uroce holds
+        // the WRITE behind the READ's responses, so the SEND goes out
+        // and succeeds before the QP enters Error (`held_behind_read`).
+        (
+            "post-behind-read-then-invalid-request",
+            include_bytes!("repro/post-behind-read-then-invalid-request.bin"),
+        ),
+        // A SEND outstanding, then a READ whose local buffer is past the
+        // region, then more posts: uroce stops at the READ (sends nothing
+        // after it), so an ACK for a later PSN is a ghost and the QP is
+        // still in RTS (a FLUSH ahead gets its sequence NAK) until the
+        // SEND's retries run out (`requester::post`).
+        (
+            "requester-stopped-at-local-error",
+            include_bytes!("repro/requester-stopped-at-local-error.bin"),
+        ),
     ] {
         let found = model_findings(bytes);
         assert!(found.is_empty(), "{name}: {found:#?}");
@@ -835,6 +852,128 @@ fn post_orders() {
     let first: Vec<Status> = worlds.iter().map(|w| w.receives(&c)[0].status).collect();
     assert!(first.contains(&Status::Is(WC_SUCCESS)), "{first:?}");
     assert!(first.contains(&Status::Is(WC_WR_FLUSH_ERR)), "{first:?}");
+}
+
+/// A request behind a READ (here a WRITE with immediate whose payload is
+/// not its DMA length: an invalid request) may be taken only once the
+/// READ's responses are out, and the QP enters Error only then: a SEND
+/// posted and acknowledged meanwhile completes with success. Not so when
+/// nothing holds the request (no READ before it), nor after a wait (the
+/// responses were out by then).
+#[test]
+fn a_request_held_behind_a_read_fails_after_the_answers_that_follow() {
+    let c = conn(QpType::Rc);
+    let mut read = PacketSpec::new(Opcode::RC_RDMA_READ_REQUEST, 0);
+    read.reth = Some((0, Key::Valid, 8));
+    let bad = |psn| {
+        let mut p = req(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, psn, 8, 1);
+        p.reth = Some((0, Key::Valid, 16));
+        p.imm = Some(7);
+        Step::Packet(p)
+    };
+    let ack = response(Opcode::RC_ACKNOWLEDGE, 0, ACK);
+    let k = Case {
+        steps: vec![
+            Step::Packet(read.clone()),
+            bad(1),
+            post(1, PostOp::Send, 8),
+            ack.clone(),
+        ],
+    };
+    // The order the model follows besides the case's.
+    let held = held_behind_read(&c, &k, true).expect("moves");
+    assert_eq!(
+        held.steps,
+        vec![
+            Step::Packet(read.clone()),
+            post(1, PostOp::Send, 8),
+            ack.clone(),
+            bad(1)
+        ]
+    );
+    let mut resp = PacketSpec::new(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 0);
+    resp.aeth = Some((ACK, 1));
+    resp.payload = (8, PATTERN);
+    resp.data = Some(vec![PATTERN; 8]);
+    let mut o = quiet();
+    o.qp_state = QpState::Err;
+    o.completions = vec![send(1, 0), recv(0, 5), recv(1, 5)];
+    o.answers = Some(vec![
+        resp.emit(&c).expect("emits"),
+        answer(&c, Opcode::RC_ACKNOWLEDGE, 1, 0x61, 1),
+    ]);
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // The READ's responses out at a wait before the post: the QP failed
+    // first, the SEND is flushed.
+    let waited = Case {
+        steps: vec![
+            Step::Packet(read),
+            bad(1),
+            Step::Wait(5),
+            post(1, PostOp::Send, 8),
+            ack.clone(),
+        ],
+    };
+    assert!(held_behind_read(&c, &waited, false).is_none());
+    assert_eq!(broken(&c, &waited, &o), [rules::REQUESTER.id]);
+    // No READ before the failing request: nothing holds it.
+    let alone = Case {
+        steps: vec![bad(0), post(1, PostOp::Send, 8), ack],
+    };
+    assert!(held_behind_read(&c, &alone, true).is_none());
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x61, 0)]);
+    assert_eq!(broken(&c, &alone, &o), [rules::REQUESTER.id]);
+}
+
+/// A post that fails locally behind a request still outstanding: the
+/// requester may stop at it (sending none of the posts after it) until
+/// the request before it is done. An ACK for a later PSN is then a
+/// ghost, and the QP still serves requests (a PSN gap is NAKed) until
+/// the first request's retries run out; the posts after it are flushed.
+/// A requester that sent the posts after it may take the ACK for them.
+#[test]
+fn the_requester_may_stop_at_a_post_that_fails_locally() {
+    let c = conn(QpType::Rc);
+    let bad_read = Step::Post(Post {
+        wr_id: 2,
+        op: PostOp::Read,
+        len: 8,
+        local_off: 4090,
+        remote_va: 0,
+        rkey: 0x4242,
+        swap_add: 0,
+        compare: 0,
+    });
+    let k = Case {
+        steps: vec![
+            post(1, PostOp::Send, 8),
+            bad_read,
+            post(3, PostOp::Send, 8),
+            Step::Wait(5),
+            // The third's PSN (the READ takes none).
+            response(Opcode::RC_ACKNOWLEDGE, 1, ACK),
+            Step::Packet(req(Opcode::RC_SEND_ONLY, 1, 8, 1)),
+        ],
+    };
+    let mut o = quiet();
+    o.qp_state = QpState::Err;
+    o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x60, 0)]);
+    o.completions = vec![send(1, 12), send(2, 5), send(3, 5), recv(0, 5), recv(1, 5)];
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // Sent past it: the ACK completes the first, the READ then fails
+    // with a local error, the third flushed.
+    o.answers = Some(Vec::new());
+    o.completions = vec![send(1, 0), send(2, 4), send(3, 5), recv(0, 5), recv(1, 5)];
+    assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
+    // Stopped at it, the ACK is a ghost: the first cannot succeed.
+    let worlds = run(&c, &k).expect("modelled");
+    let stopped = worlds.iter().filter(|w| match &w.t {
+        Transport::Rc(r) => r.req.stop == Some(1),
+        _ => false,
+    });
+    for w in stopped {
+        assert_ne!(requester::completions(w)[0].status, [WC_SUCCESS]);
+    }
 }
 
 /// A gap closed by the expected PSN and opened again may be NAKed again
