@@ -147,10 +147,10 @@ impl TosSink {
 
 /// An RC or UC QP's path traffic class (its RTR `ah_attr`) is the IP TOS of
 /// every packet it sends, over real UDP: a plain socket in the peer's
-/// place reads it from the kernel (127.103.4.x).
+/// place reads it from the kernel (127.103.5.x).
 #[test]
 fn rc_and_uc_packets_carry_the_paths_traffic_class() {
-    let (ai, sink_ip) = ("127.103.4.1", "127.103.4.2");
+    let (ai, sink_ip) = ("127.103.5.1", "127.103.5.2");
     let sink = TosSink::bind(sink_ip);
     let a = open(ai);
     let pd = a.alloc_pd().unwrap();
