@@ -489,6 +489,14 @@ impl<S: Service> Qp<S> {
         Wc::received(wr_id, op, self.core.cfg.qpn, byte_len as u32, dqp, imm)
     }
 
+    /// Shows ERR to the application before the error completion that
+    /// moves the QP there is delivered ([`Qp::enter_error`] follows in the
+    /// same pass): a program that polls the completion and then queries
+    /// the QP sees ERR, never the state before.
+    pub(crate) fn publish_error(&self) {
+        self.core.cfg.state.set(QpState::Err);
+    }
+
     /// Moves to ERR: every outstanding WR completes with WR_FLUSH_ERR in
     /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
     /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
@@ -633,6 +641,7 @@ impl<S: Service> Qp<S> {
             )
         });
         self.explain(Some(status), Side::Local, why);
+        self.publish_error();
         self.complete_recv(wr_id, status);
         if self.core.state != QpState::Err {
             self.enter_error();

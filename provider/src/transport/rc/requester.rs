@@ -558,6 +558,7 @@ impl RcQp {
             if let Some(status) = error {
                 let why = self.local_fault(&e.wr, status);
                 self.explain(Some(status), Side::of_send_status(status), why);
+                self.publish_error();
                 self.retire_send(&e.wr, status, 0);
                 self.enter_error();
                 return;

@@ -850,7 +850,12 @@ impl RcQp {
                 psn.value()
             ),
         );
+        let stays =
+            planted::active(Mistake::NoErrorOnAccessError) && err == RespError::RemoteAccess;
         if let Some(wr_id) = aborted {
+            if !stays {
+                self.publish_error();
+            }
             self.complete_recv(wr_id, recv_status);
         }
         // The READ responses and atomic ACKs queued ahead of the NAK answer
@@ -858,7 +863,7 @@ impl RcQp {
         // (an atomic has changed memory; without its ACK the requester
         // never learns the original value). Found by `uroce fuzz --versus`
         // against rxe, which sends them too.
-        if planted::active(Mistake::NoErrorOnAccessError) && err == RespError::RemoteAccess {
+        if stays {
             return;
         }
         let answered = std::mem::take(&mut self.svc.resp.out);
