@@ -14,7 +14,7 @@ use std::time::Duration;
 use uroce_verbs::*;
 
 mod common;
-use common::{open, qp, recv, T};
+use common::{open, qp, recv, recv_datagram, T};
 
 const QKEY: u32 = 0x0123_4567;
 
@@ -43,35 +43,8 @@ fn listener(ip: Ipv4Addr, iface: Option<Ipv4Addr>) -> UdpSocket {
 
 /// The TTL of the next datagram `s` receives.
 fn next_ttl(s: &UdpSocket) -> u8 {
-    let mut buf = [0u8; 4096];
-    let mut cmsg = [0u64; 8];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: msghdr is plain data; all zeroes is valid.
-    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
-    h.msg_control = cmsg.as_mut_ptr().cast();
-    h.msg_controllen = std::mem::size_of_val(&cmsg);
-    // SAFETY: the header points to `iov` (over `buf`) and `cmsg`, live
-    // buffers of the lengths it gives; the call writes only there.
-    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut h, 0) };
-    assert!(n > 0, "no datagram: {}", std::io::Error::last_os_error());
-    // SAFETY: the kernel filled msg_control with msg_controllen bytes of
-    // well-formed cmsgs; the CMSG macros stay inside them.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&h);
-        while !c.is_null() {
-            if ((*c).cmsg_level, (*c).cmsg_type) == (libc::IPPROTO_IP, libc::IP_TTL) {
-                let ttl = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
-                return ttl as u8;
-            }
-            c = libc::CMSG_NXTHDR(&h, c);
-        }
-    }
-    panic!("no IP_TTL control message");
+    let d = recv_datagram(s, 0).expect("a datagram");
+    d.ttl.expect("an IP_TTL control message")
 }
 
 /// The TTL of the host's routes (net.ipv4.ip_default_ttl).

@@ -8,6 +8,9 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use uroce_verbs::rsocket::RSocket;
 
+mod common;
+use common::recv_datagram;
+
 const PEER: &str = "127.111.7.1";
 const OURS: &str = "127.111.7.2";
 
@@ -15,34 +18,9 @@ const OURS: &str = "127.111.7.2";
 fn recv_tos(sock: &UdpSocket, within: Duration) -> Option<u8> {
     let end = Instant::now() + within;
     while Instant::now() < end {
-        let mut buf = [0u8; 512];
-        let mut cbuf = [0u64; 16];
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: all-zero bytes are a valid msghdr.
-        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        m.msg_control = cbuf.as_mut_ptr().cast();
-        m.msg_controllen = std::mem::size_of_val(&cbuf);
-        // SAFETY: the msghdr points at our buffers, which outlive the call.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut m, libc::MSG_DONTWAIT) };
-        if n < 0 {
-            std::thread::sleep(Duration::from_millis(5));
-            continue;
-        }
-        // SAFETY: the control buffer recvmsg filled, walked with the
-        // CMSG macros within msg_controllen.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&m);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
-                    return Some(*libc::CMSG_DATA(c));
-                }
-                c = libc::CMSG_NXTHDR(&m, c);
-            }
+        match recv_datagram(sock, libc::MSG_DONTWAIT) {
+            Some(d) => return d.tos,
+            None => std::thread::sleep(Duration::from_millis(5)),
         }
     }
     None

@@ -6,7 +6,7 @@
 use uroce_verbs::*;
 
 mod common;
-use common::{open, qp, recv, T};
+use common::{open, qp, recv, recv_datagram, T};
 
 const QKEY: u32 = 0x1111_1111;
 
@@ -112,36 +112,8 @@ impl TosSink {
 
     /// The next datagram's first byte (the BTH's opcode) and its TOS.
     fn next(&self) -> (u8, u8) {
-        use std::os::fd::AsRawFd;
-        let mut buf = [0u8; 4200];
-        let mut ctl = [0u64; 16];
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: all-zero is a valid msghdr; the pointers set below
-        // outlive the call.
-        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        m.msg_control = ctl.as_mut_ptr().cast();
-        m.msg_controllen = std::mem::size_of_val(&ctl);
-        // SAFETY: `m` describes live buffers of the lengths it gives.
-        let n = unsafe { libc::recvmsg(self.0.as_raw_fd(), &mut m, 0) };
-        assert!(n > 0, "a datagram: {}", std::io::Error::last_os_error());
-        let mut tos = None;
-        // SAFETY: the kernel filled msg_control; the CMSG macros walk it
-        // within msg_controllen.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&m);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
-                    tos = Some(*libc::CMSG_DATA(c));
-                }
-                c = libc::CMSG_NXTHDR(&m, c);
-            }
-        }
-        (buf[0], tos.expect("an IP_TOS control message"))
+        let d = recv_datagram(&self.0, 0).expect("a datagram");
+        (d.bytes[0], d.tos.expect("an IP_TOS control message"))
     }
 }
 

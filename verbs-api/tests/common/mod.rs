@@ -50,3 +50,61 @@ pub fn recv(id: u64, mr: &MemoryRegion, off: usize, len: u32) -> RecvWr {
         sg_list: [mr.sge(off, len)].into_iter().collect(),
     }
 }
+
+/// A datagram read with its IPv4 control messages.
+pub struct Datagram {
+    /// Its bytes (at most 4200).
+    pub bytes: Vec<u8>,
+    /// `IP_TOS`, where the socket asked for it (`IP_RECVTOS`).
+    pub tos: Option<u8>,
+    /// `IP_TTL`, where the socket asked for it (`IP_RECVTTL`).
+    pub ttl: Option<u8>,
+}
+
+/// The next datagram `s` receives (`recvmsg` with `flags`), with the IP
+/// TOS and TTL the kernel reports; `None` if the call fails (EAGAIN with
+/// `MSG_DONTWAIT`, or the socket's read timeout).
+pub fn recv_datagram(s: &std::net::UdpSocket, flags: libc::c_int) -> Option<Datagram> {
+    use std::os::fd::AsRawFd;
+    let mut buf = vec![0u8; 4200];
+    let mut ctl = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: all-zero bytes are a valid msghdr.
+    let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+    m.msg_iov = &mut iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl.as_mut_ptr().cast();
+    m.msg_controllen = std::mem::size_of_val(&ctl);
+    // SAFETY: the header points at `iov` (over `buf`) and `ctl`, live
+    // buffers of the lengths it gives; the call writes only there.
+    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut m, flags) };
+    if n < 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    let (mut tos, mut ttl) = (None, None);
+    // SAFETY: the kernel filled msg_control with msg_controllen bytes of
+    // well-formed control messages; the CMSG macros stay inside them.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&m);
+        while !c.is_null() {
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::IPPROTO_IP, libc::IP_TOS) => tos = Some(*libc::CMSG_DATA(c)),
+                (libc::IPPROTO_IP, libc::IP_TTL) => {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                    ttl = Some(v as u8);
+                }
+                _ => {}
+            }
+            c = libc::CMSG_NXTHDR(&m, c);
+        }
+    }
+    Some(Datagram {
+        bytes: buf,
+        tos,
+        ttl,
+    })
+}
