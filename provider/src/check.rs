@@ -255,20 +255,38 @@ reused after WR the request is fully executed and a work completion has been ret
 the corresponding completion queue (CQ).\" A NIC may read the buffer at any time until then \
 (and again to retransmit)";
 
+const RECV_RULE: &str = "ibv_post_recv(3): \"The buffers used by a WR can only be safely \
+reused after WR the request is fully executed and a work completion has been retrieved from \
+the corresponding completion queue (CQ).\" Until then the NIC may write the message into them \
+at any time";
+
 /// A send WR posted and not yet retired, as the ledger keeps it.
 struct Posted {
     wr_id: u64,
     signaled: bool,
     opcode: WrOpcode,
-    /// Each source SGE with the checksum of its bytes at post time.
-    sums: Vec<(Sge, u64)>,
+    /// Each source SGE of a SEND/WRITE with the checksum of its bytes at
+    /// post time (at its first transmission, once sent); each local target
+    /// of a READ until its first response is placed.
+    sums: Vec<Watched>,
+    /// A SEND/WRITE whose first packet went out.
+    sent: bool,
+    /// A READ whose first response was placed.
+    placed: bool,
     lkeys: Vec<u32>,
     caller: Option<Caller>,
 }
 
 /// A receive WR posted and not yet polled.
 struct PostedRecv {
+    wr_id: u64,
     lkeys: Vec<u32>,
+    /// Its buffers with their checksums at post (`buffer`), until the
+    /// engine takes the WR for a message.
+    sums: Vec<Watched>,
+    /// The engine took it for a message.
+    taken: bool,
+    caller: Option<Caller>,
     /// Where a region it uses was deregistered (reported if a message
     /// then completes into it: a QP destroyed first makes it harmless).
     deregistered: Option<(u32, Arc<Caller>)>,
@@ -392,10 +410,51 @@ fn key_of(keys: &Arc<KeyTable>, qpn: u32) -> LedgerKey {
     (Arc::as_ptr(keys) as usize, qpn)
 }
 
-/// A checksum of `len` bytes at `addr` of the region `lkey` names (`None`
-/// if they cannot be read: the key or range is bad, which the post rules
-/// report).
-fn checksum(keys: &KeyTable, sge: &Sge) -> Option<u64> {
+/// A buffer the checker watches: an SGE, the checksum of its bytes when
+/// it was taken (at post, or at its first transmission), where it lies in
+/// the host's memory, and the engine's write count ([`nic_writes`]) then.
+#[derive(Clone, Copy)]
+struct Watched {
+    sge: Sge,
+    sum: u64,
+    host: usize,
+    since: u64,
+}
+
+impl Watched {
+    /// The SGE's bytes now (`None` when they cannot be read: a bad key or
+    /// range, which the post rules report).
+    fn take(keys: &KeyTable, sge: &Sge) -> Option<Watched> {
+        let (sum, host) = checksum(keys, sge)?;
+        Some(Watched {
+            sge: *sge,
+            sum,
+            host,
+            since: nic_writes(),
+        })
+    }
+
+    /// True when the bytes changed and the engine wrote none of them
+    /// since they were taken: the application did it.
+    fn changed_by_app(&self, keys: &KeyTable) -> bool {
+        checksum(keys, &self.sge).is_some_and(|(now, _)| now != self.sum)
+            && !nic_wrote_since(self.since, self.host, self.sge.length as usize)
+    }
+}
+
+/// The watched SGEs of `sgl` (those of length 0 and unreadable ones left
+/// out).
+fn watch(keys: &KeyTable, sgl: &[Sge]) -> Vec<Watched> {
+    sgl.iter()
+        .filter(|s| s.length > 0)
+        .filter_map(|s| Watched::take(keys, s))
+        .collect()
+}
+
+/// A checksum of `len` bytes at `addr` of the region `lkey` names, and
+/// their host address (`None` if they cannot be read: the key or range is
+/// bad, which the post rules report).
+fn checksum(keys: &KeyTable, sge: &Sge) -> Option<(u64, usize)> {
     let mr = keys.find_lkey(sge.lkey)?;
     let off = mr.offset_of(sge.addr, sge.length as u64).ok()?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -408,7 +467,84 @@ fn checksum(keys: &KeyTable, sge: &Sge) -> Option<u64> {
         h.write(&buf[..n]);
         done += n;
     }
-    Some(h.finish())
+    Some((h.finish(), mr.host_addr(off)))
+}
+
+/// The engine's recent writes into registered memory (received messages,
+/// RDMA WRITEs, READ responses, atomic results), by host address: a
+/// watched buffer that changed where the engine wrote is not the
+/// application's doing (a receive buffer shared by several receive WRs,
+/// a SEND source that is also a receive buffer).
+struct NicWrites {
+    /// Writes made so far.
+    count: u64,
+    /// The newest writes, oldest first: `[start, end)` and the count when
+    /// it was last written. Adjacent writes (the packets of one message)
+    /// share an entry.
+    recent: VecDeque<(usize, usize, u64)>,
+    /// The newest count that fell off `recent`.
+    forgotten: u64,
+}
+
+/// Entries [`NicWrites`] keeps.
+const NIC_WRITES_KEPT: usize = 4096;
+
+fn nic_log() -> &'static Mutex<NicWrites> {
+    static L: std::sync::OnceLock<Mutex<NicWrites>> = std::sync::OnceLock::new();
+    L.get_or_init(|| {
+        Mutex::new(NicWrites {
+            count: 0,
+            recent: VecDeque::new(),
+            forgotten: 0,
+        })
+    })
+}
+
+/// The engine's writes so far.
+fn nic_writes() -> u64 {
+    nic_log().lock().count
+}
+
+/// The engine wrote `len` bytes at `offset` of region `mr` (with the
+/// `buffer` category on; a relaxed load otherwise).
+#[inline]
+pub fn nic_wrote(mr: &crate::memory::MrInner, offset: usize, len: usize) {
+    if on(Category::Buffer) && len > 0 {
+        note_nic_write(mr.host_addr(offset), len);
+    }
+}
+
+fn note_nic_write(start: usize, len: usize) {
+    let end = start.saturating_add(len);
+    let mut log = nic_log().lock();
+    log.count += 1;
+    let count = log.count;
+    if let Some(last) = log.recent.back_mut().filter(|l| l.1 == start) {
+        last.1 = end;
+        last.2 = count;
+        return;
+    }
+    log.recent.push_back((start, end, count));
+    if log.recent.len() > NIC_WRITES_KEPT {
+        if let Some((_, _, c)) = log.recent.pop_front() {
+            log.forgotten = c;
+        }
+    }
+}
+
+/// Whether the engine may have written into `[start, start+len)` after
+/// its write count was `since` (true when that is too long ago to tell).
+fn nic_wrote_since(since: u64, start: usize, len: usize) -> bool {
+    let end = start.saturating_add(len);
+    let log = nic_log().lock();
+    if log.forgotten > since {
+        return true;
+    }
+    log.recent
+        .iter()
+        .rev()
+        .take_while(|w| w.2 > since)
+        .any(|w| w.0 < end && start < w.1)
 }
 
 impl QpLedger {
@@ -445,12 +581,9 @@ impl QpLedger {
     /// record when `push` takes it; reports an overrun first.
     pub fn post<E>(&self, wr: SendWr, push: impl FnOnce(SendWr) -> Result<(), E>) -> Result<(), E> {
         let inline = wr.flags.contains(SendFlags::INLINE);
-        let sums = if on(Category::Buffer) && !inline && reads_sources(wr.opcode) {
-            wr.sg_list
-                .iter()
-                .filter(|s| s.length > 0)
-                .filter_map(|s| Some((*s, checksum(&self.keys, s)?)))
-                .collect()
+        let watched = reads_sources(wr.opcode) || wr.opcode == WrOpcode::RdmaRead;
+        let sums = if on(Category::Buffer) && !inline && watched {
+            watch(&self.keys, &wr.sg_list)
         } else {
             Vec::new()
         };
@@ -482,6 +615,8 @@ impl QpLedger {
             signaled,
             opcode,
             sums,
+            sent: false,
+            placed: false,
             lkeys,
             caller,
         });
@@ -532,25 +667,135 @@ impl QpLedger {
         }
     }
 
+    /// At the completion: the sources of a SEND/WRITE compared with their
+    /// checksums at post, or at the first transmission once it was sent.
     fn verify(&self, p: &Posted) {
-        for (sge, sum) in &p.sums {
-            match checksum(&self.keys, sge) {
-                Some(now) if now != *sum => {}
-                _ => continue,
-            }
+        if !reads_sources(p.opcode) {
+            return;
+        }
+        let when = if p.sent {
+            "changed after it was sent (between its first transmission and its completion): a \
+             retransmission may carry other bytes than the first transmission, so the peer \
+             may have received either contents, or a mix"
+        } else {
+            "changed between ibv_post_send and the WR's completion: the peer may have \
+             received either contents, or a mix"
+        };
+        self.report_changed_sources(p, when);
+    }
+
+    /// Reports each watched SGE of `p` the application changed, `when`
+    /// saying between which moments and what it did.
+    fn report_changed_sources(&self, p: &Posted, when: &str) {
+        for w in p.sums.iter().filter(|w| w.changed_by_app(&self.keys)) {
             let what = format!(
                 "the source buffer of {} WR wr_id {} on QP {:#x} ({} bytes at {:#x}, lkey \
-                 {:#x}) changed between ibv_post_send and the WR's completion: the peer may \
-                 have received either contents, or a mix",
+                 {:#x}) {when}",
                 p.opcode.name(),
                 p.wr_id,
                 self.qpn,
-                sge.length,
-                sge.addr,
-                sge.lkey
+                w.sge.length,
+                w.sge.addr,
+                w.sge.lkey
             );
             let at: Vec<(&str, &Caller)> = p.caller.iter().map(|c| ("posted at", c)).collect();
             report(Category::Buffer, &what, REUSE_RULE, &at);
+        }
+    }
+
+    /// The engine copies the first packet of SEND/WRITE WR `wr_id` out of
+    /// its sources for the wire: a source changed since the post is
+    /// reported now (the peer gets the new bytes, or a mix), and the
+    /// completion compares with what is sent.
+    pub fn sending(&self, wr_id: u64) {
+        if !on(Category::Buffer) {
+            return;
+        }
+        let mut st = self.state.lock();
+        let Some(p) = st
+            .pending
+            .iter_mut()
+            .find(|p| reads_sources(p.opcode) && !p.sent && p.wr_id == wr_id)
+        else {
+            return;
+        };
+        p.sent = true;
+        if p.sums.is_empty() {
+            return;
+        }
+        self.report_changed_sources(
+            p,
+            "changed after ibv_post_send and before it was sent (the engine's first copy of it \
+             for the wire): the peer received the new bytes, or a mix of old and new",
+        );
+        for w in &mut p.sums {
+            if let Some(now) = Watched::take(&self.keys, &w.sge) {
+                *w = now;
+            }
+        }
+    }
+
+    /// The engine is about to place the first response of RDMA READ WR
+    /// `wr_id` into its local buffers: a buffer the application wrote
+    /// since the post is reported (the response overwrites it).
+    pub fn read_placing(&self, wr_id: u64) {
+        if !on(Category::Buffer) {
+            return;
+        }
+        let mut st = self.state.lock();
+        let Some(p) = st
+            .pending
+            .iter_mut()
+            .find(|p| p.opcode == WrOpcode::RdmaRead && !p.placed && p.wr_id == wr_id)
+        else {
+            return;
+        };
+        p.placed = true;
+        let sums = std::mem::take(&mut p.sums);
+        for w in sums.iter().filter(|w| w.changed_by_app(&self.keys)) {
+            let what = format!(
+                "the application wrote into the local buffer of RDMA READ WR wr_id {wr_id} on \
+                 QP {:#x} ({} bytes at {:#x}, lkey {:#x}) between ibv_post_send and the \
+                 arrival of the READ's response, which overwrites it: that memory was the \
+                 NIC's until the READ's completion",
+                self.qpn, w.sge.length, w.sge.addr, w.sge.lkey
+            );
+            let at: Vec<(&str, &Caller)> = p.caller.iter().map(|c| ("posted at", c)).collect();
+            report(Category::Buffer, &what, REUSE_RULE, &at);
+        }
+    }
+
+    /// The engine took receive WR `wr_id` of the QP's own receive queue
+    /// for a message, and places the message into its buffers next when
+    /// `places` (a WRITE with immediate writes none): a buffer the
+    /// application wrote since the post is reported.
+    pub fn recv_taken(&self, wr_id: u64, places: bool) {
+        if !on(Category::Buffer) {
+            return;
+        }
+        let mut st = self.state.lock();
+        let Some(r) = st.recvs.iter_mut().find(|r| !r.taken) else {
+            return;
+        };
+        r.taken = true;
+        if r.wr_id != wr_id {
+            // Not the WR the ledger expects: no verdict.
+            return;
+        }
+        let sums = std::mem::take(&mut r.sums);
+        if !places {
+            return;
+        }
+        for w in sums.iter().filter(|w| w.changed_by_app(&self.keys)) {
+            let what = format!(
+                "the application wrote into the buffer of receive WR wr_id {wr_id} on QP {:#x} \
+                 ({} bytes at {:#x}, lkey {:#x}) between ibv_post_recv and the arrival of the \
+                 message placed into it, which overwrites what it wrote: that memory was the \
+                 NIC's until the WR's completion",
+                self.qpn, w.sge.length, w.sge.addr, w.sge.lkey
+            );
+            let at: Vec<(&str, &Caller)> = r.caller.iter().map(|c| ("posted at", c)).collect();
+            report(Category::Buffer, &what, RECV_RULE, &at);
         }
     }
 
@@ -570,11 +815,20 @@ impl QpLedger {
             .map(|s| s.lkey)
             .collect();
         let wr_id = wr.wr_id;
+        let (sums, caller) = if on(Category::Buffer) {
+            (watch(&self.keys, &wr.sg_list), Some(Caller::here()))
+        } else {
+            (Vec::new(), None)
+        };
         let mut st = self.state.lock();
         push(wr)?;
         st.recv_owed += 1;
         st.recvs.push_back(PostedRecv {
+            wr_id,
             lkeys,
+            sums,
+            taken: false,
+            caller,
             deregistered: None,
         });
         drop(st);
@@ -850,6 +1104,44 @@ pub fn qp_destroyed(l: &QpLedger) {
     if all.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), l)) {
         all.remove(&key);
     }
+}
+
+/// CQ `cq` holds `waiting` completions the application has not polled
+/// since it took the CQ's last completion event: it is being destroyed
+/// (`at_destroy`), or the application took another event of it.
+pub fn cq_not_polled(cq: u32, waiting: usize, at_destroy: bool) {
+    let what = if at_destroy {
+        format!(
+            "ibv_destroy_cq of CQ {cq} with {waiting} completion(s) waiting that the program \
+             never polled after taking the CQ's last completion event (ibv_get_cq_event): an \
+             event says completions wait, and only polling the CQ empty takes them; a program \
+             that waits for another event instead hangs, since those waiting make none"
+        )
+    } else {
+        format!(
+            "ibv_get_cq_event returned a second completion event of CQ {cq} while the program \
+             has not polled the CQ since the previous one ({waiting} completion(s) waiting): \
+             after an event, poll the CQ until it is empty; a completion that came before the \
+             CQ was re-armed makes no event, so a program that waits for one instead of \
+             polling hangs"
+        )
+    };
+    report(
+        Category::Event,
+        &what,
+        "ibv_get_cq_event(3), EXAMPLES: \"3. Wait for the completion event and ack it; 4. \
+         Request for notification upon the next completion event; 5. Empty the CQ\"; \
+         ibv_req_notify_cq(3): \"Upon the addition of a new CQ entry (CQE) to cq, a \
+         completion event will be added\" (not for the CQEs already in it)",
+        &[(
+            if at_destroy {
+                "destroyed at"
+            } else {
+                "event taken at"
+            },
+            &Caller::here(),
+        )],
+    );
 }
 
 /// The region with local key `lkey` is being deregistered: send WRs still

@@ -44,7 +44,19 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
-pass() { passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"; }
+# With UROCE_CHECK set (the verbs checker on: see the README's "Finding
+# your RDMA bug"), an entry whose output ($tmp/out, and the files named in
+# check_also) holds a checker report fails, unless the README names it as a
+# mistake of the program (known_reports=REGEX of the report lines allowed).
+pass() {
+  if [ -n "${UROCE_CHECK:-}" ] &&
+    cat "$tmp/out" ${check_also:-} 2>/dev/null | grep 'uroce check \[' | grep -qvE "${known_reports:-^$}"; then
+    failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "UROCE_CHECK reported a mistake"
+    cat "$tmp/out" ${check_also:-} 2>/dev/null | grep -A12 'uroce check \[' | head -40 | sed 's/^/      | /'
+    return
+  fi
+  passed=$((passed + 1)); printf 'ok    %-34s %s\n' "$1" "$2"
+}
 fail() {
   failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "$2"
   sed 's/^/      | /' "$tmp/out" | tail -20
@@ -133,13 +145,16 @@ if have qperf; then
       rc_rdma_write_lat rc_rdma_write_poll_lat rc_compare_swap_mr rc_fetch_add_mr \
       ver_rc_compare_swap ver_rc_fetch_add; do
       t0=$EPOCHREALTIME
+      qmark=$(wc -l <"$tmp/qserver")
       UROCE_DEVICES=uroce0=127.104.20.2 timeout -k 1 10 stdbuf -oL "${ux[@]}" \
         qperf -lp $qport -cm1 -t 1 127.104.20.1 "$t" >"$tmp/out" 2>&1
       rc=$?
       took=$(since "$t0")
       line=$(grep -m1 ' = ' "$tmp/out" | tr -s ' ')
+      # The server's reports during this test count too.
+      tail -n +$((qmark + 1)) "$tmp/qserver" >"$tmp/qnew"
       if [ $rc = 0 ] && [ -n "$line" ] && awk -v s="$took" 'BEGIN { exit !(s <= 5) }'; then
-        pass "qperf $t" "${line# } (client returned after $took s)"
+        check_also=$tmp/qnew pass "qperf $t" "${line# } (client returned after $took s)"
       elif [ -n "$line" ]; then
         fail "qperf $t" "${line# }, but the client had not returned after $took s (exit $rc)"
       elif [ $rc = 124 ] || [ $rc = 137 ]; then
@@ -209,7 +224,7 @@ else
       local line
       line=$(grep -m1 -E "$regex" "$tmp/out" | tr -s ' \t' ' ')
       if [ $rc = 0 ] && [ -n "$line" ]; then
-        pass "$name" "$line"
+        check_also=$tmp/tgtd pass "$name" "$line"
       else
         fail "$name" "exit $rc"
       fi

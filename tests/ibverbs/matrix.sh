@@ -198,17 +198,22 @@ fi
 # ---- the verbs checker (UROCE_CHECK=1): each tests/ibverbs/check_NAME.c
 # makes one mistake; exactly one report of its category must reach stderr,
 # naming the program's own source line (built with -g, the backtrace is
-# symbolised). Each also passes its own checks.
-for c in buffer:buffer dereg:lifetime destroy_qp:lifetime ah:lifetime \
-  unsignaled:queue cq_size:queue ack:event err_post:post pd:post inline:post; do
-  t=check_${c%%:*} cat=${c#*:}
+# symbolised). Each also passes its own checks. NAME:CATEGORY[:REGEX]: the
+# report must also match REGEX (when it was made).
+for c in buffer:buffer:after.it.was.sent sent:buffer:before.it.was.sent \
+  recv_buf:buffer:ibv_post_recv.and.the.arrival read_target:buffer:RDMA.READ \
+  dereg:lifetime destroy_qp:lifetime ah:lifetime \
+  unsignaled:queue cq_size:queue ack:event cq_poll:event:never.polled \
+  cq_event:event:second.completion.event err_post:post pd:post inline:post; do
+  t=check_${c%%:*} cat=${c#*:} want=.
+  case $cat in *:*) want=${cat#*:} cat=${cat%%:*} ;; esac
   cc -g -O0 -Wall -o "$tmp/$t" "tests/ibverbs/$t.c" -libverbs || exit 1
   UROCE_CHECK=1 UROCE_DEVICES=uroce0=127.117.1.1,uroce1=127.117.1.2 timeout 60 \
     "$tmp/$t" >"$tmp/out" 2>"$tmp/err"
   rc=$?
   n=$(grep -c '^uroce check \[' "$tmp/err")
   cat "$tmp/err" >>"$tmp/out"
-  if [ $rc = 0 ] && [ "$n" = 1 ] && grep -q "^uroce check \[$cat\]" "$tmp/err" &&
+  if [ $rc = 0 ] && [ "$n" = 1 ] && grep "^uroce check \[$cat\]" "$tmp/err" | grep -q "$want" &&
     grep -q "$t\.c:[0-9]" "$tmp/err"; then
     may_report=1 pass "$t.c (UROCE_CHECK)" "[$cat] at $(grep -m1 -o "$t\.c:[0-9]*" "$tmp/err")"
   else

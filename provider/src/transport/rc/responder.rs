@@ -620,6 +620,7 @@ impl RcQp {
                 self.rnr_nak(pkt.bth.psn);
                 return Err(RespError::Rnr);
             };
+            self.core.cfg.recv_taken(&wr, true);
             match RecvTarget::resolve(&self.core.cfg, &wr) {
                 Ok(recv) => self.svc.resp.cur = Some(Inbound::Send { recv, written: 0 }),
                 Err(wr_id) => {
@@ -669,7 +670,10 @@ impl RcQp {
         let ends = pkt.info.position.ends_message();
         let recv = if ends && pkt.imm().is_some() {
             match self.core.cfg.rq.take() {
-                Some(wr) => Some(wr),
+                Some(wr) => {
+                    self.core.cfg.recv_taken(&wr, false);
+                    Some(wr)
+                }
                 None => {
                     // Nothing done: a WRITE this packet opened (an ONLY
                     // packet) is not in progress, so that its resend
