@@ -9,10 +9,10 @@
 //!
 //! | category   | reports |
 //! | ---------- | ------- |
-//! | `buffer`   | a SEND/WRITE source buffer changed between `ibv_post_send` and its completion |
+//! | `buffer`   | a SEND/WRITE source buffer changed after `ibv_post_send`: before it was sent (compared at the engine's first copy for the wire), or after it and before the completion; a receive buffer or READ target written by the application before the engine places data into it |
 //! | `lifetime` | a region deregistered, or a QP destroyed, with send WRs outstanding on it; a receive WR completing after its region was deregistered; an address handle used after it was destroyed |
 //! | `queue`    | a send queue overrun by WRs no polled completion covers (what fails with ENOMEM on a NIC that frees unsignaled WRs only then); a CQ smaller than the completions its QPs' posted WRs owe it |
-//! | `event`    | a CQ destroyed with completion events not acknowledged |
+//! | `event`    | a CQ destroyed with completion events not acknowledged; a CQ whose event was taken and that was not polled afterwards (at its next event, or its destroy, with completions waiting) |
 //! | `post`     | an L_Key that names no region, a region of another PD, too small or without the right; inline data beyond `max_inline_data`; posting to a QP that went to ERR before any of its error completions was polled |
 //!
 //! Each report goes to stderr as one block (the category, what happened,
