@@ -1202,6 +1202,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_engines_writes_are_told_from_the_applications() {
+        // Addresses no test's memory has.
+        let a = usize::MAX / 2;
+        let since = nic_writes();
+        assert!(!nic_wrote_since(since, a, 100), "nothing written yet");
+        note_nic_write(a, 64);
+        // The packets of one message share an entry.
+        note_nic_write(a + 64, 64);
+        assert!(
+            nic_wrote_since(since, a + 100, 8),
+            "inside the second write"
+        );
+        assert!(nic_wrote_since(since, a - 4, 8), "overlapping the first");
+        assert!(!nic_wrote_since(since, a + 128, 8), "just after them");
+        assert!(!nic_wrote_since(since, a - 8, 8), "just before them");
+        let later = nic_writes();
+        assert!(!nic_wrote_since(later, a, 128), "not since the second");
+        // Beyond what the log keeps, any buffer may have been written.
+        for i in 0..=NIC_WRITES_KEPT {
+            note_nic_write(a + 4096 + 2 * i, 1);
+        }
+        assert!(nic_wrote_since(later, a - 100_000, 8));
+    }
+
+    #[test]
     fn uroce_check_names_categories() {
         let all = Category::ALL.iter().fold(0, |m, c| m | *c as u32);
         assert_eq!(parse("1"), Ok(all));
