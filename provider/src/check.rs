@@ -286,6 +286,10 @@ struct PostedRecv {
     sums: Vec<Watched>,
     /// The engine took it for a message.
     taken: bool,
+    /// Where the program had written into it then (the message offset,
+    /// and the SGE): reported at its completion if the message covers
+    /// it (the NIC overwrote what the program wrote).
+    written: Option<(u64, Sge)>,
     caller: Option<Caller>,
     /// Where a region it uses was deregistered (reported if a message
     /// then completes into it: a QP destroyed first makes it harmless).
@@ -410,13 +414,22 @@ fn key_of(keys: &Arc<KeyTable>, qpn: u32) -> LedgerKey {
     (Arc::as_ptr(keys) as usize, qpn)
 }
 
-/// A buffer the checker watches: an SGE, the checksum of its bytes when
+/// Bytes per checksum of a watched receive buffer or READ target: where
+/// the program wrote is known to this precision.
+const BLOCK: usize = 64;
+
+/// A buffer the checker watches: an SGE, the checksums of its bytes when
 /// it was taken (at post, or at its first transmission), where it lies in
-/// the host's memory, and the engine's write count ([`nic_writes`]) then.
-#[derive(Clone, Copy)]
+/// the message and in the host's memory, and the engine's write count
+/// ([`nic_writes`]) then.
+#[derive(Clone)]
 struct Watched {
     sge: Sge,
-    sum: u64,
+    /// Its offset in the message (the SGEs before it).
+    msg_off: u64,
+    /// Bytes per checksum in `sums` (`usize::MAX`: one for the SGE).
+    block: usize,
+    sums: Vec<u64>,
     host: usize,
     since: u64,
 }
@@ -424,50 +437,78 @@ struct Watched {
 impl Watched {
     /// The SGE's bytes now (`None` when they cannot be read: a bad key or
     /// range, which the post rules report).
-    fn take(keys: &KeyTable, sge: &Sge) -> Option<Watched> {
-        let (sum, host) = checksum(keys, sge)?;
+    fn take(keys: &KeyTable, sge: &Sge, msg_off: u64, block: usize) -> Option<Watched> {
+        let (sums, host) = checksums(keys, sge, block)?;
         Some(Watched {
             sge: *sge,
-            sum,
+            msg_off,
+            block,
+            sums,
             host,
             since: nic_writes(),
         })
     }
 
-    /// True when the bytes changed and the engine wrote none of them
-    /// since they were taken: the application did it.
-    fn changed_by_app(&self, keys: &KeyTable) -> bool {
-        checksum(keys, &self.sge).is_some_and(|(now, _)| now != self.sum)
-            && !nic_wrote_since(self.since, self.host, self.sge.length as usize)
+    /// The same bytes taken again now (itself if they cannot be read).
+    fn retaken(&self, keys: &KeyTable) -> Watched {
+        Watched::take(keys, &self.sge, self.msg_off, self.block).unwrap_or_else(|| self.clone())
+    }
+
+    /// Where the bytes first changed (the offset in the SGE of the first
+    /// changed block) that the engine did not write since they were
+    /// taken: the application did it.
+    fn changed_by_app(&self, keys: &KeyTable) -> Option<usize> {
+        let (now, _) = checksums(keys, &self.sge, self.block)?;
+        let len = self.sge.length as usize;
+        self.sums
+            .iter()
+            .zip(&now)
+            .enumerate()
+            .filter(|(_, (then, now))| then != now)
+            .map(|(i, _)| i.saturating_mul(self.block))
+            .find(|&off| {
+                let n = (len - off).min(self.block);
+                !nic_wrote_since(self.since, self.host.wrapping_add(off), n)
+            })
     }
 }
 
-/// The watched SGEs of `sgl` (those of length 0 and unreadable ones left
-/// out).
-fn watch(keys: &KeyTable, sgl: &[Sge]) -> Vec<Watched> {
-    sgl.iter()
-        .filter(|s| s.length > 0)
-        .filter_map(|s| Watched::take(keys, s))
-        .collect()
+/// The watched SGEs of `sgl`, a checksum per `block` bytes (those of
+/// length 0 and unreadable ones left out).
+fn watch(keys: &KeyTable, sgl: &[Sge], block: usize) -> Vec<Watched> {
+    let mut off = 0u64;
+    let mut out = Vec::new();
+    for s in sgl.iter().filter(|s| s.length > 0) {
+        out.extend(Watched::take(keys, s, off, block));
+        off += u64::from(s.length);
+    }
+    out
 }
 
-/// A checksum of `len` bytes at `addr` of the region `lkey` names, and
-/// their host address (`None` if they cannot be read: the key or range is
-/// bad, which the post rules report).
-fn checksum(keys: &KeyTable, sge: &Sge) -> Option<(u64, usize)> {
+/// Checksums of the `len` bytes at `addr` of the region `lkey` names, one
+/// per `block` bytes, and their host address (`None` if they cannot be
+/// read: the key or range is bad, which the post rules report).
+fn checksums(keys: &KeyTable, sge: &Sge, block: usize) -> Option<(Vec<u64>, usize)> {
     let mr = keys.find_lkey(sge.lkey)?;
     let off = mr.offset_of(sge.addr, sge.length as u64).ok()?;
+    let mut sums = Vec::new();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     let mut buf = [0u8; 4096];
-    let mut done = 0usize;
+    let (mut done, mut in_block) = (0usize, 0usize);
     let len = sge.length as usize;
     while done < len {
-        let n = (len - done).min(buf.len());
+        let n = (len - done).min(buf.len()).min(block - in_block);
         mr.read(off + done, &mut buf[..n]).ok()?;
         h.write(&buf[..n]);
         done += n;
+        in_block += n;
+        if in_block == block || done == len {
+            sums.push(h.finish());
+            h = std::collections::hash_map::DefaultHasher::new();
+            in_block = 0;
+        }
     }
-    Some((h.finish(), mr.host_addr(off)))
+    Some((sums, mr.host_addr(off)))
 }
 
 /// The engine's recent writes into registered memory (received messages,
@@ -583,7 +624,13 @@ impl QpLedger {
         let inline = wr.flags.contains(SendFlags::INLINE);
         let watched = reads_sources(wr.opcode) || wr.opcode == WrOpcode::RdmaRead;
         let sums = if on(Category::Buffer) && !inline && watched {
-            watch(&self.keys, &wr.sg_list)
+            // A READ's target: where the program wrote matters.
+            let block = if reads_sources(wr.opcode) {
+                usize::MAX
+            } else {
+                BLOCK
+            };
+            watch(&self.keys, &wr.sg_list, block)
         } else {
             Vec::new()
         };
@@ -687,7 +734,11 @@ impl QpLedger {
     /// Reports each watched SGE of `p` the application changed, `when`
     /// saying between which moments and what it did.
     fn report_changed_sources(&self, p: &Posted, when: &str) {
-        for w in p.sums.iter().filter(|w| w.changed_by_app(&self.keys)) {
+        for w in p
+            .sums
+            .iter()
+            .filter(|w| w.changed_by_app(&self.keys).is_some())
+        {
             let what = format!(
                 "the source buffer of {} WR wr_id {} on QP {:#x} ({} bytes at {:#x}, lkey \
                  {:#x}) {when}",
@@ -729,9 +780,7 @@ impl QpLedger {
              for the wire): the peer received the new bytes, or a mix of old and new",
         );
         for w in &mut p.sums {
-            if let Some(now) = Watched::take(&self.keys, &w.sge) {
-                *w = now;
-            }
+            *w = w.retaken(&self.keys);
         }
     }
 
@@ -752,13 +801,20 @@ impl QpLedger {
         };
         p.placed = true;
         let sums = std::mem::take(&mut p.sums);
-        for w in sums.iter().filter(|w| w.changed_by_app(&self.keys)) {
+        for w in &sums {
+            let Some(at) = w.changed_by_app(&self.keys) else {
+                continue;
+            };
             let what = format!(
                 "the application wrote into the local buffer of RDMA READ WR wr_id {wr_id} on \
-                 QP {:#x} ({} bytes at {:#x}, lkey {:#x}) between ibv_post_send and the \
-                 arrival of the READ's response, which overwrites it: that memory was the \
-                 NIC's until the READ's completion",
-                self.qpn, w.sge.length, w.sge.addr, w.sge.lkey
+                 QP {:#x} ({} bytes at {:#x}, lkey {:#x}; first at byte {} of the READ) \
+                 between ibv_post_send and the arrival of the READ's response, which \
+                 overwrites it: that memory was the NIC's until the READ's completion",
+                self.qpn,
+                w.sge.length,
+                w.sge.addr,
+                w.sge.lkey,
+                w.msg_off + at as u64
             );
             let at: Vec<(&str, &Caller)> = p.caller.iter().map(|c| ("posted at", c)).collect();
             report(Category::Buffer, &what, REUSE_RULE, &at);
@@ -767,8 +823,9 @@ impl QpLedger {
 
     /// The engine took receive WR `wr_id` of the QP's own receive queue
     /// for a message, and places the message into its buffers next when
-    /// `places` (a WRITE with immediate writes none): a buffer the
-    /// application wrote since the post is reported.
+    /// `places` (a WRITE with immediate writes none): where the program
+    /// wrote into them since the post is kept, and reported at the WR's
+    /// completion if the message covers it (see `polled`).
     pub fn recv_taken(&self, wr_id: u64, places: bool) {
         if !on(Category::Buffer) {
             return;
@@ -778,25 +835,30 @@ impl QpLedger {
             return;
         };
         r.taken = true;
-        if r.wr_id != wr_id {
-            // Not the WR the ledger expects: no verdict.
-            return;
-        }
         let sums = std::mem::take(&mut r.sums);
-        if !places {
+        if r.wr_id != wr_id || !places {
+            // Not the WR the ledger expects (no verdict), or nothing placed.
             return;
         }
-        for w in sums.iter().filter(|w| w.changed_by_app(&self.keys)) {
-            let what = format!(
-                "the application wrote into the buffer of receive WR wr_id {wr_id} on QP {:#x} \
-                 ({} bytes at {:#x}, lkey {:#x}) between ibv_post_recv and the arrival of the \
-                 message placed into it, which overwrites what it wrote: that memory was the \
-                 NIC's until the WR's completion",
-                self.qpn, w.sge.length, w.sge.addr, w.sge.lkey
-            );
-            let at: Vec<(&str, &Caller)> = r.caller.iter().map(|c| ("posted at", c)).collect();
-            report(Category::Buffer, &what, RECV_RULE, &at);
-        }
+        r.written = sums.iter().find_map(|w| {
+            let at = w.changed_by_app(&self.keys)?;
+            Some((w.msg_off + at as u64, w.sge))
+        });
+    }
+
+    /// Receive WR `wc.wr_id`'s message overwrote bytes the program had
+    /// written into its buffer (`sge`) after posting it, the first at
+    /// message offset `off`.
+    fn report_recv_overwritten(&self, wc: &Wc, off: u64, sge: &Sge, at: Option<&Caller>) {
+        let what = format!(
+            "the application wrote into the buffer of receive WR wr_id {} on QP {:#x} ({} bytes \
+             at {:#x}, lkey {:#x}; first at byte {off} of the message) between ibv_post_recv \
+             and the arrival of the message, which overwrote what it wrote ({} bytes \
+             received): that memory was the NIC's until the WR's completion",
+            wc.wr_id, self.qpn, sge.length, sge.addr, sge.lkey, wc.byte_len
+        );
+        let at: Vec<(&str, &Caller)> = at.iter().map(|c| ("posted at", *c)).collect();
+        report(Category::Buffer, &what, RECV_RULE, &at);
     }
 
     /// Receive WR `wr_id` was posted to the QP's own receive queue.
@@ -816,7 +878,7 @@ impl QpLedger {
             .collect();
         let wr_id = wr.wr_id;
         let (sums, caller) = if on(Category::Buffer) {
-            (watch(&self.keys, &wr.sg_list), Some(Caller::here()))
+            (watch(&self.keys, &wr.sg_list, BLOCK), Some(Caller::here()))
         } else {
             (Vec::new(), None)
         };
@@ -828,6 +890,7 @@ impl QpLedger {
             lkeys,
             sums,
             taken: false,
+            written: None,
             caller,
             deregistered: None,
         });
@@ -874,8 +937,17 @@ impl QpLedger {
         if !send {
             let r = st.recvs.pop_front();
             let flushed = wc.status == crate::types::WcStatus::WrFlushErr;
-            if let Some((lkey, at)) = r.and_then(|r| r.deregistered).filter(|_| !flushed) {
-                self.report_recv_into_deregistered(wc, lkey, &at);
+            let ok = wc.status == crate::types::WcStatus::Success;
+            if let Some(r) = r {
+                match (r.written, r.deregistered) {
+                    (Some((off, sge)), _) if ok && off < u64::from(wc.byte_len) => {
+                        self.report_recv_overwritten(wc, off, &sge, r.caller.as_ref());
+                    }
+                    (_, Some((lkey, at))) if !flushed => {
+                        self.report_recv_into_deregistered(wc, lkey, &at);
+                    }
+                    _ => {}
+                }
             }
         }
         if send {

@@ -136,6 +136,13 @@ unset UCX_TLS UCX_NET_DEVICES
 # One server; each test is its own client process with a one-second test
 # (-t 1). The client must print its figure and exit within 5 s of starting
 # (connection, the test, teardown): the disconnect must not hang.
+# qperf 0.4.11 (Debian 12's) never destroys the server's QP: cm_open_server
+# makes it on the CONNECT_REQUEST's id while cm_close destroys the
+# listening id's (fixed upstream after 0.4.11, qperf commit 83bc16e "Use
+# the rdma_cm_id from CMINFO rather than from the event"); rd_close then
+# deregisters the region under the QP's last WR, still outstanding. The
+# README's "Finding your RDMA bug" names the report, the one allowed here.
+qperf_known='uroce check \[lifetime\]: ibv_dereg_mr of the region with lkey 0x[0-9a-f]+ while [0-9]+ send WR\(s\) outstanding on QP 0x[0-9a-f]+ use it'
 if have qperf; then
   qport=19450
   UROCE_DEVICES=uroce0=127.104.20.1 timeout -k 2 240 "${ux[@]}" qperf -lp $qport >"$tmp/qserver" 2>&1 &
@@ -154,7 +161,7 @@ if have qperf; then
       # The server's reports during this test count too.
       tail -n +$((qmark + 1)) "$tmp/qserver" >"$tmp/qnew"
       if [ $rc = 0 ] && [ -n "$line" ] && awk -v s="$took" 'BEGIN { exit !(s <= 5) }'; then
-        check_also=$tmp/qnew pass "qperf $t" "${line# } (client returned after $took s)"
+        check_also=$tmp/qnew known_reports=$qperf_known pass "qperf $t" "${line# } (client returned after $took s)"
       elif [ -n "$line" ]; then
         fail "qperf $t" "${line# }, but the client had not returned after $took s (exit $rc)"
       elif [ $rc = 124 ] || [ $rc = 137 ]; then
@@ -215,11 +222,19 @@ else
     "${tgt_ctl[@]}" --lld iser --op bind --mode target --tid 1 -Q "$ini_iqn" >>"$tmp/out" 2>&1; then
     pass "tgtd iser target" "LUN 1: 64 MiB file, iSER on port 19460"
     # ini NAME REGEX PROGRAM ARGS...: an initiator tool on 127.104.30.2;
-    # passes when it exits 0 and prints REGEX.
+    # passes when it exits 0 and prints REGEX. libiscsi 1.19 (Debian 12's)
+    # allocates its iSER connection uninitialised and walks its tx_desc
+    # list from whatever the heap held (iscsi_init_iser_transport's
+    # iscsi_malloc; valgrind: "Conditional jump or move depends on
+    # uninitialised value(s)" in cm_thread's iser_reg_mr): a segfault
+    # once the heap holds other bytes there, as it does under UROCE_CHECK
+    # (fixed in libiscsi 1.20, commit b4ba920 "iser: fix segfault at
+    # iser_reg_mr"). MALLOC_PERTURB_=255 makes glibc's malloc return
+    # zeroed memory, as the fix's iscsi_zmalloc does.
     ini() {
       local name=$1 regex=$2
       shift 2
-      UROCE_DEVICES=uroce0=127.104.30.2 timeout -k 2 60 "${ux[@]}" "$@" >"$tmp/out" 2>&1
+      MALLOC_PERTURB_=255 UROCE_DEVICES=uroce0=127.104.30.2 timeout -k 2 60 "${ux[@]}" "$@" >"$tmp/out" 2>&1
       local rc=$?
       local line
       line=$(grep -m1 -E "$regex" "$tmp/out" | tr -s ' \t' ' ')

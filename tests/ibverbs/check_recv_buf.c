@@ -4,9 +4,11 @@
  * (ibv_post_recv(3): the buffers of a WR are the NIC's until its
  * completion is retrieved; the message overwrites what the program
  * wrote). The checksum taken at ibv_post_recv is compared just before the
- * engine places the message. Two receive WRs on one shared buffer (the
- * engine's own writes are not the program's) and a buffer written after
- * its completion are the clean cases. With UROCE_CHECK=1 exactly one
+ * engine places the message, and the program's write is reported at the
+ * WR's completion when the message covers it. Two receive WRs on one
+ * shared buffer (the engine's own writes are not the program's), a buffer
+ * written after its completion, and a write beyond the bytes a message
+ * fills are the clean cases. With UROCE_CHECK=1 exactly one
  * report names this file's line.
  */
 #include "check_pair.h"
@@ -41,6 +43,17 @@ int main(void)
 		      "receive %d on the shared buffer completes", i + 2);
 	}
 	b.buf[2048] = 'z';
+
+	/* Not reported: a write beyond the bytes the message fills (the NIC
+	 * overwrites nothing the program wrote). */
+	MUST(post_recv(&b, 4, 2048, 1024) == 0);
+	b.buf[2048 + 900] = 'w';
+	MUST(post(&a, IBV_WR_SEND, 10, 0, 64, IBV_SEND_SIGNALED, 0, 0) == 0);
+	CHECK(wait1(a.cq).status == IBV_WC_SUCCESS, "SEND 4 completes");
+	wc = wait1(b.cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.byte_len == 64 &&
+		      b.buf[2048 + 900] == 'w',
+	      "a 64-byte message leaves the rest of the buffer");
 	close_side(&a);
 	close_side(&b);
 	printf("%d passed, %d failed\n", passed, failed);
