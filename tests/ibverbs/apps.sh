@@ -262,7 +262,11 @@ fi
 # (rw=write) with verb= the operation. Jobs run as threads (--thread) so
 # that timeout's signal reaches them. For SEND/RECV the receiver checks
 # every block (verify=crc32c) and keeps more receives posted than the
-# sender has sends in flight (fio's rdma engine sets rnr_retry 0).
+# sender has sends in flight (fio's rdma engine sets rnr_retry 0). It posts
+# them only after its handshake's reply, so the client's first SEND races
+# the server's first receive WR: a server slowed down (UROCE_CHECK sums
+# every receive buffer and records the caller at each post) can lose it
+# ("RNR retry counter exceeded"), as on any NIC.
 if have fio; then
   f=0
   # fio_rdma NAME SERVER-OPTIONS -- CLIENT-OPTIONS
