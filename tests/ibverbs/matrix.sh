@@ -331,7 +331,7 @@ srq_known='^uroce check \[lifetime\]: QP 0x[0-9a-f]+ destroyed with 1 send WR\(s
 # receive WRs own (rc_pingpong.c: pp_post_recv, then ctx->buf[i] = ... before
 # the first pp_post_send), which the server's message then overwrites; uroce's
 # ping-pong commands do as rdma-core's (the README's "Finding your RDMA bug").
-srq_known="$srq_known|"'^uroce check \[buffer\]: the application wrote into the buffer of receive WR wr_id 1 on QP 0x[0-9a-f]+ \([0-9]+ bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 0 of the message\)'
+srq_known="$srq_known|"'uroce check \[buffer\]: the application wrote into the buffer of receive WR wr_id 1 on QP 0x[0-9a-f]+ \([0-9]+ bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 0 of the message\)'
 for t in rc uc ud srq; do
   known_reports=$srq_known pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
 done
