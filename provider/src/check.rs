@@ -9,10 +9,10 @@
 //!
 //! | category   | reports |
 //! | ---------- | ------- |
-//! | `buffer`   | a SEND/WRITE source buffer changed between `ibv_post_send` and its completion |
+//! | `buffer`   | a SEND/WRITE source buffer changed after `ibv_post_send`: before it was sent (compared at the engine's first copy for the wire), or after it and before the completion; a receive buffer or READ target written by the application before the engine places data into it |
 //! | `lifetime` | a region deregistered, or a QP destroyed, with send WRs outstanding on it; a receive WR completing after its region was deregistered; an address handle used after it was destroyed |
 //! | `queue`    | a send queue overrun by WRs no polled completion covers (what fails with ENOMEM on a NIC that frees unsignaled WRs only then); a CQ smaller than the completions its QPs' posted WRs owe it |
-//! | `event`    | a CQ destroyed with completion events not acknowledged |
+//! | `event`    | a CQ destroyed with completion events not acknowledged; a CQ whose event was taken and that was not polled afterwards (at its next event, or its destroy, with completions waiting) |
 //! | `post`     | an L_Key that names no region, a region of another PD, too small or without the right; inline data beyond `max_inline_data`; posting to a QP that went to ERR before any of its error completions was polled |
 //!
 //! Each report goes to stderr as one block (the category, what happened,
@@ -30,7 +30,6 @@ use crate::types::{Access, SendFlags, SendWr, Sge, Wc, WrOpcode};
 use parking_lot::Mutex;
 use std::backtrace::Backtrace;
 use std::collections::{HashMap, VecDeque};
-use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Once, Weak};
 
@@ -255,20 +254,42 @@ reused after WR the request is fully executed and a work completion has been ret
 the corresponding completion queue (CQ).\" A NIC may read the buffer at any time until then \
 (and again to retransmit)";
 
+const RECV_RULE: &str = "ibv_post_recv(3): \"The buffers used by a WR can only be safely \
+reused after WR the request is fully executed and a work completion has been retrieved from \
+the corresponding completion queue (CQ).\" Until then the NIC may write the message into them \
+at any time";
+
 /// A send WR posted and not yet retired, as the ledger keeps it.
 struct Posted {
     wr_id: u64,
     signaled: bool,
     opcode: WrOpcode,
-    /// Each source SGE with the checksum of its bytes at post time.
-    sums: Vec<(Sge, u64)>,
+    /// Each source SGE of a SEND/WRITE with the checksum of its bytes at
+    /// post time (at its first transmission, once sent); each local target
+    /// of a READ until its first response is placed.
+    sums: Vec<Watched>,
+    /// A SEND/WRITE whose first packet went out.
+    sent: bool,
+    /// A READ whose first response was placed.
+    placed: bool,
     lkeys: Vec<u32>,
     caller: Option<Caller>,
 }
 
 /// A receive WR posted and not yet polled.
 struct PostedRecv {
+    wr_id: u64,
     lkeys: Vec<u32>,
+    /// Its buffers with their checksums at post (`buffer`), until the
+    /// engine takes the WR for a message.
+    sums: Vec<Watched>,
+    /// The engine took it for a message.
+    taken: bool,
+    /// Where the program had written into it then (the message offset,
+    /// and the SGE): reported at its completion if the message covers
+    /// it (the NIC overwrote what the program wrote).
+    written: Option<(u64, Sge)>,
+    caller: Option<Caller>,
     /// Where a region it uses was deregistered (reported if a message
     /// then completes into it: a QP destroyed first makes it harmless).
     deregistered: Option<(u32, Arc<Caller>)>,
@@ -392,23 +413,223 @@ fn key_of(keys: &Arc<KeyTable>, qpn: u32) -> LedgerKey {
     (Arc::as_ptr(keys) as usize, qpn)
 }
 
-/// A checksum of `len` bytes at `addr` of the region `lkey` names (`None`
-/// if they cannot be read: the key or range is bad, which the post rules
-/// report).
-fn checksum(keys: &KeyTable, sge: &Sge) -> Option<u64> {
+/// Bytes per checksum of a watched receive buffer or READ target: where
+/// the program wrote is known to this precision.
+const BLOCK: usize = 64;
+
+/// A buffer the checker watches: an SGE, the checksums of its bytes when
+/// it was taken (at post, or at its first transmission), where it lies in
+/// the message and in the host's memory, and the engine's write count
+/// ([`nic_writes`]) then.
+#[derive(Clone)]
+struct Watched {
+    sge: Sge,
+    /// Its offset in the message (the SGEs before it).
+    msg_off: u64,
+    /// Bytes per checksum in `sums` (`usize::MAX`: one for the SGE).
+    block: usize,
+    sums: Vec<u64>,
+    host: usize,
+    since: u64,
+}
+
+impl Watched {
+    /// The SGE's bytes now (`None` when they cannot be read: a bad key or
+    /// range, which the post rules report).
+    fn take(keys: &KeyTable, sge: &Sge, msg_off: u64, block: usize) -> Option<Watched> {
+        let (sums, host) = checksums(keys, sge, block)?;
+        Some(Watched {
+            sge: *sge,
+            msg_off,
+            block,
+            sums,
+            host,
+            since: nic_writes(),
+        })
+    }
+
+    /// The same bytes taken again now (itself if they cannot be read).
+    fn retaken(&self, keys: &KeyTable) -> Watched {
+        Watched::take(keys, &self.sge, self.msg_off, self.block).unwrap_or_else(|| self.clone())
+    }
+
+    /// Where the bytes first changed (the offset in the SGE of the first
+    /// changed block) that the engine did not write since they were
+    /// taken: the application did it.
+    fn changed_by_app(&self, keys: &KeyTable) -> Option<usize> {
+        let (now, _) = checksums(keys, &self.sge, self.block)?;
+        let len = self.sge.length as usize;
+        self.sums
+            .iter()
+            .zip(&now)
+            .enumerate()
+            .filter(|(_, (then, now))| then != now)
+            .map(|(i, _)| i.saturating_mul(self.block))
+            .find(|&off| {
+                let n = (len - off).min(self.block);
+                !nic_wrote_since(self.since, self.host.wrapping_add(off), n)
+            })
+    }
+}
+
+/// The watched SGEs of `sgl`, a checksum per `block` bytes (those of
+/// length 0 and unreadable ones left out).
+fn watch(keys: &KeyTable, sgl: &[Sge], block: usize) -> Vec<Watched> {
+    let mut off = 0u64;
+    let mut out = Vec::new();
+    for s in sgl.iter().filter(|s| s.length > 0) {
+        out.extend(Watched::take(keys, s, off, block));
+        off += u64::from(s.length);
+    }
+    out
+}
+
+/// Checksums of the `len` bytes at `addr` of the region `lkey` names, one
+/// per `block` bytes, and their host address (`None` if they cannot be
+/// read: the key or range is bad, which the post rules report).
+fn checksums(keys: &KeyTable, sge: &Sge, block: usize) -> Option<(Vec<u64>, usize)> {
     let mr = keys.find_lkey(sge.lkey)?;
     let off = mr.offset_of(sge.addr, sge.length as u64).ok()?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut sums = Vec::new();
+    let mut h = Sum::default();
     let mut buf = [0u8; 4096];
-    let mut done = 0usize;
+    let (mut done, mut in_block) = (0usize, 0usize);
     let len = sge.length as usize;
     while done < len {
-        let n = (len - done).min(buf.len());
+        let n = (len - done).min(buf.len()).min(block - in_block);
         mr.read(off + done, &mut buf[..n]).ok()?;
         h.write(&buf[..n]);
         done += n;
+        in_block += n;
+        if in_block == block || done == len {
+            sums.push(h.finish());
+            h = Sum::default();
+            in_block = 0;
+        }
     }
-    Some(h.finish())
+    Some((sums, mr.host_addr(off)))
+}
+
+/// The checksum of watched bytes: a multiply-rotate mix of 8-byte words,
+/// several times faster than SipHash (a receive WR's buffers are summed
+/// at every post, which must not slow the program down so much that its
+/// peer's messages find no receive WR). Not for an adversary: it tells
+/// whether the program changed the bytes.
+#[derive(Default)]
+struct Sum {
+    h: u64,
+    len: u64,
+    /// Bytes of a word not complete yet (a write may end mid-word).
+    tail: [u8; 8],
+    tail_len: usize,
+}
+
+impl Sum {
+    fn mix(h: u64, w: u64) -> u64 {
+        (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29)
+    }
+    fn write(&mut self, mut bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        while self.tail_len > 0 && !bytes.is_empty() {
+            self.tail[self.tail_len] = bytes[0];
+            self.tail_len += 1;
+            bytes = &bytes[1..];
+            if self.tail_len == 8 {
+                self.h = Sum::mix(self.h, u64::from_le_bytes(self.tail));
+                self.tail_len = 0;
+            }
+        }
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let w: [u8; 8] = w.try_into().unwrap_or_default();
+            self.h = Sum::mix(self.h, u64::from_le_bytes(w));
+        }
+        let rest = words.remainder();
+        self.tail[..rest.len()].copy_from_slice(rest);
+        self.tail_len = rest.len();
+    }
+    fn finish(&self) -> u64 {
+        let mut last = [0u8; 8];
+        last[..self.tail_len].copy_from_slice(&self.tail[..self.tail_len]);
+        Sum::mix(Sum::mix(self.h, u64::from_le_bytes(last)), self.len)
+    }
+}
+
+/// The engine's recent writes into registered memory (received messages,
+/// RDMA WRITEs, READ responses, atomic results), by host address: a
+/// watched buffer that changed where the engine wrote is not the
+/// application's doing (a receive buffer shared by several receive WRs,
+/// a SEND source that is also a receive buffer).
+struct NicWrites {
+    /// Writes made so far.
+    count: u64,
+    /// The newest writes, oldest first: `[start, end)` and the count when
+    /// it was last written. Adjacent writes (the packets of one message)
+    /// share an entry.
+    recent: VecDeque<(usize, usize, u64)>,
+    /// The newest count that fell off `recent`.
+    forgotten: u64,
+}
+
+/// Entries [`NicWrites`] keeps.
+const NIC_WRITES_KEPT: usize = 4096;
+
+fn nic_log() -> &'static Mutex<NicWrites> {
+    static L: std::sync::OnceLock<Mutex<NicWrites>> = std::sync::OnceLock::new();
+    L.get_or_init(|| {
+        Mutex::new(NicWrites {
+            count: 0,
+            recent: VecDeque::new(),
+            forgotten: 0,
+        })
+    })
+}
+
+/// The engine's writes so far.
+fn nic_writes() -> u64 {
+    nic_log().lock().count
+}
+
+/// The engine wrote `len` bytes at `offset` of region `mr` (with the
+/// `buffer` category on; a relaxed load otherwise).
+#[inline]
+pub fn nic_wrote(mr: &crate::memory::MrInner, offset: usize, len: usize) {
+    if on(Category::Buffer) && len > 0 {
+        note_nic_write(mr.host_addr(offset), len);
+    }
+}
+
+fn note_nic_write(start: usize, len: usize) {
+    let end = start.saturating_add(len);
+    let mut log = nic_log().lock();
+    log.count += 1;
+    let count = log.count;
+    if let Some(last) = log.recent.back_mut().filter(|l| l.1 == start) {
+        last.1 = end;
+        last.2 = count;
+        return;
+    }
+    log.recent.push_back((start, end, count));
+    if log.recent.len() > NIC_WRITES_KEPT {
+        if let Some((_, _, c)) = log.recent.pop_front() {
+            log.forgotten = c;
+        }
+    }
+}
+
+/// Whether the engine may have written into `[start, start+len)` after
+/// its write count was `since` (true when that is too long ago to tell).
+fn nic_wrote_since(since: u64, start: usize, len: usize) -> bool {
+    let end = start.saturating_add(len);
+    let log = nic_log().lock();
+    if log.forgotten > since {
+        return true;
+    }
+    log.recent
+        .iter()
+        .rev()
+        .take_while(|w| w.2 > since)
+        .any(|w| w.0 < end && start < w.1)
 }
 
 impl QpLedger {
@@ -445,12 +666,15 @@ impl QpLedger {
     /// record when `push` takes it; reports an overrun first.
     pub fn post<E>(&self, wr: SendWr, push: impl FnOnce(SendWr) -> Result<(), E>) -> Result<(), E> {
         let inline = wr.flags.contains(SendFlags::INLINE);
-        let sums = if on(Category::Buffer) && !inline && reads_sources(wr.opcode) {
-            wr.sg_list
-                .iter()
-                .filter(|s| s.length > 0)
-                .filter_map(|s| Some((*s, checksum(&self.keys, s)?)))
-                .collect()
+        let watched = reads_sources(wr.opcode) || wr.opcode == WrOpcode::RdmaRead;
+        let sums = if on(Category::Buffer) && !inline && watched {
+            // A READ's target: where the program wrote matters.
+            let block = if reads_sources(wr.opcode) {
+                usize::MAX
+            } else {
+                BLOCK
+            };
+            watch(&self.keys, &wr.sg_list, block)
         } else {
             Vec::new()
         };
@@ -482,6 +706,8 @@ impl QpLedger {
             signaled,
             opcode,
             sums,
+            sent: false,
+            placed: false,
             lkeys,
             caller,
         });
@@ -532,26 +758,151 @@ impl QpLedger {
         }
     }
 
+    /// At the completion: the sources of a SEND/WRITE compared with their
+    /// checksums at post, or at the first transmission once it was sent.
     fn verify(&self, p: &Posted) {
-        for (sge, sum) in &p.sums {
-            match checksum(&self.keys, sge) {
-                Some(now) if now != *sum => {}
-                _ => continue,
-            }
+        if !reads_sources(p.opcode) {
+            return;
+        }
+        let when = if p.sent {
+            "changed after it was sent (between its first transmission and its completion): a \
+             retransmission may carry other bytes than the first transmission, so the peer \
+             may have received either contents, or a mix"
+        } else {
+            "changed between ibv_post_send and the WR's completion: the peer may have \
+             received either contents, or a mix"
+        };
+        self.report_changed_sources(p, when);
+    }
+
+    /// Reports each watched SGE of `p` the application changed, `when`
+    /// saying between which moments and what it did.
+    fn report_changed_sources(&self, p: &Posted, when: &str) {
+        for w in p
+            .sums
+            .iter()
+            .filter(|w| w.changed_by_app(&self.keys).is_some())
+        {
             let what = format!(
                 "the source buffer of {} WR wr_id {} on QP {:#x} ({} bytes at {:#x}, lkey \
-                 {:#x}) changed between ibv_post_send and the WR's completion: the peer may \
-                 have received either contents, or a mix",
+                 {:#x}) {when}",
                 p.opcode.name(),
                 p.wr_id,
                 self.qpn,
-                sge.length,
-                sge.addr,
-                sge.lkey
+                w.sge.length,
+                w.sge.addr,
+                w.sge.lkey
             );
             let at: Vec<(&str, &Caller)> = p.caller.iter().map(|c| ("posted at", c)).collect();
             report(Category::Buffer, &what, REUSE_RULE, &at);
         }
+    }
+
+    /// The engine copies the first packet of SEND/WRITE WR `wr_id` out of
+    /// its sources for the wire: a source changed since the post is
+    /// reported now (the peer gets the new bytes, or a mix), and the
+    /// completion compares with what is sent.
+    pub fn sending(&self, wr_id: u64) {
+        if !on(Category::Buffer) {
+            return;
+        }
+        let mut st = self.state.lock();
+        let Some(p) = st
+            .pending
+            .iter_mut()
+            .find(|p| reads_sources(p.opcode) && !p.sent && p.wr_id == wr_id)
+        else {
+            return;
+        };
+        p.sent = true;
+        if p.sums.is_empty() {
+            return;
+        }
+        self.report_changed_sources(
+            p,
+            "changed after ibv_post_send and before it was sent (the engine's first copy of it \
+             for the wire): the peer received the new bytes, or a mix of old and new",
+        );
+        for w in &mut p.sums {
+            *w = w.retaken(&self.keys);
+        }
+    }
+
+    /// The engine is about to place the first response of RDMA READ WR
+    /// `wr_id` into its local buffers: a buffer the application wrote
+    /// since the post is reported (the response overwrites it).
+    pub fn read_placing(&self, wr_id: u64) {
+        if !on(Category::Buffer) {
+            return;
+        }
+        let mut st = self.state.lock();
+        let Some(p) = st
+            .pending
+            .iter_mut()
+            .find(|p| p.opcode == WrOpcode::RdmaRead && !p.placed && p.wr_id == wr_id)
+        else {
+            return;
+        };
+        p.placed = true;
+        let sums = std::mem::take(&mut p.sums);
+        for w in &sums {
+            let Some(at) = w.changed_by_app(&self.keys) else {
+                continue;
+            };
+            let what = format!(
+                "the application wrote into the local buffer of RDMA READ WR wr_id {wr_id} on \
+                 QP {:#x} ({} bytes at {:#x}, lkey {:#x}; first at byte {} of the READ) \
+                 between ibv_post_send and the arrival of the READ's response, which \
+                 overwrites it: that memory was the NIC's until the READ's completion",
+                self.qpn,
+                w.sge.length,
+                w.sge.addr,
+                w.sge.lkey,
+                w.msg_off + at as u64
+            );
+            let at: Vec<(&str, &Caller)> = p.caller.iter().map(|c| ("posted at", c)).collect();
+            report(Category::Buffer, &what, REUSE_RULE, &at);
+        }
+    }
+
+    /// The engine took receive WR `wr_id` of the QP's own receive queue
+    /// for a message, and places the message into its buffers next when
+    /// `places` (a WRITE with immediate writes none): where the program
+    /// wrote into them since the post is kept, and reported at the WR's
+    /// completion if the message covers it (see `polled`).
+    pub fn recv_taken(&self, wr_id: u64, places: bool) {
+        if !on(Category::Buffer) {
+            return;
+        }
+        let mut st = self.state.lock();
+        let Some(r) = st.recvs.iter_mut().find(|r| !r.taken) else {
+            return;
+        };
+        r.taken = true;
+        let sums = std::mem::take(&mut r.sums);
+        if r.wr_id != wr_id || !places {
+            // Not the WR the ledger expects (no verdict), or nothing placed.
+            return;
+        }
+        r.written = sums.iter().find_map(|w| {
+            let at = w.changed_by_app(&self.keys)?;
+            Some((w.msg_off + at as u64, w.sge))
+        });
+    }
+
+    /// Receive WR `wc.wr_id`'s message overwrote bytes the program had
+    /// written into its buffer (`sge`) after posting it, the first at
+    /// message offset `off`.
+    fn report_recv_overwritten(&self, wc: &Wc, off: u64, sge: &Sge, at: Option<&Caller>) {
+        let what = format!(
+            "the application wrote into the buffer of receive WR wr_id {} on QP {:#x} ({} bytes \
+             at {:#x}, lkey {:#x}; first at byte {off} of the message) between ibv_post_recv \
+             and the arrival of the message, which overwrote what it wrote ({} bytes \
+             received): that memory was the NIC's until the WR's completion",
+            wc.wr_id, self.qpn, sge.length, sge.addr, sge.lkey, wc.byte_len
+        );
+        let at: Vec<(&str, &Caller)> = at.iter().map(|c| ("posted at", *c)).collect();
+        report(Category::Buffer, &what, RECV_RULE, &at);
     }
 
     /// Receive WR `wr_id` was posted to the QP's own receive queue.
@@ -570,11 +921,21 @@ impl QpLedger {
             .map(|s| s.lkey)
             .collect();
         let wr_id = wr.wr_id;
+        let (sums, caller) = if on(Category::Buffer) {
+            (watch(&self.keys, &wr.sg_list, BLOCK), Some(Caller::here()))
+        } else {
+            (Vec::new(), None)
+        };
         let mut st = self.state.lock();
         push(wr)?;
         st.recv_owed += 1;
         st.recvs.push_back(PostedRecv {
+            wr_id,
             lkeys,
+            sums,
+            taken: false,
+            written: None,
+            caller,
             deregistered: None,
         });
         drop(st);
@@ -620,8 +981,17 @@ impl QpLedger {
         if !send {
             let r = st.recvs.pop_front();
             let flushed = wc.status == crate::types::WcStatus::WrFlushErr;
-            if let Some((lkey, at)) = r.and_then(|r| r.deregistered).filter(|_| !flushed) {
-                self.report_recv_into_deregistered(wc, lkey, &at);
+            let ok = wc.status == crate::types::WcStatus::Success;
+            if let Some(r) = r {
+                match (r.written, r.deregistered) {
+                    (Some((off, sge)), _) if ok && off < u64::from(wc.byte_len) => {
+                        self.report_recv_overwritten(wc, off, &sge, r.caller.as_ref());
+                    }
+                    (_, Some((lkey, at))) if !flushed => {
+                        self.report_recv_into_deregistered(wc, lkey, &at);
+                    }
+                    _ => {}
+                }
             }
         }
         if send {
@@ -852,6 +1222,44 @@ pub fn qp_destroyed(l: &QpLedger) {
     }
 }
 
+/// CQ `cq` holds `waiting` completions the application has not polled
+/// since it took the CQ's last completion event: it is being destroyed
+/// (`at_destroy`), or the application took another event of it.
+pub fn cq_not_polled(cq: u32, waiting: usize, at_destroy: bool) {
+    let what = if at_destroy {
+        format!(
+            "ibv_destroy_cq of CQ {cq} with {waiting} completion(s) waiting that the program \
+             never polled after taking the CQ's last completion event (ibv_get_cq_event): an \
+             event says completions wait, and only polling the CQ empty takes them; a program \
+             that waits for another event instead hangs, since those waiting make none"
+        )
+    } else {
+        format!(
+            "ibv_get_cq_event returned a second completion event of CQ {cq} while the program \
+             has not polled the CQ since the previous one ({waiting} completion(s) waiting): \
+             after an event, poll the CQ until it is empty; a completion that came before the \
+             CQ was re-armed makes no event, so a program that waits for one instead of \
+             polling hangs"
+        )
+    };
+    report(
+        Category::Event,
+        &what,
+        "ibv_get_cq_event(3), EXAMPLES: \"3. Wait for the completion event and ack it; 4. \
+         Request for notification upon the next completion event; 5. Empty the CQ\"; \
+         ibv_req_notify_cq(3): \"Upon the addition of a new CQ entry (CQE) to cq, a \
+         completion event will be added\" (not for the CQEs already in it)",
+        &[(
+            if at_destroy {
+                "destroyed at"
+            } else {
+                "event taken at"
+            },
+            &Caller::here(),
+        )],
+    );
+}
+
 /// The region with local key `lkey` is being deregistered: send WRs still
 /// outstanding that use it are reported, receive WRs that use it marked
 /// (see `PostedRecv`).
@@ -908,6 +1316,49 @@ pub fn deregistering(keys: &Arc<KeyTable>, lkey: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_engines_writes_are_told_from_the_applications() {
+        // Addresses no test's memory has.
+        let a = usize::MAX / 2;
+        let since = nic_writes();
+        assert!(!nic_wrote_since(since, a, 100), "nothing written yet");
+        note_nic_write(a, 64);
+        // The packets of one message share an entry.
+        note_nic_write(a + 64, 64);
+        assert!(
+            nic_wrote_since(since, a + 100, 8),
+            "inside the second write"
+        );
+        assert!(nic_wrote_since(since, a - 4, 8), "overlapping the first");
+        assert!(!nic_wrote_since(since, a + 128, 8), "just after them");
+        assert!(!nic_wrote_since(since, a - 8, 8), "just before them");
+        let later = nic_writes();
+        assert!(!nic_wrote_since(later, a, 128), "not since the second");
+        // Beyond what the log keeps, any buffer may have been written.
+        for i in 0..=NIC_WRITES_KEPT {
+            note_nic_write(a + 4096 + 2 * i, 1);
+        }
+        assert!(nic_wrote_since(later, a - 100_000, 8));
+    }
+
+    #[test]
+    fn a_checksum_sees_any_byte_change_and_not_how_bytes_are_split() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let sum = |parts: &[&[u8]]| {
+            let mut s = Sum::default();
+            parts.iter().for_each(|p| s.write(p));
+            s.finish()
+        };
+        let whole = sum(&[&data]);
+        assert_eq!(whole, sum(&[&data[..3], &data[3..50], &data[50..]]));
+        for i in 0..data.len() {
+            let mut d = data.clone();
+            d[i] ^= 1;
+            assert_ne!(whole, sum(&[&d]), "byte {i}");
+        }
+        assert_ne!(sum(&[&[0u8; 7]]), sum(&[&[0u8; 8]]), "the length counts");
+    }
 
     #[test]
     fn uroce_check_names_categories() {

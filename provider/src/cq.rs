@@ -33,6 +33,9 @@ pub struct CqInner {
     /// Completion events delivered by `get_cq_event`, and acknowledged.
     events_got: AtomicU32,
     events_acked: AtomicU32,
+    /// The checker (`event`): the application polled the CQ since the
+    /// last completion event it took of it (true before the first).
+    polled_since_event: AtomicBool,
     /// Completions get a [`Wc::timestamp`] as they are pushed.
     stamp: AtomicBool,
     me: Weak<CqInner>,
@@ -107,6 +110,7 @@ impl CqInner {
             events,
             events_got: AtomicU32::new(0),
             events_acked: AtomicU32::new(0),
+            polled_since_event: AtomicBool::new(true),
             stamp: AtomicBool::new(false),
             me,
         }
@@ -146,8 +150,36 @@ impl CqInner {
         true
     }
     /// The channel handed one of this CQ's events to the application.
+    /// With the checker on (`event`), taking a second event of the CQ
+    /// while completions that came before it still wait unpolled since the
+    /// first is reported ([`crate::check::cq_not_polled`]).
     pub fn note_event_delivered(&self) {
-        self.events_got.fetch_add(1, Ordering::AcqRel);
+        let before = self.events_got.fetch_add(1, Ordering::AcqRel);
+        if crate::check::on(crate::check::Category::Event) {
+            let polled = self.polled_since_event.swap(false, Ordering::AcqRel);
+            if before > 0 && !polled && !self.is_empty() {
+                crate::check::cq_not_polled(self.handle, self.len(), false);
+            }
+        }
+    }
+    /// The CQ is being destroyed (`ibv_destroy_cq`): with the checker on
+    /// (`event`), completions that wait unpolled since the last event the
+    /// application took of the CQ are reported.
+    pub fn note_destroy(&self) {
+        if crate::check::on(crate::check::Category::Event)
+            && self.events_got.load(Ordering::Acquire) > 0
+            && !self.polled_since_event.load(Ordering::Acquire)
+            && !self.is_empty()
+        {
+            crate::check::cq_not_polled(self.handle, self.len(), true);
+        }
+    }
+    /// The application polls (the checker's record, `event`).
+    #[inline]
+    fn note_poll(&self) {
+        if crate::check::on(crate::check::Category::Event) {
+            self.polled_since_event.store(true, Ordering::Release);
+        }
     }
     /// `ibv_ack_cq_events`.
     pub fn ack_events(&self, n: u32) {
@@ -277,6 +309,7 @@ impl CqInner {
     }
     /// Takes up to `out.len()` completions, oldest first.
     pub fn poll(&self, out: &mut [Wc]) -> usize {
+        self.note_poll();
         let mut n = 0;
         while n < out.len() {
             match self.pop() {
@@ -291,6 +324,7 @@ impl CqInner {
     }
     /// Takes one completion.
     pub fn poll_one(&self) -> Option<Wc> {
+        self.note_poll();
         self.pop()
     }
     /// True once a completion was lost to overflow.

@@ -987,6 +987,11 @@ impl CqHandle {
     pub fn unacked_events(&self) -> u32 {
         self.inner.unacked_events()
     }
+    /// The CQ is being destroyed: the checker's last look at it
+    /// ([`CqInner::note_destroy`]).
+    pub fn note_destroy(&self) {
+        self.inner.note_destroy();
+    }
     /// Capacity.
     pub fn depth(&self) -> usize {
         self.inner.depth()

@@ -198,17 +198,22 @@ fi
 # ---- the verbs checker (UROCE_CHECK=1): each tests/ibverbs/check_NAME.c
 # makes one mistake; exactly one report of its category must reach stderr,
 # naming the program's own source line (built with -g, the backtrace is
-# symbolised). Each also passes its own checks.
-for c in buffer:buffer dereg:lifetime destroy_qp:lifetime ah:lifetime \
-  unsignaled:queue cq_size:queue ack:event err_post:post pd:post inline:post; do
-  t=check_${c%%:*} cat=${c#*:}
+# symbolised). Each also passes its own checks. NAME:CATEGORY[:REGEX]: the
+# report must also match REGEX (when it was made).
+for c in buffer:buffer:after.it.was.sent sent:buffer:before.it.was.sent \
+  recv_buf:buffer:ibv_post_recv.and.the.arrival read_target:buffer:RDMA.READ \
+  dereg:lifetime destroy_qp:lifetime ah:lifetime \
+  unsignaled:queue cq_size:queue ack:event cq_poll:event:never.polled \
+  cq_event:event:second.completion.event err_post:post pd:post inline:post; do
+  t=check_${c%%:*} cat=${c#*:} want=.
+  case $cat in *:*) want=${cat#*:} cat=${cat%%:*} ;; esac
   cc -g -O0 -Wall -o "$tmp/$t" "tests/ibverbs/$t.c" -libverbs || exit 1
   UROCE_CHECK=1 UROCE_DEVICES=uroce0=127.117.1.1,uroce1=127.117.1.2 timeout 60 \
     "$tmp/$t" >"$tmp/out" 2>"$tmp/err"
   rc=$?
   n=$(grep -c '^uroce check \[' "$tmp/err")
   cat "$tmp/err" >>"$tmp/out"
-  if [ $rc = 0 ] && [ "$n" = 1 ] && grep -q "^uroce check \[$cat\]" "$tmp/err" &&
+  if [ $rc = 0 ] && [ "$n" = 1 ] && grep "^uroce check \[$cat\]" "$tmp/err" | grep -q "$want" &&
     grep -q "$t\.c:[0-9]" "$tmp/err"; then
     may_report=1 pass "$t.c (UROCE_CHECK)" "[$cat] at $(grep -m1 -o "$t\.c:[0-9]*" "$tmp/err")"
   else
@@ -264,7 +269,11 @@ EOF
   . "$root/tests/ibverbs/pyverbs.sh"
   # Two of its tests plant the mistakes they expect to fail (an lkey that
   # names no region; a receive WR's region re-registered to another PD).
-  pyverbs_known='^pyverbs suite: uroce check \[post\]: (send WR wr_id 0 on QP 0x[0-9a-f]+, SGE 8 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ names no registered region|receive WR wr_id 0 on QP 0x[0-9a-f]+, SGE 1024 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ is a region of another protection domain)'
+  # And its traffic() (tests/utils.py) posts the receive WRs into the MR
+  # it then writes each message to send into (get_send_elements'
+  # mem_write): the program's write into a posted receive buffer, which
+  # the peer's message overwrites (see the README).
+  pyverbs_known='^pyverbs suite: uroce check \[(post\]: (send WR wr_id 0 on QP 0x[0-9a-f]+, SGE 8 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ names no registered region|receive WR wr_id 0 on QP 0x[0-9a-f]+, SGE 1024 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ is a region of another protection domain)|buffer\]: the application wrote into the buffer of receive WR wr_id 0 on QP 0x[0-9a-f]+ \([0-9]+ bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 0 of the message\))'
   if pyverbs_suite >"$tmp/out" 2>&1; then
     known_reports=$pyverbs_known pass "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
   else
@@ -318,11 +327,16 @@ pp='iters in'
 # receives reach -n, while SENDs it posted on other QPs are in flight, and
 # destroys those QPs (the README's "Finding your RDMA bug").
 srq_known='^uroce check \[lifetime\]: QP 0x[0-9a-f]+ destroyed with 1 send WR\(s\) outstanding \(oldest: SEND wr_id 2\)'
+# With -c the client writes its check pattern into the buffer its posted
+# receive WRs own (rc_pingpong.c: pp_post_recv, then ctx->buf[i] = ... before
+# the first pp_post_send), which the server's message then overwrites; uroce's
+# ping-pong commands do as rdma-core's (the README's "Finding your RDMA bug").
+srq_known="$srq_known|"'uroce check \[buffer\]: the application wrote into the buffer of receive WR wr_id 1 on QP 0x[0-9a-f]+ \([0-9]+ bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 0 of the message\)'
 for t in rc uc ud srq; do
   known_reports=$srq_known pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
 done
 # -e: sleep on the completion channel.
-pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
+known_reports=$srq_known pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
 
 # uroce's own ping-pong commands facing rdma-core's tools (exchange format,
 # options, buffer layout: UD data after the 40-byte GRH, SRQ's 256 slots).

@@ -150,6 +150,7 @@ impl CompletionQueue {
         if self.inner.in_use() {
             return Err((self, crate::Error::Busy("completion queue is used by a QP")));
         }
+        self.inner.note_destroy();
         let unacked = self.inner.unacked_events();
         if unacked != 0 {
             use uroce_provider::check::{self, Category};

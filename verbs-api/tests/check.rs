@@ -193,4 +193,41 @@ fn planted_mistakes_are_reported_once_and_clean_traffic_not() {
         base + 4,
         "the receive into a deregistered region"
     );
+
+    // A receive WR's buffer written by the program before a message
+    // arrives into it (the message overwrites it): reported when the
+    // engine places the message.
+    let (e, f) = pair("127.121.2.1", "127.121.2.2");
+    let (esrc, fbuf) = (
+        e.pd.alloc_mr(4096, ALL).unwrap(),
+        f.pd.alloc_mr(4096, ALL).unwrap(),
+    );
+    f.qp.post_recv(&[recv(6, fbuf.sge(0, 512))]).unwrap();
+    fbuf.write(5, b"mine").unwrap();
+    e.qp.post_send(&[send(7, WrOpcode::Send, esrc.sge(0, 512), true)])
+        .unwrap();
+    assert_eq!(wait(&f.cq).status, WcStatus::Success);
+    assert_eq!(wait(&e.cq).status, WcStatus::Success);
+    assert_eq!(check::reports(), base + 5, "the receive buffer written");
+
+    // Clean: receive WRs sharing one buffer, which the engine writes
+    // for each message; the program writes it only after they complete.
+    // And a READ whose target changes after its completion.
+    f.qp.post_recv(&[recv(8, fbuf.sge(1024, 512)), recv(9, fbuf.sge(1024, 512))])
+        .unwrap();
+    for i in 0..2 {
+        esrc.write(0, &[b'a' + i as u8; 512]).unwrap();
+        e.qp.post_send(&[send(10 + i, WrOpcode::Send, esrc.sge(0, 512), true)])
+            .unwrap();
+        assert_eq!(wait(&e.cq).status, WcStatus::Success);
+        assert_eq!(wait(&f.cq).status, WcStatus::Success);
+    }
+    fbuf.write(1024, b"after").unwrap();
+    let mut r = send(12, WrOpcode::RdmaRead, esrc.sge(2048, 512), true);
+    r.remote_addr = fbuf.addr();
+    r.rkey = fbuf.rkey();
+    e.qp.post_send(&[r]).unwrap();
+    assert_eq!(wait(&e.cq).status, WcStatus::Success);
+    esrc.write(2048, b"after").unwrap();
+    assert_eq!(check::reports(), base + 5, "clean traffic draws no report");
 }

@@ -217,6 +217,13 @@ impl MrInner {
         self.ptr.as_ptr()
     }
 
+    /// The host address of byte `offset` of the region: an address to
+    /// compare, nothing is read (the verbs checker tells the engine's
+    /// writes into the host's memory from the application's by it).
+    pub fn host_addr(&self, offset: usize) -> usize {
+        (self.ptr.as_ptr() as usize).wrapping_add(offset)
+    }
+
     /// Offset of `[addr, addr+len)` in the region, if inside it.
     pub fn offset_of(&self, addr: u64, len: u64) -> Result<usize, MemError> {
         offset_in(self.iova, self.len as u64, addr, len).map(|o| o as usize)

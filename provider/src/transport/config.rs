@@ -60,6 +60,15 @@ pub struct QpConfig {
 }
 
 impl QpConfig {
+    /// The engine took receive WR `wr` for a message; it places the
+    /// message into its buffers next when `places` (the checker compares
+    /// them with their checksums at post: a QP's own receive queue only).
+    pub fn recv_taken(&self, wr: &crate::types::RecvWr, places: bool) {
+        if let Some(l) = self.sq.ledger().filter(|_| !self.rq.is_srq()) {
+            l.recv_taken(wr.wr_id, places);
+        }
+    }
+
     /// The ICRC context of packets we send to `dst` (UDP from our port to
     /// 4791; for IPv4 the header our socket produces: DF, ID 0).
     pub fn ip_context(&self, dst: IpAddr) -> IpContext {

@@ -296,6 +296,7 @@ impl Inbound {
         };
         if !pkt.payload.is_empty() {
             let mr = mr.as_ref().ok_or(RespError::RemoteAccess)?;
+            crate::check::nic_wrote(mr, *offset + *written as usize, pkt.payload.len());
             mr.write(*offset + *written as usize, pkt.payload)
                 .map_err(|_| RespError::RemoteAccess)?;
         }

@@ -167,6 +167,24 @@ impl SendQueue {
             l.retire(n);
         }
     }
+    /// The engine copies the first packet of SEND/WRITE WR `wr_id` for
+    /// the wire (the checker compares its sources: nothing to do without
+    /// a ledger).
+    pub fn sending(&self, wr_id: u64) {
+        if let Some(l) = &self.ledger {
+            l.sending(wr_id);
+        }
+    }
+    /// The engine places the first response of RDMA READ WR `wr_id` next.
+    pub fn read_placing(&self, wr_id: u64) {
+        if let Some(l) = &self.ledger {
+            l.read_placing(wr_id);
+        }
+    }
+    /// The checker's record of the queue, if it keeps one.
+    pub fn ledger(&self) -> Option<&Arc<QpLedger>> {
+        self.ledger.as_ref()
+    }
     /// WRs posted and not yet retired.
     pub fn outstanding(&self) -> u32 {
         self.outstanding.load(Ordering::Acquire)

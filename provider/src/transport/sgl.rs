@@ -62,6 +62,7 @@ impl Resolved {
     /// Copies `data` into the list at message offset `at`.
     pub fn scatter(&self, at: u64, data: &[u8]) -> Result<(), MemError> {
         self.walk(at, data.len(), |seg, off, range| {
+            crate::check::nic_wrote(&seg.mr, off, range.len());
             seg.mr.write(off, &data[range])
         })
     }

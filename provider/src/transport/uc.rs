@@ -239,6 +239,11 @@ impl UcQp {
         let h = message_headers(bth, &w.wr, w.len, pos)?;
         let (off, plen) = segment(w.len, w.sent, self.mtu() as u64);
         let inline = w.wr.flags.contains(crate::types::SendFlags::INLINE);
+        if w.sent == 0 && plen > 0 && !inline {
+            // The first copy of its bytes for the wire: the checker
+            // compares its sources now.
+            self.core.cfg.sq.sending(w.wr.wr_id);
+        }
         self.emit(&h, plen, buf, |dst| {
             fill_payload(&w.wr, &w.data, inline, off, dst)
         })
@@ -312,6 +317,7 @@ impl UcQp {
         let Some(wr) = self.core.cfg.rq.take() else {
             return Ok(None);
         };
+        self.core.cfg.recv_taken(&wr, true);
         match RecvTarget::resolve(&self.core.cfg, &wr) {
             Ok(t) => Ok(Some(t)),
             Err(wr_id) => {

@@ -117,6 +117,7 @@ impl UdQp {
             Counters::inc(&c.ud_no_recv_drops);
             return self.drop_datagram(RespError::Rnr, None);
         };
+        self.core.cfg.recv_taken(&wr, true);
         // The datagram consumed a WR: a repeat of it is a duplicate from
         // now on (one lost for want of a WR may still come again).
         self.svc.seen.record(src, src_qp, bth.psn);
@@ -235,6 +236,11 @@ impl UdQp {
         });
         if wr.opcode == WrOpcode::SendWithImm {
             h.imm = Some(wr.imm_data);
+        }
+        if len > 0 && !inline {
+            // The copy of its bytes for the wire: the checker compares
+            // its sources now.
+            self.core.cfg.sq.sending(wr.wr_id);
         }
         let n = self
             .core

@@ -305,6 +305,9 @@ impl RcQp {
             let k = idx - e.read_done - 1;
             // A packet that does not fit its place is dropped here; the
             // in-order one will judge it.
+            if e.read_done == 0 && e.read_ahead == 0 {
+                self.core.cfg.sq.read_placing(e.wr.wr_id);
+            }
             if k < 128
                 && e.read_ahead & (1u128 << k) == 0
                 && e.place_read_response(idx, mtu, pos, pkt.payload).is_ok()
@@ -329,6 +332,9 @@ impl RcQp {
                 self.svc.req.go_back(expected);
             }
             return;
+        }
+        if e.read_done == 0 && e.read_ahead == 0 {
+            self.core.cfg.sq.read_placing(e.wr.wr_id);
         }
         if let Err(status) = e.place_read_response(e.read_done, mtu, pos, pkt.payload) {
             e.error = Some(status);

@@ -534,6 +534,13 @@ impl RcQp {
         }
         let e = &self.svc.req.wqes[idx];
         let inline = e.wr.flags.contains(SendFlags::INLINE) || op == WrOpcode::AtomicWrite;
+        // The first copy of a SEND/WRITE's bytes for the wire (not a
+        // resend): the checker compares its sources now.
+        let resend =
+            psn.distance_from(self.svc.req.una) < self.svc.req.hwm.distance_from(self.svc.req.una);
+        if k == 0 && payload.1 > 0 && !inline && !resend {
+            self.core.cfg.sq.sending(e.wr.wr_id);
+        }
         let res = self.emit(&h, payload.1, buf, |dst| {
             fill_payload(&e.wr, &e.data, inline, payload.0, dst)
         });

@@ -144,6 +144,7 @@ fn apply_atomic(
     compare_swap: bool,
     a: &uroce_wire::AtomicEthRepr,
 ) -> Result<u64, crate::memory::MemError> {
+    crate::check::nic_wrote(mr, offset, 8);
     mr.with_atomic_u64(offset, |word| {
         if compare_swap {
             match word.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
@@ -505,6 +506,7 @@ impl RcQp {
                 let mut bytes = [0u8; 8];
                 bytes.copy_from_slice(pkt.payload);
                 // One aligned 64-bit store: the bytes land as sent.
+                crate::check::nic_wrote(&mr, offset, 8);
                 mr.with_atomic_u64(offset, |w| {
                     w.store(u64::from_ne_bytes(bytes), Ordering::Release)
                 })
@@ -620,6 +622,7 @@ impl RcQp {
                 self.rnr_nak(pkt.bth.psn);
                 return Err(RespError::Rnr);
             };
+            self.core.cfg.recv_taken(&wr, true);
             match RecvTarget::resolve(&self.core.cfg, &wr) {
                 Ok(recv) => self.svc.resp.cur = Some(Inbound::Send { recv, written: 0 }),
                 Err(wr_id) => {
@@ -669,7 +672,10 @@ impl RcQp {
         let ends = pkt.info.position.ends_message();
         let recv = if ends && pkt.imm().is_some() {
             match self.core.cfg.rq.take() {
-                Some(wr) => Some(wr),
+                Some(wr) => {
+                    self.core.cfg.recv_taken(&wr, false);
+                    Some(wr)
+                }
                 None => {
                     // Nothing done: a WRITE this packet opened (an ONLY
                     // packet) is not in progress, so that its resend

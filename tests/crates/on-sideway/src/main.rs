@@ -65,8 +65,14 @@ struct Side {
     qp: GenericQueuePair,
     region: Vec<u8>,
     region_mr: Arc<MemoryRegion>,
+    /// Where messages are received.
     msg: Vec<u8>,
     msg_mr: Arc<MemoryRegion>,
+    /// What a SEND sends from: not `msg`, which a posted receive WR owns
+    /// until its completion (the message would overwrite what is written
+    /// there; UROCE_CHECK=buffer reports it).
+    out: Vec<u8>,
+    out_mr: Arc<MemoryRegion>,
     /// Completions polled before their turn: (wr_id, byte_len).
     early: Vec<(u64, u32)>,
 }
@@ -77,12 +83,16 @@ fn setup(ctx: Arc<DeviceContext>, ex: bool) -> Side {
         .unwrap_or_else(|e| fail(format!("alloc_pd: {e}")));
     let region = vec![0u8; REGION];
     let msg = vec![0u8; MSG];
+    let out = vec![0u8; MSG];
     let flags = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
-    // SAFETY: both buffers live in `Side` with their MRs, and are not moved
+    // SAFETY: the buffers live in `Side` with their MRs, and are not moved
     // (a Vec's heap buffer stays put) or touched while the device may use them.
     let region_mr = unsafe { pd.reg_mr(region.as_ptr() as usize, REGION, flags) }
         .unwrap_or_else(|e| fail(format!("reg_mr: {e}")));
     let msg_mr = unsafe { pd.reg_mr(msg.as_ptr() as usize, MSG, flags) }
+        .unwrap_or_else(|e| fail(format!("reg_mr: {e}")));
+    // SAFETY: as above.
+    let out_mr = unsafe { pd.reg_mr(out.as_ptr() as usize, MSG, flags) }
         .unwrap_or_else(|e| fail(format!("reg_mr: {e}")));
     let mut cqb = ctx.create_cq_builder();
     cqb.setup_cqe(16);
@@ -122,6 +132,8 @@ fn setup(ctx: Arc<DeviceContext>, ex: bool) -> Side {
         region_mr,
         msg,
         msg_mr,
+        out,
+        out_mr,
         early: Vec::new(),
     }
 }
@@ -136,7 +148,7 @@ impl Side {
     }
 
     fn send(&mut self, bytes: &[u8]) {
-        self.msg[..bytes.len()].copy_from_slice(bytes);
+        self.out[..bytes.len()].copy_from_slice(bytes);
         let mut g = self.qp.start_post_send();
         let h = g
             .construct_wr(WR_SEND, WorkRequestFlags::Signaled)
@@ -144,8 +156,8 @@ impl Side {
         // SAFETY: as in post_recv; the send is waited for before the buffer is reused.
         unsafe {
             h.setup_sge(
-                self.msg_mr.lkey(),
-                self.msg.as_ptr() as u64,
+                self.out_mr.lkey(),
+                self.out.as_ptr() as u64,
                 bytes.len() as u32,
             )
         };
