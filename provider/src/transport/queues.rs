@@ -126,7 +126,7 @@ impl SendQueue {
     /// The checker's ledger, if the QP has one (never in the build
     /// without the diagnostic tools: [`crate::diag`]).
     #[inline(always)]
-    fn ledger(&self) -> Option<&Arc<QpLedger>> {
+    pub fn ledger(&self) -> Option<&Arc<QpLedger>> {
         self.ledger.as_ref().filter(|_| crate::diag::COMPILED)
     }
     /// Depth.
@@ -171,19 +171,15 @@ impl SendQueue {
     /// the wire (the checker compares its sources: nothing to do without
     /// a ledger).
     pub fn sending(&self, wr_id: u64) {
-        if let Some(l) = &self.ledger {
+        if let Some(l) = self.ledger() {
             l.sending(wr_id);
         }
     }
     /// The engine places the first response of RDMA READ WR `wr_id` next.
     pub fn read_placing(&self, wr_id: u64) {
-        if let Some(l) = &self.ledger {
+        if let Some(l) = self.ledger() {
             l.read_placing(wr_id);
         }
-    }
-    /// The checker's record of the queue, if it keeps one.
-    pub fn ledger(&self) -> Option<&Arc<QpLedger>> {
-        self.ledger.as_ref()
     }
     /// WRs posted and not yet retired.
     pub fn outstanding(&self) -> u32 {
