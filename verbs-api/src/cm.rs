@@ -268,11 +268,21 @@ impl CmDevice {
     /// one of ours with nobody to answer it: ~100 s of DREQ retries
     /// before the kernel reports DISCONNECTED. The peer's DREP, or its
     /// DREQ (answered), ends the wait; the time-wait period bounds it.
+    /// The DREQ goes again every quarter of the wait: the retries at the
+    /// peer's response timeout (4.3 s from the kernel) would come after
+    /// the program has gone, and a peer whose only DREQ from us was lost
+    /// (and who sends none of its own: rping's server waits for
+    /// DISCONNECTED) would wait forever.
     fn linger(&self, conn: u32, limit: Duration) {
-        let end = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < end
+        let start = std::time::Instant::now();
+        let mut resent = 0u32;
+        while start.elapsed() < limit
             && self.link.peek(|a| a.state(conn)) == Some(pcm::ConnState::DreqSent)
         {
+            if start.elapsed() >= limit / 4 * (resent + 1) {
+                resent += 1;
+                self.with_agent(|a, _| a.resend_last(conn));
+            }
             std::thread::sleep(Duration::from_micros(200));
         }
     }

@@ -381,6 +381,20 @@ impl CmAgent {
         self.conns.get(&conn).map(|c| c.state)
     }
 
+    /// Sends `conn`'s last MAD (its DREQ, say) again now, without spending
+    /// one of its retries: for a process about to exit, whose CM will not
+    /// be there for the retries at the peer's response timeout.
+    pub fn resend_last(&mut self, conn: u32) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let Some(mad) = c.last else {
+            return;
+        };
+        let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
+        self.send(dst, q, tc, mad);
+    }
+
     /// Connections held (including those in time-wait).
     pub fn len(&self) -> usize {
         self.conns.len()

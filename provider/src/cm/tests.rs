@@ -649,3 +649,41 @@ fn mads_carry_the_paths_traffic_class() {
     let d = (kind(CmMessage::Drep(DrepRepr::default())), 0xb8);
     assert_eq!(drep, [d, d]);
 }
+
+/// A DREQ sent again at once (`resend_last`, what a process about to exit
+/// does while it lingers) reaches a peer whose first DREQ was lost, long
+/// before the retry at the response timeout, and spends no retry.
+#[test]
+fn a_lost_dreq_sent_again_at_once_disconnects_the_peer() {
+    let mut p = pair(7, Faults::default());
+    let conn = connect(&mut p);
+    let mut seen = Seen::default();
+    assert!(p.run(&mut seen, 1_000_000_000, |s| established(&s.b)));
+    // The first packet from A after this point (the DREQ) is lost.
+    let dropped = Arc::new(Mutex::new(false));
+    let d = dropped.clone();
+    p.net.set_filter(move |w| {
+        let mut d = d.lock();
+        if w.src == ip(A) && !*d {
+            *d = true;
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+    let now = p.now();
+    p.a.lock().disconnect(now, conn, &[]).unwrap();
+    let retries = p.counters.cm_retries.load(Ordering::Relaxed);
+    p.a.lock().resend_last(conn);
+    // Before A's own retry, whose timer (this pair's REP asks for a
+    // response timeout of 4 µs, plus twice the packet lifetime) fires at
+    // about 8 ms: the run ends as soon as both sides are disconnected.
+    let t0 = p.now();
+    assert!(p.run(&mut seen, 1_000_000, |s| {
+        has(&s.b, |e| matches!(e, CmEvent::Disconnected { .. }))
+            && has(&s.a, |e| matches!(e, CmEvent::Disconnected { .. }))
+    }));
+    assert!(*dropped.lock(), "the first DREQ was dropped");
+    assert!(p.now().0 - t0.0 < 1_000_000);
+    assert_eq!(p.counters.cm_retries.load(Ordering::Relaxed), retries);
+}
