@@ -377,7 +377,7 @@ fn malformed_why(i: usize, bytes: &[u8], off: i32, e: &dyn std::fmt::Display) ->
 /// are), so the case's posts may take effect before them. The worlds of
 /// each order are legal: the posts between two waits before the packets
 /// between them, the requests behind a READ's responses after the
-/// responses and posts that follow them ([`held_behind_read`]), and the
+/// responses and posts that follow them (`held_behind_read`), and the
 /// first post that fails locally (it moves the QP to Error) before any
 /// number of the packets sent before it.
 pub fn run(conn: &Conn, case: &Case) -> Result<Vec<World>, String> {
