@@ -1210,6 +1210,13 @@ impl CmId {
         let dev = ctx.inner.cm.clone();
         let dst_ip = dst.ip().to_canonical();
         let tos = st.route_tos;
+        // The route to this id is in place before the REQ leaves: held
+        // across the send, the routes' lock keeps the engine thread from
+        // handing out the answer (a REP from a fast peer) before the id
+        // is registered for it. Routed to nobody, the REP was forgotten,
+        // its retries were taken for duplicates, and rdma_connect's
+        // caller waited for ever (qperf's rc_bi_bw under load).
+        let mut routes = dev.routes.lock();
         let conn = if self.inner.qp_type == QpType::Ud {
             dev.with_agent(|a, now| a.sidr_request(now, dst_ip, sid, tos, &pdata))
                 .map_err(cm_err)?
@@ -1241,10 +1248,8 @@ impl CmId {
             dev.with_agent(|a, now| a.connect(now, dst_ip, &req))
                 .map_err(cm_err)?
         };
-        dev.routes
-            .lock()
-            .conns
-            .insert(conn, Arc::downgrade(&self.inner));
+        routes.conns.insert(conn, Arc::downgrade(&self.inner));
+        drop(routes);
         st.conn = Some(conn);
         st.state = if self.inner.qp_type == QpType::Ud {
             IdState::Resolving
