@@ -45,6 +45,20 @@ pub use socket::{df_socket, grow_buffers, kernel_udp_socket};
 /// How long the engine spins without work before it blocks. Short: on a
 /// 2-core machine the application and a peer engine need the CPU.
 const SPIN_NS: u64 = 200_000;
+/// A yield that kept the spinning engine thread off its core this long
+/// while no application thread polled the device means the core is shared
+/// with a thread that neither yields nor calls uroce: an application
+/// spinning on memory, as `ib_write_lat -c UC` does, waiting for bytes
+/// only the engine thread can place. Each yield then hands that thread a
+/// whole time slice (milliseconds), and a packet arriving meanwhile waits
+/// for it; a blocked engine thread is woken by the packet instead, and the
+/// wake-up preempts the spinner. An application that polls (its yields
+/// interleave with the engine thread's) keeps the engine spinning.
+const LONG_YIELD_NS: u64 = 50_000;
+/// How long the engine thread stops spinning after such a yield, unless
+/// the application polls first: then it tries again (a thread that still
+/// spins beside it costs one time slice per period).
+const NO_SPIN_NS: u64 = 100_000_000;
 /// How long the ACKs of a small receive wait for the application's next
 /// post to carry them (see `Driver::after_receive`).
 const ACK_HOLD_NS: u64 = 50_000;
@@ -259,6 +273,9 @@ struct Shared {
     /// armed a timer: a post sends on the posting thread): the engine
     /// thread must not sleep past it (see `Engine::drive`).
     deadline_moved: AtomicBool,
+    /// Passes application threads ran ([`Engine::progress`]): whether the
+    /// application polls the device (see [`LONG_YIELD_NS`]).
+    app_polls: AtomicU64,
 }
 
 impl Shared {
@@ -376,6 +393,7 @@ impl Engine {
             app_progress: std::env::var("UROCE_APP_PROGRESS").map_or(true, |v| v.trim() != "0"),
             planned: AtomicU64::new(u64::MAX),
             deadline_moved: AtomicBool::new(false),
+            app_polls: AtomicU64::new(0),
         });
         flush_at_exit_too(&shared);
         let thread_shared = shared.clone();
@@ -486,6 +504,7 @@ impl Engine {
     /// Must not be called with a lock held that the QPs' own processing
     /// (completions, events, CM callbacks) may take.
     pub fn progress(&self) -> bool {
+        self.shared.app_polls.fetch_add(1, Ordering::Relaxed);
         self.drive(|d, ready| d.app_pass(ready))
     }
 
@@ -1270,6 +1289,10 @@ impl Driver {
 fn run(shared: &Shared, cmds: &Receiver<Command>) {
     ENGINE_THREAD.with(|t| t.set(shared as *const Shared as usize));
     let mut idle_since: Option<Nanos> = None;
+    // A long yield with no application poll was seen (see LONG_YIELD_NS):
+    // the count of polls then, and when. Spinning resumes once the count
+    // moves or NO_SPIN_NS have passed.
+    let mut no_spin: Option<(u64, u64)> = None;
     while !shared.stop.load(Ordering::Acquire) {
         let (work, deadline) = {
             // Taken without parking: an application thread holds it for
@@ -1300,10 +1323,18 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
         }
         let now = shared.now();
         let since = *idle_since.get_or_insert(now);
-        if now.0 - since.0 < SPIN_NS {
+        let polls = shared.app_polls.load(Ordering::Relaxed);
+        if no_spin.is_some_and(|(p, at)| p != polls || now.0 - at > NO_SPIN_NS) {
+            no_spin = None;
+        }
+        if now.0 - since.0 < SPIN_NS && no_spin.is_none() {
             // Yielding while spinning lets the application (and a peer
             // engine) run when threads outnumber cores.
             std::thread::yield_now();
+            let after = shared.now().0;
+            if after - now.0 > LONG_YIELD_NS && shared.app_polls.load(Ordering::Relaxed) == polls {
+                no_spin = Some((polls, after));
+            }
             continue;
         }
         // Block until a packet, a doorbell or the next deadline.
