@@ -9,12 +9,11 @@
 //! copies the IP header.
 
 use std::net::{Ipv4Addr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 use uroce_verbs::*;
 
 mod common;
-use common::{open, qp, recv, recv_datagram, T};
+use common::{open, qp, recv, recv_datagram, report_ip_field, T};
 
 const QKEY: u32 = 0x0123_4567;
 
@@ -26,18 +25,7 @@ fn listener(ip: Ipv4Addr, iface: Option<Ipv4Addr>) -> UdpSocket {
         s.join_multicast_v4(&ip, &i).expect("join the group");
     }
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let one: libc::c_int = 1;
-    // SAFETY: a live socket and a pointer to a live int of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_RECVTTL,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as u32,
-        )
-    };
-    assert_eq!(r, 0, "IP_RECVTTL");
+    report_ip_field(&s, libc::IP_RECVTTL);
     s
 }
 

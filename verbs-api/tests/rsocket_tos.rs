@@ -4,12 +4,11 @@
 //! device's RoCE port would be and reads the REQ's IP TOS.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use uroce_verbs::rsocket::RSocket;
 
 mod common;
-use common::recv_datagram;
+use common::{recv_datagram, report_ip_field};
 
 const PEER: &str = "127.111.7.1";
 const OURS: &str = "127.111.7.2";
@@ -32,18 +31,7 @@ fn ip_tos_reaches_the_cm_req() {
     // of it reads the environment through uroce.
     std::env::set_var("UROCE_DEVICES", format!("rtos={OURS}"));
     let peer = UdpSocket::bind(SocketAddr::new(PEER.parse().unwrap(), 4791)).unwrap();
-    let on: libc::c_int = 1;
-    // SAFETY: an int option of the right size on our own socket.
-    let r = unsafe {
-        libc::setsockopt(
-            peer.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_RECVTOS,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0);
+    report_ip_field(&peer, libc::IP_RECVTOS);
 
     let s = RSocket::new().unwrap();
     s.set_tos(0xb8);

@@ -6,7 +6,7 @@
 use uroce_verbs::*;
 
 mod common;
-use common::{open, qp, recv, recv_datagram, T};
+use common::{open, qp, recv, recv_datagram, report_ip_field, T};
 
 const QKEY: u32 = 0x1111_1111;
 
@@ -92,21 +92,9 @@ struct TosSink(std::net::UdpSocket);
 
 impl TosSink {
     fn bind(ip: &str) -> TosSink {
-        use std::os::fd::AsRawFd;
         let s = std::net::UdpSocket::bind((ip, uroce_wire::ROCEV2_UDP_PORT)).unwrap();
         s.set_read_timeout(Some(T)).unwrap();
-        let on: libc::c_int = 1;
-        // SAFETY: a valid descriptor and option value of the size given.
-        let rc = unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::IPPROTO_IP,
-                libc::IP_RECVTOS,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(rc, 0, "IP_RECVTOS");
+        report_ip_field(&s, libc::IP_RECVTOS);
         TosSink(s)
     }
 

@@ -51,6 +51,24 @@ pub fn recv(id: u64, mr: &MemoryRegion, off: usize, len: u32) -> RecvWr {
     }
 }
 
+/// Asks the kernel to report an IPv4 header field with each datagram
+/// `s` receives (`IP_RECVTOS`, `IP_RECVTTL`; read by [`recv_datagram`]).
+pub fn report_ip_field(s: &std::net::UdpSocket, opt: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: a live socket and a pointer to a live int of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_IP,
+            opt,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt IPPROTO_IP {opt}");
+}
+
 /// A datagram read with its IPv4 control messages.
 pub struct Datagram {
     /// Its bytes (at most 4200).
