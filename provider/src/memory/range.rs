@@ -249,6 +249,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "mmap, mprotect, ioctl and /proc are foreign to Miri")]
     fn both_ways_answer_alike() {
         let (p, len) = mapping();
         let a = p as usize;
@@ -288,6 +289,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "mmap, mprotect, ioctl and /proc are foreign to Miri")]
     fn a_range_across_adjacent_mappings() {
         let (p, len) = mapping();
         let a = p as usize;
@@ -303,6 +305,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "mmap, mprotect, ioctl and /proc are foreign to Miri")]
     fn the_kernel_answers_procmap_query() {
         // This machine's kernel (6.18) has the ioctl: the fast path is the
         // one taken, not the fallback.
