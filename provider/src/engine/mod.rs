@@ -56,9 +56,17 @@ const SPIN_NS: u64 = 200_000;
 /// interleave with the engine thread's) keeps the engine spinning.
 const LONG_YIELD_NS: u64 = 50_000;
 /// How long the engine thread stops spinning after such a yield, unless
-/// the application polls first: then it tries again (a thread that still
-/// spins beside it costs one time slice per period).
+/// the application polls [`RESUME_POLLS`] times first: then it tries
+/// again (a thread that still spins beside it costs one time slice per
+/// period).
 const NO_SPIN_NS: u64 = 100_000_000;
+/// Application polls that end a pause of spinning early. Not one: a
+/// program that spins on memory may still poll its CQ once per message
+/// (`ib_write_lat -c UC` does when its send's completion is not yet
+/// there), and resuming at each such poll cost it a time slice (2 ms)
+/// per message in about one run in three. A program that waits by
+/// polling its CQs polls tens of times per message.
+const RESUME_POLLS: u64 = 32;
 /// How long the ACKs of a small receive wait for the application's next
 /// post to carry them (see `Driver::after_receive`).
 const ACK_HOLD_NS: u64 = 50_000;
@@ -1291,7 +1299,7 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
     let mut idle_since: Option<Nanos> = None;
     // A long yield with no application poll was seen (see LONG_YIELD_NS):
     // the count of polls then, and when. Spinning resumes once the count
-    // moves or NO_SPIN_NS have passed.
+    // has moved by RESUME_POLLS or NO_SPIN_NS have passed.
     let mut no_spin: Option<(u64, u64)> = None;
     while !shared.stop.load(Ordering::Acquire) {
         let (work, deadline) = {
@@ -1324,7 +1332,9 @@ fn run(shared: &Shared, cmds: &Receiver<Command>) {
         let now = shared.now();
         let since = *idle_since.get_or_insert(now);
         let polls = shared.app_polls.load(Ordering::Relaxed);
-        if no_spin.is_some_and(|(p, at)| p != polls || now.0 - at > NO_SPIN_NS) {
+        if no_spin
+            .is_some_and(|(p, at)| polls.wrapping_sub(p) >= RESUME_POLLS || now.0 - at > NO_SPIN_NS)
+        {
             no_spin = None;
         }
         if now.0 - since.0 < SPIN_NS && no_spin.is_none() {
