@@ -22,6 +22,7 @@
 use crate::counters::Counters;
 use crate::transport::{Nanos, QpMachine, RxMeta, Transmit};
 use crate::types::QpType;
+use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -199,7 +200,10 @@ pub struct RxReport {
 /// Every QP of one device address. See the module docs.
 pub struct Endpoint {
     local_ip: IpAddr,
-    qps: HashMap<u32, Slot>,
+    /// By QPN, with FxHash: looked up for every packet, and its keys are
+    /// this device's own QPNs (a peer chooses none of them, so a hash
+    /// without a secret cannot be flooded).
+    qps: FxHashMap<u32, Slot>,
     /// QPs that may have packets to send, each once, in the order they
     /// became so: only these are polled for output.
     dirty: VecDeque<u32>,
@@ -234,7 +238,7 @@ impl Endpoint {
     pub fn new(local_ip: IpAddr, counters: Arc<Counters>) -> Endpoint {
         Endpoint {
             local_ip,
-            qps: HashMap::new(),
+            qps: FxHashMap::default(),
             dirty: VecDeque::new(),
             current: None,
             timers: BinaryHeap::new(),
@@ -678,7 +682,7 @@ fn schedule(timers: &mut BinaryHeap<Reverse<(Nanos, u32)>>, qpn: u32, slot: &mut
 /// the heap holds more than twice the QPs (plus slack), it is rebuilt from
 /// the QPs' current deadlines: O(QPs) work after at least as many pushes,
 /// so O(1) per push, and at most 2 x QPs + 64 entries.
-fn compact_timers(timers: &mut BinaryHeap<Reverse<(Nanos, u32)>>, qps: &HashMap<u32, Slot>) {
+fn compact_timers(timers: &mut BinaryHeap<Reverse<(Nanos, u32)>>, qps: &FxHashMap<u32, Slot>) {
     if timers.len() <= 2 * qps.len() + TIMER_SLACK {
         return;
     }
@@ -706,7 +710,7 @@ mod tests {
     #[test]
     fn the_timer_heap_stays_bounded() {
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        let mut qps = HashMap::new();
+        let mut qps = FxHashMap::default();
         for qpn in [1u32, 2] {
             let cfg = crate::testing::config(ip, qpn, 4);
             let qp = crate::transport::new_qp(QpType::Rc, cfg).unwrap();
