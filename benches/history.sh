@@ -38,12 +38,15 @@ append() {
       if (s ~ /^[0-9]+(\.[0-9]+)?×$/) { sub(/×$/, "", s); return s + 0 }
       return ""
     }
-    # "≥ 50%: met" -> ">=0.5", "≤ 1.5×: **missed**" -> "<=1.5", "< 1%: met" -> "<0.01".
+    # "≥ 50%: met" -> ">=0.5", "≤ 1.5×: **missed**" -> "<=1.5", "< 1%: met" -> "<0.01",
+    # "≤ 1.1× RC: **missed**" -> "<=1.1".
     function target(s,   op, v) {
       s = trim(s)
       sub(/:.*/, "", s)
       if (s ~ /^≥ /) op = ">="; else if (s ~ /^≤ /) op = "<="; else if (s ~ /^< /) op = "<"; else return ""
       sub(/^[^ ]+ /, "", s)
+      # "1.1× RC" (a ratio to another uroce figure) -> "1.1×"
+      sub(/× .*$/, "×", s)
       v = ratio(s)
       return v == "" ? "" : op v
     }
