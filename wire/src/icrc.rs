@@ -486,9 +486,20 @@ impl Ipv4IdShift {
         let n = udp_payload_len.max(ICRC_LEN);
         let total = LRH_ONES.len() + IPV4_HDR + UDP_HDR + n - ICRC_LEN;
         let after_id = (total - (LRH_ONES.len() + 4) - 2) as u64;
+        // The power costs two dozen multiplications, and packets of one
+        // length come in runs: the last one is kept per thread.
+        let shift = LAST_SHIFT.with(|c| {
+            let (last, shift) = c.get();
+            if last == after_id {
+                return shift;
+            }
+            let shift = gf2::x8n(after_id + 4);
+            c.set((after_id, shift));
+            shift
+        });
         Ipv4IdShift {
             len: udp_payload_len,
-            shift: gf2::x8n(after_id + 4),
+            shift,
         }
     }
 
@@ -513,6 +524,8 @@ thread_local! {
     /// length come in runs (a GSO message's segments, MTU-size packets),
     /// and the power costs a dozen multiplications.
     static LAST_INV: std::cell::Cell<(u64, u32)> = const { std::cell::Cell::new((u64::MAX, 0)) };
+    /// The last (n, x^(8(n + 4)) mod P) [`Ipv4IdShift::new`] computed.
+    static LAST_SHIFT: std::cell::Cell<(u64, u32)> = const { std::cell::Cell::new((u64::MAX, 0)) };
     /// The last n whose x^-(8n) [`mul_x_inv8n_cached`] multiplied by, as
     /// a table: entry [k][v] is (v in a's nibble k) * x^-(8n).
     static INV_TABLE: std::cell::RefCell<(u64, [[u32; 16]; 8])> =
