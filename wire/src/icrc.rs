@@ -520,10 +520,6 @@ impl Ipv4IdShift {
 }
 
 thread_local! {
-    /// The last (n, x^-(8n) mod P) this thread computed: packets of one
-    /// length come in runs (a GSO message's segments, MTU-size packets),
-    /// and the power costs a dozen multiplications.
-    static LAST_INV: std::cell::Cell<(u64, u32)> = const { std::cell::Cell::new((u64::MAX, 0)) };
     /// The last (n, x^(8(n + 4)) mod P) [`Ipv4IdShift::new`] computed.
     static LAST_SHIFT: std::cell::Cell<(u64, u32)> = const { std::cell::Cell::new((u64::MAX, 0)) };
     /// The last n whose x^-(8n) [`mul_x_inv8n_cached`] multiplied by, as
@@ -535,12 +531,12 @@ thread_local! {
 /// a * x^-(8n) mod P by eight table lookups, the table made once per n
 /// (per packet length) and kept per thread: the ID solver runs on every
 /// received IPv4 packet, and a bit-serial multiplication by its varying
-/// operand costed it 8% of a receiving engine's time at MTU 1024.
+/// operand cost it 8% of a receiving engine's time at MTU 1024.
 fn mul_x_inv8n_cached(a: u32, n: u64) -> u32 {
     INV_TABLE.with(|c| {
         let mut c = c.borrow_mut();
         if c.0 != n {
-            let b = x_inv8n_cached(n);
+            let b = gf2::x_inv8n(n);
             for (k, row) in c.1.iter_mut().enumerate() {
                 for (v, e) in row.iter_mut().enumerate() {
                     *e = gf2::mul((v as u32) << (4 * k), b);
@@ -551,19 +547,6 @@ fn mul_x_inv8n_cached(a: u32, n: u64) -> u32 {
         c.1.iter()
             .enumerate()
             .fold(0, |p, (k, row)| p ^ row[((a >> (4 * k)) & 0xf) as usize])
-    })
-}
-
-/// [`gf2::x_inv8n`] through a one-entry per-thread cache.
-fn x_inv8n_cached(n: u64) -> u32 {
-    LAST_INV.with(|c| {
-        let (last, inv) = c.get();
-        if last == n {
-            return inv;
-        }
-        let inv = gf2::x_inv8n(n);
-        c.set((n, inv));
-        inv
     })
 }
 
