@@ -147,4 +147,23 @@ static inline int post_recv(struct side *s, uint64_t wr_id, size_t off, uint32_t
 	return ibv_post_recv(s->qp, &wr, &bad);
 }
 
+/* The clean case of the buffer checks, then the end of the program: a
+ * SEND (wr_id 8) whose source changes only after its completion, received
+ * at `recv_off` of b's buffer; both sides closed; the exit status. */
+static inline int clean_send_and_finish(struct side *a, struct side *b, size_t recv_off)
+{
+	MUST(post_recv(b, 2, recv_off, 1024) == 0);
+	MUST(post(a, IBV_WR_SEND, 8, 0, 1024, IBV_SEND_SIGNALED, 0, 0) == 0);
+	struct ibv_wc wc = wait1(a->cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 8,
+	      "the second SEND completes");
+	a->buf[100] = 'z';
+	wc = wait1(b->cq);
+	CHECK(wc.status == IBV_WC_SUCCESS, "its receive completes");
+	close_side(a);
+	close_side(b);
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed != 0;
+}
+
 #endif
