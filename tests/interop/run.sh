@@ -612,21 +612,42 @@ cm_prog() {
   while [ "$1" != "--" ]; do a=${1//\{S\}/$sip}; srv+=("${a//\{C\}/$cip}"); shift; done
   shift
   for a in "$@"; do a=${a//\{S\}/$sip}; cli+=("${a//\{C\}/$cip}"); done
-  if [ "$who" = client ]; then
-    guest_cm_serve $t "${srv[*]}" || { vm_wait "$VM_JOB"; echo "${srv[0]} did not listen"; return 1; }
-    local gj=$VM_JOB
-    ns env LD_LIBRARY_PATH="$LIBDIR" timeout -k 3 $t "${cli[@]}" >"$S_DIR/client.out" 2>&1
-    local crc=$?
-    vm_wait "$gj" >"$S_DIR/server.out"
-    local src=$?
-  else
-    host_bg "$S_DIR/server.out" $t env LD_LIBRARY_PATH="$LIBDIR" "${srv[@]}"
-    sleep 2
-    vm_run $t "$(guest_watched $t "${cli[*]}")" >"$S_DIR/client.out"
-    local crc=$?
-    wait "$HOST_PID"
-    local src=$?
-  fi
+  local attempt
+  for attempt in 1 2; do
+    if [ "$who" = client ]; then
+      guest_cm_serve $t "${srv[*]}" || { vm_wait "$VM_JOB"; echo "${srv[0]} did not listen"; return 1; }
+      local gj=$VM_JOB
+      ns env LD_LIBRARY_PATH="$LIBDIR" timeout -k 3 $t "${cli[@]}" >"$S_DIR/client.out" 2>&1
+      local crc=$?
+      vm_wait "$gj" >"$S_DIR/server.out"
+      local src=$?
+    else
+      host_bg "$S_DIR/server.out" $t env LD_LIBRARY_PATH="$LIBDIR" "${srv[@]}"
+      sleep 2
+      vm_run $t "$(guest_watched $t "${cli[*]}")" >"$S_DIR/client.out"
+      local crc=$?
+      # perftest's client times its run with the TSC, whose rate it
+      # calibrates against gettimeofday() when it reports. In a TCG guest
+      # on a busy 2-core host that fit can fail ("Correlation coefficient
+      # r^2: 0.85 < 0.9", "Can't produce a report"): the client exits 1
+      # after the transfer without the final handshake, and uroce's server
+      # would wait for it until the timeout. That is the guest's clock, not
+      # a transport result: stop the server and run the pair once more.
+      if [ $crc != 0 ] && [ $attempt = 1 ] && grep -q "Correlation coefficient r^2" "$S_DIR/client.out" &&
+        grep -q "Can't produce a report" "$S_DIR/client.out"; then
+        kill "$HOST_PID" 2>/dev/null
+        wait "$HOST_PID"
+        echo "--- attempt 1: the guest's perftest could not calibrate its clock; run again"
+        S_NOTE="run twice: the guest's perftest failed its clock calibration once"
+        cat "$S_DIR/client.out"
+        sleep 2
+        continue
+      fi
+      wait "$HOST_PID"
+      local src=$?
+    fi
+    break
+  done
   echo "--- client (exit $crc): ${cli[*]}"
   cat "$S_DIR/client.out"
   echo "--- server (exit $src): ${srv[*]}"
