@@ -522,29 +522,46 @@ impl Ipv4IdShift {
 thread_local! {
     /// The last (n, x^(8(n + 4)) mod P) [`Ipv4IdShift::new`] computed.
     static LAST_SHIFT: std::cell::Cell<(u64, u32)> = const { std::cell::Cell::new((u64::MAX, 0)) };
-    /// The last n whose x^-(8n) [`mul_x_inv8n_cached`] multiplied by, as
-    /// a table: entry [k][v] is (v in a's nibble k) * x^-(8n).
-    static INV_TABLE: std::cell::RefCell<(u64, [[u32; 16]; 8])> =
-        const { std::cell::RefCell::new((u64::MAX, [[0; 16]; 8])) };
+    /// The tables of x^-(8n) for the two n [`mul_x_inv8n_cached`] used
+    /// last, and which of the two was used last.
+    static INV_TABLES: std::cell::RefCell<InvTables> = const {
+        std::cell::RefCell::new(InvTables {
+            n: [u64::MAX; 2],
+            table: [[[0; 16]; 8]; 2],
+            last: 0,
+        })
+    };
 }
 
-/// a * x^-(8n) mod P by eight table lookups, the table made once per n
-/// (per packet length) and kept per thread: the ID solver runs on every
+/// Two per-thread [`gf2::nibble_table`]s of x^-(8n), by n.
+struct InvTables {
+    n: [u64; 2],
+    table: [[[u32; 16]; 8]; 2],
+    last: usize,
+}
+
+/// a * x^-(8n) mod P by eight table lookups. The ID solver runs on every
 /// received IPv4 packet, and a bit-serial multiplication by its varying
-/// operand cost it 8% of a receiving engine's time at MTU 1024.
+/// operand cost it 8% of a receiving engine's time at MTU 1024. The
+/// tables of the last two n (packet lengths) are kept per thread: a
+/// thread that receives data and the ACKs of its own sends sees two
+/// lengths in turn, and one table rebuilt per packet would cost more than
+/// the multiplication it replaces.
 fn mul_x_inv8n_cached(a: u32, n: u64) -> u32 {
-    INV_TABLE.with(|c| {
+    INV_TABLES.with(|c| {
         let mut c = c.borrow_mut();
-        if c.0 != n {
-            let b = gf2::x_inv8n(n);
-            for (k, row) in c.1.iter_mut().enumerate() {
-                for (v, e) in row.iter_mut().enumerate() {
-                    *e = gf2::mul((v as u32) << (4 * k), b);
-                }
+        let i = match c.n.iter().position(|&m| m == n) {
+            Some(i) => i,
+            None => {
+                let i = 1 - c.last;
+                c.table[i] = gf2::nibble_table(gf2::x_inv8n(n));
+                c.n[i] = n;
+                i
             }
-            c.0 = n;
-        }
-        c.1.iter()
+        };
+        c.last = i;
+        c.table[i]
+            .iter()
             .enumerate()
             .fold(0, |p, (k, row)| p ^ row[((a >> (4 * k)) & 0xf) as usize])
     })
@@ -600,16 +617,26 @@ pub fn verify_unknown_ipv4_id_in_place(ctx: &IpContext, buf: &mut [u8]) -> Resul
 
 #[test]
 fn the_table_multiplies_as_mul_does() {
+    let ns = [0u64, 1, 7, 1024, 1058, 4130, 1 << 40];
     let mut a = 0x1234_5678u32;
-    for n in [0u64, 1, 7, 1024, 1058, 4130, 1 << 40] {
-        for _ in 0..50 {
-            a = a.wrapping_mul(0x9e37_79b9).rotate_left(7) ^ 0x5bd1_e995;
-            assert_eq!(
-                mul_x_inv8n_cached(a, n),
-                gf2::mul(a, gf2::x_inv8n(n)),
-                "a {a:#x} n {n}"
-            );
-        }
+    let mut check = |n: u64| {
+        a = a.wrapping_mul(0x9e37_79b9).rotate_left(7) ^ 0x5bd1_e995;
+        assert_eq!(
+            mul_x_inv8n_cached(a, n),
+            gf2::mul(a, gf2::x_inv8n(n)),
+            "a {a:#x} n {n}"
+        );
+    };
+    // One n at a time, two in turn (both kept), three in turn (each
+    // replacing the one used longest ago).
+    for &n in &ns {
+        (0..50).for_each(|_| check(n));
+    }
+    for w in ns.windows(2) {
+        (0..50).for_each(|i| check(w[i % 2]));
+    }
+    for w in ns.windows(3) {
+        (0..50).for_each(|i| check(w[i % 3]));
     }
 }
 
@@ -674,6 +701,35 @@ mod gf2 {
         t
     };
 
+    /// a * x mod P.
+    const fn times_x(b: u32) -> u32 {
+        if b & 1 != 0 {
+            (b >> 1) ^ POLY
+        } else {
+            b >> 1
+        }
+    }
+
+    /// The products a * b for every a with one nibble set: entry [k][v]
+    /// is b times the a whose bits 4k..4k+3 are v and whose other bits are
+    /// zero, so a * b is the XOR of one entry per row. Made from b's 32
+    /// multiples by powers of x (bit p of a is x^(31 - p)), a shift each.
+    pub fn nibble_table(b: u32) -> [[u32; 16]; 8] {
+        let mut by_bit = [0u32; 32];
+        let mut xb = b;
+        for d in 0..32 {
+            by_bit[31 - d] = xb;
+            xb = times_x(xb);
+        }
+        let mut t = [[0u32; 16]; 8];
+        for (k, row) in t.iter_mut().enumerate() {
+            for v in 1..16usize {
+                row[v] = row[v & (v - 1)] ^ by_bit[4 * k + v.trailing_zeros() as usize];
+            }
+        }
+        t
+    }
+
     /// a * b mod P.
     pub const fn mul(a: u32, mut b: u32) -> u32 {
         let mut m: u32 = 1 << 31;
@@ -689,7 +745,7 @@ mod gf2 {
             if m == 0 {
                 break;
             }
-            b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+            b = times_x(b);
         }
         p
     }
