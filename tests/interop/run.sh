@@ -639,7 +639,7 @@ cm_prog() {
         wait "$HOST_PID"
         echo "--- attempt 1: the guest's perftest could not calibrate its clock; run again"
         S_NOTE="run twice: the guest's perftest failed its clock calibration once"
-        cat "$S_DIR/client.out"
+        cat "$S_DIR/client.out" "$S_DIR/server.out"
         sleep 2
         continue
       fi
