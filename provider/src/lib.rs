@@ -12,6 +12,7 @@ pub mod device;
 pub mod diag;
 pub mod endpoint;
 pub mod engine;
+pub mod env;
 pub mod events;
 pub mod explain;
 pub mod memory;
