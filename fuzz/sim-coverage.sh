@@ -1,7 +1,7 @@
 #!/bin/bash
 # Line and region coverage of provider/src/transport (llvm-cov) by a
 # sim_case corpus and, for comparison, by `uroce fuzz`'s generator alone
-# for some seconds (fuzz/README.md, "Coverage guidance").
+# for some seconds (docs/src/fuzzing/cargo-fuzz.md, "Coverage guidance").
 #
 #   bash fuzz/sim-coverage.sh CORPUS_DIR [GENERATOR_SECONDS [GENERATOR_CASES]]
 #

@@ -54,9 +54,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
 passed=0
 failed=0
-# With UROCE_CHECK set (the verbs checker on: see the README's "Finding
-# your RDMA bug"), an entry whose output ($tmp/out*) holds a checker report
-# fails, unless the README names it as a mistake of the program
+# With UROCE_CHECK set (the verbs checker on: see the book's "Finding your
+# RDMA bug", docs/src/tools/check.md), an entry whose output ($tmp/out*)
+# holds a checker report fails, unless that page names it as a mistake of
+# the program
 # (known_reports=REGEX of the report lines allowed).
 pass() {
   if [ -n "${UROCE_CHECK:-}" ] &&

@@ -44,10 +44,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
-# With UROCE_CHECK set (the verbs checker on: see the README's "Finding
-# your RDMA bug"), an entry whose output ($tmp/out, and the files named in
-# check_also) holds a checker report fails, unless the README names it as a
-# mistake of the program (known_reports=REGEX of the report lines allowed).
+# With UROCE_CHECK set (the verbs checker on: see the book's "Finding your
+# RDMA bug", docs/src/tools/check.md), an entry whose output ($tmp/out, and
+# the files named in check_also) holds a checker report fails, unless that
+# page names it as a mistake of the program (known_reports=REGEX of the report lines allowed).
 pass() {
   if [ -n "${UROCE_CHECK:-}" ] &&
     cat "$tmp/out" ${check_also:-} 2>/dev/null | grep 'uroce check \[' | grep -qvE "${known_reports:-^$}"; then
@@ -141,7 +141,8 @@ unset UCX_TLS UCX_NET_DEVICES
 # listening id's (fixed upstream after 0.4.11, qperf commit 83bc16e "Use
 # the rdma_cm_id from CMINFO rather than from the event"); rd_close then
 # deregisters the region under the QP's last WR, still outstanding. The
-# README's "Finding your RDMA bug" names the report, the one allowed here.
+# book's "Finding your RDMA bug" (docs/src/tools/check.md) names the
+# report, the one allowed here.
 qperf_known='uroce check \[lifetime\]: ibv_dereg_mr of the region with lkey 0x[0-9a-f]+ while [0-9]+ send WR\(s\) outstanding on QP 0x[0-9a-f]+ use it'
 if have qperf; then
   qport=19450

@@ -63,7 +63,7 @@ lf "fi_pingpong verbs msg" -p verbs -e msg -I 200
 # pp_alloc_active_res sets the verbs dgram provider's 40-byte message
 # prefix: its receive WR (4096 + 40 bytes at rx_buf) reaches 40 bytes into
 # tx_buf, where it writes each message it sends, and a 4096-byte datagram
-# overwrites them (the README's "Finding your RDMA bug").
+# overwrites them (docs/src/tools/check.md, "Finding your RDMA bug").
 lf_dgram_known='uroce check \[buffer\]: the application wrote into the buffer of receive WR wr_id [0-9]+ on QP 0x[0-9a-f]+ \(4136 bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 4096 of the message\)'
 known_reports=$lf_dgram_known lf "fi_pingpong verbs dgram" -p verbs -e dgram -I 200
 lf "fi_pingpong verbs;ofi_rxm rdm" -p "verbs;ofi_rxm" -e rdm -I 200

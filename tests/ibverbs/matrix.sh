@@ -86,10 +86,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
-# With UROCE_CHECK set (the verbs checker on: see the README's "Finding
-# your RDMA bug"), an entry whose output holds a checker report fails,
-# unless it plants mistakes on purpose (may_report=1 pass ...) or the
-# report is a mistake of the program the README names (known_reports=REGEX
+# With UROCE_CHECK set (the verbs checker on: see the book's "Finding your
+# RDMA bug", docs/src/tools/check.md), an entry whose output holds a
+# checker report fails, unless it plants mistakes on purpose (may_report=1
+# pass ...) or the report is a mistake of the program that page names
+# (known_reports=REGEX
 # of the report lines allowed).
 pass() {
   if [ -n "${UROCE_CHECK:-}" ] && [ -z "${may_report:-}" ] &&
@@ -272,7 +273,7 @@ EOF
   # And its traffic() (tests/utils.py) posts the receive WRs into the MR
   # it then writes each message to send into (get_send_elements'
   # mem_write): the program's write into a posted receive buffer, which
-  # the peer's message overwrites (see the README).
+  # the peer's message overwrites (see docs/src/tools/check.md).
   pyverbs_known='^pyverbs suite: uroce check \[(post\]: (send WR wr_id 0 on QP 0x[0-9a-f]+, SGE 8 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ names no registered region|receive WR wr_id 0 on QP 0x[0-9a-f]+, SGE 1024 bytes at 0x[0-9a-f]+: lkey 0x[0-9a-f]+ is a region of another protection domain)|buffer\]: the application wrote into the buffer of receive WR wr_id 0 on QP 0x[0-9a-f]+ \([0-9]+ bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 0 of the message\))'
   if pyverbs_suite >"$tmp/out" 2>&1; then
     known_reports=$pyverbs_known pass "pyverbs suite (rdma-core v44)" "$(head -1 "$tmp/out" | sed 's/^pyverbs suite: //')"
@@ -325,12 +326,12 @@ pair() {
 pp='iters in'
 # ibv_srq_pingpong leaves the loop once its counts of all QPs' sends and
 # receives reach -n, while SENDs it posted on other QPs are in flight, and
-# destroys those QPs (the README's "Finding your RDMA bug").
+# destroys those QPs (docs/src/tools/check.md, "Finding your RDMA bug").
 srq_known='^uroce check \[lifetime\]: QP 0x[0-9a-f]+ destroyed with 1 send WR\(s\) outstanding \(oldest: SEND wr_id 2\)'
 # With -c the client writes its check pattern into the buffer its posted
 # receive WRs own (rc_pingpong.c: pp_post_recv, then ctx->buf[i] = ... before
 # the first pp_post_send), which the server's message then overwrites; uroce's
-# ping-pong commands do as rdma-core's (the README's "Finding your RDMA bug").
+# ping-pong commands do as rdma-core's (docs/src/tools/check.md).
 srq_known="$srq_known|"'uroce check \[buffer\]: the application wrote into the buffer of receive WR wr_id 1 on QP 0x[0-9a-f]+ \([0-9]+ bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 0 of the message\)'
 for t in rc uc ud srq; do
   known_reports=$srq_known pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c

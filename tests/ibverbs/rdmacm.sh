@@ -204,7 +204,7 @@ fi
 # perftest's rdma_cm exchange (perftest_communication.c) copies its keys
 # into the buffer whose receive WR (SYNC_SPEC_ID, 5) is posted, then sends
 # them from there (rdma_write_keys' memcpy into rdma_ctx->buf[0]); the
-# peer's keys overwrite them (the README's "Finding your RDMA bug").
+# peer's keys overwrite them (docs/src/tools/check.md, "Finding your RDMA bug").
 perftest_known='uroce check \[buffer\]: the application wrote into the buffer of receive WR wr_id 5 on QP 0x[0-9a-f]+ \(56 bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 0 of the message\)'
 known_reports=$perftest_known cm_pair "ib_send_bw -R" "$bw" \
   ib_send_bw -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_send_bw -R -x 0 -d cli -p 7471 -n 100 {S}

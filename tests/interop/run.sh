@@ -443,7 +443,7 @@ NETEM=${UROCE_INTEROP_NETEM:-"loss 2% delay 1ms reorder 10%"}
 # nothing answers the DREQ's resends (the kernel's CM outlives its
 # programs), and the peer waits out every retry (rxe: 15 x 6.4 s) before
 # it reports DISCONNECTED. Only uroce's DREPs are spared (on ifb0); the
-# README lists this under connection management.
+# book lists this under connection management (docs/src/cm.md).
 lossy_qdisc() { # DEV [spare-dreps]
   local drep=""
   [ -n "${2:-}" ] && drep="tc filter replace dev $1 parent 1: prio 2 protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff match u8 0x07 0xff at 49 match u16 0x0016 0xffff at 64 flowid 1:2 &&"
@@ -898,7 +898,7 @@ fuzz_rxe() {
     sed 's/^/     | /' "$d/attack-$qp.log"
   done
   # UD and UC first, RC last: a case may crash the guest's kernel (see
-  # the README's "uroce fuzz" section), which ends the runs. The crashes
+  # docs/src/found.md), which ends the runs. The crashes
   # already recorded under fuzz/cases/ are left out (--skip-known-crashes;
   # FUZZ_REPLAY=fuzz/cases/... replays them).
   local runs=${FUZZ_QPS-ud uc rc} crashed=""

@@ -2,8 +2,8 @@
 //!
 //! A stateful RoCEv2 fuzzer: the engine behind `uroce fuzz`; and the
 //! stateful pair harness of the cargo-fuzz targets ([`pair`]). A crate of
-//! its own so that none of it (nor serde) is in uroce's device library:
-//! it uses uroce-provider's public API and its testing face
+//! its own so that none of it is in uroce's device library: it uses
+//! uroce-provider's public API and its testing face
 //! (`uroce_provider::testing`, feature `testing`) only.
 //!
 //! The fuzzer plays the peer of a [`Target`]: any RoCEv2 endpoint it can

@@ -1,6 +1,6 @@
 //! The cases committed under fuzz/cases/ (reproducers of what the fuzzer
-//! found in other stacks) still load and mean what their README entry
-//! says, on uroce's own QP machines.
+//! found in other stacks) still load and mean what their entry in the book
+//! (docs/src/found.md) says, on uroce's own QP machines.
 
 use std::path::PathBuf;
 use uroce_fuzz::diff::answer_kind;

@@ -1,6 +1,9 @@
 //! The rest of librdmacm: devices, event names, address information,
-//! endpoints (`rdma_create_ep`), and what uroce does not do: multicast,
-//! ECE (answered as on a device without it) and rsockets.
+//! endpoints (`rdma_create_ep`), multicast (`rdma_join_multicast`,
+//! `rdma_join_multicast_ex`, `rdma_leave_multicast`: IPv4 groups, as the
+//! kernel's CMA joins them on RoCE; IPv6 groups are EOPNOTSUPP), and ECE,
+//! answered as on a device without it. The rsocket calls are in
+//! `rsocket.rs`.
 
 use super::ffi::*;
 use super::{complete, create_id, destroy_id, errno, id, ps_of, sockaddr_from_c};

@@ -1,13 +1,17 @@
 //! librdmacm's rsocket calls (`rdma/rsocket.h`) on
 //! [`uroce_verbs::rsocket::RSocket`], so rdmacm-utils' `rstream` and
 //! Debian's `librspreload.so` (which moves an unmodified TCP program onto
-//! rsockets) run on uroce. A socket's number is its CM channel's
+//! rsockets) run on uroce. A stream socket's number is its CM channel's
 //! descriptor, as in librdmacm: unique while the socket lives, and
 //! readable when a connection request waits on a listening socket.
 //!
-//! Stream sockets only: `rsocket(.., SOCK_DGRAM, ..)` fails with
-//! EOPNOTSUPP. `riomap`/`riowrite` work once the peer offers an iomap
-//! (`RDMA_IOMAPSIZE`; 0 by default, as rsocket.c's).
+//! Datagram sockets too: `rsocket(.., SOCK_DGRAM, ..)` makes a datagram
+//! rsocket (`DSocket`, rsocket.c's `ds_*`: a UDP socket and a UD QP per
+//! local address it sends from), whose number is its UDP socket's
+//! descriptor; rdmacm-utils' `udpong` runs on it. Other socket types and
+//! address families fail with EOPNOTSUPP. `riomap`/`riowrite` work once
+//! the peer offers an iomap (`RDMA_IOMAPSIZE`; 0 by default, as
+//! rsocket.c's).
 
 use super::sockaddr_from_c;
 use crate::{guard, set_errno};
