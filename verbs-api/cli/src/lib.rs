@@ -2,8 +2,9 @@
 //!
 //! The programs behind the `uroce` command's subcommands, built on the
 //! verbs library ([`uroce_verbs`]) and the wire format ([`uroce_wire`]).
-//! They live in this library so that tests can call them;
-//! `src/bin/uroce.rs` only parses the command line and dispatches here.
+//! They live in this library so that tests can call them; the command
+//! line itself is [`args`] (so that man pages can be made from it), and
+//! `src/bin/uroce.rs` only parses it and dispatches here.
 //!
 //! | subcommand | module |
 //! |---|---|
@@ -19,6 +20,7 @@
 //! | `libdir`, `exec` | [`libdir`], [`sysfs`] (the sysfs view `exec` gives) |
 #![warn(missing_docs)]
 
+pub mod args;
 pub mod cm_echo;
 pub mod decode;
 pub mod demo;
