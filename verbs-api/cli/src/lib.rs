@@ -17,7 +17,7 @@
 //! | `sample-pcap` | [`sample`] |
 //! | `trace-merge` | [`trace_merge`] |
 //! | `stat` | [`stat`] (the source: [`uroce_verbs::provider::stat`]) |
-//! | `libdir`, `exec` | [`libdir`], [`sysfs`] (the sysfs view `exec` gives) |
+//! | `libdir`, `exec` | [`libdir`], [`sysfs_tree`] (the tree of sysfs files `exec` gives) |
 #![warn(missing_docs)]
 
 pub mod args;
@@ -30,5 +30,5 @@ pub mod pingpong;
 pub mod sample;
 pub mod stat;
 pub mod stress;
-pub mod sysfs;
+pub mod sysfs_tree;
 pub mod trace_merge;
