@@ -114,32 +114,7 @@ pub enum Cmd {
     /// verified: run the server first, then the client with the server's
     /// address.
     #[command(name = "rc-stress")]
-    RcStress {
-        /// Server to connect to (no host: be the server).
-        server: Option<String>,
-        /// TCP port of the exchange.
-        #[arg(short = 'p', long, default_value_t = 18516)]
-        port: u16,
-        /// Device (default: the first configured).
-        #[arg(short = 'd', long = "ib-dev")]
-        ib_dev: Option<String>,
-        /// Messages to send (client).
-        #[arg(short = 'n', long, default_value_t = 10000)]
-        messages: u64,
-        /// Seed of the operation mix (client).
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Path MTU.
-        #[arg(short = 'm', long, default_value_t = 1024)]
-        mtu: u32,
-        /// Local ACK timeout exponent (4.096 us x 2^t).
-        #[arg(short = 't', long, default_value_t = 14)]
-        timeout: u8,
-        /// Client: also RDMA ATOMIC WRITE and FLUSH (IBA 1.5; kernel rxe
-        /// has them from Linux 6.2).
-        #[arg(long)]
-        ext: bool,
-    },
+    RcStress(StressArgs),
     /// rdma-core's ibv_rc_pingpong on uroce: same options, exchange and output.
     #[command(name = "rc-pingpong")]
     RcPingpong(RcPingPongArgs),
@@ -234,6 +209,51 @@ pub struct PingPongArgs {
     /// Validate the received buffer.
     #[arg(short = 'c', long)]
     pub chk: bool,
+}
+
+/// `uroce rc-stress`'s options.
+#[derive(clap::Args)]
+pub struct StressArgs {
+    /// Server to connect to (no host: be the server).
+    pub server: Option<String>,
+    /// TCP port of the exchange.
+    #[arg(short = 'p', long, default_value_t = 18516)]
+    pub port: u16,
+    /// Device (default: the first configured).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Messages to send (client).
+    #[arg(short = 'n', long, default_value_t = 10000)]
+    pub messages: u64,
+    /// Seed of the operation mix (client).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Path MTU.
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    pub mtu: u32,
+    /// Local ACK timeout exponent (4.096 us x 2^t).
+    #[arg(short = 't', long, default_value_t = 14)]
+    pub timeout: u8,
+    /// Client: also RDMA ATOMIC WRITE and FLUSH (IBA 1.5; kernel rxe
+    /// has them from Linux 6.2).
+    #[arg(long)]
+    pub ext: bool,
+}
+
+impl StressArgs {
+    /// The options [`crate::stress`] runs with.
+    pub fn options(self) -> crate::stress::StressOptions {
+        crate::stress::StressOptions {
+            server: self.server,
+            port: self.port,
+            ib_dev: self.ib_dev,
+            messages: self.messages,
+            seed: self.seed,
+            mtu: self.mtu,
+            timeout: self.timeout,
+            ext: self.ext,
+        }
+    }
 }
 
 /// ibv_rc_pingpong's options.

@@ -12,13 +12,18 @@ crate::symbol_versions! {
     "IBVERBS_PRIVATE_34": [ibv_wr_opcode_str]
 }
 
-fn pick(table: &[&'static CStr], i: c_int) -> *const c_char {
+/// Entry `i` of a table of names, `unknown` for a value outside it.
+pub(crate) fn name_in(table: &[&'static CStr], i: c_int, unknown: &'static CStr) -> *const c_char {
     usize::try_from(i)
         .ok()
         .and_then(|i| table.get(i))
         .copied()
-        .unwrap_or(c"unknown")
+        .unwrap_or(unknown)
         .as_ptr()
+}
+
+fn pick(table: &[&'static CStr], i: c_int) -> *const c_char {
+    name_in(table, i, c"unknown")
 }
 
 /// The words of rdma-core's `ibv_wc_status_str` (uroce's `WcStatus`

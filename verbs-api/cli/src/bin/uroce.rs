@@ -54,25 +54,7 @@ fn main() -> ExitCode {
             verify,
         } => cm_echo(server, port, bind, verify),
         Cmd::SamplePcap { file, ipv4, ipv6 } => uroce_cli::sample::run(&file, ipv4, ipv6),
-        Cmd::RcStress {
-            server,
-            port,
-            ib_dev,
-            messages,
-            seed,
-            mtu,
-            timeout,
-            ext,
-        } => rc_stress(uroce_cli::stress::StressOptions {
-            server,
-            port,
-            ib_dev,
-            messages,
-            seed,
-            mtu,
-            timeout,
-            ext,
-        }),
+        Cmd::RcStress(a) => rc_stress(a.options()),
         Cmd::Exec { cmd } => {
             let e = uroce_cli::libdir::exec(&cmd);
             eprintln!("uroce exec: {e}");

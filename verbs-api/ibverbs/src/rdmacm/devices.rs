@@ -77,10 +77,5 @@ extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
         c"RDMA_CM_EVENT_ADDR_CHANGE",
         c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
     ];
-    usize::try_from(event)
-        .ok()
-        .and_then(|i| T.get(i))
-        .copied()
-        .unwrap_or(c"UNKNOWN EVENT")
-        .as_ptr()
+    crate::enums::name_in(T, event, c"UNKNOWN EVENT")
 }
