@@ -57,7 +57,7 @@ pub use crate::cm::Nanos;
 pub use crate::endpoint::{
     McastError, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH, MULTICAST_QPN,
 };
-pub use crate::engine::device::{
+pub use crate::engine::config::{
     active_mtu, devices_from_env, interface_index, interface_mtu, interface_of, parse_devices,
     ConfigError, DeviceConfig, DEVICES_ENV,
 };

@@ -12,7 +12,7 @@
 //! two processes on a 2-core machine do not starve each other.
 
 pub mod capture;
-pub mod device;
+pub mod config;
 pub(crate) mod socket;
 
 use crate::counters::Counters;
@@ -36,7 +36,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use uroce_wire::icrc::{Ipv4IdShift, HEADROOM};
 
-pub use device::DeviceConfig;
+pub use config::DeviceConfig;
 // The engine's socket set-up, for other programs that send RoCEv2 as
 // the engine does (uroce-fuzz's live target): a DF socket whose IPv4
 // header is the one uroce computes its ICRCs for, and its buffers grown.

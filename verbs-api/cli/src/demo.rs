@@ -131,6 +131,25 @@ pub struct DemoReport {
 
 /// Runs the demo.
 pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
+    let (a, b) = connect(opts)?;
+    let mut rows = ping_pong(&a, &b, opts.iters)?;
+    rows.extend(bulk(&a, &b, opts)?);
+    rows.extend(atomics(&a, &b, opts.iters)?);
+    if opts.pcap.is_some() {
+        a.ctx.stop_capture()?;
+    }
+    Ok(DemoReport {
+        rows,
+        counters: [
+            ("uroce0".into(), a.ctx.counters()),
+            ("uroce1".into(), b.ctx.counters()),
+        ],
+    })
+}
+
+/// The two ends (uroce0 capturing if asked), their QPs connected at the
+/// smaller of the two ports' MTUs.
+fn connect(opts: &DemoOptions) -> Result<(End, End)> {
     let a = open(opts.addrs.0, "uroce0")?;
     let b = open(opts.addrs.1, "uroce1")?;
     if let Some(p) = &opts.pcap {
@@ -151,15 +170,18 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
     };
     connect_rc(&a.qp, opts.addrs.1, b.qp.qp_num(), pa, pb, p)?;
     connect_rc(&b.qp, opts.addrs.0, a.qp.qp_num(), pb, pa, p)?;
-    let mut rows = Vec::new();
+    Ok((a, b))
+}
 
-    // SEND/RECV ping-pong at 2 bytes and 4 KiB.
+/// SEND/RECV ping-pong at 2 bytes and 4 KiB, each ping's data checked.
+fn ping_pong(a: &End, b: &End, iters: u32) -> Result<Vec<DemoRow>> {
+    let mut rows = Vec::new();
     for size in [2usize, 4096] {
         let ma = a.pd.alloc_mr(size, ALL)?;
         let mb = b.pd.alloc_mr(size, ALL)?;
         let mut ok = true;
         let start = Instant::now();
-        for i in 0..opts.iters {
+        for i in 0..iters {
             let data = pattern(size, i as u8);
             ma.write(0, &data)
                 .map_err(|e| Error::Invalid(e.to_string()))?;
@@ -188,8 +210,8 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
         rows.push(DemoRow {
             op: "SEND/RECV ping-pong",
             size,
-            count: opts.iters as u64,
-            latency_us: Some(el.as_secs_f64() * 1e6 / opts.iters as f64 / 2.0),
+            count: iters as u64,
+            latency_us: Some(el.as_secs_f64() * 1e6 / iters as f64 / 2.0),
             mbytes_per_s: None,
             verified: ok,
         });
@@ -197,8 +219,12 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
         while a.cq.poll_one().is_some() {}
         while b.cq.poll_one().is_some() {}
     }
+    Ok(rows)
+}
 
-    // RDMA WRITE and READ throughput.
+/// RDMA WRITE and READ throughput, 16 in flight; the region written and
+/// the one read back are checked at the end.
+fn bulk(a: &End, b: &End, opts: &DemoOptions) -> Result<Vec<DemoRow>> {
     let size = opts.msg_size.max(1);
     let count = (opts.bulk_bytes / size).max(1);
     let src = a.pd.alloc_mr(size, ALL)?;
@@ -207,6 +233,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
     let data = pattern(size, 99);
     src.write(0, &data)
         .map_err(|e| Error::Invalid(e.to_string()))?;
+    let mut rows = Vec::new();
     for (op, name, local) in [
         (WrOpcode::RdmaWrite, "RDMA WRITE", &src),
         (WrOpcode::RdmaRead, "RDMA READ", &back),
@@ -226,16 +253,15 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
             done += expect(&a.cq, 1, name)?.len();
         }
         let el = start.elapsed();
-        let verified = if op == WrOpcode::RdmaWrite {
-            remote
-                .to_vec(0, size)
-                .map_err(|e| Error::Invalid(e.to_string()))?
-                == data
+        let landed = if op == WrOpcode::RdmaWrite {
+            &remote
         } else {
-            back.to_vec(0, size)
-                .map_err(|e| Error::Invalid(e.to_string()))?
-                == data
+            &back
         };
+        let verified = landed
+            .to_vec(0, size)
+            .map_err(|e| Error::Invalid(e.to_string()))?
+            == data;
         rows.push(DemoRow {
             op: name,
             size,
@@ -245,19 +271,23 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
             verified,
         });
     }
+    Ok(rows)
+}
 
-    // Atomics: fetch-add then compare-swap, checked against a local model.
+/// Fetch-add then compare-swap, each checked against a local model.
+fn atomics(a: &End, b: &End, iters: u32) -> Result<Vec<DemoRow>> {
     let word = b.pd.alloc_mr(8, ALL)?;
     let res = a.pd.alloc_mr(8, ALL)?;
     let w = word
         .atomic_u64(0)
         .map_err(|e| Error::Invalid(e.to_string()))?;
     w.store(0, Ordering::SeqCst);
+    let mut rows = Vec::new();
     for (op, name) in [
         (WrOpcode::AtomicFetchAndAdd, "ATOMIC FETCH_AND_ADD"),
         (WrOpcode::AtomicCmpAndSwp, "ATOMIC CMP_AND_SWP"),
     ] {
-        let n = opts.iters as u64;
+        let n = iters as u64;
         let mut ok = true;
         let start = Instant::now();
         for i in 0..n {
@@ -294,16 +324,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
             verified: ok,
         });
     }
-    if opts.pcap.is_some() {
-        a.ctx.stop_capture()?;
-    }
-    Ok(DemoReport {
-        rows,
-        counters: [
-            ("uroce0".into(), a.ctx.counters()),
-            ("uroce1".into(), b.ctx.counters()),
-        ],
-    })
+    Ok(rows)
 }
 
 /// The counters of both devices side by side.

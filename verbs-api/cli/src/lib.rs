@@ -2,8 +2,9 @@
 //!
 //! The programs behind the `uroce` command's subcommands, built on the
 //! verbs library ([`uroce_verbs`]) and the wire format ([`uroce_wire`]).
-//! They live in this library so that tests can call them;
-//! `src/bin/uroce.rs` only parses the command line and dispatches here.
+//! They live in this library so that tests can call them; the command
+//! line itself is [`args`] (so that man pages can be made from it), and
+//! `src/bin/uroce.rs` only parses it and dispatches here.
 //!
 //! | subcommand | module |
 //! |---|---|
@@ -16,9 +17,10 @@
 //! | `sample-pcap` | [`sample`] |
 //! | `trace-merge` | [`trace_merge`] |
 //! | `stat` | [`stat`] (the source: [`uroce_verbs::provider::stat`]) |
-//! | `libdir`, `exec` | [`libdir`], [`sysfs`] (the sysfs view `exec` gives) |
+//! | `libdir`, `exec` | [`libdir`], [`sysfs_tree`] (the tree of sysfs files `exec` gives) |
 #![warn(missing_docs)]
 
+pub mod args;
 pub mod cm_echo;
 pub mod decode;
 pub mod demo;
@@ -28,5 +30,5 @@ pub mod pingpong;
 pub mod sample;
 pub mod stat;
 pub mod stress;
-pub mod sysfs;
+pub mod sysfs_tree;
 pub mod trace_merge;

@@ -10,7 +10,7 @@
 //! `uroce exec` runs a program with that directory on `LD_LIBRARY_PATH`
 //! and `liburoce_preload.so` (package `uroce-preload`, linked into the
 //! same directory) on `LD_PRELOAD`, with the devices' sysfs view
-//! ([`crate::sysfs`]) named in `UROCE_SYSFS`.
+//! ([`crate::sysfs_tree`]) named in `UROCE_SYSFS`.
 
 use std::path::{Path, PathBuf};
 
@@ -85,9 +85,9 @@ pub fn exec(cmd: &[std::ffi::OsString]) -> String {
         .env("LD_PRELOAD", join("LD_PRELOAD", &preload, " "));
     // The sysfs view: without it the program runs on, as on a machine
     // whose sysfs has no RDMA devices.
-    match crate::sysfs::prepare() {
+    match crate::sysfs_tree::prepare() {
         Ok(root) => {
-            cmd.env(crate::sysfs::ENV, root);
+            cmd.env(crate::sysfs_tree::ENV, root);
         }
         Err(e) => eprintln!("uroce exec: no sysfs view of the devices: {e}"),
     }

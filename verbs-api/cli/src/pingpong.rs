@@ -212,120 +212,183 @@ fn fail(msg: impl Into<String>) -> Error {
 
 /// Runs one side; prints the tool's lines to stdout.
 pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
-    let kind = o.kind;
-    let nqp = if kind == Kind::Srq { o.num_qp } else { 1 };
-    if nqp == 0 || nqp > SRQ_MAX_QP {
-        return Err(fail(format!("num_qp {nqp}: must be 1..={SRQ_MAX_QP}")));
+    let side = Side::open(o)?;
+    let routs = side.post_recvs(o.rx_depth);
+    if routs < o.rx_depth {
+        return Err(fail(format!("Couldn't post receive ({routs})")));
     }
-    let dev = match &o.ib_dev {
-        Some(name) => {
-            Device::by_name(name).map_err(|_| fail(format!("IB device {name} not found")))?
+    if o.events {
+        side.cq
+            .req_notify(false)
+            .map_err(|_| fail("Couldn't request CQ notification"))?;
+    }
+    let (rem, ah) = side.exchange(o)?;
+    let sends = side.sends(o, &rem, ah.as_ref());
+    if o.server.is_some() {
+        if o.chk {
+            for i in (0..o.size).step_by(PAGE) {
+                side.mr
+                    .write(side.off + i, &[0])
+                    .map_err(|e| fail(e.to_string()))?;
+            }
         }
-        None => devices()?
-            .into_iter()
-            .next()
-            .ok_or_else(|| fail("No IB devices found"))?,
-    };
-    let mtu = Mtu::from_bytes(o.mtu).ok_or_else(|| fail(format!("invalid MTU {}", o.mtu)))?;
-    if o.ib_port != 1 {
-        return Err(fail(format!(
-            "port {}: the device has one port, 1",
-            o.ib_port
-        )));
+        for (i, send) in sends.iter().enumerate() {
+            side.post_send(i, send)?;
+        }
     }
-    let ctx = dev
-        .open()
-        .map_err(|e| fail(format!("Couldn't get context for {}: {e}", dev.name())))?;
-    let port = ctx.query_port(o.ib_port)?;
-    if kind == Kind::Ud && o.size > port.active_mtu.bytes() as usize {
-        return Err(fail(format!(
-            "Requested size larger than port MTU ({})",
-            port.active_mtu.bytes()
-        )));
-    }
-    let channel = if o.events {
-        Some(
-            ctx.create_comp_channel()
-                .map_err(|e| fail(format!("Couldn't create completion channel: {e}")))?,
-        )
+    let start = Instant::now();
+    let cq_events = side.ping_pong(o, &sends, routs)?;
+    let elapsed = start.elapsed();
+    let bytes = o.size as u64 * o.iters as u64 * 2;
+    print_rates(bytes, o.iters, elapsed);
+    let invalid_pages = if o.server.is_none() && o.chk {
+        side.invalid_pages(o.size)?
     } else {
-        None
+        0
     };
-    let pd = ctx.alloc_pd()?;
-    let off = kind.offset();
-    let buf_len = o.size + off;
-    let mr = pd.alloc_mr(buf_len.max(1), Access::LOCAL_WRITE)?;
-    mr.write(0, &vec![kind.fill(); buf_len])
-        .map_err(|e| fail(e.to_string()))?;
-    let cq = ctx
-        .create_cq_with(o.rx_depth + nqp, 0, channel.as_ref())
-        .map_err(|e| fail(format!("Couldn't create CQ: {e}")))?;
-    let srq = if kind == Kind::Srq {
-        Some(
-            pd.create_srq(&SrqAttr {
-                max_wr: o.rx_depth,
-                max_sge: 1,
-                srq_limit: 0,
-            })
-            .map_err(|e| fail(format!("Couldn't create SRQ: {e}")))?,
-        )
-    } else {
-        None
-    };
-    let mut qps = Vec::with_capacity(nqp as usize);
-    for _ in 0..nqp {
-        let qp = pd
-            .create_qp(&QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                cap: QpCap {
-                    max_send_wr: 1,
-                    max_recv_wr: if srq.is_some() { 0 } else { o.rx_depth },
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                qp_type: kind.qp_type(),
-                sq_sig_all: false,
-                srq: srq.as_ref(),
-            })
-            .map_err(|e| fail(format!("Couldn't create QP: {e}")))?;
-        let (init, last) = match kind {
-            Kind::Ud => (
-                QpAttr {
-                    qp_state: QpState::Init,
-                    port_num: o.ib_port,
-                    qkey: UD_QKEY,
-                    ..QpAttr::default()
-                },
-                AttrMask::QKEY,
-            ),
-            _ => (
-                QpAttr {
-                    qp_state: QpState::Init,
-                    port_num: o.ib_port,
-                    ..QpAttr::default()
-                },
-                AttrMask::ACCESS_FLAGS,
-            ),
+    side.cq.ack_events(cq_events);
+    Ok(PingPongResult {
+        bytes,
+        elapsed,
+        invalid_pages,
+        cq_events,
+    })
+}
+
+/// The tools' two result lines.
+fn print_rates(bytes: u64, iters: u32, elapsed: Duration) {
+    let usec = elapsed.as_secs_f64() * 1e6;
+    println!(
+        "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        bytes,
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        iters,
+        usec / 1e6,
+        usec / iters as f64
+    );
+}
+
+/// One side's verbs objects, as the options make them. The fields are in
+/// the order they are dropped: the QPs before the SRQ, CQ and region
+/// their WRs name, the context last.
+struct Side {
+    qps: Vec<QueuePair>,
+    srq: Option<SharedReceiveQueue>,
+    cq: CompletionQueue,
+    mr: MemoryRegion,
+    pd: ProtectionDomain,
+    channel: Option<CompChannel>,
+    port: PortAttr,
+    ctx: Context,
+    dev: Device,
+    kind: Kind,
+    mtu: Mtu,
+    /// Bytes in front of the message in the buffer ([`Kind::offset`]).
+    off: usize,
+    /// The receive every slot is posted with: the whole buffer.
+    recv_wr: RecvWr,
+}
+
+impl Side {
+    /// The device, its context, and the buffer, CQ (with its completion
+    /// channel under `-e`), SRQ and QPs (in INIT), as the tools make them,
+    /// each failure with the tool's words.
+    fn open(o: &PingPongOptions) -> Result<Side> {
+        let kind = o.kind;
+        let nqp = if kind == Kind::Srq { o.num_qp } else { 1 };
+        if nqp == 0 || nqp > SRQ_MAX_QP {
+            return Err(fail(format!("num_qp {nqp}: must be 1..={SRQ_MAX_QP}")));
+        }
+        let dev = match &o.ib_dev {
+            Some(name) => {
+                Device::by_name(name).map_err(|_| fail(format!("IB device {name} not found")))?
+            }
+            None => devices()?
+                .into_iter()
+                .next()
+                .ok_or_else(|| fail("No IB devices found"))?,
         };
-        qp.modify(
-            &init,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | last,
-        )
-        .map_err(|e| fail(format!("Failed to modify QP to INIT: {e}")))?;
-        qps.push(qp);
+        let mtu = Mtu::from_bytes(o.mtu).ok_or_else(|| fail(format!("invalid MTU {}", o.mtu)))?;
+        if o.ib_port != 1 {
+            return Err(fail(format!(
+                "port {}: the device has one port, 1",
+                o.ib_port
+            )));
+        }
+        let ctx = dev
+            .open()
+            .map_err(|e| fail(format!("Couldn't get context for {}: {e}", dev.name())))?;
+        let port = ctx.query_port(o.ib_port)?;
+        if kind == Kind::Ud && o.size > port.active_mtu.bytes() as usize {
+            return Err(fail(format!(
+                "Requested size larger than port MTU ({})",
+                port.active_mtu.bytes()
+            )));
+        }
+        let channel = if o.events {
+            Some(
+                ctx.create_comp_channel()
+                    .map_err(|e| fail(format!("Couldn't create completion channel: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let pd = ctx.alloc_pd()?;
+        let off = kind.offset();
+        let buf_len = o.size + off;
+        let mr = pd.alloc_mr(buf_len.max(1), Access::LOCAL_WRITE)?;
+        mr.write(0, &vec![kind.fill(); buf_len])
+            .map_err(|e| fail(e.to_string()))?;
+        let cq = ctx
+            .create_cq_with(o.rx_depth + nqp, 0, channel.as_ref())
+            .map_err(|e| fail(format!("Couldn't create CQ: {e}")))?;
+        let srq = if kind == Kind::Srq {
+            Some(
+                pd.create_srq(&SrqAttr {
+                    max_wr: o.rx_depth,
+                    max_sge: 1,
+                    srq_limit: 0,
+                })
+                .map_err(|e| fail(format!("Couldn't create SRQ: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let qps = (0..nqp)
+            .map(|_| init_qp(o, &pd, &cq, srq.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let recv_wr = RecvWr {
+            wr_id: RECV_WRID,
+            sg_list: [mr.sge(0, buf_len as u32)].into_iter().collect(),
+        };
+        Ok(Side {
+            qps,
+            srq,
+            cq,
+            mr,
+            pd,
+            channel,
+            port,
+            ctx,
+            dev,
+            kind,
+            mtu,
+            off,
+            recv_wr,
+        })
     }
-    let recv_wr = RecvWr {
-        wr_id: RECV_WRID,
-        sg_list: [mr.sge(0, buf_len as u32)].into_iter().collect(),
-    };
-    let post_recvs = |n: u32| -> u32 {
+
+    /// Posts up to `n` receives (to the SRQ, else the QP); how many went.
+    fn post_recvs(&self, n: u32) -> u32 {
         let mut i = 0;
         while i < n {
-            let posted = match &srq {
-                Some(srq) => srq.post_recv(std::slice::from_ref(&recv_wr)),
-                None => qps[0].post_recv(std::slice::from_ref(&recv_wr)),
+            let posted = match &self.srq {
+                Some(srq) => srq.post_recv(std::slice::from_ref(&self.recv_wr)),
+                None => self.qps[0].post_recv(std::slice::from_ref(&self.recv_wr)),
             };
             if posted.is_err() {
                 break;
@@ -333,63 +396,95 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
             i += 1;
         }
         i
-    };
-    let mut routs = post_recvs(o.rx_depth);
-    if routs < o.rx_depth {
-        return Err(fail(format!("Couldn't post receive ({routs})")));
-    }
-    if o.events {
-        cq.req_notify(false)
-            .map_err(|_| fail("Couldn't request CQ notification"))?;
-    }
-    let gid = match o.gid_idx {
-        Some(i) => {
-            ctx.query_gid(o.ib_port, i)
-                .map_err(|_| fail(format!("Could not get local gid for gid index {i}")))?
-                .gid
-        }
-        None => [0u8; 16],
-    };
-    let me: Vec<Dest> = qps
-        .iter()
-        .map(|qp| Dest {
-            lid: port.lid,
-            qpn: qp.qp_num(),
-            psn: uroce_provider::wire::Psn::random().value(),
-            gid,
-        })
-        .collect();
-    // ibv_ud_pingpong prints "PSN 0x...: GID" (sic).
-    let sep = if kind == Kind::Ud { ":" } else { "," };
-    for d in &me {
-        println!(
-            "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {}",
-            d.lid,
-            d.qpn,
-            d.psn,
-            d.gid_string()
-        );
-    }
-    // SRQ exchanges all 256 slots, the unused ones zero.
-    let mut slots = me.clone();
-    if kind == Kind::Srq {
-        slots.resize(SRQ_MAX_QP as usize, Dest::default());
     }
 
-    let mut ah: Option<AddressHandle> = None;
-    // rc_pingpong's values: one READ/atomic outstanding, timeout 14,
-    // retries 7 (RC); UC and UD take what they have of them.
-    let opts = ConnectOptions {
-        path_mtu: Some(mtu),
-        max_rd_atomic: 1,
-        max_dest_rd_atomic: 1,
-        ..ConnectOptions::default()
-    };
-    let mut connect = |rem: &[Dest], peer: IpAddr| -> Result<()> {
-        if rem.len() < qps.len() {
+    /// The exchange: prints the local addresses, trades them for the
+    /// peer's over TCP (the server connects its QPs in between), prints
+    /// the remote ones and connects the client's QPs. Returns the remote
+    /// addresses and, for UD, the address handle of the peer.
+    fn exchange(&self, o: &PingPongOptions) -> Result<(Vec<Dest>, Option<AddressHandle>)> {
+        let kind = self.kind;
+        let gid = match o.gid_idx {
+            Some(i) => {
+                self.ctx
+                    .query_gid(o.ib_port, i)
+                    .map_err(|_| fail(format!("Could not get local gid for gid index {i}")))?
+                    .gid
+            }
+            None => [0u8; 16],
+        };
+        let me: Vec<Dest> = self
+            .qps
+            .iter()
+            .map(|qp| Dest {
+                lid: self.port.lid,
+                qpn: qp.qp_num(),
+                psn: uroce_provider::wire::Psn::random().value(),
+                gid,
+            })
+            .collect();
+        // ibv_ud_pingpong prints "PSN 0x...: GID" (sic).
+        let sep = if kind == Kind::Ud { ":" } else { "," };
+        for d in &me {
+            println!(
+                "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {}",
+                d.lid,
+                d.qpn,
+                d.psn,
+                d.gid_string()
+            );
+        }
+        // SRQ exchanges all 256 slots, the unused ones zero.
+        let mut slots = me.clone();
+        if kind == Kind::Srq {
+            slots.resize(SRQ_MAX_QP as usize, Dest::default());
+        }
+        let mut ah: Option<AddressHandle> = None;
+        let mut connect = |rem: &[Dest], peer: IpAddr| -> Result<()> {
+            ah = self.connect(o, &me, rem, peer)?;
+            Ok(())
+        };
+        let (rem, peer) = match &o.server {
+            Some(host) => client_exchange(host, o.port, self.dev.ip(), &slots)?,
+            None => server_exchange(o.port, &slots, &mut connect)?,
+        };
+        for r in &rem[..self.qps.len()] {
+            println!(
+                "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+                r.lid,
+                r.qpn,
+                r.psn,
+                r.gid_string()
+            );
+        }
+        if o.server.is_some() {
+            connect(&rem, peer)?;
+        }
+        Ok((rem, ah))
+    }
+
+    /// Brings each QP to RTS towards its remote address; for UD returns
+    /// the address handle of the (last) peer.
+    fn connect(
+        &self,
+        o: &PingPongOptions,
+        me: &[Dest],
+        rem: &[Dest],
+        peer: IpAddr,
+    ) -> Result<Option<AddressHandle>> {
+        if rem.len() < self.qps.len() {
             return Err(fail("too few remote addresses"));
         }
-        for (i, qp) in qps.iter().enumerate() {
+        // rc_pingpong's values: one READ/atomic outstanding, timeout 14,
+        // retries 7 (RC); UC and UD take what they have of them.
+        let opts = ConnectOptions {
+            path_mtu: Some(self.mtu),
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            ..ConnectOptions::default()
+        };
+        let mut ah = None;
+        for (i, qp) in self.qps.iter().enumerate() {
             let r = &rem[i];
             // Without a GID (no -g on the other side) fall back to the
             // address the exchange came from.
@@ -399,159 +494,186 @@ pub fn run(o: &PingPongOptions) -> Result<PingPongResult> {
                 provider::qp_attr::ip_of_gid(&r.gid)
             };
             let av = AddressVector {
-                hop_limit: if kind == Kind::Ud { 64 } else { 1 },
+                hop_limit: if self.kind == Kind::Ud { 64 } else { 1 },
                 sl: o.sl,
                 port_num: o.ib_port,
                 ..AddressVector::to_ip(ip)
             };
             qp.rtr_rts(&av, r.qpn, r.psn, me[i].psn, &opts)?;
-            if kind == Kind::Ud {
+            if self.kind == Kind::Ud {
                 ah = Some(
-                    pd.create_ah(&av)
+                    self.pd
+                        .create_ah(&av)
                         .map_err(|e| fail(format!("Failed to create AH: {e}")))?,
                 );
             }
         }
-        Ok(())
-    };
-    let (rem, peer) = match &o.server {
-        Some(host) => client_exchange(host, o.port, dev.ip(), &slots)?,
-        None => server_exchange(o.port, &slots, &mut connect)?,
-    };
-    for r in &rem[..qps.len()] {
-        println!(
-            "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-            r.lid,
-            r.qpn,
-            r.psn,
-            r.gid_string()
-        );
-    }
-    if o.server.is_some() {
-        connect(&rem, peer)?;
+        Ok(ah)
     }
 
-    let sends: Vec<SendWr> = (0..qps.len())
-        .map(|i| {
-            let mut send = SendWr::new(SEND_WRID, WrOpcode::Send);
-            send.flags = SendFlags::SIGNALED;
-            send.sg_list.push(mr.sge(off, o.size as u32));
-            send.ud = ah.as_ref().map(|ah| ah.ud_dest(rem[i].qpn, UD_QKEY));
-            send
-        })
-        .collect();
-    let post_send = |i: usize| -> Result<()> {
-        qps[i]
-            .post_send(std::slice::from_ref(&sends[i]))
+    /// The send of each QP: the message, signaled; UD's to the peer's QP.
+    fn sends(&self, o: &PingPongOptions, rem: &[Dest], ah: Option<&AddressHandle>) -> Vec<SendWr> {
+        (0..self.qps.len())
+            .map(|i| {
+                let mut send = SendWr::new(SEND_WRID, WrOpcode::Send);
+                send.flags = SendFlags::SIGNALED;
+                send.sg_list.push(self.mr.sge(self.off, o.size as u32));
+                send.ud = ah.map(|ah| ah.ud_dest(rem[i].qpn, UD_QKEY));
+                send
+            })
+            .collect()
+    }
+
+    fn post_send(&self, i: usize, send: &SendWr) -> Result<()> {
+        self.qps[i]
+            .post_send(std::slice::from_ref(send))
             .map_err(|_| fail("Couldn't post send"))
-    };
-    let mut pending = vec![RECV_WRID; qps.len()];
-    if o.server.is_some() {
-        if o.chk {
-            for i in (0..o.size).step_by(PAGE) {
-                mr.write(off + i, &[0]).map_err(|e| fail(e.to_string()))?;
-            }
-        }
-        for (i, p) in pending.iter_mut().enumerate() {
-            post_send(i)?;
-            *p |= SEND_WRID;
-        }
     }
-    // Receives are reposted when this many are left.
-    let low = if kind == Kind::Srq { nqp } else { 1 };
-    let start = Instant::now();
-    let (mut rcnt, mut scnt, mut cq_events) = (0u32, 0u32, 0u32);
-    let nwc = if kind == Kind::Srq {
-        (nqp + o.rx_depth) as usize
-    } else {
-        2
-    };
-    let mut wc = vec![Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); nwc];
-    while rcnt < o.iters || scnt < o.iters {
-        if let Some(ch) = &channel {
-            let ev = ch
-                .get_cq_event()
-                .map_err(|e| fail(format!("Failed to get cq_event: {e}")))?;
-            cq_events += 1;
-            if !ev.is_for(&cq) {
-                return Err(fail(format!("CQ event for unknown CQ {}", ev.cq_handle())));
-            }
-            cq.req_notify(false)
-                .map_err(|_| fail("Couldn't request CQ notification"))?;
-        }
-        let ne = loop {
-            let ne = cq.poll(&mut wc)?;
-            if ne > 0 || o.events {
-                break ne;
-            }
-            std::hint::spin_loop();
+
+    /// The loop: `o.iters` sends and receives; a QP's next send goes once
+    /// its previous send and a receive have completed, and receives are
+    /// reposted when few are left (`routs` are posted at the start; the
+    /// server's first sends went before). Returns the completion events
+    /// taken (`-e`).
+    fn ping_pong(&self, o: &PingPongOptions, sends: &[SendWr], mut routs: u32) -> Result<u32> {
+        let nqp = self.qps.len() as u32;
+        let srq = self.kind == Kind::Srq;
+        // What each QP waits for before its next send: the server's first
+        // sends are out, so it waits for them too.
+        let first = if o.server.is_some() {
+            RECV_WRID | SEND_WRID
+        } else {
+            RECV_WRID
         };
-        for w in &wc[..ne] {
-            if w.status != WcStatus::Success {
-                return Err(fail(format!(
-                    "Failed status {} ({}) for wr_id {}",
-                    w.status, w.status as u32, w.wr_id
-                )));
-            }
-            let qi = qps
-                .iter()
-                .position(|q| q.qp_num() == w.qp_num)
-                .ok_or_else(|| fail(format!("Couldn't find QPN {:06x}", w.qp_num)))?;
-            match w.wr_id {
-                SEND_WRID => scnt += 1,
-                RECV_WRID => {
-                    routs -= 1;
-                    if routs <= low {
-                        routs += post_recvs(o.rx_depth - routs);
-                        if routs < o.rx_depth {
-                            return Err(fail(format!("Couldn't post receive ({routs})")));
-                        }
-                    }
-                    rcnt += 1;
+        let mut pending = vec![first; self.qps.len()];
+        // Receives are reposted when this many are left.
+        let low = if srq { nqp } else { 1 };
+        let (mut rcnt, mut scnt, mut cq_events) = (0u32, 0u32, 0u32);
+        let nwc = if srq { (nqp + o.rx_depth) as usize } else { 2 };
+        let mut wc = vec![Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); nwc];
+        while rcnt < o.iters || scnt < o.iters {
+            if let Some(ch) = &self.channel {
+                let ev = ch
+                    .get_cq_event()
+                    .map_err(|e| fail(format!("Failed to get cq_event: {e}")))?;
+                cq_events += 1;
+                if !ev.is_for(&self.cq) {
+                    return Err(fail(format!("CQ event for unknown CQ {}", ev.cq_handle())));
                 }
-                other => return Err(fail(format!("Completion for unknown wr_id {other}"))),
+                self.cq
+                    .req_notify(false)
+                    .map_err(|_| fail("Couldn't request CQ notification"))?;
             }
-            pending[qi] &= !w.wr_id;
-            if scnt < o.iters && pending[qi] == 0 {
-                post_send(qi)?;
-                pending[qi] = RECV_WRID | SEND_WRID;
+            let ne = loop {
+                let ne = self.cq.poll(&mut wc)?;
+                if ne > 0 || o.events {
+                    break ne;
+                }
+                std::hint::spin_loop();
+            };
+            for w in &wc[..ne] {
+                if w.status != WcStatus::Success {
+                    return Err(fail(format!(
+                        "Failed status {} ({}) for wr_id {}",
+                        w.status, w.status as u32, w.wr_id
+                    )));
+                }
+                let qi = self
+                    .qps
+                    .iter()
+                    .position(|q| q.qp_num() == w.qp_num)
+                    .ok_or_else(|| fail(format!("Couldn't find QPN {:06x}", w.qp_num)))?;
+                match w.wr_id {
+                    SEND_WRID => scnt += 1,
+                    RECV_WRID => {
+                        routs -= 1;
+                        if routs <= low {
+                            routs += self.post_recvs(o.rx_depth - routs);
+                            if routs < o.rx_depth {
+                                return Err(fail(format!("Couldn't post receive ({routs})")));
+                            }
+                        }
+                        rcnt += 1;
+                    }
+                    other => return Err(fail(format!("Completion for unknown wr_id {other}"))),
+                }
+                pending[qi] &= !w.wr_id;
+                if scnt < o.iters && pending[qi] == 0 {
+                    self.post_send(qi, &sends[qi])?;
+                    pending[qi] = RECV_WRID | SEND_WRID;
+                }
             }
         }
+        Ok(cq_events)
     }
-    let elapsed = start.elapsed();
-    let usec = elapsed.as_secs_f64() * 1e6;
-    let bytes = o.size as u64 * o.iters as u64 * 2;
-    println!(
-        "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        bytes,
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    );
-    println!(
-        "{} iters in {:.2} seconds = {:.2} usec/iter",
-        o.iters,
-        usec / 1e6,
-        usec / o.iters as f64
-    );
-    let mut invalid_pages = 0;
-    if o.server.is_none() && o.chk {
-        // The tools' check (a 0 at each page start), plus: the rest of
-        // each page is the fill both tools send.
-        let buf = mr.to_vec(off, o.size).map_err(|e| fail(e.to_string()))?;
+
+    /// The server's `-c` check of the received message: the tools' check
+    /// (a 0 at each page start), plus: the rest of each page is the fill
+    /// both tools send. Prints each bad page; returns how many.
+    fn invalid_pages(&self, size: usize) -> Result<usize> {
+        let buf = self
+            .mr
+            .to_vec(self.off, size)
+            .map_err(|e| fail(e.to_string()))?;
+        let mut invalid = 0;
         for (p, page) in buf.chunks(PAGE).enumerate() {
-            if page[0] != 0 || page[1..].iter().any(|&b| b != kind.fill()) {
+            if page[0] != 0 || page[1..].iter().any(|&b| b != self.kind.fill()) {
                 println!("invalid data in page {p}");
-                invalid_pages += 1;
+                invalid += 1;
             }
         }
+        Ok(invalid)
     }
-    cq.ack_events(cq_events);
-    Ok(PingPongResult {
-        bytes,
-        elapsed,
-        invalid_pages,
-        cq_events,
-    })
+}
+
+/// A QP of the tool's type on `cq` (and `srq`), brought to INIT.
+fn init_qp(
+    o: &PingPongOptions,
+    pd: &ProtectionDomain,
+    cq: &CompletionQueue,
+    srq: Option<&SharedReceiveQueue>,
+) -> Result<QueuePair> {
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            cap: QpCap {
+                max_send_wr: 1,
+                max_recv_wr: if srq.is_some() { 0 } else { o.rx_depth },
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: o.kind.qp_type(),
+            sq_sig_all: false,
+            srq,
+        })
+        .map_err(|e| fail(format!("Couldn't create QP: {e}")))?;
+    let (init, last) = match o.kind {
+        Kind::Ud => (
+            QpAttr {
+                qp_state: QpState::Init,
+                port_num: o.ib_port,
+                qkey: UD_QKEY,
+                ..QpAttr::default()
+            },
+            AttrMask::QKEY,
+        ),
+        _ => (
+            QpAttr {
+                qp_state: QpState::Init,
+                port_num: o.ib_port,
+                ..QpAttr::default()
+            },
+            AttrMask::ACCESS_FLAGS,
+        ),
+    };
+    qp.modify(
+        &init,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | last,
+    )
+    .map_err(|e| fail(format!("Failed to modify QP to INIT: {e}")))?;
+    Ok(qp)
 }
 
 fn read_dests(s: &mut TcpStream, n: usize, what: &str) -> Result<Vec<Dest>> {

@@ -305,13 +305,40 @@ enum Expect {
 
 /// Runs the client side; returns what it did and verified.
 pub fn drive(o: &StressOptions) -> Result<StressReport> {
-    use rand::{Rng, SeedableRng};
     let host = o.server.as_deref().ok_or_else(|| err("no server given"))?;
     let s = open(o, 1)?;
     let mtu = Mtu::from_bytes(o.mtu).ok_or_else(|| err("bad MTU"))?;
     // Local buffers: a source of patterns and DEPTH slots for READ/atomic results.
     let src = s.pd.alloc_mr(DATA + MAX_SEND, ALL)?;
     let slots = s.pd.alloc_mr(DEPTH * MAX_SEND, ALL)?;
+    let (mut rd, remote) = connect_to_server(o, host, &s, mtu)?;
+    let mut c = Client::new(o, &s, &src, &slots, remote);
+    c.run(o)?;
+    // Finally read the whole region back and compare with the shadow.
+    let whole = s.pd.alloc_mr(DATA + 8 * WORDS, ALL)?;
+    c.compare_region(&whole)?;
+    let rep = c.finish(&mut rd)?;
+    // The QP before the regions its WRs name (as in `serve`).
+    drop(s);
+    Ok(rep)
+}
+
+/// The server's region, as its exchange line names it.
+#[derive(Debug, Clone, Copy)]
+struct Remote {
+    rkey: u32,
+    addr: u64,
+}
+
+/// The client's exchange: our QP, PSN, MTU and device address to the
+/// server, its QP, PSN and region back; then our QP is connected. Returns
+/// the rest of the TCP connection (the server's verdict comes on it).
+fn connect_to_server(
+    o: &StressOptions,
+    host: &str,
+    s: &Side,
+    mtu: Mtu,
+) -> Result<(BufReader<TcpStream>, Remote)> {
     let tcp = TcpStream::connect((host, o.port))
         .map_err(|e| err(format!("connect {host}:{}: {e}", o.port)))?;
     let peer: IpAddr = tcp.peer_addr().map_err(|e| err(e.to_string()))?.ip();
@@ -334,13 +361,122 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
         timeout: o.timeout,
     };
     connect_rc(&s.qp, rip, rqpn, s.psn, rpsn, params)?;
+    Ok((rd, Remote { rkey, addr: raddr }))
+}
 
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(o.seed);
-    let mut shadow = vec![0u8; DATA + 8 * WORDS];
-    let mut rep = StressReport::default();
-    let mut inflight: VecDeque<(u64, Expect)> = VecDeque::new();
-    let mut free_slots: Vec<usize> = (0..DEPTH).collect();
-    let check = |wc: &Wc, e: Expect, rep: &mut StressReport, free: &mut Vec<usize>| -> Result<()> {
+/// The client's state while it drives the mix.
+struct Client<'a> {
+    s: &'a Side,
+    /// Where SENDs and WRITEs take their data from.
+    src: &'a MemoryRegion,
+    /// DEPTH slots for READ and atomic results.
+    slots: &'a MemoryRegion,
+    remote: Remote,
+    rng: rand::rngs::SmallRng,
+    /// What the server's region must hold.
+    shadow: Vec<u8>,
+    rep: StressReport,
+    inflight: VecDeque<(u64, Expect)>,
+    free_slots: Vec<usize>,
+    /// The next message's sequence number (its wr_id).
+    seq: u64,
+    /// RDMA WRITEs with immediate posted (the server counts them).
+    write_imms: u64,
+    last_progress: Instant,
+}
+
+impl<'a> Client<'a> {
+    fn new(
+        o: &StressOptions,
+        s: &'a Side,
+        src: &'a MemoryRegion,
+        slots: &'a MemoryRegion,
+        remote: Remote,
+    ) -> Self {
+        use rand::SeedableRng;
+        Client {
+            s,
+            src,
+            slots,
+            remote,
+            rng: rand::rngs::SmallRng::seed_from_u64(o.seed),
+            shadow: vec![0u8; DATA + 8 * WORDS],
+            rep: StressReport::default(),
+            inflight: VecDeque::new(),
+            free_slots: (0..DEPTH).collect(),
+            seq: 0,
+            write_imms: 0,
+            last_progress: Instant::now(),
+        }
+    }
+
+    /// The loop: `o.messages` WRs of the seeded mix, up to DEPTH in
+    /// flight, until every one has completed and been checked.
+    fn run(&mut self, o: &StressOptions) -> Result<()> {
+        use rand::Rng;
+        while self.seq < o.messages || !self.inflight.is_empty() {
+            // Reap.
+            while let Some(wc) = self.s.cq.poll_one() {
+                self.reap(&wc)?;
+            }
+            if self.last_progress.elapsed() > TIMEOUT {
+                return Err(stuck(&self.s.qp, "client"));
+            }
+            if self.seq >= o.messages || self.inflight.len() >= DEPTH || self.free_slots.is_empty()
+            {
+                std::thread::yield_now();
+                continue;
+            }
+            let kind = self.rng.random_range(0..if o.ext { 12u32 } else { 10 });
+            let (wr, expect) = self.next_wr(kind)?;
+            let reuses_source = kind <= 5;
+            self.s.qp.post_send(&[wr]).map_err(|e| e.1)?;
+            self.inflight.push_back((self.seq, expect));
+            self.seq += 1;
+            if reuses_source {
+                // SENDs and WRITEs take their data from a source area the
+                // next one overwrites: let everything in flight finish first.
+                self.drain()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until nothing is in flight.
+    fn drain(&mut self) -> Result<()> {
+        while !self.inflight.is_empty() {
+            match self.s.cq.poll_one() {
+                Some(wc) => self.reap(&wc)?,
+                None if self.last_progress.elapsed() > TIMEOUT => {
+                    return Err(stuck(&self.s.qp, "client"))
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+        Ok(())
+    }
+
+    /// A completion: it must be the oldest WR's (RC completes in order),
+    /// and show what that WR expects.
+    fn reap(&mut self, wc: &Wc) -> Result<()> {
+        let (id, e) = self
+            .inflight
+            .pop_front()
+            .ok_or_else(|| err("completion without a WR"))?;
+        if wc.wr_id != id {
+            return Err(err(format!(
+                "completion order: got {} expected {id}",
+                wc.wr_id
+            )));
+        }
+        self.check(wc, e)?;
+        self.last_progress = Instant::now();
+        Ok(())
+    }
+
+    /// Checks a completion against what its WR expects; a READ's or an
+    /// atomic's slot is free again.
+    fn check(&mut self, wc: &Wc, e: Expect) -> Result<()> {
         if wc.status != WcStatus::Success {
             return Err(err(format!(
                 "client: wr {} completed with {}",
@@ -350,7 +486,8 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
         match e {
             Expect::None => {}
             Expect::Read { slot, data } => {
-                let got = slots
+                let got = self
+                    .slots
                     .to_vec(slot * MAX_SEND, data.len())
                     .map_err(|e| err(e.to_string()))?;
                 if got != data {
@@ -360,12 +497,13 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
                         wc.wr_id,
                         data.len()
                     );
-                    rep.errors += 1;
+                    self.rep.errors += 1;
                 }
-                free.push(slot);
+                self.free_slots.push(slot);
             }
             Expect::Atomic { slot, orig } => {
-                let got = slots
+                let got = self
+                    .slots
                     .atomic_u64(slot * MAX_SEND)
                     .map_err(|e| err(e.to_string()))?
                     .load(Ordering::SeqCst);
@@ -374,244 +512,244 @@ pub fn drive(o: &StressOptions) -> Result<StressReport> {
                         "rc-stress: atomic wr {} returned {got:#x}, expected {orig:#x}",
                         wc.wr_id
                     );
-                    rep.errors += 1;
+                    self.rep.errors += 1;
                 }
-                free.push(slot);
+                self.free_slots.push(slot);
             }
         }
         Ok(())
-    };
-    let mut seq = 0u64;
-    let mut write_imms = 0u64;
-    let mut last_progress = Instant::now();
-    while seq < o.messages || !inflight.is_empty() {
-        // Reap.
-        while let Some(wc) = s.cq.poll_one() {
-            let (id, e) = inflight
-                .pop_front()
-                .ok_or_else(|| err("completion without a WR"))?;
-            if wc.wr_id != id {
-                return Err(err(format!(
-                    "completion order: got {} expected {id}",
-                    wc.wr_id
-                )));
-            }
-            check(&wc, e, &mut rep, &mut free_slots)?;
-            last_progress = Instant::now();
-        }
-        if last_progress.elapsed() > TIMEOUT {
-            return Err(stuck(&s.qp, "client"));
-        }
-        if seq >= o.messages || inflight.len() >= DEPTH || free_slots.is_empty() {
-            std::thread::yield_now();
-            continue;
-        }
-        let kind = rng.random_range(0..if o.ext { 12u32 } else { 10 });
-        let mut wr = SendWr::new(seq, WrOpcode::Send);
+    }
+
+    /// The WR of mix entry `kind` (0..12) for message `seq`, and what its
+    /// completion must show; the shadow and the counts are updated.
+    fn next_wr(&mut self, kind: u32) -> Result<(SendWr, Expect)> {
+        let mut wr = SendWr::new(self.seq, WrOpcode::Send);
         wr.flags = SendFlags::SIGNALED;
         let expect = match kind {
-            0..=2 => {
-                // SEND (with immediate one time in three).
-                let len = rng.random_range(8..=MAX_SEND);
-                let mut m = vec![0u8; len];
-                m[..8].copy_from_slice(&seq.to_le_bytes());
-                for (i, b) in m.iter_mut().enumerate().skip(8) {
-                    *b = pat(seq, i);
-                }
-                src.write(DATA, &m).map_err(|e| err(e.to_string()))?;
-                // The source must not change before the WR is sent: wait
-                // for it (SENDs are the only users of this area).
-                wr.sg_list.push(src.sge(DATA, len as u32));
-                if kind == 2 {
-                    wr.opcode = WrOpcode::SendWithImm;
-                    wr.imm_data = seq as u32;
-                }
-                rep.sends += 1;
-                rep.bytes += len as u64;
-                Expect::None
-            }
-            3..=5 => {
-                // RDMA WRITE of fresh random bytes to a random range.
-                let len = rng.random_range(0..=64 << 10usize);
-                let off = rng.random_range(0..=DATA - len);
-                let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-                src.write(off, &bytes).map_err(|e| err(e.to_string()))?;
-                shadow[off..off + len].copy_from_slice(&bytes);
-                wr.opcode = if kind == 5 {
-                    WrOpcode::RdmaWriteWithImm
-                } else {
-                    WrOpcode::RdmaWrite
-                };
-                write_imms += u64::from(kind == 5);
-                // READs still in flight may read these bytes, and a READ
-                // that is retried re-reads memory: without the fence it
-                // could return this WRITE's data. (IBA: a fenced WR waits
-                // for earlier READs and atomics to complete.)
-                wr.flags |= SendFlags::FENCE;
-                wr.imm_data = seq as u32;
-                wr.sg_list.push(src.sge(off, len as u32));
-                wr.remote_addr = raddr + off as u64;
-                wr.rkey = rkey;
-                rep.writes += 1;
-                rep.bytes += len as u64;
-                Expect::None
-            }
-            6..=7 => {
-                let len = rng.random_range(0..=MAX_SEND);
-                let off = rng.random_range(0..=DATA - len);
-                let slot = free_slots.pop().expect("checked");
-                wr.opcode = WrOpcode::RdmaRead;
-                wr.sg_list.push(slots.sge(slot * MAX_SEND, len as u32));
-                wr.remote_addr = raddr + off as u64;
-                wr.rkey = rkey;
-                rep.reads += 1;
-                rep.bytes += len as u64;
-                Expect::Read {
-                    slot,
-                    data: shadow[off..off + len].to_vec(),
-                }
-            }
+            0..=2 => self.send(&mut wr, kind == 2)?,
+            3..=5 => self.write(&mut wr, kind == 5)?,
+            6..=7 => self.read(&mut wr),
             10 => {
-                // ATOMIC WRITE of a random value to a random word.
-                let at = DATA + 8 * rng.random_range(0..WORDS);
-                let bytes: [u8; 8] = rng.random();
-                shadow[at..at + 8].copy_from_slice(&bytes);
-                wr = SendWr::atomic_write(seq, raddr + at as u64, rkey, bytes);
-                rep.ext_ops += 1;
+                wr = self.atomic_write();
                 Expect::None
             }
             11 => {
-                // FLUSH of a random range (or, one time in four, the
-                // whole region) for global visibility.
-                let len = rng.random_range(0..=64 << 10usize);
-                let off = rng.random_range(0..=DATA - len);
-                let level = if rng.random_range(0..4) == 0 {
-                    uroce_wire::feth::FLUSH_MR
-                } else {
-                    uroce_wire::feth::FLUSH_RANGE
-                };
-                wr = SendWr::flush(
-                    seq,
-                    raddr + off as u64,
-                    rkey,
-                    len as u32,
-                    uroce_wire::feth::FLUSH_GLOBAL,
-                    level,
-                );
-                rep.ext_ops += 1;
+                wr = self.flush();
                 Expect::None
             }
-            _ => {
-                let word = rng.random_range(0..WORDS);
-                let at = DATA + 8 * word;
-                let orig = u64::from_ne_bytes(shadow[at..at + 8].try_into().expect("8"));
-                let slot = free_slots.pop().expect("checked");
-                let new = if kind == 8 {
-                    let add: u64 = rng.random_range(1..1000);
-                    wr.opcode = WrOpcode::AtomicFetchAndAdd;
-                    wr.compare_add = add;
-                    orig.wrapping_add(add)
-                } else {
-                    let swap: u64 = rng.random();
-                    wr.opcode = WrOpcode::AtomicCmpAndSwp;
-                    // Half the time compare with the right value.
-                    wr.compare_add = if rng.random_bool(0.5) { orig } else { orig ^ 1 };
-                    wr.swap = swap;
-                    if wr.compare_add == orig {
-                        swap
-                    } else {
-                        orig
-                    }
-                };
-                shadow[at..at + 8].copy_from_slice(&new.to_ne_bytes());
-                wr.sg_list.push(slots.sge(slot * MAX_SEND, 8));
-                wr.remote_addr = raddr + at as u64;
-                wr.rkey = rkey;
-                rep.atomics += 1;
-                Expect::Atomic { slot, orig }
-            }
+            _ => self.atomic(&mut wr, kind == 8),
         };
-        let reuses_source = kind <= 5;
-        s.qp.post_send(&[wr]).map_err(|e| e.1)?;
-        inflight.push_back((seq, expect));
-        seq += 1;
-        if reuses_source {
-            // SENDs and WRITEs take their data from a source area the next
-            // one overwrites: let everything in flight finish first.
-            while !inflight.is_empty() {
-                match s.cq.poll_one() {
-                    Some(wc) => {
-                        let (id, e) = inflight
-                            .pop_front()
-                            .ok_or_else(|| err("completion without a WR"))?;
-                        if wc.wr_id != id {
-                            return Err(err(format!(
-                                "completion order: got {} expected {id}",
-                                wc.wr_id
-                            )));
-                        }
-                        check(&wc, e, &mut rep, &mut free_slots)?;
-                        last_progress = Instant::now();
-                    }
-                    None if last_progress.elapsed() > TIMEOUT => {
-                        return Err(stuck(&s.qp, "client"))
-                    }
-                    None => std::thread::yield_now(),
-                }
-            }
+        Ok((wr, expect))
+    }
+
+    /// SEND (with immediate if `imm`) of a random length, the sequence
+    /// number first, then its pattern.
+    fn send(&mut self, wr: &mut SendWr, imm: bool) -> Result<Expect> {
+        use rand::Rng;
+        let seq = self.seq;
+        let len = self.rng.random_range(8..=MAX_SEND);
+        let mut m = vec![0u8; len];
+        m[..8].copy_from_slice(&seq.to_le_bytes());
+        for (i, b) in m.iter_mut().enumerate().skip(8) {
+            *b = pat(seq, i);
+        }
+        self.src.write(DATA, &m).map_err(|e| err(e.to_string()))?;
+        // The source must not change before the WR is sent: wait for it
+        // (SENDs are the only users of this area).
+        wr.sg_list.push(self.src.sge(DATA, len as u32));
+        if imm {
+            wr.opcode = WrOpcode::SendWithImm;
+            wr.imm_data = seq as u32;
+        }
+        self.rep.sends += 1;
+        self.rep.bytes += len as u64;
+        Ok(Expect::None)
+    }
+
+    /// RDMA WRITE (with immediate if `imm`) of fresh random bytes to a
+    /// random range.
+    fn write(&mut self, wr: &mut SendWr, imm: bool) -> Result<Expect> {
+        use rand::Rng;
+        let len = self.rng.random_range(0..=64 << 10usize);
+        let off = self.rng.random_range(0..=DATA - len);
+        let bytes: Vec<u8> = (0..len).map(|_| self.rng.random()).collect();
+        self.src
+            .write(off, &bytes)
+            .map_err(|e| err(e.to_string()))?;
+        self.shadow[off..off + len].copy_from_slice(&bytes);
+        wr.opcode = if imm {
+            WrOpcode::RdmaWriteWithImm
+        } else {
+            WrOpcode::RdmaWrite
+        };
+        self.write_imms += u64::from(imm);
+        // READs still in flight may read these bytes, and a READ that is
+        // retried re-reads memory: without the fence it could return this
+        // WRITE's data. (IBA: a fenced WR waits for earlier READs and
+        // atomics to complete.)
+        wr.flags |= SendFlags::FENCE;
+        wr.imm_data = self.seq as u32;
+        wr.sg_list.push(self.src.sge(off, len as u32));
+        wr.remote_addr = self.remote.addr + off as u64;
+        wr.rkey = self.remote.rkey;
+        self.rep.writes += 1;
+        self.rep.bytes += len as u64;
+        Ok(Expect::None)
+    }
+
+    /// RDMA READ of a random range into a free slot; the shadow says what
+    /// must arrive.
+    fn read(&mut self, wr: &mut SendWr) -> Expect {
+        use rand::Rng;
+        let len = self.rng.random_range(0..=MAX_SEND);
+        let off = self.rng.random_range(0..=DATA - len);
+        let slot = self.free_slots.pop().expect("checked");
+        wr.opcode = WrOpcode::RdmaRead;
+        wr.sg_list.push(self.slots.sge(slot * MAX_SEND, len as u32));
+        wr.remote_addr = self.remote.addr + off as u64;
+        wr.rkey = self.remote.rkey;
+        self.rep.reads += 1;
+        self.rep.bytes += len as u64;
+        Expect::Read {
+            slot,
+            data: self.shadow[off..off + len].to_vec(),
         }
     }
-    // Finally read the whole region back and compare with the shadow.
-    let whole = s.pd.alloc_mr(DATA + 8 * WORDS, ALL)?;
-    let mut wr = SendWr::new(u64::MAX - 1, WrOpcode::RdmaRead);
-    wr.flags = SendFlags::SIGNALED;
-    wr.sg_list.push(whole.sge(0, (DATA + 8 * WORDS) as u32));
-    wr.remote_addr = raddr;
-    wr.rkey = rkey;
-    s.qp.post_send(&[wr]).map_err(|e| e.1)?;
-    let wc = s.cq.wait(1, TIMEOUT);
-    if wc.first().map(|w| w.status) != Some(WcStatus::Success) {
-        return Err(failed(&s.qp, format!("final READ: {wc:?}")));
+
+    /// ATOMIC WRITE of a random value to a random word.
+    fn atomic_write(&mut self) -> SendWr {
+        use rand::Rng;
+        let at = DATA + 8 * self.rng.random_range(0..WORDS);
+        let bytes: [u8; 8] = self.rng.random();
+        self.shadow[at..at + 8].copy_from_slice(&bytes);
+        self.rep.ext_ops += 1;
+        SendWr::atomic_write(
+            self.seq,
+            self.remote.addr + at as u64,
+            self.remote.rkey,
+            bytes,
+        )
     }
-    let got = whole
-        .to_vec(0, DATA + 8 * WORDS)
-        .map_err(|e| err(e.to_string()))?;
-    if got != shadow {
-        let first = got
-            .iter()
-            .zip(&shadow)
-            .position(|(a, b)| a != b)
-            .unwrap_or(0);
-        eprintln!("rc-stress: the server region differs from the expected one from byte {first}");
-        rep.errors += 1;
+
+    /// FLUSH of a random range (or, one time in four, the whole region)
+    /// for global visibility.
+    fn flush(&mut self) -> SendWr {
+        use rand::Rng;
+        let len = self.rng.random_range(0..=64 << 10usize);
+        let off = self.rng.random_range(0..=DATA - len);
+        let level = if self.rng.random_range(0..4) == 0 {
+            uroce_wire::feth::FLUSH_MR
+        } else {
+            uroce_wire::feth::FLUSH_RANGE
+        };
+        self.rep.ext_ops += 1;
+        SendWr::flush(
+            self.seq,
+            self.remote.addr + off as u64,
+            self.remote.rkey,
+            len as u32,
+            uroce_wire::feth::FLUSH_GLOBAL,
+            level,
+        )
     }
-    // End marker, then the server's verdict.
-    src.write(DATA, &END_MARK.to_le_bytes())
-        .map_err(|e| err(e.to_string()))?;
-    let mut wr = SendWr::new(u64::MAX, WrOpcode::Send);
-    wr.flags = SendFlags::SIGNALED;
-    wr.sg_list.push(src.sge(DATA, 8));
-    s.qp.post_send(&[wr]).map_err(|e| e.1)?;
-    let wc = s.cq.wait(1, TIMEOUT);
-    if wc.first().map(|w| w.status) != Some(WcStatus::Success) {
-        return Err(failed(&s.qp, format!("end marker: {wc:?}")));
+
+    /// Fetch-add (`add`) or compare-swap (comparing with the right value
+    /// half the time) on a random word, its original value into a free
+    /// slot.
+    fn atomic(&mut self, wr: &mut SendWr, add: bool) -> Expect {
+        use rand::Rng;
+        let word = self.rng.random_range(0..WORDS);
+        let at = DATA + 8 * word;
+        let orig = u64::from_ne_bytes(self.shadow[at..at + 8].try_into().expect("8"));
+        let slot = self.free_slots.pop().expect("checked");
+        let new = if add {
+            let add: u64 = self.rng.random_range(1..1000);
+            wr.opcode = WrOpcode::AtomicFetchAndAdd;
+            wr.compare_add = add;
+            orig.wrapping_add(add)
+        } else {
+            let swap: u64 = self.rng.random();
+            wr.opcode = WrOpcode::AtomicCmpAndSwp;
+            wr.compare_add = if self.rng.random_bool(0.5) {
+                orig
+            } else {
+                orig ^ 1
+            };
+            wr.swap = swap;
+            if wr.compare_add == orig {
+                swap
+            } else {
+                orig
+            }
+        };
+        self.shadow[at..at + 8].copy_from_slice(&new.to_ne_bytes());
+        wr.sg_list.push(self.slots.sge(slot * MAX_SEND, 8));
+        wr.remote_addr = self.remote.addr + at as u64;
+        wr.rkey = self.remote.rkey;
+        self.rep.atomics += 1;
+        Expect::Atomic { slot, orig }
     }
-    let v = line(&mut rd)?;
-    let (srv_sends, srv_writes_imm, srv_errors) = (
-        v.first().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0),
-        v.get(1).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0),
-        v.get(2).and_then(|x| x.parse::<u64>().ok()).unwrap_or(1),
-    );
-    if srv_sends != rep.sends || srv_writes_imm != write_imms {
-        eprintln!(
-            "rc-stress: the server received {srv_sends} sends and {srv_writes_imm} writes with immediate, \
-             the client sent {} and {write_imms}",
-            rep.sends
+
+    /// Reads the server's whole region into `whole` and compares it with
+    /// the shadow.
+    fn compare_region(&mut self, whole: &MemoryRegion) -> Result<()> {
+        let mut wr = SendWr::new(u64::MAX - 1, WrOpcode::RdmaRead);
+        wr.flags = SendFlags::SIGNALED;
+        wr.sg_list.push(whole.sge(0, (DATA + 8 * WORDS) as u32));
+        wr.remote_addr = self.remote.addr;
+        wr.rkey = self.remote.rkey;
+        self.s.qp.post_send(&[wr]).map_err(|e| e.1)?;
+        let wc = self.s.cq.wait(1, TIMEOUT);
+        if wc.first().map(|w| w.status) != Some(WcStatus::Success) {
+            return Err(failed(&self.s.qp, format!("final READ: {wc:?}")));
+        }
+        let got = whole
+            .to_vec(0, DATA + 8 * WORDS)
+            .map_err(|e| err(e.to_string()))?;
+        if got != self.shadow {
+            let first = got
+                .iter()
+                .zip(&self.shadow)
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
+            eprintln!(
+                "rc-stress: the server region differs from the expected one from byte {first}"
+            );
+            self.rep.errors += 1;
+        }
+        Ok(())
+    }
+
+    /// The end marker, then the server's verdict on the exchange `rd`:
+    /// the report with the server's counts compared and its errors added.
+    fn finish(self, rd: &mut BufReader<TcpStream>) -> Result<StressReport> {
+        self.src
+            .write(DATA, &END_MARK.to_le_bytes())
+            .map_err(|e| err(e.to_string()))?;
+        let mut wr = SendWr::new(u64::MAX, WrOpcode::Send);
+        wr.flags = SendFlags::SIGNALED;
+        wr.sg_list.push(self.src.sge(DATA, 8));
+        self.s.qp.post_send(&[wr]).map_err(|e| e.1)?;
+        let wc = self.s.cq.wait(1, TIMEOUT);
+        if wc.first().map(|w| w.status) != Some(WcStatus::Success) {
+            return Err(failed(&self.s.qp, format!("end marker: {wc:?}")));
+        }
+        let v = line(rd)?;
+        let (srv_sends, srv_writes_imm, srv_errors) = (
+            v.first().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0),
+            v.get(1).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0),
+            v.get(2).and_then(|x| x.parse::<u64>().ok()).unwrap_or(1),
         );
-        rep.errors += 1;
+        let mut rep = self.rep;
+        if srv_sends != rep.sends || srv_writes_imm != self.write_imms {
+            eprintln!(
+                "rc-stress: the server received {srv_sends} sends and {srv_writes_imm} writes with immediate, \
+                 the client sent {} and {}",
+                rep.sends, self.write_imms
+            );
+            rep.errors += 1;
+        }
+        rep.errors += srv_errors;
+        Ok(rep)
     }
-    rep.errors += srv_errors;
-    // The QP before the regions its WRs name (as in `serve`).
-    drop(s);
-    Ok(rep)
 }

@@ -140,14 +140,20 @@ fn every_node_of_the_map_file_is_declared() {
         crate::compat::EXPORTS,
         crate::cq::EXPORTS,
         crate::device::EXPORTS,
-        crate::misc::EXPORTS,
+        crate::enums::EXPORTS,
+        crate::fork::EXPORTS,
         crate::pd_mr::EXPORTS,
         crate::qp::EXPORTS,
         crate::srq::EXPORTS,
+        crate::sysfs_file::EXPORTS,
         crate::rdmacm::EXPORTS,
         crate::rdmacm::qp::EXPORTS,
         crate::rdmacm::rsocket::EXPORTS,
-        crate::rdmacm::misc::EXPORTS,
+        crate::rdmacm::addrinfo::EXPORTS,
+        crate::rdmacm::devices::EXPORTS,
+        crate::rdmacm::ece::EXPORTS,
+        crate::rdmacm::endpoint::EXPORTS,
+        crate::rdmacm::multicast::EXPORTS,
     ];
     for (node, sym) in all.concat() {
         assert!(
@@ -190,7 +196,11 @@ fn every_librdmacm_symbol_is_exported_at_its_node() {
         crate::rdmacm::EXPORTS,
         crate::rdmacm::qp::EXPORTS,
         crate::rdmacm::rsocket::EXPORTS,
-        crate::rdmacm::misc::EXPORTS,
+        crate::rdmacm::addrinfo::EXPORTS,
+        crate::rdmacm::devices::EXPORTS,
+        crate::rdmacm::ece::EXPORTS,
+        crate::rdmacm::endpoint::EXPORTS,
+        crate::rdmacm::multicast::EXPORTS,
     ]
     .concat();
     for (node, sym) in &expected {

@@ -164,7 +164,8 @@ mod compat;
 mod cq;
 mod cq_ex;
 mod device;
-mod misc;
+mod enums;
+mod fork;
 mod objects;
 mod pd_mr;
 mod post;
@@ -172,6 +173,7 @@ mod qp;
 mod qp_ex;
 pub mod rdmacm;
 mod srq;
+mod sysfs_file;
 
 #[cfg(test)]
 mod layout_test;

@@ -19,7 +19,7 @@
 //! the addresses of such interfaces (it skips the loopback interface,
 //! where uroce's 127.x addresses live). `UROCE_IFADDRS=0` turns that off.
 //!
-//! And it gives programs a sysfs view of the devices ([`sysfs`]): calls
+//! And it gives programs a sysfs view of the devices ([`sysfs_view`]): calls
 //! on paths under `/sys/class/infiniband` and `/sys/class/infiniband_verbs`
 //! go to the read-only tree `uroce exec` wrote for them (named in
 //! `UROCE_SYSFS`), so UCX finds each GID's RoCE version and the pyverbs
@@ -194,8 +194,8 @@ pub unsafe extern "C" fn faccessat(
     unsafe { via_view(path, false, -1, |p| f(dirfd, p, mode, flags)) }
 }
 
-pub mod sysfs;
-use sysfs::via_view;
+pub mod sysfs_view;
+use sysfs_view::via_view;
 
 // ---------------------------------------------------------------- getifaddrs
 

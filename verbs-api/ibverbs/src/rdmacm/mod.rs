@@ -24,8 +24,12 @@
 //! `rdma_get_request`) and keep it in `id->event` until the next such call,
 //! as librdmacm's `ucma_complete` does.
 
+pub(crate) mod addrinfo;
+pub(crate) mod devices;
+pub(crate) mod ece;
+pub(crate) mod endpoint;
 pub mod ffi;
-pub(crate) mod misc;
+pub(crate) mod multicast;
 pub(crate) mod qp;
 pub(crate) mod rsocket;
 
@@ -544,7 +548,7 @@ pub(crate) unsafe fn destroy_id(p: *mut rdma_cm_id) -> Result<(), i32> {
     // Out of the registry first: no event can pin the id afterwards.
     let cm = inner.st.lock().rust.take().ok_or(libc::EINVAL)?;
     registry().lock().remove(&cm);
-    misc::forget_mc_contexts(p);
+    multicast::forget_mc_contexts(p);
     // Torn down now: queued events may hold the Rust id a while longer.
     cm.destroy();
     drop(cm);
@@ -1169,7 +1173,7 @@ unsafe fn convert(ev: CmEvent) -> Option<*mut rdma_cm_event> {
                 CmEventType::MulticastJoin | CmEventType::MulticastError
             ) {
                 // librdmacm: the context the group was joined with.
-                obj.c.param.ud.private_data = misc::mc_context(p, &ud.ah_attr.dgid);
+                obj.c.param.ud.private_data = multicast::mc_context(p, &ud.ah_attr.dgid);
             }
         }
         _ => {

@@ -1,4 +1,5 @@
-//! The sysfs view `uroce exec` gives programs of uroce's devices.
+//! The tree of sysfs files `uroce exec` writes for uroce's devices, which
+//! `liburoce_preload.so` (its `sysfs_view`) answers programs with.
 //!
 //! Programs that look for RDMA devices read the kernel's sysfs:
 //! `/sys/class/infiniband/<dev>/ports/1/gid_attrs/types/<n>` (a GID's RoCE

@@ -1,6 +1,6 @@
 //! The sysfs view: `/sys/class/infiniband` and `/sys/class/infiniband_verbs`
 //! answered from the tree `uroce exec` wrote for uroce's devices (its root
-//! in `UROCE_SYSFS`; `uroce_cli::sysfs` makes it).
+//! in `UROCE_SYSFS`; `uroce_cli::sysfs_tree` writes it).
 //!
 //! Every call that names a file by path and that programs use to find,
 //! read or list sysfs entries — the `open` family (with glibc's fortified

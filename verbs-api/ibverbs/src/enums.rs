@@ -1,25 +1,29 @@
-//! The calls that need no device: names of enum values, rates, fork
-//! support, sysfs.
+//! What enum values are called and mean, as rdma-core says: the
+//! `ibv_*_str` names of statuses, events, node types, port states and
+//! opcodes, and `enum ibv_rate`'s multiples and Mb/s.
 
-use libc::{c_char, c_int, c_void, size_t};
+use libc::{c_char, c_int};
 use std::ffi::CStr;
 
 crate::symbol_versions! {
-    "IBVERBS_1.0": [ibv_read_sysfs_file, ibv_rate_to_mult, mult_to_ibv_rate]
-    "IBVERBS_1.1": [ibv_fork_init, ibv_dontfork_range, ibv_dofork_range, ibv_wc_status_str,
-                    ibv_event_type_str, ibv_node_type_str, ibv_port_state_str,
-                    ibv_rate_to_mbps, mbps_to_ibv_rate]
-    "IBVERBS_1.13": [ibv_is_fork_initialized]
+    "IBVERBS_1.0": [ibv_rate_to_mult, mult_to_ibv_rate]
+    "IBVERBS_1.1": [ibv_wc_status_str, ibv_event_type_str, ibv_node_type_str,
+                    ibv_port_state_str, ibv_rate_to_mbps, mbps_to_ibv_rate]
     "IBVERBS_PRIVATE_34": [ibv_wr_opcode_str]
 }
 
-fn pick(table: &[&'static CStr], i: c_int) -> *const c_char {
+/// Entry `i` of a table of names, `unknown` for a value outside it.
+pub(crate) fn name_in(table: &[&'static CStr], i: c_int, unknown: &'static CStr) -> *const c_char {
     usize::try_from(i)
         .ok()
         .and_then(|i| table.get(i))
         .copied()
-        .unwrap_or(c"unknown")
+        .unwrap_or(unknown)
         .as_ptr()
+}
+
+fn pick(table: &[&'static CStr], i: c_int) -> *const c_char {
+    name_in(table, i, c"unknown")
 }
 
 /// The words of rdma-core's `ibv_wc_status_str` (uroce's `WcStatus`
@@ -177,86 +181,4 @@ extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
 #[no_mangle]
 extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
     RATES.iter().find(|r| r.2 == mbps).map_or(0, |r| r.0)
-}
-
-/// Nothing to prepare: registered memory is ordinary process memory that
-/// no device DMAs into, so fork() is as safe as without RDMA.
-#[no_mangle]
-extern "C" fn ibv_fork_init() -> c_int {
-    0
-}
-
-/// `IBV_FORK_UNNEEDED`.
-#[no_mangle]
-extern "C" fn ibv_is_fork_initialized() -> c_int {
-    2
-}
-
-#[no_mangle]
-extern "C" fn ibv_dontfork_range(_base: *mut c_void, _size: size_t) -> c_int {
-    0
-}
-
-#[no_mangle]
-extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: size_t) -> c_int {
-    0
-}
-
-/// `ibv_read_sysfs_file`: reads `dir/file` (`dir` is a device's
-/// `ibdev_path` or `dev_path`) into `buf`, NUL-terminated without its
-/// trailing newline, as rdma-core does; the length, or -1 with errno.
-/// uroce's devices have such files under `uroce exec` only (its sysfs
-/// view); elsewhere this fails with ENOENT.
-///
-/// # Safety
-/// `dir` and `file` are NUL-terminated strings, `buf` holds `size` bytes.
-#[no_mangle]
-unsafe extern "C" fn ibv_read_sysfs_file(
-    dir: *const c_char,
-    file: *const c_char,
-    buf: *mut c_char,
-    size: size_t,
-) -> c_int {
-    if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
-        crate::set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: the caller's strings.
-    let (d, f) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
-    let mut path = d.to_bytes().to_vec();
-    path.push(b'/');
-    path.extend_from_slice(f.to_bytes());
-    let Ok(path) = std::ffi::CString::new(path) else {
-        crate::set_errno(libc::EINVAL);
-        return -1;
-    };
-    // SAFETY: a NUL-terminated path; the descriptor is closed below.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return -1;
-    }
-    // SAFETY: the caller's buffer of `size` bytes.
-    let n = unsafe { libc::read(fd, buf.cast(), size) };
-    // SAFETY: our descriptor, closed once.
-    unsafe { libc::close(fd) };
-    if n < 0 {
-        return -1;
-    }
-    let mut len = n as usize;
-    // As rdma-core: the newline cut off, else a NUL after the contents;
-    // contents that fill the buffer without a newline fail (-1), since
-    // they could not be terminated.
-    // SAFETY: every index read or written is below `size` (len <= size;
-    // buf[len] is written only when len < size).
-    unsafe {
-        if len > 0 && *buf.add(len - 1) == b'\n' as c_char {
-            len -= 1;
-            *buf.add(len) = 0;
-        } else if len < size {
-            *buf.add(len) = 0;
-        } else {
-            return -1;
-        }
-    }
-    len as c_int
 }
