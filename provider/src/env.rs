@@ -214,6 +214,13 @@ pub const VARS: &[Var] = &[
          `verbs.h` or `rdma_cma.h` is missing (CI sets it).",
     ),
     var(
+        "UROCE_BLESS",
+        Test,
+        "unset",
+        "`1`: the generated-docs test (`verbs-api/cli/src/docgen.rs`) writes the man pages \
+         and the book's reference pages instead of failing when they are out of date.",
+    ),
+    var(
         "UROCE_LARGE_MIB",
         Test,
         "256 (debug builds: 64)",

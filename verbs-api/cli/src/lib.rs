@@ -32,3 +32,6 @@ pub mod stat;
 pub mod stress;
 pub mod sysfs_tree;
 pub mod trace_merge;
+
+#[cfg(test)]
+mod docgen;
