@@ -2,11 +2,16 @@
 //! applications poll without taking any engine lock. Its capacity is a
 //! number, not an allocation, so `ibv_resize_cq` is a store.
 
-use crate::events::{AsyncEvent, AsyncEvents, CompChannel, EventElement, EventType};
+use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventQueue, EventType};
+use crate::observe::{self, Event, Topic};
 use crate::types::{Wc, WcStatus};
 use crossbeam::queue::SegQueue;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+
+/// A completion channel: CQs armed with `req_notify` queue themselves here
+/// when a completion arrives.
+pub type CompChannel = EventQueue<Weak<CqInner>>;
 
 const DISARMED: u8 = 0;
 const ARMED_NEXT: u8 = 1;
@@ -152,13 +157,13 @@ impl CqInner {
     /// The channel handed one of this CQ's events to the application.
     /// With the checker on (`event`), taking a second event of the CQ
     /// while completions that came before it still wait unpolled since the
-    /// first is reported ([`crate::check::cq_not_polled`]).
+    /// first is reported ([`Event::CqNotPolled`]).
     pub fn note_event_delivered(&self) {
         let before = self.events_got.fetch_add(1, Ordering::AcqRel);
-        if crate::check::on(crate::check::Category::Event) {
+        if observe::wants(Topic::CHECK_EVENT) {
             let polled = self.polled_since_event.swap(false, Ordering::AcqRel);
             if before > 0 && !polled && !self.is_empty() {
-                crate::check::cq_not_polled(self.handle, self.len(), false);
+                self.tell_not_polled(false);
             }
         }
     }
@@ -166,18 +171,25 @@ impl CqInner {
     /// (`event`), completions that wait unpolled since the last event the
     /// application took of the CQ are reported.
     pub fn note_destroy(&self) {
-        if crate::check::on(crate::check::Category::Event)
+        if observe::wants(Topic::CHECK_EVENT)
             && self.events_got.load(Ordering::Acquire) > 0
             && !self.polled_since_event.load(Ordering::Acquire)
             && !self.is_empty()
         {
-            crate::check::cq_not_polled(self.handle, self.len(), true);
+            self.tell_not_polled(true);
         }
+    }
+    fn tell_not_polled(&self, at_destroy: bool) {
+        observe::tell(Topic::CHECK_EVENT, || Event::CqNotPolled {
+            cq: self.handle,
+            waiting: self.len(),
+            at_destroy,
+        });
     }
     /// The application polls (the checker's record, `event`).
     #[inline]
     fn note_poll(&self) {
-        if crate::check::on(crate::check::Category::Event) {
+        if observe::wants(Topic::CHECK_EVENT) {
             self.polled_since_event.store(true, Ordering::Release);
         }
     }

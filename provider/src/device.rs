@@ -30,19 +30,20 @@
 //! assert_eq!(qp.state(), uroce_provider::types::QpState::Reset);
 //! ```
 
-use crate::check::{self, Category, CqLedger, CqOwing, QpLedger};
 use crate::cm::gsi::GsiQp;
 use crate::cm::{CmAgent, CmConfig};
 use crate::counters::CounterSnapshot;
+use crate::cq::CompChannel;
 use crate::cq::CqInner;
+use crate::diag::check::{self, Category, CqLedger, CqOwing, QpLedger};
+use crate::diag::stat::{CqState, DeviceState, MrState, PdState, QpStat, SrqState};
 use crate::engine::QpSnapshot;
 use crate::engine::{can_post_send, Engine, Kicker};
-use crate::events::{AsyncEvents, CompChannel};
+use crate::events::AsyncEvents;
 use crate::memory::{Backing, KeyTable, MrInner, MwInner, MwType, PdId};
 use crate::net::faults::Faults;
 use crate::qp_attr::{AttrMask, CapError, ModifyLimits, QpAttr, QpCap};
 use crate::quota::{Quota, QuotaFull, Resource, Slot};
-use crate::stat::{CqState, DeviceState, MrState, PdState, QpStat, SrqState};
 use crate::transport::{new_qp, QpConfig, QueueAllocError, RecvQueue, SendQueue, StateCell};
 use crate::types::{Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Wc};
 use parking_lot::Mutex;
@@ -204,7 +205,7 @@ struct QpEntry {
 static OPEN: Mutex<Vec<Weak<Registry>>> = Mutex::new(Vec::new());
 
 /// The state of every device this process has open (see
-/// [`crate::stat`]).
+/// [`crate::diag::stat`]).
 ///
 /// The server's thread holds no device, only its [`Registry`]: a program
 /// that closes a device and opens its address again at once must not
@@ -221,7 +222,7 @@ pub(crate) fn live_states() -> Vec<DeviceState> {
         Some((w, answer))
     })
     .collect();
-    let deadline = std::time::Instant::now() + crate::stat::ENGINE_WAIT;
+    let deadline = std::time::Instant::now() + crate::diag::stat::ENGINE_WAIT;
     asked
         .into_iter()
         .filter_map(|(w, answer)| {
@@ -257,9 +258,9 @@ impl Device {
     /// by `UROCE_FAULTS` apply to everything it sends.
     ///
     /// The first device a process opens starts its state socket for
-    /// `uroce stat` ([`crate::stat`]; not with `UROCE_STAT=0`).
+    /// `uroce stat` ([`crate::diag::stat`]; not with `UROCE_STAT=0`).
     pub fn open(ip: IpAddr) -> Result<Device> {
-        check::init_from_env();
+        crate::diag::open();
         let keys = Arc::new(KeyTable::new());
         let engine = Engine::start(ip, keys.clone())?;
         let reg = Arc::new(Registry {
@@ -289,7 +290,7 @@ impl Device {
         open.retain(|w| w.strong_count() > 0);
         open.push(Arc::downgrade(&reg));
         drop(open);
-        crate::stat::serve_lazily();
+        crate::diag::stat::serve_lazily(live_states);
         Ok(dev)
     }
 
@@ -306,7 +307,7 @@ impl Device {
     pub fn state(&self) -> DeviceState {
         let qps = self
             .engine()
-            .snapshot_qps(crate::stat::ENGINE_WAIT)
+            .snapshot_qps(crate::diag::stat::ENGINE_WAIT)
             .unwrap_or_default();
         self.shared.reg.state(qps)
     }
@@ -659,6 +660,7 @@ impl Device {
             events: self.events.clone(),
             strict_source_port: strict_source_port(),
             state: state.clone(),
+            observer: crate::observe::Observer::process(),
         };
         // A QP the engine refuses gives its number back.
         let added = new_qp(spec.qp_type, cfg)
@@ -1200,13 +1202,13 @@ impl QpHandle {
         self.state.get()
     }
     /// The QP's last error explained: which check failed on which side
-    /// (see [`crate::explain`]); kept whether or not `UROCE_EXPLAIN=1`
+    /// (see [`crate::diag::explain`]); kept whether or not `UROCE_EXPLAIN=1`
     /// prints it.
-    pub fn last_error(&self) -> Option<crate::explain::Explanation> {
+    pub fn last_error(&self) -> Option<crate::diag::explain::Explanation> {
         self.state.last_error()
     }
     /// Why the QP is in ERR, when it is and that was explained.
-    pub fn error_cause(&self) -> Option<crate::explain::Explanation> {
+    pub fn error_cause(&self) -> Option<crate::diag::explain::Explanation> {
         self.state.error_cause()
     }
     /// Modifies the QP; returns its attributes afterwards.

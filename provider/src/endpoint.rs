@@ -20,6 +20,7 @@
 //! (its CQs and the device's event queue, see `transport::QpConfig`).
 
 use crate::counters::Counters;
+use crate::observe::{self, Dir, Event, Topic};
 use crate::transport::{Nanos, QpMachine, RxMeta, Transmit};
 use crate::types::QpType;
 use rustc_hash::FxHashMap;
@@ -540,9 +541,11 @@ impl Endpoint {
         let Some(s) = self.qps.get_mut(&qpn) else {
             return false;
         };
-        if crate::trace::on() {
-            crate::trace::packet(qpn, crate::trace::Dir::Rx, pkt);
-        }
+        observe::tell(Topic::TIMELINE, || Event::Packet {
+            qpn,
+            dir: Dir::Rx,
+            pkt,
+        });
         s.qp.handle_packet(now, meta, pkt);
         if !s.dirty {
             s.dirty = true;
@@ -582,9 +585,12 @@ impl Endpoint {
                 self.inflight = self.inflight - was + fresh;
                 if let Some(t) = t {
                     self.current = Some((qpn, sent + 1));
-                    if crate::trace::on() {
-                        crate::trace::packet_bytes(qpn, crate::trace::Dir::Tx, &buf[..t.len]);
-                    }
+                    let bytes = &buf[..t.len];
+                    observe::tell(Topic::TIMELINE, || Event::PacketBytes {
+                        qpn,
+                        dir: Dir::Tx,
+                        bytes,
+                    });
                     return Some(t);
                 }
                 if spent && fresh > 0 && !slot.throttled {

@@ -8,11 +8,9 @@
 //! as they would the descriptor of `ibv_comp_channel` or
 //! `ibv_context::async_fd`.
 
-use crate::cq::CqInner;
 use crossbeam::queue::SegQueue;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 /// Asynchronous event types (`ibv_event_type`, same numbering).
@@ -85,7 +83,7 @@ impl EventType {
 pub enum EventElement {
     /// A QP, by number.
     Qp(u32),
-    /// A CQ, by handle ([`CqInner::handle`]).
+    /// A CQ, by handle ([`crate::cq::CqInner::handle`]).
     Cq(u32),
     /// An SRQ, by handle.
     Srq(u32),
@@ -294,10 +292,6 @@ impl<T> EventQueue<T> {
 
 /// A device's asynchronous event queue.
 pub type AsyncEvents = EventQueue<AsyncEvent>;
-
-/// A completion channel: CQs armed with `req_notify` queue themselves here
-/// when a completion arrives.
-pub type CompChannel = EventQueue<Weak<CqInner>>;
 
 #[cfg(test)]
 mod tests {

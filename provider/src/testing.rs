@@ -187,6 +187,7 @@ pub fn config(ip: IpAddr, qpn: u32, depth: u32) -> QpConfig {
         events: Arc::new(AsyncEvents::new().expect("eventfd")),
         strict_source_port: false,
         state: Arc::default(),
+        observer: crate::observe::Observer::process(),
     }
 }
 

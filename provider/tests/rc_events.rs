@@ -10,8 +10,9 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uroce_provider::counters::Counters;
+use uroce_provider::cq::CompChannel;
 use uroce_provider::cq::CqInner;
-use uroce_provider::events::{AsyncEvent, AsyncEvents, CompChannel, EventElement, EventType};
+use uroce_provider::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use uroce_provider::memory::{KeyTable, MrInner};
 use uroce_provider::net::sim::{Faults, QpId, SimNet, Verdict, Wire};
 use uroce_provider::qp_attr::{AttrMask, QpAttr};
@@ -86,6 +87,7 @@ impl Dev {
             events: self.events.clone(),
             strict_source_port: false,
             state: Arc::default(),
+            observer: uroce_provider::observe::Observer::process(),
             ..config(self.ip, qpn, 64)
         };
         let sq = cfg.sq.clone();

@@ -10,7 +10,8 @@ use crate::error::{Error, Result};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
-use uroce_provider::events::{self as pe, CompChannel as ChannelInner};
+use uroce_provider::cq::CompChannel as ChannelInner;
+use uroce_provider::events as pe;
 
 pub use uroce_provider::events::{AsyncEvent, EventElement, EventType};
 

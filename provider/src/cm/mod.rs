@@ -48,6 +48,7 @@
 pub mod gsi;
 
 use crate::counters::Counters;
+use crate::observe::{self, Event, Topic};
 pub use crate::transport::Nanos;
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -470,9 +471,13 @@ impl CmAgent {
 
     fn send(&mut self, dst: IpAddr, dst_qpn: u32, tclass: u8, mad: CmMad) {
         Counters::inc(&self.counters.cm_mads_sent);
-        if crate::trace::on() {
+        if observe::wants(Topic::TIMELINE) {
             let detail = format!("to {dst} QP{dst_qpn} tid {:#x}", mad.tid);
-            crate::trace::cm(mad_name(&mad.msg, true), None, detail);
+            observe::tell(Topic::TIMELINE, || Event::Cm {
+                what: mad_name(&mad.msg, true),
+                conn: None,
+                detail: &detail,
+            });
         }
         self.out.push_back(Outgoing {
             dst,
@@ -483,9 +488,11 @@ impl CmAgent {
     }
 
     fn event(&mut self, conn: u32, e: CmEvent) {
-        if crate::trace::on() {
-            crate::trace::cm(event_name(&e), Some(conn), String::new());
-        }
+        observe::tell(Topic::TIMELINE, || Event::Cm {
+            what: event_name(&e),
+            conn: Some(conn),
+            detail: "",
+        });
         if self.conns.get(&conn).is_none_or(|c| c.user) {
             self.events.push_back(e);
         }
@@ -947,9 +954,13 @@ impl CmAgent {
             }
         };
         Counters::inc(&self.counters.cm_mads_rcvd);
-        if crate::trace::on() {
+        if observe::wants(Topic::TIMELINE) {
             let detail = format!("from {src} QP{src_qpn} tid {:#x}", mad.tid);
-            crate::trace::cm(mad_name(&mad.msg, false), None, detail);
+            observe::tell(Topic::TIMELINE, || Event::Cm {
+                what: mad_name(&mad.msg, false),
+                conn: None,
+                detail: &detail,
+            });
         }
         let handled = match mad.msg {
             CmMessage::Req(r) => self.on_req(now, src, src_qpn, mad.tid, r),

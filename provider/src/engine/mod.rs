@@ -19,6 +19,7 @@ use crate::counters::Counters;
 use crate::endpoint::{Endpoint, GroupChange, McastError, RxIp};
 use crate::memory::KeyTable;
 use crate::net::faults::{FaultInjector, Faults};
+use crate::observe::{self, Dir, Event, Observer, Topic};
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
 use crate::transport::{Nanos, QpMachine, QpTally};
 use crate::types::QpState;
@@ -336,7 +337,7 @@ impl Engine {
     /// Binds UDP 4791 on `ip` and starts the engine thread. Faults named by
     /// `UROCE_FAULTS` apply to everything it sends.
     pub fn start(ip: IpAddr, keys: Arc<KeyTable>) -> Result<Engine, EngineError> {
-        crate::trace::init();
+        Observer::process().send(Event::DeviceOpened);
         let faults = Faults::from_env().map_err(|e| EngineError::Bind {
             addr: ip,
             msg: e.to_string(),
@@ -763,7 +764,6 @@ impl Drop for Engine {
         STOPPING.0.lock().insert(self.local_ip);
         self.shared.stop.store(true, Ordering::Release);
         // What the device's QPs traced is in the file when it has closed.
-        let flush_trace = crate::trace::on();
         self.shared.doorbell.ring();
         // Dropped on its own thread (the last handle released inside a
         // callback), the engine cannot wait for itself: the stop flag ends
@@ -773,9 +773,7 @@ impl Drop for Engine {
                 let _ = t.join();
             }
         }
-        if flush_trace {
-            crate::trace::flush();
-        }
+        Observer::process().send(Event::DeviceClosed);
     }
 }
 
@@ -1241,9 +1239,14 @@ impl Driver {
                 break;
             };
             let copies: Vec<_> = inj.inject(&self.txbuf[..t.len], 1).collect();
-            if copies.is_empty() && crate::trace::on() {
-                if let Some(q) = self.ep.last_sender() {
-                    crate::trace::packet_bytes(q, crate::trace::Dir::Lost, &self.txbuf[..t.len]);
+            if copies.is_empty() && observe::wants(Topic::TIMELINE) {
+                if let Some(qpn) = self.ep.last_sender() {
+                    let bytes = &self.txbuf[..t.len];
+                    observe::tell(Topic::TIMELINE, || Event::PacketBytes {
+                        qpn,
+                        dir: Dir::Lost,
+                        bytes,
+                    });
                 }
             }
             for (delay, b) in copies {

@@ -46,13 +46,14 @@
 //! side (see the transports).
 
 use crate::planted::{self, Mistake};
-use crate::types::Access;
+pub use access::Access;
 use dashmap::DashMap;
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod access;
 pub mod range;
 pub mod shared;
 pub mod window;

@@ -22,9 +22,8 @@
 //! The checks and their statuses follow the spec's compliance statements
 //! (C10-72..C10-75, o10-36.2.x, o10-37.2.x) as kernel rxe applies them.
 
-use super::{KeyError, KeyTable, MrInner, PdId};
+use super::{Access, KeyError, KeyTable, MrInner, PdId};
 use crate::planted::{self, Mistake};
-use crate::types::Access;
 use std::sync::Arc;
 
 /// A memory window's type (`ibv_mw_type`).

@@ -8,6 +8,7 @@ use crate::counters::Counters;
 use crate::cq::CqInner;
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::{KeyTable, PdId};
+use crate::observe::{queue_id, Event, Gone, Observer, Topic};
 use crate::qp_attr::{ModifyLimits, QpCap};
 use crate::types::{SendWr, Wc, WcOpcode, WcStatus};
 use std::net::IpAddr;
@@ -57,9 +58,39 @@ pub struct QpConfig {
     pub strict_source_port: bool,
     /// Where the machine publishes its state.
     pub state: Arc<StateCell>,
+    /// Whom the QP tells what it does (the seam: [`crate::observe`]).
+    pub observer: Observer,
 }
 
 impl QpConfig {
+    /// Tells the QP's observer, when a tool wants the timeline, that
+    /// send WR `wr` left the queue with `status` and `byte_len` bytes.
+    #[inline(always)]
+    pub fn tell_send_done(&self, wr: &SendWr, status: WcStatus, byte_len: u64) {
+        self.observer.tell(Topic::TIMELINE, || Event::SendDone {
+            qpn: self.qpn,
+            queue: queue_id(&*self.sq),
+            wr,
+            status,
+            byte_len,
+            completed: status != WcStatus::Success
+                || self.sq_sig_all
+                || wr.flags.contains(crate::types::SendFlags::SIGNALED),
+        });
+    }
+
+    /// Tells the QP's observer, when a tool wants the timeline, that the
+    /// posted WRs end without completions (`why`).
+    #[inline(always)]
+    pub fn tell_queues_gone(&self, why: Gone) {
+        self.observer.tell(Topic::TIMELINE, || Event::QueuesGone {
+            qpn: self.qpn,
+            sq: queue_id(&*self.sq),
+            rq: (!self.rq.is_srq()).then(|| queue_id(&*self.rq)),
+            why,
+        });
+    }
+
     /// The engine took receive WR `wr` for a message; it places the
     /// message into its buffers next when `places` (the checker compares
     /// them with their checksums at post: a QP's own receive queue only).
@@ -157,9 +188,7 @@ impl QpConfig {
         let mut ok = true;
         while let Some(wr) = self.sq.take() {
             self.sq.retire(1);
-            if crate::trace::on() {
-                crate::trace::send_done(self, &wr, WcStatus::WrFlushErr, 0);
-            }
+            self.tell_send_done(&wr, WcStatus::WrFlushErr, 0);
             let wc = Wc::new(
                 wr.wr_id,
                 WcStatus::WrFlushErr,
@@ -222,8 +251,14 @@ impl QpConfig {
     #[must_use]
     pub fn complete(&self, send: bool, wc: Wc, solicited: bool) -> bool {
         let cq = if send { &self.send_cq } else { &self.recv_cq };
-        if !send && crate::trace::on() {
-            crate::trace::recv_done(self, wc.wr_id, wc.status, u64::from(wc.byte_len));
+        if !send {
+            self.observer.tell(Topic::TIMELINE, || Event::RecvDone {
+                qpn: self.qpn,
+                queue: queue_id(&*self.rq),
+                wr_id: wc.wr_id,
+                status: wc.status,
+                byte_len: u64::from(wc.byte_len),
+            });
         }
         if cq.push_notify(wc, solicited) {
             return true;

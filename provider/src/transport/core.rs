@@ -27,7 +27,7 @@
 //! * the state switch of `poll_transmit`: ERR flushes what is posted, SQE
 //!   flushes the send queue; responses go in any state, requests in RTS
 //!   (new WRs) and SQD (only what started);
-//! * explanations ([`crate::explain`]): each error completion and each
+//! * explanations ([`crate::diag::explain`]): each error completion and each
 //!   move to ERR gets one line, kept in the published [`super::StateCell`]
 //!   and printed with `UROCE_EXPLAIN=1`; an error site notes what it found
 //!   (`QpCore::why`), the explanation is made where the status is decided,
@@ -45,8 +45,9 @@
 use super::Nanos;
 use super::{PeerPin, QpConfig, QpMachine, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
+use crate::diag::explain::{Explanation, Side};
 use crate::events::EventType;
-use crate::explain::{Explanation, Side};
+use crate::observe::{queue_id, Event, Gone, Topic};
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
 use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus};
 use uroce_wire::packet::{Headers, ParsedPacket};
@@ -141,8 +142,11 @@ impl QpCore {
 
     /// Sets the state and publishes it ([`super::StateCell`]).
     pub fn set_state(&mut self, s: QpState) {
-        if crate::trace::on() && s != self.state {
-            crate::trace::state(self.cfg.qpn, self.state, s);
+        if s != self.state {
+            let (qpn, from) = (self.cfg.qpn, self.state);
+            self.cfg
+                .observer
+                .tell(Topic::TIMELINE, || Event::StateChanged { qpn, from, to: s });
         }
         self.state = s;
         self.cfg.state.set(s);
@@ -225,7 +229,7 @@ impl QpCore {
         match self.last_rx {
             Some(t) => format!(
                 "last packet from it {} ago",
-                crate::explain::ms(now.0.saturating_sub(t.0))
+                crate::diag::explain::ms(now.0.saturating_sub(t.0))
             ),
             None => "no packet from it since the QP was connected".into(),
         }
@@ -335,9 +339,13 @@ pub struct Qp<S: Service> {
 impl<S: Service> Qp<S> {
     /// A QP in the RESET state.
     pub fn new(cfg: QpConfig) -> Qp<S> {
-        if crate::trace::on() {
-            crate::trace::qp_created(&cfg, S::QP_TYPE);
-        }
+        cfg.observer.tell(Topic::TIMELINE, || Event::QpCreated {
+            qpn: cfg.qpn,
+            qp_type: S::QP_TYPE,
+            ip: cfg.local_ip,
+            sq: queue_id(&*cfg.sq),
+            rq: (!cfg.rq.is_srq()).then(|| queue_id(&*cfg.rq)),
+        });
         Qp {
             core: QpCore::new(cfg),
             svc: S::default(),
@@ -465,9 +473,7 @@ impl<S: Service> Qp<S> {
     /// reporting `byte_len` bytes.
     pub(crate) fn retire_send(&mut self, wr: &SendWr, status: WcStatus, byte_len: u64) {
         self.core.cfg.sq.retire(1);
-        if crate::trace::on() {
-            crate::trace::send_done(&self.core.cfg, wr, status, byte_len);
-        }
+        self.core.cfg.tell_send_done(wr, status, byte_len);
         let signaled = self.core.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
         if status != WcStatus::Success || signaled {
             let mut wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
@@ -508,10 +514,10 @@ impl<S: Service> Qp<S> {
             // to ERR is followed by a short one that is.
             Some(c) => {
                 if let Some(s) = c.status {
-                    crate::explain::emit_line(&format!(
+                    crate::diag::explain::emit_line(&format!(
                         "QP {qpn:#08x} enters ERR: outstanding WRs complete with \
                          IBV_WC_WR_FLUSH_ERR (cause: the {} above)",
-                        crate::explain::status_name(s)
+                        crate::diag::explain::status_name(s)
                     ));
                 }
                 self.core.cfg.state.set_cause(c);
@@ -536,9 +542,7 @@ impl<S: Service> Qp<S> {
 
     /// To RESET: everything is discarded without completions.
     fn reset(&mut self) {
-        if crate::trace::on() {
-            crate::trace::discarded(&self.core.cfg);
-        }
+        self.core.cfg.tell_queues_gone(Gone::Reset);
         S::on_reset(self);
         self.core.cfg.discard_posted();
         self.core.reset();
@@ -558,9 +562,7 @@ impl<S: Service> Qp<S> {
         );
         self.core.err_cause = None;
         self.core.cfg.sq.retire(1);
-        if crate::trace::on() {
-            crate::trace::send_done(&self.core.cfg, wr, status, 0);
-        }
+        self.core.cfg.tell_send_done(wr, status, 0);
         let wc = Wc::new(wr.wr_id, status, wr.opcode.wc_opcode(), self.core.cfg.qpn);
         self.core.set_state(QpState::Sqe);
         self.core.attr.sq_draining = false;
@@ -588,8 +590,12 @@ impl<S: Service> Qp<S> {
     /// write, the receive PD) for the explanation that follows.
     pub(crate) fn note_recv_fault(&mut self, wr: &crate::types::RecvWr) {
         let cfg = &self.core.cfg;
-        let f =
-            crate::explain::lkey_fault(&cfg.keys, cfg.recv_pd, &wr.sg_list, Access::LOCAL_WRITE);
+        let f = crate::diag::explain::lkey_fault(
+            &cfg.keys,
+            cfg.recv_pd,
+            &wr.sg_list,
+            Access::LOCAL_WRITE,
+        );
         self.core.why = Some(format!(
             "receive WR {:#x}: {}",
             wr.wr_id,
@@ -619,7 +625,7 @@ impl<S: Service> Qp<S> {
             super::message::MAX_MSG_SIZE
         };
         let cfg = &self.core.cfg;
-        crate::explain::local_wr_fault(&cfg.keys, cfg.pd, wr, status, max)
+        crate::diag::explain::local_wr_fault(&cfg.keys, cfg.pd, wr, status, max)
     }
 
     /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
@@ -735,9 +741,7 @@ impl<S: Service> Drop for Qp<S> {
     /// A QP destroyed with WRs posted: their spans end in the trace (the
     /// queues' addresses may serve another QP next).
     fn drop(&mut self) {
-        if crate::trace::on() {
-            crate::trace::destroyed(&self.core.cfg);
-        }
+        self.core.cfg.tell_queues_gone(Gone::Destroyed);
     }
 }
 

@@ -18,6 +18,7 @@ use super::sgl::Resolved;
 use super::status::RespError;
 use super::QpConfig;
 use crate::memory::MrInner;
+use crate::observe::{self, Event, Topic};
 use crate::types::{Access, RecvWr, SendFlags, SendWr};
 use std::sync::Arc;
 use uroce_wire::packet::{Headers, ParsedPacket};
@@ -296,7 +297,12 @@ impl Inbound {
         };
         if !pkt.payload.is_empty() {
             let mr = mr.as_ref().ok_or(RespError::RemoteAccess)?;
-            crate::check::nic_wrote(mr, *offset + *written as usize, pkt.payload.len());
+            let at = *offset + *written as usize;
+            observe::tell(Topic::CHECK_BUFFER, || Event::NicWrote {
+                mr,
+                offset: at,
+                len: pkt.payload.len(),
+            });
             mr.write(*offset + *written as usize, pkt.payload)
                 .map_err(|_| RespError::RemoteAccess)?;
         }

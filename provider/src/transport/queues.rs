@@ -2,9 +2,10 @@
 //! (lock-free, shared between the posting threads and the engine), the
 //! SRQ limit event, and the QP state as the posting side reads it.
 
-use crate::check::QpLedger;
+use crate::diag::check::QpLedger;
+use crate::diag::explain::{ExplainLog, Explanation};
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
-use crate::explain::{ExplainLog, Explanation};
+use crate::observe::{self, queue_id, Event, Topic};
 use crate::types::{QpState, RecvWr, SendWr};
 use crossbeam::queue::ArrayQueue;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -40,7 +41,7 @@ impl StateCell {
     /// Keeps `e` as the last explanation (and, `cause`, as why the QP is
     /// in ERR) and prints it when asked for (`UROCE_EXPLAIN=1`).
     pub fn explain(&self, e: Explanation, cause: bool) {
-        crate::explain::emit(&e);
+        crate::diag::explain::emit(&e);
         let mut log = self.explained.lock();
         if cause {
             log.cause = Some(e.clone());
@@ -127,7 +128,7 @@ impl SendQueue {
     /// without the diagnostic tools: [`crate::diag`]).
     #[inline(always)]
     pub fn ledger(&self) -> Option<&Arc<QpLedger>> {
-        self.ledger.as_ref().filter(|_| crate::diag::COMPILED)
+        self.ledger.as_ref().filter(|_| crate::observe::COMPILED)
     }
     /// Depth.
     pub fn capacity(&self) -> u32 {
@@ -146,9 +147,10 @@ impl SendQueue {
             self.outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull);
         }
-        if crate::trace::on() {
-            crate::trace::post_send(crate::trace::queue_id(self), &wr);
-        }
+        observe::tell(Topic::TIMELINE, || Event::SendPosted {
+            queue: queue_id(self),
+            wr: &wr,
+        });
         // Cannot fail: the queue holds `max` and at most `max` are posted.
         self.queue.push(wr).map_err(|_| PostError::QueueFull)
     }
@@ -264,12 +266,15 @@ impl RecvQueue {
     }
     /// Posts a receive WR.
     pub fn post(&self, wr: RecvWr) -> Result<(), PostError> {
-        if crate::trace::on() {
-            let len = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        if observe::wants(Topic::TIMELINE) {
             if self.queue.is_full() {
                 return Err(PostError::QueueFull);
             }
-            crate::trace::post_recv(crate::trace::queue_id(self), wr.wr_id, len);
+            observe::tell(Topic::TIMELINE, || Event::RecvPosted {
+                queue: queue_id(self),
+                wr_id: wr.wr_id,
+                len: wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+            });
         }
         self.queue.push(wr).map_err(|_| PostError::QueueFull)
     }

@@ -2,6 +2,7 @@
 //! request, then copied to and from packet payloads at any message offset.
 
 use crate::memory::{KeyError, KeyTable, MemError, MrInner, PdId};
+use crate::observe::{self, Event, Topic};
 use crate::types::{Access, Sge};
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -62,7 +63,12 @@ impl Resolved {
     /// Copies `data` into the list at message offset `at`.
     pub fn scatter(&self, at: u64, data: &[u8]) -> Result<(), MemError> {
         self.walk(at, data.len(), |seg, off, range| {
-            crate::check::nic_wrote(&seg.mr, off, range.len());
+            let (mr, len) = (&*seg.mr, range.len());
+            observe::tell(Topic::CHECK_BUFFER, || Event::NicWrote {
+                mr,
+                offset: off,
+                len,
+            });
             seg.mr.write(off, &data[range])
         })
     }

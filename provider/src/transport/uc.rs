@@ -39,7 +39,7 @@ use super::sgl::Resolved;
 use super::status::{ErrorAction, RespError};
 use super::{Nanos, RxMeta, SweepDetector, Transmit};
 use crate::counters::Counters;
-use crate::explain::Side;
+use crate::diag::explain::Side;
 use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::types::{QpState, QpType, SendWr, WcOpcode, WcStatus, WrOpcode};

@@ -40,7 +40,7 @@ use super::message::{fill_payload, RecvTarget};
 use super::status::{ErrorAction, RespError};
 use super::{pkey_matches, to_v6, Drop, Nanos, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
-use crate::explain::Side;
+use crate::diag::explain::Side;
 use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr, QKEY_CONTROLLED};
 use crate::types::{QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode};

@@ -3,6 +3,7 @@
 
 use super::RcQp;
 use crate::counters::Counters;
+use crate::observe::{Event, Resend, Topic};
 use crate::planted::{self, Mistake};
 use crate::transport::status::requester_status;
 use crate::transport::Nanos;
@@ -46,7 +47,7 @@ impl RcQp {
                                     self.core.peer(),
                                     psn.value(),
                                     aeth.syndrome.to_byte(),
-                                    crate::explain::ms(rnr_timer_ns(timer)),
+                                    crate::diag::explain::ms(rnr_timer_ns(timer)),
                                     self.core.attr.rnr_retry,
                                     self.core.peer_last_seen(now)
                                 ));
@@ -58,11 +59,16 @@ impl RcQp {
                         self.svc.req.go_back(psn);
                         self.svc.req.timer = None;
                         self.svc.req.rnr_until = Some(now.plus(rnr_timer_ns(timer)));
-                        if crate::trace::on() {
-                            let left = self.svc.req.rnr_left;
-                            let wait = rnr_timer_ns(timer);
-                            crate::trace::rnr_wait(self.qpn(), psn.value(), wait, left);
-                        }
+                        let (qpn, retries_left) = (self.qpn(), self.svc.req.rnr_left);
+                        self.core
+                            .cfg
+                            .observer
+                            .tell(Topic::TIMELINE, || Event::RnrWait {
+                                qpn,
+                                psn: psn.value(),
+                                wait_ns: rnr_timer_ns(timer),
+                                retries_left,
+                            });
                     }
                     AethSyndrome::Nak(NakCode::PsnSequenceError) => {
                         Counters::inc(&self.core.cfg.counters.seq_naks_rcvd);
@@ -85,11 +91,16 @@ impl RcQp {
                         // otherwise exhaust it while making progress.
                         self.svc.req.go_back(psn);
                         self.svc.req.nak_resend = Some((psn, self.svc.req.hwm));
-                        if crate::trace::on() {
-                            let left = self.svc.req.retry_left;
-                            let why = "PSN sequence error NAK";
-                            crate::trace::retransmit(self.qpn(), psn.value(), why, left);
-                        }
+                        let (qpn, retries_left) = (self.qpn(), self.svc.req.retry_left);
+                        self.core
+                            .cfg
+                            .observer
+                            .tell(Topic::TIMELINE, || Event::Retransmit {
+                                qpn,
+                                psn: psn.value(),
+                                cause: Resend::SeqNak,
+                                retries_left,
+                            });
                         // Not a congestion signal: reordering makes them
                         // too (25% reordering with halving at each NAK
                         // took a lossy-link stress run from 250 s to

@@ -2,8 +2,9 @@
 
 use super::{max_inflight_psns, RcQp, ACK_REQ_EVERY, MIN_CWND};
 use crate::counters::Counters;
-use crate::explain::Side;
+use crate::diag::explain::Side;
 use crate::memory::KeyError;
+use crate::observe::{Event, Resend, Topic};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::message::MAX_MSG_SIZE;
 use crate::transport::message::{fill_payload, message_headers, npkts, position, segment};
@@ -608,7 +609,7 @@ impl RcQp {
                 self.core.peer(),
                 self.svc.req.una.value(),
                 a.retry_cnt,
-                crate::explain::ms(ack_timeout_ns(a.timeout)),
+                crate::diag::explain::ms(ack_timeout_ns(a.timeout)),
                 a.timeout,
                 a.retry_cnt,
                 self.core.peer_last_seen(now)
@@ -634,10 +635,16 @@ impl RcQp {
         self.svc.req.read_rerequest = in_read.then_some(una);
         self.svc.req.read_hole = None;
         self.svc.req.go_back(una);
-        if crate::trace::on() {
-            let left = self.svc.req.retry_left;
-            crate::trace::retransmit(self.qpn(), una.value(), "ACK timeout", left);
-        }
+        let (qpn, psn, retries_left) = (self.qpn(), una.value(), self.svc.req.retry_left);
+        self.core
+            .cfg
+            .observer
+            .tell(Topic::TIMELINE, || Event::Retransmit {
+                qpn,
+                psn,
+                cause: Resend::AckTimeout,
+                retries_left,
+            });
     }
 
     /// The WR holding `psn` (or the oldest one) fails with `status`.

@@ -4,9 +4,10 @@
 
 use super::RcQp;
 use crate::counters::Counters;
+use crate::diag::explain::{rights, rkey_fault, Side};
 use crate::events::EventType;
-use crate::explain::{rights, rkey_fault, Side};
 use crate::memory::MrInner;
+use crate::observe::{self, Event, Topic};
 use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::core::bth;
@@ -144,7 +145,11 @@ fn apply_atomic(
     compare_swap: bool,
     a: &uroce_wire::AtomicEthRepr,
 ) -> Result<u64, crate::memory::MemError> {
-    crate::check::nic_wrote(mr, offset, 8);
+    observe::tell(Topic::CHECK_BUFFER, || Event::NicWrote {
+        mr,
+        offset,
+        len: 8,
+    });
     mr.with_atomic_u64(offset, |word| {
         if compare_swap {
             match word.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
@@ -506,7 +511,11 @@ impl RcQp {
                 let mut bytes = [0u8; 8];
                 bytes.copy_from_slice(pkt.payload);
                 // One aligned 64-bit store: the bytes land as sent.
-                crate::check::nic_wrote(&mr, offset, 8);
+                observe::tell(Topic::CHECK_BUFFER, || Event::NicWrote {
+                    mr: &mr,
+                    offset,
+                    len: 8,
+                });
                 mr.with_atomic_u64(offset, |w| {
                     w.store(u64::from_ne_bytes(bytes), Ordering::Release)
                 })

@@ -34,14 +34,13 @@
 //! `FILE` may hold `%p`, replaced by the process ID, so that both
 //! processes of a pair started with one environment write their own files.
 
-use crate::transport::QpConfig;
-use crate::types::{QpState, QpType, SendWr, WcStatus};
+use crate::observe::{self, Dir, Event, Gone, Resend, Topic};
+use crate::types::{QpState, QpType, WcStatus};
 use crossbeam::channel::{self, Receiver, Sender};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, OnceLock};
 use std::time::Duration;
 use uroce_wire::aeth::AethSyndrome;
@@ -52,10 +51,6 @@ pub const TRACE_ENV: &str = "UROCE_TRACE";
 
 /// The track (`tid`) of the CM's MADs and events: QP1's.
 pub const CM_TID: u32 = 1;
-
-/// Set once the trace file is open (cleared in a child after `fork`,
-/// which has no writer thread).
-static ON: AtomicBool = AtomicBool::new(false);
 
 /// The writer's channel, once started.
 static SINK: OnceLock<Sink> = OnceLock::new();
@@ -77,9 +72,13 @@ struct Sink {
 }
 
 /// Whether the process writes a trace: the one check on every hot path.
+///
+/// The timeline is the seam's topic [`Topic::TIMELINE`], set once the
+/// trace file is open (cleared in a child after `fork`, which has no
+/// writer thread).
 #[inline(always)]
 pub fn on() -> bool {
-    crate::diag::COMPILED && ON.load(Ordering::Relaxed)
+    observe::wants(Topic::TIMELINE)
 }
 
 /// Opens the trace named by `UROCE_TRACE` (once per process; the devices
@@ -87,7 +86,7 @@ pub fn on() -> bool {
 /// tracing stays off.
 pub fn init() {
     static INIT: Once = Once::new();
-    if !crate::diag::COMPILED {
+    if !observe::COMPILED {
         return;
     }
     INIT.call_once(|| {
@@ -114,7 +113,7 @@ fn start(path: &std::path::Path) -> std::io::Result<()> {
     }
     extern "C" fn child_after_fork() {
         // The child has no writer thread: it traces nothing.
-        ON.store(false, Ordering::Relaxed);
+        observe::unwant(Topic::TIMELINE);
     }
     // SAFETY: registers plain functions that take no arguments and
     // return nothing, as atexit and pthread_atfork want; neither unwinds
@@ -123,13 +122,13 @@ fn start(path: &std::path::Path) -> std::io::Result<()> {
         libc::atexit(finish_at_exit);
         libc::pthread_atfork(None, None, Some(child_after_fork));
     }
-    ON.store(true, Ordering::Relaxed);
+    observe::want(Topic::TIMELINE);
     Ok(())
 }
 
 extern "C" fn finish_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        ON.store(false, Ordering::Relaxed);
+        observe::unwant(Topic::TIMELINE);
         if let Some(s) = SINK.get() {
             let (tx, rx) = channel::bounded(1);
             if s.tx.send(Msg::Close(tx)).is_ok() {
@@ -166,134 +165,135 @@ fn send(kind: Kind) {
 }
 
 // -------------------------------------------------------------------
-// The hooks (each called only when `on()`)
+// What the seam tells (each event only while the timeline is on)
 // -------------------------------------------------------------------
 
-/// A QP was made: its track is named, and what was remembered of earlier
-/// queues at its queues' addresses is forgotten.
+/// Records one event of the seam on the timeline.
 #[cold]
 #[inline(never)]
-pub fn qp_created(cfg: &QpConfig, qp_type: QpType) {
-    send(Kind::QpCreated {
-        qpn: cfg.qpn,
-        qp_type,
-        ip: cfg.local_ip,
-        sq: queue_id(&*cfg.sq),
-        rq: (!cfg.rq.is_srq()).then(|| queue_id(&*cfg.rq)),
-    });
-}
-
-/// A QP moved from state `from` to `to`.
-#[cold]
-#[inline(never)]
-pub fn state(qpn: u32, from: QpState, to: QpState) {
-    send(Kind::State { qpn, from, to });
-}
-
-/// A send WR was posted to the queue at `queue`.
-#[cold]
-#[inline(never)]
-pub fn post_send(queue: usize, wr: &SendWr) {
-    let len = if wr.flags.contains(crate::types::SendFlags::INLINE) {
-        wr.inline_data.len() as u64
-    } else {
-        wr.sg_list.iter().map(|s| u64::from(s.length)).sum()
-    };
-    send(Kind::Post {
-        queue,
-        wr_id: wr.wr_id,
-        op: wr.opcode.name(),
-        len,
-    });
-}
-
-/// A receive WR of `len` bytes was posted to the queue at `queue`.
-#[cold]
-#[inline(never)]
-pub fn post_recv(queue: usize, wr_id: u64, len: u64) {
-    send(Kind::Post {
-        queue,
-        wr_id,
-        op: "RECV",
-        len,
-    });
-}
-
-/// A send WR left QP `cfg.qpn`'s send queue with `status` (a completion
-/// if signaled or failed; `byte_len` bytes).
-#[cold]
-#[inline(never)]
-pub fn send_done(cfg: &QpConfig, wr: &SendWr, status: WcStatus, byte_len: u64) {
-    let signaled = cfg.sq_sig_all || wr.flags.contains(crate::types::SendFlags::SIGNALED);
-    send(Kind::Done {
-        queue: queue_id(&*cfg.sq),
-        qpn: cfg.qpn,
-        wr_id: wr.wr_id,
-        status,
-        byte_len,
-        signaled: signaled || status != WcStatus::Success,
-    });
-}
-
-/// A receive WR of QP `cfg.qpn` completed.
-#[cold]
-#[inline(never)]
-pub fn recv_done(cfg: &QpConfig, wr_id: u64, status: WcStatus, byte_len: u64) {
-    send(Kind::Done {
-        queue: queue_id(&*cfg.rq),
-        qpn: cfg.qpn,
-        wr_id,
-        status,
-        byte_len,
-        signaled: true,
-    });
-}
-
-/// The QP went to RESET: its posted WRs are discarded without
-/// completions.
-#[cold]
-#[inline(never)]
-pub fn discarded(cfg: &QpConfig) {
-    gone(cfg, "discarded (RESET)");
-}
-
-/// The QP was destroyed: WRs still posted end (status `destroyed`).
-#[cold]
-#[inline(never)]
-pub fn destroyed(cfg: &QpConfig) {
-    gone(cfg, "destroyed");
-}
-
-fn gone(cfg: &QpConfig, why: &'static str) {
-    send(Kind::Discard {
-        qpn: cfg.qpn,
-        queue: queue_id(&*cfg.sq),
-        why,
-    });
-    if !cfg.rq.is_srq() {
-        send(Kind::Discard {
-            qpn: cfg.qpn,
-            queue: queue_id(&*cfg.rq),
-            why,
-        });
+pub fn record(e: &Event<'_>) {
+    match *e {
+        Event::QpCreated {
+            qpn,
+            qp_type,
+            ip,
+            sq,
+            rq,
+        } => send(Kind::QpCreated {
+            qpn,
+            qp_type,
+            ip,
+            sq,
+            rq,
+        }),
+        Event::StateChanged { qpn, from, to } => send(Kind::State { qpn, from, to }),
+        Event::SendPosted { queue, wr } => {
+            let len = if wr.flags.contains(crate::types::SendFlags::INLINE) {
+                wr.inline_data.len() as u64
+            } else {
+                wr.sg_list.iter().map(|s| u64::from(s.length)).sum()
+            };
+            send(Kind::Post {
+                queue,
+                wr_id: wr.wr_id,
+                op: wr.opcode.name(),
+                len,
+            });
+        }
+        Event::RecvPosted { queue, wr_id, len } => send(Kind::Post {
+            queue,
+            wr_id,
+            op: "RECV",
+            len,
+        }),
+        Event::SendDone {
+            qpn,
+            queue,
+            wr,
+            status,
+            byte_len,
+            completed,
+        } => send(Kind::Done {
+            queue,
+            qpn,
+            wr_id: wr.wr_id,
+            status,
+            byte_len,
+            signaled: completed,
+        }),
+        Event::RecvDone {
+            qpn,
+            queue,
+            wr_id,
+            status,
+            byte_len,
+        } => send(Kind::Done {
+            queue,
+            qpn,
+            wr_id,
+            status,
+            byte_len,
+            signaled: true,
+        }),
+        Event::QueuesGone { qpn, sq, rq, why } => {
+            let why = match why {
+                Gone::Reset => "discarded (RESET)",
+                Gone::Destroyed => "destroyed",
+            };
+            send(Kind::Discard {
+                qpn,
+                queue: sq,
+                why,
+            });
+            if let Some(queue) = rq {
+                send(Kind::Discard { qpn, queue, why });
+            }
+        }
+        Event::Packet { qpn, dir, pkt } => packet(qpn, dir, pkt),
+        Event::PacketBytes { qpn, dir, bytes } => {
+            // A payload that does not parse is not traced.
+            if let Ok(p) = uroce_wire::packet::parse(bytes) {
+                packet(qpn, dir, &p);
+            }
+        }
+        Event::Retransmit {
+            qpn,
+            psn,
+            cause,
+            retries_left,
+        } => send(Kind::Retransmit {
+            qpn,
+            psn,
+            why: match cause {
+                Resend::AckTimeout => "ACK timeout",
+                Resend::SeqNak => "PSN sequence error NAK",
+            },
+            retries_left,
+        }),
+        Event::RnrWait {
+            qpn,
+            psn,
+            wait_ns,
+            retries_left,
+        } => send(Kind::RnrWait {
+            qpn,
+            psn,
+            wait_ns,
+            retries_left,
+        }),
+        Event::Cm { what, conn, detail } => send(Kind::Cm {
+            what,
+            conn,
+            detail: detail.to_string(),
+        }),
+        Event::DeviceOpened
+        | Event::DeviceClosed
+        | Event::NicWrote { .. }
+        | Event::CqNotPolled { .. } => {}
     }
 }
 
-/// Which way a packet went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dir {
-    /// Sent by the QP.
-    Tx,
-    /// Received by the QP.
-    Rx,
-    /// Sent by the QP and dropped by the fault injector (`UROCE_FAULTS`).
-    Lost,
-}
-
-/// QP `qpn` sent or received `pkt`.
-#[cold]
-#[inline(never)]
-pub fn packet(qpn: u32, dir: Dir, pkt: &ParsedPacket<'_>) {
+fn packet(qpn: u32, dir: Dir, pkt: &ParsedPacket<'_>) {
     let aeth = pkt.aeth().map(|a| (a.syndrome, a.msn));
     send(Kind::Packet {
         qpn,
@@ -304,56 +304,6 @@ pub fn packet(qpn: u32, dir: Dir, pkt: &ParsedPacket<'_>) {
         len: pkt.payload.len() as u32,
         aeth,
     });
-}
-
-/// QP `qpn` sent the UDP payload `bytes` (parsed here; a packet that does
-/// not parse is not traced).
-#[cold]
-#[inline(never)]
-pub fn packet_bytes(qpn: u32, dir: Dir, bytes: &[u8]) {
-    if let Ok(p) = uroce_wire::packet::parse(bytes) {
-        packet(qpn, dir, &p);
-    }
-}
-
-/// QP `qpn`'s requester goes back to resend from `psn` (`why`: "ack
-/// timeout", "PSN sequence NAK"), with `retries_left` retries left.
-#[cold]
-#[inline(never)]
-pub fn retransmit(qpn: u32, psn: u32, why: &'static str, retries_left: u8) {
-    send(Kind::Retransmit {
-        qpn,
-        psn,
-        why,
-        retries_left,
-    });
-}
-
-/// QP `qpn`'s requester got an RNR NAK for `psn` and waits `wait_ns`
-/// before resending.
-#[cold]
-#[inline(never)]
-pub fn rnr_wait(qpn: u32, psn: u32, wait_ns: u64, retries_left: u8) {
-    send(Kind::RnrWait {
-        qpn,
-        psn,
-        wait_ns,
-        retries_left,
-    });
-}
-
-/// A CM MAD sent or received, or a CM event (`what`), about connection
-/// `conn` (our communication ID, when known), with a detail (the peer,
-/// the transaction).
-#[cold]
-#[inline(never)]
-pub fn cm(what: &'static str, conn: Option<u32>, detail: String) {
-    send(Kind::Cm { what, conn, detail });
-}
-
-/// The writer's key for a queue: its address.
-pub fn queue_id<T>(q: &T) -> usize {
-    q as *const T as usize
 }
 
 // -------------------------------------------------------------------

@@ -25,12 +25,13 @@
 
 use crate::cq::CqInner;
 use crate::memory::{KeyTable, PdId};
+use crate::observe::{self, Topic};
 use crate::qp_attr::QpCap;
 use crate::types::{Access, SendFlags, SendWr, Sge, Wc, WrOpcode};
 use parking_lot::Mutex;
 use std::backtrace::Backtrace;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Once, Weak};
 
 /// The environment variable that turns the checker on: `1` or `all` for
@@ -74,7 +75,6 @@ impl Category {
     }
 }
 
-static ON: AtomicU32 = AtomicU32::new(0);
 static FROM_ENV: Once = Once::new();
 static REPORTS: AtomicU64 = AtomicU64::new(0);
 /// Reports printed in full; later ones are only counted.
@@ -104,9 +104,7 @@ pub fn init_from_env() {
             return;
         };
         match parse(&v) {
-            Ok(mask) => {
-                ON.fetch_or(mask, Ordering::Relaxed);
-            }
+            Ok(mask) => enable(mask),
             Err(bad) => {
                 let names: Vec<_> = Category::ALL.iter().map(|c| c.name()).collect();
                 eprintln!(
@@ -121,19 +119,19 @@ pub fn init_from_env() {
 /// Turns categories on (a mask of [`Category`] values) from now on, as
 /// `UROCE_CHECK` does; QPs created before keep no ledger.
 pub fn enable(mask: u32) {
-    ON.fetch_or(mask, Ordering::Relaxed);
+    observe::want(Topic::from_bits_truncate(mask) & Topic::CHECK);
 }
 
 /// True when category `c` is checked: one relaxed load.
 #[inline]
 pub fn on(c: Category) -> bool {
-    crate::diag::COMPILED && ON.load(Ordering::Relaxed) & c as u32 != 0
+    observe::wants(Topic::from_bits_retain(c as u32))
 }
 
 /// True when any category is checked.
 #[inline]
 pub fn any() -> bool {
-    crate::diag::COMPILED && ON.load(Ordering::Relaxed) != 0
+    observe::wants(Topic::CHECK)
 }
 
 /// Reports made so far in this process.

@@ -233,7 +233,7 @@ impl ProcessState {
         ProcessState {
             pid: std::process::id(),
             comm: comm(std::process::id()),
-            devices: crate::device::live_states(),
+            devices: SOURCE.get().map_or_else(Vec::new, |states| states()),
         }
     }
 }
@@ -296,18 +296,25 @@ fn private_dir(dir: &Path) -> io::Result<()> {
 /// by `fork` has no server thread: it starts its own.
 static SERVER: parking_lot::Mutex<Option<(u32, Option<PathBuf>)>> = parking_lot::Mutex::new(None);
 
+/// Where the devices' states come from: the face's list of open devices,
+/// handed over by the first device that opens (the tools import nothing
+/// above the seam).
+static SOURCE: std::sync::OnceLock<fn() -> Vec<DeviceState>> = std::sync::OnceLock::new();
+
 /// True unless `UROCE_STAT=0`.
 fn enabled() -> bool {
     std::env::var(STAT_ENV).map_or(true, |v| v.trim() != "0")
 }
 
 /// Starts this process's state server if it has none (called by every
-/// device open; `UROCE_STAT=0`: never). A failure to make the socket is
-/// reported on stderr once and costs the process nothing else.
-pub(crate) fn serve_lazily() {
+/// device open with the function that lists the open devices' states;
+/// `UROCE_STAT=0`: never). A failure to make the socket is reported on
+/// stderr once and costs the process nothing else.
+pub(crate) fn serve_lazily(states: fn() -> Vec<DeviceState>) {
     if !crate::diag::COMPILED || !enabled() {
         return;
     }
+    let _ = SOURCE.set(states);
     let pid = std::process::id();
     let mut server = SERVER.lock();
     if server.as_ref().is_some_and(|(p, _)| *p == pid) {
