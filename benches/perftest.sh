@@ -135,7 +135,12 @@ for p in cc stdbuf timeout ib_write_bw ib_send_bw ib_read_bw ib_send_lat ib_writ
 done
 qp_bin="" # benches/qp_scale.rs, built
 if [ "${UROCE_BENCH_NOBUILD:-0}" != 1 ]; then
-  cargo build --release -q -p uroce-ibverbs -p uroce-cli || exit 1
+  # The drop-in libraries in a cargo invocation of their own, uroce-cli in
+  # another: cargo unifies one invocation's features, and uroce-cli's
+  # (uroce-fuzz enables the provider's testing face) must not reach the
+  # libraries (tests/ibverbs/symbols.sh checks).
+  cargo build --release -q -p uroce-ibverbs -p uroce-preload || exit 1
+  cargo build --release -q -p uroce-cli || exit 1
   # cargo names the bench binary it built (target/release/deps/qp_scale-HASH).
   qp_bin=$(cargo bench -q --no-run -p uroce-benches --bench qp_scale --message-format=json |
     grep -o '"executable":"[^"]*/qp_scale-[^"]*"' | tail -n 1 | sed 's/^"executable":"//; s/"$//')

@@ -21,7 +21,12 @@ cases=${2:-400}
 out=${OUT:-$(mktemp -d /tmp/uroce-fuzz-live.XXXXXX)}
 mkdir -p "$out"
 
-cargo build --release -q -p uroce-ibverbs -p uroce-cli || exit 1
+# The drop-in libraries in a cargo invocation of their own, uroce-cli in
+# another: cargo unifies one invocation's features, and uroce-cli's
+# (uroce-fuzz enables the provider's testing face) must not reach the
+# libraries (tests/ibverbs/symbols.sh checks).
+cargo build --release -q -p uroce-ibverbs -p uroce-preload || exit 1
+cargo build --release -q -p uroce-cli || exit 1
 uroce=${CARGO_TARGET_DIR:-$root/target}/release/uroce
 libdir=$("$uroce" libdir) || exit 1
 cc -O2 -Wall -o "$out/uroce-fuzz-agent" fuzz/agent/uroce_fuzz_agent.c -libverbs || {

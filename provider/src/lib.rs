@@ -4,6 +4,37 @@
 //! completion queues, and the engine that drives them over UDP.
 #![warn(missing_docs)]
 
+/// A rule with a planted mistake beside it: `planted!(RIGHT, Mistake =>
+/// WRONG)`, where `Mistake` is a variant of `planted::Mistake` (whose
+/// docs state the rule and the mistake).
+///
+/// Without the cargo feature `planted` (the default, and the device
+/// library's build) this is `RIGHT` alone: `WRONG` is not compiled, and
+/// neither is the `planted` module. With the feature it is `WRONG` while
+/// the mistake is planted on the current thread (`planted::with`), and
+/// `RIGHT` otherwise. Defined here, ahead of the modules, so that every
+/// module of the crate can use it.
+#[cfg(not(feature = "planted"))]
+macro_rules! planted {
+    ($right:expr, $mistake:ident => $wrong:expr) => {
+        $right
+    };
+}
+
+/// A rule with a planted mistake beside it (see the version without the
+/// feature `planted`, above): `WRONG` while `Mistake` is planted on this
+/// thread, `RIGHT` otherwise.
+#[cfg(feature = "planted")]
+macro_rules! planted {
+    ($right:expr, $mistake:ident => $wrong:expr) => {
+        if $crate::planted::active($crate::planted::Mistake::$mistake) {
+            $wrong
+        } else {
+            $right
+        }
+    };
+}
+
 pub mod cm;
 pub mod counters;
 pub mod cq;
@@ -17,6 +48,7 @@ pub mod events;
 pub mod memory;
 pub mod net;
 pub mod observe;
+#[cfg(feature = "planted")]
 pub mod planted;
 pub mod qp_attr;
 pub mod quota;
@@ -30,3 +62,15 @@ pub mod types;
 mod layering;
 
 pub use uroce_wire as wire;
+
+/// Without the feature `planted` a site is its right expression alone.
+#[cfg(all(test, not(feature = "planted")))]
+mod planted_sites {
+    #[test]
+    fn the_wrong_twin_and_the_catalogue_are_not_compiled() {
+        // Neither the wrong expression nor the mistake's name is looked
+        // at: compiling either would fail.
+        let right = planted!(1, NoSuchMistake => compile_error!("compiled the wrong twin"));
+        assert_eq!(right, 1);
+    }
+}

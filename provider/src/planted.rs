@@ -2,19 +2,23 @@
 //!
 //! Each [`Mistake`] is a one-line error in the transports' (or the memory
 //! keys') checks, of a kind real RoCE stacks have shipped, that a peer can
-//! observe. At its site the code reads
+//! observe. Its docs are the catalogue: the rule (with its IBA section)
+//! and the mistake. At its site the rule reads first, and alone but for
+//! its mistake's name:
 //!
 //! ```text
-//! if planted::active(Mistake::X) { wrong } else { right }
+//! // IBA 11.4.2.1: a UD receive's byte_len counts the 40-byte GRH area.
+//! let byte_len = planted!(len, UdByteLenWithoutGrh => pkt.payload.len()) as u32;
 //! ```
 //!
-//! Without the cargo feature `planted` (the default; no default feature
-//! anywhere enables it, so the device library never has it) [`active`] is
-//! a `const fn` returning false and every site compiles to the right
-//! branch alone. With the feature, a mistake is planted for the current
-//! thread only (`with`): the fuzzer's simulated target runs a case on
-//! one thread and plants the mistake around its fuzzed QP's calls alone,
-//! while tests run in parallel threads, each with its own selection.
+//! This module exists only with the cargo feature `planted` (off by
+//! default; no default feature anywhere enables it, and the device
+//! library never has it). Without it the `planted!` macro (in the crate
+//! root) is the right expression alone and the wrong one is not compiled.
+//! With the feature, a mistake is planted for the current thread only
+//! ([`with`]): the fuzzer's simulated target runs a case on one thread and
+//! plants the mistake around its fuzzed QP's calls alone, while tests run
+//! in parallel threads, each with its own selection.
 //!
 //! `uroce-fuzz`'s battery (`fuzz/uroce-fuzz/tests/battery.rs`) fuzzes the
 //! simulated target with each mistake planted in turn and measures how
@@ -171,29 +175,17 @@ impl std::fmt::Display for Mistake {
     }
 }
 
-#[cfg(feature = "planted")]
 thread_local! {
     static PLANTED: std::cell::Cell<Option<Mistake>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether mistake `m` is planted on this thread. Without the feature
-/// `planted`: never, and the sites compile away.
-#[cfg(not(feature = "planted"))]
-#[inline(always)]
-pub const fn active(m: Mistake) -> bool {
-    let _ = m;
-    false
-}
-
-/// Whether mistake `m` is planted on this thread.
-#[cfg(feature = "planted")]
+/// Whether mistake `m` is planted on this thread (what `planted!` asks).
 pub fn active(m: Mistake) -> bool {
     PLANTED.with(|p| p.get() == Some(m))
 }
 
 /// Runs `f` with `m` planted on this thread (`None`: none), and restores
 /// the thread's previous selection afterwards, also when `f` panics.
-#[cfg(feature = "planted")]
 pub fn with<R>(m: Option<Mistake>, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Mistake>);
     impl Drop for Restore {
@@ -218,15 +210,6 @@ mod tests {
         assert_eq!(names.len(), Mistake::ALL.len());
     }
 
-    #[cfg(not(feature = "planted"))]
-    #[test]
-    fn without_the_feature_nothing_is_planted() {
-        // `active` is a const fn: the sites' conditions fold to false.
-        const { assert!(!active(Mistake::DuplicateExecuted)) };
-        assert!(Mistake::ALL.iter().all(|&m| !active(m)));
-    }
-
-    #[cfg(feature = "planted")]
     #[test]
     fn a_mistake_is_planted_for_this_thread_only() {
         with(Some(Mistake::UdQkeyUnchecked), || {
@@ -238,5 +221,14 @@ mod tests {
             assert!(active(Mistake::UdQkeyUnchecked));
         });
         assert!(!active(Mistake::UdQkeyUnchecked));
+    }
+
+    #[test]
+    fn a_site_is_wrong_only_while_its_mistake_is_planted() {
+        assert_eq!(planted!(1, UdQkeyUnchecked => 2), 1);
+        with(Some(Mistake::UdQkeyUnchecked), || {
+            assert_eq!(planted!(1, UdQkeyUnchecked => 2), 2);
+            assert_eq!(planted!(1, UcGapContinues => 2), 1);
+        });
     }
 }

@@ -44,7 +44,12 @@ if [ ${#need[@]} -gt 0 ]; then
   done
 fi
 
-cargo build --release -q -p uroce-ibverbs -p uroce-cli -p uroce-preload || exit 1
+# The drop-in libraries in a cargo invocation of their own, uroce-cli in
+# another: cargo unifies one invocation's features, and uroce-cli's
+# (uroce-fuzz enables the provider's testing face) must not reach the
+# libraries (tests/ibverbs/symbols.sh checks).
+cargo build --release -q -p uroce-ibverbs -p uroce-preload || exit 1
+cargo build --release -q -p uroce-cli || exit 1
 libdir=$("$root/target/release/uroce" libdir) || exit 1
 # The crates' target directory outlives a clone (their rdma-core builds are
 # the slow part): a cache, rebuilt from nothing on a new machine.

@@ -37,7 +37,12 @@ if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   apt-get install -y -q "${need[@]}" >/dev/null 2>&1 || echo "apps.sh: could not install ${need[*]}"
 fi
 
-cargo build --release -q -p uroce-ibverbs -p uroce-cli -p uroce-preload || exit 1
+# The drop-in libraries in a cargo invocation of their own, uroce-cli in
+# another: cargo unifies one invocation's features, and uroce-cli's
+# (uroce-fuzz enables the provider's testing face) must not reach the
+# libraries (tests/ibverbs/symbols.sh checks).
+cargo build --release -q -p uroce-ibverbs -p uroce-preload || exit 1
+cargo build --release -q -p uroce-cli || exit 1
 uroce=$root/target/release/uroce
 ux=("$uroce" exec --)
 tmp=$(mktemp -d)

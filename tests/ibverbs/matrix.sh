@@ -4,6 +4,8 @@
 # Installs ibverbs-utils, perftest, libibverbs-dev, python3-pyverbs,
 # rdmacm-utils and librdmacm-dev if missing (as root),
 # builds uroce (release), then runs:
+#   * tests/ibverbs/symbols.sh: the libraries hold no symbol of the
+#     provider's test machinery (its testing face, planted mistakes);
 #   * tests/ibverbs/errors.c: error paths through the C API, the ibv_wr_*
 #     API, ibv_cq_ex polling and a completion channel fd in poll(2);
 #   * tests/ibverbs/mcast.c: UD multicast (attach/detach errors and limits,
@@ -79,7 +81,12 @@ if [ ${#need[@]} -gt 0 ]; then
   done
 fi
 
-cargo build --release -q -p uroce-ibverbs -p uroce-cli -p uroce-preload || exit 1
+# The drop-in libraries in a cargo invocation of their own, uroce-cli in
+# another: cargo unifies one invocation's features, and uroce-cli's
+# (uroce-fuzz enables the provider's testing face) must not reach the
+# libraries (tests/ibverbs/symbols.sh checks).
+cargo build --release -q -p uroce-ibverbs -p uroce-preload || exit 1
+cargo build --release -q -p uroce-cli || exit 1
 libdir=$("$root/target/release/uroce" libdir) || exit 1
 export LD_LIBRARY_PATH=$libdir
 tmp=$(mktemp -d)
@@ -105,6 +112,9 @@ fail() {
   failed=$((failed + 1)); printf 'FAIL  %-34s %s\n' "$1" "$2"
   sed 's/^/      | /' "$tmp/out" | tail -20
 }
+
+# No test machinery in the libraries just built (tests/ibverbs/symbols.sh).
+. "$root/tests/ibverbs/symbols.sh"
 
 # ---- the C error-path program
 cc -O1 -Wall -o "$tmp/errors" tests/ibverbs/errors.c -libverbs || exit 1

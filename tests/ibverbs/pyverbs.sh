@@ -68,7 +68,12 @@ pyverbs_suite() {
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   root=$(cd "$(dirname "$0")/../.." && pwd)
   cd "$root" || exit 1
-  cargo build --release -q -p uroce-ibverbs -p uroce-cli || exit 1
+  # The drop-in libraries in a cargo invocation of their own, uroce-cli in
+  # another: cargo unifies one invocation's features, and uroce-cli's
+  # (uroce-fuzz enables the provider's testing face) must not reach the
+  # libraries (tests/ibverbs/symbols.sh checks).
+  cargo build --release -q -p uroce-ibverbs -p uroce-preload || exit 1
+  cargo build --release -q -p uroce-cli || exit 1
   LD_LIBRARY_PATH=$("$root/target/release/uroce" libdir) || exit 1
   export LD_LIBRARY_PATH
   pyverbs_suite

@@ -77,7 +77,10 @@ check_pcap=$root/../shared/roce-check/check_pcap
 
 echo "interop: building uroce and the peers"
 # Two builds: `--bin uroce` would select only that target of every
-# package named, and the drop-in libraries would stay as they were.
+# package named, and the drop-in libraries would stay as they were; and
+# the libraries must not share an invocation with uroce-cli, whose
+# features (the provider's testing face) cargo would unify into them
+# (tests/ibverbs/symbols.sh checks).
 (cd "$root" && nice -n 10 cargo build --release -q -p uroce-cli --bin uroce &&
   nice -n 10 cargo build --release -q -p uroce-ibverbs -p uroce-preload &&
   { ! grep -q interop-peer tests/Cargo.toml || nice -n 10 cargo build --release -q -p uroce-tests --example interop-peer; }) ||

@@ -4,7 +4,9 @@
 //!
 //! Every function panics (asserts) when the property it names is broken
 //! and returns normally otherwise. Not part of the codec's API: the checks
-//! allocate and panic, which the codec itself never does.
+//! allocate and panic, which the codec itself never does. Compiled only
+//! with the feature `harness` (the wire tests and the cargo-fuzz targets
+//! enable it).
 //!
 //! Under `cfg(fuzzing)` ICRC verification always succeeds, so the checks
 //! that expect a *failure* to verify are skipped there.

@@ -38,6 +38,7 @@ pub mod error;
 pub mod feth;
 pub mod fields;
 pub mod frame;
+#[cfg(feature = "harness")]
 #[doc(hidden)]
 pub mod harness;
 pub mod icrc;

@@ -4,8 +4,9 @@
 //! fuzzed QP is deliberately broken, which is how the fuzzer, the
 //! minimizer and the oracles are tested: one of the three wrappers below,
 //! or (with the feature `planted`) one of the provider's planted
-//! mistakes ([`uroce_provider::planted::Mistake`]), active while the
-//! fuzzed QP (and only it: not the control pair) runs.
+//! mistakes (`uroce_provider::planted::Mistake`, a module that exists only
+//! with that feature), active while the fuzzed QP (and only it: not the
+//! control pair) runs.
 
 use super::target::{
     access, Completion, Conn, ExposedKey, KeyKind, KeyState, Observation, Target, TargetError,
@@ -16,6 +17,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use uroce_provider::memory::{KeyTable, MrInner, MwBind, MwType};
 use uroce_provider::net::sim::{Faults, SimNet};
+#[cfg(feature = "planted")]
 use uroce_provider::planted::Mistake;
 use uroce_provider::qp_attr::{AttrMask, QpAttr};
 use uroce_provider::testing::{self, sge, PairParams, Side};
@@ -47,9 +49,9 @@ pub enum PlantedBug {
     /// bound to another QP grants the fuzzer its memory.
     WindowAnyQp,
     /// A one-line mistake in the provider's transports or key checks,
-    /// planted in the fuzzed QP (the battery's). Needs the feature
-    /// `planted`: without it the sites are compiled away and the QP runs
-    /// clean ([`PlantedBug::from_name`] then never names one).
+    /// planted in the fuzzed QP (the battery's). Only with the feature
+    /// `planted`: without it the provider has no planted mistakes.
+    #[cfg(feature = "planted")]
     #[serde(skip)]
     Mistake(Mistake),
 }
@@ -63,7 +65,9 @@ impl PlantedBug {
             "long-read" => Some(PlantedBug::LongReadStallsQp),
             "ghost-ack" => Some(PlantedBug::GhostAck),
             "window-any-qp" => Some(PlantedBug::WindowAnyQp),
-            _ if cfg!(feature = "planted") => Mistake::from_name(s).map(PlantedBug::Mistake),
+            #[cfg(feature = "planted")]
+            _ => Mistake::from_name(s).map(PlantedBug::Mistake),
+            #[cfg(not(feature = "planted"))]
             _ => None,
         }
     }
@@ -75,6 +79,7 @@ impl PlantedBug {
             PlantedBug::LongReadStallsQp => "long-read",
             PlantedBug::GhostAck => "ghost-ack",
             PlantedBug::WindowAnyQp => "window-any-qp",
+            #[cfg(feature = "planted")]
             PlantedBug::Mistake(m) => m.name(),
         }
     }
@@ -557,8 +562,6 @@ impl Target for SimTarget {
             match bug {
                 #[cfg(feature = "planted")]
                 Some(PlantedBug::Mistake(mistake)) => Box::new(WithMistake { inner: qp, mistake }),
-                #[cfg(not(feature = "planted"))]
-                Some(PlantedBug::Mistake(_)) => qp,
                 Some(bug) => Box::new(Planted {
                     inner: qp,
                     bug,

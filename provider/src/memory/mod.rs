@@ -45,7 +45,6 @@
 //! fails where it next touches it, with the status the spec names for its
 //! side (see the transports).
 
-use crate::planted::{self, Mistake};
 pub use access::Access;
 use dashmap::DashMap;
 use std::alloc::Layout;
@@ -606,19 +605,14 @@ impl KeyTable {
         if !mr.is_valid() {
             return Err(KeyError::Mem(MemError::Invalid));
         }
-        if mr.pd != pd && !planted::active(Mistake::OtherPdKeyAccepted) {
+        if planted!(mr.pd != pd, OtherPdKeyAccepted => false) {
             return Err(KeyError::PdMismatch);
         }
-        let granted = mr.access.contains(need)
-            || (need == Access::REMOTE_WRITE && planted::active(Mistake::WriteWithoutRemoteWrite));
-        if !granted {
+        let granted = mr.access.contains(need);
+        if !planted!(granted, WriteWithoutRemoteWrite => granted || need == Access::REMOTE_WRITE) {
             return Err(KeyError::Access(need));
         }
-        let checked = if planted::active(Mistake::RkeyBoundsOffByOne) {
-            len.saturating_sub(1)
-        } else {
-            len
-        };
+        let checked = planted!(len, RkeyBoundsOffByOne => len.saturating_sub(1));
         let off = mr.offset_of(addr, checked)?;
         Ok((mr, off))
     }

@@ -23,7 +23,6 @@
 //! (C10-72..C10-75, o10-36.2.x, o10-37.2.x) as kernel rxe applies them.
 
 use super::{Access, KeyError, KeyTable, MrInner, PdId};
-use crate::planted::{self, Mistake};
 use std::sync::Arc;
 
 /// A memory window's type (`ibv_mw_type`).
@@ -303,7 +302,7 @@ impl KeyTable {
             Some(b) if st.rkey == rkey && !st.dead => b,
             _ => return Err(KeyError::BadKey(rkey)),
         };
-        let other_pd = mw.pd != pd && !planted::active(Mistake::OtherPdKeyAccepted);
+        let other_pd = planted!(mw.pd != pd, OtherPdKeyAccepted => false);
         match b.qpn {
             Some(q) if q != qpn => return Err(KeyError::PdMismatch),
             None if other_pd => return Err(KeyError::PdMismatch),
@@ -312,11 +311,7 @@ impl KeyTable {
         if !b.access.contains(need) {
             return Err(KeyError::Access(need));
         }
-        let checked = if planted::active(Mistake::RkeyBoundsOffByOne) {
-            len.saturating_sub(1)
-        } else {
-            len
-        };
+        let checked = planted!(len, RkeyBoundsOffByOne => len.saturating_sub(1));
         let addr = if b.zero_based {
             // In the window, which lies inside the region: no overflow.
             super::offset_in(0, b.len, addr, checked)? + b.addr

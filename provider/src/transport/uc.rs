@@ -40,7 +40,6 @@ use super::status::{ErrorAction, RespError};
 use super::{Nanos, RxMeta, SweepDetector, Transmit};
 use crate::counters::Counters;
 use crate::diag::explain::Side;
-use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::types::{QpState, QpType, SendWr, WcOpcode, WcStatus, WrOpcode};
 use uroce_wire::packet::ParsedPacket;
@@ -262,7 +261,7 @@ impl UcQp {
         // PSN (rxe check_psn for UC): a PSN other than the
         // expected one, or any packet while a message is being dropped,
         // is dropped unless it starts a message; a FIRST or ONLY resyncs.
-        let gap = psn != self.svc.resp.epsn && !planted::active(Mistake::UcGapContinues);
+        let gap = planted!(psn != self.svc.resp.epsn, UcGapContinues => false);
         if gap || self.svc.resp.dropping {
             if !starts {
                 if !self.svc.resp.dropping {
@@ -277,7 +276,7 @@ impl UcQp {
         // ends it unfinished (missing LAST, class D1): the open message is
         // dropped and the packet may start a valid new one.
         let in_seq = match &self.svc.resp.cur {
-            None => starts || planted::active(Mistake::UcMiddleWithoutFirst),
+            None => planted!(starts, UcMiddleWithoutFirst => true),
             Some(_) if starts => {
                 Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
                 self.abort_current();
@@ -345,8 +344,8 @@ impl UcQp {
 
     /// Returns whether the packet was accepted (the expected PSN moves on).
     fn exec_send(&mut self, pkt: &ParsedPacket<'_>) -> bool {
-        let opens = self.svc.resp.cur.is_none() && planted::active(Mistake::UcMiddleWithoutFirst);
-        if pkt.info.position.starts_message() || opens {
+        let starts = pkt.info.position.starts_message();
+        if planted!(starts, UcMiddleWithoutFirst => starts || self.svc.resp.cur.is_none()) {
             let Some(recv) = self.message_recv() else {
                 return false;
             };

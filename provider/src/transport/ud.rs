@@ -41,7 +41,6 @@ use super::status::{ErrorAction, RespError};
 use super::{pkey_matches, to_v6, Drop, Nanos, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
 use crate::diag::explain::Side;
-use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr, QKEY_CONTROLLED};
 use crate::types::{QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use std::collections::HashMap;
@@ -99,7 +98,7 @@ impl UdQp {
         Counters::inc(&c.rcvd_pkts);
         // IBA 10.2.4: a datagram whose Q_Key differs from the QP's is
         // discarded (the Q_Key is a datagram's access key).
-        if deth.qkey != self.core.attr.qkey && !planted::active(Mistake::UdQkeyUnchecked) {
+        if planted!(deth.qkey != self.core.attr.qkey, UdQkeyUnchecked => false) {
             Counters::inc(&c.qkey_violations);
             return self.drop_datagram(RespError::RemoteAccess, None);
         }
@@ -152,12 +151,8 @@ impl UdQp {
             return self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
         }
         let qpn = self.core.cfg.qpn;
-        let len = if planted::active(Mistake::UdByteLenWithoutGrh) {
-            pkt.payload.len()
-        } else {
-            len
-        };
-        let mut wc = Wc::received(wr.wr_id, WcOpcode::Recv, qpn, len as u32, src_qp, pkt.imm());
+        let byte_len = planted!(len, UdByteLenWithoutGrh => pkt.payload.len()) as u32;
+        let mut wc = Wc::received(wr.wr_id, WcOpcode::Recv, qpn, byte_len, src_qp, pkt.imm());
         wc.wc_flags |= WcFlags::GRH;
         wc.sl = roce_packet_type(meta);
         self.complete(false, wc, bth.se);

@@ -4,7 +4,6 @@
 use super::RcQp;
 use crate::counters::Counters;
 use crate::observe::{Event, Resend, Topic};
-use crate::planted::{self, Mistake};
 use crate::transport::status::requester_status;
 use crate::transport::Nanos;
 use crate::types::{WcStatus, WrOpcode};
@@ -208,11 +207,7 @@ impl RcQp {
     /// READ or atomic without its data (found by `uroce fuzz --mode
     /// responder`), or resume past it.
     fn nak_reaches(&mut self, psn: Psn) -> bool {
-        if planted::active(Mistake::NakAcknowledgesItsPsn) {
-            self.ack_through(psn);
-        } else {
-            self.ack_before(psn);
-        }
+        planted!(self.ack_before(psn), NakAcknowledgesItsPsn => self.ack_through(psn));
         self.svc.req.una == psn && self.core.state != crate::types::QpState::Err
     }
 
@@ -237,7 +232,7 @@ impl RcQp {
             if e.first_psn.is_after(psn) {
                 break;
             }
-            if e.wr.opcode.is_read_or_atomic() && !planted::active(Mistake::ImpliedNakIgnored) {
+            if planted!(e.wr.opcode.is_read_or_atomic(), ImpliedNakIgnored => false) {
                 // Acknowledged past an unanswered READ/atomic.
                 let resume = e.first_psn.add(e.read_done);
                 if resume.is_after(psn) {
@@ -379,7 +374,7 @@ impl RcQp {
                 && e.wr.opcode.is_atomic()
                 && e.first_psn == psn
         });
-        if !answers_an_atomic && !planted::active(Mistake::AtomicAckAnyPsn) {
+        if planted!(!answers_an_atomic, AtomicAckAnyPsn => false) {
             Counters::inc(&self.core.cfg.counters.dropped_pkts);
             return;
         }
@@ -388,7 +383,7 @@ impl RcQp {
             return;
         };
         let e = &mut self.svc.req.wqes[i];
-        let own_psn = e.first_psn == psn || planted::active(Mistake::AtomicAckAnyPsn);
+        let own_psn = planted!(e.first_psn == psn, AtomicAckAnyPsn => true);
         if !e.wr.opcode.is_atomic() || !own_psn || !e.started {
             Counters::inc(&self.core.cfg.counters.dropped_pkts);
             return;

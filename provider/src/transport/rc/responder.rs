@@ -8,7 +8,6 @@ use crate::diag::explain::{rights, rkey_fault, Side};
 use crate::events::EventType;
 use crate::memory::MrInner;
 use crate::observe::{self, Event, Topic};
-use crate::planted::{self, Mistake};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::core::bth;
 use crate::transport::message::{check_op_allowed, check_payload_length, check_rkey};
@@ -359,16 +358,17 @@ impl RcQp {
             .resp
             .sweep
             .note(now, psn, self.svc.resp.epsn, &self.core.cfg);
-        let class = psn.classify(self.svc.resp.epsn);
-        let resend = matches!(pkt.info.operation, Operation::Send | Operation::RdmaWrite);
-        let class = if planted::active(Mistake::DuplicateExecuted)
-            && resend
-            && class == PsnClass::Duplicate
-        {
-            PsnClass::Expected
-        } else {
-            class
-        };
+        let class = planted!(
+            psn.classify(self.svc.resp.epsn),
+            DuplicateExecuted => match psn.classify(self.svc.resp.epsn) {
+                PsnClass::Duplicate
+                    if matches!(pkt.info.operation, Operation::Send | Operation::RdmaWrite) =>
+                {
+                    PsnClass::Expected
+                }
+                class => class,
+            }
+        );
         // New requests wait behind READ responses; duplicates change no
         // memory and are answered at once, unless requests already wait:
         // then the expected PSN is not yet what those leave, so whatever
@@ -407,7 +407,7 @@ impl RcQp {
     /// A request ahead of the expected PSN (IBA ch. 9.7: PSN sequence
     /// error): one NAK per gap, naming the expected PSN.
     fn sequence_error(&mut self) {
-        if self.svc.resp.nak_sent && !planted::active(Mistake::SeqNakEveryPacket) {
+        if planted!(self.svc.resp.nak_sent, SeqNakEveryPacket => false) {
             return;
         }
         self.svc.resp.nak_sent = true;
@@ -459,9 +459,10 @@ impl RcQp {
                     },
                     self.core.attr.max_dest_rd_atomic,
                 );
-                if !planted::active(Mistake::MsnNotAdvancedOnRead) {
-                    self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
-                }
+                self.svc.resp.msn = planted!(
+                    self.svc.resp.msn.wrapping_add(1),
+                    MsnNotAdvancedOnRead => self.svc.resp.msn
+                );
                 let msn = self.svc.resp.msn;
                 self.svc.resp.queue_read(psn, mr, offset, len, n, msn);
                 self.svc.resp.epsn = psn.add(n);
@@ -565,11 +566,7 @@ impl RcQp {
         self.svc.resp.epsn = psn.next();
         if pkt.bth.ack_req {
             let m = self.svc.resp.msn;
-            let named = if planted::active(Mistake::AckUnexecutedPsn) {
-                psn.next()
-            } else {
-                psn
-            };
+            let named = planted!(psn, AckUnexecutedPsn => psn.next());
             self.queue_ack(named, ACK, m);
         }
         Ok(())
@@ -705,12 +702,8 @@ impl RcQp {
         self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
         if let Some(wr) = recv {
             let imm = Some(pkt.imm().unwrap_or(0));
-            let total = if planted::active(Mistake::WriteImmWrongByteLen) {
-                pkt.payload.len() as u64
-            } else {
-                total
-            };
-            let wc = self.received(wr.wr_id, WcOpcode::RecvRdmaWithImm, total, imm);
+            let byte_len = planted!(total, WriteImmWrongByteLen => pkt.payload.len() as u64);
+            let wc = self.received(wr.wr_id, WcOpcode::RecvRdmaWithImm, byte_len, imm);
             self.complete(false, wc, pkt.bth.se);
         }
         Ok(true)
@@ -719,11 +712,10 @@ impl RcQp {
     fn rnr_nak(&mut self, psn: Psn) {
         Counters::inc(&self.core.cfg.counters.rnr_naks_sent);
         let m = self.svc.resp.msn;
-        let timer = if planted::active(Mistake::RnrNakWrongTimer) {
-            self.core.attr.timeout
-        } else {
-            self.core.attr.min_rnr_timer
-        };
+        let timer = planted!(
+            self.core.attr.min_rnr_timer,
+            RnrNakWrongTimer => self.core.attr.timeout
+        );
         self.queue_ack(psn, AethSyndrome::RnrNak { timer }, m);
     }
 
@@ -790,19 +782,19 @@ impl RcQp {
             (Operation::CompareSwap | Operation::FetchAdd, Some(r)) => {
                 let Some(a) = pkt.atomic_eth() else { return };
                 let compare_swap = pkt.info.operation == Operation::CompareSwap;
-                let Some(orig) = r.repeats_atomic(psn, compare_swap, &a) else {
+                let Some(saved) = r.repeats_atomic(psn, compare_swap, &a) else {
                     return self.drop_unmatched();
                 };
-                let orig = if planted::active(Mistake::DuplicateAtomicExecuted) {
-                    self.check_rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
+                let orig = planted!(
+                    saved,
+                    DuplicateAtomicExecuted => self
+                        .check_rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
                         .ok()
                         .and_then(|(mr, off)| {
                             apply_atomic(mr.as_deref()?, off, compare_swap, &a).ok()
                         })
-                        .unwrap_or(orig)
-                } else {
-                    orig
-                };
+                        .unwrap_or(saved)
+                );
                 self.svc
                     .resp
                     .queue_again(RespItem::AtomicAck { psn, orig, msn });
@@ -865,8 +857,7 @@ impl RcQp {
                 psn.value()
             ),
         );
-        let stays =
-            planted::active(Mistake::NoErrorOnAccessError) && err == RespError::RemoteAccess;
+        let stays = planted!(false, NoErrorOnAccessError => err == RespError::RemoteAccess);
         if let Some(wr_id) = aborted {
             if !stays {
                 self.publish_error();
@@ -1078,12 +1069,11 @@ impl RcQp {
                         msn: *msn,
                     });
                 }
-                let (off, plen) = segment(*len, k, mtu);
-                let plen = if planted::active(Mistake::ReadLastFullMtu) && *len > 0 {
-                    mtu as usize
-                } else {
-                    plen
-                };
+                let (off, seg_len) = segment(*len, k, mtu);
+                let plen = planted!(
+                    seg_len,
+                    ReadLastFullMtu => if *len > 0 { mtu as usize } else { seg_len }
+                );
                 *sent += 1;
                 let done = *sent == *npkts;
                 (h, Some((mr.clone(), *offset + off as usize, plen)), done)

@@ -2,9 +2,9 @@
 //! with them compiled out (`--cfg uroce_no_diag`, see
 //! `uroce_provider::diag`), measured in one run:
 //!
-//! `bash benches/diag_cost.sh [ROUNDS]` builds this example twice
-//! (normally, and with the tools compiled out) and runs
-//! `diag_cost --compare YARDSTICK_EXE --rounds ROUNDS`.
+//! `bash benches/diag_cost.sh [ROUNDS]` builds this example (of the
+//! package `uroce-benches`) twice (normally, and with the tools compiled
+//! out) and runs `diag_cost --compare YARDSTICK_EXE --rounds ROUNDS`.
 //!
 //! Without arguments the example measures four workloads in its own
 //! process, with the environment as it is, and prints one line per
