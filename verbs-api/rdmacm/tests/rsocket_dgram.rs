@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use uroce_verbs::rsocket_dgram::DSocket;
+use uroce_rdmacm::rsocket_dgram::DSocket;
 
 const SERVER: &str = "127.111.5.1";
 const CLIENT: &str = "127.111.5.2";

@@ -26,21 +26,20 @@
 //! it in `poll`/`epoll` or an async reactor, then call
 //! [`EventChannel::try_get_event`].
 
-use crate::device::{devices, Context, Device, MAX_RD_ATOM};
-use crate::error::{Error, Result};
-use crate::pd::ProtectionDomain;
-use crate::qp::{QpInitAttr, QueuePair};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use uroce_provider::cm::{self as pcm, CmAgent};
-use uroce_provider::device::{self as face, CmLink, CmSink};
 use uroce_provider::events::Semaphore;
-use uroce_provider::qp_attr::{gid_of, ip_of_gid, AddressVector, AttrMask, QpAttr};
-use uroce_provider::types::{Access, Mtu, QpState, QpType};
+use uroce_provider::qp_attr::{gid_of, ip_of_gid};
+use uroce_verbs::{
+    devices, Access, AddressVector, AttrMask, CmLayer, CmPort, ConnectOptions, Context, Device,
+    Error, Mtu, ProtectionDomain, QpAttr, QpInitAttr, QpState, QpType, QueuePair, Result,
+    MAX_RD_ATOM,
+};
 use uroce_wire::cm::{RepRepr, ReqRepr};
 pub use uroce_wire::cma::PortSpace;
 use uroce_wire::cma::{self, CmaHeaderRepr, CMA_HDR_LEN};
@@ -167,18 +166,24 @@ pub struct CmEvent {
 // The device side: routing the agent's events to ids
 // ---------------------------------------------------------------------
 
-/// A device's CM: its agent, and which id each connection and listened
-/// service belongs to.
-pub struct CmDevice {
-    /// The agent on the device's QP1 (does not keep the device alive).
-    link: CmLink,
-    ip: IpAddr,
+/// rdma_cm's layer on a device's [`CmPort`]: which id each connection
+/// and listened service belongs to.
+#[derive(Default)]
+struct Ids {
     routes: Mutex<Routes>,
+}
+
+/// A device's CM as rdma_cm uses it: the device's port (its agent) and
+/// rdma_cm's layer on it.
+#[derive(Clone)]
+struct CmDevice {
+    port: Arc<CmPort>,
+    ids: Arc<Ids>,
 }
 
 impl std::fmt::Debug for CmDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CmDevice({})", self.ip)
+        write!(f, "CmDevice({})", self.port.ip())
     }
 }
 
@@ -230,34 +235,36 @@ impl Routes {
 }
 
 impl CmDevice {
+    /// The CM of `ctx`'s device, rdma_cm's layer installed on its port
+    /// the first time.
+    fn of(ctx: &Context) -> Result<CmDevice> {
+        let port = ctx.cm_port().clone();
+        let ids = port
+            .layer(Ids::default)
+            .ok_or_else(|| Error::Invalid("another CM layer holds the device".into()))?;
+        Ok(CmDevice { port, ids })
+    }
+
+    /// The device's address.
+    fn ip(&self) -> IpAddr {
+        self.port.ip()
+    }
+
+    fn routes(&self) -> MutexGuard<'_, Routes> {
+        self.ids.routes.lock()
+    }
+
     /// Stops `id`'s listen on `sid`: the agent stops taking its REQs once
     /// no other id listens there.
     fn unlisten(&self, sid: u64, id: *const IdInner) {
-        if self.routes.lock().unlisten(sid, id) {
+        if self.routes().unlisten(sid, id) {
             self.with_agent(|a, _| a.unlisten(sid));
         }
     }
 
-    /// Starts QP1 on the device with an agent for the device at `ip`.
-    pub(crate) fn start(dev: &face::Device, ip: IpAddr, guid: u64) -> Result<Arc<CmDevice>> {
-        let cm = Arc::new(CmDevice {
-            link: dev.cm_agent(guid),
-            ip,
-            routes: Mutex::new(Routes::default()),
-        });
-        let weak = Arc::downgrade(&cm);
-        let sink: CmSink = Arc::new(move |events| {
-            if let Some(d) = weak.upgrade() {
-                d.route(events);
-            }
-        });
-        dev.attach_cm(&cm.link, sink)?;
-        Ok(cm)
-    }
-
     /// Runs `f` on the agent, then lets the engine send what it queued.
     fn with_agent<T>(&self, f: impl FnOnce(&mut CmAgent, pcm::Nanos) -> T) -> T {
-        self.link.with_agent(f)
+        self.port.with_agent(f)
     }
 
     /// Waits (at most `limit`) while our DREQ for `conn` is unanswered.
@@ -277,7 +284,7 @@ impl CmDevice {
         let start = std::time::Instant::now();
         let mut resent = 0u32;
         while start.elapsed() < limit
-            && self.link.peek(|a| a.state(conn)) == Some(pcm::ConnState::DreqSent)
+            && self.port.peek(|a| a.state(conn)) == Some(pcm::ConnState::DreqSent)
         {
             if start.elapsed() >= limit / 4 * (resent + 1) {
                 resent += 1;
@@ -286,9 +293,11 @@ impl CmDevice {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
+}
 
+impl CmLayer for Ids {
     /// On the engine thread: each event to its id's channel.
-    fn route(&self, events: Vec<pcm::CmEvent>) {
+    fn route(&self, port: &CmPort, events: Vec<pcm::CmEvent>) {
         for e in events {
             let target = {
                 let routes = self.routes.lock();
@@ -313,15 +322,9 @@ impl CmDevice {
                     }
                     release_off_engine_thread(id);
                 }
-                None => {
-                    // Nobody wants it (the id went away): a request is
-                    // refused, the rest is forgotten.
-                    if let pcm::CmEvent::ReqReceived { conn, .. }
-                    | pcm::CmEvent::SidrReqReceived { conn, .. } = e
-                    {
-                        self.with_agent(|a, now| a.destroy(now, conn));
-                    }
-                }
+                // Nobody wants it (the id went away): a request is
+                // refused, the rest is forgotten.
+                None => port.refuse(e),
             }
         }
     }
@@ -544,24 +547,25 @@ impl IdInner {
             (st.listening.take(), st.conn.take(), st.ctxs.clone())
         };
         for ctx in ctxs.iter() {
-            let dev = &ctx.inner.cm;
-            if let Some(sid) = listening {
+            if let (Some(sid), Ok(dev)) = (listening, CmDevice::of(ctx)) {
                 dev.unlisten(sid, self);
             }
         }
         if let (Some(conn), Some(ctx)) = (conn, ctxs.first()) {
-            let dev = &ctx.inner.cm;
-            dev.routes.lock().conns.remove(&conn);
+            let Ok(dev) = CmDevice::of(ctx) else {
+                return;
+            };
+            dev.routes().conns.remove(&conn);
             let linger = dev.with_agent(|a, now| {
                 a.destroy(now, conn);
                 (a.state(conn) == Some(pcm::ConnState::DreqSent)).then(|| a.timewait_ns())
             });
             // Never on the engine thread: the wait needs it to run.
-            if let Some(ns) = linger.filter(|_| !ctx.inner.face.on_own_thread()) {
+            if let Some(ns) = linger.filter(|_| !ctx.on_engine_thread()) {
                 dev.linger(conn, Duration::from_nanos(ns));
                 // A whole engine pass more: the DREPs that answered the
                 // peer's DREQ are sent, not just queued.
-                let _ = ctx.inner.face.settle();
+                let _ = ctx.settle();
             }
         }
     }
@@ -986,9 +990,9 @@ impl CmId {
         let v4 = st.src.filter(|_| afonly).map(|s| s.is_ipv4());
         let me = Arc::as_ptr(&self.inner);
         for (i, ctx) in st.ctxs.iter().enumerate() {
-            let dev = &ctx.inner.cm;
+            let dev = CmDevice::of(ctx)?;
             let first = {
-                let mut routes = dev.routes.lock();
+                let mut routes = dev.routes();
                 let list = routes.listeners.entry(sid).or_default();
                 list.retain(|l| l.id.strong_count() > 0);
                 list.push(Listener {
@@ -998,8 +1002,8 @@ impl CmId {
                 list.len() == 1
             };
             if first && dev.with_agent(|a, _| a.listen(sid)).is_err() {
-                for c in &st.ctxs[..=i] {
-                    c.inner.cm.unlisten(sid, me);
+                for dev in st.ctxs[..=i].iter().filter_map(|c| CmDevice::of(c).ok()) {
+                    dev.unlisten(sid, me);
                 }
                 return Err(Error::AddrInUse);
             }
@@ -1207,7 +1211,7 @@ impl CmId {
         let pdata =
             self.with_cma_header(src, dst, &param.private_data, max_req_pdata(self.inner.ps))?;
         let sid = self.service_id(dst.port());
-        let dev = ctx.inner.cm.clone();
+        let dev = CmDevice::of(&ctx)?;
         let dst_ip = dst.ip().to_canonical();
         let tos = st.route_tos;
         // The route to this id is in place before the REQ leaves: held
@@ -1216,7 +1220,7 @@ impl CmId {
         // is registered for it. Routed to nobody, the REP was forgotten,
         // its retries were taken for duplicates, and rdma_connect's
         // caller waited for ever (qperf's rc_bi_bw under load).
-        let mut routes = dev.routes.lock();
+        let mut routes = dev.routes();
         let conn = if self.inner.qp_type == QpType::Ud {
             dev.with_agent(|a, now| a.sidr_request(now, dst_ip, sid, tos, &pdata))
                 .map_err(cm_err)?
@@ -1242,7 +1246,7 @@ impl CmId {
             req.rnr_retry_count = param.rnr_retry_count.min(7);
             req.srq = srq;
             req.pkey = 0xffff;
-            req.path_mtu = ctx.inner.face.active_mtu() as u8;
+            req.path_mtu = ctx.active_mtu() as u8;
             req.primary = path(src.ip(), dst.ip(), st.route_tos);
             req.private_data[..pdata.len()].copy_from_slice(&pdata);
             dev.with_agent(|a, now| a.connect(now, dst_ip, &req))
@@ -1300,7 +1304,7 @@ impl CmId {
         let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
             return Err(Error::Invalid("accept: no connection".into()));
         };
-        let dev = ctx.inner.cm.clone();
+        let dev = CmDevice::of(&ctx)?;
         if self.inner.qp_type == QpType::Ud {
             let qpn = st.qp.as_ref().map_or(param.qp_num, |q| q.qp_num());
             if param.private_data.len() > 136 {
@@ -1370,7 +1374,7 @@ impl CmId {
         let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
             return Err(Error::Invalid("reject: no connection".into()));
         };
-        let dev = ctx.inner.cm.clone();
+        let dev = CmDevice::of(&ctx)?;
         if self.inner.qp_type == QpType::Ud {
             dev.with_agent(|a, now| a.sidr_reply(now, conn, pcm::SIDR_REJECT, 0, 0, private_data))
                 .map_err(cm_err)?;
@@ -1378,7 +1382,7 @@ impl CmId {
             dev.with_agent(|a, _| a.reject(conn, pcm::reason::CONSUMER_REJECT, private_data))
                 .map_err(cm_err)?;
         }
-        dev.routes.lock().conns.remove(&conn);
+        dev.routes().conns.remove(&conn);
         st.conn = None;
         st.state = IdState::Disconnected;
         Ok(())
@@ -1395,8 +1399,7 @@ impl CmId {
         let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
             return Err(Error::Invalid("establish: no connection".into()));
         };
-        ctx.inner
-            .cm
+        CmDevice::of(&ctx)?
             .with_agent(|a, _| a.establish(conn, &[]))
             .map_err(cm_err)?;
         st.state = IdState::Connected;
@@ -1423,7 +1426,7 @@ impl CmId {
             };
             let _ = qp.modify(&a, AttrMask::STATE);
         }
-        let r = ctx.inner.cm.with_agent(|a, now| match a.state(conn) {
+        let r = CmDevice::of(&ctx)?.with_agent(|a, now| match a.state(conn) {
             Some(pcm::ConnState::Established) => a.disconnect(now, conn, &[]),
             Some(pcm::ConnState::RepSent) => {
                 // Accepted but no RTU yet: as the kernel, a DREQ all
@@ -1445,8 +1448,7 @@ impl CmId {
         let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
             return Err(Error::Invalid("notify: no connection".into()));
         };
-        ctx.inner
-            .cm
+        CmDevice::of(&ctx)?
             .with_agent(|a, _| a.notify_established(conn))
             .map_err(cm_err)
     }
@@ -1498,11 +1500,12 @@ const ACK_TIMEOUT: u8 = 17;
 /// and atomics when responder resources are offered: uroce's responder
 /// bounds them by max_dest_rd_atomic anyway); UD takes `RDMA_UDP_QKEY`.
 fn init_attr(qp_type: QpType) -> (QpAttr, AttrMask) {
-    crate::connect::init_attr(
-        qp_type,
-        Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        RDMA_UDP_QKEY,
-    )
+    ConnectOptions {
+        access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        qkey: RDMA_UDP_QKEY,
+        ..ConnectOptions::default()
+    }
+    .init_attr(qp_type)
 }
 
 /// The QP path a passive id's REQ settles, with the READ/atomic depths
@@ -1518,7 +1521,7 @@ fn req_path(
         peer: st
             .dst
             .map_or_else(|| ip_of_gid(&req.primary.local_gid), |d| d.ip()),
-        mtu: mtu_of(req.path_mtu).min(ctx.inner.face.active_mtu()),
+        mtu: mtu_of(req.path_mtu).min(ctx.active_mtu()),
         dest_qpn: req.local_qpn,
         // A REQ's or REP's starting PSN is where its sender's receive
         // queue starts: the other side sends from it (the kernel's CM
@@ -1587,7 +1590,7 @@ fn ready_qp(qp: &QueuePair, p: &QpPath) -> Result<()> {
 fn on_the_wire(id: &IdInner) {
     let ctx = id.st.lock().ctxs.first().cloned();
     if let Some(ctx) = ctx {
-        ctx.inner.face.flush(Duration::from_millis(100));
+        ctx.flush(Duration::from_millis(100));
     }
 }
 
@@ -1597,7 +1600,7 @@ fn on_the_wire(id: &IdInner) {
 fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
     let cid = CmId { inner: id.clone() };
     let ctx = id.st.lock().ctxs.first().cloned()?;
-    let dev = ctx.inner.cm.clone();
+    let dev = CmDevice::of(&ctx).ok()?;
     let mk = |event, id: CmId, status, conn, ud| CmEvent {
         event,
         id,
@@ -1607,7 +1610,7 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
         ud,
     };
     let forget = |conn: u32| {
-        dev.routes.lock().conns.remove(&conn);
+        dev.routes().conns.remove(&conn);
     };
     match e {
         pcm::CmEvent::ReqReceived { conn, src, req, .. } => {
@@ -1636,16 +1639,13 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
             {
                 let mut st = new.inner.st.lock();
                 st.state = IdState::ConnectRequest;
-                st.ctxs = vec![ctx_for_ip(&id.st.lock().ctxs, dev.ip).unwrap_or(ctx.clone())];
-                st.src = Some(SocketAddr::new(dev.ip, local_port));
+                st.ctxs = vec![ctx_for_ip(&id.st.lock().ctxs, dev.ip()).unwrap_or(ctx.clone())];
+                st.src = Some(SocketAddr::new(dev.ip(), local_port));
                 st.dst = Some(peer);
                 st.conn = Some(conn);
                 st.req = Some(req.clone());
             }
-            dev.routes
-                .lock()
-                .conns
-                .insert(conn, Arc::downgrade(&new.inner));
+            dev.routes().conns.insert(conn, Arc::downgrade(&new.inner));
             let param = ConnParam {
                 private_data: user,
                 // From our side, as the kernel reports them: what the
@@ -1684,14 +1684,11 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
                 let mut st = new.inner.st.lock();
                 st.state = IdState::ConnectRequest;
                 st.ctxs = vec![ctx.clone()];
-                st.src = Some(SocketAddr::new(dev.ip, local_port));
+                st.src = Some(SocketAddr::new(dev.ip(), local_port));
                 st.dst = Some(peer);
                 st.conn = Some(conn);
             }
-            dev.routes
-                .lock()
-                .conns
-                .insert(conn, Arc::downgrade(&new.inner));
+            dev.routes().conns.insert(conn, Arc::downgrade(&new.inner));
             let ud = UdParam {
                 private_data: user.clone(),
                 ah_attr: AddressVector {
@@ -1730,7 +1727,7 @@ fn process(id: &Arc<IdInner>, e: pcm::CmEvent) -> Option<CmEvent> {
             // responder takes, our responder takes what it initiates.
             let path = QpPath {
                 peer: st.dst.map(|d| d.ip())?,
-                mtu: ctx.inner.face.active_mtu(),
+                mtu: ctx.active_mtu(),
                 dest_qpn: rep.local_qpn,
                 rq_psn: st.psn,
                 sq_psn: rep.starting_psn,

@@ -5,7 +5,7 @@
 //! after them. Mapping errors as rsocket.c's.
 
 use std::net::SocketAddr;
-use uroce_verbs::rsocket::{RSocket, RdmaOpt};
+use uroce_rdmacm::rsocket::{RSocket, RdmaOpt};
 
 const SERVER: &str = "127.107.2.1";
 const CLIENT: &str = "127.107.2.2";

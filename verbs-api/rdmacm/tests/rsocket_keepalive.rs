@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::time::Duration;
-use uroce_verbs::rsocket::RSocket;
+use uroce_rdmacm::rsocket::RSocket;
 
 const SERVER: &str = "127.107.4.1";
 const CLIENT: &str = "127.107.4.2";

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::time::Duration;
-use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_rdmacm::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::{QpCap, QpInitAttr, QpState, QpType};
 
 const SERVER: &str = "127.103.4.1";

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use uroce_verbs::rsocket::RSocket;
+use uroce_rdmacm::rsocket::RSocket;
 
 const SERVER: &str = "127.107.3.1";
 const CLIENT: &str = "127.107.3.2";

@@ -39,20 +39,20 @@
 //! Keepalive (`SO_KEEPALIVE`) as rsocket.c's: a service thread sends
 //! `RS_CTRL_KEEPALIVE` every `TCP_KEEPIDLE` seconds.
 //!
-//! Not here yet: datagram rsockets (`SOCK_DGRAM`, UD with a UDP side
-//! channel) and `RDMA_ROUTE`.
+//! Datagram rsockets (`SOCK_DGRAM`, UD with a UDP side channel) are
+//! [`crate::rsocket_dgram`]'s. Not here: `RDMA_ROUTE`.
 
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
-use crate::{
-    Access, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap,
-    QpInitAttr, QpType, QueuePair, RecvWr, SendWr, Sge, WcFlags, WcStatus, WrOpcode,
-};
 use parking_lot::Mutex;
 use std::io::{Error as IoError, Result};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
+use uroce_verbs::{
+    Access, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap,
+    QpInitAttr, QpType, QueuePair, RecvWr, SendWr, Sge, WcFlags, WcStatus, WrOpcode,
+};
 
 /// `RS_OLAP_START_SIZE`: the first write of a large send.
 const OLAP_START_SIZE: u32 = 2048;
@@ -135,7 +135,7 @@ fn err(errno: i32) -> IoError {
     IoError::from_raw_os_error(errno)
 }
 
-fn verbs_err(e: crate::Error) -> IoError {
+fn verbs_err(e: uroce_verbs::Error) -> IoError {
     err(e.errno())
 }
 
@@ -720,7 +720,8 @@ impl State {
         let Some(c) = self.conn.as_ref() else {
             return;
         };
-        let mut wcs = [crate::Wc::new(0, WcStatus::Success, crate::WcOpcode::Send, 0); 16];
+        let mut wcs =
+            [uroce_verbs::Wc::new(0, WcStatus::Success, uroce_verbs::WcOpcode::Send, 0); 16];
         let mut all = Vec::new();
         loop {
             let n = c.cq.poll(&mut wcs).unwrap_or(0);
@@ -976,7 +977,7 @@ impl RSocket {
         } else {
             match ch.try_get_event() {
                 Ok(e) => e,
-                Err(crate::Error::WouldBlock) => return Err(err(libc::EINPROGRESS)),
+                Err(uroce_verbs::Error::WouldBlock) => return Err(err(libc::EINPROGRESS)),
                 Err(e) => return Err(verbs_err(e)),
             }
         };
@@ -1095,7 +1096,7 @@ impl RSocket {
             let e = if nonblock {
                 match self.ch.try_get_event() {
                     Ok(e) => e,
-                    Err(crate::Error::WouldBlock) => return Err(err(libc::EAGAIN)),
+                    Err(uroce_verbs::Error::WouldBlock) => return Err(err(libc::EAGAIN)),
                     Err(e) => return Err(verbs_err(e)),
                 }
             } else {

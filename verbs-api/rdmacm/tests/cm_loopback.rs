@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::Once;
 use std::time::Duration;
-use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_rdmacm::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::{
     Access, AttrMask, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr,
     QpState, QpType, QueuePair, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,

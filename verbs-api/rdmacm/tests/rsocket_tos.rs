@@ -5,8 +5,10 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
-use uroce_verbs::rsocket::RSocket;
+use uroce_rdmacm::rsocket::RSocket;
 
+// The verbs crate's test set-up: its datagram reader with IP fields.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 use common::{recv_datagram, report_ip_field};
 

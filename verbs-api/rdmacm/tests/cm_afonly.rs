@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::Once;
 use std::time::Duration;
-use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_rdmacm::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 
 const SERVER: &str = "127.102.7.1";
 const CLIENT: &str = "127.102.7.2";
