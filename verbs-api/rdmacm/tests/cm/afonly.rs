@@ -5,20 +5,15 @@
 //! on its iSER port.
 
 use std::net::SocketAddr;
-use std::sync::Once;
 use std::time::Duration;
 use uroce_rdmacm::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 
 const SERVER: &str = "127.102.7.1";
 const CLIENT: &str = "127.102.7.2";
 
-fn init() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY of set_var: before any thread of this test binary reads
-        // the environment through uroce (every test calls init first).
-        std::env::set_var("UROCE_DEVICES", format!("afs={SERVER},afc={CLIENT}"));
-    });
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("afs={SERVER},afc={CLIENT}")
 }
 
 fn addr(ip: &str, port: u16) -> SocketAddr {
@@ -40,7 +35,7 @@ fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
 
 #[test]
 fn ipv6_wildcard_after_ipv4_wildcard_needs_afonly() {
-    init();
+    crate::init();
     if bindv6only() {
         return; // the host's default makes every IPv6 id AFONLY
     }
@@ -68,7 +63,7 @@ fn ipv6_wildcard_after_ipv4_wildcard_needs_afonly() {
 
 #[test]
 fn ipv4_wildcard_after_ipv6_wildcard_needs_afonly_on_the_ipv6_id() {
-    init();
+    crate::init();
     if bindv6only() {
         return;
     }
@@ -104,7 +99,7 @@ fn connect(c: &CmId, cch: &EventChannel, port: u16, qpn: u32) {
 
 #[test]
 fn an_ipv4_request_goes_to_the_ipv4_listener() {
-    init();
+    crate::init();
     let port = 19212;
     let ch4 = EventChannel::new().unwrap();
     let ch6 = EventChannel::new().unwrap();

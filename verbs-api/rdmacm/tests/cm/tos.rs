@@ -25,11 +25,14 @@ fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
     e
 }
 
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("tos0={SERVER},tos1={CLIENT}")
+}
+
 #[test]
 fn the_ids_tos_is_both_qps_traffic_class() {
-    // SAFETY of set_var: the only test of this binary, before any thread
-    // reads the environment through uroce.
-    std::env::set_var("UROCE_DEVICES", format!("tos0={SERVER},tos1={CLIENT}"));
+    crate::init();
     let port = 19301;
     let sch = EventChannel::new().unwrap();
     let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();

@@ -1,0 +1,33 @@
+//! rdma_cm's Rust API (`uroce_rdmacm::cm`) over real engines on loopback,
+//! one binary (one link, not three, on a 2-core machine): the connection
+//! exchange and its failure paths and UD through SIDR (`loopback`), the
+//! IPv4 and IPv6 wildcards on one port (`afonly`), and the id's traffic
+//! class (`tos`).
+//!
+//! The devices and the CM's timeouts are the process's (read from the
+//! environment when a device opens): [`init`] sets them once, before any
+//! test opens a device, from each module's own addresses. `afonly`'s
+//! come first: its wildcard listeners (bound on every device) answer a
+//! request through their first device, which must be the one its
+//! requests come to.
+
+mod afonly;
+mod loopback;
+mod tos;
+
+use std::sync::Once;
+
+/// Every test calls this first.
+pub fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let devices = [afonly::devices(), loopback::devices(), tos::devices()].join(",");
+        // SAFETY of set_var: before any thread of this test binary reads
+        // the environment through uroce (every test calls init first).
+        std::env::set_var("UROCE_DEVICES", devices);
+        // Quick CM failures (loopback's no-listener and silent-server
+        // tests): 67 ms per try, 4 retries.
+        std::env::set_var("UROCE_CM_RESPONSE_TIMEOUT", "14");
+        std::env::set_var("UROCE_CM_RETRIES", "4");
+    });
+}
