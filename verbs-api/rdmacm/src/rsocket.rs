@@ -92,6 +92,21 @@ const CTRL_DISCONNECT: u32 = 0;
 const CTRL_KEEPALIVE: u32 = 1;
 const CTRL_SHUTDOWN: u32 = 2;
 
+/// The next write of a send with `left` bytes to go, as rsocket.c sizes
+/// them: `olen` (from `OLAP_START_SIZE`), doubled after each write up to
+/// `MAX_TRANSFER`; the rest once it is no more than that.
+fn next_transfer(olen: &mut u32, left: u32) -> u32 {
+    if *olen < left {
+        let x = *olen;
+        if *olen < MAX_TRANSFER {
+            *olen <<= 1;
+        }
+        x
+    } else {
+        left
+    }
+}
+
 fn msg_set(op: u32, data: u32) -> u32 {
     (op << 29) | (data & 0x1FFF_FFFF)
 }
@@ -1239,15 +1254,7 @@ impl RSocket {
                 }
             }
             let left = (buf.len() - done).min(u32::MAX as usize) as u32;
-            let mut xfer = if olen < left {
-                let x = olen;
-                if olen < MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left
-            };
+            let mut xfer = next_transfer(&mut olen, left);
             xfer = xfer.min(st.sbuf_bytes_avail);
             xfer = xfer.min(st.target(st.target_sge)?.length);
             let chunk = &buf[done..done + xfer as usize];
@@ -1400,15 +1407,7 @@ impl RSocket {
                 Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
             }
             let left = (buf.len() - done).min(u32::MAX as usize) as u32;
-            let mut xfer = if olen < left {
-                let x = olen;
-                if olen < MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left
-            };
+            let mut xfer = next_transfer(&mut olen, left);
             xfer = xfer.min(st.sbuf_bytes_avail);
             xfer = xfer.min((start + u64::from(sge.length) - offset) as u32);
             let addr = sge.addr.wrapping_add(offset - start);

@@ -217,7 +217,7 @@ impl CmId {
         st.dst = Some(dst);
         st.state = IdState::AddrResolved;
         drop(st);
-        self.ready(CmEventType::AddrResolved, 0);
+        self.ready(CmEventType::AddrResolved, 0, None);
         Ok(())
     }
 
@@ -231,7 +231,7 @@ impl CmId {
         st.state = IdState::RouteResolved;
         st.route_tos = st.tos;
         drop(st);
-        self.ready(CmEventType::RouteResolved, 0);
+        self.ready(CmEventType::RouteResolved, 0, None);
         Ok(())
     }
 }

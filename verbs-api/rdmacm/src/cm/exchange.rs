@@ -5,14 +5,14 @@
 
 use super::addr::afonly_default;
 use super::dispatch::{CmDevice, Listener};
-use super::id::IdState;
+use super::id::{IdState, IdState2};
 use super::qp::{ready_qp, req_path, ACK_TIMEOUT};
 use super::{CmId, ConnParam, PortSpace, RDMA_UDP_QKEY};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use uroce_provider::cm as pcm;
 use uroce_provider::qp_attr::gid_of;
-use uroce_verbs::{AttrMask, Error, QpAttr, QpState, QpType, Result};
+use uroce_verbs::{AttrMask, Context, Error, QpAttr, QpState, QpType, Result};
 use uroce_wire::cm::{RepRepr, ReqRepr};
 use uroce_wire::cma::{self, CmaHeaderRepr, CMA_HDR_LEN};
 
@@ -156,13 +156,7 @@ impl CmId {
     #[allow(clippy::field_reassign_with_default)]
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
         let mut st = self.inner.st.lock();
-        if st.state != IdState::ConnectRequest {
-            return Err(Error::Invalid("accept: not a connect request".into()));
-        }
-        let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
-            return Err(Error::Invalid("accept: no connection".into()));
-        };
-        let dev = CmDevice::of(&ctx)?;
+        let (conn, ctx, dev) = request(&st, "accept")?;
         if self.inner.qp_type == QpType::Ud {
             let qpn = st.qp.as_ref().map_or(param.qp_num, |q| q.qp_num());
             if param.private_data.len() > 136 {
@@ -226,13 +220,7 @@ impl CmId {
     /// SIDR_REP with status rejected.
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
         let mut st = self.inner.st.lock();
-        if st.state != IdState::ConnectRequest {
-            return Err(Error::Invalid("reject: not a connect request".into()));
-        }
-        let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
-            return Err(Error::Invalid("reject: no connection".into()));
-        };
-        let dev = CmDevice::of(&ctx)?;
+        let (conn, _, dev) = request(&st, "reject")?;
         if self.inner.qp_type == QpType::Ud {
             dev.with_agent(|a, now| a.sidr_reply(now, conn, pcm::SIDR_REJECT, 0, 0, private_data))
                 .map_err(cm_err)?;
@@ -310,6 +298,19 @@ impl CmId {
             .with_agent(|a, _| a.notify_established(conn))
             .map_err(cm_err)
     }
+}
+
+/// A passive id's request, for `call` (accept or reject) to answer: its
+/// connection, context and device.
+fn request(st: &IdState2, call: &str) -> Result<(u32, Context, CmDevice)> {
+    if st.state != IdState::ConnectRequest {
+        return Err(Error::Invalid(format!("{call}: not a connect request")));
+    }
+    let (Some(conn), Some(ctx)) = (st.conn, st.ctxs.first().cloned()) else {
+        return Err(Error::Invalid(format!("{call}: no connection")));
+    };
+    let dev = CmDevice::of(&ctx)?;
+    Ok((conn, ctx, dev))
 }
 
 pub(super) fn libc_einval() -> i32 {

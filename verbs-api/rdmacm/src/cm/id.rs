@@ -3,7 +3,7 @@
 
 use super::channel::{Channel, Pending};
 use super::dispatch::CmDevice;
-use super::{CmEvent, CmEventType, ConnParam, EventChannel, PortSpace};
+use super::{CmEvent, CmEventType, ConnParam, EventChannel, PortSpace, UdParam};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -285,14 +285,15 @@ impl CmId {
         self.inner.st.lock().dst
     }
 
-    pub(super) fn ready(&self, event: CmEventType, status: i32) {
+    /// Queues an event the call itself makes (no agent's event behind it).
+    pub(super) fn ready(&self, event: CmEventType, status: i32, ud: Option<UdParam>) {
         self.inner.channel.lock().push(Pending::Ready(CmEvent {
             event,
             id: self.clone(),
             listen_id: None,
             status,
             conn: ConnParam::default(),
-            ud: None,
+            ud,
         }));
     }
 

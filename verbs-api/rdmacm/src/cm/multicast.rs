@@ -1,9 +1,8 @@
 //! Multicast on UD ids (`rdma_join_multicast`, `rdma_leave_multicast`),
 //! as the kernel's CMA does it on RoCE.
 
-use super::channel::Pending;
 use super::id::IdState;
-use super::{CmEvent, CmEventType, CmId, ConnParam, UdParam, RDMA_UDP_QKEY};
+use super::{CmEventType, CmId, UdParam, RDMA_UDP_QKEY};
 use std::net::{IpAddr, SocketAddr};
 use uroce_verbs::{AddressVector, Error, QpType, Result};
 
@@ -62,14 +61,7 @@ impl CmId {
             Ok(()) => (CmEventType::MulticastJoin, 0),
             Err(e) => (CmEventType::MulticastError, -e.errno()),
         };
-        self.inner.channel.lock().push(Pending::Ready(CmEvent {
-            event,
-            id: self.clone(),
-            listen_id: None,
-            status,
-            conn: ConnParam::default(),
-            ud: Some(ud),
-        }));
+        self.ready(event, status, Some(ud));
         Ok(())
     }
 
