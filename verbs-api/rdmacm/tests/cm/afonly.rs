@@ -4,9 +4,8 @@
 //! `net.ipv6.bindv6only=1`). tgtd binds `0.0.0.0` then `[::]` with AFONLY
 //! on its iSER port.
 
-use std::net::SocketAddr;
-use std::time::Duration;
-use uroce_rdmacm::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use crate::{addr, expect};
+use uroce_rdmacm::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 
 const SERVER: &str = "127.102.7.1";
 const CLIENT: &str = "127.102.7.2";
@@ -16,21 +15,8 @@ pub fn devices() -> String {
     format!("afs={SERVER},afc={CLIENT}")
 }
 
-fn addr(ip: &str, port: u16) -> SocketAddr {
-    SocketAddr::new(ip.parse().unwrap(), port)
-}
-
 fn bindv6only() -> bool {
     std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|v| v.trim() == "1")
-}
-
-fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
-    let e = ch
-        .get_event_timeout(Some(Duration::from_secs(20)))
-        .unwrap()
-        .expect("a CM event within 20 s");
-    assert_eq!(e.event, t, "status {}", e.status);
-    e
 }
 
 #[test]

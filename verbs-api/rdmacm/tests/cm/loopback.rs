@@ -4,9 +4,9 @@
 //! failure paths (no listener, a rejecting listener, nobody at the
 //! address) and UD through SIDR.
 
-use std::net::SocketAddr;
+use crate::{addr, expect};
 use std::time::Duration;
-use uroce_rdmacm::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_rdmacm::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::{
     Access, AttrMask, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr,
     QpState, QpType, QueuePair, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
@@ -21,22 +21,6 @@ const CLIENT2: &str = "127.0.31.4";
 /// This module's devices (in the binary's `UROCE_DEVICES`).
 pub fn devices() -> String {
     format!("cms={SERVER},cmc={CLIENT},cm6=::1,cms2={SERVER2},cmc2={CLIENT2}")
-}
-
-fn addr(ip: &str, port: u16) -> SocketAddr {
-    SocketAddr::new(ip.parse().unwrap(), port)
-}
-
-fn next(ch: &EventChannel) -> CmEvent {
-    ch.get_event_timeout(Some(Duration::from_secs(20)))
-        .unwrap()
-        .expect("a CM event within 20 s")
-}
-
-fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
-    let e = next(ch);
-    assert_eq!(e.event, t, "status {} {:?}", e.status, e.id);
-    e
 }
 
 /// The verbs objects of one end.

@@ -15,7 +15,10 @@ mod afonly;
 mod loopback;
 mod tos;
 
+use std::net::SocketAddr;
 use std::sync::Once;
+use std::time::Duration;
+use uroce_rdmacm::cm::{CmEvent, CmEventType, EventChannel};
 
 /// Every test calls this first.
 pub fn init() {
@@ -30,4 +33,23 @@ pub fn init() {
         std::env::set_var("UROCE_CM_RESPONSE_TIMEOUT", "14");
         std::env::set_var("UROCE_CM_RETRIES", "4");
     });
+}
+
+/// A socket address from its parts.
+pub fn addr(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse().unwrap(), port)
+}
+
+/// The next event on `ch`, within 20 s.
+fn next(ch: &EventChannel) -> CmEvent {
+    ch.get_event_timeout(Some(Duration::from_secs(20)))
+        .unwrap()
+        .expect("a CM event within 20 s")
+}
+
+/// The next event on `ch`, which must be a `t`.
+pub fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
+    let e = next(ch);
+    assert_eq!(e.event, t, "status {} {:?}", e.status, e.id);
+    e
 }

@@ -4,26 +4,12 @@
 //! loopback (127.103.4.x). The traffic class is the one the route was
 //! resolved with.
 
-use std::net::SocketAddr;
-use std::time::Duration;
-use uroce_rdmacm::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use crate::{addr, expect};
+use uroce_rdmacm::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::{QpCap, QpInitAttr, QpState, QpType};
 
 const SERVER: &str = "127.103.4.1";
 const CLIENT: &str = "127.103.4.2";
-
-fn addr(ip: &str, port: u16) -> SocketAddr {
-    SocketAddr::new(ip.parse().unwrap(), port)
-}
-
-fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
-    let e = ch
-        .get_event_timeout(Some(Duration::from_secs(20)))
-        .unwrap()
-        .expect("a CM event within 20 s");
-    assert_eq!(e.event, t, "status {}", e.status);
-    e
-}
 
 /// This module's devices (in the binary's `UROCE_DEVICES`).
 pub fn devices() -> String {
