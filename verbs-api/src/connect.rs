@@ -231,7 +231,7 @@ impl QueuePair {
         } else {
             o.access
         };
-        let (a, mask) = init_attr(t, access, o.qkey);
+        let (a, mask) = ConnectOptions { access, ..*o }.init_attr(t);
         self.step("INIT", &a, mask)
     }
 
@@ -298,24 +298,29 @@ impl QueuePair {
     }
 }
 
-/// RESET -> INIT attributes on port 1, P_Key index 0: RC and UC with
-/// `access`, UD with `qkey`.
-pub(crate) fn init_attr(t: QpType, access: Access, qkey: u32) -> (QpAttr, AttrMask) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        ..QpAttr::default()
-    };
-    let mut m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
-    if t == QpType::Ud {
-        a.qkey = qkey;
-        m |= AttrMask::QKEY;
-    } else {
-        a.qp_access_flags = access;
-        m |= AttrMask::ACCESS_FLAGS;
+impl ConnectOptions {
+    /// The RESET -> INIT attributes (and mask) these options give a QP of
+    /// type `t`: port 1, P_Key index 0; RC and UC with `access` as it is
+    /// (unlike [`QueuePair::init_with`], which keeps only UC's write
+    /// bits), UD with `qkey`. For programs that modify the QP themselves
+    /// (rdma_cm's `rdma_init_qp_attr`).
+    pub fn init_attr(&self, t: QpType) -> (QpAttr, AttrMask) {
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            pkey_index: 0,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        let mut m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
+        if t == QpType::Ud {
+            a.qkey = self.qkey;
+            m |= AttrMask::QKEY;
+        } else {
+            a.qp_access_flags = self.access;
+            m |= AttrMask::ACCESS_FLAGS;
+        }
+        (a, m)
     }
-    (a, m)
 }
 
 /// Builds a QP with defaults: RC, 128 send and receive WRs, 4 SGEs each

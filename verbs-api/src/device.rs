@@ -1,5 +1,6 @@
 //! Devices, contexts and their attributes.
 
+use crate::cm_port::CmPort;
 use crate::cq::CompletionQueue;
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
@@ -129,7 +130,7 @@ impl Device {
             face.capture(Some(&path))?;
         }
         // QP1 and the connection manager's agent.
-        let cm = crate::cm::CmDevice::start(&face, self.cfg.ip, self.guid())?;
+        let cm = CmPort::start(&face, self.cfg.ip, self.guid())?;
         Ok(Context {
             inner: Arc::new(ContextInner {
                 device: self.clone(),
@@ -182,7 +183,7 @@ pub(crate) struct ContextInner {
     pub device: Device,
     /// The provider's face: engine, keys, limits, counters, events.
     pub face: face::Device,
-    pub cm: Arc<crate::cm::CmDevice>,
+    pub cm: Arc<CmPort>,
 }
 
 /// An open device (`struct ibv_context`). Clones share it; the engine stops
@@ -350,6 +351,33 @@ impl Context {
         channel: Option<&crate::CompChannel>,
     ) -> Result<CompletionQueue> {
         CompletionQueue::new(self.clone(), cqe, cq_context, channel)
+    }
+    /// The device's connection manager port: QP1's agent, shared by
+    /// every context on the device (for the rdma_cm layer above).
+    pub fn cm_port(&self) -> &Arc<CmPort> {
+        &self.inner.cm
+    }
+    /// The port's active MTU (what [`Context::query_port`] reports as
+    /// `active_mtu`, without the rest).
+    pub fn active_mtu(&self) -> Mtu {
+        self.inner.face.active_mtu()
+    }
+    /// Whether the caller runs on the device's engine thread (inside a
+    /// callback it makes, such as a [`CmLayer`](crate::CmLayer)'s): a
+    /// wait for the engine there would never end.
+    pub fn on_engine_thread(&self) -> bool {
+        self.inner.face.on_own_thread()
+    }
+    /// Waits for one whole pass of the device's engine: what was queued
+    /// before the call has been sent.
+    pub fn settle(&self) -> Result<()> {
+        Ok(self.inner.face.settle()?)
+    }
+    /// Sends what the device has queued now, from the calling thread,
+    /// after any engine pass in progress; waits at most `wait`. False if
+    /// it did not get to send.
+    pub fn flush(&self, wait: std::time::Duration) -> bool {
+        self.inner.face.flush(wait)
     }
     /// The batched I/O the device's engine uses (UDP GSO and GRO on or
     /// off).

@@ -70,8 +70,10 @@ impl Error {
 
 impl Error {
     /// A failed wait on an event descriptor: EINTR is
-    /// [`Error::Interrupted`], EAGAIN [`Error::WouldBlock`].
-    pub(crate) fn from_wait(e: std::io::Error) -> Error {
+    /// [`Error::Interrupted`], EAGAIN [`Error::WouldBlock`] (as the waits
+    /// of this crate's channels report them; for the event channels of
+    /// layers above, such as rdma_cm's).
+    pub fn from_wait(e: std::io::Error) -> Error {
         match e.kind() {
             std::io::ErrorKind::Interrupted => Error::Interrupted,
             std::io::ErrorKind::WouldBlock => Error::WouldBlock,

@@ -16,12 +16,17 @@
 //! Registered memory is shared with the engine and with remote peers, so
 //! it is never exposed as `&[u8]`/`&mut [u8]`: see [`MemoryRegion`] and the
 //! memory model in [`provider::memory`].
+//!
+//! rdma_cm and rsockets are in the crate above this one, `uroce_rdmacm`,
+//! as librdmacm is above libibverbs: it reaches each device's connection
+//! manager agent (QP1, started when the device opens) through its
+//! [`CmPort`].
 #![warn(missing_docs)]
 
 mod ah;
 #[cfg(feature = "tokio")]
 mod async_cq;
-pub mod cm;
+mod cm_port;
 mod connect;
 mod cq;
 mod device;
@@ -30,18 +35,17 @@ mod events;
 pub mod loopback;
 mod pd;
 mod qp;
-pub mod rsocket;
-pub mod rsocket_dgram;
 mod srq;
 
 pub use ah::AddressHandle;
 #[cfg(feature = "tokio")]
 pub use async_cq::CqStream;
+pub use cm_port::{CmLayer, CmPort};
 pub use connect::{ConnectOptions, CqBuilder, Endpoint, QpBuilder};
 pub use cq::CompletionQueue;
 pub use device::{
     devices, Context, Device, DeviceAttr, GidEntry, PortAttr, FW_VER, GID_ENTRIES, GID_TABLE_LEN,
-    MAX_INLINE, MAX_SGE,
+    MAX_INLINE, MAX_RD_ATOM, MAX_SGE,
 };
 pub use error::{Error, Result};
 pub use events::{AsyncEvent, CompChannel, CqEvent, EventElement, EventType};

@@ -8,7 +8,7 @@
 //! What the agent does not know: IP addresses as rdma_cm uses them (the
 //! CMA private-data header and service IDs from ports), QPs (the caller
 //! moves its QP through RTR and RTS between the REP and the RTU), and
-//! devices. Those belong to the layer above (`uroce_verbs::cm`).
+//! devices. Those belong to the layer above (`uroce_rdmacm::cm`).
 //!
 //! ## Connections (ch. 12.9)
 //! Active: [`CmAgent::connect`] sends a REQ and waits for a REP, resending

@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 use std::time::Duration;
-use uroce_verbs::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_rdmacm::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::{
     Access, QpCap, QpInitAttr, QpType, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
 };
@@ -24,7 +24,7 @@ pub const CLIENT_MSG: &[u8; MSG] = b"uroce cm-echo 01";
 
 const T: Duration = Duration::from_secs(30);
 
-fn expect(ch: &EventChannel, want: CmEventType) -> Result<uroce_verbs::cm::CmEvent> {
+fn expect(ch: &EventChannel, want: CmEventType) -> Result<uroce_rdmacm::cm::CmEvent> {
     let e = ch.get_event_timeout(Some(T))?.ok_or_else(|| {
         Error::Engine(format!(
             "no CM event in {} s (waiting for {})",

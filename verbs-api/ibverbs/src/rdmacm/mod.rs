@@ -1,6 +1,6 @@
 //! # uroce as `librdmacm.so.1`
 //!
-//! rdma-core's connection manager library, on [`uroce_verbs::cm`]. It
+//! rdma-core's connection manager library, on [`uroce_rdmacm::cm`]. It
 //! lives in the same shared object as libibverbs: build.rs puts a
 //! `librdmacm.so.1` symlink to it beside `libibverbs.so.1`, glibc's loader
 //! sees the same file for both sonames and maps it once, so the rdma_cm
@@ -44,7 +44,7 @@ use std::os::fd::AsRawFd;
 use std::ptr::{addr_of, null_mut};
 use std::sync::OnceLock;
 use std::thread::ThreadId;
-use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_rdmacm::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::provider::qp_attr::gid_of;
 use uroce_verbs::{Error, QpType};
 
@@ -425,7 +425,7 @@ unsafe fn refresh(p: *mut rdma_cm_id, route: bool) -> Result<(), i32> {
     // An id bound to the wildcard address has no device (yet).
     let ctx = cm
         .context()
-        .filter(|_| src.is_some_and(|s| !uroce_verbs::cm::binds_any(s.ip())));
+        .filter(|_| src.is_some_and(|s| !uroce_rdmacm::cm::binds_any(s.ip())));
     if let Some(ctx) = ctx {
         if c.verbs.is_null() {
             let (verbs, pd) = crate::device::cm_context(ctx.device().name())?;

@@ -1,5 +1,5 @@
 //! librdmacm's rsocket calls (`rdma/rsocket.h`) on
-//! [`uroce_verbs::rsocket::RSocket`], so rdmacm-utils' `rstream` and
+//! [`uroce_rdmacm::rsocket::RSocket`], so rdmacm-utils' `rstream` and
 //! Debian's `librspreload.so` (which moves an unmodified TCP program onto
 //! rsockets) run on uroce. A stream socket's number is its CM channel's
 //! descriptor, as in librdmacm: unique while the socket lives, and
@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use uroce_verbs::rsocket::{RSocket, RdmaOpt};
-use uroce_verbs::rsocket_dgram::DSocket;
+use uroce_rdmacm::rsocket::{RSocket, RdmaOpt};
+use uroce_rdmacm::rsocket_dgram::DSocket;
 
 crate::symbol_versions! {
     "RDMACM_1.0": [rsocket, rbind, rlisten, raccept, rconnect, rshutdown, rclose, rrecv,

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::time::Duration;
-use uroce_verbs::rsocket::RSocket;
+use uroce_rdmacm::rsocket::RSocket;
 
 const SERVER: &str = "127.107.4.1";
 const CLIENT: &str = "127.107.4.2";
@@ -14,11 +14,14 @@ fn sent(s: &RSocket) -> u64 {
     s.cm_id().context().expect("a device").counters().sent_pkts
 }
 
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("rka1={SERVER},rka2={CLIENT}")
+}
+
 #[test]
 fn keepalives_go_out_while_idle() {
-    // SAFETY of set_var: the only test of this binary, before any thread
-    // of it reads the environment through uroce.
-    std::env::set_var("UROCE_DEVICES", format!("rka1={SERVER},rka2={CLIENT}"));
+    crate::init();
     let port = 19704;
     let listener = RSocket::new().unwrap();
     listener

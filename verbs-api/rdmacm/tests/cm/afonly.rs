@@ -4,43 +4,24 @@
 //! `net.ipv6.bindv6only=1`). tgtd binds `0.0.0.0` then `[::]` with AFONLY
 //! on its iSER port.
 
-use std::net::SocketAddr;
-use std::sync::Once;
-use std::time::Duration;
-use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use crate::{addr, expect};
+use uroce_rdmacm::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 
 const SERVER: &str = "127.102.7.1";
 const CLIENT: &str = "127.102.7.2";
 
-fn init() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY of set_var: before any thread of this test binary reads
-        // the environment through uroce (every test calls init first).
-        std::env::set_var("UROCE_DEVICES", format!("afs={SERVER},afc={CLIENT}"));
-    });
-}
-
-fn addr(ip: &str, port: u16) -> SocketAddr {
-    SocketAddr::new(ip.parse().unwrap(), port)
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("afs={SERVER},afc={CLIENT}")
 }
 
 fn bindv6only() -> bool {
     std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|v| v.trim() == "1")
 }
 
-fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
-    let e = ch
-        .get_event_timeout(Some(Duration::from_secs(20)))
-        .unwrap()
-        .expect("a CM event within 20 s");
-    assert_eq!(e.event, t, "status {}", e.status);
-    e
-}
-
 #[test]
 fn ipv6_wildcard_after_ipv4_wildcard_needs_afonly() {
-    init();
+    crate::init();
     if bindv6only() {
         return; // the host's default makes every IPv6 id AFONLY
     }
@@ -68,7 +49,7 @@ fn ipv6_wildcard_after_ipv4_wildcard_needs_afonly() {
 
 #[test]
 fn ipv4_wildcard_after_ipv6_wildcard_needs_afonly_on_the_ipv6_id() {
-    init();
+    crate::init();
     if bindv6only() {
         return;
     }
@@ -104,7 +85,7 @@ fn connect(c: &CmId, cch: &EventChannel, port: u16, qpn: u32) {
 
 #[test]
 fn an_ipv4_request_goes_to_the_ipv4_listener() {
-    init();
+    crate::init();
     let port = 19212;
     let ch4 = EventChannel::new().unwrap();
     let ch6 = EventChannel::new().unwrap();

@@ -5,8 +5,10 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
-use uroce_verbs::rsocket::RSocket;
+use uroce_rdmacm::rsocket::RSocket;
 
+// The verbs crate's test set-up: its datagram reader with IP fields.
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 use common::{recv_datagram, report_ip_field};
 
@@ -25,11 +27,14 @@ fn recv_tos(sock: &UdpSocket, within: Duration) -> Option<u8> {
     None
 }
 
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("rtos={OURS}")
+}
+
 #[test]
 fn ip_tos_reaches_the_cm_req() {
-    // SAFETY of set_var: the only test of this binary, before any thread
-    // of it reads the environment through uroce.
-    std::env::set_var("UROCE_DEVICES", format!("rtos={OURS}"));
+    crate::init();
     let peer = UdpSocket::bind(SocketAddr::new(PEER.parse().unwrap(), 4791)).unwrap();
     report_ip_field(&peer, libc::IP_RECVTOS);
 

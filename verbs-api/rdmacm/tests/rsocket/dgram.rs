@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use uroce_verbs::rsocket_dgram::DSocket;
+use uroce_rdmacm::rsocket_dgram::DSocket;
 
 const SERVER: &str = "127.111.5.1";
 const CLIENT: &str = "127.111.5.2";
@@ -24,15 +24,18 @@ fn recv(s: &DSocket, b: &mut [u8]) -> (usize, SocketAddr) {
     }
 }
 
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("rds1={SERVER},rds2={CLIENT}")
+}
+
 /// The server's socket is bound to its device's address in 127/8: its
 /// UD QP is on that device (rsocket.c's `rs_any_addr` takes only
 /// 127.0.0.1 for "any"), so its answer leaves from the server's device
 /// and reaches the client's.
 #[test]
 fn datagrams_over_udp_then_ud() {
-    // SAFETY of set_var: the only test of this binary, before any thread
-    // of it reads the environment through uroce.
-    std::env::set_var("UROCE_DEVICES", format!("rds1={SERVER},rds2={CLIENT}"));
+    crate::init();
     let port = 20105;
     let server = DSocket::new(false).unwrap();
     let saddr = SocketAddr::new(SERVER.parse().unwrap(), port);

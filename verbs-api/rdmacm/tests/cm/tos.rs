@@ -4,32 +4,21 @@
 //! loopback (127.103.4.x). The traffic class is the one the route was
 //! resolved with.
 
-use std::net::SocketAddr;
-use std::time::Duration;
-use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use crate::{addr, expect};
+use uroce_rdmacm::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::{QpCap, QpInitAttr, QpState, QpType};
 
 const SERVER: &str = "127.103.4.1";
 const CLIENT: &str = "127.103.4.2";
 
-fn addr(ip: &str, port: u16) -> SocketAddr {
-    SocketAddr::new(ip.parse().unwrap(), port)
-}
-
-fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
-    let e = ch
-        .get_event_timeout(Some(Duration::from_secs(20)))
-        .unwrap()
-        .expect("a CM event within 20 s");
-    assert_eq!(e.event, t, "status {}", e.status);
-    e
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("tos0={SERVER},tos1={CLIENT}")
 }
 
 #[test]
 fn the_ids_tos_is_both_qps_traffic_class() {
-    // SAFETY of set_var: the only test of this binary, before any thread
-    // reads the environment through uroce.
-    std::env::set_var("UROCE_DEVICES", format!("tos0={SERVER},tos1={CLIENT}"));
+    crate::init();
     let port = 19301;
     let sch = EventChannel::new().unwrap();
     let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();

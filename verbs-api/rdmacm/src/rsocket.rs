@@ -39,20 +39,20 @@
 //! Keepalive (`SO_KEEPALIVE`) as rsocket.c's: a service thread sends
 //! `RS_CTRL_KEEPALIVE` every `TCP_KEEPIDLE` seconds.
 //!
-//! Not here yet: datagram rsockets (`SOCK_DGRAM`, UD with a UDP side
-//! channel) and `RDMA_ROUTE`.
+//! Datagram rsockets (`SOCK_DGRAM`, UD with a UDP side channel) are
+//! [`crate::rsocket_dgram`]'s. Not here: `RDMA_ROUTE`.
 
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
-use crate::{
-    Access, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap,
-    QpInitAttr, QpType, QueuePair, RecvWr, SendWr, Sge, WcFlags, WcStatus, WrOpcode,
-};
 use parking_lot::Mutex;
 use std::io::{Error as IoError, Result};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
+use uroce_verbs::{
+    Access, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap,
+    QpInitAttr, QpType, QueuePair, RecvWr, SendWr, Sge, WcFlags, WcStatus, WrOpcode,
+};
 
 /// `RS_OLAP_START_SIZE`: the first write of a large send.
 const OLAP_START_SIZE: u32 = 2048;
@@ -91,6 +91,21 @@ const OP_CTRL: u32 = 7;
 const CTRL_DISCONNECT: u32 = 0;
 const CTRL_KEEPALIVE: u32 = 1;
 const CTRL_SHUTDOWN: u32 = 2;
+
+/// The next write of a send with `left` bytes to go, as rsocket.c sizes
+/// them: `olen` (from `OLAP_START_SIZE`), doubled after each write up to
+/// `MAX_TRANSFER`; the rest once it is no more than that.
+fn next_transfer(olen: &mut u32, left: u32) -> u32 {
+    if *olen < left {
+        let x = *olen;
+        if *olen < MAX_TRANSFER {
+            *olen <<= 1;
+        }
+        x
+    } else {
+        left
+    }
+}
 
 fn msg_set(op: u32, data: u32) -> u32 {
     (op << 29) | (data & 0x1FFF_FFFF)
@@ -135,7 +150,7 @@ fn err(errno: i32) -> IoError {
     IoError::from_raw_os_error(errno)
 }
 
-fn verbs_err(e: crate::Error) -> IoError {
+fn verbs_err(e: uroce_verbs::Error) -> IoError {
     err(e.errno())
 }
 
@@ -720,7 +735,8 @@ impl State {
         let Some(c) = self.conn.as_ref() else {
             return;
         };
-        let mut wcs = [crate::Wc::new(0, WcStatus::Success, crate::WcOpcode::Send, 0); 16];
+        let mut wcs =
+            [uroce_verbs::Wc::new(0, WcStatus::Success, uroce_verbs::WcOpcode::Send, 0); 16];
         let mut all = Vec::new();
         loop {
             let n = c.cq.poll(&mut wcs).unwrap_or(0);
@@ -976,7 +992,7 @@ impl RSocket {
         } else {
             match ch.try_get_event() {
                 Ok(e) => e,
-                Err(crate::Error::WouldBlock) => return Err(err(libc::EINPROGRESS)),
+                Err(uroce_verbs::Error::WouldBlock) => return Err(err(libc::EINPROGRESS)),
                 Err(e) => return Err(verbs_err(e)),
             }
         };
@@ -1095,7 +1111,7 @@ impl RSocket {
             let e = if nonblock {
                 match self.ch.try_get_event() {
                     Ok(e) => e,
-                    Err(crate::Error::WouldBlock) => return Err(err(libc::EAGAIN)),
+                    Err(uroce_verbs::Error::WouldBlock) => return Err(err(libc::EAGAIN)),
                     Err(e) => return Err(verbs_err(e)),
                 }
             } else {
@@ -1238,15 +1254,7 @@ impl RSocket {
                 }
             }
             let left = (buf.len() - done).min(u32::MAX as usize) as u32;
-            let mut xfer = if olen < left {
-                let x = olen;
-                if olen < MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left
-            };
+            let mut xfer = next_transfer(&mut olen, left);
             xfer = xfer.min(st.sbuf_bytes_avail);
             xfer = xfer.min(st.target(st.target_sge)?.length);
             let chunk = &buf[done..done + xfer as usize];
@@ -1399,15 +1407,7 @@ impl RSocket {
                 Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
             }
             let left = (buf.len() - done).min(u32::MAX as usize) as u32;
-            let mut xfer = if olen < left {
-                let x = olen;
-                if olen < MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left
-            };
+            let mut xfer = next_transfer(&mut olen, left);
             xfer = xfer.min(st.sbuf_bytes_avail);
             xfer = xfer.min((start + u64::from(sge.length) - offset) as u32);
             let addr = sge.addr.wrapping_add(offset - start);

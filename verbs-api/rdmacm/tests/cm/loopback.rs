@@ -4,10 +4,9 @@
 //! failure paths (no listener, a rejecting listener, nobody at the
 //! address) and UD through SIDR.
 
-use std::net::SocketAddr;
-use std::sync::Once;
+use crate::{addr, expect};
 use std::time::Duration;
-use uroce_verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use uroce_rdmacm::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use uroce_verbs::{
     Access, AttrMask, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr,
     QpState, QpType, QueuePair, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
@@ -19,35 +18,9 @@ const CLIENT: &str = "127.0.31.2";
 const SERVER2: &str = "127.0.31.3";
 const CLIENT2: &str = "127.0.31.4";
 
-fn init() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY of set_var: before any thread of this test binary reads
-        // the environment through uroce (every test calls init first).
-        std::env::set_var(
-            "UROCE_DEVICES",
-            format!("cms={SERVER},cmc={CLIENT},cm6=::1,cms2={SERVER2},cmc2={CLIENT2}"),
-        );
-        // Quick CM failures: 67 ms per try, 4 retries.
-        std::env::set_var("UROCE_CM_RESPONSE_TIMEOUT", "14");
-        std::env::set_var("UROCE_CM_RETRIES", "4");
-    });
-}
-
-fn addr(ip: &str, port: u16) -> SocketAddr {
-    SocketAddr::new(ip.parse().unwrap(), port)
-}
-
-fn next(ch: &EventChannel) -> CmEvent {
-    ch.get_event_timeout(Some(Duration::from_secs(20)))
-        .unwrap()
-        .expect("a CM event within 20 s")
-}
-
-fn expect(ch: &EventChannel, t: CmEventType) -> CmEvent {
-    let e = next(ch);
-    assert_eq!(e.event, t, "status {} {:?}", e.status, e.id);
-    e
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("cms={SERVER},cmc={CLIENT},cm6=::1,cms2={SERVER2},cmc2={CLIENT2}")
 }
 
 /// The verbs objects of one end.
@@ -133,7 +106,7 @@ fn client_to(port: u16, ps: PortSpace) -> (EventChannel, CmId) {
 
 #[test]
 fn rc_connect_send_and_disconnect() {
-    init();
+    crate::init();
     let port = 7471;
     let sch = EventChannel::new().unwrap();
     let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
@@ -208,7 +181,7 @@ fn rc_connect_send_and_disconnect() {
 
 #[test]
 fn a_port_bound_on_the_wildcard_conflicts_with_every_address() {
-    init();
+    crate::init();
     let port = 7479;
     let ch = EventChannel::new().unwrap();
     let any = CmId::new(&ch, PortSpace::Tcp).unwrap();
@@ -225,7 +198,7 @@ fn a_port_bound_on_the_wildcard_conflicts_with_every_address() {
 
 #[test]
 fn nobody_listening_is_rejected_with_reason_8() {
-    init();
+    crate::init();
     // The server's device is up (its CM answers), but nothing listens.
     let _server = uroce_verbs::Device::by_name("cms")
         .unwrap()
@@ -240,7 +213,7 @@ fn nobody_listening_is_rejected_with_reason_8() {
 
 #[test]
 fn a_listener_can_reject_with_private_data() {
-    init();
+    crate::init();
     let sch = EventChannel::new().unwrap();
     let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
     listen.bind_addr(addr(SERVER, 7473)).unwrap();
@@ -257,7 +230,7 @@ fn a_listener_can_reject_with_private_data() {
 
 #[test]
 fn private_data_limits_are_the_man_pages() {
-    init();
+    crate::init();
     let (_cch, cid) = client_to(7474, PortSpace::Tcp);
     let _c = end(&cid, QpType::Rc);
     // rdma_connect: 56 bytes in the TCP port space (92 - the CMA header).
@@ -270,7 +243,7 @@ fn private_data_limits_are_the_man_pages() {
 
 #[test]
 fn nobody_at_the_address_is_unreachable() {
-    init();
+    crate::init();
     // A device address nobody has bound: the REQ and its retries vanish.
     let ch = EventChannel::new().unwrap();
     let id = CmId::new(&ch, PortSpace::Tcp).unwrap();
@@ -290,7 +263,7 @@ fn nobody_at_the_address_is_unreachable() {
 
 #[test]
 fn ud_through_sidr() {
-    init();
+    crate::init();
     let port = 7476;
     let sch = EventChannel::new().unwrap();
     let listen = CmId::new(&sch, PortSpace::Udp).unwrap();
@@ -327,7 +300,7 @@ fn ud_through_sidr() {
 /// addresses themselves; one device on ::1 connects to itself.
 #[test]
 fn ipv6_connects_to_itself() {
-    init();
+    crate::init();
     let port = 7477;
     let sch = EventChannel::new().unwrap();
     let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
@@ -369,7 +342,7 @@ fn ipv6_connects_to_itself() {
 /// connection still ends in DISCONNECTED, then TIMEWAIT_EXIT.
 #[test]
 fn a_silent_peer_still_ends_in_disconnected() {
-    init();
+    crate::init();
     let port = 7478;
     let sch = EventChannel::new().unwrap();
     let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();
@@ -415,7 +388,7 @@ fn a_silent_peer_still_ends_in_disconnected() {
 /// later. When destroy() returns, the client already has DISCONNECTED.
 #[test]
 fn destroy_after_disconnect_waits_for_the_peers_answer() {
-    init();
+    crate::init();
     let port = 7479;
     let sch = EventChannel::new().unwrap();
     let listen = CmId::new(&sch, PortSpace::Tcp).unwrap();

@@ -5,7 +5,7 @@
 //! after them. Mapping errors as rsocket.c's.
 
 use std::net::SocketAddr;
-use uroce_verbs::rsocket::{RSocket, RdmaOpt};
+use uroce_rdmacm::rsocket::{RSocket, RdmaOpt};
 
 const SERVER: &str = "127.107.2.1";
 const CLIENT: &str = "127.107.2.2";
@@ -25,11 +25,14 @@ fn recv_exact(s: &RSocket, n: usize) -> Vec<u8> {
     v
 }
 
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("rio1={SERVER},rio2={CLIENT}")
+}
+
 #[test]
 fn iowrite_lands_in_the_peers_mapping() {
-    // SAFETY of set_var: the only test of this binary, before any thread
-    // of it reads the environment through uroce.
-    std::env::set_var("UROCE_DEVICES", format!("rio1={SERVER},rio2={CLIENT}"));
+    crate::init();
     const LEN: usize = 300_000;
     const OFF: i64 = 1 << 20;
     let port = 19702;

@@ -4,15 +4,14 @@
 
 use std::net::SocketAddr;
 use std::time::Duration;
-use uroce_verbs::rsocket::RSocket;
+use uroce_rdmacm::rsocket::RSocket;
 
 const SERVER: &str = "127.107.1.1";
 const CLIENT: &str = "127.107.1.2";
 
-fn init() {
-    // SAFETY of set_var: before any thread of this test binary reads the
-    // environment through uroce (the only test here calls it first).
-    std::env::set_var("UROCE_DEVICES", format!("rss={SERVER},rsc={CLIENT}"));
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("rss={SERVER},rsc={CLIENT}")
 }
 
 fn pattern(seed: u8, n: usize) -> Vec<u8> {
@@ -34,7 +33,7 @@ fn recv_all(s: &RSocket, n: usize) -> Vec<u8> {
 
 #[test]
 fn stream_both_ways_then_eof() {
-    init();
+    crate::init();
     let port = 19701;
     let listener = RSocket::new().unwrap();
     listener

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use uroce_verbs::rsocket::RSocket;
+use uroce_rdmacm::rsocket::RSocket;
 
 const SERVER: &str = "127.107.3.1";
 const CLIENT: &str = "127.107.3.2";
@@ -25,11 +25,14 @@ fn poll_until(s: &RSocket, events: i16, want: i16) -> i16 {
     }
 }
 
+/// This module's devices (in the binary's `UROCE_DEVICES`).
+pub fn devices() -> String {
+    format!("rnb1={SERVER},rnb2={CLIENT}")
+}
+
 #[test]
 fn nonblocking_connect_completes_through_poll() {
-    // SAFETY of set_var: the only test of this binary, before any thread
-    // of it reads the environment through uroce.
-    std::env::set_var("UROCE_DEVICES", format!("rnb1={SERVER},rnb2={CLIENT}"));
+    crate::init();
     let port = 19703;
     let listener = RSocket::new().unwrap();
     listener

@@ -22,10 +22,6 @@
 //! looks.
 
 use crate::cm::{CmId, EventChannel, PortSpace, RDMA_UDP_QKEY};
-use crate::{
-    Access, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap,
-    QpInitAttr, QpType, QueuePair, RecvWr, SendWr, UdDest, WrOpcode,
-};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::io::{Error as IoError, Result};
@@ -33,6 +29,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
+use uroce_verbs::{
+    Access, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap,
+    QpInitAttr, QpType, QueuePair, RecvWr, SendWr, UdDest, WrOpcode,
+};
 
 /// `RS_SNDLOWAT`: a datagram's largest size with its header.
 const MSG_SIZE: usize = 2048;
@@ -52,7 +52,7 @@ fn err(errno: i32) -> IoError {
     IoError::from_raw_os_error(errno)
 }
 
-fn verbs_err(e: crate::Error) -> IoError {
+fn verbs_err(e: uroce_verbs::Error) -> IoError {
     err(e.errno())
 }
 
@@ -358,7 +358,12 @@ impl DSocket {
 
     /// `ds_poll_cqs`: datagrams received over UD, send slots freed.
     fn poll_cqs(st: &mut DState) {
-        let mut wcs = [crate::Wc::new(0, crate::WcStatus::Success, crate::WcOpcode::Send, 0); 16];
+        let mut wcs = [uroce_verbs::Wc::new(
+            0,
+            uroce_verbs::WcStatus::Success,
+            uroce_verbs::WcOpcode::Send,
+            0,
+        ); 16];
         for (i, q) in st.qps.iter_mut().enumerate() {
             loop {
                 let n = q.cq.poll(&mut wcs).unwrap_or(0);
@@ -373,7 +378,7 @@ impl DSocket {
                     }
                     let len = wc.byte_len.saturating_sub(GRH_LEN as u32);
                     let mut h = [0u8; 24];
-                    let ok = wc.status == crate::WcStatus::Success
+                    let ok = wc.status == uroce_verbs::WcStatus::Success
                         && q.rmr.read(offset as usize, &mut h).is_ok()
                         && parse_ds_header(&h).is_some_and(|(_, hl)| len as usize >= hl);
                     if ok {
