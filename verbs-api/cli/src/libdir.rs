@@ -22,7 +22,8 @@ pub fn find(exe_dir: &Path) -> Result<PathBuf, String> {
     let lib = exe_dir.join("liburoce_ibverbs.so");
     if !lib.exists() {
         return Err(format!(
-            "{} is missing: build it with `cargo build --release` (package uroce-ibverbs)",
+            "{} is missing: build it with `cargo build --release -p uroce-ibverbs -p uroce-preload` \
+             (a cargo invocation of its own, so that no test feature reaches it)",
             lib.display()
         ));
     }
@@ -67,7 +68,7 @@ pub fn exec(cmd: &[std::ffi::OsString]) -> String {
     let preload = dir.join(PRELOAD);
     if !preload.exists() {
         return format!(
-            "{} is missing: build it with `cargo build --release -p uroce-preload`",
+            "{} is missing: build it with `cargo build --release -p uroce-ibverbs -p uroce-preload`",
             preload.display()
         );
     }
