@@ -179,6 +179,15 @@ impl CqInner {
             self.tell_not_polled(true);
         }
     }
+    /// The CQ is being destroyed with `unacked` completion events not
+    /// acknowledged (the destroy then fails with EBUSY): told to the
+    /// checker (`event`).
+    pub fn note_destroy_unacked(&self, unacked: u32) {
+        observe::tell(Topic::CHECK_EVENT, || Event::CqDestroyUnacked {
+            cq: self.handle,
+            unacked,
+        });
+    }
     fn tell_not_polled(&self, at_destroy: bool) {
         observe::tell(Topic::CHECK_EVENT, || Event::CqNotPolled {
             cq: self.handle,

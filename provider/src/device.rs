@@ -990,9 +990,14 @@ impl CqHandle {
         self.inner.unacked_events()
     }
     /// The CQ is being destroyed: the checker's last look at it
-    /// ([`CqInner::note_destroy`]).
+    /// ([`CqInner::note_destroy`]), and at the completion events taken and
+    /// not acknowledged ([`CqInner::note_destroy_unacked`]).
     pub fn note_destroy(&self) {
         self.inner.note_destroy();
+        let unacked = self.inner.unacked_events();
+        if unacked != 0 {
+            self.inner.note_destroy_unacked(unacked);
+        }
     }
     /// Capacity.
     pub fn depth(&self) -> usize {

@@ -258,6 +258,14 @@ pub enum Event<'a> {
         /// At the CQ's destroy (else: at another event).
         at_destroy: bool,
     },
+    /// The application destroys a CQ while completion events it took are
+    /// not acknowledged (`ibv_ack_cq_events`).
+    CqDestroyUnacked {
+        /// The CQ's handle.
+        cq: u32,
+        /// Events taken and not acknowledged.
+        unacked: u32,
+    },
     /// A CM MAD sent or received, or a CM event.
     Cm {
         /// What (the MAD's or event's name).

@@ -153,24 +153,6 @@ impl CompletionQueue {
         self.inner.note_destroy();
         let unacked = self.inner.unacked_events();
         if unacked != 0 {
-            use uroce_provider::check::{self, Category};
-            if check::on(Category::Event) {
-                let what = format!(
-                    "ibv_destroy_cq of CQ {} with {unacked} completion events from \
-                     ibv_get_cq_event not acknowledged: a kernel device's ibv_destroy_cq \
-                     blocks here until they are (forever, in a single-threaded program); \
-                     uroce refuses with EBUSY",
-                    self.inner.handle()
-                );
-                check::report(
-                    Category::Event,
-                    &what,
-                    "ibv_get_cq_event(3): \"All completion events that ibv_get_cq_event() \
-                     returns must be acknowledged using ibv_ack_cq_events(). To avoid races, \
-                     destroying a CQ will wait for all completion events to be acknowledged\"",
-                    &[("destroyed at", &check::Caller::here())],
-                );
-            }
             return Err((
                 self,
                 crate::Error::Busy("completion events not acknowledged (ack_events)"),

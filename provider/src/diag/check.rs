@@ -1220,6 +1220,24 @@ pub fn qp_destroyed(l: &QpLedger) {
     }
 }
 
+/// CQ `cq` is being destroyed with `unacked` completion events taken and
+/// not acknowledged (uroce refuses the destroy with EBUSY).
+pub fn cq_destroyed_unacked(cq: u32, unacked: u32) {
+    let what = format!(
+        "ibv_destroy_cq of CQ {cq} with {unacked} completion events from ibv_get_cq_event not \
+         acknowledged: a kernel device's ibv_destroy_cq blocks here until they are (forever, \
+         in a single-threaded program); uroce refuses with EBUSY"
+    );
+    report(
+        Category::Event,
+        &what,
+        "ibv_get_cq_event(3): \"All completion events that ibv_get_cq_event() returns must be \
+         acknowledged using ibv_ack_cq_events(). To avoid races, destroying a CQ will wait for \
+         all completion events to be acknowledged\"",
+        &[("destroyed at", &Caller::here())],
+    );
+}
+
 /// CQ `cq` holds `waiting` completions the application has not polled
 /// since it took the CQ's last completion event: it is being destroyed
 /// (`at_destroy`), or the application took another event of it.

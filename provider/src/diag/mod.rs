@@ -52,6 +52,11 @@ impl Observe for Tools {
                     check::cq_not_polled(cq, waiting, at_destroy);
                 }
             }
+            Event::CqDestroyUnacked { cq, unacked } => {
+                if observe::wants(Topic::CHECK_EVENT) {
+                    check::cq_destroyed_unacked(cq, unacked);
+                }
+            }
             _ => {
                 if observe::wants(Topic::TIMELINE) {
                     trace::record(e);

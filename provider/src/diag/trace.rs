@@ -289,7 +289,8 @@ pub fn record(e: &Event<'_>) {
         Event::DeviceOpened
         | Event::DeviceClosed
         | Event::NicWrote { .. }
-        | Event::CqNotPolled { .. } => {}
+        | Event::CqNotPolled { .. }
+        | Event::CqDestroyUnacked { .. } => {}
     }
 }
 
