@@ -4,6 +4,12 @@
 use std::time::Duration;
 use uroce_verbs::*;
 
+/// Local write and every remote access but FLUSH.
+pub const ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+
 /// How long a test waits for completions or events.
 pub const T: Duration = Duration::from_secs(20);
 
@@ -44,35 +50,27 @@ pub fn qp(
 }
 
 /// Two devices on `ai` and `bi`, each with a PD, a CQ of 64 entries and
-/// a QP of type `t` on it ([`qp`]'s queues), the QPs still in RESET.
-pub struct Two {
-    pub a: Context,
-    pub b: Context,
-    pub apd: ProtectionDomain,
-    pub bpd: ProtectionDomain,
-    pub acq: CompletionQueue,
-    pub bcq: CompletionQueue,
-    pub aqp: QueuePair,
-    pub bqp: QueuePair,
-}
-
-/// See [`Two`].
+/// a QP of type `t` on it ([`qp`]'s queues), the QPs still in RESET:
+/// `(a, b, apd, bpd, acq, bcq, aqp, bqp)`.
 pub fn two(ai: &str, bi: &str, t: QpType) -> Two {
     let (a, b) = (open(ai), open(bi));
     let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     let (aqp, bqp) = (qp(&apd, &acq, t, None), qp(&bpd, &bcq, t, None));
-    Two {
-        a,
-        b,
-        apd,
-        bpd,
-        acq,
-        bcq,
-        aqp,
-        bqp,
-    }
+    (a, b, apd, bpd, acq, bcq, aqp, bqp)
 }
+
+/// What [`two`] makes.
+pub type Two = (
+    Context,
+    Context,
+    ProtectionDomain,
+    ProtectionDomain,
+    CompletionQueue,
+    CompletionQueue,
+    QueuePair,
+    QueuePair,
+);
 
 /// A device on `ip` with a PD, a CQ of 64 entries and a QP of type `t`
 /// in RESET: `wrs` WRs of one SGE each way, `inline` bytes inline.

@@ -9,10 +9,7 @@ use uroce_verbs::*;
 use crate::common;
 
 const T: Duration = Duration::from_secs(20);
-const BASE: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC);
+const BASE: Access = common::ALL;
 
 struct End {
     ctx: Context,

@@ -5,12 +5,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 use uroce_verbs::*;
 
-use crate::common::{connect, open, qp, recv, two, Two, T};
-
-const ALL: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC);
+use crate::common::{connect, open, qp, recv, two, ALL, T};
 
 fn send(id: u64, mr: &MemoryRegion, len: u32, flags: SendFlags) -> SendWr {
     let mut w = SendWr::new(id, WrOpcode::Send);
@@ -200,16 +195,7 @@ fn async_events_port_comm_est_access_error_and_cq_overflow() {
 #[test]
 fn access_error_reports_qp_access_err() {
     let (ai, bi) = ("127.10.22.1", "127.10.22.2");
-    let Two {
-        a: _a,
-        b,
-        apd,
-        bpd,
-        acq,
-        bcq: _bcq,
-        aqp,
-        bqp,
-    } = two(ai, bi, QpType::Rc);
+    let (_a, b, apd, bpd, acq, _bcq, aqp, bqp) = two(ai, bi, QpType::Rc);
     connect(&aqp, ai, &bqp, bi);
     let smr = apd.alloc_mr(64, ALL).unwrap();
     let rmr = bpd.alloc_mr(64, ALL).unwrap();
@@ -351,16 +337,7 @@ fn srq_shared_by_two_rc_qps_with_limit_and_last_wqe() {
 #[test]
 fn blocking_get_async_event_wakes_on_sq_drained() {
     let (ai, bi) = ("127.10.24.101", "127.10.24.102");
-    let Two {
-        a,
-        b: _b,
-        apd,
-        bpd,
-        acq,
-        bcq: _bcq,
-        aqp,
-        bqp,
-    } = two(ai, bi, QpType::Rc);
+    let (a, _b, apd, bpd, acq, _bcq, aqp, bqp) = two(ai, bi, QpType::Rc);
     connect(&aqp, ai, &bqp, bi);
     let smr = apd.alloc_mr(1 << 20, ALL).unwrap();
     smr.write(0, &vec![0x5a; 1 << 20]).unwrap();

@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;
 use uroce_verbs::*;
 
-use crate::common::{open, qp, recv, recv_datagram, report_ip_field, two, ud_up, Two, T};
+use crate::common::{open, qp, recv, recv_datagram, report_ip_field, two, ud_up, T};
 
 const QKEY: u32 = 0x0123_4567;
 
@@ -171,16 +171,7 @@ fn unicast_packets_carry_the_routes_ttl() {
 #[test]
 fn the_grh_area_shows_the_ttl_as_received() {
     let group = Ipv4Addr::new(239, 110, 3, 1);
-    let Two {
-        a: _a,
-        b: _b,
-        apd,
-        bpd,
-        acq,
-        bcq,
-        aqp,
-        bqp,
-    } = two("127.110.3.1", "127.110.3.2", QpType::Ud);
+    let (_a, _b, apd, bpd, acq, bcq, aqp, bqp) = two("127.110.3.1", "127.110.3.2", QpType::Ud);
     ud_up(&aqp, QKEY, 0);
     ud_up(&bqp, QKEY, 0);
     bqp.attach_mcast(&group.to_ipv6_mapped().octets(), 0)

@@ -5,23 +5,14 @@
 
 use uroce_verbs::*;
 
-use crate::common::{open, qp, recv, recv_datagram, report_ip_field, two, ud_up, Two, T};
+use crate::common::{open, qp, recv, recv_datagram, report_ip_field, two, ud_up, T};
 
 const QKEY: u32 = 0x1111_1111;
 
 #[test]
 fn ud_traffic_class_reaches_the_receivers_grh() {
     let (ai, bi) = ("127.103.3.1", "127.103.3.2");
-    let Two {
-        a: _a,
-        b: _b,
-        apd,
-        bpd,
-        acq,
-        bcq,
-        aqp,
-        bqp,
-    } = two(ai, bi, QpType::Ud);
+    let (_a, _b, apd, bpd, acq, bcq, aqp, bqp) = two(ai, bi, QpType::Ud);
     ud_up(&aqp, QKEY, 0);
     ud_up(&bqp, QKEY, 0);
     let smr = apd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();

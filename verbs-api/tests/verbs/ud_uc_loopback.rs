@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 use uroce_verbs::*;
 
-use crate::common::{recv, two, ud_up, Two, T};
+use crate::common::{recv, two, ud_up, T};
 
 const QKEY: u32 = 0x1111_1111;
 
@@ -22,16 +22,7 @@ fn ipv4_checksum(h: &[u8]) -> u16 {
 #[test]
 fn ud_send_grh_reply_and_qkeys() {
     let (ai, bi) = ("127.10.24.1", "127.10.24.2");
-    let Two {
-        a,
-        b: _b,
-        apd,
-        bpd,
-        acq,
-        bcq,
-        aqp,
-        bqp,
-    } = two(ai, bi, QpType::Ud);
+    let (a, _b, apd, bpd, acq, bcq, aqp, bqp) = two(ai, bi, QpType::Ud);
     // A controlled Q_Key needs privilege.
     let e = aqp
         .modify(
@@ -133,16 +124,7 @@ fn ud_send_grh_reply_and_qkeys() {
 #[test]
 fn ud_without_receive_is_dropped_and_counted() {
     let (ai, bi) = ("127.10.25.1", "127.10.25.2");
-    let Two {
-        a: _a,
-        b,
-        apd,
-        bpd,
-        acq,
-        bcq,
-        aqp,
-        bqp,
-    } = two(ai, bi, QpType::Ud);
+    let (_a, b, apd, bpd, acq, bcq, aqp, bqp) = two(ai, bi, QpType::Ud);
     ud_up(&aqp, QKEY, 0x42);
     ud_up(&bqp, QKEY, 0x42);
     let smr = apd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
@@ -172,16 +154,7 @@ fn ud_without_receive_is_dropped_and_counted() {
 #[test]
 fn uc_send_and_write_with_immediate() {
     let (ai, bi) = ("127.10.26.1", "127.10.26.2");
-    let Two {
-        a: _a,
-        b,
-        apd,
-        bpd,
-        acq,
-        bcq,
-        aqp,
-        bqp,
-    } = two(ai, bi, QpType::Uc);
+    let (_a, b, apd, bpd, acq, bcq, aqp, bqp) = two(ai, bi, QpType::Uc);
     let up = |q: &QueuePair, peer: &str, peer_qpn: u32, sq: u32, rq: u32| {
         q.modify(
             &QpAttr {

@@ -11,11 +11,7 @@ use crate::common;
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 4096;
-const REMOTE: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC)
-    .union(Access::FLUSH_GLOBAL);
+const REMOTE: Access = common::ALL.union(Access::FLUSH_GLOBAL);
 
 struct End {
     _ctx: Context,
