@@ -44,7 +44,7 @@
 #     iterations, hopeless at 1000 QPs x 5000. Four processes with 250 QPs
 #     each into one server is not something perftest can express (one
 #     ib_write_bw server serves one client, and a uroce device address
-#     belongs to one process): verbs-api/tests/many_qps.rs covers that
+#     belongs to one process): verbs-api/tests/verbs/many_qps.rs covers that
 #     shape, 4 devices x 250 RC QPs writing into one server device.
 #   * benches/qp_scale.rs (`cargo bench -p uroce-benches --bench qp_scale`,
 #     built here, run UROCE_BENCH_SECS per figure): one process, two
@@ -324,7 +324,7 @@ done
 # quadratic in iterations). Default depth (128) and iterations (5000 per
 # QP, 20 GB at 1000 QPs; quick: 1000). The 4-processes-x-250-QPs shape
 # cannot be run with perftest (one server serves one client, one uroce
-# device address belongs to one process): verbs-api/tests/many_qps.rs
+# device address belongs to one process): verbs-api/tests/verbs/many_qps.rs
 # covers it, 4 devices x 250 QPs writing into one server.
 mq_iters=()
 [ "$quick" = 1 ] && mq_iters=(-n 1000)

@@ -13,7 +13,7 @@
 //!
 //! It is compiled for this crate's unit tests and, with the non-default
 //! feature `testing`, for its users: the provider's integration tests
-//! (`provider/tests/*.rs`, through a dev-dependency of the crate on itself
+//! (`provider/tests/provider/`, through a dev-dependency of the crate on itself
 //! with the feature), the benches, uroce-verbs' examples and uroce-fuzz
 //! (the fuzzer's simulated target and the pair harness of the cargo-fuzz
 //! targets). It uses the crate's public API only, and carries no fuzzer

@@ -4,6 +4,12 @@
 use std::time::Duration;
 use uroce_verbs::*;
 
+/// Local write and every remote access but FLUSH.
+pub const ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+
 /// How long a test waits for completions or events.
 pub const T: Duration = Duration::from_secs(20);
 
@@ -41,6 +47,84 @@ pub fn qp(
         srq,
     })
     .unwrap()
+}
+
+/// Two devices on `ai` and `bi`, each with a PD, a CQ of 64 entries and
+/// a QP of type `t` on it ([`qp`]'s queues), the QPs still in RESET:
+/// `(a, b, apd, bpd, acq, bcq, aqp, bqp)`.
+pub fn two(ai: &str, bi: &str, t: QpType) -> Two {
+    let (a, b) = (open(ai), open(bi));
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let (aqp, bqp) = (qp(&apd, &acq, t, None), qp(&bpd, &bcq, t, None));
+    (a, b, apd, bpd, acq, bcq, aqp, bqp)
+}
+
+/// What [`two`] makes.
+pub type Two = (
+    Context,
+    Context,
+    ProtectionDomain,
+    ProtectionDomain,
+    CompletionQueue,
+    CompletionQueue,
+    QueuePair,
+    QueuePair,
+);
+
+/// A device on `ip` with a PD, a CQ of 64 entries and a QP of type `t`
+/// in RESET: `wrs` WRs of one SGE each way, `inline` bytes inline.
+pub fn end(
+    ip: &str,
+    t: QpType,
+    wrs: u32,
+    inline: u32,
+) -> (Context, ProtectionDomain, CompletionQueue, QueuePair) {
+    let ctx = open(ip);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.cq_builder().cqe(64).build().unwrap();
+    let qp = pd
+        .qp_builder(&cq)
+        .qp_type(t)
+        .max_send_wr(wrs)
+        .max_recv_wr(wrs)
+        .max_send_sge(1)
+        .max_recv_sge(1)
+        .max_inline_data(inline)
+        .build()
+        .unwrap();
+    (ctx, pd, cq, qp)
+}
+
+/// Connects the RC QPs `a` (on `a_ip`) and `b` (on `b_ip`) to each other
+/// with [`loopback::connect_rc`]'s defaults, PSNs 10 (a) and 20 (b).
+pub fn connect(a: &QueuePair, a_ip: &str, b: &QueuePair, b_ip: &str) {
+    let p = loopback::RcParams::default();
+    loopback::connect_rc(a, b_ip.parse().unwrap(), b.qp_num(), 10, 20, p).unwrap();
+    loopback::connect_rc(b, a_ip.parse().unwrap(), a.qp_num(), 20, 10, p).unwrap();
+}
+
+/// RESET -> INIT -> RTR -> RTS for a UD QP by hand, as ibv_ud_pingpong
+/// does: its Q_Key `qkey`, its first PSN `sq_psn`.
+pub fn ud_up(q: &QueuePair, qkey: u32, sq_psn: u32) {
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        qkey,
+        ..QpAttr::default()
+    };
+    let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+    q.modify(&a, m).unwrap();
+    let a = QpAttr {
+        qp_state: QpState::Rtr,
+        ..QpAttr::default()
+    };
+    q.modify(&a, AttrMask::STATE).unwrap();
+    let a = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn,
+        ..QpAttr::default()
+    };
+    q.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN).unwrap();
 }
 
 /// A receive WR over `len` bytes at `off` of `mr`.

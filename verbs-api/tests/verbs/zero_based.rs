@@ -7,13 +7,11 @@ use std::time::Duration;
 use uroce_verbs::wire::feth::{FLUSH_GLOBAL, FLUSH_RANGE};
 use uroce_verbs::*;
 
+use crate::common;
+
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 4096;
-const REMOTE: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC)
-    .union(Access::FLUSH_GLOBAL);
+const REMOTE: Access = common::ALL.union(Access::FLUSH_GLOBAL);
 
 struct End {
     _ctx: Context,
@@ -25,25 +23,7 @@ struct End {
 }
 
 fn end(ip: &str) -> End {
-    let ctx = Device::new("t", ip.parse().unwrap()).open().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: QpCap {
-                max_send_wr: 32,
-                max_recv_wr: 32,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
+    let (ctx, pd, cq, qp) = common::end(ip, QpType::Rc, 32, 64);
     let mr = pd.alloc_mr(LEN, REMOTE | Access::MW_BIND).unwrap();
     End {
         _ctx: ctx,

@@ -4,10 +4,8 @@
 use std::time::Duration;
 use uroce_verbs::*;
 
-const ALL: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC);
+use crate::common::ALL;
+
 const T: Duration = Duration::from_secs(20);
 
 struct End {

@@ -6,6 +6,8 @@
 use std::time::Duration;
 use uroce_verbs::*;
 
+use crate::common::{open, qp};
+
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 4096;
 
@@ -20,10 +22,10 @@ struct End {
 }
 
 fn end(ip: &str) -> End {
-    let ctx = Device::new("t", ip.parse().unwrap()).open().unwrap();
+    let ctx = open(ip);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let qp = qp_on(&pd, &cq);
+    let qp = qp(&pd, &cq, QpType::Rc, None);
     let mr = pd
         .alloc_mr(LEN, Access::LOCAL_WRITE | Access::MW_BIND)
         .unwrap();
@@ -34,24 +36,6 @@ fn end(ip: &str) -> End {
         qp,
         mr,
     }
-}
-
-fn qp_on(pd: &ProtectionDomain, cq: &CompletionQueue) -> QueuePair {
-    pd.create_qp(&QpInitAttr {
-        send_cq: cq,
-        recv_cq: cq,
-        cap: QpCap {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 64,
-        },
-        qp_type: QpType::Rc,
-        sq_sig_all: false,
-        srq: None,
-    })
-    .unwrap()
 }
 
 fn connect(a: &QueuePair, a_ip: &str, b: &QueuePair, b_ip: &str) {
@@ -355,13 +339,11 @@ fn type2_window_serves_only_the_qp_that_bound_it() {
     // B has two QPs in one PD: the window bound through qp1 is refused
     // to the peer of qp2.
     let (a, b) = pair(14);
-    let qp2 = qp_on(&b.pd, &b.cq);
-    let a2_ctx = Device::new("t", "127.81.14.3".parse().unwrap())
-        .open()
-        .unwrap();
+    let qp2 = qp(&b.pd, &b.cq, QpType::Rc, None);
+    let a2_ctx = open("127.81.14.3");
     let a2_pd = a2_ctx.alloc_pd().unwrap();
     let a2_cq = a2_ctx.create_cq(16).unwrap();
-    let a2_qp = qp_on(&a2_pd, &a2_cq);
+    let a2_qp = qp(&a2_pd, &a2_cq, QpType::Rc, None);
     let a2_mr = a2_pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     connect(&a2_qp, "127.81.14.3", &qp2, "127.81.14.2");
 

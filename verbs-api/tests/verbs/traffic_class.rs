@@ -5,46 +5,16 @@
 
 use uroce_verbs::*;
 
-mod common;
-use common::{open, qp, recv, recv_datagram, report_ip_field, T};
+use crate::common::{open, qp, recv, recv_datagram, report_ip_field, two, ud_up, T};
 
 const QKEY: u32 = 0x1111_1111;
-
-fn ud_up(q: &QueuePair) {
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        qkey: QKEY,
-        ..QpAttr::default()
-    };
-    let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
-    q.modify(&a, m).unwrap();
-    q.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            ..QpAttr::default()
-        },
-        AttrMask::STATE,
-    )
-    .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Rts,
-        ..QpAttr::default()
-    };
-    q.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN).unwrap();
-}
 
 #[test]
 fn ud_traffic_class_reaches_the_receivers_grh() {
     let (ai, bi) = ("127.103.3.1", "127.103.3.2");
-    let (a, b) = (open(ai), open(bi));
-    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (aqp, bqp) = (
-        qp(&apd, &acq, QpType::Ud, None),
-        qp(&bpd, &bcq, QpType::Ud, None),
-    );
-    ud_up(&aqp);
-    ud_up(&bqp);
+    let (_a, _b, apd, bpd, acq, bcq, aqp, bqp) = two(ai, bi, QpType::Ud);
+    ud_up(&aqp, QKEY, 0);
+    ud_up(&bqp, QKEY, 0);
     let smr = apd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let rmr = bpd.alloc_mr(4 * 128, Access::LOCAL_WRITE).unwrap();
     let amr = apd.alloc_mr(128, Access::LOCAL_WRITE).unwrap();

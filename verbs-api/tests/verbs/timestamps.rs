@@ -5,8 +5,7 @@
 use std::time::Duration;
 use uroce_verbs::*;
 
-mod common;
-use common::{open, qp, recv, T};
+use crate::common::{open, qp, recv, T};
 
 #[test]
 fn completions_are_stamped_when_generated() {

@@ -6,29 +6,12 @@
 use std::time::Duration;
 use uroce_verbs::*;
 
+use crate::common;
+
 const T: Duration = Duration::from_secs(20);
 
 fn end(ip: &str) -> (Context, ProtectionDomain, CompletionQueue, QueuePair) {
-    let ctx = Device::new("x", ip.parse().unwrap()).open().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
-    (ctx, pd, cq, qp)
+    common::end(ip, QpType::Rc, 16, 0)
 }
 
 #[test]

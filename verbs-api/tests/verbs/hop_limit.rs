@@ -12,8 +12,7 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;
 use uroce_verbs::*;
 
-mod common;
-use common::{open, qp, recv, recv_datagram, report_ip_field, T};
+use crate::common::{open, qp, recv, recv_datagram, report_ip_field, two, ud_up, T};
 
 const QKEY: u32 = 0x0123_4567;
 
@@ -41,32 +40,6 @@ fn route_ttl() -> u8 {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(64)
-}
-
-/// RESET -> INIT -> RTR -> RTS for a UD QP.
-fn ud_up(q: &QueuePair) {
-    q.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            qkey: QKEY,
-            ..QpAttr::default()
-        },
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
-    )
-    .unwrap();
-    for (s, m) in [
-        (QpState::Rtr, AttrMask::STATE),
-        (QpState::Rts, AttrMask::STATE | AttrMask::SQ_PSN),
-    ] {
-        q.modify(
-            &QpAttr {
-                qp_state: s,
-                ..QpAttr::default()
-            },
-            m,
-        )
-        .unwrap();
-    }
 }
 
 /// Sends one UD datagram from `q` to `ip` (QP `qpn`) through an address
@@ -98,7 +71,7 @@ fn multicast_datagrams_carry_the_address_handles_hop_limit() {
     let pd = a.alloc_pd().unwrap();
     let cq = a.create_cq(64).unwrap();
     let q = qp(&pd, &cq, QpType::Ud, None);
-    ud_up(&q);
+    ud_up(&q, QKEY, 0);
     let member = listener(group, Some(dev));
     // 64: what rdma_join_multicast's address vector says; 5: routed a
     // few hops; 1: this link only; 0: this host only (the kernel loops
@@ -123,7 +96,7 @@ fn unicast_packets_carry_the_routes_ttl() {
     let peer = Ipv4Addr::new(127, 110, 2, 2);
     let plain = listener(peer, None);
     let q = qp(&pd, &cq, QpType::Ud, None);
-    ud_up(&q);
+    ud_up(&q, QKEY, 0);
     for hop in [5u8, 1, 64] {
         send_ud(&pd, &q, &cq, peer, 0x12, hop);
         assert_eq!(
@@ -197,16 +170,10 @@ fn unicast_packets_carry_the_routes_ttl() {
 
 #[test]
 fn the_grh_area_shows_the_ttl_as_received() {
-    let (a, b) = (open("127.110.3.1"), open("127.110.3.2"));
     let group = Ipv4Addr::new(239, 110, 3, 1);
-    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (aqp, bqp) = (
-        qp(&apd, &acq, QpType::Ud, None),
-        qp(&bpd, &bcq, QpType::Ud, None),
-    );
-    ud_up(&aqp);
-    ud_up(&bqp);
+    let (_a, _b, apd, bpd, acq, bcq, aqp, bqp) = two("127.110.3.1", "127.110.3.2", QpType::Ud);
+    ud_up(&aqp, QKEY, 0);
+    ud_up(&bqp, QKEY, 0);
     bqp.attach_mcast(&group.to_ipv6_mapped().octets(), 0)
         .unwrap();
     let rmr = bpd.alloc_mr(4 * 128, Access::LOCAL_WRITE).unwrap();

@@ -4,8 +4,7 @@
 use uroce_verbs::*;
 use uroce_wire::pcap::CaptureReader;
 
-mod common;
-use common::{qp, recv, T};
+use crate::common::{qp, recv, T};
 
 /// A device whose address another socket (another process) holds fails to
 /// open with EADDRINUSE, not EIO.
@@ -65,7 +64,7 @@ fn capture_is_whole_after_exit_without_close() {
     std::fs::create_dir_all(&dir).unwrap();
     let pattern = dir.join("{dev}.pcap");
     let st = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "pcap_child", "--test-threads=1"])
+        .args(["--exact", "device_open::pcap_child", "--test-threads=1"])
         .env(CHILD_ENV, "1")
         .env("UROCE_PCAP", &pattern)
         .stdout(std::process::Stdio::null())

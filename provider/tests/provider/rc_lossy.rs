@@ -148,7 +148,7 @@ fn run_with(seed: u64, faults: Faults, fence: bool) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// A failing seed prints itself; replay it with
-/// `DEBUG_RC=1 SEED=n cargo test -p uroce-provider --test rc_lossy debug_seed -- --ignored`.
+/// `DEBUG_RC=1 SEED=n cargo test -p uroce-provider --test provider rc_lossy::debug_seed -- --ignored`.
 #[test]
 fn loss_reorder_duplicate_many_seeds() {
     let reference = run(1, Faults::default());

@@ -6,11 +6,10 @@ use std::time::Duration;
 use uroce_verbs::wire::feth::{FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT, FLUSH_RANGE};
 use uroce_verbs::*;
 
+use crate::common;
+
 const T: Duration = Duration::from_secs(20);
-const BASE: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC);
+const BASE: Access = common::ALL;
 
 struct End {
     ctx: Context,
@@ -20,25 +19,7 @@ struct End {
 }
 
 fn end(ip: &str, t: QpType) -> End {
-    let ctx = Device::new("t", ip.parse().unwrap()).open().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: QpCap {
-                max_send_wr: 32,
-                max_recv_wr: 32,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-            qp_type: t,
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
+    let (ctx, pd, cq, qp) = common::end(ip, t, 32, 64);
     End { ctx, pd, cq, qp }
 }
 

@@ -5,19 +5,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 use uroce_verbs::*;
 
-mod common;
-use common::{open, qp, recv, T};
-
-const ALL: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC);
-
-fn connect(a: &QueuePair, a_ip: &str, b: &QueuePair, b_ip: &str) {
-    let p = loopback::RcParams::default();
-    loopback::connect_rc(a, b_ip.parse().unwrap(), b.qp_num(), 10, 20, p).unwrap();
-    loopback::connect_rc(b, a_ip.parse().unwrap(), a.qp_num(), 20, 10, p).unwrap();
-}
+use crate::common::{connect, open, qp, recv, two, ALL, T};
 
 fn send(id: u64, mr: &MemoryRegion, len: u32, flags: SendFlags) -> SendWr {
     let mut w = SendWr::new(id, WrOpcode::Send);
@@ -207,13 +195,7 @@ fn async_events_port_comm_est_access_error_and_cq_overflow() {
 #[test]
 fn access_error_reports_qp_access_err() {
     let (ai, bi) = ("127.10.22.1", "127.10.22.2");
-    let (a, b) = (open(ai), open(bi));
-    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (aqp, bqp) = (
-        qp(&apd, &acq, QpType::Rc, None),
-        qp(&bpd, &bcq, QpType::Rc, None),
-    );
+    let (_a, b, apd, bpd, acq, _bcq, aqp, bqp) = two(ai, bi, QpType::Rc);
     connect(&aqp, ai, &bqp, bi);
     let smr = apd.alloc_mr(64, ALL).unwrap();
     let rmr = bpd.alloc_mr(64, ALL).unwrap();
@@ -355,13 +337,7 @@ fn srq_shared_by_two_rc_qps_with_limit_and_last_wqe() {
 #[test]
 fn blocking_get_async_event_wakes_on_sq_drained() {
     let (ai, bi) = ("127.10.24.101", "127.10.24.102");
-    let (a, b) = (open(ai), open(bi));
-    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (aqp, bqp) = (
-        qp(&apd, &acq, QpType::Rc, None),
-        qp(&bpd, &bcq, QpType::Rc, None),
-    );
+    let (a, _b, apd, bpd, acq, _bcq, aqp, bqp) = two(ai, bi, QpType::Rc);
     connect(&aqp, ai, &bqp, bi);
     let smr = apd.alloc_mr(1 << 20, ALL).unwrap();
     smr.write(0, &vec![0x5a; 1 << 20]).unwrap();

@@ -7,36 +7,9 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 use uroce_verbs::*;
 
-mod common;
-use common::{open, qp, recv, T};
+use crate::common::{open, qp, recv, ud_up, T};
 
 const QKEY: u32 = 0x0123_4567;
-
-/// RESET -> INIT -> RTR -> RTS for a UD QP.
-fn ud_up(q: &QueuePair) {
-    q.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            qkey: QKEY,
-            ..QpAttr::default()
-        },
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
-    )
-    .unwrap();
-    for (s, m) in [
-        (QpState::Rtr, AttrMask::STATE),
-        (QpState::Rts, AttrMask::STATE | AttrMask::SQ_PSN),
-    ] {
-        q.modify(
-            &QpAttr {
-                qp_state: s,
-                ..QpAttr::default()
-            },
-            m,
-        )
-        .unwrap();
-    }
-}
 
 /// The IPv4-mapped GID of `ip`.
 fn gid(ip: Ipv4Addr) -> [u8; 16] {
@@ -129,7 +102,7 @@ fn a_send_to_a_group_reaches_every_attached_qp() {
         qp(&bpd, &bcq, QpType::Ud, None),
     );
     for q in [&sender, &a2, &b1, &b2, &b3] {
-        ud_up(q);
+        ud_up(q, QKEY, 0);
     }
     let amr = apd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let bmr = bpd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();

@@ -4,41 +4,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 use uroce_verbs::*;
 
-mod common;
-use common::{open, qp, recv, T};
+use crate::common::{recv, two, ud_up, T};
 
 const QKEY: u32 = 0x1111_1111;
-
-/// RESET -> INIT -> RTR -> RTS for a UD QP, as ibv_ud_pingpong does.
-fn ud_up(q: &QueuePair, qkey: u32) {
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        qkey,
-        ..QpAttr::default()
-    };
-    q.modify(
-        &a,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
-    )
-    .unwrap();
-    q.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            ..QpAttr::default()
-        },
-        AttrMask::STATE,
-    )
-    .unwrap();
-    q.modify(
-        &QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: 0x42,
-            ..QpAttr::default()
-        },
-        AttrMask::STATE | AttrMask::SQ_PSN,
-    )
-    .unwrap();
-}
 
 fn ipv4_checksum(h: &[u8]) -> u16 {
     let mut sum = 0u32;
@@ -54,13 +22,7 @@ fn ipv4_checksum(h: &[u8]) -> u16 {
 #[test]
 fn ud_send_grh_reply_and_qkeys() {
     let (ai, bi) = ("127.10.24.1", "127.10.24.2");
-    let (a, b) = (open(ai), open(bi));
-    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (aqp, bqp) = (
-        qp(&apd, &acq, QpType::Ud, None),
-        qp(&bpd, &bcq, QpType::Ud, None),
-    );
+    let (a, _b, apd, bpd, acq, bcq, aqp, bqp) = two(ai, bi, QpType::Ud);
     // A controlled Q_Key needs privilege.
     let e = aqp
         .modify(
@@ -73,8 +35,8 @@ fn ud_send_grh_reply_and_qkeys() {
         )
         .unwrap_err();
     assert!(e.to_string().contains("IBV_QP_QKEY"), "{e}");
-    ud_up(&aqp, QKEY);
-    ud_up(&bqp, QKEY);
+    ud_up(&aqp, QKEY, 0x42);
+    ud_up(&bqp, QKEY, 0x42);
     let smr = apd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
     let rmr = bpd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
     let amr = apd.alloc_mr(8192, Access::LOCAL_WRITE).unwrap();
@@ -162,15 +124,9 @@ fn ud_send_grh_reply_and_qkeys() {
 #[test]
 fn ud_without_receive_is_dropped_and_counted() {
     let (ai, bi) = ("127.10.25.1", "127.10.25.2");
-    let (a, b) = (open(ai), open(bi));
-    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (aqp, bqp) = (
-        qp(&apd, &acq, QpType::Ud, None),
-        qp(&bpd, &bcq, QpType::Ud, None),
-    );
-    ud_up(&aqp, QKEY);
-    ud_up(&bqp, QKEY);
+    let (_a, b, apd, bpd, acq, bcq, aqp, bqp) = two(ai, bi, QpType::Ud);
+    ud_up(&aqp, QKEY, 0x42);
+    ud_up(&bqp, QKEY, 0x42);
     let smr = apd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let rmr = bpd.alloc_mr(256, Access::LOCAL_WRITE).unwrap();
     let ah = apd
@@ -198,13 +154,7 @@ fn ud_without_receive_is_dropped_and_counted() {
 #[test]
 fn uc_send_and_write_with_immediate() {
     let (ai, bi) = ("127.10.26.1", "127.10.26.2");
-    let (a, b) = (open(ai), open(bi));
-    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let (aqp, bqp) = (
-        qp(&apd, &acq, QpType::Uc, None),
-        qp(&bpd, &bcq, QpType::Uc, None),
-    );
+    let (_a, b, apd, bpd, acq, bcq, aqp, bqp) = two(ai, bi, QpType::Uc);
     let up = |q: &QueuePair, peer: &str, peer_qpn: u32, sq: u32, rq: u32| {
         q.modify(
             &QpAttr {
