@@ -240,38 +240,44 @@ unsafe fn recv_wr_of(
     })
 }
 
-/// Posts a C receive WR list with `post` (given the list's walk and the
-/// conversion of each WR, the queue's SGE rule `admit` applied): the
-/// first refused WR goes to `*bad`. A NULL list is EINVAL.
+/// Posts a C receive WR list to `queue` (the looked-up QP or SRQ, or the
+/// errno its lookup failed with) with `post` (given the list's walk and
+/// the conversion of each WR, the queue's SGE rule `admit` applied): the
+/// first refused WR goes to `*bad` (the whole list when the lookup
+/// failed). A NULL list is EINVAL.
 ///
 /// # Safety
 /// The list is valid (the caller's contract).
-unsafe fn post_recv_list<P>(
+unsafe fn post_recv_list<Q, P>(
+    queue: Result<&Q, i32>,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
-    admit: impl Fn(usize) -> Result<(), i32>,
+    admit: impl Fn(&Q, usize) -> Result<(), i32>,
     post: P,
 ) -> c_int
 where
     P: FnOnce(
+        &Q,
         &mut dyn Iterator<Item = *mut ibv_recv_wr>,
         &mut dyn FnMut(*mut ibv_recv_wr) -> Result<RecvWr, Errno>,
     ) -> Result<(), (usize, Errno)>,
 {
-    let (w, e) = if wr.is_null() {
-        (wr, libc::EINVAL)
-    } else {
-        let last = std::cell::Cell::new(wr);
-        // SAFETY: the caller's list: each WR handed out is valid.
-        let next = |w: *mut ibv_recv_wr| unsafe { (*w).next };
-        // SAFETY: as above.
-        let mut read = |w: *mut ibv_recv_wr| unsafe { recv_wr_of(&*w, &admit) };
-        let mut items = walk(wr, next, &last);
-        let r = post(&mut items, &mut read);
-        drop(items);
-        match r {
-            Ok(()) => return 0,
-            Err((_, Errno(e))) => (last.get(), e),
+    let (w, e) = match queue {
+        Err(e) => (wr, e),
+        Ok(_) if wr.is_null() => (wr, libc::EINVAL),
+        Ok(q) => {
+            let last = std::cell::Cell::new(wr);
+            // SAFETY: the caller's list: each WR handed out is valid.
+            let next = |w: *mut ibv_recv_wr| unsafe { (*w).next };
+            // SAFETY: as above.
+            let mut read = |w: *mut ibv_recv_wr| unsafe { recv_wr_of(&*w, |n| admit(q, n)) };
+            let mut items = walk(wr, next, &last);
+            let r = post(q, &mut items, &mut read);
+            drop(items);
+            match r {
+                Ok(()) => return 0,
+                Err((_, Errno(e))) => (last.get(), e),
+            }
         }
     };
     if !bad.is_null() {
@@ -288,24 +294,14 @@ pub(crate) unsafe extern "C" fn post_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard(libc::EIO, || {
-        // SAFETY: a QP from this library.
-        let q = match unsafe { qp(p) } {
-            Ok(q) => q,
-            Err(e) => {
-                if !bad.is_null() {
-                    // SAFETY: the caller's out-parameter.
-                    unsafe { *bad = wr };
-                }
-                return e;
-            }
-        };
-        // SAFETY: the caller's list.
+        // SAFETY: a QP from this library; the caller's list.
         unsafe {
             post_recv_list(
+                qp(p),
                 wr,
                 bad,
-                |n| q.rust.check_recv_sges(n).map_err(|e| errno(&e)),
-                |items, read| q.rust.post_recv_with(items, read),
+                |q, n| q.rust.check_recv_sges(n).map_err(|e| errno(&e)),
+                |q, items, read| q.rust.post_recv_with(items, read),
             )
         }
     })
@@ -318,24 +314,14 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard(libc::EIO, || {
-        // SAFETY: an SRQ from this library.
-        let q = match unsafe { srq(s) } {
-            Ok(q) => q,
-            Err(e) => {
-                if !bad.is_null() {
-                    // SAFETY: the caller's out-parameter.
-                    unsafe { *bad = wr };
-                }
-                return e;
-            }
-        };
-        // SAFETY: the caller's list.
+        // SAFETY: an SRQ from this library; the caller's list.
         unsafe {
             post_recv_list(
+                srq(s),
                 wr,
                 bad,
-                |n| q.rust.check_sges(n).map_err(|e| errno(&e)),
-                |items, read| q.rust.post_recv_with(items, read),
+                |q, n| q.rust.check_sges(n).map_err(|e| errno(&e)),
+                |q, items, read| q.rust.post_recv_with(items, read),
             )
         }
     })

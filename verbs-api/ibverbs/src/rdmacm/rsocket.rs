@@ -155,19 +155,36 @@ extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
     })
 }
 
-#[no_mangle]
-unsafe extern "C" fn rbind(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+/// `rbind` and `rconnect`: socket `s` (`stream` for a stream socket,
+/// `dgram` for a datagram one) given the caller's address.
+///
+/// # Safety
+/// `addr` is NULL or `len` readable bytes, as bind(2) and connect(2)
+/// take it.
+unsafe fn to_addr(
+    s: c_int,
+    addr: *const sockaddr,
+    len: socklen_t,
+    stream: fn(&RSocket, std::net::SocketAddr) -> io::Result<()>,
+    dgram: fn(&DSocket, std::net::SocketAddr) -> io::Result<()>,
+) -> c_int {
     ret(|| {
         let rs = lookup_any(s)?;
-        // SAFETY: the caller's address, as bind(2) takes it.
+        // SAFETY: the caller's address (this function's contract).
         let a = unsafe { get_addr(addr, len) }?;
         match rs {
-            Sock::Stream(r) => r.bind(a),
-            Sock::Dgram(d) => d.bind(a),
+            Sock::Stream(r) => stream(&r, a),
+            Sock::Dgram(d) => dgram(&d, a),
         }
         .map_err(errno_of)
         .map(|()| 0)
     })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rbind(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the caller's address, as bind(2) takes it.
+    unsafe { to_addr(s, addr, len, RSocket::bind, DSocket::bind) }
 }
 
 #[no_mangle]
@@ -189,17 +206,8 @@ unsafe extern "C" fn raccept(s: c_int, addr: *mut sockaddr, len: *mut socklen_t)
 
 #[no_mangle]
 unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    ret(|| {
-        let rs = lookup_any(s)?;
-        // SAFETY: the caller's address, as connect(2) takes it.
-        let a = unsafe { get_addr(addr, len) }?;
-        match rs {
-            Sock::Stream(r) => r.connect(a),
-            Sock::Dgram(d) => d.connect(a),
-        }
-        .map_err(errno_of)
-        .map(|()| 0)
-    })
+    // SAFETY: the caller's address, as connect(2) takes it.
+    unsafe { to_addr(s, addr, len, RSocket::connect, DSocket::connect) }
 }
 
 #[no_mangle]
