@@ -498,6 +498,26 @@ unsafe fn int_at(v: *const c_void, len: socklen_t) -> Result<c_int, i32> {
     Ok(unsafe { v.cast::<c_int>().read_unaligned() })
 }
 
+/// A datagram socket's option (`rsetsockopt`, `rgetsockopt`): as
+/// rsocket.c, `call` (setsockopt(2) or getsockopt(2)) on its UDP socket's
+/// fd, SOL_RDMA refused (ENOTSUP). `None` for a stream socket.
+fn udp_opt(
+    s: c_int,
+    level: c_int,
+    call: impl FnOnce(c_int) -> c_int,
+) -> Result<Option<c_int>, i32> {
+    let Sock::Dgram(d) = lookup_any(s)? else {
+        return Ok(None);
+    };
+    if level == SOL_RDMA {
+        return Err(libc::ENOTSUP);
+    }
+    match call(d.fd()) {
+        0 => Ok(Some(0)),
+        _ => Err(crate::rdmacm::last_errno()),
+    }
+}
+
 #[no_mangle]
 unsafe extern "C" fn rsetsockopt(
     s: c_int,
@@ -507,16 +527,11 @@ unsafe extern "C" fn rsetsockopt(
     len: socklen_t,
 ) -> c_int {
     ret(|| {
-        if let Sock::Dgram(d) = lookup_any(s)? {
-            if level == SOL_RDMA {
-                return Err(libc::ENOTSUP);
-            }
-            // As rsocket.c: the options of the datagram socket's UDP socket.
-            // SAFETY: the caller's option, as setsockopt(2) takes it.
-            return match unsafe { libc::setsockopt(d.fd(), level, name, v, len) } {
-                0 => Ok(0),
-                _ => Err(crate::rdmacm::last_errno()),
-            };
+        // SAFETY: the caller's option, as setsockopt(2) takes it.
+        if let Some(r) = udp_opt(s, level, |fd| unsafe {
+            libc::setsockopt(fd, level, name, v, len)
+        })? {
+            return Ok(r);
         }
         let rs = lookup(s)?;
         // SAFETY: the caller's option value, as setsockopt(2) takes it.
@@ -584,15 +599,11 @@ unsafe extern "C" fn rgetsockopt(
     len: *mut socklen_t,
 ) -> c_int {
     ret(|| {
-        if let Sock::Dgram(d) = lookup_any(s)? {
-            if level == SOL_RDMA {
-                return Err(libc::ENOTSUP);
-            }
-            // SAFETY: the caller's buffer, as getsockopt(2) takes it.
-            return match unsafe { libc::getsockopt(d.fd(), level, name, v, len) } {
-                0 => Ok(0),
-                _ => Err(crate::rdmacm::last_errno()),
-            };
+        // SAFETY: the caller's buffer, as getsockopt(2) takes it.
+        if let Some(r) = udp_opt(s, level, |fd| unsafe {
+            libc::getsockopt(fd, level, name, v, len)
+        })? {
+            return Ok(r);
         }
         let rs = lookup(s)?;
         if v.is_null() || len.is_null() {
