@@ -253,31 +253,25 @@ trait RecvQueue {
     ) -> Result<(), (usize, Errno)>;
 }
 
-impl RecvQueue for QueuePair {
-    fn admit(&self, n: usize) -> Result<(), i32> {
-        self.check_recv_sges(n).map_err(|e| errno(&e))
-    }
-    fn post(
-        &self,
-        items: &mut dyn Iterator<Item = *mut ibv_recv_wr>,
-        read: &mut dyn FnMut(*mut ibv_recv_wr) -> Result<RecvWr, Errno>,
-    ) -> Result<(), (usize, Errno)> {
-        self.post_recv_with(items, read)
-    }
+/// [`RecvQueue`] for a uroce queue type, given the name of its SGE rule.
+macro_rules! recv_queue {
+    ($ty:ty, $admit:ident) => {
+        impl RecvQueue for $ty {
+            fn admit(&self, n: usize) -> Result<(), i32> {
+                self.$admit(n).map_err(|e| errno(&e))
+            }
+            fn post(
+                &self,
+                items: &mut dyn Iterator<Item = *mut ibv_recv_wr>,
+                read: &mut dyn FnMut(*mut ibv_recv_wr) -> Result<RecvWr, Errno>,
+            ) -> Result<(), (usize, Errno)> {
+                self.post_recv_with(items, read)
+            }
+        }
+    };
 }
-
-impl RecvQueue for SharedReceiveQueue {
-    fn admit(&self, n: usize) -> Result<(), i32> {
-        self.check_sges(n).map_err(|e| errno(&e))
-    }
-    fn post(
-        &self,
-        items: &mut dyn Iterator<Item = *mut ibv_recv_wr>,
-        read: &mut dyn FnMut(*mut ibv_recv_wr) -> Result<RecvWr, Errno>,
-    ) -> Result<(), (usize, Errno)> {
-        self.post_recv_with(items, read)
-    }
-}
+recv_queue!(QueuePair, check_recv_sges);
+recv_queue!(SharedReceiveQueue, check_sges);
 
 /// Posts a C receive WR list to `queue` (the looked-up QP or SRQ, or the
 /// errno its lookup failed with), each WR's SGE count admitted by the

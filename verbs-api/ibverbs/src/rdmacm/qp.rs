@@ -117,27 +117,39 @@ unsafe fn destroy_cqs(p: *mut rdma_cm_id) {
     let c = unsafe { &mut *p };
     // SAFETY: CQs and channels of this library, made by create_cqs.
     unsafe {
-        if !c.recv_cq.is_null() {
-            crate::cq::ibv_destroy_cq_impl(c.recv_cq);
-            if !c.send_cq.is_null() && c.send_cq != c.recv_cq {
-                crate::cq::ibv_destroy_cq_impl(c.send_cq);
-            }
-        } else if !c.send_cq.is_null() {
-            crate::cq::ibv_destroy_cq_impl(c.send_cq);
-        }
-        c.recv_cq = null_mut();
-        c.send_cq = null_mut();
-        if !c.recv_cq_channel.is_null() {
-            crate::cq::ibv_destroy_comp_channel_impl(c.recv_cq_channel);
-            if !c.send_cq_channel.is_null() && c.send_cq_channel != c.recv_cq_channel {
-                crate::cq::ibv_destroy_comp_channel_impl(c.send_cq_channel);
-            }
-        } else if !c.send_cq_channel.is_null() {
-            crate::cq::ibv_destroy_comp_channel_impl(c.send_cq_channel);
-        }
-        c.recv_cq_channel = null_mut();
-        c.send_cq_channel = null_mut();
+        destroy_pair(
+            &mut c.recv_cq,
+            &mut c.send_cq,
+            crate::cq::ibv_destroy_cq_impl,
+        );
+        destroy_pair(
+            &mut c.recv_cq_channel,
+            &mut c.send_cq_channel,
+            crate::cq::ibv_destroy_comp_channel_impl,
+        );
     }
+}
+
+/// Destroys an id's receive and send side objects with `destroy` (once
+/// where both name the same one), then clears both.
+///
+/// # Safety
+/// Each is NULL or a live object of this library that `destroy` takes.
+unsafe fn destroy_pair<T>(
+    recv: &mut *mut T,
+    send: &mut *mut T,
+    destroy: unsafe extern "C" fn(*mut T) -> c_int,
+) {
+    if !recv.is_null() {
+        // SAFETY: the caller's promise.
+        unsafe { destroy(*recv) };
+    }
+    if !send.is_null() && *send != *recv {
+        // SAFETY: the caller's promise.
+        unsafe { destroy(*send) };
+    }
+    *recv = null_mut();
+    *send = null_mut();
 }
 
 /// `rdma_create_qp_ex`: the QP as `ibv_create_qp_ex` makes it (CQs made
