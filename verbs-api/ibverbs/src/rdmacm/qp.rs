@@ -317,14 +317,30 @@ pub(crate) unsafe fn destroy_qp(p: *mut rdma_cm_id) {
     if let Ok(cm) = inner.cm() {
         cm.detach_qp();
     }
-    // SAFETY: the id's C half; its QP is one of this library.
-    unsafe {
-        let qp = std::mem::replace(&mut (*p).qp, null_mut());
-        if !qp.is_null() {
-            crate::qp::ibv_destroy_qp_impl(qp);
-        }
-        destroy_cqs(p);
+    // SAFETY: a live id (looked up above); its QP is one of this library.
+    unsafe { destroy_with_cqs(p, |c| &mut c.qp, crate::qp::ibv_destroy_qp_impl) }
+}
+
+/// Takes the id's object in `slot` (its QP or SRQ) and destroys it with
+/// `destroy` (where there is one), then the CQs made for the id.
+///
+/// # Safety
+/// `p` is a live id of this library; the object in its `slot` is NULL or
+/// one of this library that `destroy` takes.
+unsafe fn destroy_with_cqs<T>(
+    p: *mut rdma_cm_id,
+    slot: impl FnOnce(&mut rdma_cm_id) -> &mut *mut T,
+    destroy: unsafe extern "C" fn(*mut T) -> c_int,
+) {
+    // SAFETY: the caller's promise: the id's C half, only this library
+    // writes these fields.
+    let o = std::mem::replace(slot(unsafe { &mut *p }), null_mut());
+    if !o.is_null() {
+        // SAFETY: the caller's promise.
+        unsafe { destroy(o) };
     }
+    // SAFETY: a live id.
+    unsafe { destroy_cqs(p) };
 }
 
 #[no_mangle]
@@ -422,14 +438,9 @@ pub(crate) unsafe fn destroy_srq(p: *mut rdma_cm_id) {
     if p.is_null() {
         return;
     }
-    // SAFETY: the id's C half; its SRQ is one of this library.
-    unsafe {
-        let srq = std::mem::replace(&mut (*p).srq, null_mut());
-        if !srq.is_null() {
-            crate::srq::ibv_destroy_srq_impl(srq);
-        }
-        destroy_cqs(p);
-    }
+    // SAFETY: the caller's promise (p is not NULL); its SRQ is one of
+    // this library.
+    unsafe { destroy_with_cqs(p, |c| &mut c.srq, crate::srq::ibv_destroy_srq_impl) }
 }
 
 #[no_mangle]
