@@ -197,15 +197,19 @@ pub fn serve(o: &StressOptions) -> Result<StressReport> {
     co.access |= Access::FLUSH_GLOBAL;
     s.qp.init_with(&co)?;
     s.qp.rtr_rts(&AddressVector::to_ip(ip), qpn, psn, s.psn, &co)?;
-    // Receives go up before the client learns our address.
-    for i in 0..RECV_SLOTS {
+    // Slot `i`'s receive, posted (again once a message in it is read).
+    let post_slot = |i: usize| {
         let wr = RecvWr {
             wr_id: i as u64,
             sg_list: [slots.sge(i * MAX_SEND, MAX_SEND as u32)]
                 .into_iter()
                 .collect(),
         };
-        s.qp.post_recv(&[wr]).map_err(|e| e.1)?;
+        s.qp.post_recv(&[wr]).map_err(|e| e.1)
+    };
+    // Receives go up before the client learns our address.
+    for i in 0..RECV_SLOTS {
+        post_slot(i)?;
     }
     let mut w = tcp;
     writeln!(
@@ -268,13 +272,7 @@ pub fn serve(o: &StressOptions) -> Result<StressReport> {
                 rep.bytes += len as u64;
             }
         }
-        let wr = RecvWr {
-            wr_id: slot as u64,
-            sg_list: [slots.sge(slot * MAX_SEND, MAX_SEND as u32)]
-                .into_iter()
-                .collect(),
-        };
-        s.qp.post_recv(&[wr]).map_err(|e| e.1)?;
+        post_slot(slot)?;
     }
     writeln!(w, "{} {} {}", rep.sends, rep.writes, rep.errors).map_err(|e| err(e.to_string()))?;
     // Stay up (our engine still has to acknowledge the end marker) until

@@ -14,7 +14,7 @@ use crate::srq::srq;
 use crate::{errno_result, guard};
 use libc::c_int;
 use uroce_verbs::provider::types::{InlineData, SgList};
-use uroce_verbs::{QueuePair, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+use uroce_verbs::{QueuePair, RecvWr, SendFlags, SendWr, Sge, SharedReceiveQueue, WrOpcode};
 
 /// A C scatter/gather list of `n` elements as uroce's. `admit` is the
 /// queue's SGE count rule (the provider's, the one posting applies too):
@@ -240,38 +240,67 @@ unsafe fn recv_wr_of(
     })
 }
 
-/// Posts a C receive WR list with `post` (given the list's walk and the
-/// conversion of each WR, the queue's SGE rule `admit` applied): the
-/// first refused WR goes to `*bad`. A NULL list is EINVAL.
+/// A queue C receive WRs are posted to: a QP's receive queue or an SRQ.
+trait RecvQueue {
+    /// The queue's SGE count rule (the provider's, the one posting
+    /// applies too).
+    fn admit(&self, n: usize) -> Result<(), i32>;
+    /// The queue's `post_recv_with`.
+    fn post(
+        &self,
+        items: &mut dyn Iterator<Item = *mut ibv_recv_wr>,
+        read: &mut dyn FnMut(*mut ibv_recv_wr) -> Result<RecvWr, Errno>,
+    ) -> Result<(), (usize, Errno)>;
+}
+
+/// [`RecvQueue`] for a uroce queue type, given the name of its SGE rule.
+macro_rules! recv_queue {
+    ($ty:ty, $admit:ident) => {
+        impl RecvQueue for $ty {
+            fn admit(&self, n: usize) -> Result<(), i32> {
+                self.$admit(n).map_err(|e| errno(&e))
+            }
+            fn post(
+                &self,
+                items: &mut dyn Iterator<Item = *mut ibv_recv_wr>,
+                read: &mut dyn FnMut(*mut ibv_recv_wr) -> Result<RecvWr, Errno>,
+            ) -> Result<(), (usize, Errno)> {
+                self.post_recv_with(items, read)
+            }
+        }
+    };
+}
+recv_queue!(QueuePair, check_recv_sges);
+recv_queue!(SharedReceiveQueue, check_sges);
+
+/// Posts a C receive WR list to `queue` (the looked-up QP or SRQ, or the
+/// errno its lookup failed with), each WR's SGE count admitted by the
+/// queue's rule before its list is read: the first refused WR goes to
+/// `*bad` (the whole list when the lookup failed). A NULL list is EINVAL.
 ///
 /// # Safety
 /// The list is valid (the caller's contract).
-unsafe fn post_recv_list<P>(
+unsafe fn post_recv_list<Q: RecvQueue + ?Sized>(
+    queue: Result<&Q, i32>,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
-    admit: impl Fn(usize) -> Result<(), i32>,
-    post: P,
-) -> c_int
-where
-    P: FnOnce(
-        &mut dyn Iterator<Item = *mut ibv_recv_wr>,
-        &mut dyn FnMut(*mut ibv_recv_wr) -> Result<RecvWr, Errno>,
-    ) -> Result<(), (usize, Errno)>,
-{
-    let (w, e) = if wr.is_null() {
-        (wr, libc::EINVAL)
-    } else {
-        let last = std::cell::Cell::new(wr);
-        // SAFETY: the caller's list: each WR handed out is valid.
-        let next = |w: *mut ibv_recv_wr| unsafe { (*w).next };
-        // SAFETY: as above.
-        let mut read = |w: *mut ibv_recv_wr| unsafe { recv_wr_of(&*w, &admit) };
-        let mut items = walk(wr, next, &last);
-        let r = post(&mut items, &mut read);
-        drop(items);
-        match r {
-            Ok(()) => return 0,
-            Err((_, Errno(e))) => (last.get(), e),
+) -> c_int {
+    let (w, e) = match queue {
+        Err(e) => (wr, e),
+        Ok(_) if wr.is_null() => (wr, libc::EINVAL),
+        Ok(q) => {
+            let last = std::cell::Cell::new(wr);
+            // SAFETY: the caller's list: each WR handed out is valid.
+            let next = |w: *mut ibv_recv_wr| unsafe { (*w).next };
+            // SAFETY: as above.
+            let mut read = |w: *mut ibv_recv_wr| unsafe { recv_wr_of(&*w, |n| q.admit(n)) };
+            let mut items = walk(wr, next, &last);
+            let r = q.post(&mut items, &mut read);
+            drop(items);
+            match r {
+                Ok(()) => return 0,
+                Err((_, Errno(e))) => (last.get(), e),
+            }
         }
     };
     if !bad.is_null() {
@@ -287,27 +316,9 @@ pub(crate) unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard(libc::EIO, || {
-        // SAFETY: a QP from this library.
-        let q = match unsafe { qp(p) } {
-            Ok(q) => q,
-            Err(e) => {
-                if !bad.is_null() {
-                    // SAFETY: the caller's out-parameter.
-                    unsafe { *bad = wr };
-                }
-                return e;
-            }
-        };
-        // SAFETY: the caller's list.
-        unsafe {
-            post_recv_list(
-                wr,
-                bad,
-                |n| q.rust.check_recv_sges(n).map_err(|e| errno(&e)),
-                |items, read| q.rust.post_recv_with(items, read),
-            )
-        }
+    // SAFETY: a QP from this library; the caller's list.
+    guard(libc::EIO, || unsafe {
+        post_recv_list(qp(p).map(|q| &*q.rust), wr, bad)
     })
 }
 
@@ -317,27 +328,9 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard(libc::EIO, || {
-        // SAFETY: an SRQ from this library.
-        let q = match unsafe { srq(s) } {
-            Ok(q) => q,
-            Err(e) => {
-                if !bad.is_null() {
-                    // SAFETY: the caller's out-parameter.
-                    unsafe { *bad = wr };
-                }
-                return e;
-            }
-        };
-        // SAFETY: the caller's list.
-        unsafe {
-            post_recv_list(
-                wr,
-                bad,
-                |n| q.rust.check_sges(n).map_err(|e| errno(&e)),
-                |items, read| q.rust.post_recv_with(items, read),
-            )
-        }
+    // SAFETY: an SRQ from this library; the caller's list.
+    guard(libc::EIO, || unsafe {
+        post_recv_list(srq(s).map(|q| &*q.rust), wr, bad)
     })
 }
 

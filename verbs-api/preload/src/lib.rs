@@ -106,37 +106,36 @@ type AccessFn = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
 type FstatatFn = unsafe extern "C" fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
 type FaccessatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int;
 
-/// `stat(2)`.
-///
-/// # Safety
-/// As the C library's.
-#[no_mangle]
-pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: the caller's string.
-    if unsafe { matches(path) } {
-        fill(st);
-        return 0;
-    }
-    let f = forward!(STAT, c"stat", StatFn);
-    // SAFETY: forwarded as called (the path possibly moved into the view).
-    unsafe { via_view(path, false, -1, |p| f(p, st)) }
+/// `stat(2)` and its alias: a uroce device node is filled in, any other
+/// path forwarded to the C library's function (moved into the view).
+macro_rules! stat_fn {
+    ($(#[$doc:meta])* $name:ident $cname:literal $slot:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the C library's.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, st: *mut libc::stat) -> c_int {
+            // SAFETY: the caller's string.
+            if unsafe { matches(path) } {
+                fill(st);
+                return 0;
+            }
+            let f = forward!($slot, $cname, StatFn);
+            // SAFETY: forwarded as called (the path possibly moved into the view).
+            unsafe { via_view(path, false, -1, |p| f(p, st)) }
+        }
+    };
 }
 
-/// `stat64(2)` (the same structure on 64-bit Linux).
-///
-/// # Safety
-/// As the C library's.
-#[no_mangle]
-pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: the caller's string.
-    if unsafe { matches(path) } {
-        fill(st);
-        return 0;
-    }
-    let f = forward!(STAT64, c"stat64", StatFn);
-    // SAFETY: forwarded as called (the path possibly moved into the view).
-    unsafe { via_view(path, false, -1, |p| f(p, st)) }
-}
+stat_fn!(
+    /// `stat(2)`.
+    stat c"stat" STAT
+);
+stat_fn!(
+    /// `stat64(2)` (the same structure on 64-bit Linux).
+    stat64 c"stat64" STAT64
+);
 
 /// `fstatat(2)` (an absolute path ignores `dirfd`).
 ///

@@ -333,35 +333,34 @@ looks_at! {
     llistxattr c"llistxattr" LLISTXATTR ListxattrFn (path: *const c_char, list: *mut c_char, size: usize) path=path -> isize = -1;
 }
 
-/// `fopen(3)`, with paths in the sysfs view moved into it.
-///
-/// # Safety
-/// As the C library's.
-#[no_mangle]
-pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    let f = forward!(FOPEN, c"fopen", FopenFn, std::ptr::null_mut());
-    // SAFETY: the caller's mode string; forwarded as called.
-    unsafe {
-        via_view(path, fopen_writes(mode), std::ptr::null_mut(), |p| {
-            f(p, mode)
-        })
-    }
+/// `fopen(3)` and its alias, with paths in the sysfs view moved into it.
+macro_rules! fopen_fn {
+    ($(#[$doc:meta])* $name:ident $cname:literal $slot:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the C library's.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+            let f = forward!($slot, $cname, FopenFn, std::ptr::null_mut());
+            // SAFETY: the caller's mode string; forwarded as called.
+            unsafe {
+                via_view(path, fopen_writes(mode), std::ptr::null_mut(), |p| {
+                    f(p, mode)
+                })
+            }
+        }
+    };
 }
 
-/// `fopen64(3)`, with paths in the sysfs view moved into it.
-///
-/// # Safety
-/// As the C library's.
-#[no_mangle]
-pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    let f = forward!(FOPEN64, c"fopen64", FopenFn, std::ptr::null_mut());
-    // SAFETY: the caller's mode string; forwarded as called.
-    unsafe {
-        via_view(path, fopen_writes(mode), std::ptr::null_mut(), |p| {
-            f(p, mode)
-        })
-    }
-}
+fopen_fn!(
+    /// `fopen(3)`, with paths in the sysfs view moved into it.
+    fopen c"fopen" FOPEN
+);
+fopen_fn!(
+    /// `fopen64(3)`, with paths in the sysfs view moved into it.
+    fopen64 c"fopen64" FOPEN64
+);
 
 #[cfg(test)]
 mod tests {

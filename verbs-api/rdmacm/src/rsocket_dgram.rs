@@ -213,12 +213,21 @@ impl DSocket {
         self.udp.as_raw_fd()
     }
 
-    /// `rbind`: binds the UDP socket.
-    pub fn bind(&self, a: SocketAddr) -> Result<()> {
+    /// `call` (bind(2) or connect(2)) of the UDP socket with `a`.
+    fn with_sockaddr(
+        &self,
+        a: SocketAddr,
+        call: unsafe extern "C" fn(
+            libc::c_int,
+            *const libc::sockaddr,
+            libc::socklen_t,
+        ) -> libc::c_int,
+    ) -> Result<()> {
         let (sa, len) = sockaddr(a);
-        // SAFETY: a sockaddr of `len` bytes that lives across the call.
+        // SAFETY: `call` is bind(2) or connect(2) (this file's callers),
+        // given a sockaddr of `len` bytes that lives across the call.
         let r = unsafe {
-            libc::bind(
+            call(
                 self.fd(),
                 (&sa as *const libc::sockaddr_storage).cast(),
                 len,
@@ -228,6 +237,11 @@ impl DSocket {
             return Err(IoError::last_os_error());
         }
         Ok(())
+    }
+
+    /// `rbind`: binds the UDP socket.
+    pub fn bind(&self, a: SocketAddr) -> Result<()> {
+        self.with_sockaddr(a, libc::bind)
     }
 
     /// An unbound socket is bound (as sendto(2) and connect(2) would) to
@@ -244,18 +258,7 @@ impl DSocket {
     /// `rconnect`: the default destination (and the UDP socket's peer).
     pub fn connect(&self, a: SocketAddr) -> Result<()> {
         self.bind_towards(a)?;
-        let (sa, len) = sockaddr(a);
-        // SAFETY: as in bind.
-        let r = unsafe {
-            libc::connect(
-                self.fd(),
-                (&sa as *const libc::sockaddr_storage).cast(),
-                len,
-            )
-        };
-        if r < 0 {
-            return Err(IoError::last_os_error());
-        }
+        self.with_sockaddr(a, libc::connect)?;
         let mut st = self.st.lock();
         self.dest(&mut st, a)?;
         st.conn = Some(a);

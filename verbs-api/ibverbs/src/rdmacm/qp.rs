@@ -117,27 +117,39 @@ unsafe fn destroy_cqs(p: *mut rdma_cm_id) {
     let c = unsafe { &mut *p };
     // SAFETY: CQs and channels of this library, made by create_cqs.
     unsafe {
-        if !c.recv_cq.is_null() {
-            crate::cq::ibv_destroy_cq_impl(c.recv_cq);
-            if !c.send_cq.is_null() && c.send_cq != c.recv_cq {
-                crate::cq::ibv_destroy_cq_impl(c.send_cq);
-            }
-        } else if !c.send_cq.is_null() {
-            crate::cq::ibv_destroy_cq_impl(c.send_cq);
-        }
-        c.recv_cq = null_mut();
-        c.send_cq = null_mut();
-        if !c.recv_cq_channel.is_null() {
-            crate::cq::ibv_destroy_comp_channel_impl(c.recv_cq_channel);
-            if !c.send_cq_channel.is_null() && c.send_cq_channel != c.recv_cq_channel {
-                crate::cq::ibv_destroy_comp_channel_impl(c.send_cq_channel);
-            }
-        } else if !c.send_cq_channel.is_null() {
-            crate::cq::ibv_destroy_comp_channel_impl(c.send_cq_channel);
-        }
-        c.recv_cq_channel = null_mut();
-        c.send_cq_channel = null_mut();
+        destroy_pair(
+            &mut c.recv_cq,
+            &mut c.send_cq,
+            crate::cq::ibv_destroy_cq_impl,
+        );
+        destroy_pair(
+            &mut c.recv_cq_channel,
+            &mut c.send_cq_channel,
+            crate::cq::ibv_destroy_comp_channel_impl,
+        );
     }
+}
+
+/// Destroys an id's receive and send side objects with `destroy` (once
+/// where both name the same one), then clears both.
+///
+/// # Safety
+/// Each is NULL or a live object of this library that `destroy` takes.
+unsafe fn destroy_pair<T>(
+    recv: &mut *mut T,
+    send: &mut *mut T,
+    destroy: unsafe extern "C" fn(*mut T) -> c_int,
+) {
+    if !recv.is_null() {
+        // SAFETY: the caller's promise.
+        unsafe { destroy(*recv) };
+    }
+    if !send.is_null() && *send != *recv {
+        // SAFETY: the caller's promise.
+        unsafe { destroy(*send) };
+    }
+    *recv = null_mut();
+    *send = null_mut();
 }
 
 /// `rdma_create_qp_ex`: the QP as `ibv_create_qp_ex` makes it (CQs made
@@ -305,14 +317,30 @@ pub(crate) unsafe fn destroy_qp(p: *mut rdma_cm_id) {
     if let Ok(cm) = inner.cm() {
         cm.detach_qp();
     }
-    // SAFETY: the id's C half; its QP is one of this library.
-    unsafe {
-        let qp = std::mem::replace(&mut (*p).qp, null_mut());
-        if !qp.is_null() {
-            crate::qp::ibv_destroy_qp_impl(qp);
-        }
-        destroy_cqs(p);
+    // SAFETY: a live id (looked up above); its QP is one of this library.
+    unsafe { destroy_with_cqs(p, |c| &mut c.qp, crate::qp::ibv_destroy_qp_impl) }
+}
+
+/// Takes the id's object in `slot` (its QP or SRQ) and destroys it with
+/// `destroy` (where there is one), then the CQs made for the id.
+///
+/// # Safety
+/// `p` is a live id of this library; the object in its `slot` is NULL or
+/// one of this library that `destroy` takes.
+unsafe fn destroy_with_cqs<T>(
+    p: *mut rdma_cm_id,
+    slot: impl FnOnce(&mut rdma_cm_id) -> &mut *mut T,
+    destroy: unsafe extern "C" fn(*mut T) -> c_int,
+) {
+    // SAFETY: the caller's promise: the id's C half, only this library
+    // writes these fields.
+    let o = std::mem::replace(slot(unsafe { &mut *p }), null_mut());
+    if !o.is_null() {
+        // SAFETY: the caller's promise.
+        unsafe { destroy(o) };
     }
+    // SAFETY: a live id.
+    unsafe { destroy_cqs(p) };
 }
 
 #[no_mangle]
@@ -410,14 +438,9 @@ pub(crate) unsafe fn destroy_srq(p: *mut rdma_cm_id) {
     if p.is_null() {
         return;
     }
-    // SAFETY: the id's C half; its SRQ is one of this library.
-    unsafe {
-        let srq = std::mem::replace(&mut (*p).srq, null_mut());
-        if !srq.is_null() {
-            crate::srq::ibv_destroy_srq_impl(srq);
-        }
-        destroy_cqs(p);
-    }
+    // SAFETY: the caller's promise (p is not NULL); its SRQ is one of
+    // this library.
+    unsafe { destroy_with_cqs(p, |c| &mut c.srq, crate::srq::ibv_destroy_srq_impl) }
 }
 
 #[no_mangle]

@@ -155,19 +155,36 @@ extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
     })
 }
 
-#[no_mangle]
-unsafe extern "C" fn rbind(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+/// `rbind` and `rconnect`: socket `s` (`stream` for a stream socket,
+/// `dgram` for a datagram one) given the caller's address.
+///
+/// # Safety
+/// `addr` is NULL or `len` readable bytes, as bind(2) and connect(2)
+/// take it.
+unsafe fn to_addr(
+    s: c_int,
+    addr: *const sockaddr,
+    len: socklen_t,
+    stream: fn(&RSocket, std::net::SocketAddr) -> io::Result<()>,
+    dgram: fn(&DSocket, std::net::SocketAddr) -> io::Result<()>,
+) -> c_int {
     ret(|| {
         let rs = lookup_any(s)?;
-        // SAFETY: the caller's address, as bind(2) takes it.
+        // SAFETY: the caller's address (this function's contract).
         let a = unsafe { get_addr(addr, len) }?;
         match rs {
-            Sock::Stream(r) => r.bind(a),
-            Sock::Dgram(d) => d.bind(a),
+            Sock::Stream(r) => stream(&r, a),
+            Sock::Dgram(d) => dgram(&d, a),
         }
         .map_err(errno_of)
         .map(|()| 0)
     })
+}
+
+#[no_mangle]
+unsafe extern "C" fn rbind(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the caller's address, as bind(2) takes it.
+    unsafe { to_addr(s, addr, len, RSocket::bind, DSocket::bind) }
 }
 
 #[no_mangle]
@@ -189,17 +206,8 @@ unsafe extern "C" fn raccept(s: c_int, addr: *mut sockaddr, len: *mut socklen_t)
 
 #[no_mangle]
 unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    ret(|| {
-        let rs = lookup_any(s)?;
-        // SAFETY: the caller's address, as connect(2) takes it.
-        let a = unsafe { get_addr(addr, len) }?;
-        match rs {
-            Sock::Stream(r) => r.connect(a),
-            Sock::Dgram(d) => d.connect(a),
-        }
-        .map_err(errno_of)
-        .map(|()| 0)
-    })
+    // SAFETY: the caller's address, as connect(2) takes it.
+    unsafe { to_addr(s, addr, len, RSocket::connect, DSocket::connect) }
 }
 
 #[no_mangle]
@@ -490,6 +498,26 @@ unsafe fn int_at(v: *const c_void, len: socklen_t) -> Result<c_int, i32> {
     Ok(unsafe { v.cast::<c_int>().read_unaligned() })
 }
 
+/// A datagram socket's option (`rsetsockopt`, `rgetsockopt`): as
+/// rsocket.c, `call` (setsockopt(2) or getsockopt(2)) on its UDP socket's
+/// fd, SOL_RDMA refused (ENOTSUP). `None` for a stream socket.
+fn udp_opt(
+    s: c_int,
+    level: c_int,
+    call: impl FnOnce(c_int) -> c_int,
+) -> Result<Option<c_int>, i32> {
+    let Sock::Dgram(d) = lookup_any(s)? else {
+        return Ok(None);
+    };
+    if level == SOL_RDMA {
+        return Err(libc::ENOTSUP);
+    }
+    match call(d.fd()) {
+        0 => Ok(Some(0)),
+        _ => Err(crate::rdmacm::last_errno()),
+    }
+}
+
 #[no_mangle]
 unsafe extern "C" fn rsetsockopt(
     s: c_int,
@@ -499,16 +527,11 @@ unsafe extern "C" fn rsetsockopt(
     len: socklen_t,
 ) -> c_int {
     ret(|| {
-        if let Sock::Dgram(d) = lookup_any(s)? {
-            if level == SOL_RDMA {
-                return Err(libc::ENOTSUP);
-            }
-            // As rsocket.c: the options of the datagram socket's UDP socket.
-            // SAFETY: the caller's option, as setsockopt(2) takes it.
-            return match unsafe { libc::setsockopt(d.fd(), level, name, v, len) } {
-                0 => Ok(0),
-                _ => Err(crate::rdmacm::last_errno()),
-            };
+        // SAFETY: the caller's option, as setsockopt(2) takes it.
+        if let Some(r) = udp_opt(s, level, |fd| unsafe {
+            libc::setsockopt(fd, level, name, v, len)
+        })? {
+            return Ok(r);
         }
         let rs = lookup(s)?;
         // SAFETY: the caller's option value, as setsockopt(2) takes it.
@@ -576,15 +599,11 @@ unsafe extern "C" fn rgetsockopt(
     len: *mut socklen_t,
 ) -> c_int {
     ret(|| {
-        if let Sock::Dgram(d) = lookup_any(s)? {
-            if level == SOL_RDMA {
-                return Err(libc::ENOTSUP);
-            }
-            // SAFETY: the caller's buffer, as getsockopt(2) takes it.
-            return match unsafe { libc::getsockopt(d.fd(), level, name, v, len) } {
-                0 => Ok(0),
-                _ => Err(crate::rdmacm::last_errno()),
-            };
+        // SAFETY: the caller's buffer, as getsockopt(2) takes it.
+        if let Some(r) = udp_opt(s, level, |fd| unsafe {
+            libc::getsockopt(fd, level, name, v, len)
+        })? {
+            return Ok(r);
         }
         let rs = lookup(s)?;
         if v.is_null() || len.is_null() {
