@@ -526,6 +526,15 @@ impl CmAgent {
     }
 
     /// Sends `mad` for `conn`, keeps it for resending, and arms the timer.
+    /// Sends `msg` with `tid` to connection `id`'s peer (its GSI QP, with
+    /// its traffic class); nothing when there is no such connection.
+    fn send_to_peer(&mut self, id: u32, tid: u64, msg: CmMessage) {
+        if let Some(c) = self.conns.get(&id) {
+            let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
+            self.send(dst, q, tc, CmMad { tid, msg });
+        }
+    }
+
     /// Opens the active side's connection `id` as `conn` and sends its
     /// first message `msg`, resent until the answer comes.
     fn open(&mut self, now: Nanos, id: u32, conn: Conn, msg: CmMessage) {
@@ -631,21 +640,8 @@ impl CmAgent {
         rej.remote_comm_id = c.remote_id;
         rej.message_rejected = message_rejected;
         rej.reason = reason;
-        let (dst, q, tc, tid) = (
-            c.peer,
-            c.peer_gsi,
-            c.tclass,
-            c.last.map_or(self.tid(conn), |m| m.tid),
-        );
-        self.send(
-            dst,
-            q,
-            tc,
-            CmMad {
-                tid,
-                msg: CmMessage::Rej(rej),
-            },
-        );
+        let tid = c.last.map_or(self.tid(conn), |m| m.tid);
+        self.send_to_peer(conn, tid, CmMessage::Rej(rej));
         self.conns.remove(&conn);
         Ok(())
     }
@@ -892,16 +888,8 @@ impl CmAgent {
         // ARI of a timeout REJ: our CA GUID (IBA 12.6.7.2).
         rej.ari[..8].copy_from_slice(&self.cfg.ca_guid.to_be_bytes());
         rej.reject_info_len = 8;
-        let (dst, q, tc, tid) = (c.peer, c.peer_gsi, c.tclass, c.last.map_or(0, |m| m.tid));
-        self.send(
-            dst,
-            q,
-            tc,
-            CmMad {
-                tid,
-                msg: CmMessage::Rej(rej),
-            },
-        );
+        let tid = c.last.map_or(0, |m| m.tid);
+        self.send_to_peer(id, tid, CmMessage::Rej(rej));
     }
 
     fn enter_timewait(&mut self, now: Nanos, id: u32, private_data: [u8; 224]) {

@@ -340,6 +340,22 @@ mod x86_64 {
         }
     }
 
+    /// One load into a scratch register of class `class` and one store,
+    /// of `width` (`byte`, `qword`), neither touching the stack or the
+    /// flags.
+    macro_rules! move_one {
+        ($dst:expr, $src:expr, $width:tt, $class:ident) => {
+            asm!(
+                concat!("mov {t}, ", $width, " ptr [{s}]"),
+                concat!("mov ", $width, " ptr [{d}], {t}"),
+                s = in(reg) $src,
+                d = in(reg) $dst,
+                t = out($class) _,
+                options(nostack, preserves_flags),
+            )
+        };
+    }
+
     /// One byte.
     ///
     /// # Safety
@@ -348,16 +364,7 @@ mod x86_64 {
     unsafe fn byte(dst: *mut u8, src: *const u8) {
         // SAFETY: the caller's promise; one load and one store, neither
         // touching the stack or the flags.
-        unsafe {
-            asm!(
-                "mov {t}, byte ptr [{s}]",
-                "mov byte ptr [{d}], {t}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                t = out(reg_byte) _,
-                options(nostack, preserves_flags),
-            )
-        }
+        unsafe { move_one!(dst, src, "byte", reg_byte) }
     }
 
     /// One 8-byte word, aligned on the region's side.
@@ -368,16 +375,7 @@ mod x86_64 {
     unsafe fn word(dst: *mut u8, src: *const u8) {
         // SAFETY: the caller's promise; unaligned accesses are allowed on
         // x86-64 (the private side may be unaligned).
-        unsafe {
-            asm!(
-                "mov {t}, qword ptr [{s}]",
-                "mov qword ptr [{d}], {t}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                t = out(reg) _,
-                options(nostack, preserves_flags),
-            )
-        }
+        unsafe { move_one!(dst, src, "qword", reg) }
     }
 
     /// One copy loop in inline assembly: `n` times the `body` lines (loads
