@@ -10,7 +10,7 @@
 
 use crossbeam::queue::SegQueue;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// Asynchronous event types (`ibv_event_type`, same numbering).
@@ -102,6 +102,28 @@ pub struct AsyncEvent {
     pub element: EventElement,
 }
 
+/// Adds one to the counter of eventfd `fd` (an 8-byte `write(2)`, its
+/// result unchecked as the callers always had it).
+#[inline]
+pub(crate) fn eventfd_add_one(fd: BorrowedFd<'_>) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to a descriptor the borrow
+    // keeps open.
+    unsafe { libc::write(fd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+}
+
+/// One 8-byte `read(2)` of eventfd `fd` (the whole counter, or one in
+/// semaphore mode); true when it read, false when it failed (`errno`
+/// says why, e.g. EAGAIN on a non-blocking descriptor at zero).
+#[inline]
+pub(crate) fn eventfd_read(fd: BorrowedFd<'_>) -> bool {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64 from a descriptor the borrow
+    // keeps open.
+    let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+    n == 8
+}
+
 /// An `eventfd` used as a counting semaphore.
 #[derive(Debug)]
 pub struct Semaphore {
@@ -128,29 +150,12 @@ impl Semaphore {
     }
     /// Adds one.
     pub fn post(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe {
-            libc::write(
-                self.fd.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
+        eventfd_add_one(self.fd.as_fd());
     }
     /// Takes one if the count is positive.
     pub fn try_take(&self) -> bool {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from our non-blocking
-        // eventfd (semaphore mode: takes one, or fails with EAGAIN).
-        let n = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                &mut v as *mut u64 as *mut libc::c_void,
-                8,
-            )
-        };
-        n == 8
+        // Semaphore mode: takes one, or fails with EAGAIN (non-blocking).
+        eventfd_read(self.fd.as_fd())
     }
     /// Takes one, waiting as long as it takes, as a `read(2)` of the
     /// descriptor does: on a blocking descriptor (the C library makes its
@@ -161,16 +166,7 @@ impl Semaphore {
     /// `poll(2)`, which a handler always interrupts (EINTR).
     pub fn wait(&self) -> io::Result<()> {
         loop {
-            let mut v: u64 = 0;
-            // SAFETY: reads 8 bytes into a live u64 from our eventfd.
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    &mut v as *mut u64 as *mut libc::c_void,
-                    8,
-                )
-            };
-            if n == 8 {
+            if eventfd_read(self.fd.as_fd()) {
                 return Ok(());
             }
             let e = io::Error::last_os_error();

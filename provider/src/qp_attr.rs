@@ -629,55 +629,49 @@ fn check_values(a: &QpAttr, mask: AttrMask, l: &ModifyLimits) -> Result<(), Modi
             "unknown access flag",
         );
     }
-    if mask.contains(AttrMask::PATH_MTU) && a.path_mtu > l.active_mtu {
-        return bad(
-            "IBV_QP_PATH_MTU",
+    // The attributes with a largest value, in the order they are checked.
+    let psn = 0xff_ffff;
+    let at_most: [(AttrMask, u64, u64, &str); 10] = [
+        (
+            AttrMask::PATH_MTU,
             a.path_mtu as u64,
+            l.active_mtu as u64,
             "larger than the port's active MTU",
-        );
-    }
-    if mask.contains(AttrMask::TIMEOUT) && a.timeout > 31 {
-        return bad("IBV_QP_TIMEOUT", a.timeout as u64, "must be 0..=31");
-    }
-    if mask.contains(AttrMask::RETRY_CNT) && a.retry_cnt > 7 {
-        return bad("IBV_QP_RETRY_CNT", a.retry_cnt as u64, "must be 0..=7");
-    }
-    if mask.contains(AttrMask::RNR_RETRY) && a.rnr_retry > 7 {
-        return bad("IBV_QP_RNR_RETRY", a.rnr_retry as u64, "must be 0..=7");
-    }
-    if mask.contains(AttrMask::MIN_RNR_TIMER) && a.min_rnr_timer > 31 {
-        return bad(
-            "IBV_QP_MIN_RNR_TIMER",
-            a.min_rnr_timer as u64,
+        ),
+        (AttrMask::TIMEOUT, a.timeout.into(), 31, "must be 0..=31"),
+        (AttrMask::RETRY_CNT, a.retry_cnt.into(), 7, "must be 0..=7"),
+        (AttrMask::RNR_RETRY, a.rnr_retry.into(), 7, "must be 0..=7"),
+        (
+            AttrMask::MIN_RNR_TIMER,
+            a.min_rnr_timer.into(),
+            31,
             "must be 0..=31",
-        );
-    }
-    if mask.contains(AttrMask::RQ_PSN) && a.rq_psn > 0xff_ffff {
-        return bad("IBV_QP_RQ_PSN", a.rq_psn as u64, "a PSN has 24 bits");
-    }
-    if mask.contains(AttrMask::SQ_PSN) && a.sq_psn > 0xff_ffff {
-        return bad("IBV_QP_SQ_PSN", a.sq_psn as u64, "a PSN has 24 bits");
-    }
-    if mask.contains(AttrMask::DEST_QPN) && a.dest_qp_num > 0xff_ffff {
-        return bad(
-            "IBV_QP_DEST_QPN",
-            a.dest_qp_num as u64,
+        ),
+        (AttrMask::RQ_PSN, a.rq_psn.into(), psn, "a PSN has 24 bits"),
+        (AttrMask::SQ_PSN, a.sq_psn.into(), psn, "a PSN has 24 bits"),
+        (
+            AttrMask::DEST_QPN,
+            a.dest_qp_num.into(),
+            psn,
             "a QP number has 24 bits",
-        );
-    }
-    if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) && a.max_rd_atomic > l.max_rd_atom {
-        return bad(
-            "IBV_QP_MAX_QP_RD_ATOMIC",
-            a.max_rd_atomic as u64,
+        ),
+        (
+            AttrMask::MAX_QP_RD_ATOMIC,
+            a.max_rd_atomic.into(),
+            l.max_rd_atom.into(),
             "above the device's max_qp_rd_atom",
-        );
-    }
-    if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > l.max_rd_atom {
-        return bad(
-            "IBV_QP_MAX_DEST_RD_ATOMIC",
-            a.max_dest_rd_atomic as u64,
+        ),
+        (
+            AttrMask::MAX_DEST_RD_ATOMIC,
+            a.max_dest_rd_atomic.into(),
+            l.max_rd_atom.into(),
             "above the device's max_qp_init_rd_atom",
-        );
+        ),
+    ];
+    for (attr, value, max, why) in at_most {
+        if mask.contains(attr) && value > max {
+            return bad(attr.first_name(), value, why);
+        }
     }
     if mask.contains(AttrMask::AV) {
         if a.ah_attr.sgid_index >= GID_ENTRIES {

@@ -197,6 +197,13 @@ fn rules_of(violations: &[crate::oracle::Violation]) -> Vec<&'static str> {
 /// The clean target runs every case, and its first finding is kept.
 pub fn hunt(mistake: Option<Mistake>, runs: &[Run]) -> Outcome {
     let start = Instant::now();
+    let outcome = |hit, flagged, cases| Outcome {
+        mistake,
+        hit,
+        flagged,
+        cases,
+        elapsed: start.elapsed(),
+    };
     let mut total = 0;
     let mut flagged = 0;
     let mut first = None;
@@ -207,13 +214,7 @@ pub fn hunt(mistake: Option<Mistake>, runs: &[Run]) -> Outcome {
                 total += hit.cases;
                 flagged += 1;
                 if mistake.is_some() {
-                    return Outcome {
-                        mistake,
-                        hit: Some(hit),
-                        flagged,
-                        cases: total,
-                        elapsed: start.elapsed(),
-                    };
+                    return outcome(Some(hit), flagged, total);
                 }
                 first.get_or_insert(hit);
             } else {
@@ -255,24 +256,12 @@ pub fn hunt(mistake: Option<Mistake>, runs: &[Run]) -> Outcome {
                 detail: String::new(),
             };
             if mistake.is_some() {
-                return Outcome {
-                    mistake,
-                    hit: Some(hit),
-                    flagged,
-                    cases: total,
-                    elapsed: start.elapsed(),
-                };
+                return outcome(Some(hit), flagged, total);
             }
             first.get_or_insert(hit);
         }
     }
-    Outcome {
-        mistake,
-        hit: first,
-        flagged,
-        cases: total,
-        elapsed: start.elapsed(),
-    }
+    outcome(first, flagged, total)
 }
 
 /// Runs every attack of `uroce fuzz attack` on the simulated target with

@@ -19,7 +19,7 @@ use uroce_provider::memory::{KeyTable, MrInner, MwBind, MwType};
 use uroce_provider::net::sim::{Faults, SimNet};
 #[cfg(feature = "planted")]
 use uroce_provider::planted::Mistake;
-use uroce_provider::qp_attr::{AttrMask, QpAttr};
+use uroce_provider::qp_attr::{AttrMask, ModifyError, QpAttr};
 use uroce_provider::testing::{self, sge, PairParams, Side};
 use uroce_provider::transport::{Nanos, RxMeta};
 use uroce_provider::transport::{QpMachine, Transmit};
@@ -85,6 +85,25 @@ impl PlantedBug {
     }
 }
 
+/// The `QpMachine` methods a wrapper of the fuzzed QP passes to its
+/// `inner` QP as they are (its state and attributes are the real QP's).
+macro_rules! pass_to_inner {
+    () => {
+        fn qpn(&self) -> u32 {
+            self.inner.qpn()
+        }
+        fn qp_type(&self) -> QpType {
+            self.inner.qp_type()
+        }
+        fn state(&self) -> QpState {
+            self.inner.state()
+        }
+        fn attr(&self) -> QpAttr {
+            self.inner.attr()
+        }
+    };
+}
+
 /// The fuzzed QP with a planted mistake: every call into it runs with the
 /// mistake planted on this thread (the simulated network runs on the
 /// caller's), so that the control pair on the same network runs clean.
@@ -107,23 +126,8 @@ impl WithMistake {
 
 #[cfg(feature = "planted")]
 impl QpMachine for WithMistake {
-    fn qpn(&self) -> u32 {
-        self.inner.qpn()
-    }
-    fn qp_type(&self) -> QpType {
-        self.inner.qp_type()
-    }
-    fn state(&self) -> QpState {
-        self.inner.state()
-    }
-    fn attr(&self) -> QpAttr {
-        self.inner.attr()
-    }
-    fn modify(
-        &mut self,
-        attr: &QpAttr,
-        mask: AttrMask,
-    ) -> Result<(), uroce_provider::qp_attr::ModifyError> {
+    pass_to_inner!();
+    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
         self.run_mut(|q| q.modify(attr, mask))
     }
     fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
@@ -164,23 +168,8 @@ struct Planted {
 }
 
 impl QpMachine for Planted {
-    fn qpn(&self) -> u32 {
-        self.inner.qpn()
-    }
-    fn qp_type(&self) -> QpType {
-        self.inner.qp_type()
-    }
-    fn state(&self) -> QpState {
-        self.inner.state()
-    }
-    fn attr(&self) -> QpAttr {
-        self.inner.attr()
-    }
-    fn modify(
-        &mut self,
-        attr: &QpAttr,
-        mask: AttrMask,
-    ) -> Result<(), uroce_provider::qp_attr::ModifyError> {
+    pass_to_inner!();
+    fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
         self.inner.modify(attr, mask)
     }
     fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {

@@ -330,6 +330,40 @@ struct Conn {
     tclass: u8,
 }
 
+impl Conn {
+    /// The active side's new connection to `peer` in `state`, for local
+    /// QP `local_qpn` (0: none yet) and `service_id`, its MADs leaving
+    /// with `tclass`: nothing known of the peer, `cfg`'s retries and
+    /// response timeout.
+    fn active(
+        state: ConnState,
+        peer: IpAddr,
+        local_qpn: u32,
+        service_id: u64,
+        tclass: u8,
+        cfg: &CmConfig,
+    ) -> Conn {
+        Conn {
+            state,
+            peer,
+            peer_gsi: uroce_wire::mad::GSI_QPN,
+            remote_id: 0,
+            remote_guid: 0,
+            remote_qpn: 0,
+            local_qpn,
+            service_id,
+            last: None,
+            deadline: None,
+            retries_left: 0,
+            wait_ns: 0,
+            max_retries: cfg.max_retries,
+            peer_timeout: cfg.response_timeout,
+            user: true,
+            tclass,
+        }
+    }
+}
+
 /// A MAD to send: to `dst`'s GSI QP `dst_qpn`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outgoing {
@@ -471,14 +505,7 @@ impl CmAgent {
 
     fn send(&mut self, dst: IpAddr, dst_qpn: u32, tclass: u8, mad: CmMad) {
         Counters::inc(&self.counters.cm_mads_sent);
-        if observe::wants(Topic::TIMELINE) {
-            let detail = format!("to {dst} QP{dst_qpn} tid {:#x}", mad.tid);
-            observe::tell(Topic::TIMELINE, || Event::Cm {
-                what: mad_name(&mad.msg, true),
-                conn: None,
-                detail: &detail,
-            });
-        }
+        tell_mad(&mad, true, dst, dst_qpn);
         self.out.push_back(Outgoing {
             dst,
             dst_qpn,
@@ -499,6 +526,27 @@ impl CmAgent {
     }
 
     /// Sends `mad` for `conn`, keeps it for resending, and arms the timer.
+    /// Sends `msg` with `tid` to connection `id`'s peer (its GSI QP, with
+    /// its traffic class); nothing when there is no such connection.
+    fn send_to_peer(&mut self, id: u32, tid: u64, msg: CmMessage) {
+        if let Some(c) = self.conns.get(&id) {
+            let (dst, q, tc) = (c.peer, c.peer_gsi, c.tclass);
+            self.send(dst, q, tc, CmMad { tid, msg });
+        }
+    }
+
+    /// Opens the active side's connection `id` as `conn` and sends its
+    /// first message `msg`, resent until the answer comes.
+    fn open(&mut self, now: Nanos, id: u32, conn: Conn, msg: CmMessage) {
+        self.conns.insert(id, conn);
+        let mad = CmMad {
+            tid: self.tid(id),
+            msg,
+        };
+        let wait = self.wait(self.cfg.response_timeout);
+        self.send_retried(now, id, mad, wait, self.cfg.max_retries);
+    }
+
     fn send_retried(&mut self, now: Nanos, conn: u32, mad: CmMad, wait_ns: u64, retries: u8) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -543,33 +591,9 @@ impl CmAgent {
         req.remote_cm_response_timeout = self.cfg.response_timeout;
         req.local_cm_response_timeout = self.cfg.response_timeout;
         req.max_cm_retries = self.cfg.max_retries;
-        self.conns.insert(
-            id,
-            Conn {
-                state: ConnState::ReqSent,
-                peer: dst,
-                peer_gsi: uroce_wire::mad::GSI_QPN,
-                remote_id: 0,
-                remote_guid: 0,
-                remote_qpn: 0,
-                local_qpn: req.local_qpn,
-                service_id: req.service_id,
-                last: None,
-                deadline: None,
-                retries_left: 0,
-                wait_ns: 0,
-                max_retries: req.max_cm_retries,
-                peer_timeout: self.cfg.response_timeout,
-                user: true,
-                tclass: req.primary.traffic_class,
-            },
-        );
-        let mad = CmMad {
-            tid: self.tid(id),
-            msg: CmMessage::Req(req),
-        };
-        let wait = self.wait(self.cfg.response_timeout);
-        self.send_retried(now, id, mad, wait, self.cfg.max_retries);
+        let (qpn, service, tclass) = (req.local_qpn, req.service_id, req.primary.traffic_class);
+        let conn = Conn::active(ConnState::ReqSent, dst, qpn, service, tclass, &self.cfg);
+        self.open(now, id, conn, CmMessage::Req(req));
         Ok(id)
     }
 
@@ -611,29 +635,13 @@ impl CmAgent {
             _ => return Err(CmError::BadState),
         };
         let mut rej = RejRepr::default();
-        if private_data.len() > rej.private_data.len() {
-            return Err(CmError::TooLong);
-        }
-        rej.private_data[..private_data.len()].copy_from_slice(private_data);
+        put_private(&mut rej.private_data, private_data)?;
         rej.local_comm_id = conn;
         rej.remote_comm_id = c.remote_id;
         rej.message_rejected = message_rejected;
         rej.reason = reason;
-        let (dst, q, tc, tid) = (
-            c.peer,
-            c.peer_gsi,
-            c.tclass,
-            c.last.map_or(self.tid(conn), |m| m.tid),
-        );
-        self.send(
-            dst,
-            q,
-            tc,
-            CmMad {
-                tid,
-                msg: CmMessage::Rej(rej),
-            },
-        );
+        let tid = c.last.map_or(self.tid(conn), |m| m.tid);
+        self.send_to_peer(conn, tid, CmMessage::Rej(rej));
         self.conns.remove(&conn);
         Ok(())
     }
@@ -646,10 +654,7 @@ impl CmAgent {
             return Err(CmError::BadState);
         }
         let mut rtu = RtuRepr::default();
-        if private_data.len() > rtu.private_data.len() {
-            return Err(CmError::TooLong);
-        }
-        rtu.private_data[..private_data.len()].copy_from_slice(private_data);
+        put_private(&mut rtu.private_data, private_data)?;
         rtu.local_comm_id = conn;
         rtu.remote_comm_id = c.remote_id;
         let mad = CmMad {
@@ -679,6 +684,15 @@ impl CmAgent {
         Ok(())
     }
 
+    /// Connection `conn`, which must be in state `want`.
+    fn conn_in(&self, conn: u32, want: ConnState) -> Result<&Conn, CmError> {
+        let c = self.conns.get(&conn).ok_or(CmError::NoConn)?;
+        if c.state != want {
+            return Err(CmError::BadState);
+        }
+        Ok(c)
+    }
+
     /// Sends a DREQ (resent until the DREP comes).
     pub fn disconnect(
         &mut self,
@@ -686,15 +700,9 @@ impl CmAgent {
         conn: u32,
         private_data: &[u8],
     ) -> Result<(), CmError> {
-        let c = self.conns.get(&conn).ok_or(CmError::NoConn)?;
-        if c.state != ConnState::Established {
-            return Err(CmError::BadState);
-        }
+        let c = self.conn_in(conn, ConnState::Established)?;
         let mut dreq = DreqRepr::default();
-        if private_data.len() > dreq.private_data.len() {
-            return Err(CmError::TooLong);
-        }
-        dreq.private_data[..private_data.len()].copy_from_slice(private_data);
+        put_private(&mut dreq.private_data, private_data)?;
         dreq.local_comm_id = conn;
         dreq.remote_comm_id = c.remote_id;
         dreq.remote_qpn = c.remote_qpn;
@@ -752,41 +760,20 @@ impl CmAgent {
             return Err(CmError::NoResources);
         }
         let mut req = SidrReqRepr::default();
-        if private_data.len() > req.private_data.len() {
-            return Err(CmError::TooLong);
-        }
-        req.private_data[..private_data.len()].copy_from_slice(private_data);
+        put_private(&mut req.private_data, private_data)?;
         let id = self.new_id();
         req.request_id = id;
         req.pkey = 0xffff;
         req.service_id = service_id;
-        self.conns.insert(
-            id,
-            Conn {
-                state: ConnState::SidrReqSent,
-                peer: dst,
-                peer_gsi: uroce_wire::mad::GSI_QPN,
-                remote_id: 0,
-                remote_guid: 0,
-                remote_qpn: 0,
-                local_qpn: 0,
-                service_id,
-                last: None,
-                deadline: None,
-                retries_left: 0,
-                wait_ns: 0,
-                max_retries: self.cfg.max_retries,
-                peer_timeout: self.cfg.response_timeout,
-                user: true,
-                tclass,
-            },
+        let conn = Conn::active(
+            ConnState::SidrReqSent,
+            dst,
+            0,
+            service_id,
+            tclass,
+            &self.cfg,
         );
-        let mad = CmMad {
-            tid: self.tid(id),
-            msg: CmMessage::SidrReq(req),
-        };
-        let wait = self.wait(self.cfg.response_timeout);
-        self.send_retried(now, id, mad, wait, self.cfg.max_retries);
+        self.open(now, id, conn, CmMessage::SidrReq(req));
         Ok(id)
     }
 
@@ -800,15 +787,9 @@ impl CmAgent {
         qkey: u32,
         private_data: &[u8],
     ) -> Result<(), CmError> {
-        let c = self.conns.get(&conn).ok_or(CmError::NoConn)?;
-        if c.state != ConnState::SidrReqRcvd {
-            return Err(CmError::BadState);
-        }
+        let c = self.conn_in(conn, ConnState::SidrReqRcvd)?;
         let mut rep = SidrRepRepr::default();
-        if private_data.len() > rep.private_data.len() {
-            return Err(CmError::TooLong);
-        }
-        rep.private_data[..private_data.len()].copy_from_slice(private_data);
+        put_private(&mut rep.private_data, private_data)?;
         rep.request_id = c.remote_id;
         rep.status = status;
         rep.qpn = qpn & 0xff_ffff;
@@ -907,16 +888,8 @@ impl CmAgent {
         // ARI of a timeout REJ: our CA GUID (IBA 12.6.7.2).
         rej.ari[..8].copy_from_slice(&self.cfg.ca_guid.to_be_bytes());
         rej.reject_info_len = 8;
-        let (dst, q, tc, tid) = (c.peer, c.peer_gsi, c.tclass, c.last.map_or(0, |m| m.tid));
-        self.send(
-            dst,
-            q,
-            tc,
-            CmMad {
-                tid,
-                msg: CmMessage::Rej(rej),
-            },
-        );
+        let tid = c.last.map_or(0, |m| m.tid);
+        self.send_to_peer(id, tid, CmMessage::Rej(rej));
     }
 
     fn enter_timewait(&mut self, now: Nanos, id: u32, private_data: [u8; 224]) {
@@ -954,14 +927,7 @@ impl CmAgent {
             }
         };
         Counters::inc(&self.counters.cm_mads_rcvd);
-        if observe::wants(Topic::TIMELINE) {
-            let detail = format!("from {src} QP{src_qpn} tid {:#x}", mad.tid);
-            observe::tell(Topic::TIMELINE, || Event::Cm {
-                what: mad_name(&mad.msg, false),
-                conn: None,
-                detail: &detail,
-            });
-        }
+        tell_mad(&mad, false, src, src_qpn);
         let handled = match mad.msg {
             CmMessage::Req(r) => self.on_req(now, src, src_qpn, mad.tid, r),
             CmMessage::Mra(m) => self.on_mra(now, m),
@@ -1418,6 +1384,31 @@ impl Private224 for DreqRepr {
         out[..self.private_data.len()].copy_from_slice(&self.private_data);
         out
     }
+}
+
+/// Tells the timeline of `mad`, sent to (`sent`) or received from QP
+/// `qpn` at `peer`.
+fn tell_mad(mad: &CmMad, sent: bool, peer: IpAddr, qpn: u32) {
+    if observe::wants(Topic::TIMELINE) {
+        let dir = if sent { "to" } else { "from" };
+        let detail = format!("{dir} {peer} QP{qpn} tid {:#x}", mad.tid);
+        observe::tell(Topic::TIMELINE, || Event::Cm {
+            what: mad_name(&mad.msg, sent),
+            conn: None,
+            detail: &detail,
+        });
+    }
+}
+
+/// Copies `data` into the start of a message's private data field (the
+/// rest stays as it is, zero in a fresh message); `TooLong` when it does
+/// not fit.
+fn put_private(field: &mut [u8], data: &[u8]) -> Result<(), CmError> {
+    field
+        .get_mut(..data.len())
+        .ok_or(CmError::TooLong)?
+        .copy_from_slice(data);
+    Ok(())
 }
 
 #[cfg(test)]

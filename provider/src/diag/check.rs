@@ -801,28 +801,46 @@ impl QpLedger {
     /// reported now (the peer gets the new bytes, or a mix), and the
     /// completion compares with what is sent.
     pub fn sending(&self, wr_id: u64) {
+        self.first_time(
+            wr_id,
+            reads_sources,
+            |p| &mut p.sent,
+            |p| {
+                if p.sums.is_empty() {
+                    return;
+                }
+                self.report_changed_sources(
+                p,
+                "changed after ibv_post_send and before it was sent (the engine's first copy of \
+                 it for the wire): the peer received the new bytes, or a mix of old and new",
+            );
+                for w in &mut p.sums {
+                    *w = w.retaken(&self.keys);
+                }
+            },
+        );
+    }
+
+    /// With the `buffer` category on: the pending WR `wr_id` whose opcode
+    /// `is` picks and whose `flag` is still clear gets the flag set and is
+    /// handed to `then` (under the lock); nothing when there is none.
+    fn first_time(
+        &self,
+        wr_id: u64,
+        is: impl Fn(WrOpcode) -> bool,
+        flag: impl Fn(&mut Posted) -> &mut bool,
+        then: impl FnOnce(&mut Posted),
+    ) {
         if !on(Category::Buffer) {
             return;
         }
         let mut st = self.state.lock();
-        let Some(p) = st
-            .pending
-            .iter_mut()
-            .find(|p| reads_sources(p.opcode) && !p.sent && p.wr_id == wr_id)
-        else {
-            return;
-        };
-        p.sent = true;
-        if p.sums.is_empty() {
-            return;
-        }
-        self.report_changed_sources(
-            p,
-            "changed after ibv_post_send and before it was sent (the engine's first copy of it \
-             for the wire): the peer received the new bytes, or a mix of old and new",
-        );
-        for w in &mut p.sums {
-            *w = w.retaken(&self.keys);
+        for p in st.pending.iter_mut() {
+            if is(p.opcode) && p.wr_id == wr_id && !*flag(p) {
+                *flag(p) = true;
+                then(p);
+                return;
+            }
         }
     }
 
@@ -830,37 +848,34 @@ impl QpLedger {
     /// `wr_id` into its local buffers: a buffer the application wrote
     /// since the post is reported (the response overwrites it).
     pub fn read_placing(&self, wr_id: u64) {
-        if !on(Category::Buffer) {
-            return;
-        }
-        let mut st = self.state.lock();
-        let Some(p) = st
-            .pending
-            .iter_mut()
-            .find(|p| p.opcode == WrOpcode::RdmaRead && !p.placed && p.wr_id == wr_id)
-        else {
-            return;
-        };
-        p.placed = true;
-        let sums = std::mem::take(&mut p.sums);
-        for w in &sums {
-            let Some(at) = w.changed_by_app(&self.keys) else {
-                continue;
-            };
-            let what = format!(
-                "the application wrote into the local buffer of RDMA READ WR wr_id {wr_id} on \
-                 QP {:#x} ({} bytes at {:#x}, lkey {:#x}; first at byte {} of the READ) \
-                 between ibv_post_send and the arrival of the READ's response, which \
-                 overwrites it: that memory was the NIC's until the READ's completion",
-                self.qpn,
-                w.sge.length,
-                w.sge.addr,
-                w.sge.lkey,
-                w.msg_off + at as u64
-            );
-            let at: Vec<(&str, &Caller)> = p.caller.iter().map(|c| ("posted at", c)).collect();
-            report(Category::Buffer, &what, REUSE_RULE, &at);
-        }
+        let is_read = |op| op == WrOpcode::RdmaRead;
+        self.first_time(
+            wr_id,
+            is_read,
+            |p| &mut p.placed,
+            |p| {
+                let sums = std::mem::take(&mut p.sums);
+                for w in &sums {
+                    let Some(at) = w.changed_by_app(&self.keys) else {
+                        continue;
+                    };
+                    let what = format!(
+                    "the application wrote into the local buffer of RDMA READ WR wr_id {wr_id} on \
+                     QP {:#x} ({} bytes at {:#x}, lkey {:#x}; first at byte {} of the READ) \
+                     between ibv_post_send and the arrival of the READ's response, which \
+                     overwrites it: that memory was the NIC's until the READ's completion",
+                    self.qpn,
+                    w.sge.length,
+                    w.sge.addr,
+                    w.sge.lkey,
+                    w.msg_off + at as u64
+                );
+                    let at: Vec<(&str, &Caller)> =
+                        p.caller.iter().map(|c| ("posted at", c)).collect();
+                    report(Category::Buffer, &what, REUSE_RULE, &at);
+                }
+            },
+        );
     }
 
     /// The engine took receive WR `wr_id` of the QP's own receive queue

@@ -25,7 +25,7 @@ use socket2::{Domain, SockAddr, Socket};
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Socket buffer size asked for (the kernel may cap it without
@@ -824,26 +824,11 @@ impl Doorbell {
     }
     /// Rings.
     pub fn ring(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe {
-            libc::write(
-                self.fd.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
+        crate::events::eventfd_add_one(self.fd.as_fd());
     }
     /// Clears the counter.
     pub fn drain(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
-        unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                &mut v as *mut u64 as *mut libc::c_void,
-                8,
-            )
-        };
+        // Non-blocking: at zero the read fails with EAGAIN, which is fine.
+        crate::events::eventfd_read(self.fd.as_fd());
     }
 }

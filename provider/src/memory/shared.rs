@@ -340,6 +340,22 @@ mod x86_64 {
         }
     }
 
+    /// One load into a scratch register of class `class` and one store,
+    /// of `width` (`byte`, `qword`), neither touching the stack or the
+    /// flags.
+    macro_rules! move_one {
+        ($dst:expr, $src:expr, $width:tt, $class:ident) => {
+            asm!(
+                concat!("mov {t}, ", $width, " ptr [{s}]"),
+                concat!("mov ", $width, " ptr [{d}], {t}"),
+                s = in(reg) $src,
+                d = in(reg) $dst,
+                t = out($class) _,
+                options(nostack, preserves_flags),
+            )
+        };
+    }
+
     /// One byte.
     ///
     /// # Safety
@@ -348,16 +364,7 @@ mod x86_64 {
     unsafe fn byte(dst: *mut u8, src: *const u8) {
         // SAFETY: the caller's promise; one load and one store, neither
         // touching the stack or the flags.
-        unsafe {
-            asm!(
-                "mov {t}, byte ptr [{s}]",
-                "mov byte ptr [{d}], {t}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                t = out(reg_byte) _,
-                options(nostack, preserves_flags),
-            )
-        }
+        unsafe { move_one!(dst, src, "byte", reg_byte) }
     }
 
     /// One 8-byte word, aligned on the region's side.
@@ -368,16 +375,51 @@ mod x86_64 {
     unsafe fn word(dst: *mut u8, src: *const u8) {
         // SAFETY: the caller's promise; unaligned accesses are allowed on
         // x86-64 (the private side may be unaligned).
-        unsafe {
+        unsafe { move_one!(dst, src, "qword", reg) }
+    }
+
+    /// One copy loop in inline assembly: `n` times the `body` lines (loads
+    /// from `{s}`, stores to `{d}`), each time both pointers advancing
+    /// `step` bytes; then the `tail` lines; the vector registers `regs`
+    /// are clobbered. The four loops below differ only in these.
+    macro_rules! copy_loop {
+        (
+            $dst:expr, $src:expr, $n:expr, step $step:tt,
+            body [$($body:tt),+ $(,)?],
+            tail [$($tail:tt),* $(,)?],
+            regs [$($reg:tt),+ $(,)?] $(,)?
+        ) => {
             asm!(
-                "mov {t}, qword ptr [{s}]",
-                "mov qword ptr [{d}], {t}",
-                s = in(reg) src,
-                d = in(reg) dst,
-                t = out(reg) _,
-                options(nostack, preserves_flags),
+                "2:",
+                $($body,)+
+                concat!("add {s}, ", $step),
+                concat!("add {d}, ", $step),
+                "dec {n}",
+                "jnz 2b",
+                $($tail,)*
+                s = inout(reg) $src => _,
+                d = inout(reg) $dst => _,
+                n = inout(reg) $n => _,
+                $(out($reg) _,)+
+                options(nostack),
             )
-        }
+        };
+    }
+
+    /// The sixteen AVX registers `vzeroupper` clobbers (the upper halves
+    /// of all of them), as `copy_loop`'s `regs`.
+    macro_rules! avx_loop {
+        ($dst:expr, $src:expr, $n:expr, step $step:tt, body [$($body:tt),+ $(,)?] $(,)?) => {
+            copy_loop!(
+                $dst, $src, $n, step $step,
+                body [$($body),+],
+                tail ["vzeroupper"],
+                regs [
+                    "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7",
+                    "ymm8", "ymm9", "ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15",
+                ],
+            )
+        };
     }
 
     /// `blocks` runs of 64 bytes in 16-byte SSE2 loads and stores (SSE2
@@ -388,28 +430,20 @@ mod x86_64 {
     unsafe fn blocks_sse(dst: *mut u8, src: *const u8, blocks: usize) {
         // SAFETY: the caller's promise; `movups` allows any alignment.
         unsafe {
-            asm!(
-                "2:",
-                "movups xmm0, [{s}]",
-                "movups xmm1, [{s} + 16]",
-                "movups xmm2, [{s} + 32]",
-                "movups xmm3, [{s} + 48]",
-                "movups [{d}], xmm0",
-                "movups [{d} + 16], xmm1",
-                "movups [{d} + 32], xmm2",
-                "movups [{d} + 48], xmm3",
-                "add {s}, 64",
-                "add {d}, 64",
-                "dec {n}",
-                "jnz 2b",
-                s = inout(reg) src => _,
-                d = inout(reg) dst => _,
-                n = inout(reg) blocks => _,
-                out("xmm0") _,
-                out("xmm1") _,
-                out("xmm2") _,
-                out("xmm3") _,
-                options(nostack),
+            copy_loop!(
+                dst, src, blocks, step "64",
+                body [
+                    "movups xmm0, [{s}]",
+                    "movups xmm1, [{s} + 16]",
+                    "movups xmm2, [{s} + 32]",
+                    "movups xmm3, [{s} + 48]",
+                    "movups [{d}], xmm0",
+                    "movups [{d} + 16], xmm1",
+                    "movups [{d} + 32], xmm2",
+                    "movups [{d} + 48], xmm3",
+                ],
+                tail [],
+                regs ["xmm0", "xmm1", "xmm2", "xmm3"],
             )
         }
     }
@@ -421,19 +455,11 @@ mod x86_64 {
     unsafe fn vectors_sse(dst: *mut u8, src: *const u8, count: usize) {
         // SAFETY: the caller's promise; `movups` allows any alignment.
         unsafe {
-            asm!(
-                "2:",
-                "movups xmm0, [{s}]",
-                "movups [{d}], xmm0",
-                "add {s}, 16",
-                "add {d}, 16",
-                "dec {n}",
-                "jnz 2b",
-                s = inout(reg) src => _,
-                d = inout(reg) dst => _,
-                n = inout(reg) count => _,
-                out("xmm0") _,
-                options(nostack),
+            copy_loop!(
+                dst, src, count, step "16",
+                body ["movups xmm0, [{s}]", "movups [{d}], xmm0"],
+                tail [],
+                regs ["xmm0"],
             )
         }
     }
@@ -448,36 +474,9 @@ mod x86_64 {
         // SAFETY: the caller's promise; `vmovdqu` allows any alignment;
         // `vzeroupper` as in `blocks_avx`.
         unsafe {
-            asm!(
-                "2:",
-                "vmovdqu ymm0, [{s}]",
-                "vmovdqu [{d}], ymm0",
-                "add {s}, 32",
-                "add {d}, 32",
-                "dec {n}",
-                "jnz 2b",
-                "vzeroupper",
-                s = inout(reg) src => _,
-                d = inout(reg) dst => _,
-                n = inout(reg) count => _,
-                out("ymm0") _,
-                // `vzeroupper` clears the upper halves of all sixteen.
-                out("ymm1") _,
-                out("ymm2") _,
-                out("ymm3") _,
-                out("ymm4") _,
-                out("ymm5") _,
-                out("ymm6") _,
-                out("ymm7") _,
-                out("ymm8") _,
-                out("ymm9") _,
-                out("ymm10") _,
-                out("ymm11") _,
-                out("ymm12") _,
-                out("ymm13") _,
-                out("ymm14") _,
-                out("ymm15") _,
-                options(nostack),
+            avx_loop!(
+                dst, src, count, step "32",
+                body ["vmovdqu ymm0, [{s}]", "vmovdqu [{d}], ymm0"],
             )
         }
     }
@@ -492,42 +491,18 @@ mod x86_64 {
         // SAFETY: the caller's promise; `vmovdqu` allows any alignment;
         // `vzeroupper` leaves the upper halves clean for SSE code after.
         unsafe {
-            asm!(
-                "2:",
-                "vmovdqu ymm0, [{s}]",
-                "vmovdqu ymm1, [{s} + 32]",
-                "vmovdqu ymm2, [{s} + 64]",
-                "vmovdqu ymm3, [{s} + 96]",
-                "vmovdqu [{d}], ymm0",
-                "vmovdqu [{d} + 32], ymm1",
-                "vmovdqu [{d} + 64], ymm2",
-                "vmovdqu [{d} + 96], ymm3",
-                "add {s}, 128",
-                "add {d}, 128",
-                "dec {n}",
-                "jnz 2b",
-                "vzeroupper",
-                s = inout(reg) src => _,
-                d = inout(reg) dst => _,
-                n = inout(reg) blocks => _,
-                out("ymm0") _,
-                out("ymm1") _,
-                out("ymm2") _,
-                out("ymm3") _,
-                // `vzeroupper` clears the upper halves of all sixteen.
-                out("ymm4") _,
-                out("ymm5") _,
-                out("ymm6") _,
-                out("ymm7") _,
-                out("ymm8") _,
-                out("ymm9") _,
-                out("ymm10") _,
-                out("ymm11") _,
-                out("ymm12") _,
-                out("ymm13") _,
-                out("ymm14") _,
-                out("ymm15") _,
-                options(nostack),
+            avx_loop!(
+                dst, src, blocks, step "128",
+                body [
+                    "vmovdqu ymm0, [{s}]",
+                    "vmovdqu ymm1, [{s} + 32]",
+                    "vmovdqu ymm2, [{s} + 64]",
+                    "vmovdqu ymm3, [{s} + 96]",
+                    "vmovdqu [{d}], ymm0",
+                    "vmovdqu [{d} + 32], ymm1",
+                    "vmovdqu [{d} + 64], ymm2",
+                    "vmovdqu [{d} + 96], ymm3",
+                ],
             )
         }
     }

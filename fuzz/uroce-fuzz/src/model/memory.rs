@@ -80,9 +80,7 @@ pub fn check_rkey(
     if len == 0 {
         return Some(Place::Nothing);
     }
-    let within = |start: u64, size: u64| {
-        va >= start && va.checked_add(len).is_some_and(|end| end <= start + size)
-    };
+    let within = |start, size| inside(va, len, start, size);
     if rkey == conn.rkey {
         return (need & !exposed_rights(conn) == 0 && within(conn.va, u64::from(conn.len)))
             .then(|| Place::Exposed((va - conn.va) as usize));
@@ -92,12 +90,23 @@ pub fn check_rkey(
         return None;
     }
     let k = keys.iter().find(|k| k.key == rkey)?;
-    let usable = k.state == KeyState::Valid
+    grants(k, need, within).then_some(Place::Elsewhere)
+}
+
+/// Whether `len` bytes at `va` lie inside `[start, start + size)`.
+fn inside(va: u64, len: u64, start: u64, size: u64) -> bool {
+    va >= start && va.checked_add(len).is_some_and(|end| end <= start + size)
+}
+
+/// Whether key `k` (not the exposed region's) lets the QP reach a range
+/// `within` accepts of it with the rights `need`: valid, of the QP's PD,
+/// a type 2 window bound through the QP, the rights granted.
+fn grants(k: &ExposedKey, need: u32, within: impl Fn(u64, u64) -> bool) -> bool {
+    k.state == KeyState::Valid
         && k.same_pd
         && (k.kind != KeyKind::Window2 || k.bound_to_qp)
         && k.access & need == need
-        && within(k.va, u64::from(k.len));
-    usable.then_some(Place::Elsewhere)
+        && within(k.va, u64::from(k.len))
 }
 
 /// The exposed region's rights: as the target registered it, or (not
@@ -122,9 +131,7 @@ pub fn flush_key_ok(
     need: u32,
     whole: bool,
 ) -> Option<bool> {
-    let within = |start: u64, size: u64| {
-        whole || (va >= start && va.checked_add(len).is_some_and(|end| end <= start + size))
-    };
+    let within = |start, size| whole || inside(va, len, start, size);
     if rkey == conn.rkey {
         return Some(need & !exposed_rights(conn) == 0 && within(conn.va, u64::from(conn.len)));
     }
@@ -135,13 +142,7 @@ pub fn flush_key_ok(
     let Some(k) = keys.iter().find(|k| k.key == rkey) else {
         return Some(false);
     };
-    Some(
-        k.state == KeyState::Valid
-            && k.same_pd
-            && (k.kind != KeyKind::Window2 || k.bound_to_qp)
-            && k.access & need == need
-            && within(k.va, u64::from(k.len)),
-    )
+    Some(grants(k, need, within))
 }
 
 /// Whether a SEND with Invalidate may invalidate `rkey` (IBA 10.6.7: a

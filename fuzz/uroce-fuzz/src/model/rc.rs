@@ -131,6 +131,24 @@ pub fn classify(psn: u32, epsn: u32) -> PsnClass {
     }
 }
 
+/// A request executed: it takes `n` PSNs from `psn`, counts in the MSN
+/// and is kept for a duplicate (`orig`: an atomic's original value).
+/// Returns the MSN it got.
+fn executed(w: &mut World, psn: u32, n: u32, op: Operation, orig: Option<Option<u64>>) -> u32 {
+    let r = rc(w);
+    r.epsn = psn_add(psn, n);
+    r.msn = psn_add(r.msn, 1);
+    let msn = r.msn;
+    r.records.push(Record {
+        psn,
+        n,
+        msn,
+        op,
+        orig,
+    });
+    msn
+}
+
 fn rc(w: &mut World) -> &mut Rc {
     match &mut w.t {
         super::Transport::Rc(r) => r,
@@ -668,17 +686,7 @@ fn read(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     outcomes(w, p, &failed, false, |mut w| {
         let bytes = read_bytes(&w, place, len).expect("checked");
         let n = (len as u32).div_ceil(conn.mtu.max(1)).max(1);
-        let r = rc(&mut w);
-        r.epsn = psn_add(p.psn, n);
-        r.msn = psn_add(r.msn, 1);
-        let msn = r.msn;
-        r.records.push(Record {
-            psn: p.psn,
-            n,
-            msn,
-            op: Operation::RdmaReadRequest,
-            orig: None,
-        });
+        let msn = executed(&mut w, p.psn, n, Operation::RdmaReadRequest, None);
         // IBA 9.7.5.1.6: the MSN counts the READ.
         let want = Want::Read {
             psn: p.psn,
@@ -727,17 +735,7 @@ fn atomic(w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
                 None
             }
         };
-        let r = rc(&mut w);
-        r.epsn = psn_add(p.psn, 1);
-        r.msn = psn_add(r.msn, 1);
-        let msn = r.msn;
-        r.records.push(Record {
-            psn: p.psn,
-            n: 1,
-            msn,
-            op: p.info.operation,
-            orig: Some(orig),
-        });
+        let msn = executed(&mut w, p.psn, 1, p.info.operation, Some(orig));
         // IBA 9.7.5.1.6: the MSN counts the atomic.
         let want = Want::AtomicAck {
             psn: p.psn,
@@ -766,17 +764,7 @@ fn placed_answer(psn: u32, msn: Option<(u32, u32)>) -> Want {
 /// `send_read_response_ack`, uroce's responder); it takes one PSN,
 /// completes a message, and is kept for a duplicate.
 fn placed(mut w: World, p: &Pkt) -> World {
-    let r = rc(&mut w);
-    r.epsn = psn_add(p.psn, 1);
-    r.msn = psn_add(r.msn, 1);
-    let msn = r.msn;
-    r.records.push(Record {
-        psn: p.psn,
-        n: 1,
-        msn,
-        op: p.info.operation,
-        orig: None,
-    });
+    let msn = executed(&mut w, p.psn, 1, p.info.operation, None);
     let want = placed_answer(p.psn, Some((msn, msn)));
     w.expect(want, true, rules::PLACEMENT, &p.why);
     w
