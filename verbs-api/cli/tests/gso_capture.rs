@@ -53,51 +53,89 @@ fn capture_tool() -> Result<&'static Tool, String> {
 
 /// `tool` capturing on `lo` into `file` (tcpdump: each packet as it
 /// comes; without immediate mode a ^C loses what waits in the capture
-/// ring), RoCEv2 of 127.118.3.0/24 only, once it says it captures; why
+/// ring), RoCEv2 of 127.118.3.0/24 only, once it is seen to capture; why
 /// not when it cannot (not root).
+///
+/// Both tools say they capture ("listening on", "Capturing on") before
+/// the kernel hands them packets: a pair started at once can finish
+/// unseen. So the capture also prints what it writes (`--print`, `-P`,
+/// line-buffered), and probes (UDP to 127.118.3.251 port 4790, which
+/// `uroce decode` counts as other frames) go out until one is printed.
 fn start_capture(tool: &Tool, file: &Path) -> Result<Child, String> {
-    let filter = "udp port 4791 and net 127.118.3.0/24";
+    let filter = "udp and net 127.118.3.0/24 and (port 4791 or port 4790)";
     let mut cmd = Command::new(tool.name);
     if tool.name == "tcpdump" {
-        cmd.args(["-i", "lo", "--immediate-mode", "-B", "16384", "-U", "-w"])
-            .arg(file)
-            .arg(filter);
+        cmd.args([
+            "-i",
+            "lo",
+            "--immediate-mode",
+            "-B",
+            "16384",
+            "-U",
+            "-l",
+            "--print",
+            "-w",
+        ])
+        .arg(file)
+        .arg(filter);
     } else {
-        cmd.args(["-i", "lo", "-B", "16", "-f", filter, "-w"])
+        cmd.args(["-i", "lo", "-B", "16", "-l", "-P", "-f", filter, "-w"])
             .arg(file);
     }
     let mut td = cmd
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("{}: {e}", tool.name))?;
-    // `ready` comes once the capture runs; an error ends it.
-    let mut err = td.stderr.take().expect("piped");
+    // `ready` on stderr comes once the capture runs, a printed probe on
+    // stdout once packets reach it; an error ends it.
     let (tx, rx) = std::sync::mpsc::channel();
+    let mut err = td.stderr.take().expect("piped");
     let ready = tool.ready;
+    let etx = tx.clone();
     std::thread::spawn(move || {
         use std::io::Read;
         let mut seen = Vec::new();
         let mut b = [0u8; 256];
+        let mut said = false;
         while let Ok(n) = err.read(&mut b) {
             if n == 0 {
                 break;
             }
             seen.extend_from_slice(&b[..n]);
-            if String::from_utf8_lossy(&seen).contains(ready) {
-                let _ = tx.send(Ok(()));
+            if !said && String::from_utf8_lossy(&seen).contains(ready) {
+                said = true;
+                let _ = etx.send(Ok(false));
             }
         }
-        let _ = tx.send(Err(String::from_utf8_lossy(&seen).into_owned()));
+        let _ = etx.send(Err(String::from_utf8_lossy(&seen).into_owned()));
     });
-    match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(Ok(())) => Ok(td),
-        Ok(Err(e)) => Err(format!("{} cannot capture: {}", tool.name, e.trim())),
-        Err(_) => {
-            let _ = td.kill();
-            Err(format!("{} did not start capturing in 10 s", tool.name))
+    let out = td.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            // The probe's destination (tshark names port 4790 VxLAN).
+            if line.contains("127.118.3.251") {
+                let _ = tx.send(Ok(true));
+            }
+        }
+    });
+    let probe = std::net::UdpSocket::bind("127.118.3.250:0").map_err(|e| e.to_string())?;
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut capturing = false;
+    while Instant::now() < end {
+        if capturing {
+            let _ = probe.send_to(b"probe", "127.118.3.251:4790");
+        }
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(Ok(true)) => return Ok(td),
+            Ok(Ok(false)) => capturing = true,
+            Ok(Err(e)) => return Err(format!("{} cannot capture: {}", tool.name, e.trim())),
+            Err(_) => {}
         }
     }
+    let _ = td.kill();
+    Err(format!("{} did not start capturing in 10 s", tool.name))
 }
 
 /// Stops the capture as ^C does, so that it writes out what it holds.
