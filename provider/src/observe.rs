@@ -353,6 +353,40 @@ pub fn tell<'a>(t: Topic, e: impl FnOnce() -> Event<'a>) {
 mod tests {
     use super::*;
 
+    /// What a test's own observer was told, as (QPN, event name).
+    struct Record(std::sync::Mutex<Vec<(u32, &'static str)>>);
+
+    impl Observe for Record {
+        fn observe(&self, e: &Event<'_>) {
+            let seen = match *e {
+                Event::QpCreated { qpn, .. } => (qpn, "created"),
+                Event::QueuesGone {
+                    qpn,
+                    why: Gone::Destroyed,
+                    ..
+                } => (qpn, "destroyed"),
+                _ => return,
+            };
+            self.0.lock().unwrap().push(seen);
+        }
+    }
+
+    #[test]
+    fn a_qp_tells_the_observer_its_config_holds() {
+        static SEEN: Record = Record(std::sync::Mutex::new(Vec::new()));
+        want(Topic::TIMELINE);
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
+            let mut watched = crate::testing::config(ip, 0x77, 8);
+            watched.observer = Observer::new(&SEEN);
+            drop(crate::transport::new_qp(t, watched).unwrap());
+            // A QP with the default observer tells the process's, not ours.
+            drop(crate::transport::new_qp(t, crate::testing::config(ip, 0x78, 8)).unwrap());
+        }
+        let seen = SEEN.0.lock().unwrap().clone();
+        assert_eq!(seen, [(0x77, "created"), (0x77, "destroyed")].repeat(3));
+    }
+
     #[test]
     fn topics_are_one_word_set_and_cleared() {
         // Bits no tool in this test binary sets: the checker's categories
