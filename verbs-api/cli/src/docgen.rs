@@ -36,16 +36,11 @@ fn command() -> clap::Command {
     cmd
 }
 
-/// Every page of section 1: (file name, roff), the command's first.
-fn section1() -> Vec<(String, String)> {
-    fn walk(cmd: &clap::Command, out: &mut Vec<(String, String)>) {
-        let man = clap_mangen::Man::new(cmd.clone()).manual("uroce manual");
-        let mut page = Vec::new();
-        man.render(&mut page).expect("render to memory");
-        out.push((
-            man.get_filename(),
-            String::from_utf8(page).expect("roff is UTF-8"),
-        ));
+/// The command and every visible subcommand, depth first: one section 1
+/// page each, the command's first.
+fn pages() -> Vec<clap::Command> {
+    fn walk(cmd: &clap::Command, out: &mut Vec<clap::Command>) {
+        out.push(cmd.clone());
         for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
             walk(sub, out);
         }
@@ -53,6 +48,25 @@ fn section1() -> Vec<(String, String)> {
     let mut out = Vec::new();
     walk(&command(), &mut out);
     out
+}
+
+/// A page's name as `man` cites it (`uroce-demo(1)`).
+fn page_name(cmd: &clap::Command) -> String {
+    format!("{}(1)", cmd.get_display_name().unwrap_or(cmd.get_name()))
+}
+
+/// Every page of section 1: (file name, roff), the command's first.
+fn section1() -> Vec<(String, String)> {
+    pages()
+        .into_iter()
+        .map(|cmd| {
+            let man = clap_mangen::Man::new(cmd).manual("uroce manual");
+            let mut page = Vec::new();
+            man.render(&mut page).expect("render to memory");
+            let page = String::from_utf8(page).expect("roff is UTF-8");
+            (man.get_filename(), page)
+        })
+        .collect()
 }
 
 /// `uroce(7)`: what uroce is for a reader of `man`, and every variable.
@@ -81,13 +95,7 @@ fn section7() -> String {
         }
     }
     r.control("SH", ["SEE ALSO"]);
-    let pages: Vec<String> = section1()
-        .into_iter()
-        .map(|(f, _)| {
-            let (name, sec) = f.rsplit_once('.').unwrap_or((&f, "1"));
-            format!("{name}({sec})")
-        })
-        .collect();
+    let pages: Vec<String> = pages().iter().map(page_name).collect();
     r.text([roman(pages.join(", ") + ", ibv_devices(1), rdma_cm(7)")]);
     r.render()
 }
@@ -136,19 +144,11 @@ fn man_md() -> String {
          with `cp docs/man/*.1 /usr/local/share/man/man1/` and `cp docs/man/uroce.7 /usr/local/share/man/man7/`.\n\n\
          | page | what it is |\n|---|---|\n",
     );
-    let cmd = command();
-    fn rows(cmd: &clap::Command, s: &mut String) {
-        let name = cmd.get_display_name().unwrap_or(cmd.get_name());
+    for cmd in pages() {
         let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
-        *s += &format!(
-            "| `{name}(1)` | {} |\n",
-            cell(about.lines().next().unwrap_or(""))
-        );
-        for sub in cmd.get_subcommands().filter(|x| !x.is_hide_set()) {
-            rows(sub, s);
-        }
+        let about = cell(about.lines().next().unwrap_or(""));
+        s += &format!("| `{}` | {about} |\n", page_name(&cmd));
     }
-    rows(&cmd, &mut s);
     s +=
         "| `uroce(7)` | the environment variables: see [Environment variables](environment.md) |\n";
     s
