@@ -2,7 +2,7 @@
 //!
 //! The table is the documentation's source: `docs/src/reference/environment.md`
 //! and the `uroce(7)` man page are generated from it (the generator and
-//! its freshness test are `verbs-api/cli/tests/generated_docs.rs`), and a
+//! its freshness test are `verbs-api/cli/src/docgen.rs`, a unit test), and a
 //! unit test below scans the workspace's Rust, C and shell sources and
 //! fails when one of them names a `UROCE_*` variable the table lacks, or
 //! the table names one nothing reads.

@@ -6,8 +6,8 @@
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use uroce_verbs::provider::stat::{self, ProcessState};
-mod common;
-use common::{uroce, wait_listening};
+
+use crate::common::{uroce, wait_listening};
 
 /// `uroce rc-pingpong` on its own device `ip`, as server (no `server`)
 /// or client.

@@ -1,6 +1,4 @@
 //! Helpers the `uroce` command's integration tests share.
-#![allow(dead_code)]
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 

@@ -6,8 +6,8 @@
 use serde_json::Value;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
-mod common;
-use common::{uroce, wait_listening};
+
+use crate::common::{uroce, wait_listening};
 
 fn finish(mut child: Child) -> Output {
     let end = Instant::now() + Duration::from_secs(60);

@@ -11,8 +11,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-mod common;
-use common::{uroce, wait_listening};
+
+use crate::common::{uroce, wait_listening};
 
 /// Waits for `child`, killing it after a minute.
 fn finish(mut child: Child, what: &str) -> std::process::Output {

@@ -4,8 +4,8 @@
 
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
-mod common;
-use common::{uroce, wait_listening};
+
+use crate::common::{uroce, wait_listening};
 
 /// Waits for a tool's process, killing it after a minute (a run that
 /// hangs fails the test instead of hanging the suite).
