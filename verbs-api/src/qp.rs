@@ -206,11 +206,11 @@ impl QueuePair {
     pub fn post_send_with<T, E: From<Error>>(
         &self,
         items: impl IntoIterator<Item = T>,
-        mut read: impl FnMut(T) -> std::result::Result<SendWr, E>,
+        read: impl FnMut(T) -> std::result::Result<SendWr, E>,
     ) -> std::result::Result<(), (usize, E)> {
         self.qp
-            .post_send_with(items, |t| read(t).map_err(Caller))
-            .map_err(|(i, Caller(e))| (i, e))
+            .post_send_with(items, Caller::reader(read))
+            .map_err(Caller::out)
     }
 
     /// The rules a send WR's SGE count (`max_send_sge`) and inline length
@@ -262,11 +262,11 @@ impl QueuePair {
     pub fn post_recv_with<T, E: From<Error>>(
         &self,
         items: impl IntoIterator<Item = T>,
-        mut read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
+        read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
     ) -> std::result::Result<(), (usize, E)> {
         self.qp
-            .post_recv_with(items, |t| read(t).map_err(Caller))
-            .map_err(|(i, Caller(e))| (i, e))
+            .post_recv_with(items, Caller::reader(read))
+            .map_err(Caller::out)
     }
 
     /// The send queue's depth: the most WRs one post takes.
@@ -278,6 +278,21 @@ impl QueuePair {
 /// A caller's error passed through the provider's post loop, which
 /// reports its own errors as `DeviceError`s.
 pub(crate) struct Caller<E>(pub(crate) E);
+
+impl<E> Caller<E> {
+    /// `read`, its errors passed through the provider as [`Caller`]s.
+    pub(crate) fn reader<T, W>(
+        mut read: impl FnMut(T) -> std::result::Result<W, E>,
+    ) -> impl FnMut(T) -> std::result::Result<W, Caller<E>> {
+        move |t| read(t).map_err(Caller)
+    }
+
+    /// The failing WR's index and the caller's error, out of the
+    /// provider's.
+    pub(crate) fn out((i, Caller(e)): (usize, Caller<E>)) -> (usize, E) {
+        (i, e)
+    }
+}
 
 impl<E: From<Error>> From<uroce_provider::device::DeviceError> for Caller<E> {
     fn from(e: uroce_provider::device::DeviceError) -> Caller<E> {

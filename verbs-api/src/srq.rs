@@ -86,11 +86,11 @@ impl SharedReceiveQueue {
     pub fn post_recv_with<T, E: From<Error>>(
         &self,
         items: impl IntoIterator<Item = T>,
-        mut read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
+        read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
     ) -> std::result::Result<(), (usize, E)> {
         self.inner
-            .post_recv_with(items, |t| read(t).map_err(crate::qp::Caller))
-            .map_err(|(i, crate::qp::Caller(e))| (i, e))
+            .post_recv_with(items, crate::qp::Caller::reader(read))
+            .map_err(crate::qp::Caller::out)
     }
 
     /// The rule a receive WR's SGE count must pass (`max_sge`): for a

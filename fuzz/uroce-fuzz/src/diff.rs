@@ -63,6 +63,16 @@ pub fn answer_kind(bytes: &[u8]) -> String {
     }
 }
 
+/// The kinds ([`answer_kind`]) of the packets the target sent in a run,
+/// in order (into a list, or a set).
+pub(crate) fn answer_kinds<C: FromIterator<String>>(o: &Outcome) -> C {
+    o.packets
+        .iter()
+        .filter(|p| !p.sent)
+        .map(|p| answer_kind(&p.bytes))
+        .collect()
+}
+
 /// Summarizes a run.
 pub fn answer(o: &Outcome) -> Answer {
     let mut completions: Vec<(bool, u32)> = o
@@ -73,12 +83,7 @@ pub fn answer(o: &Outcome) -> Answer {
         .collect();
     completions.sort_unstable();
     Answer {
-        answers: o
-            .packets
-            .iter()
-            .filter(|p| !p.sent)
-            .map(|p| answer_kind(&p.bytes))
-            .collect(),
+        answers: answer_kinds(o),
         state: o.obs.qp_state,
         completions,
         exposed: o.obs.exposed.clone(),

@@ -387,11 +387,11 @@ fn answers(posts: &[(Post, i32)], conn: &Conn, rng: &mut SmallRng) -> Vec<Packet
                 let n = w.span(mtu);
                 let fill = rng.random();
                 for i in 0..n {
-                    let op = match (n, i) {
-                        (1, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                        (_, 0) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                        (_, i) if i + 1 == n => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-                        _ => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                    let op = match crate::model::answer::packet_position(i, n) {
+                        Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                        Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                        Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                        Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
                     };
                     let mut a = PacketSpec::response(op, start + i as i32);
                     let len = (w.len - i * mtu).min(mtu);

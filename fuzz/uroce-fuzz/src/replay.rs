@@ -688,12 +688,7 @@ mod tests {
         assert_eq!(&out.obs.exposed[512..512 + 3072], &data[..]);
         assert_ne!(out.obs.exposed[3584..3592], [PATTERN; 8]);
         assert!(out.obs.exposed[..512].iter().all(|&x| x == PATTERN));
-        let answers: Vec<String> = out
-            .packets
-            .iter()
-            .filter(|p| !p.sent)
-            .map(|p| crate::diff::answer_kind(&p.bytes))
-            .collect();
+        let answers: Vec<String> = crate::diff::answer_kinds(&out);
         assert!(answers.iter().any(|a| a == "READ response"), "{answers:?}");
         assert!(answers.iter().any(|a| a == "atomic ACK"), "{answers:?}");
     }

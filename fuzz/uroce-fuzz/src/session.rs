@@ -313,12 +313,7 @@ pub fn replay(path: &Path, spec: &TargetSpec, log: &mut dyn Write) -> Result<usi
 
 /// The answers of a run and the oracles it tripped.
 fn print_outcome(out: &Outcome, log: &mut dyn Write) {
-    let answers: Vec<String> = out
-        .packets
-        .iter()
-        .filter(|p| !p.sent)
-        .map(|p| super::diff::answer_kind(&p.bytes))
-        .collect();
+    let answers: Vec<String> = super::diff::answer_kinds(out);
     if !answers.is_empty() {
         let _ = writeln!(log, "  answers: {}", answers.join(", "));
     }

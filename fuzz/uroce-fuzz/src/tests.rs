@@ -182,12 +182,7 @@ fn an_executed_atomic_is_answered_before_the_nak() {
         steps: vec![Step::Packet(fa), Step::Packet(last), Step::Wait(1000)],
     };
     let out = run_case(&mut t, QpType::Rc, 2, &case).unwrap();
-    let kinds: Vec<String> = out
-        .packets
-        .iter()
-        .filter(|p| !p.sent)
-        .map(|p| diff::answer_kind(&p.bytes))
-        .collect();
+    let kinds: Vec<String> = diff::answer_kinds(&out);
     assert_eq!(kinds, ["atomic ACK", "NAK invalid request"], "{kinds:?}");
     assert_eq!(out.obs.qp_state, QpState::Err);
 }

@@ -5,7 +5,7 @@
 //! its extended polling is [`crate::cq_ex`].
 
 use crate::ffi::*;
-use crate::objects::{accessor, claim, destroy_boxed, errno, register, Handles};
+use crate::objects::{accessor, destroy_boxed, errno, register, Handles};
 use crate::{errno_result, guard, is_nonblocking, minus_one_result, ptr_result};
 use libc::{c_int, c_uint, c_void};
 use parking_lot::Mutex;
@@ -259,35 +259,8 @@ unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
     })
 }
 
-#[no_mangle]
-unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
-    // SAFETY: forwarded.
-    unsafe { ibv_destroy_cq_impl(p) }
-}
-
-/// `ibv_destroy_cq`, for callers in this library (see [`crate::symbol_versions`]).
-pub(crate) unsafe extern "C" fn ibv_destroy_cq_impl(p: *mut ibv_cq) -> c_int {
-    errno_result(|| {
-        let claimed = claim(p)?;
-        // SAFETY: a live CQ (claimed from the registry).
-        let inner = unsafe { cq(p)? };
-        let (handle, handles) = (inner.rust.handle(), inner.handles.clone());
-        // SAFETY: as in ibv_dealloc_pd, for a CQ.
-        let r = unsafe {
-            destroy_boxed(
-                p.cast::<Cq>(),
-                |o| addr_of_mut!((*o).inner.rust),
-                CompletionQueue::destroy,
-                || {
-                    handles.cqs.lock().remove(&handle);
-                },
-            )
-        };
-        if r.is_ok() {
-            claimed.commit();
-        }
-        r
-    })
+crate::objects::destroy_listed! {
+    fn ibv_destroy_cq / ibv_destroy_cq_impl(ibv_cq) as Cq, cq, CompletionQueue, cqs
 }
 
 // ---------------------------------------------------------------- WCs, polling, events

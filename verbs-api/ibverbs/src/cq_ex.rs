@@ -58,41 +58,34 @@ fn cur<T: Default>(c: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> T) -> T {
     })
 }
 
-pub(crate) unsafe extern "C" fn read_opcode(c: *mut ibv_cq_ex) -> c_int {
-    cur(c, |w| w.opcode as c_int)
+/// The `ibv_wc_read_*` function pointers that read one field of the
+/// current completion ([`cur`]: the type's default when there is none).
+macro_rules! readers {
+    ($($(#[$m:meta])* fn $name:ident -> $t:ty: $f:expr;)+) => {
+        $(
+            $(#[$m])*
+            pub(crate) unsafe extern "C" fn $name(c: *mut ibv_cq_ex) -> $t {
+                cur(c, $f)
+            }
+        )+
+    };
 }
-pub(crate) unsafe extern "C" fn read_vendor_err(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.vendor_err)
-}
-pub(crate) unsafe extern "C" fn read_byte_len(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.byte_len)
-}
-pub(crate) unsafe extern "C" fn read_imm_data(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| wc_to_c(w).imm_data)
-}
-pub(crate) unsafe extern "C" fn read_qp_num(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.qp_num)
-}
-pub(crate) unsafe extern "C" fn read_src_qp(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.src_qp)
-}
-pub(crate) unsafe extern "C" fn read_wc_flags(c: *mut ibv_cq_ex) -> c_uint {
-    cur(c, |w| w.wc_flags.bits())
-}
-pub(crate) unsafe extern "C" fn read_slid(c: *mut ibv_cq_ex) -> u32 {
-    cur(c, |w| w.slid as u32)
-}
-pub(crate) unsafe extern "C" fn read_sl(c: *mut ibv_cq_ex) -> u8 {
-    cur(c, |w| w.sl)
-}
-pub(crate) unsafe extern "C" fn read_dlid_path_bits(c: *mut ibv_cq_ex) -> u8 {
-    cur(c, |w| w.dlid_path_bits)
-}
-/// The completion clock when the engine generated the completion (in
-/// `hca_core_clock` ticks: ns on CLOCK_MONOTONIC); 0 from a CQ made
-/// without `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP(_WALLCLOCK)`.
-pub(crate) unsafe extern "C" fn read_completion_ts(c: *mut ibv_cq_ex) -> u64 {
-    cur(c, |w| w.timestamp)
+
+readers! {
+    fn read_opcode -> c_int: |w| w.opcode as c_int;
+    fn read_vendor_err -> u32: |w| w.vendor_err;
+    fn read_byte_len -> u32: |w| w.byte_len;
+    fn read_imm_data -> u32: |w| wc_to_c(w).imm_data;
+    fn read_qp_num -> u32: |w| w.qp_num;
+    fn read_src_qp -> u32: |w| w.src_qp;
+    fn read_wc_flags -> c_uint: |w| w.wc_flags.bits();
+    fn read_slid -> u32: |w| w.slid as u32;
+    fn read_sl -> u8: |w| w.sl;
+    fn read_dlid_path_bits -> u8: |w| w.dlid_path_bits;
+    /// The completion clock when the engine generated the completion (in
+    /// `hca_core_clock` ticks: ns on CLOCK_MONOTONIC); 0 from a CQ made
+    /// without `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP(_WALLCLOCK)`.
+    fn read_completion_ts -> u64: |w| w.timestamp;
 }
 /// The same moment on the wall clock (ns since the epoch); 0 as above.
 pub(crate) unsafe extern "C" fn read_completion_wallclock_ns(c: *mut ibv_cq_ex) -> u64 {

@@ -22,15 +22,25 @@ pub(crate) fn name_in(table: &[&'static CStr], i: c_int, unknown: &'static CStr)
         .as_ptr()
 }
 
-fn pick(table: &[&'static CStr], i: c_int) -> *const c_char {
-    name_in(table, i, c"unknown")
+/// An `extern "C" fn(c_int) -> *const c_char` of rdma-core's `*_str`
+/// kind: entry `value` of the table of names, `unknown` outside it (the
+/// strings are static: the pointer stays valid).
+macro_rules! name_table {
+    ($(#[$m:meta])* fn $name:ident($arg:ident), unknown $unknown:literal, [$($n:literal),+ $(,)?]) => {
+        $(#[$m])*
+        #[no_mangle]
+        extern "C" fn $name($arg: libc::c_int) -> *const libc::c_char {
+            const T: &[&std::ffi::CStr] = &[$($n),+];
+            $crate::enums::name_in(T, $arg, $unknown)
+        }
+    };
 }
+pub(crate) use name_table;
 
-/// The words of rdma-core's `ibv_wc_status_str` (uroce's `WcStatus`
-/// `Display` gives the same).
-#[no_mangle]
-extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
-    const T: &[&CStr] = &[
+name_table! {
+    /// The words of rdma-core's `ibv_wc_status_str` (uroce's `WcStatus`
+    /// `Display` gives the same).
+    fn ibv_wc_status_str(status), unknown c"unknown", [
         c"success",
         c"local length error",
         c"local QP operation error",
@@ -55,13 +65,11 @@ extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
         c"general error",
         c"TM error",
         c"TM rendezvous error",
-    ];
-    pick(T, status)
+    ]
 }
 
-#[no_mangle]
-extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {
-    const T: &[&CStr] = &[
+name_table! {
+    fn ibv_event_type_str(event), unknown c"unknown", [
         c"CQ error",
         c"local work queue catastrophic error",
         c"invalid request local work queue error",
@@ -82,13 +90,11 @@ extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {
         c"client reregistration",
         c"GID table change",
         c"WQ fatal",
-    ];
-    pick(T, event)
+    ]
 }
 
-#[no_mangle]
-extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
-    const T: &[&CStr] = &[
+name_table! {
+    fn ibv_node_type_str(node_type), unknown c"unknown", [
         c"unknown",
         c"InfiniBand channel adapter",
         c"InfiniBand switch",
@@ -97,26 +103,22 @@ extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
         c"usNIC",
         c"usNIC UDP",
         c"unspecified",
-    ];
-    pick(T, node_type)
+    ]
 }
 
-#[no_mangle]
-extern "C" fn ibv_port_state_str(port_state: c_int) -> *const c_char {
-    const T: &[&CStr] = &[
+name_table! {
+    fn ibv_port_state_str(port_state), unknown c"unknown", [
         c"no state change (NOP)",
         c"down",
         c"init",
         c"armed",
         c"active",
         c"active defer",
-    ];
-    pick(T, port_state)
+    ]
 }
 
-#[no_mangle]
-extern "C" fn ibv_wr_opcode_str(opcode: c_int) -> *const c_char {
-    const T: &[&CStr] = &[
+name_table! {
+    fn ibv_wr_opcode_str(opcode), unknown c"unknown", [
         c"rdma-write",
         c"rdma-write-with-imm",
         c"send",
@@ -133,8 +135,7 @@ extern "C" fn ibv_wr_opcode_str(opcode: c_int) -> *const c_char {
         c"unknown",
         c"unknown",
         c"atomic-write",
-    ];
-    pick(T, opcode)
+    ]
 }
 
 /// `enum ibv_rate` -> multiple of 2.5 Gb/s (rdma-core's table).
@@ -163,22 +164,23 @@ const RATES: &[(c_int, c_int, c_int)] = &[
     (22, 240, 600000),
 ];
 
-#[no_mangle]
-extern "C" fn ibv_rate_to_mult(rate: c_int) -> c_int {
-    RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.1)
+/// The `extern "C"` look-ups in [`RATES`]: `fn name(arg) from -> to or
+/// none` answers column `to` of the row whose column `from` is `arg`, and
+/// `none` when no row has it.
+macro_rules! rate_lookups {
+    ($(fn $name:ident($arg:ident) $from:tt -> $to:tt or $none:expr;)+) => {
+        $(
+            #[no_mangle]
+            extern "C" fn $name($arg: c_int) -> c_int {
+                RATES.iter().find(|r| r.$from == $arg).map_or($none, |r| r.$to)
+            }
+        )+
+    };
 }
 
-#[no_mangle]
-extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
-    RATES.iter().find(|r| r.1 == mult).map_or(0, |r| r.0)
-}
-
-#[no_mangle]
-extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
-    RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.2)
-}
-
-#[no_mangle]
-extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
-    RATES.iter().find(|r| r.2 == mbps).map_or(0, |r| r.0)
+rate_lookups! {
+    fn ibv_rate_to_mult(rate) 0 -> 1 or -1;
+    fn mult_to_ibv_rate(mult) 1 -> 0 or 0;
+    fn ibv_rate_to_mbps(rate) 0 -> 2 or -1;
+    fn mbps_to_ibv_rate(mbps) 2 -> 0 or 0;
 }

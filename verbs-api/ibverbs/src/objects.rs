@@ -329,3 +329,54 @@ pub(crate) unsafe fn destroy_boxed<O, R>(
         }
     }
 }
+
+/// The destroy of an object listed by number in its context's
+/// [`Handles`] (a CQ, an SRQ): `fn $c_name / $name($cty) as $obj, $get,
+/// $rust, $table` makes the C entry point `$c_name` and `$name`, which it
+/// forwards to (for callers in this library, see
+/// [`crate::symbol_versions`]). `$name` takes the object (type `$obj`,
+/// its uroce half `$rust` in `inner.rust`, read with the accessor `$get`)
+/// out of the registry ([`claim`]), destroys it with [`destroy_boxed`]
+/// and takes it out of `handles.$table`; a refusal (busy) leaves it live
+/// and registered.
+macro_rules! destroy_listed {
+    (fn $c_name:ident / $name:ident($cty:ty) as $obj:ty, $get:ident, $rust:ty, $table:ident) => {
+        #[no_mangle]
+        unsafe extern "C" fn $c_name(p: *mut $cty) -> libc::c_int {
+            // SAFETY: forwarded.
+            unsafe { $name(p) }
+        }
+
+        #[doc = concat!(
+                                    "`", stringify!($c_name), "`, for callers in this library ",
+                                    "(see [`crate::symbol_versions`])."
+                                )]
+        pub(crate) unsafe extern "C" fn $name(p: *mut $cty) -> libc::c_int {
+            $crate::errno_result(|| {
+                let claimed = $crate::objects::claim(p)?;
+                // SAFETY: a live object of this kind (claimed from the
+                // registry).
+                let inner = unsafe { $get(p)? };
+                let (handle, handles) = (inner.rust.handle(), inner.handles.clone());
+                // SAFETY: made by Box::into_raw in this library and claimed
+                // above (committed below on success); the closure only
+                // computes a field address.
+                let r = unsafe {
+                    $crate::objects::destroy_boxed(
+                        p.cast::<$obj>(),
+                        |o| std::ptr::addr_of_mut!((*o).inner.rust),
+                        <$rust>::destroy,
+                        || {
+                            handles.$table.lock().remove(&handle);
+                        },
+                    )
+                };
+                if r.is_ok() {
+                    claimed.commit();
+                }
+                r
+            })
+        }
+    };
+}
+pub(crate) use destroy_listed;

@@ -60,6 +60,15 @@ fn new_wr(p: *mut ibv_qp_ex, op: WrOpcode, set: impl FnOnce(&mut SendWr)) {
     })
 }
 
+/// [`new_wr`] of an operation on the peer's memory at `addr` (`rkey`).
+fn remote_wr(p: *mut ibv_qp_ex, op: WrOpcode, rkey: u32, addr: u64, set: impl FnOnce(&mut SendWr)) {
+    new_wr(p, op, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        set(w);
+    })
+}
+
 /// Edits the WR started last (given the QP).
 fn last_wr(p: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr, &QueuePair) -> Result<(), i32>) {
     with_batch(p, |wrs, _, q| f(wrs.last_mut().ok_or(libc::EINVAL)?, q))
@@ -204,10 +213,7 @@ pub(crate) unsafe extern "C" fn wr_local_inv(p: *mut ibv_qp_ex, rkey: u32) {
     new_wr(p, WrOpcode::LocalInv, |w| w.invalidate_rkey = rkey)
 }
 pub(crate) unsafe extern "C" fn wr_rdma_write(p: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    new_wr(p, WrOpcode::RdmaWrite, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-    })
+    remote_wr(p, WrOpcode::RdmaWrite, rkey, addr, |_| {})
 }
 pub(crate) unsafe extern "C" fn wr_rdma_write_imm(
     p: *mut ibv_qp_ex,
@@ -215,17 +221,12 @@ pub(crate) unsafe extern "C" fn wr_rdma_write_imm(
     addr: u64,
     imm: u32,
 ) {
-    new_wr(p, WrOpcode::RdmaWriteWithImm, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.imm_data = u32::from_be(imm);
+    remote_wr(p, WrOpcode::RdmaWriteWithImm, rkey, addr, |w| {
+        w.imm_data = u32::from_be(imm)
     })
 }
 pub(crate) unsafe extern "C" fn wr_rdma_read(p: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    new_wr(p, WrOpcode::RdmaRead, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-    })
+    remote_wr(p, WrOpcode::RdmaRead, rkey, addr, |_| {})
 }
 pub(crate) unsafe extern "C" fn wr_atomic_cmp_swp(
     p: *mut ibv_qp_ex,
@@ -234,9 +235,7 @@ pub(crate) unsafe extern "C" fn wr_atomic_cmp_swp(
     cmp: u64,
     swap: u64,
 ) {
-    new_wr(p, WrOpcode::AtomicCmpAndSwp, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
+    remote_wr(p, WrOpcode::AtomicCmpAndSwp, rkey, addr, |w| {
         w.compare_add = cmp;
         w.swap = swap;
     })
@@ -247,10 +246,8 @@ pub(crate) unsafe extern "C" fn wr_atomic_fetch_add(
     addr: u64,
     add: u64,
 ) {
-    new_wr(p, WrOpcode::AtomicFetchAndAdd, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.compare_add = add;
+    remote_wr(p, WrOpcode::AtomicFetchAndAdd, rkey, addr, |w| {
+        w.compare_add = add
     })
 }
 pub(crate) unsafe extern "C" fn wr_set_ud_addr(

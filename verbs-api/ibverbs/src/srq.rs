@@ -2,12 +2,12 @@
 //! `ibv_query_srq`, `ibv_destroy_srq` (posting is [`crate::post`]).
 
 use crate::ffi::*;
-use crate::objects::{accessor, claim, destroy_boxed, errno, live, register, Handles};
+use crate::objects::{accessor, errno, live, register, Handles};
 use crate::pd_mr::pd;
 use crate::{errno_result, ptr_result};
 use libc::c_int;
 use std::mem::ManuallyDrop;
-use std::ptr::{addr_of, addr_of_mut};
+use std::ptr::addr_of;
 use std::sync::Arc;
 use uroce_verbs::{SharedReceiveQueue, SrqAttr, SrqAttrMask};
 
@@ -135,33 +135,6 @@ unsafe extern "C" fn ibv_query_srq(p: *mut ibv_srq, attr: *mut ibv_srq_attr) -> 
     })
 }
 
-#[no_mangle]
-unsafe extern "C" fn ibv_destroy_srq(p: *mut ibv_srq) -> c_int {
-    // SAFETY: forwarded.
-    unsafe { ibv_destroy_srq_impl(p) }
-}
-
-/// `ibv_destroy_srq`, for callers in this library (see [`crate::symbol_versions`]).
-pub(crate) unsafe extern "C" fn ibv_destroy_srq_impl(p: *mut ibv_srq) -> c_int {
-    errno_result(|| {
-        let claimed = claim(p)?;
-        // SAFETY: a live SRQ (claimed from the registry).
-        let inner = unsafe { srq(p)? };
-        let (handle, handles) = (inner.rust.handle(), inner.handles.clone());
-        // SAFETY: as in ibv_dealloc_pd, for an SRQ.
-        let r = unsafe {
-            destroy_boxed(
-                p.cast::<Srq>(),
-                |o| addr_of_mut!((*o).inner.rust),
-                SharedReceiveQueue::destroy,
-                || {
-                    handles.srqs.lock().remove(&handle);
-                },
-            )
-        };
-        if r.is_ok() {
-            claimed.commit();
-        }
-        r
-    })
+crate::objects::destroy_listed! {
+    fn ibv_destroy_srq / ibv_destroy_srq_impl(ibv_srq) as Srq, srq, SharedReceiveQueue, srqs
 }

@@ -146,12 +146,48 @@ const WAKE_UP: Duration = Duration::from_millis(500);
 /// How long a connection's CM steps may take.
 const CM_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn err(errno: i32) -> IoError {
+pub(crate) fn err(errno: i32) -> IoError {
     IoError::from_raw_os_error(errno)
 }
 
-fn verbs_err(e: uroce_verbs::Error) -> IoError {
+pub(crate) fn verbs_err(e: uroce_verbs::Error) -> IoError {
     err(e.errno())
+}
+
+/// The verbs objects of an rsocket's queue pair (`rs_create_ep`'s and
+/// `ds_create_qp`'s): a PD, a completion channel, one CQ of `cqe` entries
+/// on it for both queues, and a `qp_type` QP of `cap` on `id` whose every
+/// send completes.
+pub(crate) fn create_endpoint(
+    ctx: &Context,
+    id: &CmId,
+    cqe: u32,
+    qp_type: QpType,
+    cap: QpCap,
+) -> Result<(
+    ProtectionDomain,
+    CompChannel,
+    CompletionQueue,
+    Arc<QueuePair>,
+)> {
+    let pd = ctx.alloc_pd().map_err(verbs_err)?;
+    let comp = ctx.create_comp_channel().map_err(verbs_err)?;
+    let cq = ctx
+        .cq_builder()
+        .cqe(cqe)
+        .channel(&comp)
+        .build()
+        .map_err(verbs_err)?;
+    let init = QpInitAttr {
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap,
+        qp_type,
+        sq_sig_all: true,
+        srq: None,
+    };
+    let qp = id.create_qp(&pd, &init).map_err(verbs_err)?;
+    Ok((pd, comp, cq, qp))
 }
 
 /// `struct rs_sge`: where (and with which key) a buffer is.
@@ -481,33 +517,15 @@ impl State {
         let max = ctx.query_device().max_qp_wr.min(u32::from(QP_MAX_SIZE)) as u16;
         self.sq_size = self.sq_size.clamp(QP_MIN_SIZE, max);
         self.rq_size = self.rq_size.clamp(QP_MIN_SIZE, max);
-        let pd = ctx.alloc_pd().map_err(verbs_err)?;
-        let comp = ctx.create_comp_channel().map_err(verbs_err)?;
-        let cq = ctx
-            .cq_builder()
-            .cqe(u32::from(self.sq_size) + u32::from(self.rq_size))
-            .channel(&comp)
-            .build()
-            .map_err(verbs_err)?;
-        let qp = id
-            .create_qp(
-                &pd,
-                &QpInitAttr {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    cap: QpCap {
-                        max_send_wr: self.sq_size.into(),
-                        max_recv_wr: self.rq_size.into(),
-                        max_send_sge: 2,
-                        max_recv_sge: 1,
-                        max_inline_data: self.sq_inline.into(),
-                    },
-                    qp_type: QpType::Rc,
-                    sq_sig_all: true,
-                    srq: None,
-                },
-            )
-            .map_err(verbs_err)?;
+        let cap = QpCap {
+            max_send_wr: self.sq_size.into(),
+            max_recv_wr: self.rq_size.into(),
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: self.sq_inline.into(),
+        };
+        let cqe = u32::from(self.sq_size) + u32::from(self.rq_size);
+        let (pd, comp, cq, qp) = create_endpoint(&ctx, id, cqe, QpType::Rc, cap)?;
         self.sq_inline = qp.cap().max_inline_data.min(u32::from(QP_MAX_SIZE)) as u16;
         let sbytes = self.sbuf_size as usize + MAX_CTRL_MSG * QP_CTRL_SIZE as usize;
         let smr = pd

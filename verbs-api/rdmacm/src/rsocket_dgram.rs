@@ -22,6 +22,7 @@
 //! looks.
 
 use crate::cm::{CmId, EventChannel, PortSpace, RDMA_UDP_QKEY};
+use crate::rsocket::{create_endpoint, err, verbs_err};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::io::{Error as IoError, Result};
@@ -30,8 +31,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 use uroce_verbs::{
-    Access, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap,
-    QpInitAttr, QpType, QueuePair, RecvWr, SendWr, UdDest, WrOpcode,
+    Access, CompChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpType,
+    QueuePair, RecvWr, SendWr, UdDest, WrOpcode,
 };
 
 /// `RS_SNDLOWAT`: a datagram's largest size with its header.
@@ -47,14 +48,6 @@ const OP_DATA: u8 = 0;
 const OP_CTRL: u8 = 7;
 /// rsocket.c's defaults for datagram queues.
 const DEF_QSIZE: u32 = 384;
-
-fn err(errno: i32) -> IoError {
-    IoError::from_raw_os_error(errno)
-}
-
-fn verbs_err(e: uroce_verbs::Error) -> IoError {
-    err(e.errno())
-}
 
 /// `struct ds_header` for a sender at `a`.
 fn ds_header(a: SocketAddr) -> Vec<u8> {
@@ -613,33 +606,14 @@ fn create_qp(src: SocketAddr) -> Result<DsQp> {
     let id = CmId::new(&ch, PortSpace::Udp).map_err(verbs_err)?;
     id.bind_addr(src).map_err(verbs_err)?;
     let ctx = id.context().ok_or_else(|| err(libc::EADDRNOTAVAIL))?;
-    let pd = ctx.alloc_pd().map_err(verbs_err)?;
-    let comp = ctx.create_comp_channel().map_err(verbs_err)?;
-    let cq = ctx
-        .cq_builder()
-        .cqe(2 * DEF_QSIZE)
-        .channel(&comp)
-        .build()
-        .map_err(verbs_err)?;
-    let qp = id
-        .create_qp(
-            &pd,
-            &QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                cap: QpCap {
-                    max_send_wr: DEF_QSIZE,
-                    max_recv_wr: DEF_QSIZE,
-                    max_send_sge: 1,
-                    max_recv_sge: 2,
-                    max_inline_data: 0,
-                },
-                qp_type: QpType::Ud,
-                sq_sig_all: true,
-                srq: None,
-            },
-        )
-        .map_err(verbs_err)?;
+    let cap = QpCap {
+        max_send_wr: DEF_QSIZE,
+        max_recv_wr: DEF_QSIZE,
+        max_send_sge: 1,
+        max_recv_sge: 2,
+        max_inline_data: 0,
+    };
+    let (pd, comp, cq, qp) = create_endpoint(&ctx, &id, 2 * DEF_QSIZE, QpType::Ud, cap)?;
     let slots = DEF_QSIZE as usize * MSG_SIZE;
     let smr = pd.alloc_mr(slots, Access::LOCAL_WRITE).map_err(verbs_err)?;
     let rmr = pd

@@ -19,6 +19,16 @@ pub fn psn_add(a: u32, n: u32) -> u32 {
     a.wrapping_add(n) & PSN_MASK
 }
 
+/// Where packet `i` of a message of `n` packets stands in it.
+pub fn packet_position(i: u32, n: u32) -> Position {
+    match (n, i) {
+        (1, _) => Position::Only,
+        (_, 0) => Position::First,
+        (_, i) if i + 1 == n => Position::Last,
+        _ => Position::Middle,
+    }
+}
+
 /// One answer the target sent, as the model reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Seen {
@@ -283,12 +293,7 @@ impl Want {
                 if i >= n {
                     return false;
                 }
-                let want_pos = match (n, i) {
-                    (1, _) => Position::Only,
-                    (_, 0) => Position::First,
-                    (_, i) if i + 1 == n => Position::Last,
-                    _ => Position::Middle,
-                };
+                let want_pos = packet_position(i, n);
                 let lo = (i * mtu) as usize;
                 let hi = (lo + *mtu as usize).min(bytes.len());
                 let part = bytes.get(lo..hi).unwrap_or(&[]);

@@ -594,60 +594,45 @@ fn compare(conn: &Conn, w: &World, obs: &Observation) -> Vec<Mismatch> {
         (_, Status::Is(WC_WR_FLUSH_ERR)) => rules::FLUSH.id,
         _ => rules::RECEIVE.id,
     };
-    for i in 0..want.len().max(got.len()) {
-        let (r, c) = (want.get(i), got.get(i));
-        let fits = match (r, c) {
-            (Some(r), Some(c)) => recv_fits(r, c),
-            _ => false,
-        };
-        if !fits {
-            out.push(Mismatch {
-                rule: r.map_or(if ud { rules::UD.id } else { rules::RECEIVE.id }, rule_of),
-                allowed: r.map_or("no further receive completion".into(), |r| {
-                    format!(
-                        "receive completion {} {:?} (for {})",
-                        r.wr_id, r.status, r.why
-                    )
-                }),
-                observed: c.map_or("none".into(), |c| format!("{c:?}")),
-            });
-            break;
-        }
+    if let Some((r, c)) = first_misfit(&want, &got, |r, c| recv_fits(r, c)) {
+        out.push(Mismatch {
+            rule: r.map_or(if ud { rules::UD.id } else { rules::RECEIVE.id }, rule_of),
+            allowed: r.map_or("no further receive completion".into(), |r| {
+                format!(
+                    "receive completion {} {:?} (for {})",
+                    r.wr_id, r.status, r.why
+                )
+            }),
+            observed: c.map_or("none".into(), |c| format!("{c:?}")),
+        });
     }
     // The send completions, in posting order (IBA 10.8).
     let want = requester::completions(w);
     let got: Vec<&crate::target::Completion> = obs.completions.iter().filter(|c| !c.recv).collect();
-    for i in 0..want.len().max(got.len()) {
-        let (s, c) = (want.get(i), got.get(i));
-        let detail = |want: Option<u32>, got: Option<u32>| want.is_none() || got == want;
-        let fits = match (s, c) {
-            (Some(s), Some(c)) => {
-                s.wr_id == c.wr_id
-                    && (s.status.contains(&c.status) || (s.status.is_empty() && c.status != 0))
-                    && (c.status != WC_SUCCESS
-                        || c.opcode.is_none()
-                        || (detail(s.opcode, c.opcode) && detail(s.byte_len, c.byte_len)))
-            }
-            _ => false,
+    let detail = |want: Option<u32>, got: Option<u32>| want.is_none() || got == want;
+    let fits = |s: &requester::SendDone, c: &&crate::target::Completion| {
+        s.wr_id == c.wr_id
+            && (s.status.contains(&c.status) || (s.status.is_empty() && c.status != 0))
+            && (c.status != WC_SUCCESS
+                || c.opcode.is_none()
+                || (detail(s.opcode, c.opcode) && detail(s.byte_len, c.byte_len)))
+    };
+    if let Some((s, c)) = first_misfit(&want, &got, fits) {
+        let rule = match w.t {
+            Transport::Rc(_) => rules::REQUESTER,
+            Transport::Uc(_) => rules::UC,
+            Transport::Ud(_) => rules::UD,
         };
-        if !fits {
-            let rule = match w.t {
-                Transport::Rc(_) => rules::REQUESTER,
-                Transport::Uc(_) => rules::UC,
-                Transport::Ud(_) => rules::UD,
-            };
-            out.push(Mismatch {
-                rule: rule.id,
-                allowed: s.map_or("no further send completion".into(), |s| {
-                    format!(
-                        "send completion {:#x} status {:?} (empty: any error), opcode {:?}, length {:?}",
-                        s.wr_id, s.status, s.opcode, s.byte_len
-                    )
-                }),
-                observed: c.map_or("none".into(), |c| format!("{c:?}")),
-            });
-            break;
-        }
+        out.push(Mismatch {
+            rule: rule.id,
+            allowed: s.map_or("no further send completion".into(), |s| {
+                format!(
+                    "send completion {:#x} status {:?} (empty: any error), opcode {:?}, length {:?}",
+                    s.wr_id, s.status, s.opcode, s.byte_len
+                )
+            }),
+            observed: c.map_or("none".into(), |c| format!("{c:?}")),
+        });
     }
     if let Some(ans) = &obs.answers {
         if !matches!(w.t, Transport::Rc(_)) {
@@ -662,6 +647,19 @@ fn compare(conn: &Conn, w: &World, obs: &Observation) -> Vec<Mismatch> {
         out.extend(answer::judge(&w.expects, &seen, end));
     }
     out
+}
+
+/// Where `want` and `got`, taken in step, first part: a pair `fits`
+/// refuses, or an entry of the longer list past the other's end; None
+/// when they agree throughout.
+fn first_misfit<'a, A, B>(
+    want: &'a [A],
+    got: &'a [B],
+    fits: impl Fn(&A, &B) -> bool,
+) -> Option<(Option<&'a A>, Option<&'a B>)> {
+    (0..want.len().max(got.len()))
+        .map(|i| (want.get(i), got.get(i)))
+        .find(|pair| !matches!(pair, (Some(a), Some(b)) if fits(a, b)))
 }
 
 fn recv_fits(r: &Recv, c: &crate::target::Completion) -> bool {

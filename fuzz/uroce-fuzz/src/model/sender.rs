@@ -33,7 +33,7 @@ use super::requester::{SendDone, LOCAL_ERRORS};
 use super::{Transport, World, WC_SUCCESS, WC_WR_FLUSH_ERR};
 use crate::case::{Post, PostOp};
 use crate::target::Conn;
-use uroce_wire::{Opcode, Operation, Position};
+use uroce_wire::{Opcode, Operation};
 
 /// `ibv_wc_status`: local QP operation error.
 pub const WC_LOC_QP_OP_ERR: u32 = 2;
@@ -141,12 +141,7 @@ fn send(mut w: World, post: &Post, conn: &Conn, ud: bool) -> World {
     let n = if ud { 1 } else { post.span(conn.mtu) };
     let mtu = if ud { post.len.max(1) } else { conn.mtu };
     for i in 0..n {
-        let position = match (n, i) {
-            (1, _) => Position::Only,
-            (_, 0) => Position::First,
-            (_, i) if i + 1 == n => Position::Last,
-            _ => Position::Middle,
-        };
+        let position = super::answer::packet_position(i, n);
         let (transport, op) = match (ud, post.op) {
             (true, _) => (uroce_wire::Transport::Ud, Operation::Send),
             (false, PostOp::Write) => (uroce_wire::Transport::Uc, Operation::RdmaWrite),
@@ -265,40 +260,33 @@ pub fn judge(conn: &Conn, w: &World, answers: &[Vec<u8>]) -> Vec<super::Mismatch
     } else {
         super::rules::UC
     };
-    for i in 0..want.len().max(seen.len()) {
-        let (r, s) = (want.get(i), seen.get(i));
-        let ok = match (r, s) {
-            (Some(r), Some(s)) => fits(r, s),
-            _ => false,
-        };
-        if !ok {
-            return vec![super::Mismatch {
-                rule: rule.id,
-                allowed: r.map_or("no further request".into(), |r| {
-                    format!(
-                        "{} PSN {:#x}, {} bytes{} (post {:#x})",
-                        r.opcode.info().map_or("?", |i| i.name),
-                        r.psn,
-                        r.payload.len(),
-                        r.reth.map_or(String::new(), |(va, k, l)| format!(
-                            ", RETH {va:#x} {k:#x} {l}"
-                        )),
-                        r.wr_id
-                    )
-                }),
-                observed: s.map_or("none".into(), |s| {
-                    format!(
-                        "{} PSN {:#x} to QP {:#x}, {} bytes, RETH {:?}, source QP {:?}",
-                        s.opcode.info().map_or("?", |i| i.name),
-                        s.psn,
-                        s.dest_qp,
-                        s.payload.len(),
-                        s.reth,
-                        s.src_qp
-                    )
-                }),
-            }];
-        }
+    if let Some((r, s)) = super::first_misfit(&want, &seen, fits) {
+        return vec![super::Mismatch {
+            rule: rule.id,
+            allowed: r.map_or("no further request".into(), |r| {
+                format!(
+                    "{} PSN {:#x}, {} bytes{} (post {:#x})",
+                    r.opcode.info().map_or("?", |i| i.name),
+                    r.psn,
+                    r.payload.len(),
+                    r.reth.map_or(String::new(), |(va, k, l)| format!(
+                        ", RETH {va:#x} {k:#x} {l}"
+                    )),
+                    r.wr_id
+                )
+            }),
+            observed: s.map_or("none".into(), |s| {
+                format!(
+                    "{} PSN {:#x} to QP {:#x}, {} bytes, RETH {:?}, source QP {:?}",
+                    s.opcode.info().map_or("?", |i| i.name),
+                    s.psn,
+                    s.dest_qp,
+                    s.payload.len(),
+                    s.reth,
+                    s.src_qp
+                )
+            }),
+        }];
     }
     Vec::new()
 }

@@ -3,8 +3,7 @@
 
 use crate::ffi::*;
 use crate::{guard, set_errno};
-use libc::{c_char, c_int};
-use std::ffi::CStr;
+use libc::c_int;
 use std::ptr::null_mut;
 
 crate::symbol_versions! {
@@ -57,9 +56,8 @@ unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
     unsafe { libc::free(list.cast()) };
 }
 
-#[no_mangle]
-extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
-    const T: &[&CStr] = &[
+crate::enums::name_table! {
+    fn rdma_event_str(event), unknown c"UNKNOWN EVENT", [
         c"RDMA_CM_EVENT_ADDR_RESOLVED",
         c"RDMA_CM_EVENT_ADDR_ERROR",
         c"RDMA_CM_EVENT_ROUTE_RESOLVED",
@@ -76,6 +74,5 @@ extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
         c"RDMA_CM_EVENT_MULTICAST_ERROR",
         c"RDMA_CM_EVENT_ADDR_CHANGE",
         c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
-    ];
-    crate::enums::name_in(T, event, c"UNKNOWN EVENT")
+    ]
 }

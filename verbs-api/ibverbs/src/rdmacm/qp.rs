@@ -7,7 +7,7 @@ use super::{errno, id, last_errno};
 use crate::ffi::*;
 use crate::{guard, minus_one_result};
 use libc::{c_int, c_void};
-use std::ptr::null_mut;
+use std::ptr::{addr_of_mut, null_mut};
 use uroce_verbs::{AttrMask, QpAttr, QpState};
 
 crate::symbol_versions! {
@@ -70,41 +70,48 @@ unsafe fn create_cqs(p: *mut rdma_cm_id, send: u32, recv: u32) -> Result<(), i32
         if size == 0 {
             continue;
         }
-        // SAFETY: the id's context, from this library.
-        let ch = unsafe { crate::cq::ibv_create_comp_channel_impl(verbs) };
-        if ch.is_null() {
-            let e = last_errno();
-            // SAFETY: as above.
-            unsafe { destroy_cqs(p) };
-            return Err(e);
-        }
-        // SAFETY: as above.
-        unsafe {
+        // SAFETY: the id's C half; only this library writes these fields.
+        let (chan_at, cq_at) = unsafe {
             if is_send {
-                (*p).send_cq_channel = ch;
+                (
+                    addr_of_mut!((*p).send_cq_channel),
+                    addr_of_mut!((*p).send_cq),
+                )
             } else {
-                (*p).recv_cq_channel = ch;
+                (
+                    addr_of_mut!((*p).recv_cq_channel),
+                    addr_of_mut!((*p).recv_cq),
+                )
             }
-        }
-        let n = c_int::try_from(size).unwrap_or(c_int::MAX);
-        // SAFETY: as above; the channel just made.
-        let cq = unsafe { crate::cq::ibv_create_cq_impl(verbs, n, p.cast::<c_void>(), ch, 0) };
-        if cq.is_null() {
-            let e = last_errno();
-            // SAFETY: as above.
-            unsafe { destroy_cqs(p) };
-            return Err(e);
-        }
-        // SAFETY: as above.
+        };
+        // SAFETY: the id's context, from this library; p as above; the
+        // channel is recorded before the CQ is made (destroy_cqs finds it).
         unsafe {
-            if is_send {
-                (*p).send_cq = cq;
-            } else {
-                (*p).recv_cq = cq;
-            }
+            let ch = made(p, crate::cq::ibv_create_comp_channel_impl(verbs))?;
+            *chan_at = ch;
+            let n = c_int::try_from(size).unwrap_or(c_int::MAX);
+            *cq_at = made(
+                p,
+                crate::cq::ibv_create_cq_impl(verbs, n, p.cast::<c_void>(), ch, 0),
+            )?;
         }
     }
     Ok(())
+}
+
+/// `o` as [`create_cqs`] made it, or (NULL) the errno of the call that
+/// failed with what `create_cqs` made before destroyed.
+///
+/// # Safety
+/// `p` is a live id of this library.
+unsafe fn made<T>(p: *mut rdma_cm_id, o: *mut T) -> Result<*mut T, i32> {
+    if o.is_null() {
+        let e = last_errno();
+        // SAFETY: the caller's promise.
+        unsafe { destroy_cqs(p) };
+        return Err(e);
+    }
+    Ok(o)
 }
 
 /// librdmacm's `ucma_destroy_cqs`: the CQs and channels it made.
@@ -275,19 +282,29 @@ pub(crate) unsafe fn create_qp(
     r
 }
 
+/// [`minus_one_result`] of `f` on the caller's attribute struct `attr`
+/// (EINVAL for NULL).
+///
+/// # Safety
+/// `attr` is NULL or points to a valid, writable struct for the call.
+unsafe fn with_attr<A>(attr: *mut A, f: impl FnOnce(&mut A) -> Result<(), i32>) -> c_int {
+    minus_one_result(|| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: not NULL; the caller's promise.
+        f(unsafe { &mut *attr })
+    })
+}
+
 #[no_mangle]
 unsafe extern "C" fn rdma_create_qp(
     p: *mut rdma_cm_id,
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    minus_one_result(|| {
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: an id of this library; the caller's attributes.
-        unsafe { create_qp(p, pd, &mut *attr) }
-    })
+    // SAFETY: the caller's attributes; an id of this library.
+    unsafe { with_attr(attr, |a| create_qp(p, pd, a)) }
 }
 
 #[no_mangle]
@@ -295,13 +312,8 @@ unsafe extern "C" fn rdma_create_qp_ex(
     p: *mut rdma_cm_id,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> c_int {
-    minus_one_result(|| {
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: an id of this library; the caller's attributes.
-        unsafe { create_qp_ex(p, &mut *attr) }
-    })
+    // SAFETY: the caller's attributes; an id of this library.
+    unsafe { with_attr(attr, |a| create_qp_ex(p, a)) }
 }
 
 /// `rdma_destroy_qp`: the id forgets its QP, which is destroyed, with the
@@ -390,13 +402,8 @@ unsafe extern "C" fn rdma_create_srq_ex(
     p: *mut rdma_cm_id,
     attr: *mut ibv_srq_init_attr_ex,
 ) -> c_int {
-    minus_one_result(|| {
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: an id of this library; the caller's attributes.
-        unsafe { create_srq_ex(p, &mut *attr) }
-    })
+    // SAFETY: the caller's attributes; an id of this library.
+    unsafe { with_attr(attr, |a| create_srq_ex(p, a)) }
 }
 
 #[no_mangle]
@@ -405,12 +412,7 @@ unsafe extern "C" fn rdma_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> c_int {
-    minus_one_result(|| {
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's attributes.
-        let a = unsafe { &mut *attr };
+    let make = |a: &mut ibv_srq_init_attr| {
         let mut ex = ibv_srq_init_attr_ex {
             srq_context: a.srq_context,
             attr: a.attr,
@@ -429,7 +431,9 @@ unsafe extern "C" fn rdma_create_srq(
         a.srq_context = ex.srq_context;
         a.attr = ex.attr;
         r
-    })
+    };
+    // SAFETY: the caller's attributes.
+    unsafe { with_attr(attr, make) }
 }
 
 /// # Safety
