@@ -31,6 +31,9 @@
 //! `UROCE_SYSFS`), so UCX finds each GID's RoCE version and the pyverbs
 //! tests a device's net device.
 //!
+//! And, named in `LD_AUDIT` as well, it makes any libibverbs or librdmacm
+//! the program loads, by whatever name or path, uroce's ([`audit`]).
+//!
 //! It is a separate library, preloaded only into the programs `uroce exec`
 //! starts, rather than part of `libibverbs.so.1`: a program linked with
 //! libibverbs would otherwise have every `stat` in the process routed
@@ -174,6 +177,7 @@ looks_at_node! {
     eaccess c"eaccess" EACCESS (path: *const c_char, mode: c_int) path=path node=0;
 }
 
+pub mod audit;
 pub mod sysfs_view;
 use sysfs_view::via_view;
 

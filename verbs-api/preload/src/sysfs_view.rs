@@ -425,7 +425,7 @@ const MAX_LINKS: usize = 40;
 /// `readlink` and `lstat`, which no preload reaches. The kernel is asked
 /// directly (system calls), not through the C library's names, which may
 /// be this library's own or, on an older glibc, missing. Err: errno.
-fn resolve(path: &[u8]) -> Result<Norm, c_int> {
+pub fn resolve(path: &[u8]) -> Result<Norm, c_int> {
     // What is left to walk, at the end of `rest` (`rest[at..]`).
     let mut rest = [0u8; PATH_MAX];
     if path.len() >= PATH_MAX {
