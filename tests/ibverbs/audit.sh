@@ -25,6 +25,10 @@ else
   patchelf --set-soname "$bundled" "$tmp/wheel/libs/$bundled"
   cc -O1 -Wall -o "$tmp/wheel/bundled" tests/ibverbs/bundled.c "$tmp/wheel/libs/$bundled" \
     -ldl -Wl,--enable-new-dtags,-rpath,'$ORIGIN/libs' || exit 1
+  # A module that needs librdmacm.so.1's versioned symbols.
+  echo 'void *cm(void) { return rdma_create_event_channel(); }' >"$tmp/wheel/needcm.c"
+  cc -shared -fPIC -O1 -include rdma/rdma_cma.h -o "$tmp/wheel/libneedcm.so" \
+    "$tmp/wheel/needcm.c" -lrdmacm || exit 1
   if readelf -d "$tmp/wheel/bundled" | grep -q "NEEDED.*\[$bundled\]" &&
     readelf -d "$tmp/wheel/bundled" | grep -q 'RUNPATH.*\$ORIGIN/libs'; then
     # Before: LD_LIBRARY_PATH alone does not reach it.
@@ -37,8 +41,9 @@ else
     fi
     # After: uroce exec makes it uroce's, by DT_NEEDED and by dlopen path.
     if UROCE_DEVICES=uroce0=127.105.9.1 WANT_DEVICE=uroce0 timeout 20 \
-      "$uroce_bin" exec "$tmp/wheel/bundled" "$tmp/wheel/libs/$bundled" >"$tmp/out" 2>&1 &&
-      grep -q "from .*/uroce-ibverbs/libibverbs.so.1$" "$tmp/out"; then
+      "$uroce_bin" exec "$tmp/wheel/bundled" "$tmp/wheel/libs/$bundled" "$tmp/wheel/libneedcm.so" \
+      >"$tmp/out" 2>&1 &&
+      grep -q "from .*/liburoce_ibverbs.so$" "$tmp/out"; then
       pass "bundled libibverbs (uroce exec)" "$(grep -m1 '^ok' "$tmp/out" | cut -c7-)"
     else
       fail "bundled libibverbs (uroce exec)" "the bundled copy was not replaced by uroce's"

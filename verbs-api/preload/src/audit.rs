@@ -8,18 +8,31 @@
 //! `libibverbs-1de1263b.so.1.14.48.0` and finds it through the RUNPATH of
 //! the module that needs it, as NIXL's does) or a program that `dlopen`s
 //! one by its full path would load rdma-core's, which sees no uroce
-//! device. The dynamic linker asks [`la_objsearch`] before it looks for
-//! any library (`LA_SER_ORIG`, the name as the program or its
-//! `DT_NEEDED` gives it): a name whose last component is a libibverbs or
-//! a librdmacm (`libibverbs.so.1`, `libibverbs-1de1263b.so.1.14.48.0`,
-//! `/opt/x/librdmacm.so`) becomes the library of the same kind in this
-//! library's own directory (`uroce libdir`, where `uroce exec` finds
-//! it), and every other name is left as it is.
+//! device. The dynamic linker asks [`la_objsearch`] about each name it is
+//! to load and each file it tries for it: a path whose last component is
+//! a libibverbs or a librdmacm (`libibverbs.so.1`,
+//! `libibverbs-1de1263b.so.1.14.48.0`, `/opt/x/librdmacm.so`) becomes the
+//! library of the same kind in this library's own directory (`uroce
+//! libdir`, where `uroce exec` finds it), and every other name is left as
+//! it is.
+//!
+//! A name without a `/` (a `DT_NEEDED` entry, `dlopen("libibverbs.so.1")`)
+//! is redirected only at the files the search tries (`LA_SER_LIBPATH`,
+//! `LA_SER_RUNPATH`, ...), not as the name itself (`LA_SER_ORIG`): the
+//! linker then records the object under the name that was asked for,
+//! which is how it finds the object again when it checks the symbol
+//! versions the asker needs (`IBVERBS_1.1` of `libibverbs.so.1`). Renamed
+//! at `LA_SER_ORIG`, a second name for a library already loaded (UCX's
+//! `librdmacm.so.1` after its `libibverbs.so.1`: one file, uroce's) would
+//! be recorded as the new path, and glibc stops on an assertion
+//! (`_dl_check_map_versions: needed != NULL`). A full path is never
+//! searched, so it is redirected at `LA_SER_ORIG`.
 
 use libc::{c_char, c_uint, c_void};
 use std::sync::OnceLock;
 
-/// `LA_SER_ORIG`: the name before any search.
+/// `LA_SER_ORIG`: the name before any search (every other flag: a file
+/// the search tries, a full path).
 const LA_SER_ORIG: c_uint = 0x01;
 
 /// The audit interface version this library speaks (`LAV_CURRENT` of
@@ -76,9 +89,10 @@ pub extern "C" fn la_version(version: c_uint) -> c_uint {
     }
 }
 
-/// The dynamic linker's question before it looks for a library: a
-/// libibverbs or librdmacm by any name becomes uroce's, any other name
-/// stays.
+/// The dynamic linker's question about a name to load (`LA_SER_ORIG`) or
+/// a file it tries for one: a libibverbs or librdmacm by any path becomes
+/// uroce's (a name without `/` at the files its search tries), anything
+/// else stays.
 ///
 /// # Safety
 /// As the dynamic linker calls it: `name` a NUL-terminated string.
@@ -88,11 +102,14 @@ pub unsafe extern "C" fn la_objsearch(
     _cookie: *mut usize,
     flag: c_uint,
 ) -> *mut c_char {
-    if flag != LA_SER_ORIG || name.is_null() {
+    if name.is_null() {
         return name.cast_mut();
     }
     // SAFETY: the linker's string.
     let bytes = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+    if flag == LA_SER_ORIG && !bytes.contains(&b'/') {
+        return name.cast_mut();
+    }
     match (kind(bytes), ours()) {
         (Some(k), Some(paths)) => paths[k].as_ptr().cast::<c_char>().cast_mut(),
         _ => name.cast_mut(),
