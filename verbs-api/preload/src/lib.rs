@@ -12,8 +12,9 @@
 //! character device, mode 0666, through every name the C library exports
 //! for them (glibc's `__xstat` forms, which binaries linked before glibc
 //! 2.33 call for `stat`, `lstat`, `statx`, `euidaccess`, ...; the
-//! `stat_family` test lists the machine's glibc against this library's
-//! symbols), and passes every other call to the C library unchanged.
+//! test `tests/entry_points.rs` lists the machine's glibc against this
+//! library's symbols), and passes every other call to the C library
+//! unchanged.
 //! Opening such a node is left to the C library (ENOENT): no file could
 //! stand in for a uverbs file descriptor, and uroce's libibverbs never
 //! opens one.
