@@ -34,7 +34,10 @@
 #   * tests/ibverbs/contexts.c: no event at open, an async_fd per context
 #     with the events of its own objects, EADDRINUSE for a taken address;
 #   * ibv_devices and ibv_devinfo; tests/ibverbs/sysfs.c: the sysfs files
-#     `uroce exec` answers for the devices; pyverbs (python3-pyverbs), and
+#     `uroce exec` answers for the devices, realpath through them and the
+#     device node through every name of stat; tests/ibverbs/audit.sh: a
+#     program with its own renamed libibverbs (as a Python wheel bundles
+#     one) gets uroce's under `uroce exec`; pyverbs (python3-pyverbs), and
 #     rdma-core's pyverbs test suite (tests/ibverbs/pyverbs.sh);
 #   * ibv_rc/uc/ud/srq_pingpong -c (data checked), server and client in
 #     their own processes; and each facing `uroce rc/uc/ud/srq-pingpong`,
@@ -70,6 +73,7 @@ command -v rping >/dev/null || need+=(rdmacm-utils)
 [ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 command -v ucx_perftest >/dev/null || need+=(ucx-utils)
 command -v fi_pingpong >/dev/null || need+=(libfabric-bin)
+command -v patchelf >/dev/null || need+=(patchelf)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
@@ -255,6 +259,9 @@ if UROCE_DEVICES=uroce0=127.105.1.1,uroce1=127.105.1.2 timeout 20 \
 else
   fail "sysfs.c (uroce exec)" "$(grep -c FAIL "$tmp/out") checks failed"
 fi
+
+# ---- a bundled, renamed libibverbs found through RUNPATH (tests/ibverbs/audit.sh)
+. "$root/tests/ibverbs/audit.sh"
 
 # ---- pyverbs binds every libibverbs symbol, by version, at import
 if /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then

@@ -14,13 +14,19 @@
  *     open(2), and Python with fopen-like calls);
  *   - readdir lists /sys/class/infiniband (every device) and
  *     <dev>/device/net (the GID's interface, as `ls` in the pyverbs tests);
- *   - writing is refused: open(O_WRONLY) fails with EACCES.
+ *   - writing is refused: open(O_WRONLY) fails with EACCES;
+ *   - realpath(<ibdev_path>/../..) is the device's parent under
+ *     /sys/devices, as Mooncake reads it, its numa_node -1;
+ *   - the device node /dev/infiniband/<dev_name> is a character device
+ *     through __xstat (what binaries linked before glibc 2.33 call for
+ *     stat), __lxstat and statx as well as stat.
  *
  * Run with two or more devices configured, under `uroce exec`. Prints a
  * line per check and "sysfs.c: N checks passed"; exits 1 on a failure.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -30,6 +36,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* glibc exports these (GLIBC_2.2.5) for binaries linked before 2.33,
+ * whose stat() and lstat() call them; its headers no longer declare them. */
+int __xstat(int ver, const char *path, struct stat *st);
+int __lxstat(int ver, const char *path, struct stat *st);
 
 /* rdma-core exports it (IBVERBS_1.0) but declares it only for drivers. */
 int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
@@ -146,6 +157,28 @@ static void device(struct ibv_device *dev)
 	CHECK(fd < 0 && errno == EACCES, "open(%s, O_WRONLY): EACCES", path);
 	if (fd >= 0)
 		close(fd);
+
+	/* Mooncake: realpath of <dev>/../.. is the NIC's PCI device, whose
+	 * numa_node it reads. */
+	char resolved[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/../..", dev->ibdev_path);
+	snprintf(want, sizeof(want), "/sys/devices/virtual/uroce/%s", name);
+	CHECK(realpath(path, resolved) && !strcmp(resolved, want), "realpath %s: %s", path,
+	      realpath(path, resolved) ? resolved : strerror(errno));
+	CHECK(!strcmp(rd(want, "numa_node"), "-1"), "%s/numa_node: %s", want, rd(want, "numa_node"));
+	snprintf(path, sizeof(path), "%s/device", dev->ibdev_path);
+	CHECK(realpath(path, resolved) && !strcmp(resolved, want), "realpath %s: the same", path);
+
+	/* The device node, through each name of stat. */
+	struct statx stx;
+	snprintf(path, sizeof(path), "/dev/infiniband/%s", dev->dev_name);
+	CHECK(__xstat(1, path, &st) == 0 && S_ISCHR(st.st_mode), "__xstat %s: a character device",
+	      path);
+	CHECK(__lxstat(1, path, &st) == 0 && S_ISCHR(st.st_mode), "__lxstat %s", path);
+	CHECK(stat(path, &st) == 0 && S_ISCHR(st.st_mode), "stat %s", path);
+	CHECK(statx(AT_FDCWD, path, 0, STATX_BASIC_STATS, &stx) == 0 && S_ISCHR(stx.stx_mode),
+	      "statx %s", path);
+	CHECK(access(path, R_OK | W_OK) == 0, "access %s", path);
 	ibv_close_device(ctx);
 }
 

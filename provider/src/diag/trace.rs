@@ -24,12 +24,16 @@
 //! Off (no `UROCE_TRACE`), every hook costs one relaxed load of a static
 //! flag ([`on`]). On, the hooks send small events over a channel to one
 //! writer thread per process, which formats them and writes whole records
-//! through a buffer, and writes what it has whenever the channel runs dry:
-//! a process that crashes leaves a file whose records are whole and whose
-//! array lacks only its closing `]`, which the format allows (the spec's
-//! "JSON Array Format": the `]` may be missing) and Perfetto's UI loads.
-//! The writer is flushed when a device closes and flushed and closed
-//! (`]`) at exit.
+//! through a buffer, and writes what it has whenever the channel runs dry.
+//! Each such flush ends the file with the array's closing `]`, which the
+//! next write goes back over: between flushes the file is a whole JSON
+//! document, so that of a process ended by a signal (SIGTERM, SIGKILL: no
+//! exit handler runs) loads in `json.load` as well as in Perfetto's UI. A
+//! process that dies in the middle of a write leaves whole records and no
+//! `]`, which the format allows (the spec's "JSON Array Format": the `]`
+//! may be missing) and Perfetto loads. A file that cannot seek (a pipe)
+//! gets its `]` only at exit. The writer is flushed when a device closes
+//! and flushed and closed at exit.
 //!
 //! `FILE` may hold `%p`, replaced by the process ID, so that both
 //! processes of a pair started with one environment write their own files.
@@ -63,6 +67,9 @@ const FLUSH_WAIT: Duration = Duration::from_millis(500);
 /// seen to complete (its QP destroyed with WRs posted) cannot grow the
 /// writer without bound.
 const POSTED_MAX: usize = 1 << 16;
+
+/// What ends the file's array.
+const CLOSING: &[u8] = b"\n]\n";
 
 /// Bytes the writer buffers before it writes.
 const BUF_BYTES: usize = 64 * 1024;
@@ -107,6 +114,7 @@ fn start(path: &std::path::Path) -> std::io::Result<()> {
     let (tx, rx) = channel::unbounded();
     let mut w = Writer::new(file);
     w.process_name();
+    w.flush();
     crate::threads::spawn("uroce-trace".into(), move || w.run(&rx))?;
     if SINK.set(Sink { tx }).is_err() {
         return Ok(());
@@ -387,6 +395,8 @@ struct Posted {
 
 struct Writer {
     out: std::io::BufWriter<std::fs::File>,
+    /// The file can seek back over its closing `]` (not a pipe).
+    seekable: bool,
     pid: u32,
     /// No record written yet (the next one needs no comma before it).
     first: bool,
@@ -431,11 +441,14 @@ fn syndrome(s: AethSyndrome) -> String {
 }
 
 impl Writer {
-    fn new(file: std::fs::File) -> Writer {
+    fn new(mut file: std::fs::File) -> Writer {
+        use std::io::Seek;
+        let seekable = file.stream_position().is_ok();
         let mut out = std::io::BufWriter::with_capacity(BUF_BYTES, file);
         let _ = out.write_all(b"[\n");
         Writer {
             out,
+            seekable,
             pid: std::process::id(),
             first: true,
             closed: false,
@@ -453,7 +466,7 @@ impl Writer {
                 self.take(m);
             }
             // The channel ran dry: what is buffered goes to the file.
-            let _ = self.out.flush();
+            self.flush();
         }
         self.close();
     }
@@ -462,7 +475,7 @@ impl Writer {
         match m {
             Msg::Event(ts, k) => self.event(ts, k),
             Msg::Flush(done) => {
-                let _ = self.out.flush();
+                self.flush();
                 let _ = done.send(());
             }
             Msg::Close(done) => {
@@ -475,8 +488,27 @@ impl Writer {
     fn close(&mut self) {
         if !self.closed {
             self.closed = true;
-            let _ = self.out.write_all(b"\n]\n");
+            let _ = self.out.write_all(CLOSING);
             let _ = self.out.flush();
+        }
+    }
+
+    /// Writes what is buffered and the array's closing `]`, then moves
+    /// back over the `]`, which the next record overwrites (each begins
+    /// with `,\n` or, the first, with `{`: longer than the `]`): the file
+    /// is a whole JSON document until then.
+    fn flush(&mut self) {
+        use std::io::Seek;
+        if self.closed || !self.seekable {
+            let _ = self.out.flush();
+            return;
+        }
+        let _ = self.out.write_all(CLOSING);
+        let _ = self.out.flush();
+        let back = -(CLOSING.len() as i64);
+        if self.out.seek(std::io::SeekFrom::Current(back)).is_err() {
+            // Cannot go back: leave the `]` and write nothing more.
+            self.closed = true;
         }
     }
 
@@ -762,6 +794,21 @@ mod tests {
             "\"ts\":5.000,\"tid\":18,\"name\":\"RECV\",\"args\":{\"status\":\"success\""
         ));
         assert!(text.contains("discarded (RESET)"));
+        // The writer's own flush leaves a whole document, and the next
+        // records go over its `]`.
+        w.flush();
+        let whole = |path: &std::path::Path| -> Vec<serde_json::Value> {
+            let text = std::fs::read_to_string(path).unwrap();
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+        };
+        assert_eq!(whole(&path).len(), v.len());
+        w.instant(8_000, 0x12, "discarded (ERR)", format_args!(""));
+        w.flush();
+        let after = whole(&path);
+        assert!(after.len() > v.len(), "{after:?}");
+        assert!(after
+            .iter()
+            .any(|e| e.to_string().contains("discarded (ERR)")));
         w.close();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.trim_end().ends_with(']'));

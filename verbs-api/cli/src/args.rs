@@ -104,7 +104,9 @@ pub enum Cmd {
     /// it, and liburoce_preload.so preloaded so that programs which look
     /// for a device node in /dev/infiniband (UCX) or read its files in
     /// /sys/class/infiniband (GID types, ports, netdevs) find uroce's
-    /// devices, without root: `uroce exec -- ucx_info -d`.
+    /// devices, without root, and in LD_AUDIT so that a libibverbs or
+    /// librdmacm loaded by any other name or path (a Python wheel's
+    /// bundled copy) is uroce's: `uroce exec -- ucx_info -d`.
     Exec {
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]

@@ -9,7 +9,9 @@
 //!
 //! `uroce exec` runs a program with that directory on `LD_LIBRARY_PATH`
 //! and `liburoce_preload.so` (package `uroce-preload`, linked into the
-//! same directory) on `LD_PRELOAD`, with the devices' sysfs view
+//! same directory) on `LD_PRELOAD` and `LD_AUDIT` (where it makes any
+//! libibverbs or librdmacm the program loads, whatever its name or path,
+//! this directory's), with the devices' sysfs view
 //! ([`crate::sysfs_tree`]) named in `UROCE_SYSFS`.
 
 use std::path::{Path, PathBuf};
@@ -83,7 +85,11 @@ pub fn exec(cmd: &[std::ffi::OsString]) -> String {
     let mut cmd = std::process::Command::new(prog);
     cmd.args(args)
         .env("LD_LIBRARY_PATH", join("LD_LIBRARY_PATH", &dir, ":"))
-        .env("LD_PRELOAD", join("LD_PRELOAD", &preload, " "));
+        .env("LD_PRELOAD", join("LD_PRELOAD", &preload, " "))
+        // The same library as an rtld-audit module: a libibverbs or
+        // librdmacm loaded by any other name or path (a wheel's bundled,
+        // renamed copy) is redirected to this directory's.
+        .env("LD_AUDIT", join("LD_AUDIT", &preload, ":"));
     // The sysfs view: without it the program runs on, as on a machine
     // whose sysfs has no RDMA devices.
     match crate::sysfs_tree::prepare() {

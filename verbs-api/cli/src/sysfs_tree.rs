@@ -21,12 +21,19 @@
 //! made once (atomically, by rename) and left for the next run, as
 //! nothing outlives `exec` to remove it.
 //!
+//! As on a kernel, `class/infiniband/<dev>` is a link to the device's
+//! directory under `/sys/devices` (here [`DEVICES`]`/<dev>/infiniband/<dev>`),
+//! whose `device` links to its parent (`DEVICES/<dev>`, holding
+//! `numa_node` and `net/<ifname>`): `realpath` of
+//! `/sys/class/infiniband/<dev>/../..` is that parent, as Mooncake reads
+//! it for a NIC's PCI device.
+//!
 //! What differs from the kernel's files: an empty GID entry has no
 //! `gid_attrs/types/<n>` or `ndevs/<n>` file (the kernel's fail to read
 //! with EINVAL); there are no `counters`/`hw_counters` (a snapshot would
-//! not change); `<dev>` and `<dev>/device` are directories, not links into
-//! `/sys/devices`. Entries the kernel has in those two classes (kernel RDMA
-//! devices) appear as links to their real directories.
+//! not change); `infiniband_verbs/uverbs-<dev>` is a directory, not a link
+//! into `/sys/devices`. Entries the kernel has in those two classes (kernel
+//! RDMA devices) appear as links to their real directories.
 
 use std::path::{Path, PathBuf};
 use uroce_verbs::Device;
@@ -48,6 +55,16 @@ pub enum Node {
     /// A symbolic link to this path.
     Link(PathBuf),
 }
+
+/// Where the devices' own directories are, relative to `/sys` (the
+/// kernel has no `uroce` there; `liburoce_preload.so` answers for it).
+pub const DEVICES: &str = "devices/virtual/uroce";
+
+/// A device's `numa_node`: what the kernel reports for a device close to
+/// no NUMA node (`NUMA_NO_NODE`), as for its virtual devices and for
+/// every device of a machine that is not NUMA: uroce's devices have no
+/// memory or CPU of their own.
+const NUMA_NODE: &str = "-1";
 
 /// The uverbs ABI version the kernel's `infiniband_verbs/abi_version`
 /// reports (Linux 6.x).
@@ -100,22 +117,41 @@ pub fn entries(devs: &[Device]) -> Vec<(PathBuf, Node)> {
         PathBuf::from("class/infiniband_verbs/abi_version"),
         UVERBS_ABI.to_string(),
     );
+    if !devs.is_empty() {
+        for p in ["devices", "devices/virtual", DEVICES] {
+            out.push((PathBuf::from(p), Node::Dir));
+        }
+    }
     for d in devs {
-        let ib = Path::new("class/infiniband").join(d.name());
+        // The device's parent (`<dev>/device`, whose `numa_node` programs
+        // read), the device in it, and the class's link to the device, as
+        // the kernel lays out a PCI NIC's.
+        let parent = Path::new(DEVICES).join(d.name());
+        out.push((parent.clone(), Node::Dir));
+        file(&mut out, parent.join("numa_node"), NUMA_NODE.into());
+        if let Some(ndev) = d.netdev() {
+            out.push((parent.join("net"), Node::Dir));
+            out.push((
+                parent.join("net").join(&ndev),
+                Node::Link(Path::new("/sys/class/net").join(&ndev)),
+            ));
+        }
+        out.push((parent.join("infiniband"), Node::Dir));
+        let ib = parent.join("infiniband").join(d.name());
         out.push((ib.clone(), Node::Dir));
+        out.push((
+            Path::new("class/infiniband").join(d.name()),
+            Node::Link(Path::new("../..").join(&ib)),
+        ));
         file(&mut out, ib.join("node_type"), "1: CA".into());
         file(&mut out, ib.join("node_guid"), guid_str(d.guid()));
         file(&mut out, ib.join("sys_image_guid"), guid_str(d.guid()));
         file(&mut out, ib.join("node_desc"), "uroce".into());
         file(&mut out, ib.join("fw_ver"), uroce_verbs::FW_VER.into());
-        out.push((ib.join("device"), Node::Dir));
-        if let Some(ndev) = d.netdev() {
-            out.push((ib.join("device/net"), Node::Dir));
-            out.push((
-                ib.join("device/net").join(&ndev),
-                Node::Link(Path::new("/sys/class/net").join(&ndev)),
-            ));
-        }
+        out.push((
+            ib.join("device"),
+            Node::Link(Path::new("../../..").join(d.name())),
+        ));
         out.push((ib.join("ports"), Node::Dir));
         let port = ib.join("ports/1");
         out.push((port.clone(), Node::Dir));
@@ -395,6 +431,17 @@ mod tests {
             std::fs::read_link(root.join("class/infiniband/t0/device/net/lo")).unwrap(),
             Path::new("/sys/class/net/lo")
         );
+        // The class links into the devices' directories, and a device's
+        // `device` to its parent, as on a kernel.
+        assert_eq!(
+            std::fs::read_link(root.join("class/infiniband/t0")).unwrap(),
+            Path::new("../../devices/virtual/uroce/t0/infiniband/t0")
+        );
+        assert_eq!(
+            std::fs::canonicalize(root.join("class/infiniband/t0/../..")).unwrap(),
+            std::fs::canonicalize(root.join("devices/virtual/uroce/t0")).unwrap()
+        );
+        assert_eq!(read(&root, "class/infiniband/t1/device/numa_node"), "-1\n");
         assert_eq!(
             ls("class/infiniband_verbs"),
             ["abi_version", "uverbs-t0", "uverbs-t1"]

@@ -8,9 +8,16 @@
 //! read and write (`stat` and `access`; it never opens it). uroce's devices
 //! have no kernel node; their `dev_name` is `uverbs-<name>`, a form the
 //! kernel never uses (its nodes are `uverbs0`, `uverbs1`, ...). This
-//! library answers `stat`/`access` (and their variants) for exactly those
-//! paths as for a character device, mode 0666, and passes every other call
-//! to the C library unchanged.
+//! library answers `stat`/`access` for exactly those paths as for a
+//! character device, mode 0666, through every name the C library exports
+//! for them (glibc's `__xstat` forms, which binaries linked before glibc
+//! 2.33 call for `stat`, `lstat`, `statx`, `euidaccess`, ...; the
+//! test `tests/entry_points.rs` lists the machine's glibc against this
+//! library's symbols), and passes every other call to the C library
+//! unchanged.
+//! Opening such a node is left to the C library (ENOENT): no file could
+//! stand in for a uverbs file descriptor, and uroce's libibverbs never
+//! opens one.
 //!
 //! It also adds each configured device (`UROCE_DEVICES`, default `uroce0`
 //! on 127.0.0.1) to what `getifaddrs` returns, as an interface of its own
@@ -24,6 +31,9 @@
 //! go to the read-only tree `uroce exec` wrote for them (named in
 //! `UROCE_SYSFS`), so UCX finds each GID's RoCE version and the pyverbs
 //! tests a device's net device.
+//!
+//! And, named in `LD_AUDIT` as well, it makes any libibverbs or librdmacm
+//! the program loads, by whatever name or path, uroce's ([`audit`]).
 //!
 //! It is a separate library, preloaded only into the programs `uroce exec`
 //! starts, rather than part of `libibverbs.so.1`: a program linked with
@@ -101,98 +111,74 @@ macro_rules! forward {
     }};
 }
 
-type StatFn = unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;
-type AccessFn = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
-type FstatatFn = unsafe extern "C" fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
-type FaccessatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int;
+/// What `statx` reports for a uroce device node: as [`fill`].
+fn fill_statx(st: *mut libc::statx) {
+    if st.is_null() {
+        return;
+    }
+    // SAFETY: the caller's output buffer (non-null); all-zero is a valid
+    // `struct statx`.
+    unsafe {
+        std::ptr::write_bytes(st, 0, 1);
+        (*st).stx_mask = libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_NLINK;
+        (*st).stx_mode = (libc::S_IFCHR | 0o666) as u16;
+        (*st).stx_nlink = 1;
+        (*st).stx_rdev_major = 231;
+        (*st).stx_rdev_minor = 192;
+    }
+}
 
-/// `stat(2)` and its alias: a uroce device node is filled in, any other
-/// path forwarded to the C library's function (moved into the view).
-macro_rules! stat_fn {
-    ($(#[$doc:meta])* $name:ident $cname:literal $slot:ident) => {
-        $(#[$doc])*
+/// Defines the functions that look at a file by its path, whatever name
+/// the C library gives them (`stat` and glibc's older `__xstat` forms,
+/// which binaries linked before glibc 2.33 call): a uroce device node is
+/// answered here (`node`), any other path forwarded to the C library's
+/// function, moved into the sysfs view if it is in it.
+macro_rules! looks_at_node {
+    ($( $name:ident $cname:literal $slot:ident ($($a:ident: $t:ty),*) path=$p:ident node=$node:expr; )*) => {$(
+        /// As the C library's, for a uroce device node and in the sysfs
+        /// view too.
         ///
         /// # Safety
         /// As the C library's.
         #[no_mangle]
-        pub unsafe extern "C" fn $name(path: *const c_char, st: *mut libc::stat) -> c_int {
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             // SAFETY: the caller's string.
-            if unsafe { matches(path) } {
-                fill(st);
-                return 0;
+            if unsafe { matches($p) } {
+                return $node;
             }
-            let f = forward!($slot, $cname, StatFn);
-            // SAFETY: forwarded as called (the path possibly moved into the view).
-            unsafe { via_view(path, false, -1, |p| f(p, st)) }
+            let f = forward!($slot, $cname, unsafe extern "C" fn($($t),*) -> c_int);
+            // SAFETY: forwarded as called (the path possibly moved).
+            unsafe { via_view($p, false, -1, |$p| f($($a),*)) }
         }
-    };
+    )*};
 }
 
-stat_fn!(
-    /// `stat(2)`.
-    stat c"stat" STAT
-);
-stat_fn!(
-    /// `stat64(2)` (the same structure on 64-bit Linux).
-    stat64 c"stat64" STAT64
-);
-
-/// `fstatat(2)` (an absolute path ignores `dirfd`).
-///
-/// # Safety
-/// As the C library's.
-#[no_mangle]
-pub unsafe extern "C" fn fstatat(
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: the caller's string.
-    if unsafe { matches(path) } {
-        fill(st);
-        return 0;
-    }
-    let f = forward!(FSTATAT, c"fstatat", FstatatFn);
-    // SAFETY: forwarded as called (the path possibly moved into the view).
-    unsafe { via_view(path, false, -1, |p| f(dirfd, p, st, flags)) }
+looks_at_node! {
+    stat c"stat" STAT (path: *const c_char, st: *mut libc::stat) path=path node={ fill(st); 0 };
+    // The same structure on 64-bit Linux, as for the other `64` forms.
+    stat64 c"stat64" STAT64 (path: *const c_char, st: *mut libc::stat) path=path node={ fill(st); 0 };
+    // A node is no link: `lstat` answers as `stat`.
+    lstat c"lstat" LSTAT (path: *const c_char, st: *mut libc::stat) path=path node={ fill(st); 0 };
+    lstat64 c"lstat64" LSTAT64 (path: *const c_char, st: *mut libc::stat) path=path node={ fill(st); 0 };
+    // An absolute path ignores `dirfd`; a relative one is never a node.
+    fstatat c"fstatat" FSTATAT (dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) path=path node={ fill(st); 0 };
+    fstatat64 c"fstatat64" FSTATAT64 (dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) path=path node={ fill(st); 0 };
+    // `ver` is `_STAT_VER`, the layout `struct stat` has anyway.
+    __xstat c"__xstat" XSTAT (ver: c_int, path: *const c_char, st: *mut libc::stat) path=path node={ fill(st); 0 };
+    __xstat64 c"__xstat64" XSTAT64 (ver: c_int, path: *const c_char, st: *mut libc::stat) path=path node={ fill(st); 0 };
+    __lxstat c"__lxstat" LXSTAT (ver: c_int, path: *const c_char, st: *mut libc::stat) path=path node={ fill(st); 0 };
+    __lxstat64 c"__lxstat64" LXSTAT64 (ver: c_int, path: *const c_char, st: *mut libc::stat) path=path node={ fill(st); 0 };
+    __fxstatat c"__fxstatat" FXSTATAT (ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) path=path node={ fill(st); 0 };
+    __fxstatat64 c"__fxstatat64" FXSTATAT64 (ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) path=path node={ fill(st); 0 };
+    statx c"statx" STATX (dirfd: c_int, path: *const c_char, flags: c_int, mask: libc::c_uint, st: *mut libc::statx) path=path node={ fill_statx(st); 0 };
+    // Every mode is granted on a uroce device node.
+    access c"access" ACCESS (path: *const c_char, mode: c_int) path=path node=0;
+    faccessat c"faccessat" FACCESSAT (dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) path=path node=0;
+    euidaccess c"euidaccess" EUIDACCESS (path: *const c_char, mode: c_int) path=path node=0;
+    eaccess c"eaccess" EACCESS (path: *const c_char, mode: c_int) path=path node=0;
 }
 
-/// `access(2)`: every mode is granted on a uroce device node.
-///
-/// # Safety
-/// As the C library's.
-#[no_mangle]
-pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: the caller's string.
-    if unsafe { matches(path) } {
-        return 0;
-    }
-    let f = forward!(ACCESS, c"access", AccessFn);
-    // SAFETY: forwarded as called (the path possibly moved into the view).
-    unsafe { via_view(path, false, -1, |p| f(p, mode)) }
-}
-
-/// `faccessat(2)`.
-///
-/// # Safety
-/// As the C library's.
-#[no_mangle]
-pub unsafe extern "C" fn faccessat(
-    dirfd: c_int,
-    path: *const c_char,
-    mode: c_int,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: the caller's string.
-    if unsafe { matches(path) } {
-        return 0;
-    }
-    let f = forward!(FACCESSAT, c"faccessat", FaccessatFn);
-    // SAFETY: forwarded as called (the path possibly moved into the view).
-    unsafe { via_view(path, false, -1, |p| f(dirfd, p, mode, flags)) }
-}
-
+pub mod audit;
 pub mod sysfs_view;
 use sysfs_view::via_view;
 

@@ -4,10 +4,15 @@
 //!
 //! Every call that names a file by path and that programs use to find,
 //! read or list sysfs entries — the `open` family (with glibc's fortified
-//! `__open_2` forms), `fopen`, `opendir`, `scandir`, the `stat` family
-//! (with glibc's older `__xstat` forms and `statx`), `access`, `readlink` —
-//! takes an absolute path under either class to the same path in the tree
-//! and leaves every other path alone ([`route`]). A real directory makes
+//! `__open_2` forms), `fopen`, `freopen`, `opendir`, `scandir`, the `stat`
+//! family (with glibc's older `__xstat` forms and `statx`), `access`,
+//! `readlink`, `realpath` — takes an absolute path under either class (or
+//! under `/sys/devices/virtual/uroce`, where the tree's entries of the
+//! class link to, as the kernel's link into `/sys/devices`) to the same
+//! path in the tree and leaves every other path alone ([`route`]).
+//! `realpath` (and `canonicalize_file_name`) of such a path is resolved
+//! here, component by component through these same calls ([`resolve`]):
+//! glibc's own would look at the real `/sys`. A real directory makes
 //! `readdir`, `getdents`, `fstat` and `read` on what was opened work
 //! unchanged. Relative paths are left alone. Opening for writing (or creating,
 //! truncating) anything in the view fails with EACCES, as writing a
@@ -19,8 +24,14 @@ use std::sync::atomic::AtomicPtr;
 
 use super::{next, set_errno};
 
-/// The classes the view answers for.
-const CLASSES: [&[u8]; 2] = [b"/sys/class/infiniband", b"/sys/class/infiniband_verbs"];
+/// The directories the view answers for: the two classes, and where the
+/// tree's class entries link to (the devices' own directories, a name
+/// the kernel never uses under `/sys/devices/virtual`).
+const CLASSES: [&[u8]; 3] = [
+    b"/sys/class/infiniband",
+    b"/sys/class/infiniband_verbs",
+    b"/sys/devices/virtual/uroce",
+];
 
 /// The longest path handed on (PATH_MAX, its NUL included).
 const PATH_MAX: usize = libc::PATH_MAX as usize;
@@ -109,12 +120,18 @@ impl std::fmt::Debug for Norm {
 }
 
 /// Where a call on `path` goes: absolute paths are taken apart lexically
-/// (`.`, `..` and repeated `/`), as the kernel would walk them, the
-/// view having no links that lead out of it but `device/net/<ifname>`.
+/// (`.`, `..` and repeated `/`). The kernel walks a `..` after a link
+/// from where the link led (`/sys/class/infiniband/<dev>/device/..` is
+/// the device's parent); taken apart lexically it is the directory before
+/// the link. Programs that go up through a link use `realpath` first,
+/// which follows them ([`resolve`]).
 /// A path too long to take apart is left alone (the kernel refuses it).
 pub fn route(path: &[u8]) -> Route {
     // Most paths are nowhere near the view.
-    if path.first() != Some(&b'/') || !path.windows(10).any(|w| w == b"infiniband") {
+    if path.first() != Some(&b'/')
+        || !(path.windows(10).any(|w| w == b"infiniband")
+            || path.windows(13).any(|w| w == b"virtual/uroce"))
+    {
         return Route::Real;
     }
     let mut norm = Norm {
@@ -255,13 +272,15 @@ type FopenFn = unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::
 type OpendirFn = unsafe extern "C" fn(*const c_char) -> *mut libc::DIR;
 type ScandirFn =
     unsafe extern "C" fn(*const c_char, *mut c_void, *mut c_void, *mut c_void) -> c_int;
-type StatFn = unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int;
-type FstatatFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void, c_int) -> c_int;
-type XstatFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void) -> c_int;
-type FxstatatFn = unsafe extern "C" fn(c_int, c_int, *const c_char, *mut c_void, c_int) -> c_int;
-type StatxFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut c_void) -> c_int;
 type GetxattrFn = unsafe extern "C" fn(*const c_char, *const c_char, *mut c_void, usize) -> isize;
 type ListxattrFn = unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> isize;
+type ScandiratFn =
+    unsafe extern "C" fn(c_int, *const c_char, *mut c_void, *mut c_void, *mut c_void) -> c_int;
+type ReadlinkChkFn = unsafe extern "C" fn(*const c_char, *mut c_char, usize, usize) -> isize;
+type ReadlinkatChkFn =
+    unsafe extern "C" fn(c_int, *const c_char, *mut c_char, usize, usize) -> isize;
+type FreopenFn =
+    unsafe extern "C" fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE;
 type ReadlinkFn = unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> isize;
 type ReadlinkatFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_char, usize) -> isize;
 
@@ -285,6 +304,8 @@ macro_rules! open_like {
 open_like! {
     open c"open" OPEN OpenFn (path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
     open64 c"open64" OPEN64 OpenFn (path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    __open c"__open" UOPEN OpenFn (path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
+    __open64 c"__open64" UOPEN64 OpenFn (path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
     openat c"openat" OPENAT OpenatFn (dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
     openat64 c"openat64" OPENAT64 OpenatFn (dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) path=path flags=flags;
     __open_2 c"__open_2" OPEN_2 Open2Fn (path: *const c_char, flags: c_int) path=path flags=flags;
@@ -315,16 +336,10 @@ looks_at! {
     opendir c"opendir" OPENDIR OpendirFn (path: *const c_char) path=path -> *mut libc::DIR = std::ptr::null_mut();
     scandir c"scandir" SCANDIR ScandirFn (path: *const c_char, list: *mut c_void, filter: *mut c_void, compar: *mut c_void) path=path -> c_int = -1;
     scandir64 c"scandir64" SCANDIR64 ScandirFn (path: *const c_char, list: *mut c_void, filter: *mut c_void, compar: *mut c_void) path=path -> c_int = -1;
-    lstat c"lstat" LSTAT StatFn (path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
-    lstat64 c"lstat64" LSTAT64 StatFn (path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
-    fstatat64 c"fstatat64" FSTATAT64 FstatatFn (dirfd: c_int, path: *const c_char, st: *mut c_void, flags: c_int) path=path -> c_int = -1;
-    statx c"statx" STATX StatxFn (dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, st: *mut c_void) path=path -> c_int = -1;
-    __xstat c"__xstat" XSTAT XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
-    __xstat64 c"__xstat64" XSTAT64 XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
-    __lxstat c"__lxstat" LXSTAT XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
-    __lxstat64 c"__lxstat64" LXSTAT64 XstatFn (ver: c_int, path: *const c_char, st: *mut c_void) path=path -> c_int = -1;
-    __fxstatat c"__fxstatat" FXSTATAT FxstatatFn (ver: c_int, dirfd: c_int, path: *const c_char, st: *mut c_void, flags: c_int) path=path -> c_int = -1;
-    __fxstatat64 c"__fxstatat64" FXSTATAT64 FxstatatFn (ver: c_int, dirfd: c_int, path: *const c_char, st: *mut c_void, flags: c_int) path=path -> c_int = -1;
+    scandirat c"scandirat" SCANDIRAT ScandiratFn (dirfd: c_int, path: *const c_char, list: *mut c_void, filter: *mut c_void, compar: *mut c_void) path=path -> c_int = -1;
+    scandirat64 c"scandirat64" SCANDIRAT64 ScandiratFn (dirfd: c_int, path: *const c_char, list: *mut c_void, filter: *mut c_void, compar: *mut c_void) path=path -> c_int = -1;
+    __readlink_chk c"__readlink_chk" READLINK_CHK ReadlinkChkFn (path: *const c_char, buf: *mut c_char, size: usize, buflen: usize) path=path -> isize = -1;
+    __readlinkat_chk c"__readlinkat_chk" READLINKAT_CHK ReadlinkatChkFn (dirfd: c_int, path: *const c_char, buf: *mut c_char, size: usize, buflen: usize) path=path -> isize = -1;
     readlink c"readlink" READLINK ReadlinkFn (path: *const c_char, buf: *mut c_char, size: usize) path=path -> isize = -1;
     readlinkat c"readlinkat" READLINKAT ReadlinkatFn (dirfd: c_int, path: *const c_char, buf: *mut c_char, size: usize) path=path -> isize = -1;
     getxattr c"getxattr" GETXATTR GetxattrFn (path: *const c_char, name: *const c_char, value: *mut c_void, size: usize) path=path -> isize = -1;
@@ -361,6 +376,286 @@ fopen_fn!(
     /// `fopen64(3)`, with paths in the sysfs view moved into it.
     fopen64 c"fopen64" FOPEN64
 );
+
+/// `freopen(3)` and its alias, with paths in the sysfs view moved into it
+/// (a null path, the stream's own file in a new mode, is left alone).
+macro_rules! freopen_fn {
+    ($(#[$doc:meta])* $name:ident $cname:literal $slot:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the C library's.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            mode: *const c_char,
+            stream: *mut libc::FILE,
+        ) -> *mut libc::FILE {
+            let f = forward!($slot, $cname, FreopenFn, std::ptr::null_mut());
+            // SAFETY: the caller's mode string; forwarded as called.
+            unsafe {
+                via_view(path, fopen_writes(mode), std::ptr::null_mut(), |p| {
+                    f(p, mode, stream)
+                })
+            }
+        }
+    };
+}
+
+freopen_fn!(
+    /// `freopen(3)`.
+    freopen c"freopen" FREOPEN
+);
+freopen_fn!(
+    /// `freopen64(3)`.
+    freopen64 c"freopen64" FREOPEN64
+);
+
+// ------------------------------------------------------------------ realpath
+
+/// Symbolic links followed in one resolution at most (the kernel's
+/// `MAXSYMLINKS`).
+const MAX_LINKS: usize = 40;
+
+/// The canonical form of the absolute path `path` when [`route`] takes it
+/// into the view: each component in turn, its links followed, looked at
+/// (`lstat`, `readlink`) where [`via_view`] sends it: in the view's tree
+/// where it is in the view, on the real filesystem where a link led out
+/// of it. glibc's `realpath` cannot serve: it calls its own internal
+/// `readlink` and `lstat`, which no preload reaches. The kernel is asked
+/// directly (system calls), not through the C library's names, which may
+/// be this library's own or, on an older glibc, missing. Err: errno.
+pub fn resolve(path: &[u8]) -> Result<Norm, c_int> {
+    // What is left to walk, at the end of `rest` (`rest[at..]`).
+    let mut rest = [0u8; PATH_MAX];
+    if path.len() >= PATH_MAX {
+        return Err(libc::ENAMETOOLONG);
+    }
+    let mut at = PATH_MAX - path.len();
+    rest[at..].copy_from_slice(path);
+    let mut out = Norm {
+        buf: [0; PATH_MAX],
+        len: 0,
+    };
+    let mut links = 0;
+    while at < PATH_MAX {
+        // The next component, and `at` past it and its `/`.
+        let n = rest[at..]
+            .iter()
+            .position(|&b| b == b'/')
+            .unwrap_or(PATH_MAX - at);
+        let comp = &rest[at..at + n];
+        let next_at = (at + n + 1).min(PATH_MAX);
+        match comp {
+            b"" | b"." => {
+                at = next_at;
+                continue;
+            }
+            b".." => {
+                out.pop();
+                at = next_at;
+                continue;
+            }
+            c => {
+                if !out.push(c) {
+                    return Err(libc::ENAMETOOLONG);
+                }
+            }
+        }
+        at = next_at;
+        let Some(cp) = CPath::new(&[out.as_bytes()]) else {
+            return Err(libc::ENAMETOOLONG);
+        };
+        // SAFETY: all-zero is a valid `struct stat`.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path (moved into the tree if in the
+        // view) and a `struct stat` for the kernel to fill.
+        let r = unsafe {
+            via_view(cp.as_ptr(), false, -1, |p| {
+                libc::syscall(
+                    libc::SYS_newfstatat,
+                    libc::AT_FDCWD,
+                    p,
+                    &raw mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            })
+        };
+        if r != 0 {
+            return Err(errno());
+        }
+        let more = rest[at..].iter().any(|&b| b != b'/');
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFLNK => {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(libc::ELOOP);
+                }
+                let mut target = [0u8; PATH_MAX];
+                // SAFETY: a NUL-terminated path (moved as above) and a
+                // buffer of the size given.
+                let got = unsafe {
+                    via_view(cp.as_ptr(), false, -1, |p| {
+                        libc::syscall(
+                            libc::SYS_readlinkat,
+                            libc::AT_FDCWD,
+                            p,
+                            target.as_mut_ptr(),
+                            PATH_MAX - 1,
+                        )
+                    })
+                };
+                let Ok(got) = usize::try_from(got) else {
+                    return Err(errno());
+                };
+                let target = &target[..got];
+                // What is left becomes the target, `/`, what was left.
+                if target.len() + 1 > at {
+                    return Err(libc::ENAMETOOLONG);
+                }
+                at -= target.len() + 1;
+                rest[at..at + target.len()].copy_from_slice(target);
+                rest[at + target.len()] = b'/';
+                if target.first() == Some(&b'/') {
+                    out.len = 0;
+                } else {
+                    out.pop();
+                }
+            }
+            libc::S_IFDIR => {}
+            _ if more => return Err(libc::ENOTDIR),
+            _ => {}
+        }
+    }
+    if out.len == 0 {
+        out.buf[0] = b'/';
+        out.len = 1;
+    }
+    Ok(out)
+}
+
+fn errno() -> c_int {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() }
+}
+
+type RealpathFn = unsafe extern "C" fn(*const c_char, *mut c_char) -> *mut c_char;
+type RealpathChkFn = unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> *mut c_char;
+type CanonicalizeFn = unsafe extern "C" fn(*const c_char) -> *mut c_char;
+
+/// Whether `path` is one [`resolve`] answers for (the view is in use and
+/// the path goes through it).
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+unsafe fn resolves_here(path: *const c_char) -> bool {
+    // SAFETY: the caller's promise.
+    !path.is_null()
+        && route(unsafe { CStr::from_ptr(path) }.to_bytes()) != Route::Real
+        && root().is_some()
+}
+
+/// [`resolve`] into `out` (`size` bytes; null: a buffer `malloc` gives,
+/// which the caller frees, as glibc's). Null and errno on failure.
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `out` null or `size` writable bytes.
+unsafe fn resolve_into(path: *const c_char, out: *mut c_char, size: usize) -> *mut c_char {
+    // SAFETY: the caller's promise.
+    let r = match resolve(unsafe { CStr::from_ptr(path) }.to_bytes()) {
+        Ok(r) => r,
+        Err(e) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    let b = r.as_bytes();
+    let dst = if out.is_null() {
+        // SAFETY: plain malloc, freed by the caller with free.
+        let p = unsafe { libc::malloc(b.len() + 1) }.cast::<c_char>();
+        if p.is_null() {
+            set_errno(libc::ENOMEM);
+            return p;
+        }
+        p
+    } else if b.len() + 1 > size {
+        set_errno(libc::ENAMETOOLONG);
+        return std::ptr::null_mut();
+    } else {
+        out
+    };
+    // SAFETY: `dst` holds at least b.len() + 1 bytes (checked or
+    // allocated above).
+    unsafe {
+        std::ptr::copy_nonoverlapping(b.as_ptr().cast(), dst, b.len());
+        *dst.add(b.len()) = 0;
+    }
+    dst
+}
+
+/// `realpath(3)`: a path through the view is resolved by [`resolve`];
+/// every other path by the C library.
+///
+/// # Safety
+/// As the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn realpath(path: *const c_char, out: *mut c_char) -> *mut c_char {
+    // SAFETY: the caller's string.
+    if unsafe { resolves_here(path) } {
+        // SAFETY: realpath's `out` holds PATH_MAX bytes.
+        return unsafe { resolve_into(path, out, PATH_MAX) };
+    }
+    let f = forward!(REALPATH, c"realpath", RealpathFn, std::ptr::null_mut());
+    // SAFETY: forwarded as called.
+    unsafe { f(path, out) }
+}
+
+/// `__realpath_chk`, glibc's fortified `realpath`: as [`realpath`], with
+/// the size of `out` known.
+///
+/// # Safety
+/// As the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn __realpath_chk(
+    path: *const c_char,
+    out: *mut c_char,
+    size: usize,
+) -> *mut c_char {
+    // SAFETY: the caller's string.
+    if unsafe { resolves_here(path) } {
+        // SAFETY: `out` holds `size` bytes, as the caller says.
+        return unsafe { resolve_into(path, out, size) };
+    }
+    let f = forward!(
+        REALPATH_CHK,
+        c"__realpath_chk",
+        RealpathChkFn,
+        std::ptr::null_mut()
+    );
+    // SAFETY: forwarded as called.
+    unsafe { f(path, out, size) }
+}
+
+/// `canonicalize_file_name(3)`: `realpath(path, NULL)`.
+///
+/// # Safety
+/// As the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+    // SAFETY: the caller's string.
+    if unsafe { resolves_here(path) } {
+        // SAFETY: a buffer is allocated.
+        return unsafe { resolve_into(path, std::ptr::null_mut(), 0) };
+    }
+    let f = forward!(
+        CANONICALIZE,
+        c"canonicalize_file_name",
+        CanonicalizeFn,
+        std::ptr::null_mut()
+    );
+    // SAFETY: forwarded as called.
+    unsafe { f(path) }
+}
 
 #[cfg(test)]
 mod tests {

@@ -213,3 +213,38 @@ fn cm_echo_traces_the_cm_exchange() {
         "{s:?}"
     );
 }
+
+/// A process ended by SIGTERM runs no exit handler: its trace is what the
+/// writer last flushed, which is a whole JSON document.
+#[test]
+fn a_process_ended_by_sigterm_leaves_a_whole_document() {
+    let dir = std::env::temp_dir().join(format!("uroce-trace-term-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("term.json");
+    let port = 21531u16;
+    let mut server = uroce()
+        .env("UROCE_TRACE", &path)
+        .env("UROCE_DEVICES", "srv=127.120.6.2")
+        .args(["rc-pingpong", "-g", "0", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Listening: its device is open and the trace has begun.
+    wait_listening(port);
+    let end = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(&path).map_or(0, |m| m.len()) < 10 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill with our own child's pid and a valid signal.
+    assert_eq!(unsafe { libc::kill(server.id() as i32, libc::SIGTERM) }, 0);
+    let status = server.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGTERM)
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let ev: Vec<Value> = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(ev.iter().any(|e| e["name"] == "process_name"), "{text}");
+}
