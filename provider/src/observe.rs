@@ -14,6 +14,8 @@
 //! The seam sits below everything that emits into it and imports only
 //! value types: the tools depend on it, it depends on no tool.
 
+pub mod cause;
+
 use crate::memory::MrInner;
 use crate::types::{QpState, QpType, SendWr, WcStatus};
 use std::net::IpAddr;

@@ -41,6 +41,7 @@ use super::status::{ErrorAction, RespError};
 use super::{pkey_matches, to_v6, Drop, Nanos, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
 use crate::diag::explain::Side;
+use crate::observe::cause::Cause;
 use crate::qp_attr::{AttrMask, QpAttr, QKEY_CONTROLLED};
 use crate::types::{QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use std::collections::HashMap;
@@ -120,27 +121,27 @@ impl UdQp {
         // The datagram consumed a WR: a repeat of it is a duplicate from
         // now on (one lost for want of a WR may still come again).
         self.svc.seen.record(src, src_qp, bth.psn);
-        let Ok(RecvTarget { sgl, .. }) = RecvTarget::resolve(&self.core.cfg, &wr) else {
-            self.note_recv_fault(&wr);
-            return self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
+        let sgl = match RecvTarget::resolve(&self.core.cfg, &wr) {
+            Ok(RecvTarget { sgl, .. }) => sgl,
+            Err(cause) => {
+                self.core.why = Some(cause);
+                return self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
+            }
         };
         // Length: the buffer must hold GRH + payload.
         let len = GRH_LEN + pkt.payload.len();
         if len as u64 > sgl.total() {
-            self.explain(
-                Some(RespError::LengthError.recv_status()),
-                Side::Responder,
-                format!(
-                    "datagram PSN {:#08x} from {} QP {src_qp:#08x}: length: {GRH_LEN} bytes \
-                     of GRH + {} of payload exceed receive WR {:#x}'s {} bytes of buffers; \
-                     the datagram is dropped",
-                    bth.psn.value(),
-                    meta.src,
-                    pkt.payload.len(),
-                    wr.wr_id,
-                    sgl.total()
-                ),
-            );
+            let cause = Cause::UdTooLong {
+                psn: bth.psn.value(),
+                src: meta.src,
+                src_qp,
+                grh: GRH_LEN,
+                payload: pkt.payload.len(),
+                wr_id: wr.wr_id,
+                cap: sgl.total(),
+            };
+            let status = RespError::LengthError.recv_status();
+            self.explain(Some(status), Side::Responder, cause);
             self.core.err_cause = None;
             return self.drop_datagram(RespError::LengthError, Some(wr.wr_id));
         }

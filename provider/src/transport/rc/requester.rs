@@ -3,7 +3,7 @@
 use super::{max_inflight_psns, RcQp, ACK_REQ_EVERY, MIN_CWND};
 use crate::counters::Counters;
 use crate::diag::explain::Side;
-use crate::memory::KeyError;
+use crate::observe::cause::Cause;
 use crate::observe::{Event, Resend, Topic};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::message::MAX_MSG_SIZE;
@@ -310,7 +310,7 @@ impl RcQp {
                     e.len = r.total();
                     e.data = r;
                 }
-                Err(KeyError::Mem(_)) | Err(_) => {
+                Err(_) => {
                     e.error = Some(WcStatus::LocProtErr);
                     return e;
                 }
@@ -603,17 +603,14 @@ impl RcQp {
         self.core.tally.retry_timeouts += 1;
         if self.svc.req.retry_left == 0 {
             let a = &self.core.attr;
-            self.core.why = Some(format!(
-                "no ACK from {} for PSN {:#08x}: {} retries of the {} local ACK timeout \
-                 (timeout {}) spent (retry_cnt {}); {}",
-                self.core.peer(),
-                self.svc.req.una.value(),
-                a.retry_cnt,
-                crate::diag::explain::ms(ack_timeout_ns(a.timeout)),
-                a.timeout,
-                a.retry_cnt,
-                self.core.peer_last_seen(now)
-            ));
+            self.core.why = Some(Cause::RetryExceeded {
+                peer: self.core.peer(),
+                psn: self.svc.req.una.value(),
+                retry_cnt: a.retry_cnt,
+                timeout: a.timeout,
+                timeout_ns: ack_timeout_ns(a.timeout),
+                last_seen_ns: self.core.peer_last_seen(now),
+            });
             self.fail_at(self.svc.req.una, WcStatus::RetryExcErr);
             return;
         }
