@@ -16,11 +16,11 @@
 
 pub mod cause;
 
-use crate::memory::MrInner;
-use crate::types::{QpState, QpType, SendWr, WcStatus};
+use crate::memory::{KeyTable, MrInner, PdId};
+use crate::types::{QpState, QpType, RecvWr, SendWr, Wc, WcStatus};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use uroce_wire::packet::ParsedPacket;
 
 /// False only in the yardstick build (`--cfg uroce_no_diag`) of
@@ -267,6 +267,69 @@ pub enum Event<'a> {
         cq: u32,
         /// Events taken and not acknowledged.
         unacked: u32,
+    },
+    /// The application posts send WR `wr` to QP `qpn` (before it is
+    /// queued).
+    SendPosting {
+        /// The device's key table (whose QP `qpn` is).
+        keys: &'a Arc<KeyTable>,
+        /// The QP.
+        qpn: u32,
+        /// The WR.
+        wr: &'a SendWr,
+    },
+    /// The application posts to QP `qpn` while it is in ERR.
+    PostInErr {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The QP.
+        qpn: u32,
+    },
+    /// A post to QP `qpn` is refused: `len` bytes of inline data exceed
+    /// its `max_inline_data`.
+    InlineTooLong {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The QP.
+        qpn: u32,
+        /// The inline bytes.
+        len: usize,
+    },
+    /// The application posts receive WR `wr` to queue `owner` (a QP's
+    /// number, or an SRQ's handle) of PD `pd` (before it is queued).
+    RecvPosting {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The PD the buffers must be in.
+        pd: PdId,
+        /// The QP or SRQ.
+        owner: u32,
+        /// The WR.
+        wr: &'a RecvWr,
+    },
+    /// The application moves QP `qpn` to state `to` (ERR or RESET).
+    MovedByApp {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The QP.
+        qpn: u32,
+        /// The state asked for.
+        to: QpState,
+    },
+    /// The application polled completions `wcs` from a CQ of the device
+    /// with `keys`.
+    Polled {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The completions.
+        wcs: &'a [Wc],
+    },
+    /// The region with local key `lkey` is being deregistered.
+    Deregistering {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The region's lkey.
+        lkey: u32,
     },
     /// A CM MAD sent or received, or a CM event.
     Cm {

@@ -57,6 +57,19 @@ impl Observe for Tools {
                     check::cq_destroyed_unacked(cq, unacked);
                 }
             }
+            Event::SendPosting { .. }
+            | Event::PostInErr { .. }
+            | Event::InlineTooLong { .. }
+            | Event::RecvPosting { .. } => {
+                if observe::wants(Topic::CHECK_POST) {
+                    check::device_event(e);
+                }
+            }
+            Event::MovedByApp { .. } | Event::Polled { .. } | Event::Deregistering { .. } => {
+                if observe::wants(Topic::CHECK) {
+                    check::device_event(e);
+                }
+            }
             _ => {
                 if observe::wants(Topic::TIMELINE) {
                     trace::record(e);

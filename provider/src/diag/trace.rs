@@ -290,7 +290,14 @@ pub fn record(e: &Event<'_>) {
         | Event::DeviceClosed
         | Event::NicWrote { .. }
         | Event::CqNotPolled { .. }
-        | Event::CqDestroyUnacked { .. } => {}
+        | Event::CqDestroyUnacked { .. }
+        | Event::SendPosting { .. }
+        | Event::PostInErr { .. }
+        | Event::InlineTooLong { .. }
+        | Event::RecvPosting { .. }
+        | Event::MovedByApp { .. }
+        | Event::Polled { .. }
+        | Event::Deregistering { .. } => {}
     }
 }
 
