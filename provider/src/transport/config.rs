@@ -3,6 +3,7 @@
 //! buffers, local operations, completions, flushing and discarding the
 //! posted WRs, and events.
 
+use super::core::LocalFault;
 use super::{sgl, RecvQueue, SendQueue, StateCell};
 use crate::counters::Counters;
 use crate::cq::CqInner;
@@ -133,7 +134,7 @@ impl QpConfig {
     /// and UD sends; RC checks per opcode): the inline bytes, or the SGEs
     /// resolved against the key table (a bad one is a local protection
     /// error). Returns them with the message length.
-    pub fn send_buffers(&self, wr: &SendWr) -> Result<(sgl::Resolved, u64), WcStatus> {
+    pub(crate) fn send_buffers(&self, wr: &SendWr) -> Result<(sgl::Resolved, u64), LocalFault> {
         if wr.flags.contains(crate::types::SendFlags::INLINE) {
             return Ok((sgl::Resolved::default(), wr.inline_data.len() as u64));
         }
@@ -143,7 +144,14 @@ impl QpConfig {
             &wr.sg_list,
             crate::types::Access::empty(),
         )
-        .map_err(|_| WcStatus::LocProtErr)?;
+        .map_err(|f| LocalFault {
+            status: WcStatus::LocProtErr,
+            cause: Some(Cause::SendWr {
+                op: wr.opcode,
+                wr_id: wr.wr_id,
+                check: WrCheck::Lkey(f),
+            }),
+        })?;
         let len = r.total();
         Ok((r, len))
     }

@@ -242,6 +242,26 @@ impl QpCore {
     }
 }
 
+/// A send WR's local error: its status, and what the check that failed
+/// found when it is more than the status says (the SGE that failed its
+/// lkey check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LocalFault {
+    /// The completion status.
+    pub status: WcStatus,
+    /// The facts, for the explanation.
+    pub cause: Option<Cause>,
+}
+
+impl From<WcStatus> for LocalFault {
+    fn from(status: WcStatus) -> LocalFault {
+        LocalFault {
+            status,
+            cause: None,
+        }
+    }
+}
+
 /// What a transport service (RC, UC, UD) adds to the engine: its state
 /// (`Self`, reset to `Default` with the QP) and the hooks the engine calls.
 /// Each hook gets the whole QP: the engine's helpers (completion, errors,
@@ -533,7 +553,11 @@ impl<S: Service> Qp<S> {
     /// behind; the WRs waiting in the send queue are flushed (IBA ch. 10:
     /// a send queue error of a UC or UD QP leaves the receive queue
     /// running).
-    pub(crate) fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
+    pub(crate) fn send_error(&mut self, wr: &SendWr, f: impl Into<LocalFault>) {
+        let LocalFault { status, cause } = f.into();
+        if cause.is_some() {
+            self.core.why = cause;
+        }
         let cause = self.local_fault(wr, status);
         let then = Then::Sqe;
         self.explain(Some(status), Side::Local, Fault { cause, then });

@@ -32,7 +32,7 @@
 //! ERR (UC flushes the WR being sent, then the receive WRs it holds) and
 //! RESET.
 
-use super::core::{Qp, Service};
+use super::core::{LocalFault, Qp, Service};
 use super::message::{check_op_allowed, check_payload_length, fill_payload, message_headers};
 use super::message::{npkts, position, segment, Inbound, RecvTarget, MAX_MSG_SIZE};
 use super::sgl::Resolved;
@@ -160,14 +160,14 @@ impl UcQp {
 
     /// Checks a posted WR locally (opcode valid for UC, SGEs, length) and
     /// resolves its buffers: the data and the message length.
-    fn admit(&self, wr: &SendWr) -> Result<(Resolved, u64), WcStatus> {
+    fn admit(&self, wr: &SendWr) -> Result<(Resolved, u64), LocalFault> {
         // Local operations were executed before this.
         if !QpType::Uc.may_post(wr.opcode) {
-            return Err(WcStatus::LocQpOpErr);
+            return Err(WcStatus::LocQpOpErr.into());
         }
         let (data, len) = self.core.cfg.send_buffers(wr)?;
         if len > MAX_MSG_SIZE {
-            return Err(WcStatus::LocLenErr);
+            return Err(WcStatus::LocLenErr.into());
         }
         Ok((data, len))
     }
@@ -202,8 +202,8 @@ impl UcQp {
                         sent: 0,
                     })
                 }
-                Err(status) => {
-                    self.send_error(&wr, status);
+                Err(f) => {
+                    self.send_error(&wr, f);
                     return None;
                 }
             }

@@ -35,7 +35,7 @@
 //! [`MAX_DUP_SOURCES`] senders (source address and QP) and drops repeats,
 //! counted in `duplicate_requests`.
 
-use super::core::{Qp, Service};
+use super::core::{LocalFault, Qp, Service};
 use super::message::{fill_payload, RecvTarget};
 use super::status::{ErrorAction, RespError};
 use super::{pkey_matches, to_v6, Drop, Nanos, RxMeta, Transmit, PKEY};
@@ -181,8 +181,8 @@ impl UdQp {
         let wr = self.core.cfg.sq.take()?;
         let (t, msg_len) = match self.build(&wr, buf) {
             Ok(x) => x,
-            Err(status) => {
-                self.send_error(&wr, status);
+            Err(f) => {
+                self.send_error(&wr, f);
                 return None;
             }
         };
@@ -193,7 +193,7 @@ impl UdQp {
 
     /// Checks a send WR locally and writes its packet into `buf`: returns
     /// the packet and the message length.
-    fn build(&self, wr: &SendWr, buf: &mut [u8]) -> Result<(Transmit, u64), WcStatus> {
+    fn build(&self, wr: &SendWr, buf: &mut [u8]) -> Result<(Transmit, u64), LocalFault> {
         // From the opcode table: UD has SEND ONLY (with immediate) alone.
         let opcode = wr
             .opcode
@@ -202,14 +202,14 @@ impl UdQp {
         let ud = wr.ud.ok_or(WcStatus::LocQpOpErr)?;
         let dst = ud.ip.to_canonical();
         if dst.is_ipv4() != self.core.cfg.local_ip.is_ipv4() || dst.is_unspecified() {
-            return Err(WcStatus::LocQpOpErr);
+            return Err(WcStatus::LocQpOpErr.into());
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
         let (data, len) = self.core.cfg.send_buffers(wr)?;
         // A UD message is one packet: at most the PMTU (the port's active
         // MTU), as rxe checks at post time.
         if len > self.core.cfg.limits.active_mtu.bytes() as u64 {
-            return Err(WcStatus::LocLenErr);
+            return Err(WcStatus::LocLenErr.into());
         }
         // IBA 10.2.4: a WR Q_Key with the high bit set means the QP's own.
         let qkey = if ud.remote_qkey & QKEY_CONTROLLED != 0 {
