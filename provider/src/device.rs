@@ -42,7 +42,7 @@ use crate::engine::{can_post_send, Engine, Kicker};
 use crate::events::AsyncEvents;
 use crate::memory::{Backing, KeyTable, MrInner, MwInner, MwType, PdId};
 use crate::net::faults::Faults;
-use crate::observe::{Event, Topic};
+use crate::observe::{Event, QpCall, Topic};
 use crate::qp_attr::{AttrMask, CapError, ModifyLimits, QpAttr, QpCap};
 use crate::quota::{Quota, QuotaFull, Resource, Slot};
 use crate::transport::{new_qp, QpConfig, QueueAllocError, RecvQueue, SendQueue, StateCell};
@@ -1109,13 +1109,7 @@ impl SrqHandle {
     ) -> std::result::Result<(), (usize, E)> {
         post_each(items, self.max_wr as usize, read, |wr| {
             self.check_sges(wr.sg_list.len())?;
-            let (keys, pd, owner) = (&self._dev.shared.keys, self.pd, self.handle);
-            crate::observe::tell(Topic::CHECK_POST, || Event::RecvPosting {
-                keys,
-                pd,
-                owner,
-                wr: &wr,
-            });
+            recv_posting(&self._dev.shared.keys, self.pd, self.handle, &wr);
             Ok(self.rq.post(wr)?)
         })
         .1
@@ -1227,7 +1221,8 @@ impl QpHandle {
         if mask.contains(AttrMask::STATE) && matches!(attr.qp_state, QpState::Err | QpState::Reset)
         {
             let (keys, qpn, to) = (&self.dev.shared.keys, self.qpn, attr.qp_state);
-            crate::observe::tell(Topic::CHECK, || Event::MovedByApp { keys, qpn, to });
+            let call = QpCall::Modify(to);
+            crate::observe::tell(Topic::CHECK, || Event::QpCall { keys, qpn, call });
         }
         Ok(self.dev.engine().modify_qp(self.qpn, attr, mask)?)
     }
@@ -1266,11 +1261,8 @@ impl QpHandle {
         let r = self.cap.check_inline(len);
         if r.is_err() {
             let (keys, qpn) = (&self.dev.shared.keys, self.qpn);
-            crate::observe::tell(Topic::CHECK_POST, || Event::InlineTooLong {
-                keys,
-                qpn,
-                len,
-            });
+            let call = QpCall::InlineTooLong(len);
+            crate::observe::tell(Topic::CHECK_POST, || Event::QpCall { keys, qpn, call });
         }
         r
     }
@@ -1339,16 +1331,14 @@ impl QpHandle {
         }
         let (keys, qpn) = (&self.dev.shared.keys, self.qpn);
         if crate::observe::wants(Topic::CHECK_POST) && self.state() == QpState::Err {
-            crate::observe::tell(Topic::CHECK_POST, || Event::PostInErr { keys, qpn });
+            let call = QpCall::PostInErr;
+            crate::observe::tell(Topic::CHECK_POST, || Event::QpCall { keys, qpn, call });
         }
         let depth = self.sq.capacity() as usize;
         let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_send(&wr)?;
-            crate::observe::tell(Topic::CHECK_POST, || Event::SendPosting {
-                keys,
-                qpn,
-                wr: &wr,
-            });
+            let call = QpCall::PostSend(&wr);
+            crate::observe::tell(Topic::CHECK_POST, || Event::QpCall { keys, qpn, call });
             Ok(self.sq.post(wr)?)
         });
         if posted > 0 {
@@ -1383,13 +1373,7 @@ impl QpHandle {
         let depth = self.rq.capacity();
         let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_recv_sges(wr.sg_list.len())?;
-            let (keys, pd, owner) = (&self.dev.shared.keys, self.pd, self.qpn);
-            crate::observe::tell(Topic::CHECK_POST, || Event::RecvPosting {
-                keys,
-                pd,
-                owner,
-                wr: &wr,
-            });
+            recv_posting(&self.dev.shared.keys, self.pd, self.qpn, &wr);
             match &self.ledger {
                 Some(l) => l.post_recv(wr, |wr| self.rq.post(wr))?,
                 None => self.rq.post(wr)?,
@@ -1433,6 +1417,17 @@ fn post_each<T, W, E: From<DeviceError>>(
         n += 1;
     }
     (n, Ok(()))
+}
+
+/// Tells the checker receive WR `wr` is posted to `owner` (a QP's number
+/// or an SRQ's handle) of PD `pd`.
+fn recv_posting(keys: &Arc<KeyTable>, pd: PdId, owner: u32, wr: &RecvWr) {
+    crate::observe::tell(Topic::CHECK_POST, || Event::RecvPosting {
+        keys,
+        pd,
+        owner,
+        wr,
+    });
 }
 
 impl Drop for QpHandle {

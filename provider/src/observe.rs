@@ -268,32 +268,15 @@ pub enum Event<'a> {
         /// Events taken and not acknowledged.
         unacked: u32,
     },
-    /// The application posts send WR `wr` to QP `qpn` (before it is
-    /// queued).
-    SendPosting {
+    /// The application calls a verb on QP `qpn` (what the checker's
+    /// rules of posts and state changes look at).
+    QpCall {
         /// The device's key table (whose QP `qpn` is).
         keys: &'a Arc<KeyTable>,
         /// The QP.
         qpn: u32,
-        /// The WR.
-        wr: &'a SendWr,
-    },
-    /// The application posts to QP `qpn` while it is in ERR.
-    PostInErr {
-        /// The device's key table.
-        keys: &'a Arc<KeyTable>,
-        /// The QP.
-        qpn: u32,
-    },
-    /// A post to QP `qpn` is refused: `len` bytes of inline data exceed
-    /// its `max_inline_data`.
-    InlineTooLong {
-        /// The device's key table.
-        keys: &'a Arc<KeyTable>,
-        /// The QP.
-        qpn: u32,
-        /// The inline bytes.
-        len: usize,
+        /// What it does.
+        call: QpCall<'a>,
     },
     /// The application posts receive WR `wr` to queue `owner` (a QP's
     /// number, or an SRQ's handle) of PD `pd` (before it is queued).
@@ -306,15 +289,6 @@ pub enum Event<'a> {
         owner: u32,
         /// The WR.
         wr: &'a RecvWr,
-    },
-    /// The application moves QP `qpn` to state `to` (ERR or RESET).
-    MovedByApp {
-        /// The device's key table.
-        keys: &'a Arc<KeyTable>,
-        /// The QP.
-        qpn: u32,
-        /// The state asked for.
-        to: QpState,
     },
     /// The application polled completions `wcs` from a CQ of the device
     /// with `keys`.
@@ -340,6 +314,20 @@ pub enum Event<'a> {
         /// The peer, the transaction.
         detail: &'a str,
     },
+}
+
+/// A verb the application calls on a QP ([`Event::QpCall`]).
+#[derive(Debug, Clone, Copy)]
+pub enum QpCall<'a> {
+    /// It posts this send WR (checked, before it is queued).
+    PostSend(&'a SendWr),
+    /// It posts while the QP is in ERR.
+    PostInErr,
+    /// Its post is refused: this many bytes of inline data exceed the
+    /// QP's `max_inline_data`.
+    InlineTooLong(usize),
+    /// It moves the QP to this state (ERR or RESET).
+    Modify(QpState),
 }
 
 /// What the tools implement: told every event of a topic they want.

@@ -25,7 +25,7 @@
 
 use crate::cq::CqInner;
 use crate::memory::{KeyTable, PdId};
-use crate::observe::{self, Event, Topic};
+use crate::observe::{self, Event, QpCall, Topic};
 use crate::qp_attr::QpCap;
 use crate::types::{Access, QpState, SendFlags, SendWr, Sge, Wc, WrOpcode};
 use parking_lot::Mutex;
@@ -1207,15 +1207,18 @@ fn ledger(keys: &Arc<KeyTable>, qpn: u32) -> Option<Arc<QpLedger>> {
 /// QP's ledger (the tools' observer hands on each event of a category
 /// that is on).
 pub fn device_event(e: &Event<'_>) {
-    let with = |keys, qpn, f: &dyn Fn(&QpLedger)| {
-        if let Some(l) = ledger(keys, qpn) {
-            f(&l);
-        }
-    };
     match *e {
-        Event::SendPosting { keys, qpn, wr } => with(keys, qpn, &|l| l.check_send_wr(wr)),
-        Event::PostInErr { keys, qpn } => with(keys, qpn, &|l| l.post_in_err()),
-        Event::InlineTooLong { keys, qpn, len } => with(keys, qpn, &|l| l.inline_too_long(len)),
+        Event::QpCall { keys, qpn, call } => {
+            let Some(l) = ledger(keys, qpn) else { return };
+            match call {
+                QpCall::PostSend(wr) => l.check_send_wr(wr),
+                QpCall::PostInErr => l.post_in_err(),
+                QpCall::InlineTooLong(len) => l.inline_too_long(len),
+                QpCall::Modify(QpState::Err) => l.set_err_by_app(),
+                QpCall::Modify(QpState::Reset) => l.reset(),
+                QpCall::Modify(_) => {}
+            }
+        }
         Event::RecvPosting {
             keys,
             pd,
@@ -1227,11 +1230,6 @@ pub fn device_event(e: &Event<'_>) {
                 check_sge(keys, pd, owner, "receive", wr.wr_id, s, Access::LOCAL_WRITE);
             }
         }
-        Event::MovedByApp { keys, qpn, to } => with(keys, qpn, &|l| match to {
-            QpState::Err => l.set_err_by_app(),
-            QpState::Reset => l.reset(),
-            _ => {}
-        }),
         Event::Polled { keys, wcs } => polled(keys, wcs),
         Event::Deregistering { keys, lkey } => deregistering(keys, lkey),
         _ => {}

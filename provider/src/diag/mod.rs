@@ -22,7 +22,7 @@ pub mod explain;
 pub mod stat;
 pub mod trace;
 
-use crate::observe::{self, Event, Observe, Topic};
+use crate::observe::{self, Event, Observe, QpCall, Topic};
 
 pub use crate::observe::COMPILED;
 
@@ -57,16 +57,18 @@ impl Observe for Tools {
                     check::cq_destroyed_unacked(cq, unacked);
                 }
             }
-            Event::SendPosting { .. }
-            | Event::PostInErr { .. }
-            | Event::InlineTooLong { .. }
-            | Event::RecvPosting { .. } => {
-                if observe::wants(Topic::CHECK_POST) {
+            Event::QpCall {
+                call: QpCall::Modify(_),
+                ..
+            }
+            | Event::Polled { .. }
+            | Event::Deregistering { .. } => {
+                if observe::wants(Topic::CHECK) {
                     check::device_event(e);
                 }
             }
-            Event::MovedByApp { .. } | Event::Polled { .. } | Event::Deregistering { .. } => {
-                if observe::wants(Topic::CHECK) {
+            Event::QpCall { .. } | Event::RecvPosting { .. } => {
+                if observe::wants(Topic::CHECK_POST) {
                     check::device_event(e);
                 }
             }

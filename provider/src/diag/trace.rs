@@ -291,11 +291,8 @@ pub fn record(e: &Event<'_>) {
         | Event::NicWrote { .. }
         | Event::CqNotPolled { .. }
         | Event::CqDestroyUnacked { .. }
-        | Event::SendPosting { .. }
-        | Event::PostInErr { .. }
-        | Event::InlineTooLong { .. }
+        | Event::QpCall { .. }
         | Event::RecvPosting { .. }
-        | Event::MovedByApp { .. }
         | Event::Polled { .. }
         | Event::Deregistering { .. } => {}
     }

@@ -62,6 +62,19 @@ pub struct KeyFault {
     pub need: Access,
 }
 
+impl KeyFault {
+    /// The check of a QP of PD `pd` needing `need` gave `err`; the key
+    /// names `named`.
+    pub fn new(err: KeyError, named: Named, pd: PdId, need: Access) -> KeyFault {
+        KeyFault {
+            err,
+            named,
+            pd,
+            need,
+        }
+    }
+}
+
 /// The first SGE of a list that failed its lkey check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LkeyFault {
@@ -87,16 +100,8 @@ impl LkeyFault {
         let named = keys
             .find_lkey(sge.lkey)
             .map_or(Named::Nothing, |m| Named::Region(Region::of(&m)));
-        LkeyFault {
-            index,
-            sge,
-            key: KeyFault {
-                err,
-                named,
-                pd,
-                need,
-            },
-        }
+        let key = KeyFault::new(err, named, pd, need);
+        LkeyFault { index, sge, key }
     }
 }
 
@@ -128,17 +133,8 @@ impl RkeyFault {
             None if keys.window(rkey).is_some() => Named::Window,
             None => Named::Nothing,
         };
-        RkeyFault {
-            rkey,
-            va,
-            len,
-            key: KeyFault {
-                err,
-                named,
-                pd,
-                need,
-            },
-        }
+        let key = KeyFault::new(err, named, pd, need);
+        RkeyFault { rkey, va, len, key }
     }
 }
 

@@ -168,19 +168,13 @@ impl RcQp {
     /// syndrome and PSN, and what the WR holding `psn` asked for. The
     /// responder's own explanation names the check that failed.
     fn nak_fault(&self, psn: Psn, syndrome: AethSyndrome) -> Cause {
-        let asked = self
-            .svc
-            .req
-            .wqes
-            .iter()
-            .find(|e| e.contains(psn))
-            .map(|e| Asked {
-                wr_id: e.wr.wr_id,
-                op: e.wr.opcode,
-                rkey: e.wr.rkey,
-                va: e.wr.remote_addr,
-                len: e.len,
-            });
+        let asked = self.svc.req.holding(psn).map(|e| Asked {
+            wr_id: e.wr.wr_id,
+            op: e.wr.opcode,
+            rkey: e.wr.rkey,
+            va: e.wr.remote_addr,
+            len: e.len,
+        });
         Cause::NakReceived {
             peer: self.core.peer(),
             syndrome,
@@ -251,7 +245,7 @@ impl RcQp {
         let mtu = self.mtu() as u64;
         // FLUSH and ATOMIC WRITE are answered by an empty READ RESPONSE
         // ONLY (as rxe answers them): an acknowledgement of their PSN.
-        if let Some(e) = self.svc.req.wqes.iter().find(|e| e.contains(psn)) {
+        if let Some(e) = self.svc.req.holding(psn) {
             if e.wr.opcode.is_flush_or_atomic_write() {
                 if pkt.info.position == uroce_wire::Position::Only && pkt.payload.is_empty() {
                     self.ack_through(psn);

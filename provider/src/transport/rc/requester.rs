@@ -124,6 +124,10 @@ pub(super) struct Requester {
 }
 
 impl Requester {
+    /// The WR whose PSN range holds `psn`, if one is outstanding.
+    pub fn holding(&self, psn: Psn) -> Option<&SqEntry> {
+        self.wqes.iter().find(|e| e.contains(psn))
+    }
     /// Takes a modify's send PSN (nothing sent yet from there) and retry
     /// counters.
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) {
@@ -622,13 +626,8 @@ impl RcQp {
         // A READ resent from `una` is that hole's re-request: answers
         // ahead of the hole still on their way (to earlier requests) must
         // not make another one (see `RcQp::read_answer_seen`).
-        let in_read = self
-            .svc
-            .req
-            .wqes
-            .iter()
-            .find(|e| e.contains(una))
-            .is_some_and(|e| e.wr.opcode == WrOpcode::RdmaRead);
+        let in_read =
+            (self.svc.req.holding(una)).is_some_and(|e| e.wr.opcode == WrOpcode::RdmaRead);
         self.svc.req.read_rerequest = in_read.then_some(una);
         self.svc.req.read_hole = None;
         self.svc.req.go_back(una);
