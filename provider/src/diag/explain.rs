@@ -20,23 +20,11 @@ use crate::memory::{KeyError, MemError};
 use crate::observe::cause::{
     Cause, Fault, KeyFault, LkeyFault, Named, Peer, Refused, Region, RkeyFault, Then, WrCheck,
 };
+pub use crate::observe::cause::{ExplainLog, Explanation, Side};
 use crate::types::{Access, WcStatus, WrOpcode};
 use std::fmt;
 use std::sync::OnceLock;
 use uroce_wire::aeth::AethSyndrome;
-
-/// Which side's check failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    /// A check of the QP's own WR, before or while it was sent (local
-    /// errors, IBA 9.9.2 class A).
-    Local,
-    /// The requester learned it from its peer (a NAK) or from the peer's
-    /// silence (retry or RNR retry exceeded).
-    Requester,
-    /// The responder's check of a request from the peer (IBA 9.9.3).
-    Responder,
-}
 
 impl fmt::Display for Side {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -48,21 +36,6 @@ impl fmt::Display for Side {
     }
 }
 
-/// One explained error of a QP.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Explanation {
-    /// The QP.
-    pub qpn: u32,
-    /// The completion status explained; `None` when no completion of the
-    /// QP carries it (the responder of a WRITE that failed its R_Key
-    /// check completes nothing: its QP moves to ERR).
-    pub status: Option<WcStatus>,
-    /// Whose check failed.
-    pub side: Side,
-    /// What failed, in the spec's terms.
-    pub text: String,
-}
-
 impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "QP {:#08x} ", self.qpn)?;
@@ -72,29 +45,6 @@ impl fmt::Display for Explanation {
         }
         write!(f, " ({}): {}", self.side, self.text)
     }
-}
-
-impl Side {
-    /// The side that explains a requester's completion with `status`: the
-    /// requester for what the peer answered or did not, else local.
-    pub fn of_send_status(status: WcStatus) -> Side {
-        use WcStatus::*;
-        match status {
-            RemAccessErr | RemInvReqErr | RemOpErr | RemInvRdReqErr | BadRespErr | RetryExcErr
-            | RnrRetryExcErr | RemAbortErr => Side::Requester,
-            _ => Side::Local,
-        }
-    }
-}
-
-/// What a QP keeps of its errors.
-#[derive(Debug, Default, Clone)]
-pub struct ExplainLog {
-    /// The last explanation.
-    pub last: Option<Explanation>,
-    /// Why the QP is in ERR: the explanation that moved it there
-    /// (forgotten at RESET).
-    pub cause: Option<Explanation>,
 }
 
 /// Whether explanations are printed (`UROCE_EXPLAIN=1`), read once.

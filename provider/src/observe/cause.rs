@@ -3,9 +3,10 @@
 //! rights, the NAK's syndrome, the PSNs, the peer.
 //!
 //! The transports build a [`Fault`] where a check fails (error paths
-//! only; every type here is `Copy` and allocates nothing) and hand it to
-//! the QP's explanation; the words are `Display` in
-//! [`crate::diag::explain`], the one place that composes them.
+//! only; every cause here is `Copy` and allocates nothing) and hand it to
+//! the QP's [`Explanation`], the line a QP keeps of an error; the words
+//! are `Display` in [`crate::diag::explain`], the one place that composes
+//! them.
 
 use crate::memory::{KeyError, KeyTable, MrInner, MwError, PdId};
 use crate::types::{Access, Sge, WcStatus, WrOpcode};
@@ -421,4 +422,55 @@ impl From<Cause> for Fault {
             then: Then::Nothing,
         }
     }
+}
+
+/// Which side's check failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// A check of the QP's own WR, before or while it was sent (local
+    /// errors, IBA 9.9.2 class A).
+    Local,
+    /// The requester learned it from its peer (a NAK) or from the peer's
+    /// silence (retry or RNR retry exceeded).
+    Requester,
+    /// The responder's check of a request from the peer (IBA 9.9.3).
+    Responder,
+}
+
+/// One explained error of a QP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    /// The QP.
+    pub qpn: u32,
+    /// The completion status explained; `None` when no completion of the
+    /// QP carries it (the responder of a WRITE that failed its R_Key
+    /// check completes nothing: its QP moves to ERR).
+    pub status: Option<WcStatus>,
+    /// Whose check failed.
+    pub side: Side,
+    /// What failed, in the spec's terms.
+    pub text: String,
+}
+
+impl Side {
+    /// The side that explains a requester's completion with `status`: the
+    /// requester for what the peer answered or did not, else local.
+    pub fn of_send_status(status: WcStatus) -> Side {
+        use WcStatus::*;
+        match status {
+            RemAccessErr | RemInvReqErr | RemOpErr | RemInvRdReqErr | BadRespErr | RetryExcErr
+            | RnrRetryExcErr | RemAbortErr => Side::Requester,
+            _ => Side::Local,
+        }
+    }
+}
+
+/// What a QP keeps of its errors.
+#[derive(Debug, Default, Clone)]
+pub struct ExplainLog {
+    /// The last explanation.
+    pub last: Option<Explanation>,
+    /// Why the QP is in ERR: the explanation that moved it there
+    /// (forgotten at RESET).
+    pub cause: Option<Explanation>,
 }

@@ -47,9 +47,9 @@
 use super::Nanos;
 use super::{PeerPin, QpConfig, QpMachine, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
-use crate::diag::explain::{Explanation, Side};
 use crate::events::EventType;
 use crate::observe::cause::{Cause, Fault, Peer, Then, WrCheck};
+use crate::observe::cause::{Explanation, Side};
 use crate::observe::{queue_id, Event, Gone, Topic};
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
 use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
@@ -462,7 +462,7 @@ impl<S: Service> Qp<S> {
     /// asked for a solicited event). A full CQ is a catastrophic error for
     /// the QP (IBA 11.4.2.1, QP_FATAL).
     pub(crate) fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
-        if crate::diag::COMPILED {
+        if crate::observe::COMPILED {
             self.core.tally.note_completion(send, &wc);
         }
         if !self.core.cfg.complete(send, wc, solicited) {
@@ -702,7 +702,7 @@ impl<S: Service> Qp<S> {
             return;
         }
         Counters::inc(&c.rcvd_pkts);
-        if crate::diag::COMPILED {
+        if crate::observe::COMPILED {
             self.core.last_rx = Some(now);
         }
         self.core.note_received();

@@ -2,8 +2,8 @@
 
 use super::{max_inflight_psns, RcQp, ACK_REQ_EVERY, MIN_CWND};
 use crate::counters::Counters;
-use crate::diag::explain::Side;
 use crate::observe::cause::Cause;
+use crate::observe::cause::Side;
 use crate::observe::{Event, Resend, Topic};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::message::MAX_MSG_SIZE;

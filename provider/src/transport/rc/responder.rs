@@ -4,9 +4,9 @@
 
 use super::RcQp;
 use crate::counters::Counters;
-use crate::diag::explain::Side;
 use crate::events::EventType;
 use crate::memory::{KeyError, MemError, MrInner};
+use crate::observe::cause::Side;
 use crate::observe::cause::{Cause, Fault, Refused, RkeyFault, Then};
 use crate::observe::{self, Event, Topic};
 use crate::qp_attr::{AttrMask, QpAttr};
