@@ -35,13 +35,14 @@ use crate::cm::{CmAgent, CmConfig};
 use crate::counters::CounterSnapshot;
 use crate::cq::CompChannel;
 use crate::cq::CqInner;
-use crate::diag::check::{self, Category, CqLedger, CqOwing, QpLedger};
+use crate::diag::check::{self, CqLedger, CqOwing, QpLedger};
 use crate::diag::stat::{CqState, DeviceState, MrState, PdState, QpStat, SrqState};
 use crate::engine::QpSnapshot;
 use crate::engine::{can_post_send, Engine, Kicker};
 use crate::events::AsyncEvents;
 use crate::memory::{Backing, KeyTable, MrInner, MwInner, MwType, PdId};
 use crate::net::faults::Faults;
+use crate::observe::{Event, QpCall, Topic};
 use crate::qp_attr::{AttrMask, CapError, ModifyLimits, QpAttr, QpCap};
 use crate::quota::{Quota, QuotaFull, Resource, Slot};
 use crate::transport::{new_qp, QpConfig, QueueAllocError, RecvQueue, SendQueue, StateCell};
@@ -503,9 +504,11 @@ impl Device {
     /// Deregisters a region: its keys stop working, and no copy into or
     /// out of it is in progress when this returns.
     pub fn dereg(&self, mr: &MrInner) {
-        if check::any() {
-            check::deregistering(&self.shared.keys, mr.lkey());
-        }
+        let (keys, lkey) = (&self.shared.keys, mr.lkey());
+        crate::observe::tell(Topic::CHECK_LIFETIME, || Event::Deregistering {
+            keys,
+            lkey,
+        });
         self.shared.keys.deregister(mr);
     }
     /// An unbound memory window.
@@ -1014,18 +1017,18 @@ impl CqHandle {
     /// Up to `out.len()` completions, oldest first.
     pub fn poll(&self, out: &mut [Wc]) -> usize {
         let n = self.inner.poll(out);
-        if check::any() && n > 0 {
-            check::polled(&self.dev.shared.keys, &out[..n]);
+        if n > 0 {
+            let (keys, wcs) = (&self.dev.shared.keys, &out[..n]);
+            crate::observe::tell(Topic::CHECK, || Event::Polled { keys, wcs });
         }
         n
     }
     /// One completion, if any.
     pub fn poll_one(&self) -> Option<Wc> {
         let wc = self.inner.poll_one();
-        if check::any() {
-            if let Some(wc) = &wc {
-                check::polled(&self.dev.shared.keys, std::slice::from_ref(wc));
-            }
+        if let Some(wc) = &wc {
+            let (keys, wcs) = (&self.dev.shared.keys, std::slice::from_ref(wc));
+            crate::observe::tell(Topic::CHECK, || Event::Polled { keys, wcs });
         }
         wc
     }
@@ -1106,10 +1109,7 @@ impl SrqHandle {
     ) -> std::result::Result<(), (usize, E)> {
         post_each(items, self.max_wr as usize, read, |wr| {
             self.check_sges(wr.sg_list.len())?;
-            if check::on(Category::Post) {
-                let keys = &self._dev.shared.keys;
-                check_recv_wr(keys, self.pd, self.handle, &wr);
-            }
+            recv_posting(&self._dev.shared.keys, self.pd, self.handle, &wr);
             Ok(self.rq.post(wr)?)
         })
         .1
@@ -1218,14 +1218,11 @@ impl QpHandle {
     }
     /// Modifies the QP; returns its attributes afterwards.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<QpAttr> {
-        if let Some(l) = &self.ledger {
-            if mask.contains(AttrMask::STATE) {
-                match attr.qp_state {
-                    QpState::Err => l.set_err_by_app(),
-                    QpState::Reset => l.reset(),
-                    _ => {}
-                }
-            }
+        if mask.contains(AttrMask::STATE) && matches!(attr.qp_state, QpState::Err | QpState::Reset)
+        {
+            let (keys, qpn, to) = (&self.dev.shared.keys, self.qpn, attr.qp_state);
+            let call = QpCall::Modify(to);
+            crate::observe::tell(Topic::CHECK, || Event::QpCall { keys, qpn, call });
         }
         Ok(self.dev.engine().modify_qp(self.qpn, attr, mask)?)
     }
@@ -1262,10 +1259,10 @@ impl QpHandle {
     /// The inline length rule (EINVAL beyond `max_inline_data`).
     pub fn check_inline(&self, len: usize) -> std::result::Result<(), LimitError> {
         let r = self.cap.check_inline(len);
-        if let (Err(_), Some(l)) = (&r, &self.ledger) {
-            if check::on(Category::Post) {
-                l.inline_too_long(len);
-            }
+        if r.is_err() {
+            let (keys, qpn) = (&self.dev.shared.keys, self.qpn);
+            let call = QpCall::InlineTooLong(len);
+            crate::observe::tell(Topic::CHECK_POST, || Event::QpCall { keys, qpn, call });
         }
         r
     }
@@ -1332,18 +1329,16 @@ impl QpHandle {
                 DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()).into(),
             ));
         }
-        let ledger = self.ledger.as_ref().filter(|_| check::any());
-        if let Some(l) = ledger {
-            if check::on(Category::Post) && self.state() == QpState::Err {
-                l.post_in_err();
-            }
+        let (keys, qpn) = (&self.dev.shared.keys, self.qpn);
+        if crate::observe::wants(Topic::CHECK_POST) && self.state() == QpState::Err {
+            let call = QpCall::PostInErr;
+            crate::observe::tell(Topic::CHECK_POST, || Event::QpCall { keys, qpn, call });
         }
         let depth = self.sq.capacity() as usize;
         let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_send(&wr)?;
-            if let Some(l) = ledger.filter(|_| check::on(Category::Post)) {
-                l.check_send_wr(&wr);
-            }
+            let call = QpCall::PostSend(&wr);
+            crate::observe::tell(Topic::CHECK_POST, || Event::QpCall { keys, qpn, call });
             Ok(self.sq.post(wr)?)
         });
         if posted > 0 {
@@ -1378,10 +1373,8 @@ impl QpHandle {
         let depth = self.rq.capacity();
         let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_recv_sges(wr.sg_list.len())?;
-            if check::on(Category::Post) {
-                check_recv_wr(&self.dev.shared.keys, self.pd, self.qpn, &wr);
-            }
-            match self.ledger.as_ref().filter(|_| crate::diag::COMPILED) {
+            recv_posting(&self.dev.shared.keys, self.pd, self.qpn, &wr);
+            match &self.ledger {
                 Some(l) => l.post_recv(wr, |wr| self.rq.post(wr))?,
                 None => self.rq.post(wr)?,
             }
@@ -1426,12 +1419,15 @@ fn post_each<T, W, E: From<DeviceError>>(
     (n, Ok(()))
 }
 
-/// The checker's L_Key rules of a receive WR's SG list (the buffers are
-/// written: local write).
-fn check_recv_wr(keys: &KeyTable, pd: PdId, qpn: u32, wr: &RecvWr) {
-    for s in wr.sg_list.iter().filter(|s| s.length > 0) {
-        check::check_sge(keys, pd, qpn, "receive", wr.wr_id, s, Access::LOCAL_WRITE);
-    }
+/// Tells the checker receive WR `wr` is posted to `owner` (a QP's number
+/// or an SRQ's handle) of PD `pd`.
+fn recv_posting(keys: &Arc<KeyTable>, pd: PdId, owner: u32, wr: &RecvWr) {
+    crate::observe::tell(Topic::CHECK_POST, || Event::RecvPosting {
+        keys,
+        pd,
+        owner,
+        wr,
+    });
 }
 
 impl Drop for QpHandle {

@@ -14,11 +14,13 @@
 //! The seam sits below everything that emits into it and imports only
 //! value types: the tools depend on it, it depends on no tool.
 
-use crate::memory::MrInner;
-use crate::types::{QpState, QpType, SendWr, WcStatus};
+pub mod cause;
+
+use crate::memory::{KeyTable, MrInner, PdId};
+use crate::types::{QpState, QpType, RecvWr, SendWr, Wc, WcStatus};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use uroce_wire::packet::ParsedPacket;
 
 /// False only in the yardstick build (`--cfg uroce_no_diag`) of
@@ -266,6 +268,43 @@ pub enum Event<'a> {
         /// Events taken and not acknowledged.
         unacked: u32,
     },
+    /// The application calls a verb on QP `qpn` (what the checker's
+    /// rules of posts and state changes look at).
+    QpCall {
+        /// The device's key table (whose QP `qpn` is).
+        keys: &'a Arc<KeyTable>,
+        /// The QP.
+        qpn: u32,
+        /// What it does.
+        call: QpCall<'a>,
+    },
+    /// The application posts receive WR `wr` to queue `owner` (a QP's
+    /// number, or an SRQ's handle) of PD `pd` (before it is queued).
+    RecvPosting {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The PD the buffers must be in.
+        pd: PdId,
+        /// The QP or SRQ.
+        owner: u32,
+        /// The WR.
+        wr: &'a RecvWr,
+    },
+    /// The application polled completions `wcs` from a CQ of the device
+    /// with `keys`.
+    Polled {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The completions.
+        wcs: &'a [Wc],
+    },
+    /// The region with local key `lkey` is being deregistered.
+    Deregistering {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The region's lkey.
+        lkey: u32,
+    },
     /// A CM MAD sent or received, or a CM event.
     Cm {
         /// What (the MAD's or event's name).
@@ -275,6 +314,20 @@ pub enum Event<'a> {
         /// The peer, the transaction.
         detail: &'a str,
     },
+}
+
+/// A verb the application calls on a QP ([`Event::QpCall`]).
+#[derive(Debug, Clone, Copy)]
+pub enum QpCall<'a> {
+    /// It posts this send WR (checked, before it is queued).
+    PostSend(&'a SendWr),
+    /// It posts while the QP is in ERR.
+    PostInErr,
+    /// Its post is refused: this many bytes of inline data exceed the
+    /// QP's `max_inline_data`.
+    InlineTooLong(usize),
+    /// It moves the QP to this state (ERR or RESET).
+    Modify(QpState),
 }
 
 /// What the tools implement: told every event of a topic they want.

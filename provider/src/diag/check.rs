@@ -25,9 +25,9 @@
 
 use crate::cq::CqInner;
 use crate::memory::{KeyTable, PdId};
-use crate::observe::{self, Topic};
+use crate::observe::{self, Event, QpCall, Topic};
 use crate::qp_attr::QpCap;
-use crate::types::{Access, SendFlags, SendWr, Sge, Wc, WrOpcode};
+use crate::types::{Access, QpState, SendFlags, SendWr, Sge, Wc, WrOpcode};
 use parking_lot::Mutex;
 use std::backtrace::Backtrace;
 use std::collections::{HashMap, VecDeque};
@@ -1200,6 +1200,40 @@ impl Drop for QpLedger {
 /// The ledger of QP `qpn` on the device with key table `keys`.
 fn ledger(keys: &Arc<KeyTable>, qpn: u32) -> Option<Arc<QpLedger>> {
     ledgers().lock().get(&key_of(keys, qpn))?.upgrade()
+}
+
+/// What the device tells of the application's posts, polls, state
+/// changes and deregistrations: the checker's rules of them, with the
+/// QP's ledger (the tools' observer hands on each event of a category
+/// that is on).
+pub fn device_event(e: &Event<'_>) {
+    match *e {
+        Event::QpCall { keys, qpn, call } => {
+            let Some(l) = ledger(keys, qpn) else { return };
+            match call {
+                QpCall::PostSend(wr) => l.check_send_wr(wr),
+                QpCall::PostInErr => l.post_in_err(),
+                QpCall::InlineTooLong(len) => l.inline_too_long(len),
+                QpCall::Modify(QpState::Err) => l.set_err_by_app(),
+                QpCall::Modify(QpState::Reset) => l.reset(),
+                QpCall::Modify(_) => {}
+            }
+        }
+        Event::RecvPosting {
+            keys,
+            pd,
+            owner,
+            wr,
+        } => {
+            // The buffers are written: local write.
+            for s in wr.sg_list.iter().filter(|s| s.length > 0) {
+                check_sge(keys, pd, owner, "receive", wr.wr_id, s, Access::LOCAL_WRITE);
+            }
+        }
+        Event::Polled { keys, wcs } => polled(keys, wcs),
+        Event::Deregistering { keys, lkey } => deregistering(keys, lkey),
+        _ => {}
+    }
 }
 
 /// The application polled `wcs` from a CQ of the device with `keys`.

@@ -22,7 +22,7 @@ pub mod explain;
 pub mod stat;
 pub mod trace;
 
-use crate::observe::{self, Event, Observe, Topic};
+use crate::observe::{self, Event, Observe, QpCall, Topic};
 
 pub use crate::observe::COMPILED;
 
@@ -55,6 +55,21 @@ impl Observe for Tools {
             Event::CqDestroyUnacked { cq, unacked } => {
                 if observe::wants(Topic::CHECK_EVENT) {
                     check::cq_destroyed_unacked(cq, unacked);
+                }
+            }
+            Event::QpCall {
+                call: QpCall::Modify(_),
+                ..
+            }
+            | Event::Polled { .. }
+            | Event::Deregistering { .. } => {
+                if observe::wants(Topic::CHECK) {
+                    check::device_event(e);
+                }
+            }
+            Event::QpCall { .. } | Event::RecvPosting { .. } => {
+                if observe::wants(Topic::CHECK_POST) {
+                    check::device_event(e);
                 }
             }
             _ => {

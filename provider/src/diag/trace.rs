@@ -298,7 +298,11 @@ pub fn record(e: &Event<'_>) {
         | Event::DeviceClosed
         | Event::NicWrote { .. }
         | Event::CqNotPolled { .. }
-        | Event::CqDestroyUnacked { .. } => {}
+        | Event::CqDestroyUnacked { .. }
+        | Event::QpCall { .. }
+        | Event::RecvPosting { .. }
+        | Event::Polled { .. }
+        | Event::Deregistering { .. } => {}
     }
 }
 

@@ -3,11 +3,13 @@
 //! buffers, local operations, completions, flushing and discarding the
 //! posted WRs, and events.
 
+use super::core::LocalFault;
 use super::{sgl, RecvQueue, SendQueue, StateCell};
 use crate::counters::Counters;
 use crate::cq::CqInner;
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::{KeyTable, PdId};
+use crate::observe::cause::{Cause, WrCheck};
 use crate::observe::{queue_id, Event, Gone, Observer, Topic};
 use crate::qp_attr::{ModifyLimits, QpCap};
 use crate::types::{SendWr, Wc, WcOpcode, WcStatus};
@@ -132,7 +134,7 @@ impl QpConfig {
     /// and UD sends; RC checks per opcode): the inline bytes, or the SGEs
     /// resolved against the key table (a bad one is a local protection
     /// error). Returns them with the message length.
-    pub fn send_buffers(&self, wr: &SendWr) -> Result<(sgl::Resolved, u64), WcStatus> {
+    pub(crate) fn send_buffers(&self, wr: &SendWr) -> Result<(sgl::Resolved, u64), LocalFault> {
         if wr.flags.contains(crate::types::SendFlags::INLINE) {
             return Ok((sgl::Resolved::default(), wr.inline_data.len() as u64));
         }
@@ -142,7 +144,14 @@ impl QpConfig {
             &wr.sg_list,
             crate::types::Access::empty(),
         )
-        .map_err(|_| WcStatus::LocProtErr)?;
+        .map_err(|f| LocalFault {
+            status: WcStatus::LocProtErr,
+            cause: Some(Cause::SendWr {
+                op: wr.opcode,
+                wr_id: wr.wr_id,
+                check: WrCheck::Lkey(f),
+            }),
+        })?;
         let len = r.total();
         Ok((r, len))
     }
@@ -150,35 +159,37 @@ impl QpConfig {
     /// Executes a local operation (BIND_MW, LOCAL_INV) for this QP. A
     /// refused one gives rxe's status: MW_BIND_ERR for a bind,
     /// LOC_QP_OP_ERR for an invalidation, with why it was refused.
-    pub fn execute_local(&self, wr: &SendWr) -> Result<(), (WcStatus, String)> {
+    pub fn execute_local(&self, wr: &SendWr) -> Result<(), (WcStatus, Cause)> {
+        let refused = |status, check| {
+            let (op, wr_id) = (wr.opcode, wr.wr_id);
+            (status, Cause::SendWr { op, wr_id, check })
+        };
         match (wr.opcode, &wr.bind) {
-            (crate::types::WrOpcode::BindMw, Some(b)) => {
-                self.keys.bind_mw(b, self.pd, self.qpn).map(|_| ()).map_err(|e| {
-                    let why = format!(
-                        "BIND_MW WR {:#x} of window rkey {:#x} to lkey {:#x} addr {:#x} len {}: {e}",
-                        wr.wr_id, b.mw_rkey, b.mr_lkey, b.addr, b.len
-                    );
-                    (WcStatus::MwBindErr, why)
-                })
+            (crate::types::WrOpcode::BindMw, Some(b)) => self
+                .keys
+                .bind_mw(b, self.pd, self.qpn)
+                .map(|_| ())
+                .map_err(|err| {
+                    let check = WrCheck::Bind {
+                        mw_rkey: b.mw_rkey,
+                        mr_lkey: b.mr_lkey,
+                        addr: b.addr,
+                        len: b.len,
+                        err,
+                    };
+                    refused(WcStatus::MwBindErr, check)
+                }),
+            (crate::types::WrOpcode::BindMw, None) => {
+                Err(refused(WcStatus::MwBindErr, WrCheck::NoWindow))
             }
-            (crate::types::WrOpcode::BindMw, None) => Err((
-                WcStatus::MwBindErr,
-                format!("BIND_MW WR {:#x} names no window", wr.wr_id),
-            )),
             (crate::types::WrOpcode::LocalInv, _) => self
                 .keys
                 .invalidate_rkey(wr.invalidate_rkey, self.pd, self.qpn, false)
-                .map_err(|e| {
-                    let why = format!(
-                        "LOCAL_INV WR {:#x} of rkey {:#x}: {e}",
-                        wr.wr_id, wr.invalidate_rkey
-                    );
-                    (WcStatus::LocQpOpErr, why)
+                .map_err(|err| {
+                    let rkey = wr.invalidate_rkey;
+                    refused(WcStatus::LocQpOpErr, WrCheck::Invalidate { rkey, err })
                 }),
-            _ => Err((
-                WcStatus::LocQpOpErr,
-                format!("{:?} WR {:#x} is not a local operation", wr.opcode, wr.wr_id),
-            )),
+            _ => Err(refused(WcStatus::LocQpOpErr, WrCheck::NotLocal)),
         }
     }
 

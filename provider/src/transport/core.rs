@@ -29,7 +29,9 @@
 //!   (new WRs) and SQD (only what started);
 //! * explanations ([`crate::diag::explain`]): each error completion and each
 //!   move to ERR gets one line, kept in the published [`super::StateCell`]
-//!   and printed with `UROCE_EXPLAIN=1`; an error site notes what it found
+//!   and printed with `UROCE_EXPLAIN=1`; the check that fails returns its
+//!   facts as a typed cause ([`crate::observe::cause`], no words here), an
+//!   error site that is not where the status is decided notes it
 //!   (`QpCore::why`), the explanation is made where the status is decided,
 //!   and the move to ERR keeps it as its cause (`QpCore::err_cause`);
 //! * timers and in-flight accounting, which count only in RTS and SQD;
@@ -45,11 +47,12 @@
 use super::Nanos;
 use super::{PeerPin, QpConfig, QpMachine, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
-use crate::diag::explain::{Explanation, Side};
 use crate::events::EventType;
+use crate::observe::cause::{Cause, Fault, Peer, Then, WrCheck};
+use crate::observe::cause::{Explanation, Side};
 use crate::observe::{queue_id, Event, Gone, Topic};
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
-use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus};
+use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
 use uroce_wire::packet::{Headers, ParsedPacket};
 use uroce_wire::{BthRepr, Opcode, Psn, Transport};
 
@@ -71,7 +74,7 @@ pub struct QpCore {
     pub last_rx: Option<Nanos>,
     /// What an error site found, for the explanation made where the
     /// error's status is decided (error paths only).
-    pub why: Option<String>,
+    pub why: Option<Cause>,
     /// The explanation the next move to ERR gives as its cause.
     pub err_cause: Option<Explanation>,
     /// What `uroce stat` shows of this QP besides its attributes.
@@ -224,24 +227,38 @@ impl QpCore {
         self.cfg.state.forget_cause();
     }
 
-    /// When the connected peer was last heard from, relative to `now`.
-    pub fn peer_last_seen(&self, now: Nanos) -> String {
-        match self.last_rx {
-            Some(t) => format!(
-                "last packet from it {} ago",
-                crate::diag::explain::ms(now.0.saturating_sub(t.0))
-            ),
-            None => "no packet from it since the QP was connected".into(),
-        }
+    /// How long before `now` the connected peer was last heard from
+    /// (`None`: not since the QP was connected).
+    pub fn peer_last_seen(&self, now: Nanos) -> Option<u64> {
+        self.last_rx.map(|t| now.0.saturating_sub(t.0))
     }
 
     /// The connected peer: address and QPN.
-    pub fn peer(&self) -> String {
-        format!(
-            "peer {} QP {:#08x}",
-            self.attr.ah_attr.ip(),
-            self.attr.dest_qp_num
-        )
+    pub fn peer(&self) -> Peer {
+        Peer {
+            ip: self.attr.ah_attr.ip(),
+            qpn: self.attr.dest_qp_num,
+        }
+    }
+}
+
+/// A send WR's local error: its status, and what the check that failed
+/// found when it is more than the status says (the SGE that failed its
+/// lkey check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LocalFault {
+    /// The completion status.
+    pub status: WcStatus,
+    /// The facts, for the explanation.
+    pub cause: Option<Cause>,
+}
+
+impl From<WcStatus> for LocalFault {
+    fn from(status: WcStatus) -> LocalFault {
+        LocalFault {
+            status,
+            cause: None,
+        }
     }
 }
 
@@ -445,7 +462,7 @@ impl<S: Service> Qp<S> {
     /// asked for a solicited event). A full CQ is a catastrophic error for
     /// the QP (IBA 11.4.2.1, QP_FATAL).
     pub(crate) fn complete(&mut self, send: bool, wc: Wc, solicited: bool) {
-        if crate::diag::COMPILED {
+        if crate::observe::COMPILED {
             self.core.tally.note_completion(send, &wc);
         }
         if !self.core.cfg.complete(send, wc, solicited) {
@@ -457,13 +474,7 @@ impl<S: Service> Qp<S> {
     pub(crate) fn fatal(&mut self) {
         if self.core.state != QpState::Err {
             self.core.cfg.event(EventType::QpFatal);
-            self.explain(
-                None,
-                Side::Local,
-                "a completion was lost to a full CQ: the QP's catastrophic error \
-                 (IBA 11.4.2.1, QP_FATAL)"
-                    .into(),
-            );
+            self.explain(None, Side::Local, Cause::CqOverflow);
             self.enter_error();
         }
     }
@@ -514,23 +525,12 @@ impl<S: Service> Qp<S> {
             // to ERR is followed by a short one that is.
             Some(c) => {
                 if let Some(s) = c.status {
-                    crate::diag::explain::emit_line(&format!(
-                        "QP {qpn:#08x} enters ERR: outstanding WRs complete with \
-                         IBV_WC_WR_FLUSH_ERR (cause: the {} above)",
-                        crate::diag::explain::status_name(s)
-                    ));
+                    crate::diag::explain::emit_entered_err(qpn, s);
                 }
                 self.core.cfg.state.set_cause(c);
             }
             None => {
-                let e = Explanation {
-                    qpn,
-                    status: None,
-                    side: Side::Local,
-                    text: "ibv_modify_qp moved it to ERR; outstanding WRs complete with \
-                           IBV_WC_WR_FLUSH_ERR"
-                        .into(),
-                };
+                let e = Explanation::new(qpn, None, Side::Local, &Cause::ModifiedToErr.into());
                 self.core.cfg.state.explain(e, true);
             }
         }
@@ -553,13 +553,14 @@ impl<S: Service> Qp<S> {
     /// behind; the WRs waiting in the send queue are flushed (IBA ch. 10:
     /// a send queue error of a UC or UD QP leaves the receive queue
     /// running).
-    pub(crate) fn send_error(&mut self, wr: &SendWr, status: WcStatus) {
-        let why = self.local_fault(wr, status);
-        self.explain(
-            Some(status),
-            Side::Local,
-            format!("{why}; the QP moves to SQE, WRs waiting in its send queue are flushed"),
-        );
+    pub(crate) fn send_error(&mut self, wr: &SendWr, f: impl Into<LocalFault>) {
+        let LocalFault { status, cause } = f.into();
+        if cause.is_some() {
+            self.core.why = cause;
+        }
+        let cause = self.local_fault(wr, status);
+        let then = Then::Sqe;
+        self.explain(Some(status), Side::Local, Fault { cause, then });
         self.core.err_cause = None;
         self.core.cfg.sq.retire(1);
         self.core.cfg.tell_send_done(wr, status, 0);
@@ -575,57 +576,67 @@ impl<S: Service> Qp<S> {
     /// Explains an error of the QP (`status`: the completion it explains,
     /// `None`: its move to ERR): kept as its last explanation, printed when
     /// asked for, and the cause the next move to ERR gives.
-    pub(crate) fn explain(&mut self, status: Option<WcStatus>, side: Side, text: String) {
-        let e = Explanation {
-            qpn: self.core.cfg.qpn,
-            status,
-            side,
-            text,
-        };
+    pub(crate) fn explain(&mut self, status: Option<WcStatus>, side: Side, f: impl Into<Fault>) {
+        let e = Explanation::new(self.core.cfg.qpn, status, side, &f.into());
+        self.keep_explanation(e);
+    }
+
+    /// Keeps `e` as the QP's last explanation (printed when asked for)
+    /// and the cause the next move to ERR gives.
+    fn keep_explanation(&mut self, e: Explanation) {
         self.core.cfg.state.explain(e.clone(), false);
         self.core.err_cause = Some(e);
     }
 
-    /// Notes why receive WR `wr`'s buffers fail their lkey checks (local
-    /// write, the receive PD) for the explanation that follows.
-    pub(crate) fn note_recv_fault(&mut self, wr: &crate::types::RecvWr) {
-        let cfg = &self.core.cfg;
-        let f = crate::diag::explain::lkey_fault(
-            &cfg.keys,
-            cfg.recv_pd,
-            &wr.sg_list,
-            Access::LOCAL_WRITE,
-        );
-        self.core.why = Some(format!(
-            "receive WR {:#x}: {}",
-            wr.wr_id,
-            f.unwrap_or_else(|| "its buffers are bad".into())
-        ));
-    }
-
     /// WRs posted to the QP in ERR are about to be flushed: why.
     fn explain_flush(&mut self) {
-        let text = match self.core.cfg.state.error_cause() {
-            Some(c) => format!("WRs posted to the QP in ERR are flushed; it is in ERR: {c}"),
-            None => "WRs posted to the QP in ERR are flushed".into(),
-        };
-        self.explain(Some(WcStatus::WrFlushErr), Side::Local, text);
+        let cause = self.core.cfg.state.error_cause();
+        let e = Explanation::flushed_in_err(self.core.cfg.qpn, cause.as_ref());
+        self.keep_explanation(e);
         self.core.err_cause = None;
     }
 
     /// Why send WR `wr` failed locally with `status`: what the failing
-    /// site noted, or the WR's checks run again.
-    pub(crate) fn local_fault(&mut self, wr: &SendWr, status: WcStatus) -> String {
+    /// site noted, else what the status says of the WR (for a protection
+    /// error, the SGE that fails its lkey check now).
+    pub(crate) fn local_fault(&mut self, wr: &SendWr, status: WcStatus) -> Cause {
         if let Some(w) = self.core.why.take() {
             return w;
         }
-        let max = if S::QP_TYPE == QpType::Ud {
-            u64::from(self.core.cfg.limits.active_mtu.bytes())
+        let (op, wr_id) = (wr.opcode, wr.wr_id);
+        let len = if wr.flags.contains(SendFlags::INLINE) {
+            wr.inline_data.len() as u64
         } else {
-            super::message::MAX_MSG_SIZE
+            wr.total_len()
         };
-        let cfg = &self.core.cfg;
-        crate::diag::explain::local_wr_fault(&cfg.keys, cfg.pd, wr, status, max)
+        let check = match status {
+            WcStatus::LocProtErr => {
+                let need = if op.is_read_or_atomic() {
+                    Access::LOCAL_WRITE
+                } else {
+                    Access::empty()
+                };
+                let cfg = &self.core.cfg;
+                match super::sgl::Resolved::resolve(&cfg.keys, cfg.pd, &wr.sg_list, need) {
+                    Err(f) => WrCheck::Lkey(f),
+                    Ok(_) => WrCheck::KeysPassNow,
+                }
+            }
+            WcStatus::LocLenErr if op.is_atomic() || op == WrOpcode::AtomicWrite => {
+                WrCheck::AtomicLen { len }
+            }
+            WcStatus::LocLenErr => {
+                let max = if S::QP_TYPE == QpType::Ud {
+                    u64::from(self.core.cfg.limits.active_mtu.bytes())
+                } else {
+                    super::message::MAX_MSG_SIZE
+                };
+                WrCheck::TooLong { len, max }
+            }
+            WcStatus::LocQpOpErr => WrCheck::BadOp,
+            s => WrCheck::Status(s),
+        };
+        Cause::SendWr { op, wr_id, check }
     }
 
     /// WRs waiting in the send queue complete with WR_FLUSH_ERR (a full CQ
@@ -640,13 +651,9 @@ impl<S: Service> Qp<S> {
     /// buffers are bad): the WR completes with `status` and the QP goes to
     /// ERR (rxe: a malformed receive WQE).
     pub(crate) fn recv_local_error(&mut self, wr_id: u64, status: WcStatus) {
-        let why = self.core.why.take().unwrap_or_else(|| {
-            format!(
-                "receive WR {wr_id:#x}: a buffer was deregistered while a message was \
-                 placed in it"
-            )
-        });
-        self.explain(Some(status), Side::Local, why);
+        let why = self.core.why.take();
+        let cause = why.unwrap_or(Cause::RecvBufferLost { wr_id });
+        self.explain(Some(status), Side::Local, cause);
         self.publish_error();
         self.complete_recv(wr_id, status);
         if self.core.state != QpState::Err {
@@ -695,7 +702,7 @@ impl<S: Service> Qp<S> {
             return;
         }
         Counters::inc(&c.rcvd_pkts);
-        if crate::diag::COMPILED {
+        if crate::observe::COMPILED {
             self.core.last_rx = Some(now);
         }
         self.core.note_received();

@@ -15,9 +15,10 @@
 //!   region (`Inbound::write_packet`, `Inbound::place_write`).
 
 use super::sgl::Resolved;
-use super::status::RespError;
+use super::status::{Refusal, RespError};
 use super::QpConfig;
 use crate::memory::MrInner;
+use crate::observe::cause::{Cause, Refused, RkeyFault};
 use crate::observe::{self, Event, Topic};
 use crate::types::{Access, RecvWr, SendFlags, SendWr};
 use std::sync::Arc;
@@ -118,7 +119,7 @@ pub(crate) fn fill_payload(
 /// Op validity (IBA ch. 9.7 and 10.6): the QP's access flags must allow
 /// the operation (remote write, read, atomic); SENDs need none. Else:
 /// invalid request.
-pub(crate) fn check_op_allowed(op: Operation, qp_access: Access) -> Result<(), RespError> {
+pub(crate) fn check_op_allowed(op: Operation, qp_access: Access) -> Result<(), Refusal> {
     let need = match op {
         Operation::RdmaWrite => Access::REMOTE_WRITE,
         Operation::RdmaReadRequest => Access::REMOTE_READ,
@@ -130,15 +131,16 @@ pub(crate) fn check_op_allowed(op: Operation, qp_access: Access) -> Result<(), R
     if qp_access.contains(need) {
         Ok(())
     } else {
-        Err(RespError::InvalidRequest)
+        Err(RespError::InvalidRequest.with(Refused::OpNotAllowed { qp_access }))
     }
 }
 
 /// Packet length (IBA ch. 9.7, [`payload_length_ok`]): every packet of a
 /// message but the last carries the path MTU. Else: invalid request.
-pub(crate) fn check_payload_length(pkt: &ParsedPacket<'_>, mtu: usize) -> Result<(), RespError> {
-    if pkt.info.has_payload && !payload_length_ok(pkt.info.position, pkt.payload.len(), mtu) {
-        Err(RespError::InvalidRequest)
+pub(crate) fn check_payload_length(pkt: &ParsedPacket<'_>, mtu: usize) -> Result<(), Refusal> {
+    let len = pkt.payload.len();
+    if pkt.info.has_payload && !payload_length_ok(pkt.info.position, len, mtu) {
+        Err(RespError::InvalidRequest.with(Refused::PayloadLength { len, mtu }))
     } else {
         Ok(())
     }
@@ -156,14 +158,17 @@ pub(crate) fn check_rkey(
     va: u64,
     len: u64,
     need: Access,
-) -> Result<Target, RespError> {
+) -> Result<Target, Refusal> {
     if len == 0 {
         return Ok((None, 0));
     }
     cfg.keys
         .check_rkey(rkey, cfg.pd, cfg.qpn, va, len, need)
         .map(|(mr, off)| (Some(mr), off))
-        .map_err(|_| RespError::RemoteAccess)
+        .map_err(|e| {
+            let f = RkeyFault::found(&cfg.keys, cfg.pd, (rkey, va, len), need, e);
+            RespError::RemoteAccess.with(Refused::Rkey(f))
+        })
 }
 
 /// A receive WR taken for a message, its buffers resolved.
@@ -174,15 +179,19 @@ pub(crate) struct RecvTarget {
 }
 
 impl RecvTarget {
-    /// Resolves the buffers of receive WR `wr` for writing. `Err` with the
-    /// WR's id when they are bad: a local error of the receive queue.
-    pub fn resolve(cfg: &QpConfig, wr: &RecvWr) -> Result<RecvTarget, u64> {
+    /// Resolves the buffers of receive WR `wr` for writing. `Err` with
+    /// the SGE that failed when they are bad: a local error of the receive
+    /// queue.
+    pub fn resolve(cfg: &QpConfig, wr: &RecvWr) -> Result<RecvTarget, Cause> {
         match Resolved::resolve(&cfg.keys, cfg.recv_pd, &wr.sg_list, Access::LOCAL_WRITE) {
             Ok(sgl) => Ok(RecvTarget {
                 wr_id: wr.wr_id,
                 sgl,
             }),
-            Err(_) => Err(wr.wr_id),
+            Err(f) => Err(Cause::RecvWr {
+                wr_id: wr.wr_id,
+                lkey: Some(f),
+            }),
         }
     }
 }
@@ -256,7 +265,7 @@ impl Inbound {
         cur: &mut Option<Inbound>,
         cfg: &QpConfig,
         pkt: &ParsedPacket<'_>,
-    ) -> Result<(), RespError> {
+    ) -> Result<(), Refusal> {
         if pkt.info.position.starts_message() {
             let reth = pkt.reth().ok_or(RespError::InvalidRequest)?;
             let total = u64::from(reth.dma_len);
@@ -269,11 +278,11 @@ impl Inbound {
             });
         }
         let Some(Inbound::Write { total, written, .. }) = cur else {
-            return Err(RespError::InvalidRequest);
+            return Err(RespError::InvalidRequest.into());
         };
         let end = *written + pkt.payload.len() as u64;
         if end > *total || (pkt.info.position.ends_message() && end != *total) {
-            return Err(RespError::InvalidRequest);
+            return Err(RespError::InvalidRequest.with(Refused::WriteLength));
         }
         Ok(())
     }

@@ -3,8 +3,8 @@
 //! SRQ limit event, and the QP state as the posting side reads it.
 
 use crate::diag::check::QpLedger;
-use crate::diag::explain::{ExplainLog, Explanation};
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
+use crate::observe::cause::{ExplainLog, Explanation};
 use crate::observe::{self, queue_id, Event, Topic};
 use crate::types::{QpState, RecvWr, SendWr};
 use crossbeam::queue::ArrayQueue;

@@ -1,7 +1,8 @@
 //! Scatter/gather lists resolved against the key table once per work
 //! request, then copied to and from packet payloads at any message offset.
 
-use crate::memory::{KeyError, KeyTable, MemError, MrInner, PdId};
+use crate::memory::{KeyTable, MemError, MrInner, PdId};
+use crate::observe::cause::LkeyFault;
 use crate::observe::{self, Event, Topic};
 use crate::types::{Access, Sge};
 use smallvec::SmallVec;
@@ -27,19 +28,22 @@ pub struct Resolved {
 
 impl Resolved {
     /// Checks every SGE (lkey, PD, access `need`, bounds; IBA ch. 10.6:
-    /// a failure is a local protection error).
+    /// a failure is a local protection error, with the facts of the first
+    /// SGE that failed).
     pub fn resolve(
         keys: &KeyTable,
         pd: PdId,
         sgl: &[Sge],
         need: Access,
-    ) -> Result<Resolved, KeyError> {
+    ) -> Result<Resolved, LkeyFault> {
         let mut r = Resolved::default();
-        for s in sgl {
+        for (i, s) in sgl.iter().enumerate() {
             if s.length == 0 {
                 continue;
             }
-            let (mr, offset) = keys.check_lkey(s.lkey, pd, s.addr, s.length as u64, need)?;
+            let (mr, offset) = keys
+                .check_lkey(s.lkey, pd, s.addr, s.length as u64, need)
+                .map_err(|e| LkeyFault::found(keys, pd, i, *s, need, e))?;
             r.total += s.length as u64;
             r.segs.push(Segment {
                 mr,

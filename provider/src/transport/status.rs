@@ -4,6 +4,7 @@
 //! the completion statuses on both sides (IBA ch. 9.7-9.9; rxe_resp.c's
 //! error states).
 
+use crate::observe::cause::Refused;
 use crate::types::{QpType, WcStatus};
 use uroce_wire::NakCode;
 
@@ -56,7 +57,42 @@ pub enum RespError {
     Rnr,
 }
 
+/// A responder check that failed, with what it found (`None`: the error
+/// alone says it, described where it is handled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The error (what it does: [`RespError::action`]).
+    pub err: RespError,
+    /// The check's facts.
+    pub why: Option<Refused>,
+}
+
+impl From<RespError> for Refusal {
+    fn from(err: RespError) -> Refusal {
+        Refusal { err, why: None }
+    }
+}
+
 impl RespError {
+    /// The error with the facts of the check that found it.
+    pub fn with(self, why: Refused) -> Refusal {
+        Refusal {
+            err: self,
+            why: Some(why),
+        }
+    }
+
+    /// Its name (as `Debug` writes it).
+    pub fn name(self) -> &'static str {
+        match self {
+            RespError::InvalidRequest => "InvalidRequest",
+            RespError::LengthError => "LengthError",
+            RespError::RemoteAccess => "RemoteAccess",
+            RespError::RemoteOperational => "RemoteOperational",
+            RespError::Rnr => "Rnr",
+        }
+    }
+
     /// What the error does on a QP of type `t`: the one table of the
     /// responder's error policy. A new transport is a new column here.
     pub const fn action(self, t: QpType) -> ErrorAction {

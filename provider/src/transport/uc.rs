@@ -32,14 +32,15 @@
 //! ERR (UC flushes the WR being sent, then the receive WRs it holds) and
 //! RESET.
 
-use super::core::{Qp, Service};
+use super::core::{LocalFault, Qp, Service};
 use super::message::{check_op_allowed, check_payload_length, fill_payload, message_headers};
 use super::message::{npkts, position, segment, Inbound, RecvTarget, MAX_MSG_SIZE};
 use super::sgl::Resolved;
 use super::status::{ErrorAction, RespError};
 use super::{Nanos, RxMeta, SweepDetector, Transmit};
 use crate::counters::Counters;
-use crate::diag::explain::Side;
+use crate::observe::cause::Cause;
+use crate::observe::cause::Side;
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::types::{QpState, QpType, SendWr, WcOpcode, WcStatus, WrOpcode};
 use uroce_wire::packet::ParsedPacket;
@@ -159,14 +160,14 @@ impl UcQp {
 
     /// Checks a posted WR locally (opcode valid for UC, SGEs, length) and
     /// resolves its buffers: the data and the message length.
-    fn admit(&self, wr: &SendWr) -> Result<(Resolved, u64), WcStatus> {
+    fn admit(&self, wr: &SendWr) -> Result<(Resolved, u64), LocalFault> {
         // Local operations were executed before this.
         if !QpType::Uc.may_post(wr.opcode) {
-            return Err(WcStatus::LocQpOpErr);
+            return Err(WcStatus::LocQpOpErr.into());
         }
         let (data, len) = self.core.cfg.send_buffers(wr)?;
         if len > MAX_MSG_SIZE {
-            return Err(WcStatus::LocLenErr);
+            return Err(WcStatus::LocLenErr.into());
         }
         Ok((data, len))
     }
@@ -201,8 +202,8 @@ impl UcQp {
                         sent: 0,
                     })
                 }
-                Err(status) => {
-                    self.send_error(&wr, status);
+                Err(f) => {
+                    self.send_error(&wr, f);
                     return None;
                 }
             }
@@ -291,7 +292,7 @@ impl UcQp {
         }
         // Length of the packet: the same step as RC's.
         if let Err(e) = check_payload_length(pkt, self.mtu() as usize) {
-            self.responder_error(e);
+            self.responder_error(e.err);
             return;
         }
         let accepted = match info.operation {
@@ -319,11 +320,11 @@ impl UcQp {
         self.core.cfg.recv_taken(&wr, true);
         match RecvTarget::resolve(&self.core.cfg, &wr) {
             Ok(t) => Ok(Some(t)),
-            Err(wr_id) => {
+            Err(cause) => {
                 // The receive WR's own buffers are bad: a local error of
                 // the receive queue (class A), the QP goes to ERR.
-                self.note_recv_fault(&wr);
-                self.recv_local_error(wr_id, WcStatus::LocProtErr);
+                self.core.why = Some(cause);
+                self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
                 Err(())
             }
         }
@@ -371,18 +372,13 @@ impl UcQp {
                 self.svc.resp.dropping = true;
                 Counters::inc(&self.core.cfg.counters.uc_dropped_msgs);
                 if let Some(r) = recv {
-                    self.explain(
-                        Some(e.recv_status()),
-                        Side::Responder,
-                        format!(
-                            "{} PSN {:#08x}: length: the SEND exceeds receive WR {:#x}'s {} \
-                             bytes of buffers; UC drops the message",
-                            pkt.info.name,
-                            pkt.bth.psn.value(),
-                            r.wr_id,
-                            r.sgl.total()
-                        ),
-                    );
+                    let cause = Cause::UcSendTooLong {
+                        name: pkt.info.name,
+                        psn: pkt.bth.psn.value(),
+                        wr_id: r.wr_id,
+                        cap: r.sgl.total(),
+                    };
+                    self.explain(Some(e.recv_status()), Side::Responder, cause);
                     self.core.err_cause = None;
                     self.complete_recv(r.wr_id, e.recv_status());
                 }
@@ -407,7 +403,7 @@ impl UcQp {
         // RC's; for UC the policy drops the message).
         if pkt.info.position.starts_message() {
             if let Err(e) = check_op_allowed(pkt.info.operation, self.core.attr.qp_access_flags) {
-                self.responder_error(e);
+                self.responder_error(e.err);
                 return false;
             }
         }
@@ -415,7 +411,7 @@ impl UcQp {
         // the length: a violation drops the message silently (rxe: UC
         // class D/E, no NAK).
         if let Err(e) = Inbound::write_packet(&mut self.svc.resp.cur, &self.core.cfg, pkt) {
-            self.responder_error(e);
+            self.responder_error(e.err);
             return false;
         }
         // WRITE with immediate consumes a receive WR at its last packet;
@@ -492,15 +488,8 @@ impl UcQp {
     /// `srq_status` (class E).
     fn give_back(&mut self, recv: RecvTarget, srq_status: WcStatus) {
         if self.core.cfg.rq.is_srq() {
-            self.explain(
-                Some(srq_status),
-                Side::Responder,
-                format!(
-                    "receive WR {:#x} from the SRQ was taken by a message UC then dropped \
-                     (a check of the message failed)",
-                    recv.wr_id
-                ),
-            );
+            let cause = Cause::UcSrqDropped { wr_id: recv.wr_id };
+            self.explain(Some(srq_status), Side::Responder, cause);
             self.core.err_cause = None;
             self.complete_recv(recv.wr_id, srq_status);
         } else {

@@ -35,12 +35,13 @@
 //! [`MAX_DUP_SOURCES`] senders (source address and QP) and drops repeats,
 //! counted in `duplicate_requests`.
 
-use super::core::{Qp, Service};
+use super::core::{LocalFault, Qp, Service};
 use super::message::{fill_payload, RecvTarget};
 use super::status::{ErrorAction, RespError};
 use super::{pkey_matches, to_v6, Drop, Nanos, RxMeta, Transmit, PKEY};
 use crate::counters::Counters;
-use crate::diag::explain::Side;
+use crate::observe::cause::Cause;
+use crate::observe::cause::Side;
 use crate::qp_attr::{AttrMask, QpAttr, QKEY_CONTROLLED};
 use crate::types::{QpState, QpType, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use std::collections::HashMap;
@@ -120,27 +121,27 @@ impl UdQp {
         // The datagram consumed a WR: a repeat of it is a duplicate from
         // now on (one lost for want of a WR may still come again).
         self.svc.seen.record(src, src_qp, bth.psn);
-        let Ok(RecvTarget { sgl, .. }) = RecvTarget::resolve(&self.core.cfg, &wr) else {
-            self.note_recv_fault(&wr);
-            return self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
+        let sgl = match RecvTarget::resolve(&self.core.cfg, &wr) {
+            Ok(RecvTarget { sgl, .. }) => sgl,
+            Err(cause) => {
+                self.core.why = Some(cause);
+                return self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
+            }
         };
         // Length: the buffer must hold GRH + payload.
         let len = GRH_LEN + pkt.payload.len();
         if len as u64 > sgl.total() {
-            self.explain(
-                Some(RespError::LengthError.recv_status()),
-                Side::Responder,
-                format!(
-                    "datagram PSN {:#08x} from {} QP {src_qp:#08x}: length: {GRH_LEN} bytes \
-                     of GRH + {} of payload exceed receive WR {:#x}'s {} bytes of buffers; \
-                     the datagram is dropped",
-                    bth.psn.value(),
-                    meta.src,
-                    pkt.payload.len(),
-                    wr.wr_id,
-                    sgl.total()
-                ),
-            );
+            let cause = Cause::UdTooLong {
+                psn: bth.psn.value(),
+                src: meta.src,
+                src_qp,
+                grh: GRH_LEN,
+                payload: pkt.payload.len(),
+                wr_id: wr.wr_id,
+                cap: sgl.total(),
+            };
+            let status = RespError::LengthError.recv_status();
+            self.explain(Some(status), Side::Responder, cause);
             self.core.err_cause = None;
             return self.drop_datagram(RespError::LengthError, Some(wr.wr_id));
         }
@@ -180,8 +181,8 @@ impl UdQp {
         let wr = self.core.cfg.sq.take()?;
         let (t, msg_len) = match self.build(&wr, buf) {
             Ok(x) => x,
-            Err(status) => {
-                self.send_error(&wr, status);
+            Err(f) => {
+                self.send_error(&wr, f);
                 return None;
             }
         };
@@ -192,7 +193,7 @@ impl UdQp {
 
     /// Checks a send WR locally and writes its packet into `buf`: returns
     /// the packet and the message length.
-    fn build(&self, wr: &SendWr, buf: &mut [u8]) -> Result<(Transmit, u64), WcStatus> {
+    fn build(&self, wr: &SendWr, buf: &mut [u8]) -> Result<(Transmit, u64), LocalFault> {
         // From the opcode table: UD has SEND ONLY (with immediate) alone.
         let opcode = wr
             .opcode
@@ -201,14 +202,14 @@ impl UdQp {
         let ud = wr.ud.ok_or(WcStatus::LocQpOpErr)?;
         let dst = ud.ip.to_canonical();
         if dst.is_ipv4() != self.core.cfg.local_ip.is_ipv4() || dst.is_unspecified() {
-            return Err(WcStatus::LocQpOpErr);
+            return Err(WcStatus::LocQpOpErr.into());
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
         let (data, len) = self.core.cfg.send_buffers(wr)?;
         // A UD message is one packet: at most the PMTU (the port's active
         // MTU), as rxe checks at post time.
         if len > self.core.cfg.limits.active_mtu.bytes() as u64 {
-            return Err(WcStatus::LocLenErr);
+            return Err(WcStatus::LocLenErr.into());
         }
         // IBA 10.2.4: a WR Q_Key with the high bit set means the QP's own.
         let qkey = if ud.remote_qkey & QKEY_CONTROLLED != 0 {

@@ -3,6 +3,7 @@
 
 use super::RcQp;
 use crate::counters::Counters;
+use crate::observe::cause::{Asked, Cause};
 use crate::observe::{Event, Resend, Topic};
 use crate::transport::status::requester_status;
 use crate::transport::Nanos;
@@ -39,17 +40,15 @@ impl RcQp {
                         }
                         if self.core.attr.rnr_retry != 7 {
                             if self.svc.req.rnr_left == 0 {
-                                self.core.why = Some(format!(
-                                    "{} answered PSN {:#08x} with an RNR NAK (syndrome {:#04x}, \
-                                     RNR timer {timer}: {}) after rnr_retry {} retries were \
-                                     spent: no receive WR was posted at the peer; {}",
-                                    self.core.peer(),
-                                    psn.value(),
-                                    aeth.syndrome.to_byte(),
-                                    crate::diag::explain::ms(rnr_timer_ns(timer)),
-                                    self.core.attr.rnr_retry,
-                                    self.core.peer_last_seen(now)
-                                ));
+                                self.core.why = Some(Cause::RnrRetryExceeded {
+                                    peer: self.core.peer(),
+                                    psn: psn.value(),
+                                    syndrome: aeth.syndrome,
+                                    timer,
+                                    timer_ns: rnr_timer_ns(timer),
+                                    rnr_retry: self.core.attr.rnr_retry,
+                                    last_seen_ns: self.core.peer_last_seen(now),
+                                });
                                 self.fail_at(psn, WcStatus::RnrRetryExcErr);
                                 return;
                             }
@@ -168,35 +167,20 @@ impl RcQp {
     /// What the requester knows of an error NAK for `psn`: the peer, the
     /// syndrome and PSN, and what the WR holding `psn` asked for. The
     /// responder's own explanation names the check that failed.
-    fn nak_fault(&self, psn: Psn, syndrome: AethSyndrome) -> String {
-        let code = match syndrome {
-            AethSyndrome::Nak(c) => c.to_string(),
-            s => s.kind().to_string(),
-        };
-        let asked = match self.svc.req.wqes.iter().find(|e| e.contains(psn)) {
-            Some(e)
-                if !matches!(
-                    e.wr.opcode,
-                    WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv
-                ) =>
-            {
-                format!(
-                    "; the WR {:#x} asked {:?} rkey {:#x} va {:#x} len {}",
-                    e.wr.wr_id, e.wr.opcode, e.wr.rkey, e.wr.remote_addr, e.len
-                )
-            }
-            Some(e) => format!(
-                "; the WR {:#x} was a {:?} of {} bytes",
-                e.wr.wr_id, e.wr.opcode, e.len
-            ),
-            None => String::new(),
-        };
-        format!(
-            "{} sent NAK {code} (syndrome {:#04x}) for PSN {:#08x}{asked}",
-            self.core.peer(),
-            syndrome.to_byte(),
-            psn.value()
-        )
+    fn nak_fault(&self, psn: Psn, syndrome: AethSyndrome) -> Cause {
+        let asked = self.svc.req.holding(psn).map(|e| Asked {
+            wr_id: e.wr.wr_id,
+            op: e.wr.opcode,
+            rkey: e.wr.rkey,
+            va: e.wr.remote_addr,
+            len: e.len,
+        });
+        Cause::NakReceived {
+            peer: self.core.peer(),
+            syndrome,
+            psn: psn.value(),
+            asked,
+        }
     }
 
     /// A NAK (or RNR NAK) for `psn` acknowledges everything before it;
@@ -261,7 +245,7 @@ impl RcQp {
         let mtu = self.mtu() as u64;
         // FLUSH and ATOMIC WRITE are answered by an empty READ RESPONSE
         // ONLY (as rxe answers them): an acknowledgement of their PSN.
-        if let Some(e) = self.svc.req.wqes.iter().find(|e| e.contains(psn)) {
+        if let Some(e) = self.svc.req.holding(psn) {
             if e.wr.opcode.is_flush_or_atomic_write() {
                 if pkt.info.position == uroce_wire::Position::Only && pkt.payload.is_empty() {
                     self.ack_through(psn);

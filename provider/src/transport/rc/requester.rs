@@ -2,8 +2,8 @@
 
 use super::{max_inflight_psns, RcQp, ACK_REQ_EVERY, MIN_CWND};
 use crate::counters::Counters;
-use crate::diag::explain::Side;
-use crate::memory::KeyError;
+use crate::observe::cause::Cause;
+use crate::observe::cause::Side;
 use crate::observe::{Event, Resend, Topic};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::message::MAX_MSG_SIZE;
@@ -124,6 +124,10 @@ pub(super) struct Requester {
 }
 
 impl Requester {
+    /// The WR whose PSN range holds `psn`, if one is outstanding.
+    pub fn holding(&self, psn: Psn) -> Option<&SqEntry> {
+        self.wqes.iter().find(|e| e.contains(psn))
+    }
     /// Takes a modify's send PSN (nothing sent yet from there) and retry
     /// counters.
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) {
@@ -310,7 +314,7 @@ impl RcQp {
                     e.len = r.total();
                     e.data = r;
                 }
-                Err(KeyError::Mem(_)) | Err(_) => {
+                Err(_) => {
                     e.error = Some(WcStatus::LocProtErr);
                     return e;
                 }
@@ -603,17 +607,14 @@ impl RcQp {
         self.core.tally.retry_timeouts += 1;
         if self.svc.req.retry_left == 0 {
             let a = &self.core.attr;
-            self.core.why = Some(format!(
-                "no ACK from {} for PSN {:#08x}: {} retries of the {} local ACK timeout \
-                 (timeout {}) spent (retry_cnt {}); {}",
-                self.core.peer(),
-                self.svc.req.una.value(),
-                a.retry_cnt,
-                crate::diag::explain::ms(ack_timeout_ns(a.timeout)),
-                a.timeout,
-                a.retry_cnt,
-                self.core.peer_last_seen(now)
-            ));
+            self.core.why = Some(Cause::RetryExceeded {
+                peer: self.core.peer(),
+                psn: self.svc.req.una.value(),
+                retry_cnt: a.retry_cnt,
+                timeout: a.timeout,
+                timeout_ns: ack_timeout_ns(a.timeout),
+                last_seen_ns: self.core.peer_last_seen(now),
+            });
             self.fail_at(self.svc.req.una, WcStatus::RetryExcErr);
             return;
         }
@@ -625,13 +626,8 @@ impl RcQp {
         // A READ resent from `una` is that hole's re-request: answers
         // ahead of the hole still on their way (to earlier requests) must
         // not make another one (see `RcQp::read_answer_seen`).
-        let in_read = self
-            .svc
-            .req
-            .wqes
-            .iter()
-            .find(|e| e.contains(una))
-            .is_some_and(|e| e.wr.opcode == WrOpcode::RdmaRead);
+        let in_read =
+            (self.svc.req.holding(una)).is_some_and(|e| e.wr.opcode == WrOpcode::RdmaRead);
         self.svc.req.read_rerequest = in_read.then_some(una);
         self.svc.req.read_hole = None;
         self.svc.req.go_back(una);

@@ -4,16 +4,17 @@
 
 use super::RcQp;
 use crate::counters::Counters;
-use crate::diag::explain::{rights, rkey_fault, Side};
 use crate::events::EventType;
-use crate::memory::MrInner;
+use crate::memory::{KeyError, MemError, MrInner};
+use crate::observe::cause::Side;
+use crate::observe::cause::{Cause, Fault, Refused, RkeyFault, Then};
 use crate::observe::{self, Event, Topic};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::core::bth;
 use crate::transport::message::{check_op_allowed, check_payload_length, check_rkey};
 use crate::transport::message::{npkts, position, segment, Inbound, RecvTarget, Target};
 use crate::transport::sgl::Resolved;
-use crate::transport::status::{ErrorAction, RespError};
+use crate::transport::status::{ErrorAction, Refusal, RespError};
 use crate::transport::{Drop, Nanos, SweepDetector, Transmit};
 use crate::types::{Access, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use std::collections::VecDeque;
@@ -121,7 +122,7 @@ impl RdAtomicRes {
 
 /// Responder resources (IBA ch. 9.7, the QP's `max_dest_rd_atomic`): a QP
 /// that offers none takes no READ or atomic. Else: invalid request.
-fn check_responder_resources(op: Operation, max_dest_rd_atomic: u8) -> Result<(), RespError> {
+fn check_responder_resources(op: Operation, max_dest_rd_atomic: u8) -> Result<(), Refusal> {
     let needs = matches!(
         op,
         Operation::RdmaReadRequest
@@ -130,7 +131,7 @@ fn check_responder_resources(op: Operation, max_dest_rd_atomic: u8) -> Result<()
             | Operation::AtomicWrite
     );
     if needs && max_dest_rd_atomic == 0 {
-        Err(RespError::InvalidRequest)
+        Err(RespError::InvalidRequest.with(Refused::NoResources))
     } else {
         Ok(())
     }
@@ -393,12 +394,12 @@ impl RcQp {
             PsnClass::Duplicate => self.duplicate(pkt),
             PsnClass::Expected => {
                 self.svc.resp.nak_sent = false;
-                if let Err(err) = self.execute(pkt) {
-                    if err != RespError::Rnr {
-                        self.core.why = Some(self.request_fault(err, pkt));
+                if let Err(r) = self.execute(pkt) {
+                    if r.err != RespError::Rnr {
+                        self.core.why = Some(self.refusal_cause(r, pkt));
                     }
                     let epsn = self.svc.resp.epsn;
-                    self.responder_error(err, epsn);
+                    self.responder_error(r.err, epsn);
                 }
             }
         }
@@ -426,9 +427,9 @@ impl RcQp {
     /// Checks and executes the expected request: the responder's checks in
     /// rxe's order, each a step named after the rule it enforces and
     /// returning the one [`RespError`] it detects (what an error then does
-    /// is [`RespError::action`], one table for every transport); then
-    /// execute.
-    fn execute(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
+    /// is [`RespError::action`], one table for every transport) with what
+    /// it found ([`Refusal`]: the explanation's facts); then execute.
+    fn execute(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), Refusal> {
         let info = pkt.info;
         let psn = pkt.bth.psn;
         self.check_op_sequence(pkt)?;
@@ -471,7 +472,7 @@ impl RcQp {
             Operation::CompareSwap | Operation::FetchAdd => {
                 let a = pkt.atomic_eth().ok_or(RespError::InvalidRequest)?;
                 if a.va % 8 != 0 {
-                    return Err(RespError::InvalidRequest);
+                    return Err(RespError::InvalidRequest.with(Refused::Misaligned { va: a.va }));
                 }
                 let (mr, offset) = self.check_rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
                 let mr = mr.ok_or(RespError::RemoteAccess)?;
@@ -505,7 +506,7 @@ impl RcQp {
             Operation::AtomicWrite => {
                 let reth = pkt.reth().ok_or(RespError::InvalidRequest)?;
                 if reth.dma_len != 8 || pkt.payload.len() != 8 || reth.va % 8 != 0 {
-                    return Err(RespError::InvalidRequest);
+                    return Err(RespError::InvalidRequest.into());
                 }
                 let (mr, offset) = self.check_rkey(reth.rkey, reth.va, 8, Access::REMOTE_WRITE)?;
                 let mr = mr.ok_or(RespError::RemoteAccess)?;
@@ -529,29 +530,29 @@ impl RcQp {
                 let reth = pkt.reth().ok_or(RespError::InvalidRequest)?;
                 let need = flush_access(feth.placement);
                 if need.is_empty() || !self.core.attr.qp_access_flags.contains(need) {
-                    return Err(RespError::InvalidRequest);
+                    return Err(RespError::InvalidRequest.into());
                 }
                 let cfg = &self.core.cfg;
+                let range = (reth.rkey, reth.va, u64::from(reth.dma_len));
                 // The R_Key is checked even for an empty range; the whole
                 // region (selectivity MR) skips the range check.
-                let ok = if feth.selectivity == uroce_wire::feth::FLUSH_MR {
-                    cfg.keys.find_rkey(reth.rkey).is_some_and(|m| {
-                        m.pd() == cfg.pd && m.access().contains(need) && m.is_valid()
-                    })
+                let refused = if feth.selectivity == uroce_wire::feth::FLUSH_MR {
+                    match cfg.keys.find_rkey(reth.rkey) {
+                        None => Some(KeyError::BadKey(reth.rkey)),
+                        Some(m) if m.pd() != cfg.pd => Some(KeyError::PdMismatch),
+                        Some(m) if !m.access().contains(need) => Some(KeyError::Access(need)),
+                        Some(m) if !m.is_valid() => Some(KeyError::Mem(MemError::Invalid)),
+                        Some(_) => None,
+                    }
                 } else {
+                    let (rkey, va, len) = range;
                     cfg.keys
-                        .check_rkey(
-                            reth.rkey,
-                            cfg.pd,
-                            cfg.qpn,
-                            reth.va,
-                            u64::from(reth.dma_len),
-                            need,
-                        )
-                        .is_ok()
+                        .check_rkey(rkey, cfg.pd, cfg.qpn, va, len, need)
+                        .err()
                 };
-                if !ok {
-                    return Err(RespError::RemoteAccess);
+                if let Some(e) = refused {
+                    let f = RkeyFault::found(&cfg.keys, cfg.pd, range, need, e);
+                    return Err(RespError::RemoteAccess.with(Refused::Rkey(f)));
                 }
                 // Writes executed before it are visible to every observer
                 // once it is answered: uroce's copies are done, in order,
@@ -561,7 +562,7 @@ impl RcQp {
                 self.finish_ack_request(psn, false);
                 return Ok(());
             }
-            _ => return Err(RespError::InvalidRequest),
+            _ => return Err(RespError::InvalidRequest.into()),
         }
         self.svc.resp.epsn = psn.next();
         if pkt.bth.ack_req {
@@ -592,7 +593,7 @@ impl RcQp {
     /// Op sequence (IBA ch. 9.7): a message in progress continues with a
     /// MIDDLE or LAST packet of the same operation; with none in progress
     /// only a FIRST or ONLY packet may come. Else: invalid request.
-    fn check_op_sequence(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
+    fn check_op_sequence(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), Refusal> {
         let info = pkt.info;
         let starts = info.position.starts_message();
         let in_seq = match &self.svc.resp.cur {
@@ -603,38 +604,28 @@ impl RcQp {
             Ok(())
         } else {
             Counters::inc(&self.core.cfg.counters.bad_opcode_sequence);
-            self.core.why = Some(format!(
-                "op sequence: {} PSN {:#08x} {}",
-                info.name,
-                pkt.bth.psn.value(),
-                if starts {
-                    "starts a message while one is in progress"
-                } else {
-                    "continues no message of its operation in progress"
-                }
-            ));
-            Err(RespError::InvalidRequest)
+            Err(RespError::InvalidRequest.with(Refused::OpSequence { starts }))
         }
     }
 
     /// R_Key check ([`check_rkey`]).
-    fn check_rkey(&self, rkey: u32, va: u64, len: u64, need: Access) -> Result<Target, RespError> {
+    fn check_rkey(&self, rkey: u32, va: u64, len: u64, need: Access) -> Result<Target, Refusal> {
         check_rkey(&self.core.cfg, rkey, va, len, need)
     }
 
-    fn exec_send(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), RespError> {
+    fn exec_send(&mut self, pkt: &ParsedPacket<'_>) -> Result<(), Refusal> {
         if pkt.info.position.starts_message() {
             let Some(wr) = self.core.cfg.rq.take() else {
                 self.rnr_nak(pkt.bth.psn);
-                return Err(RespError::Rnr);
+                return Err(RespError::Rnr.into());
             };
             self.core.cfg.recv_taken(&wr, true);
             match RecvTarget::resolve(&self.core.cfg, &wr) {
                 Ok(recv) => self.svc.resp.cur = Some(Inbound::Send { recv, written: 0 }),
-                Err(wr_id) => {
-                    self.note_recv_fault(&wr);
-                    self.complete_recv(wr_id, WcStatus::LocProtErr);
-                    return Err(RespError::RemoteOperational);
+                Err(cause) => {
+                    self.core.why = Some(cause);
+                    self.complete_recv(wr.wr_id, WcStatus::LocProtErr);
+                    return Err(RespError::RemoteOperational.into());
                 }
             }
         }
@@ -660,7 +651,7 @@ impl RcQp {
                     sgl: Resolved::default(),
                 };
                 self.svc.resp.cur = Some(Inbound::Send { recv, written });
-                return Err(RespError::InvalidRequest);
+                return Err(RespError::InvalidRequest.with(Refused::Invalidate { rkey }));
             }
             wc.wc_flags |= WcFlags::WITH_INV;
             wc.invalidated_rkey = rkey;
@@ -671,7 +662,7 @@ impl RcQp {
     }
 
     /// Returns false when the packet was RNR-NAKed (not executed).
-    fn exec_write(&mut self, pkt: &ParsedPacket<'_>) -> Result<bool, RespError> {
+    fn exec_write(&mut self, pkt: &ParsedPacket<'_>) -> Result<bool, Refusal> {
         Inbound::write_packet(&mut self.svc.resp.cur, &self.core.cfg, pkt)?;
         // WRITE with immediate consumes a receive WR; check before touching
         // memory so that an RNR leaves nothing done.
@@ -758,15 +749,15 @@ impl RcQp {
                 let allowed =
                     check_op_allowed(Operation::RdmaReadRequest, self.core.attr.qp_access_flags);
                 if let Err(e) = allowed {
-                    self.core.why = Some(self.request_fault(e, pkt));
-                    return self.responder_error(e, psn);
+                    self.core.why = Some(self.refusal_cause(e, pkt));
+                    return self.responder_error(e.err, psn);
                 }
                 let (mr, offset) =
                     match self.check_rkey(reth.rkey, reth.va, len, Access::REMOTE_READ) {
                         Ok(v) => v,
                         Err(e) => {
-                            self.core.why = Some(self.request_fault(e, pkt));
-                            return self.responder_error(e, psn);
+                            self.core.why = Some(self.refusal_cause(e, pkt));
+                            return self.responder_error(e.err, psn);
                         }
                     };
                 // The requester asks again: responses still queued for
@@ -841,22 +832,16 @@ impl RcQp {
         let msn = self.svc.resp.msn;
         self.queue_ack(psn, AethSyndrome::Nak(nak), msn);
         let aborted = self.svc.resp.abort_current();
-        let detail = self.core.why.take().unwrap_or_else(|| format!("{err:?}"));
+        let cause = self.core.why.take().unwrap_or(Cause::Resp(err.name()));
         let status = match (aborted, err) {
             (Some(_), _) => Some(recv_status),
             (None, RespError::RemoteOperational) => Some(WcStatus::LocProtErr),
             _ => None,
         };
-        self.explain(
-            status,
-            Side::Responder,
-            format!(
-                "{detail}; NAK {nak} (syndrome {:#04x}) sent to {} for PSN {:#08x}",
-                AethSyndrome::Nak(nak).to_byte(),
-                self.core.peer(),
-                psn.value()
-            ),
-        );
+        let peer = self.core.peer();
+        let psn = psn.value();
+        let then = Then::NakSent { nak, peer, psn };
+        self.explain(status, Side::Responder, Fault { cause, then });
         let stays = planted!(false, NoErrorOnAccessError => err == RespError::RemoteAccess);
         if let Some(wr_id) = aborted {
             if !stays {
@@ -877,96 +862,34 @@ impl RcQp {
         self.svc.resp.out = answered;
     }
 
-    /// Which check request `pkt` failed with `err`, described (error path
-    /// only): what the failing site noted, else the checks that depend on
-    /// the packet alone run again in the responder's order, each saying
-    /// what it saw (the R_Key check with the region's bounds and rights).
-    fn request_fault(&mut self, err: RespError, pkt: &ParsedPacket<'_>) -> String {
+    /// Why request `pkt` was refused with `r`: what the failing site
+    /// noted (a receive WR's bad buffers), else what the check that failed
+    /// found, else what the error alone says of the request and the
+    /// message in progress (error path only).
+    fn refusal_cause(&mut self, r: Refusal, pkt: &ParsedPacket<'_>) -> Cause {
         if let Some(w) = self.core.why.take() {
             return w;
         }
-        let info = pkt.info;
-        let op = info.operation;
-        let head = format!("{} PSN {:#08x}", info.name, pkt.bth.psn.value());
-        let qp_access = self.core.attr.qp_access_flags;
-        if let Err(e) = check_op_allowed(op, qp_access) {
-            if e == err {
-                return format!(
-                    "{head}: op validity: the QP's access flags ({}) do not allow it",
-                    rights(qp_access)
-                );
-            }
-        }
-        if check_responder_resources(op, self.core.attr.max_dest_rd_atomic).is_err() {
-            return format!(
-                "{head}: resources: the QP offers no responder resources \
-                 (max_dest_rd_atomic 0)"
-            );
-        }
-        let mtu = self.mtu() as usize;
-        if check_payload_length(pkt, mtu).is_err() {
-            return format!(
-                "{head}: length: {} payload bytes break the rule for its place in the \
-                 message at path MTU {mtu}",
-                pkt.payload.len()
-            );
-        }
-        let cfg = &self.core.cfg;
-        let rkey = |rkey: u32, va: u64, len: u64, need: Access| {
-            rkey_fault(&cfg.keys, cfg.pd, cfg.qpn, rkey, va, len, need)
-        };
-        let found = match (op, pkt.reth(), pkt.atomic_eth()) {
-            (Operation::RdmaWrite, Some(r), _) => {
-                rkey(r.rkey, r.va, r.dma_len.into(), Access::REMOTE_WRITE)
-            }
-            (Operation::RdmaReadRequest, Some(r), _) => {
-                rkey(r.rkey, r.va, r.dma_len.into(), Access::REMOTE_READ)
-            }
-            (Operation::AtomicWrite, Some(r), _) if r.va % 8 == 0 => {
-                rkey(r.rkey, r.va, 8, Access::REMOTE_WRITE)
-            }
-            (Operation::CompareSwap | Operation::FetchAdd, _, Some(a)) if a.va % 8 == 0 => {
-                rkey(a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
-            }
-            (Operation::CompareSwap | Operation::FetchAdd, _, Some(a)) => {
-                Some(format!("va {:#x} of an atomic is not 8-byte aligned", a.va))
-            }
-            (Operation::Flush, Some(r), _) => {
-                let need = pkt
-                    .feth()
-                    .map_or(Access::empty(), |f| flush_access(f.placement));
-                rkey(r.rkey, r.va, r.dma_len.into(), need)
-            }
-            _ => None,
-        };
-        if let Some(f) = found {
-            return format!("{head}: R_Key check: {f}");
-        }
-        let send = match &self.svc.resp.cur {
-            Some(Inbound::Send { recv, written }) => Some((recv.sgl.total(), *written)),
-            _ => None,
-        };
-        match (err, op) {
-            (RespError::LengthError, _) => match send {
-                Some((cap, written)) => format!(
-                    "{head}: length: the SEND's {} bytes so far exceed the receive WR's \
-                     {cap} bytes of buffers",
-                    written + pkt.payload.len() as u64
-                ),
-                None => format!("{head}: length: the message exceeds the receive WR's buffers"),
+        let op = pkt.info.operation;
+        let refused = r.why.unwrap_or_else(|| match (r.err, op) {
+            (RespError::LengthError, _) => match &self.svc.resp.cur {
+                Some(Inbound::Send { recv, written }) => Refused::SendTooLong {
+                    so_far: written + pkt.payload.len() as u64,
+                    cap: recv.sgl.total(),
+                },
+                _ => Refused::TooLong,
             },
-            (RespError::RemoteAccess, Operation::RdmaWrite) => format!(
-                "{head}: the region of the RDMA WRITE in progress was deregistered mid-message"
-            ),
-            (_, Operation::Send) if pkt.ieth().is_some() => format!(
-                "{head}: SEND with Invalidate of rkey {:#x}, which is no memory window bound \
-                 through this QP",
-                pkt.ieth().unwrap_or(0)
-            ),
-            (_, Operation::RdmaWrite) => format!(
-                "{head}: length: the WRITE's packets do not add up to its RETH's DMA length"
-            ),
-            (e, _) => format!("{head}: {e:?}"),
+            (RespError::RemoteAccess, Operation::RdmaWrite) => Refused::WriteRegionLost,
+            (_, Operation::Send) if pkt.ieth().is_some() => Refused::Invalidate {
+                rkey: pkt.ieth().unwrap_or(0),
+            },
+            (_, Operation::RdmaWrite) => Refused::WriteLength,
+            (e, _) => Refused::Other(e.name()),
+        });
+        Cause::Request {
+            name: pkt.info.name,
+            psn: pkt.bth.psn.value(),
+            refused,
         }
     }
 
@@ -1000,19 +923,13 @@ impl RcQp {
         }
         Counters::inc(&self.core.cfg.counters.err_naks_sent);
         self.core.cfg.event(EventType::QpAccessErr);
-        let nak = AethSyndrome::Nak(NakCode::RemoteAccessError);
-        self.explain(
-            None,
-            Side::Responder,
-            format!(
-                "the region an RDMA READ was answered from was deregistered while its \
-                 responses went out; NAK remote access error (syndrome {:#04x}) sent to {} \
-                 for PSN {:#08x}",
-                nak.to_byte(),
-                self.core.peer(),
-                psn.value()
-            ),
-        );
+        let then = Then::NakSent {
+            nak: NakCode::RemoteAccessError,
+            peer: self.core.peer(),
+            psn: psn.value(),
+        };
+        let cause = Cause::ReadSourceLost;
+        self.explain(None, Side::Responder, Fault { cause, then });
         let msn = self.svc.resp.msn;
         self.svc.resp.out.push_front(RespItem::Ack {
             psn,
