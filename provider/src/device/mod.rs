@@ -144,7 +144,7 @@ mod stat;
 
 pub use cm::CmLink;
 pub use cq::CqHandle;
-pub use pd::PdHandle;
+pub use pd::{AhHandle, MrHandle, MwHandle, PdHandle};
 pub use qp::{QpHandle, QpSpec};
 pub use srq::SrqHandle;
 use stat::Registry;
@@ -255,7 +255,7 @@ impl Device {
     }
     /// A place for one more object of kind `r` (ENOMEM once the device
     /// holds [`Resource::max`] of them); the object keeps it while it lives.
-    pub fn take_slot(&self, r: Resource) -> Result<Slot> {
+    fn take_slot(&self, r: Resource) -> Result<Slot> {
         Ok(self.shared.quota.take(r)?)
     }
     /// The limits modify-QP checks attributes against.
@@ -314,8 +314,8 @@ impl Device {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::qp::post_each;
+    use super::*;
     use crate::qp_attr::QpCap;
     use crate::types::{QpType, RecvWr, SendWr, Sge, WrOpcode};
 
