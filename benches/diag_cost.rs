@@ -46,8 +46,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uroce_provider::device::{CqHandle, Device, QpHandle, QpSpec};
-use uroce_provider::net::faults::Faults;
 use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
+use uroce_provider::sans_io::net::faults::Faults;
 use uroce_provider::testing::{sge, signaled_wr, PairParams, RcPair};
 use uroce_provider::types::{
     Access, Mtu, QpState, QpType, RecvWr, Wc, WcOpcode, WcStatus, WrOpcode,

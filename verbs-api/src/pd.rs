@@ -5,8 +5,8 @@ use crate::error::{Error, Result};
 use crate::qp::{QpInitAttr, QueuePair};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use uroce_provider::device::{MemError, MwBind, MwType, PdId};
 use uroce_provider::device::{MrHandle, MwHandle, PdHandle};
-use uroce_provider::memory::{MemError, MwBind, MwType, PdId};
 use uroce_provider::types::{Access, SendFlags, SendWr, Sge, WrOpcode};
 
 /// A protection domain (`struct ibv_pd`).

@@ -308,9 +308,10 @@ impl Finding {
         let json = dir.join(format!("{name}.json"));
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
         std::fs::write(&json, text + "\n")?;
-        let mut cap =
-            uroce_provider::engine::capture::Capture::create(&dir.join(format!("{name}.pcap")))
-                .map_err(std::io::Error::other)?;
+        let mut cap = uroce_provider::sans_io::engine::capture::Capture::create(
+            &dir.join(format!("{name}.pcap")),
+        )
+        .map_err(std::io::Error::other)?;
         let f = std::net::SocketAddr::new(self.conn.fuzzer, self.conn.src_port);
         let t = std::net::SocketAddr::new(self.conn.target, uroce_wire::ROCEV2_UDP_PORT);
         for p in packets {

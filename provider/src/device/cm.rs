@@ -1,8 +1,11 @@
-//! The connection manager port: QP1 and its agent.
+//! The connection manager port: QP1 and its agent ([`CmLink`]), and
+//! the CM's value types: its events, errors, connection states and
+//! reject reasons.
 
-use super::{CmSink, Device, Nanos, Result};
+use super::{CmSink, Device, Result};
 use crate::cm::gsi::GsiQp;
-use crate::cm::{CmAgent, CmConfig};
+use crate::cm::CmConfig;
+pub use crate::cm::{reason, CmAgent, CmError, CmEvent, ConnState, Nanos, SIDR_OK, SIDR_REJECT};
 use crate::engine::Kicker;
 use parking_lot::Mutex;
 use std::sync::Arc;

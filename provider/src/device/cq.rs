@@ -147,3 +147,12 @@ impl CqHandle {
         })
     }
 }
+
+/// The CQ a completion channel's event stands for (what
+/// [`CompChannel`]'s wait gives), marked delivered: its handle and
+/// context. `None` when the CQ was destroyed after queueing the event.
+pub fn cq_event_of(cq: &std::sync::Weak<CqInner>) -> Option<(u32, u64)> {
+    let cq = cq.upgrade()?;
+    cq.note_event_delivered();
+    Some((cq.handle(), cq.context()))
+}

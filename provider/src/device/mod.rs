@@ -33,11 +33,9 @@
 use crate::counters::CounterSnapshot;
 use crate::diag::stat::DeviceState;
 use crate::engine::Engine;
-use crate::events::AsyncEvents;
 use crate::memory::KeyTable;
-use crate::net::faults::Faults;
 use crate::qp_attr::{CapError, ModifyLimits};
-use crate::quota::{Quota, QuotaFull, Resource, Slot};
+use crate::quota::{Quota, QuotaFull, Slot};
 use crate::transport::QueueAllocError;
 use crate::types::Mtu;
 use parking_lot::Mutex;
@@ -135,7 +133,7 @@ impl From<LimitError> for DeviceError {
 /// A result of the face.
 pub type Result<T> = std::result::Result<T, DeviceError>;
 
-mod cm;
+pub mod cm;
 mod cq;
 mod pd;
 mod qp;
@@ -147,6 +145,21 @@ pub use cq::CqHandle;
 pub use pd::{AhHandle, MrHandle, MwHandle, PdHandle};
 pub use qp::{QpHandle, QpSpec};
 pub use srq::SrqHandle;
+
+// The value types the face's calls take and give, from the modules that
+// define them (which are the provider's own).
+pub use crate::cq::{clock_ns, wallclock_ns, CompChannel, CLOCK_KHZ};
+pub use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType, Semaphore};
+pub use crate::memory::range::check_user_range;
+pub use crate::memory::{MemError, MwBind, MwType, PdId};
+pub use crate::net::faults::Faults;
+pub use crate::quota::Resource;
+// Helpers of the engine the layers above use for their own sockets and
+// threads: a kernel UDP socket (never an interposed rsocket) and a thread
+// that starts with every signal blocked.
+pub use crate::engine::kernel_udp_socket;
+pub use crate::threads::spawn as spawn_thread;
+pub use cq::cq_event_of;
 use stat::Registry;
 
 struct Shared {
