@@ -65,7 +65,7 @@ impl CqHandle {
         self.inner.reports_to(channel)
     }
     /// Completions get a timestamp from now on
-    /// ([`CqInner::stamp_completions`]).
+    /// (the CQ's `stamp_completions`).
     pub fn stamp_completions(&self) {
         self.inner.stamp_completions();
     }
@@ -82,8 +82,8 @@ impl CqHandle {
         self.inner.unacked_events()
     }
     /// The CQ is being destroyed: the checker's last look at it
-    /// ([`CqInner::note_destroy`]), and at the completion events taken and
-    /// not acknowledged ([`CqInner::note_destroy_unacked`]).
+    /// (the CQ's `note_destroy`), and at the completion events taken and
+    /// not acknowledged (`note_destroy_unacked`).
     pub fn note_destroy(&self) {
         self.inner.note_destroy();
         let unacked = self.inner.unacked_events();

@@ -4,17 +4,22 @@
 //! its thread), its key table, its limits, counters and asynchronous
 //! events. Everything the verbs layer (`uroce-verbs`, and through it the C
 //! library) does to the provider goes through it and the handles it makes:
-//! [`CqHandle`], [`SrqHandle`], [`QpHandle`] and [`CmLink`]. The face
-//! builds the provider's own configurations and queues (a QP's
-//! `QpConfig`, send and receive queues, its published state), checks every
-//! device limit once, and touches the engine once per post. What crosses
-//! it besides the handles are the shared value types: [`crate::types`],
-//! [`crate::qp_attr`], [`crate::memory`]'s regions and windows,
-//! [`crate::events`], [`crate::counters::CounterSnapshot`] and
-//! [`crate::net::faults::Faults`].
+//! [`CqHandle`] (`cq.rs`), [`SrqHandle`] (`srq.rs`), [`QpHandle`]
+//! (`qp.rs`), [`PdHandle`], [`MrHandle`], [`MwHandle`] and [`AhHandle`]
+//! (`pd.rs`) and [`CmLink`] (`cm.rs`); what `uroce stat` lists of the
+//! device is kept in `stat.rs`. The face builds the provider's own
+//! configurations and queues (a QP's `QpConfig`, send and receive queues,
+//! its published state), checks every device limit once, and touches the
+//! engine once per post. What crosses it besides the handles are the
+//! shared value types: [`crate::types`], [`crate::qp_attr`],
+//! [`crate::counters::CounterSnapshot`], and the ones re-exported here
+//! ([`MwType`], [`MwBind`], [`MemError`], [`AsyncEvent`], [`CompChannel`],
+//! [`Faults`], the CM's in [`cm`], ...).
 //!
 //! As quinn's `Endpoint` and `Connection` are to `quinn-proto`: the users
-//! of the face never name `transport::` or `engine::`.
+//! of the face never name `transport::` or `engine::`, which are private
+//! (the fuzzer and the tests reach them through `sans_io`, feature
+//! `testing`).
 //!
 //! ```
 //! use uroce_provider::device::{Device, QpSpec};
@@ -65,7 +70,7 @@ pub const MAX_RD_ATOM: u8 = 128;
 
 /// The environment variable that turns on strict source ports for every
 /// RC and UC QP created afterwards (`1`): see
-/// [`QpConfig::strict_source_port`].
+/// the transport's `QpConfig::strict_source_port`.
 pub const STRICT_SOURCE_PORT_ENV: &str = "UROCE_STRICT_SOURCE_PORT";
 
 fn strict_source_port() -> bool {

@@ -70,7 +70,7 @@ impl Device {
     /// `iova` (`ibv_reg_mr_iova`; from 0 when `access` is zero-based).
     ///
     /// # Safety
-    /// As [`KeyTable::register`] with external backing: `addr` is valid
+    /// As the key table's `register` with external backing: `addr` is valid
     /// for reads and writes of `len` bytes until the region is
     /// deregistered.
     pub unsafe fn reg_raw(

@@ -695,7 +695,7 @@ impl Engine {
     }
 }
 
-/// See [`Engine::snapshot_handle`].
+/// See `Engine::snapshot_handle`.
 #[derive(Clone)]
 pub struct SnapshotHandle {
     cmds: Sender<Command>,
