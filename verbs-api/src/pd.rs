@@ -419,8 +419,15 @@ impl MemoryWindow {
         len: u64,
         access: Access,
     ) -> MwBind {
-        self.inner
-            .bind_request(mw_rkey, new_rkey, mr_lkey, addr, len, access)
+        MwBind {
+            mw_rkey,
+            new_rkey,
+            mr_lkey,
+            addr,
+            len,
+            access,
+            ..self.inner.bind_request()
+        }
     }
     pub(crate) fn set_rkey(&self, rkey: u32) {
         self.rkey.store(rkey, Ordering::Release);

@@ -268,27 +268,18 @@ impl MwHandle {
     pub fn is_bound(&self) -> bool {
         self.mw.is_bound()
     }
-    /// The bind request of a BIND_MW work request (or of a type 1 bind):
-    /// the window's key as the binder saw it, the new key, and the
-    /// region's L_Key, start address and length (0 unbinds a type 1
-    /// window), granting `access`.
-    pub fn bind_request(
-        &self,
-        mw_rkey: u32,
-        new_rkey: u32,
-        mr_lkey: u32,
-        addr: u64,
-        len: u64,
-        access: Access,
-    ) -> MwBind {
+    /// A bind request for this window (of a BIND_MW work request, or of
+    /// a type 1 bind) with its keys, range and access still 0 and empty:
+    /// the caller sets them (struct update syntax).
+    pub fn bind_request(&self) -> MwBind {
         MwBind {
             mw: self.mw.clone(),
-            mw_rkey,
-            new_rkey,
-            mr_lkey,
-            addr,
-            len,
-            access,
+            mw_rkey: 0,
+            new_rkey: 0,
+            mr_lkey: 0,
+            addr: 0,
+            len: 0,
+            access: Access::empty(),
         }
     }
 }
