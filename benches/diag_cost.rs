@@ -46,8 +46,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uroce_provider::device::{CqHandle, Device, QpHandle, QpSpec};
-use uroce_provider::net::faults::Faults;
 use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
+use uroce_provider::sans_io::net::faults::Faults;
 use uroce_provider::testing::{sge, signaled_wr, PairParams, RcPair};
 use uroce_provider::types::{
     Access, Mtu, QpState, QpType, RecvWr, Wc, WcOpcode, WcStatus, WrOpcode,
@@ -205,7 +205,7 @@ struct End {
     dev: Device,
     cq: CqHandle,
     qp: QpHandle,
-    mr: Arc<uroce_provider::memory::MrInner>,
+    mr: uroce_provider::device::MrHandle,
 }
 
 /// Two devices on loopback with one connected RC QP each and a 2 MiB
@@ -298,11 +298,11 @@ fn udp(ends: &[End; 2], op: WrOpcode, len: u32, per_batch: u64, n: usize) -> f64
     median_per_msg(n, per_batch, || {
         for k in 0..per_batch {
             let (from, to) = offsets(id, k, len);
-            let mut wr = signaled_wr(id, op, &[sge(&a.mr, from, len)]);
+            let mut wr = signaled_wr(id, op, &[a.mr.sge(from, len)]);
             if op == WrOpcode::Send {
                 let recv = RecvWr {
                     wr_id: id,
-                    sg_list: [sge(&b.mr, to, len)].into_iter().collect(),
+                    sg_list: [b.mr.sge(to, len)].into_iter().collect(),
                 };
                 b.qp.post_recv(&[recv]).map_err(|e| e.1).expect("post_recv");
             } else {

@@ -13,7 +13,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 use uroce_benches::wire::{build, covered_len, known_ctx, DST, SPORT, SRC};
-use uroce_provider::memory::shared::Shared;
+use uroce_provider::sans_io::memory::shared::Shared;
 use uroce_wire::icrc::{self, HEADROOM};
 
 const ROUNDS: usize = 101;

@@ -18,7 +18,7 @@
 //! Run: `cargo bench -p uroce-benches --bench mr_reg`.
 
 use std::time::Instant;
-use uroce_verbs::provider::memory::range::{
+use uroce_provider::sans_io::memory::range::{
     check_user_range, check_user_range_by_maps_file, RangeError,
 };
 use uroce_verbs::*;

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uroce_benches::rc::*;
-use uroce_verbs::provider::testing;
+use uroce_provider::testing;
 use uroce_verbs::wire::packet::Headers;
 use uroce_verbs::wire::{BthRepr, Opcode, Psn, RethRepr, ROCEV2_UDP_PORT};
 use uroce_verbs::*;

@@ -8,7 +8,7 @@
 use libfuzzer_sys::fuzz_target;
 use std::net::IpAddr;
 use std::sync::Arc;
-use uroce_provider::cm::{CmAgent, CmConfig, CmEvent, Nanos, MAX_CONNS};
+use uroce_provider::sans_io::cm::{CmAgent, CmConfig, CmEvent, Nanos, MAX_CONNS};
 use uroce_provider::counters::Counters;
 use uroce_wire::cm::{CmMad, RepRepr, ReqRepr};
 use uroce_wire::mad::MAD_LEN;

@@ -254,6 +254,7 @@ impl Endpoint {
 
     /// Sets the device's in-flight budget (request PSNs of all its QPs
     /// together; see [`DEVICE_INFLIGHT_PSNS`]).
+    #[cfg(any(test, feature = "testing"))]
     pub fn set_budget(&mut self, psns: u32) {
         self.budget = psns.max(1);
         self.release_throttled();
@@ -408,6 +409,7 @@ impl Endpoint {
     }
 
     /// The multicast groups some QP of the device is attached to.
+    #[cfg(any(test, feature = "testing"))]
     pub fn groups(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.groups.keys().copied()
     }
@@ -431,6 +433,7 @@ impl Endpoint {
 
     /// Queues every QP for output (a driver whose applications post
     /// without ringing a doorbell: the simulated network).
+    #[cfg(any(test, feature = "testing"))]
     pub fn mark_all(&mut self) {
         for (&qpn, s) in self.qps.iter_mut() {
             if !s.dirty {
@@ -446,6 +449,7 @@ impl Endpoint {
     /// for an IPv4 sender's identification, which a UDP socket hides),
     /// parses and hands the packet to its QP. `ip` holds the IP header's
     /// fields the socket reported.
+    #[cfg(any(test, feature = "testing"))]
     pub fn handle_datagram(
         &mut self,
         now: Nanos,

@@ -83,7 +83,7 @@ impl EventType {
 pub enum EventElement {
     /// A QP, by number.
     Qp(u32),
-    /// A CQ, by handle ([`crate::cq::CqInner::handle`]).
+    /// A CQ, by handle ([`crate::device::CqHandle::handle`]).
     Cq(u32),
     /// An SRQ, by handle.
     Srq(u32),

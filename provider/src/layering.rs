@@ -207,3 +207,65 @@ fn the_graph_sees_paths_groups_and_skips_tests_and_comments() {
     g.get_mut("z").unwrap().clear();
     assert_eq!(circle(&g), None);
 }
+
+/// The crate root's `pub mod`s, each with the `#[cfg(...)]` line above
+/// it (empty when it has none).
+fn public_modules(lib: &str) -> BTreeMap<String, String> {
+    let lines: Vec<&str> = lib.lines().map(str::trim).collect();
+    let mut out = BTreeMap::new();
+    for (i, l) in lines.iter().enumerate() {
+        if let Some(rest) = l.strip_prefix("pub mod ") {
+            let name = ident_at(rest).to_string();
+            let above = i.checked_sub(1).map_or("", |j| lines[j]);
+            let cfg = if above.starts_with("#[cfg(") {
+                above
+            } else {
+                ""
+            };
+            out.insert(name, cfg.to_string());
+        }
+    }
+    out
+}
+
+/// The face and the value types are the provider's public modules; test
+/// machinery is public only with its feature. A new `pub mod` must be
+/// added here, on purpose.
+#[test]
+fn only_the_face_and_the_value_types_are_public() {
+    const SHIPPED: [&str; 7] = [
+        "counters", "device", "diag", "env", "observe", "qp_attr", "types",
+    ];
+    const TESTING: &str = r#"#[cfg(any(test, feature = "testing"))]"#;
+    const GATED: [(&str, &str); 3] = [
+        ("planted", r#"#[cfg(feature = "planted")]"#),
+        ("sans_io", TESTING),
+        ("testing", TESTING),
+    ];
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+        .expect("lib.rs is readable");
+    let mut want: BTreeMap<String, String> = SHIPPED
+        .iter()
+        .map(|m| (m.to_string(), String::new()))
+        .collect();
+    want.extend(GATED.iter().map(|(m, c)| (m.to_string(), c.to_string())));
+    assert_eq!(public_modules(&lib), want);
+    // No re-export of a private module's insides at the root either.
+    let reexports: Vec<&str> = lib.lines().filter(|l| l.starts_with("pub use ")).collect();
+    assert_eq!(
+        reexports,
+        [
+            "pub use diag::{check, explain, stat, trace};",
+            "pub use uroce_wire as wire;"
+        ]
+    );
+}
+
+#[test]
+fn public_modules_are_read_with_their_gate() {
+    let lib = "mod a;\npub mod b;\n#[cfg(feature = \"x\")]\npub mod c;\n// pub mod d;\n";
+    let got = public_modules(lib);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got["b"], "");
+    assert_eq!(got["c"], "#[cfg(feature = \"x\")]");
+}

@@ -104,6 +104,7 @@ impl Quota {
     }
 
     /// Objects of kind `r` alive now.
+    #[cfg(any(test, feature = "testing"))]
     pub fn used(&self, r: Resource) -> u32 {
         self.used[r.index()].load(Ordering::Acquire)
     }

@@ -336,7 +336,7 @@ pub struct UdDest {
     /// (the address handle's `grh.traffic_class`).
     pub tclass: u8,
     /// The address handle's `grh.hop_limit`: the IP TTL / hop limit of a
-    /// datagram to a multicast group (see [`crate::transport::Transmit`]);
+    /// datagram to a multicast group (see the transport's `Transmit`);
     /// unicast datagrams carry the route's.
     pub hop_limit: u8,
 }
@@ -440,8 +440,8 @@ pub struct Wc {
     /// DLID path bits (0).
     pub dlid_path_bits: u8,
     /// When the engine generated the completion, on the completion clock
-    /// ([`crate::cq::clock_ns`]), if its CQ stamps completions
-    /// ([`crate::cq::CqInner::stamp_completions`]); else 0.
+    /// ([`crate::device::clock_ns`]), if its CQ stamps completions
+    /// ([`crate::device::CqHandle::stamp_completions`]); else 0.
     pub timestamp: u64,
 }
 

@@ -31,7 +31,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use uroce_verbs::provider::qp_attr::gid_of;
+use uroce_provider::qp_attr::gid_of;
 use uroce_verbs::*;
 
 const ALL: Access = Access::LOCAL_WRITE

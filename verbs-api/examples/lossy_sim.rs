@@ -10,8 +10,8 @@
 //! cargo run --example lossy_sim [SEED]
 //! ```
 
-use uroce_verbs::provider::net::sim::Faults;
-use uroce_verbs::provider::testing::{sge, signaled_wr, PairParams, RcPair};
+use uroce_provider::sans_io::net::sim::Faults;
+use uroce_provider::testing::{sge, signaled_wr, PairParams, RcPair};
 use uroce_verbs::{Access, WcStatus, WrOpcode};
 
 const MESSAGES: usize = 200;

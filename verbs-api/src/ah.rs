@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use std::net::IpAddr;
 use std::sync::Arc;
-use uroce_provider::device::grh_source;
+use uroce_provider::device::{grh_source, AhHandle};
 use uroce_provider::qp_attr::AddressVector;
 use uroce_provider::types::{UdDest, Wc, WcFlags};
 
@@ -16,7 +16,7 @@ pub struct AddressHandle {
     ip: IpAddr,
     _pd: Arc<()>,
     /// Its place in the device's `max_ah`.
-    _slot: uroce_provider::quota::Slot,
+    _slot: AhHandle,
 }
 
 impl AddressHandle {
@@ -71,11 +71,7 @@ impl ProtectionDomain {
                 self.ctx.device().ip()
             )));
         }
-        let slot = self
-            .ctx
-            .inner
-            .face
-            .take_slot(uroce_provider::quota::Resource::Ah)?;
+        let slot = self.ctx.inner.face.new_ah()?;
         Ok(AddressHandle {
             av: *av,
             ip,

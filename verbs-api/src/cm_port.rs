@@ -14,7 +14,8 @@ use crate::error::Result;
 use std::any::Any;
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
-use uroce_provider::cm::{CmAgent, CmEvent, Nanos};
+use uroce_provider::device::cm::{CmAgent, CmEvent};
+use uroce_provider::device::Nanos;
 use uroce_provider::device::{self as face, CmLink, CmSink};
 
 /// The layer above a [`CmPort`] (rdma_cm's ids): where the agent's events

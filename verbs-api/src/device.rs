@@ -7,14 +7,14 @@ use crate::pd::ProtectionDomain;
 use std::net::IpAddr;
 use std::sync::Arc;
 use uroce_provider::counters::CounterSnapshot;
+use uroce_provider::device::Faults;
+use uroce_provider::device::Resource;
 use uroce_provider::device::{
     self as face, devices_from_env, interface_index, interface_mtu, DeviceConfig, IoPath,
     MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH,
 };
-use uroce_provider::net::faults::Faults;
 use uroce_provider::qp_attr::gid_of;
 pub use uroce_provider::qp_attr::{GID_ENTRIES, GID_TABLE_LEN};
-use uroce_provider::quota::Resource;
 use uroce_provider::types::Mtu;
 
 /// The environment variable that makes every device write a capture:

@@ -10,10 +10,10 @@ use crate::error::{Error, Result};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
-use uroce_provider::cq::CompChannel as ChannelInner;
-use uroce_provider::events as pe;
+use uroce_provider::device as pe;
+use uroce_provider::device::CompChannel as ChannelInner;
 
-pub use uroce_provider::events::{AsyncEvent, EventElement, EventType};
+pub use uroce_provider::device::{AsyncEvent, EventElement, EventType};
 
 /// A completion channel (`struct ibv_comp_channel`): CQs created with it
 /// and armed with [`crate::CompletionQueue::req_notify`] report their next
@@ -65,7 +65,7 @@ impl CompChannel {
     pub fn get_cq_event(&self) -> Result<CqEvent> {
         loop {
             let weak = self.inner.wait().map_err(Error::from_wait)?;
-            if let Some(ev) = Self::deliver(&weak) {
+            if let Some(ev) = Self::deliver(pe::cq_event_of(&weak)) {
                 return Ok(ev);
             }
         }
@@ -85,7 +85,7 @@ impl CompChannel {
         loop {
             let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
             let weak = self.inner.get(left)?;
-            if let Some(ev) = Self::deliver(&weak) {
+            if let Some(ev) = Self::deliver(pe::cq_event_of(&weak)) {
                 return Some(ev);
             }
             if end.is_some_and(|e| std::time::Instant::now() >= e) {
@@ -96,13 +96,9 @@ impl CompChannel {
 
     /// The event a queued CQ stands for. A CQ destroyed after queueing
     /// its event leaves nothing to report: `None`, skip it.
-    fn deliver(weak: &std::sync::Weak<uroce_provider::cq::CqInner>) -> Option<CqEvent> {
-        let cq = weak.upgrade()?;
-        cq.note_event_delivered();
-        Some(CqEvent {
-            handle: cq.handle(),
-            context: cq.context(),
-        })
+    fn deliver(cq: Option<(u32, u64)>) -> Option<CqEvent> {
+        let (handle, context) = cq?;
+        Some(CqEvent { handle, context })
     }
 
     /// The descriptor: readable while an event waits.

@@ -15,7 +15,7 @@
 //!
 //! Registered memory is shared with the engine and with remote peers, so
 //! it is never exposed as `&[u8]`/`&mut [u8]`: see [`MemoryRegion`] and the
-//! memory model in [`provider::memory`].
+//! memory model of [`uroce_provider::device::MrHandle`].
 //!
 //! rdma_cm and rsockets are in the crate above this one, `uroce_rdmacm`,
 //! as librdmacm is above libibverbs: it reaches each device's connection
@@ -52,15 +52,13 @@ pub use events::{AsyncEvent, CompChannel, CqEvent, EventElement, EventType};
 pub use pd::{inc_rkey, MemoryRegion, MemoryWindow, ProtectionDomain};
 pub use qp::{QpInitAttr, QueuePair};
 pub use srq::{SharedReceiveQueue, SrqAttr, SrqAttrMask};
-pub use uroce_provider as provider;
 pub use uroce_provider::counters::CounterSnapshot;
-pub use uroce_provider::cq::{
+pub use uroce_provider::device::{
     clock_ns as completion_clock_ns, wallclock_ns as completion_wallclock_ns,
     CLOCK_KHZ as COMPLETION_CLOCK_KHZ,
 };
+pub use uroce_provider::device::{Faults, MemError, MwBind, MwType};
 pub use uroce_provider::explain::Explanation;
-pub use uroce_provider::memory::MwType;
-pub use uroce_provider::net::faults::Faults;
 pub use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr, QpCap};
 pub use uroce_provider::types::{
     Access, FlushSpec, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcFlags,

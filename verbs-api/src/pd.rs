@@ -5,9 +5,8 @@ use crate::error::{Error, Result};
 use crate::qp::{QpInitAttr, QueuePair};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use uroce_provider::device::PdHandle;
-use uroce_provider::memory::{MemError, MrInner, MwBind, MwInner, MwType, PdId};
-use uroce_provider::quota::{Resource, Slot};
+use uroce_provider::device::{MemError, MwBind, MwType, PdId};
+use uroce_provider::device::{MrHandle, MwHandle, PdHandle};
 use uroce_provider::types::{Access, SendFlags, SendWr, Sge, WrOpcode};
 
 /// A protection domain (`struct ibv_pd`).
@@ -54,34 +53,26 @@ impl ProtectionDomain {
         }
     }
 
-    /// A place for one more region in the device's `max_mr`.
-    fn mr_slot(&self) -> Result<Slot> {
-        Ok(self.ctx.inner.face.take_slot(Resource::Mr)?)
-    }
-
-    fn wrap(&self, inner: Arc<MrInner>, slot: Slot) -> MemoryRegion {
+    fn wrap(&self, inner: MrHandle) -> MemoryRegion {
         MemoryRegion {
             ctx: self.ctx.clone(),
             inner: Some(inner),
             _pd: self.users.clone(),
             owns: true,
-            _slot: Some(slot),
         }
     }
 
     /// `ibv_reg_mr` over a buffer the region takes over, without copying
     /// it; [`MemoryRegion::dereg`] gives it back.
     pub fn reg_mr(&self, buf: Vec<u8>, access: Access) -> Result<MemoryRegion> {
-        let slot = self.mr_slot()?;
         let mr = self.ctx.inner.face.reg_vec(self.id, buf, access)?;
-        Ok(self.wrap(mr, slot))
+        Ok(self.wrap(mr))
     }
 
     /// Allocates `len` zeroed page-aligned bytes and registers them.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
-        let slot = self.mr_slot()?;
         let mr = self.ctx.inner.face.reg_zeroed(self.id, len, access)?;
-        Ok(self.wrap(mr, slot))
+        Ok(self.wrap(mr))
     }
 
     /// `ibv_reg_mr` over memory the caller owns.
@@ -115,7 +106,6 @@ impl ProtectionDomain {
         iova: u64,
         access: Access,
     ) -> Result<MemoryRegion> {
-        let slot = self.mr_slot()?;
         // SAFETY: the caller's promise above.
         let mr = unsafe {
             self.ctx
@@ -123,7 +113,7 @@ impl ProtectionDomain {
                 .face
                 .reg_raw(self.id, addr, len, iova, access)?
         };
-        Ok(self.wrap(mr, slot))
+        Ok(self.wrap(mr))
     }
 
     /// `ibv_alloc_mw`: an unbound memory window of `kind` in this PD.
@@ -131,14 +121,12 @@ impl ProtectionDomain {
     /// a BIND_MW work request ([`MemoryWindow::bind_wr`]) and invalidated
     /// with LOCAL_INV or a peer's SEND with Invalidate.
     pub fn alloc_mw(&self, kind: MwType) -> Result<MemoryWindow> {
-        let slot = self.ctx.inner.face.take_slot(Resource::Mw)?;
-        let inner = self.ctx.inner.face.alloc_mw(self.id, kind);
+        let inner = self.ctx.inner.face.alloc_mw(self.id, kind)?;
         Ok(MemoryWindow {
-            ctx: self.ctx.clone(),
+            _ctx: self.ctx.clone(),
             rkey: AtomicU32::new(inner.rkey()),
             inner,
             _pd: self.users.clone(),
-            _slot: slot,
         })
     }
 
@@ -182,9 +170,9 @@ impl ProtectionDomain {
 #[derive(Debug)]
 pub struct MemoryRegion {
     ctx: Context,
-    inner: Option<Arc<MrInner>>,
-    /// Its place in the device's `max_mr` (none for a shared handle).
-    _slot: Option<Slot>,
+    /// The registration (it holds the region's place in the device's
+    /// `max_mr`, unless this is a shared handle).
+    inner: Option<MrHandle>,
     _pd: Arc<()>,
     /// Dropping it deregisters (false for a [`MemoryRegion::share`]d
     /// handle).
@@ -192,7 +180,7 @@ pub struct MemoryRegion {
 }
 
 impl MemoryRegion {
-    fn mr(&self) -> &MrInner {
+    fn mr(&self) -> &MrHandle {
         self.inner.as_ref().expect("present until dropped")
     }
     /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_ACCESS` and/or
@@ -224,21 +212,21 @@ impl MemoryRegion {
     /// The re-registration both forms share (the provider checks it).
     ///
     /// # Safety
-    /// As [`uroce_provider::device::Device::rereg`].
+    /// As [`uroce_provider::device::Device::rereg`] (the region's own
+    /// memory moves over when `memory` is `None`).
     unsafe fn rereg_with(
         &mut self,
         pd: Option<&ProtectionDomain>,
         access: Option<Access>,
         memory: Option<(*mut u8, usize)>,
     ) -> Result<()> {
-        let old = self.mr();
-        let access = access.unwrap_or(old.access());
-        let pd_id = pd.map_or(old.pd(), |p| p.id);
+        let mr = self.inner.as_mut().expect("present until dropped");
+        let access = access.unwrap_or(mr.access());
+        let pd_id = pd.map_or(mr.pd(), |p| p.id);
         // SAFETY: forwarded contract. The old descriptor's owned memory
         // (if any) is freed when its last holder drops it; nothing
         // touches it any more.
-        let new = unsafe { self.ctx.inner.face.rereg(old, pd_id, access, memory)? };
-        self.inner = Some(new);
+        unsafe { self.ctx.inner.face.rereg(mr, pd_id, access, memory)? };
         if let Some(pd) = pd {
             self._pd = pd.users.clone();
         }
@@ -255,10 +243,9 @@ impl MemoryRegion {
     pub fn share(&self) -> MemoryRegion {
         MemoryRegion {
             ctx: self.ctx.clone(),
-            inner: self.inner.clone(),
+            inner: self.inner.as_ref().map(MrHandle::share),
             _pd: self._pd.clone(),
             owns: false,
-            _slot: None,
         }
     }
     /// Local key.
@@ -288,11 +275,7 @@ impl MemoryRegion {
     }
     /// An SGE covering `len` bytes at `offset`.
     pub fn sge(&self, offset: usize, len: u32) -> Sge {
-        Sge {
-            addr: self.addr() + offset as u64,
-            length: len,
-            lkey: self.lkey(),
-        }
+        self.mr().sge(offset as u64, len)
     }
     /// Copies bytes out of the region.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> std::result::Result<(), MemError> {
@@ -324,7 +307,7 @@ impl MemoryRegion {
     /// The raw start of the region.
     ///
     /// # Safety
-    /// See [`MrInner::as_ptr`].
+    /// See [`MrHandle::as_ptr`].
     pub unsafe fn as_ptr(&self) -> *mut u8 {
         // SAFETY: forwarded contract.
         unsafe { self.mr().as_ptr() }
@@ -341,8 +324,7 @@ impl MemoryRegion {
         let inner = self.inner.take()?;
         // Waits for copies in progress; none starts afterwards, even from
         // descriptors the engine still holds (messages in progress).
-        self.ctx.inner.face.dereg(&inner);
-        inner.take_vec().ok()
+        self.ctx.inner.face.dereg(inner)
     }
 }
 
@@ -372,14 +354,13 @@ impl Drop for MemoryRegion {
 /// ```
 #[derive(Debug)]
 pub struct MemoryWindow {
-    ctx: Context,
-    inner: Arc<MwInner>,
+    /// Keeps the device open while the window lives.
+    _ctx: Context,
+    inner: MwHandle,
     /// The R_Key as the application sees it (`ibv_mw::rkey`): stepped by
     /// each type 1 bind when posted.
     rkey: AtomicU32,
     _pd: Arc<()>,
-    /// Its place in the device's `max_mw`.
-    _slot: Slot,
 }
 
 impl MemoryWindow {
@@ -439,23 +420,17 @@ impl MemoryWindow {
         access: Access,
     ) -> MwBind {
         MwBind {
-            mw: self.inner.clone(),
             mw_rkey,
             new_rkey,
             mr_lkey,
             addr,
             len,
             access,
+            ..self.inner.bind_request()
         }
     }
     pub(crate) fn set_rkey(&self, rkey: u32) {
         self.rkey.store(rkey, Ordering::Release);
-    }
-}
-
-impl Drop for MemoryWindow {
-    fn drop(&mut self) {
-        self.ctx.inner.face.dealloc_mw(&self.inner);
     }
 }
 

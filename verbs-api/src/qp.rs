@@ -6,8 +6,8 @@ use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
 use std::sync::Arc;
+use uroce_provider::device::MwType;
 use uroce_provider::device::{QpHandle, QpSpec};
-use uroce_provider::memory::MwType;
 use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
 use uroce_provider::types::{Access, QpState, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
 

@@ -4,7 +4,7 @@
 //! the report count is the process's); a report shows the caller's frames.
 
 use std::time::{Duration, Instant};
-use uroce_verbs::provider::check::{self, Category};
+use uroce_provider::check::{self, Category};
 use uroce_verbs::*;
 
 const ALL: Access = Access::LOCAL_WRITE

@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::{Duration, Instant};
-use uroce_verbs::provider::stat::{self, DeviceState, ProcessState};
+use uroce_provider::stat::{self, DeviceState, ProcessState};
 use uroce_verbs::{
     Access, CompletionQueue, Device, QpState, QueuePair, SendFlags, SendWr, Wc, WcStatus, WrOpcode,
 };

@@ -50,7 +50,7 @@ fn a_lossy_rc_pair_leaves_a_well_formed_timeline() {
     std::env::set_var("UROCE_TRACE", &path);
     let (a_ctx, a_pd, a_cq, a_qp) = end(A);
     let (_b_ctx, b_pd, b_cq, b_qp) = end(B);
-    assert!(uroce_verbs::provider::trace::on(), "tracing is on");
+    assert!(uroce_provider::trace::on(), "tracing is on");
     let p = loopback::RcParams::default();
     loopback::connect_rc(&a_qp, B.parse().unwrap(), b_qp.qp_num(), 1, 2, p).unwrap();
     loopback::connect_rc(&b_qp, A.parse().unwrap(), a_qp.qp_num(), 2, 1, p).unwrap();

@@ -3,8 +3,10 @@
 //! A stateful RoCEv2 fuzzer: the engine behind `uroce fuzz`; and the
 //! stateful pair harness of the cargo-fuzz targets ([`pair`]). A crate of
 //! its own so that none of it is in uroce's device library: it uses
-//! uroce-provider's public API and its testing face
-//! (`uroce_provider::testing`, feature `testing`) only.
+//! uroce-provider's public API and, with the feature `testing`, its
+//! testing face (`uroce_provider::testing`) and its insides
+//! (`uroce_provider::sans_io`: the QP machines, the memory model, the
+//! simulated network) only.
 //!
 //! The fuzzer plays the peer of a [`Target`]: any RoCEv2 endpoint it can
 //! send packets to and observe (a uroce device, kernel rxe, a NIC, through
@@ -308,9 +310,10 @@ impl Finding {
         let json = dir.join(format!("{name}.json"));
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
         std::fs::write(&json, text + "\n")?;
-        let mut cap =
-            uroce_provider::engine::capture::Capture::create(&dir.join(format!("{name}.pcap")))
-                .map_err(std::io::Error::other)?;
+        let mut cap = uroce_provider::sans_io::engine::capture::Capture::create(
+            &dir.join(format!("{name}.pcap")),
+        )
+        .map_err(std::io::Error::other)?;
         let f = std::net::SocketAddr::new(self.conn.fuzzer, self.conn.src_port);
         let t = std::net::SocketAddr::new(self.conn.target, uroce_wire::ROCEV2_UDP_PORT);
         for p in packets {

@@ -44,12 +44,12 @@ impl LiveTarget {
         target: IpAddr,
         agent: SocketAddr,
     ) -> Result<LiveTarget, TargetError> {
-        let s = uroce_provider::engine::df_socket(fuzzer).map_err(io)?;
+        let s = uroce_provider::sans_io::engine::df_socket(fuzzer).map_err(io)?;
         s.bind(&SocketAddr::new(fuzzer, uroce_wire::ROCEV2_UDP_PORT).into())
             .map_err(|e| io(format!("bind {fuzzer}:4791: {e}")))?;
         // Room for a burst of answers (exhaustion's 256 READ responses of
         // a full MTU): the default buffer drops them before they are read.
-        uroce_provider::engine::grow_buffers(&s, FUZZ_SOCK_BUF);
+        uroce_provider::sans_io::engine::grow_buffers(&s, FUZZ_SOCK_BUF);
         let sock: UdpSocket = s.into();
         let mut t = LiveTarget {
             sock,

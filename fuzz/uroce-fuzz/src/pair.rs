@@ -23,13 +23,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use uroce_provider::memory::MrInner;
-use uroce_provider::net::sim::{Faults, SimNet, Verdict, Wire};
 use uroce_provider::qp_attr::{AttrMask, QpAttr};
+use uroce_provider::sans_io::memory::MrInner;
+use uroce_provider::sans_io::net::sim::{Faults, SimNet, Verdict, Wire};
+use uroce_provider::sans_io::transport::QpConfig;
 use uroce_provider::testing::{
     config, connect, sge, side_with, uc_connect, ud_up, PairParams, Side,
 };
-use uroce_provider::transport::QpConfig;
 use uroce_provider::types::{
     Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, UdDest, Wc, WcStatus, WrOpcode,
 };
@@ -194,8 +194,9 @@ impl Pair {
             depth: 64,
             traffic_class: [0, 0],
         };
-        let make =
-            |cfg: QpConfig| uroce_provider::transport::new_qp(kind, cfg).expect("capacities");
+        let make = |cfg: QpConfig| {
+            uroce_provider::sans_io::transport::new_qp(kind, cfg).expect("capacities")
+        };
         let a = side_with(&mut net, ip(0), 0x11, &p, make);
         let b = side_with(&mut net, ip(1), 0x22, &p, make);
         let (pa, pb) = (p.psn, (p.psn + 0x1000) & 0xff_ffff);

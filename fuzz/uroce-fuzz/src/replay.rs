@@ -571,9 +571,9 @@ mod tests {
     use std::net::SocketAddr;
     use std::path::PathBuf;
     use std::sync::Arc;
-    use uroce_provider::engine::capture::Capture;
-    use uroce_provider::memory::MrInner;
-    use uroce_provider::net::sim::Faults;
+    use uroce_provider::sans_io::engine::capture::Capture;
+    use uroce_provider::sans_io::memory::MrInner;
+    use uroce_provider::sans_io::net::sim::Faults;
     use uroce_provider::testing::{sge, signaled_wr, PairParams, RcPair};
     use uroce_provider::types::{Access, WrOpcode};
 

@@ -15,14 +15,14 @@ use super::target::{
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::Arc;
-use uroce_provider::memory::{KeyTable, MrInner, MwBind, MwType};
-use uroce_provider::net::sim::{Faults, SimNet};
 #[cfg(feature = "planted")]
 use uroce_provider::planted::Mistake;
 use uroce_provider::qp_attr::{AttrMask, ModifyError, QpAttr};
+use uroce_provider::sans_io::memory::{KeyTable, MrInner, MwBind, MwType};
+use uroce_provider::sans_io::net::sim::{Faults, SimNet};
+use uroce_provider::sans_io::transport::{Nanos, RxMeta};
+use uroce_provider::sans_io::transport::{QpMachine, Transmit};
 use uroce_provider::testing::{self, sge, PairParams, Side};
-use uroce_provider::transport::{Nanos, RxMeta};
-use uroce_provider::transport::{QpMachine, Transmit};
 use uroce_provider::types::{
     Access, Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, Wc, WcFlags, WcStatus, WrOpcode,
 };
@@ -547,7 +547,7 @@ impl Target for SimTarget {
                 .expect("alloc");
             private_slot = Some(private.clone());
             let keys = cfg.keys.clone();
-            let qp = uroce_provider::transport::new_qp(qp_type, cfg).expect("capacities");
+            let qp = uroce_provider::sans_io::transport::new_qp(qp_type, cfg).expect("capacities");
             match bug {
                 #[cfg(feature = "planted")]
                 Some(PlantedBug::Mistake(mistake)) => Box::new(WithMistake { inner: qp, mistake }),
@@ -601,7 +601,8 @@ impl Target for SimTarget {
             });
         }
         // The control pair: an RC QP on the target and its own peer.
-        let rc = |cfg| uroce_provider::transport::new_qp(QpType::Rc, cfg).expect("capacities");
+        let rc =
+            |cfg| uroce_provider::sans_io::transport::new_qp(QpType::Rc, cfg).expect("capacities");
         let control = testing::side_with(&mut net, ip(TARGET), CONTROL_QPN, &p, rc);
         let peer = testing::side_with(&mut net, ip(PEER), PEER_QPN, &p, rc);
         testing::connect(net.qp(control.id), ip(PEER), PEER_QPN, 1000, 2000, &p);

@@ -8,7 +8,7 @@
 //!
 //! The line is always kept per QP (the last one, and the one that moved
 //! the QP to ERR: [`ExplainLog`], read through the QP's
-//! [`crate::transport::StateCell`]) and printed to stderr when the
+//! `StateCell`) and printed to stderr when the
 //! environment has `UROCE_EXPLAIN=1`.
 //!
 //! Cost: nothing on the success path. The check that fails returns its

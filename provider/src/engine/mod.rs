@@ -37,11 +37,14 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use uroce_wire::icrc::{Ipv4IdShift, HEADROOM};
 
+#[cfg(any(test, feature = "testing"))]
 pub use config::DeviceConfig;
 // The engine's socket set-up, for other programs that send RoCEv2 as
 // the engine does (uroce-fuzz's live target): a DF socket whose IPv4
 // header is the one uroce computes its ICRCs for, and its buffers grown.
-pub use socket::{df_socket, grow_buffers, kernel_udp_socket};
+pub use socket::kernel_udp_socket;
+#[cfg(any(test, feature = "testing"))]
+pub use socket::{df_socket, grow_buffers};
 
 /// How long the engine spins without work before it blocks. Short: on a
 /// 2-core machine the application and a peer engine need the CPU.
@@ -299,6 +302,7 @@ pub struct Engine {
     cmds: Sender<Command>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     keys: Arc<KeyTable>,
     local_ip: IpAddr,
     io: IoPath,
@@ -433,6 +437,7 @@ impl Engine {
     }
 
     /// The device address.
+    #[cfg(any(test, feature = "testing"))]
     pub fn local_ip(&self) -> IpAddr {
         self.local_ip
     }
@@ -441,6 +446,7 @@ impl Engine {
         &self.counters
     }
     /// The key table.
+    #[cfg(any(test, feature = "testing"))]
     pub fn keys(&self) -> &Arc<KeyTable> {
         &self.keys
     }
@@ -557,6 +563,7 @@ impl Engine {
     }
 
     /// The engine's clock: the time its QPs' deadlines are in.
+    #[cfg(any(test, feature = "testing"))]
     pub fn now(&self) -> Nanos {
         self.shared.now()
     }
@@ -671,6 +678,7 @@ impl Engine {
     /// Returns once the engine has finished whatever packet it was
     /// processing: after a region's keys are removed, no copy into it is
     /// in progress when this returns.
+    #[cfg(any(test, feature = "testing"))]
     pub fn sync(&self) -> Result<(), EngineError> {
         self.call(Command::Sync)
     }
@@ -687,7 +695,7 @@ impl Engine {
     }
 }
 
-/// See [`Engine::snapshot_handle`].
+/// See `Engine::snapshot_handle`.
 #[derive(Clone)]
 pub struct SnapshotHandle {
     cmds: Sender<Command>,

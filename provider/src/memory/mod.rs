@@ -57,7 +57,9 @@ pub mod range;
 pub mod shared;
 pub mod window;
 use shared::Shared;
-pub use window::{MwBind, MwError, MwInner, MwType};
+#[cfg(any(test, feature = "testing"))]
+pub use window::MwError;
+pub use window::{MwBind, MwInner, MwType};
 
 /// Identifies a protection domain within a context.
 pub type PdId = u32;

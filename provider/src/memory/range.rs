@@ -204,6 +204,7 @@ fn parse_maps_line(line: &str) -> Option<Vma> {
 
 /// The maps-file check, for a benchmark's yardstick (what every
 /// registration cost before `PROCMAP_QUERY`).
+#[cfg(any(test, feature = "testing"))]
 pub fn check_user_range_by_maps_file(
     addr: usize,
     len: usize,

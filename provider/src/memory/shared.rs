@@ -157,6 +157,7 @@ impl Shared {
 
     /// [`Shared::load`] through the portable loop of Rust atomics (what
     /// Miri and other architectures run; public for tests and benches).
+    #[cfg(any(test, feature = "testing"))]
     pub fn load_portable(&self, off: usize, dst: &mut [u8]) {
         assert!(off <= self.len && dst.len() <= self.len - off);
         let stop = off + dst.len();
@@ -207,6 +208,7 @@ impl Shared {
 
     /// [`Shared::store`] through the portable loop of Rust atomics (what
     /// Miri and other architectures run; public for tests and benches).
+    #[cfg(any(test, feature = "testing"))]
     pub fn store_portable(&self, off: usize, src: &[u8]) {
         assert!(off <= self.len && src.len() <= self.len - off);
         let stop = off + src.len();

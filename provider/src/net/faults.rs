@@ -156,6 +156,7 @@ impl FaultInjector {
         }
     }
     /// The configuration.
+    #[cfg(any(test, feature = "testing"))]
     pub fn faults(&self) -> &Faults {
         &self.faults
     }

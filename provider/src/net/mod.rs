@@ -3,4 +3,5 @@
 //! socket (see `engine`).
 
 pub mod faults;
+#[cfg(any(test, feature = "testing"))]
 pub mod sim;

@@ -373,14 +373,17 @@ impl<S: Service> Qp<S> {
         self.core.cfg.qpn
     }
     /// Current state.
+    #[cfg(any(test, feature = "testing"))]
     pub fn state(&self) -> QpState {
         self.core.state
     }
     /// The configuration.
+    #[cfg(any(test, feature = "testing"))]
     pub fn config(&self) -> &QpConfig {
         &self.core.cfg
     }
     /// Current attributes (as `ibv_query_qp` reports them).
+    #[cfg(any(test, feature = "testing"))]
     pub fn attr(&self) -> QpAttr {
         S::query(self)
     }
@@ -409,6 +412,7 @@ impl<S: Service> Qp<S> {
     }
 
     /// Takes one packet addressed to this QP (parsed and ICRC-checked).
+    #[cfg(any(test, feature = "testing"))]
     pub fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, pkt: &ParsedPacket<'_>) {
         S::receive(self, now, meta, pkt);
     }

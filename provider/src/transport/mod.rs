@@ -48,9 +48,13 @@ pub mod uc;
 pub mod ud;
 
 pub use self::admission::{pkey_matches, Drop, PeerPin, SweepDetector, PKEY};
+#[cfg(any(test, feature = "testing"))]
 pub use self::admission::{PLAUSIBLE_PSN_WINDOW, SWEEP_PERIOD_NS, SWEEP_THRESHOLD};
 pub use self::config::QpConfig;
-pub use self::core::{LastError, QpCore, QpTally};
+pub use self::core::QpTally;
+#[cfg(any(test, feature = "testing"))]
+pub use self::core::{LastError, QpCore};
+#[cfg(any(test, feature = "testing"))]
 pub use self::message::payload_length_ok;
 pub use self::queues::{PostError, QueueAllocError, RecvQueue, SendQueue, StateCell};
 use crate::qp_attr::{AttrMask, CapError, ModifyError, QpAttr};
@@ -150,6 +154,7 @@ pub trait QpMachine: Send + std::fmt::Debug {
     /// Transport type.
     fn qp_type(&self) -> QpType;
     /// Current state.
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     fn state(&self) -> QpState;
     /// Current attributes (as `ibv_query_qp` reports them).
     fn attr(&self) -> QpAttr;

@@ -8,10 +8,10 @@ use std::net::IpAddr;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use uroce_provider::engine::{Engine, EngineError};
-use uroce_provider::memory::KeyTable;
 use uroce_provider::qp_attr::{AttrMask, ModifyError, QpAttr};
-use uroce_provider::transport::{Nanos, QpMachine, RxMeta, Transmit};
+use uroce_provider::sans_io::engine::{Engine, EngineError};
+use uroce_provider::sans_io::memory::KeyTable;
+use uroce_provider::sans_io::transport::{Nanos, QpMachine, RxMeta, Transmit};
 use uroce_provider::types::{QpState, QpType};
 use uroce_wire::packet::ParsedPacket;
 

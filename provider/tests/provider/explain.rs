@@ -3,7 +3,7 @@
 //! (kept per QP, printed with `UROCE_EXPLAIN=1`). Each scenario provokes
 //! one error on the simulated network and reads the explanation.
 
-use uroce_provider::net::sim::{Faults, Verdict, Wire};
+use uroce_provider::sans_io::net::sim::{Faults, Verdict, Wire};
 use uroce_provider::testing::{sge, signaled_wr as wr, PairParams, RcPair};
 use uroce_provider::types::*;
 
@@ -284,9 +284,9 @@ fn a_write_the_qp_does_not_allow_names_its_access_flags() {
 
 mod ud {
     use super::SEC;
-    use uroce_provider::net::sim::{Faults, SimNet};
+    use uroce_provider::sans_io::net::sim::{Faults, SimNet};
+    use uroce_provider::sans_io::transport::ud::UdQp;
     use uroce_provider::testing::{sge, side_with, ud_up, PairParams};
-    use uroce_provider::transport::ud::UdQp;
     use uroce_provider::types::*;
 
     const QKEY: u32 = 0x1111_1111;

@@ -7,12 +7,12 @@
 use rand::{Rng, SeedableRng};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use uroce_provider::events::EventType;
-use uroce_provider::memory::MrInner;
-use uroce_provider::net::sim::{Faults, Verdict, Wire};
 use uroce_provider::qp_attr::{AttrMask, QpAttr};
+use uroce_provider::sans_io::events::EventType;
+use uroce_provider::sans_io::memory::MrInner;
+use uroce_provider::sans_io::net::sim::{Faults, Verdict, Wire};
+use uroce_provider::sans_io::transport::{PLAUSIBLE_PSN_WINDOW, SWEEP_THRESHOLD};
 use uroce_provider::testing::{config, sge, signaled_wr as wr, PairParams, RcPair};
-use uroce_provider::transport::{PLAUSIBLE_PSN_WINDOW, SWEEP_THRESHOLD};
 use uroce_provider::types::*;
 use uroce_wire::packet::Headers;
 use uroce_wire::{AtomicEthRepr, BthRepr, Opcode, Operation, Psn, RethRepr};
@@ -324,9 +324,9 @@ fn psn_sweep_is_counted_and_reported() {
 /// accepted packet came from, are dropped, each counted under its reason.
 #[test]
 fn admission_drops_are_counted_by_reason() {
+    use uroce_provider::sans_io::transport::rc::RcQp;
+    use uroce_provider::sans_io::transport::RxMeta;
     use uroce_provider::testing::to_rtr;
-    use uroce_provider::transport::rc::RcQp;
-    use uroce_provider::transport::RxMeta;
     let a_ip: IpAddr = "10.0.0.1".parse().unwrap();
     let b_ip: IpAddr = "10.0.0.2".parse().unwrap();
     let mut cfg = config(b_ip, 0x22, 16);
@@ -361,7 +361,7 @@ fn admission_drops_are_counted_by_reason() {
         let pkt = uroce_wire::packet::parse(bytes).unwrap();
         let mut meta = RxMeta::new(src, b_ip);
         meta.src_port = port;
-        qp.handle_packet(uroce_provider::transport::Nanos(0), &meta, &pkt);
+        qp.handle_packet(uroce_provider::sans_io::transport::Nanos(0), &meta, &pkt);
         qp.attr().rq_psn
     };
     assert_eq!(
@@ -403,7 +403,7 @@ fn bad_opcode_sequence_is_counted() {
 /// requester's retransmission recovers them.
 #[test]
 fn deferred_requests_are_bounded() {
-    use uroce_provider::transport::rc::MAX_DEFERRED;
+    use uroce_provider::sans_io::transport::rc::MAX_DEFERRED;
     let mut p = pair(4);
     let remote = p.mr(false, 4096, ALL);
     sends(&mut p, 1);

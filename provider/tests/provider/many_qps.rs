@@ -3,9 +3,9 @@
 //! simulated network, which runs the production endpoint.
 
 use std::net::IpAddr;
-use uroce_provider::net::sim::{Faults, SimNet};
+use uroce_provider::sans_io::net::sim::{Faults, SimNet};
+use uroce_provider::sans_io::transport::rc::RcQp;
 use uroce_provider::testing::{connect, sge, side_with, signaled_wr, PairParams, Side};
-use uroce_provider::transport::rc::RcQp;
 use uroce_provider::types::*;
 
 const QPS: u32 = 32;

@@ -6,13 +6,13 @@
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use uroce_provider::endpoint::{
+use uroce_provider::sans_io::endpoint::{
     GroupChange, McastError, MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MULTICAST_QPN,
 };
-use uroce_provider::memory::MrInner;
-use uroce_provider::net::sim::{Faults, SimNet};
+use uroce_provider::sans_io::memory::MrInner;
+use uroce_provider::sans_io::net::sim::{Faults, SimNet};
+use uroce_provider::sans_io::transport::ud::{UdQp, GRH_LEN};
 use uroce_provider::testing::{config, sge, side_with, ud_up, PairParams, Side};
-use uroce_provider::transport::ud::{UdQp, GRH_LEN};
 use uroce_provider::types::*;
 
 const SEC: u64 = 1_000_000_000;
@@ -165,7 +165,7 @@ fn attach_errors_and_limits_are_the_kernels() {
     // An RC QP cannot join.
     let rc = net.add(
         ip("10.0.0.1"),
-        uroce_provider::transport::rc::RcQp::new(config(ip("10.0.0.1"), 0x13, 4)),
+        uroce_provider::sans_io::transport::rc::RcQp::new(config(ip("10.0.0.1"), 0x13, 4)),
     );
     assert_eq!(net.attach_mcast(rc, g), Err(McastError::NotUd(0x13)));
     // max_mcast_grp groups per device.

@@ -10,17 +10,19 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uroce_provider::counters::Counters;
-use uroce_provider::cq::CompChannel;
-use uroce_provider::cq::CqInner;
-use uroce_provider::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
-use uroce_provider::memory::{KeyTable, MrInner};
-use uroce_provider::net::sim::{Faults, QpId, SimNet, Verdict, Wire};
 use uroce_provider::qp_attr::{AttrMask, QpAttr};
+use uroce_provider::sans_io::cq::CompChannel;
+use uroce_provider::sans_io::cq::CqInner;
+use uroce_provider::sans_io::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
+use uroce_provider::sans_io::memory::{KeyTable, MrInner};
+use uroce_provider::sans_io::net::sim::{Faults, QpId, SimNet, Verdict, Wire};
+use uroce_provider::sans_io::transport::rc::{
+    max_inflight_psns, QpConfig, RcQp, MAX_INFLIGHT_BYTES,
+};
+use uroce_provider::sans_io::transport::{QpMachine, RecvQueue, SendQueue};
 use uroce_provider::testing::{
     config, connect, sge, signaled_wr as wr, to_rtr, to_rts, PairParams, RcPair,
 };
-use uroce_provider::transport::rc::{max_inflight_psns, QpConfig, RcQp, MAX_INFLIGHT_BYTES};
-use uroce_provider::transport::{QpMachine, RecvQueue, SendQueue};
 use uroce_provider::types::*;
 use uroce_wire::Opcode;
 

@@ -3,7 +3,7 @@
 //! order, with the data of a loss-free run.
 
 use std::sync::atomic::Ordering;
-use uroce_provider::net::sim::Faults;
+use uroce_provider::sans_io::net::sim::Faults;
 use uroce_provider::testing::{sge, signaled_wr, PairParams, RcPair};
 use uroce_provider::types::*;
 

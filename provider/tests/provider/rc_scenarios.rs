@@ -3,8 +3,8 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use uroce_provider::memory::MrInner;
-use uroce_provider::net::sim::{Faults, Verdict, Wire};
+use uroce_provider::sans_io::memory::MrInner;
+use uroce_provider::sans_io::net::sim::{Faults, Verdict, Wire};
 use uroce_provider::testing::{sge, signaled_wr as wr, PairParams, RcPair};
 use uroce_provider::types::*;
 use uroce_wire::{Opcode, Operation};

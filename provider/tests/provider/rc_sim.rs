@@ -1,7 +1,7 @@
 //! RC operations end to end on the simulated network (no faults).
 
-use uroce_provider::memory::MrInner;
-use uroce_provider::net::sim::Faults;
+use uroce_provider::sans_io::memory::MrInner;
+use uroce_provider::sans_io::net::sim::Faults;
 use uroce_provider::testing::{sge, signaled_wr as wr, PairParams, RcPair};
 use uroce_provider::types::*;
 
@@ -536,7 +536,7 @@ fn read_never_sees_a_later_write() {
 fn every_packet_carries_the_paths_traffic_class() {
     // The QP's path traffic class (ah_attr.grh.traffic_class at RTR) is
     // the IP TOS of all its packets: requests, ACKs and READ responses.
-    use uroce_provider::net::sim::{Verdict, Wire};
+    use uroce_provider::sans_io::net::sim::{Verdict, Wire};
     let mut p = RcPair::new(
         1,
         Faults::default(),

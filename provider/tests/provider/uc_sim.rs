@@ -8,13 +8,13 @@ use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use uroce_provider::events::{EventElement, EventType};
-use uroce_provider::memory::MrInner;
-use uroce_provider::net::sim::{Faults, SimNet, Verdict, Wire};
 use uroce_provider::qp_attr::{AddressVector, AttrMask, QpAttr};
+use uroce_provider::sans_io::events::{EventElement, EventType};
+use uroce_provider::sans_io::memory::MrInner;
+use uroce_provider::sans_io::net::sim::{Faults, SimNet, Verdict, Wire};
+use uroce_provider::sans_io::transport::uc::UcQp;
+use uroce_provider::sans_io::transport::{Nanos, RecvQueue};
 use uroce_provider::testing::{sge, side_with, signaled_wr as wr, uc_connect, PairParams, Side};
-use uroce_provider::transport::uc::UcQp;
-use uroce_provider::transport::{Nanos, RecvQueue};
 use uroce_provider::types::*;
 use uroce_wire::packet::{self, Headers};
 use uroce_wire::{BthRepr, IpContext, Opcode, Psn, RethRepr, Transport};
@@ -169,7 +169,7 @@ impl Uc {
     }
 }
 
-fn drain(cq: &uroce_provider::cq::CqInner) -> Vec<Wc> {
+fn drain(cq: &uroce_provider::sans_io::cq::CqInner) -> Vec<Wc> {
     let mut v = Vec::new();
     while let Some(wc) = cq.poll_one() {
         v.push(wc);
@@ -952,7 +952,7 @@ fn a_dropped_sends_wr_is_flushed_on_err() {
 
 #[test]
 fn srq_wrs_are_not_flushed_and_last_wqe_reached_is_reported() {
-    let events = Arc::new(uroce_provider::events::AsyncEvents::new().unwrap());
+    let events = Arc::new(uroce_provider::sans_io::events::AsyncEvents::new().unwrap());
     let srq = Arc::new(RecvQueue::new_srq(16, 5, events).unwrap());
     let mut p = Uc::build(
         1,

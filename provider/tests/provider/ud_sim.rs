@@ -9,15 +9,15 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use uroce_provider::cq::CompChannel;
-use uroce_provider::cq::CqInner;
-use uroce_provider::events::{EventElement, EventType};
-use uroce_provider::memory::MrInner;
-use uroce_provider::net::sim::{Faults, SimNet, Verdict};
 use uroce_provider::qp_attr::{AddressVector, AttrMask, ModifyError, QpAttr, QKEY_CONTROLLED};
+use uroce_provider::sans_io::cq::CompChannel;
+use uroce_provider::sans_io::cq::CqInner;
+use uroce_provider::sans_io::events::{EventElement, EventType};
+use uroce_provider::sans_io::memory::MrInner;
+use uroce_provider::sans_io::net::sim::{Faults, SimNet, Verdict};
+use uroce_provider::sans_io::transport::ud::{grh_source, UdQp, GRH_LEN};
+use uroce_provider::sans_io::transport::{Nanos, QpConfig, RecvQueue};
 use uroce_provider::testing::{sge, side_with, ud_up, PairParams, Side};
-use uroce_provider::transport::ud::{grh_source, UdQp, GRH_LEN};
-use uroce_provider::transport::{Nanos, QpConfig, RecvQueue};
 use uroce_provider::types::*;
 use uroce_wire::packet::{self, Headers, ParsedPacket};
 use uroce_wire::{BthRepr, DethRepr, IpContext, Opcode, Psn};
@@ -901,7 +901,7 @@ fn err_flushes_in_order_and_reset_discards() {
 #[test]
 fn an_srqs_wrs_are_not_flushed_and_last_wqe_reached_is_reported() {
     let mut net = SimNet::new(11, Faults::default());
-    let events = Arc::new(uroce_provider::events::AsyncEvents::new().unwrap());
+    let events = Arc::new(uroce_provider::sans_io::events::AsyncEvents::new().unwrap());
     let srq = Arc::new(RecvQueue::new_srq(16, 5, events).unwrap());
     let a = ud_side(&mut net, ip("10.0.0.1"), 0x11, |_| {});
     let q = srq.clone();
@@ -1352,9 +1352,9 @@ fn a_datagram_carries_its_traffic_class_into_the_receivers_grh() {
         up(&mut net, &b, QKEY, 0);
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let s2 = seen.clone();
-        net.set_filter(move |w: &uroce_provider::net::sim::Wire<'_>| {
+        net.set_filter(move |w: &uroce_provider::sans_io::net::sim::Wire<'_>| {
             s2.lock().unwrap().push(w.tclass);
-            uroce_provider::net::sim::Verdict::Pass
+            uroce_provider::sans_io::net::sim::Verdict::Pass
         });
         let src = mr(&a, 64);
         let dst = mr(&b, 2 * 128);

@@ -16,7 +16,7 @@
 //! | `decode` | [`decode`] |
 //! | `sample-pcap` | [`sample`] |
 //! | `trace-merge` | [`trace_merge`] |
-//! | `stat` | [`stat`] (the source: [`uroce_verbs::provider::stat`]) |
+//! | `stat` | [`stat`] (the source: [`uroce_provider::stat`]) |
 //! | `libdir`, `exec` | [`libdir`], [`sysfs_tree`] (the tree of sysfs files `exec` gives) |
 #![warn(missing_docs)]
 

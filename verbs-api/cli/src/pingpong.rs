@@ -491,7 +491,7 @@ impl Side {
             let ip = if r.gid == [0; 16] {
                 peer
             } else {
-                provider::qp_attr::ip_of_gid(&r.gid)
+                uroce_provider::qp_attr::ip_of_gid(&r.gid)
             };
             let av = AddressVector {
                 hop_limit: if self.kind == Kind::Ud { 64 } else { 1 },
@@ -763,7 +763,7 @@ mod tests {
             lid: 0,
             qpn: 0x11,
             psn: 0xabcdef,
-            gid: provider::qp_attr::gid_of("10.99.0.1".parse().unwrap()),
+            gid: uroce_provider::qp_attr::gid_of("10.99.0.1".parse().unwrap()),
         };
         let w = d.to_wire();
         assert_eq!(

@@ -2,7 +2,7 @@
 //! `rdma resource show` and `rdma statistic` show kernel devices.
 //!
 //! Each process serves its state on a socket of its own (see
-//! [`uroce_verbs::provider::stat`]); this asks every one (or one PID),
+//! [`uroce_provider::stat`]); this asks every one (or one PID),
 //! removes the sockets of processes that died without removing them, and
 //! prints the answers as text, or as JSON (`--json`: an array of
 //! [`ProcessState`]), once or every second (`--watch`).
@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::Duration;
-use uroce_verbs::provider::stat::{self, Answer, DeviceState, ProcessState, QpStat};
+use uroce_provider::stat::{self, Answer, DeviceState, ProcessState, QpStat};
 
 /// What `uroce stat` was asked.
 #[derive(Debug, Clone, Copy, Default)]

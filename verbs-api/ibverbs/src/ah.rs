@@ -8,7 +8,7 @@ use crate::pd_mr::pd;
 use crate::{errno_result, ptr_result};
 use libc::c_int;
 use std::ptr::addr_of;
-use uroce_verbs::provider::qp_attr::AddressVector;
+use uroce_provider::qp_attr::AddressVector;
 use uroce_verbs::{AddressHandle, Wc};
 
 crate::symbol_versions! {
@@ -32,7 +32,7 @@ accessor!(ah, ibv_ah, Ah, AhInner);
 /// # Safety
 /// As [`ah`] when the checker is off.
 pub(crate) unsafe fn ah_of_wr<'a>(p: *mut ibv_ah) -> Result<&'a AhInner, i32> {
-    use uroce_verbs::provider::check::{self, Category};
+    use uroce_provider::check::{self, Category};
     if check::on(Category::Lifetime) && live(p).is_err() {
         check::report(
             Category::Lifetime,

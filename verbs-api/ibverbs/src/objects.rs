@@ -31,7 +31,7 @@ use std::mem::{offset_of, ManuallyDrop};
 use std::ptr::addr_of;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock};
-use uroce_verbs::provider::quota::Resource;
+use uroce_provider::device::Resource;
 use uroce_verbs::{Context, Error};
 
 /// errno of a uroce error.

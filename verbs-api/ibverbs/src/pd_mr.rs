@@ -275,10 +275,9 @@ fn page_size() -> usize {
 /// The checks the kernel makes before and while it pins a user range for a
 /// memory region (`ib_umem_get`): EINVAL for an empty or wrapping range,
 /// EFAULT for a page unmapped, unreadable or (for a writable region)
-/// unwritable. See [`uroce_verbs::provider::memory::range`].
+/// unwritable. See [`uroce_provider::device::check_user_range`].
 fn check_user_range(addr: usize, len: usize, writable: bool, page: usize) -> Result<(), i32> {
-    uroce_verbs::provider::memory::range::check_user_range(addr, len, writable, page)
-        .map_err(|e| e.errno())
+    uroce_provider::device::check_user_range(addr, len, writable, page).map_err(|e| e.errno())
 }
 
 #[no_mangle]

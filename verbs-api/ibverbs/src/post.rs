@@ -13,7 +13,7 @@ use crate::qp::qp;
 use crate::srq::srq;
 use crate::{errno_result, guard};
 use libc::c_int;
-use uroce_verbs::provider::types::{InlineData, SgList};
+use uroce_provider::types::{InlineData, SgList};
 use uroce_verbs::{QueuePair, RecvWr, SendFlags, SendWr, Sge, SharedReceiveQueue, WrOpcode};
 
 /// A C scatter/gather list of `n` elements as uroce's. `admit` is the
@@ -348,7 +348,7 @@ pub(crate) unsafe fn bind_request(
     mw: *mut ibv_mw,
     rkey: u32,
     info: &ibv_mw_bind_info,
-) -> Result<uroce_verbs::provider::memory::MwBind, i32> {
+) -> Result<uroce_provider::device::MwBind, i32> {
     // SAFETY: the caller's promise.
     let m = unsafe { crate::pd_mr::mw(mw)? };
     const ZERO_BASED: u32 = uroce_verbs::Access::ZERO_BASED.bits();

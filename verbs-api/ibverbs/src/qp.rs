@@ -13,7 +13,7 @@ use libc::c_int;
 use parking_lot::Mutex;
 use std::ptr::addr_of;
 use std::sync::Arc;
-use uroce_verbs::provider::qp_attr::{AttrMask, QpAttr, QpCap};
+use uroce_provider::qp_attr::{AttrMask, QpAttr, QpCap};
 use uroce_verbs::{Mtu, QpInitAttr, QpState, QpType, QueuePair, SendWr, WrOpcode};
 
 crate::symbol_versions! {

@@ -10,7 +10,7 @@ use crate::objects::errno;
 use crate::post::{bind_request, gather_inline, sg_list};
 use crate::qp::qp;
 use libc::{c_int, c_void, size_t};
-use uroce_verbs::provider::types::SgList;
+use uroce_provider::types::SgList;
 use uroce_verbs::{QueuePair, SendFlags, SendWr, Sge, WrOpcode};
 
 /// Runs `f` on the QP's batch, with the QP (for its limit rules); errors

@@ -904,7 +904,7 @@ mod keepalive {
                 due: Mutex::new(Vec::new()),
                 wake: Condvar::new(),
             }));
-            uroce_provider::threads::spawn("uroce-rs-keepalive".into(), move || run(svc))
+            uroce_provider::device::spawn_thread("uroce-rs-keepalive".into(), move || run(svc))
                 .ok()
                 .map(|_| svc)
         })

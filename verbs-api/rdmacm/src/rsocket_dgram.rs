@@ -194,7 +194,7 @@ impl DSocket {
     /// `rsocket(domain, SOCK_DGRAM, 0)`: its UDP socket, not yet bound.
     pub fn new(ipv6: bool) -> Result<DSocket> {
         let domain = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
-        let owned = uroce_provider::engine::kernel_udp_socket(domain)?;
+        let owned = uroce_provider::device::kernel_udp_socket(domain)?;
         Ok(DSocket {
             udp: UdpSocket::from(owned),
             st: Mutex::new(DState::default()),

@@ -27,15 +27,20 @@ use super::core::{Qp, Service};
 use super::{Nanos, RxMeta, Transmit};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::types::{QpState, QpType, WcStatus};
+#[cfg(any(test, feature = "testing"))]
 pub use requester::ack_timeout_ns;
 use requester::Requester;
 use responder::Responder;
+#[cfg(any(test, feature = "testing"))]
 pub use responder::{MAX_DEFERRED, MAX_QUEUED_RESPONSES};
 use uroce_wire::packet::ParsedPacket;
 use uroce_wire::Psn;
 
+#[cfg(any(test, feature = "testing"))]
 pub use super::message::MAX_MSG_SIZE;
+#[cfg(any(test, feature = "testing"))]
 pub use super::QpConfig;
+#[cfg(any(test, feature = "testing"))]
 pub use super::PKEY;
 /// How many bytes of requests a QP may have outstanding (sent,
 /// unacknowledged) at once: its window in PSNs is this over the path MTU

@@ -197,7 +197,7 @@ fn rc_stress(o: uroce_cli::stress::StressOptions) -> ExitCode {
 /// `uroce devices`: each configured device, its GID and I/O path.
 fn devices() -> uroce_verbs::Result<()> {
     for d in uroce_verbs::devices()? {
-        let gid = uroce_verbs::provider::qp_attr::gid_of(d.ip());
+        let gid = uroce_provider::qp_attr::gid_of(d.ip());
         let hex: String = gid.iter().map(|b| format!("{b:02x}")).collect();
         println!(
             "{:<10} {:<16} guid {:016x} gid[0] {hex} (RoCE v2)",

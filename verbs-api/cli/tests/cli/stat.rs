@@ -5,7 +5,7 @@
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-use uroce_verbs::provider::stat::{self, ProcessState};
+use uroce_provider::stat::{self, ProcessState};
 
 use crate::common::{uroce, wait_listening};
 

@@ -44,8 +44,8 @@ use std::os::fd::AsRawFd;
 use std::ptr::{addr_of, null_mut};
 use std::sync::OnceLock;
 use std::thread::ThreadId;
+use uroce_provider::qp_attr::gid_of;
 use uroce_rdmacm::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
-use uroce_verbs::provider::qp_attr::gid_of;
 use uroce_verbs::{Error, QpType};
 
 crate::symbol_versions! {

@@ -49,7 +49,7 @@ pub(crate) fn device_towards(dst: IpAddr) -> Result<Device> {
         libc::AF_INET6
     };
     if let Ok(sock) =
-        uroce_provider::engine::kernel_udp_socket(domain).map(std::net::UdpSocket::from)
+        uroce_provider::device::kernel_udp_socket(domain).map(std::net::UdpSocket::from)
     {
         if sock.connect(SocketAddr::new(dst, 9)).is_ok() {
             if let Ok(local) = sock.local_addr() {

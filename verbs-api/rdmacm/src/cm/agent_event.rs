@@ -13,7 +13,7 @@ use super::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace, UdPa
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
-use uroce_provider::cm as pcm;
+use uroce_provider::device::cm as pcm;
 use uroce_provider::qp_attr::gid_of;
 use uroce_verbs::{AddressVector, Context, QpType};
 use uroce_wire::cm::{RejRepr, RepRepr, ReqRepr, SidrRepRepr, SidrReqRepr};

@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
-use uroce_provider::cm as pcm;
-use uroce_provider::events::Semaphore;
+use uroce_provider::device::cm as pcm;
+use uroce_provider::device::Semaphore;
 use uroce_verbs::{Error, Result};
 
 pub(super) enum Pending {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use uroce_provider::cm::{self as pcm, CmAgent};
+use uroce_provider::device::cm::{self as pcm, CmAgent};
 use uroce_verbs::{CmLayer, CmPort, Context, Error, Result};
 use uroce_wire::cma::{self, CmaHeaderRepr};
 
@@ -185,7 +185,7 @@ impl CmLayer for Ids {
 /// its own instead.
 fn release_off_engine_thread(id: Arc<IdInner>) {
     if let Ok(last) = Arc::try_unwrap(id) {
-        let _ = uroce_provider::threads::spawn("uroce-cm-release".into(), move || drop(last));
+        let _ = uroce_provider::device::spawn_thread("uroce-cm-release".into(), move || drop(last));
     }
 }
 

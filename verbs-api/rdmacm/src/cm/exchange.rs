@@ -10,7 +10,7 @@ use super::qp::{ready_qp, req_path, ACK_TIMEOUT};
 use super::{CmId, ConnParam, PortSpace, RDMA_UDP_QKEY};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use uroce_provider::cm as pcm;
+use uroce_provider::device::cm as pcm;
 use uroce_provider::qp_attr::gid_of;
 use uroce_verbs::{AttrMask, Context, Error, QpAttr, QpState, QpType, Result};
 use uroce_wire::cm::{RepRepr, ReqRepr};

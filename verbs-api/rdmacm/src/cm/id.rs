@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
-use uroce_provider::cm as pcm;
+use uroce_provider::device::cm as pcm;
 use uroce_verbs::{Context, Mtu, QpType, QueuePair, Result};
 use uroce_wire::cm::ReqRepr;
 use uroce_wire::cma;
