@@ -13,6 +13,7 @@
 
 pub mod capture;
 pub mod config;
+pub mod share;
 pub(crate) mod socket;
 
 use crate::counters::Counters;
@@ -25,6 +26,7 @@ use crate::transport::{Nanos, QpMachine, QpTally};
 use crate::types::QpState;
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::SegQueue;
+use share::Screen;
 use socket::{
     Doorbell, RxBatch, TxMsg, UdpPort, GRO_MAX, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, RX_BATCH,
 };
@@ -137,6 +139,18 @@ pub enum EngineError {
     /// another socket): EADDRINUSE, as binding it says.
     #[error("UDP port 4791 on {0} is in use (another process has the device open?)")]
     AddrInUse(IpAddr),
+    /// Another user's processes hold the device: a device is shared only
+    /// among the processes of one user (see [`share`]).
+    #[error(
+        "UDP port 4791 on {addr} is held by user {uid}: a uroce device is shared only by the \
+         processes of one user (the kernel's SO_REUSEPORT group is per user)"
+    )]
+    OtherUser {
+        /// The address.
+        addr: IpAddr,
+        /// The user holding it.
+        uid: u32,
+    },
     /// A multicast attach or detach was refused.
     #[error(transparent)]
     Mcast(#[from] McastError),
@@ -302,6 +316,8 @@ pub struct Engine {
     keys: Arc<KeyTable>,
     local_ip: IpAddr,
     io: IoPath,
+    /// Its membership of the device's group (`None`: not shared).
+    share: Option<share::Member>,
 }
 
 /// Which batched I/O the engine's socket uses (see `engine::socket`).
@@ -351,13 +367,23 @@ impl Engine {
                 }
             }
         }
-        let port = UdpPort::bind(ip).map_err(|e| match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => EngineError::AddrInUse(ip),
-            _ => EngineError::Bind {
-                addr: ip,
-                msg: e.to_string(),
+        let bind_err = |msg: String| EngineError::Bind { addr: ip, msg };
+        // Sharing: the group lock and a QPN slot first (see `share`).
+        let joining = share::enabled()
+            .then(|| share::Joining::begin(ip))
+            .transpose()
+            .map_err(|e| bind_err(e.to_string()))?;
+        let port = UdpPort::bind(ip, joining.is_some()).map_err(|e| match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => match joining.as_ref().and_then(|_| share::other_user(ip)) {
+                Some(uid) => EngineError::OtherUser { addr: ip, uid },
+                None => EngineError::AddrInUse(ip),
             },
+            _ => bind_err(e.to_string()),
         })?;
+        let group_fd = match joining {
+            Some(_) => Some(port.dup_fd().map_err(|e| bind_err(e.to_string()))?),
+            None => None,
+        };
         let doorbell = Doorbell::new().map_err(|e| EngineError::Bind {
             addr: ip,
             msg: format!("eventfd: {e}"),
@@ -377,6 +403,7 @@ impl Engine {
         })?);
         let driver = Driver {
             port,
+            steer: joining.as_ref().map(|j| j.steer().clone()),
             mcast: Vec::new(),
             mcast_poll: mcast_poll.clone(),
             ep: Endpoint::new(ip, counters.clone()),
@@ -415,15 +442,32 @@ impl Engine {
             addr: ip,
             msg: format!("spawn: {e}"),
         })?;
-        Ok(Engine {
+        let mut engine = Engine {
             shared,
             cmds: tx,
             thread: Some(thread),
+            share: None,
             counters,
             keys,
             local_ip: ip,
             io,
-        })
+        };
+        if let (Some(j), Some(fd)) = (joining, group_fd) {
+            let member = j
+                .finish(ip, fd)
+                .map_err(|e| bind_err(format!("share: {e}")))?;
+            engine.share = Some(member);
+        }
+        Ok(engine)
+    }
+
+    /// The QP numbers this engine hands out: `base | (n & mask)` (its
+    /// slot's numbers when the device is shared, see [`share`]).
+    pub fn qpn_space(&self) -> (u32, u32) {
+        match &self.share {
+            Some(m) => (m.steer().slot() << share::SLOT_SHIFT, share::SLOT_QPN_MASK),
+            None => (0, 0xff_ffff),
+        }
     }
 
     /// The batched I/O the device's socket uses (as set up; GSO turns
@@ -762,6 +806,9 @@ impl Drop for Engine {
             eprintln!("uroce {}: {} [{}]", self.local_ip, c.join(" "), self.io);
         }
         STOPPING.0.lock().insert(self.local_ip);
+        if let Some(m) = self.share.as_mut() {
+            m.stop_helper();
+        }
         self.shared.stop.store(true, Ordering::Release);
         // What the device's QPs traced is in the file when it has closed.
         self.shared.doorbell.ring();
@@ -773,6 +820,8 @@ impl Drop for Engine {
                 let _ = t.join();
             }
         }
+        // The slot goes once the socket has left the group.
+        self.share.take();
         Observer::process().send(Event::DeviceClosed);
     }
 }
@@ -796,6 +845,9 @@ pub const QUIET_INFLIGHT: u32 = 2;
 /// an empty CQ or posts a send while it is free.
 struct Driver {
     port: UdpPort,
+    /// The device's group, when shared: what `port` receives for another
+    /// member's QPs is dropped (see [`share`]).
+    steer: Option<Arc<share::Steer>>,
     /// A socket per multicast group some QP is attached to.
     mcast: Vec<(IpAddr, UdpPort)>,
     /// The epoll set the engine thread sleeps on for `mcast`.
@@ -1108,6 +1160,22 @@ impl Driver {
                 while off < m.len {
                     let len = seg.min(m.len - off);
                     let buf = &mut slot[off..HEADROOM + off + len];
+                    if let (None, Some(st)) = (group, &self.steer) {
+                        let pkt = &buf[HEADROOM..];
+                        match st.screen(pkt, m.from) {
+                            Screen::Deliver => {}
+                            Screen::Foreign => {
+                                Counters::inc(&self.ep.counters().rx_foreign);
+                                off += len;
+                                continue;
+                            }
+                            Screen::Probe => {
+                                let _ = self.port.send_one(&st.answer(pkt), m.from);
+                                off += len;
+                                continue;
+                            }
+                        }
+                    }
                     let ip = RxIp {
                         tclass: m.tos,
                         hop_limit: m.ttl,
