@@ -835,6 +835,11 @@ const TX_PER_PASS: usize = 64;
 /// `recvmmsg` calls per pass (while each fills its batch).
 const RX_CALLS_PER_PASS: usize = 4;
 
+/// Whether two RoCEv2 packets have one BTH destination QP (bytes 5-7).
+fn same_dest_qp(a: &[u8], b: &[u8]) -> bool {
+    a.get(5..8).is_some_and(|q| b.get(5..8) == Some(q))
+}
+
 /// Request PSNs a device may have in flight for an application's post to
 /// send its packets itself (see [`Engine::post_kick`]).
 pub const QUIET_INFLIGHT: u32 = 2;
@@ -1218,8 +1223,11 @@ impl Driver {
                 && self.tx.last().is_some_and(|m: &TxMsg| {
                     let seg = m.packet_size();
                     // One TOS and TTL per message: the kernel writes one
-                    // IP header for all of a GSO message's packets.
+                    // IP header for all of a GSO message's packets. One
+                    // destination QP too: a shared device's host steers a
+                    // message by its first packet's (see `share`).
                     m.dst == dst
+                        && same_dest_qp(&self.txbuf[m.off..], &self.txbuf[end..])
                         && m.tos == t.tclass
                         && m.ttl == t.hop_limit
                         && m.off + m.len == end
