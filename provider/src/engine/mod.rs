@@ -806,8 +806,10 @@ impl Drop for Engine {
             eprintln!("uroce {}: {} [{}]", self.local_ip, c.join(" "), self.io);
         }
         STOPPING.0.lock().insert(self.local_ip);
+        // Steers as the group will be without this socket (see
+        // `share::Member::leave`).
         if let Some(m) = self.share.as_mut() {
-            m.stop_helper();
+            m.leave();
         }
         self.shared.stop.store(true, Ordering::Release);
         // What the device's QPs traced is in the file when it has closed.

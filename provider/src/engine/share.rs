@@ -27,7 +27,9 @@
 //!   map; a program with that map replaces the group's. A rebuild runs
 //!   under `group.lock` (an exclusive `flock`) whenever a member joins,
 //!   or a member's helper thread sees the set of held slots change (a
-//!   member left or was killed): it looks every [`WATCH`].
+//!   member left or was killed): it looks every [`WATCH`]. A member that
+//!   closes its device first attaches the program the group will need
+//!   once its socket has gone (the last socket in its place).
 //! - **Never the wrong QP.** While the group changes, a datagram may reach
 //!   another member's socket. The engine looks at the destination QP's
 //!   slot before anything else: one of another live member is dropped and
@@ -216,12 +218,13 @@ impl Joining {
     /// program steers to this member (or after its rounds of probes).
     pub fn finish(self, ip: IpAddr, sock: OwnedFd) -> io::Result<Member> {
         let steer = self.steer;
-        let group = Group {
+        let mut group = Group {
             dir: self.dir,
             ip,
             sock,
             steer: steer.clone(),
             mine: self.slot.slot,
+            map: None,
         };
         group.rebuild(group.live_slots());
         drop(self.group);
@@ -232,24 +235,28 @@ impl Joining {
             {
                 group.watch();
             }
+            group
         })?;
         Ok(Member {
             steer,
             stop: Some(stop),
             helper: Some(helper),
-            _slot: self.slot,
+            slot: Some(self.slot),
+            leaving: None,
         })
     }
 }
 
 /// A process's membership of a device's group: its slot, and the helper
 /// thread that keeps the steering right. Dropping it stops the helper
-/// (and closes its copy of the socket); the slot is released last.
+/// (and closes its copy of the socket); the slot is released last, and
+/// then the group lock [`Member::leave`] took.
 pub struct Member {
     steer: Arc<Steer>,
     stop: Option<crossbeam::channel::Sender<()>>,
-    helper: Option<std::thread::JoinHandle<()>>,
-    _slot: SlotLock,
+    helper: Option<std::thread::JoinHandle<Group>>,
+    slot: Option<SlotLock>,
+    leaving: Option<File>,
 }
 
 impl Member {
@@ -260,10 +267,32 @@ impl Member {
 
     /// Stops the helper thread and closes its copy of the socket (the
     /// socket leaves the group when the engine closes its own).
-    pub fn stop_helper(&mut self) {
+    fn stop_helper(&mut self) -> Option<Group> {
         self.stop.take();
-        if let Some(h) = self.helper.take() {
-            let _ = h.join();
+        self.helper.take().and_then(|h| h.join().ok())
+    }
+
+    /// The first half of leaving, before the engine closes its socket:
+    /// stops the helper, takes the group lock (held until the member is
+    /// dropped) and steers as the group will be once the socket has
+    /// closed: the kernel moves the last socket into this one's place, so
+    /// the last member's slot goes to this index from now on (the others'
+    /// helpers probe again when this slot is released; this saves them the
+    /// datagrams lost meanwhile).
+    pub fn leave(&mut self) {
+        let Some(group) = self.stop_helper() else {
+            return;
+        };
+        self.leaving = lock_group(&group.dir).ok();
+        if self.leaving.is_none() {
+            return;
+        }
+        if let Some(map) = group
+            .map
+            .as_deref()
+            .and_then(|m| after_leaving(m, group.mine))
+        {
+            let _ = attach(&group.sock, &program(&map));
         }
     }
 }
@@ -271,7 +300,22 @@ impl Member {
 impl Drop for Member {
     fn drop(&mut self) {
         self.stop_helper();
+        self.slot.take();
+        self.leaving.take();
     }
+}
+
+/// The map of a group whose every socket `map` places, once the socket of
+/// slot `mine` has closed: the last index's slot moves into its index.
+fn after_leaving(map: &[(u32, u32)], mine: u32) -> Option<Vec<(u32, u32)>> {
+    let &(at, _) = map.iter().find(|&&(_, s)| s == mine)?;
+    let last = map.len() as u32 - 1;
+    Some(
+        map.iter()
+            .filter(|&&(_, s)| s != mine)
+            .map(|&(i, s)| if i == last { (at, s) } else { (i, s) })
+            .collect(),
+    )
 }
 
 /// What the helper thread holds.
@@ -281,12 +325,15 @@ struct Group {
     sock: OwnedFd,
     steer: Arc<Steer>,
     mine: u32,
+    /// The last rebuild's (index, slot) map, if it placed every live
+    /// slot (then it places every socket of the group).
+    map: Option<Vec<(u32, u32)>>,
 }
 
 impl Group {
     /// One look at the held slots; a rebuild under the group lock if they
     /// changed.
-    fn watch(&self) {
+    fn watch(&mut self) {
         if self.live_slots() == self.steer.live.load(Ordering::Relaxed) {
             return;
         }
@@ -321,8 +368,9 @@ impl Group {
 
     /// Probes the group for the slot at each index (see the module docs)
     /// and attaches the program for what it found.
-    fn rebuild(&self, mut live: u64) {
+    fn rebuild(&mut self, mut live: u64) {
         let mut found = Vec::new();
+        self.map = None;
         for round in 0..PROBE_ROUNDS {
             if round > 0 {
                 std::thread::sleep(Duration::from_millis(10));
@@ -331,6 +379,7 @@ impl Group {
             match self.probe(live.count_ones()) {
                 Ok(map) if covers(&map, live) => {
                     found = map;
+                    self.map = Some(found.clone());
                     break;
                 }
                 Ok(map) if map.len() > found.len() => found = map,
@@ -687,11 +736,24 @@ mod tests {
             assert_eq!(receiver(&socks, &tx, to, &probe(i, 9)), i as usize);
         }
         assert_eq!(receiver(&socks, &tx, to, &to_qp(1)), 0);
+        // Socket 0 leaves as `Member::leave` does: the program for the
+        // group without it first, then the close.
+        let fd1: OwnedFd = socks[1].as_ref().unwrap().try_clone().unwrap().into();
+        attach(&fd1, &program(&after_leaving(&map, 5).unwrap())).unwrap();
         drop(fd);
         socks[0] = None;
-        // Socket 2 now sits at index 0, and probes find it there.
+        // Socket 2 now sits at index 0, probes find it there, and the
+        // program sends its slot's datagrams there.
         assert_eq!(receiver(&socks, &tx, to, &probe(0, 9)), 2);
         assert_eq!(receiver(&socks, &tx, to, &probe(1, 9)), 1);
+        for (slot, sock) in [(19, 2), (12, 1)] {
+            for k in 0..8 {
+                // From other source ports: no luck of the flow hash.
+                let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+                let qpn = slot << SLOT_SHIFT | k;
+                assert_eq!(receiver(&socks, &tx, to, &to_qp(qpn)), sock);
+            }
+        }
     }
 
     #[test]
@@ -726,6 +788,15 @@ mod tests {
         assert_eq!(a[8..12], 4u32.to_be_bytes());
         assert_eq!(a[12..20], 77u64.to_be_bytes());
         assert_eq!(a[20..24], 2u32.to_be_bytes());
+    }
+
+    #[test]
+    fn leaving_moves_the_last_socket_into_its_place() {
+        let map = [(0, 4), (1, 0), (2, 9)];
+        assert_eq!(after_leaving(&map, 4), Some(vec![(1, 0), (0, 9)]));
+        assert_eq!(after_leaving(&map, 9), Some(vec![(0, 4), (1, 0)]));
+        assert_eq!(after_leaving(&map, 7), None);
+        assert_eq!(after_leaving(&[(0, 3)], 3), Some(vec![]));
     }
 
     #[test]

@@ -180,6 +180,20 @@ fn member(ip: &str) {
                 });
             }
             ["stat"] => out(format!("stat {}", ctx.counters().rx_foreign)),
+            ["close"] => {
+                // Every object, then the device: its engine leaves the
+                // group as a program that closes its device does.
+                links.clear();
+                drop(pd);
+                drop(ctx);
+                out("closed".into());
+                for line in std::io::stdin().lock().lines() {
+                    if line.is_ok_and(|l| l == "exit") {
+                        break;
+                    }
+                }
+                std::process::exit(0);
+            }
             ["exit"] => std::process::exit(0),
             _ => panic!("member: unknown command {line:?}"),
         }
@@ -294,6 +308,20 @@ fn done(m: &mut Member, tag: &str) {
     assert_eq!(l[2], "ok", "{}: link {tag}: {l:?}", m.name);
 }
 
+/// Datagrams to QP `qpn` at `ip`, each from a UDP source port of its own
+/// (the kernel's fallback, a flow hash, would spread them over the
+/// group): RC SEND ONLY headers with a wrong ICRC, which the owner's
+/// endpoint drops, and another member would count as foreign.
+fn spray(ip: &str, qpn: u32, n: usize) {
+    let mut p = [0u8; 20];
+    p[0] = 0x04;
+    p[4..8].copy_from_slice(&qpn.to_be_bytes());
+    for _ in 0..n {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.send_to(&p, (ip, 4791)).unwrap();
+    }
+}
+
 /// The slot a QPN carries (its top 6 bits).
 fn slot(qpn: u32) -> u32 {
     qpn >> 18
@@ -318,9 +346,13 @@ fn three_processes_share_one_device() {
     let ip = "127.134.2.1";
     let mut m: Vec<Member> = ["a", "b", "c"].map(|n| Member::spawn(n, ip)).into();
     let pairs = [(0, 1, "ab"), (1, 2, "bc"), (2, 0, "ca")];
+    let mut qpns = [0u32; 3];
     for (x, y, tag) in pairs {
         let [p, q] = m.get_disjoint_mut([x, y]).unwrap();
-        link(p, q, tag, 200);
+        (qpns[x], qpns[y]) = link(p, q, tag, 200);
+    }
+    for q in qpns {
+        spray(ip, q, 64);
     }
     for (x, y, tag) in pairs {
         start(&mut m[x], tag, 200, u64::MAX);
@@ -333,6 +365,18 @@ fn three_processes_share_one_device() {
     for p in &mut m {
         assert_eq!(p.foreign(), 0, "{}", p.name);
     }
+    // The first member closes its device (its socket at index 0: the
+    // kernel moves c's into its place); b and c go on at once, and not
+    // one datagram reaches the wrong one of them.
+    m[0].send("close");
+    m[0].expect("closed");
+    let [b, c] = m.get_disjoint_mut([1, 2]).unwrap();
+    link(b, c, "bc2", 200);
+    start(b, "bc2", 200, u64::MAX);
+    start(c, "bc2", 200, u64::MAX);
+    done(b, "bc2");
+    done(c, "bc2");
+    assert_eq!((b.foreign(), c.foreign()), (0, 0));
 }
 
 /// The first member to join (its socket at index 0, so the kernel moves
