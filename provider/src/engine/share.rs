@@ -226,7 +226,7 @@ impl Joining {
             mine: self.slot.slot,
             map: None,
         };
-        group.rebuild(group.live_slots());
+        group.rebuild(group.live_slots(), PROBE_ROUNDS);
         drop(self.group);
         let (stop, stopped) = crossbeam::channel::bounded::<()>(0);
         let helper = crate::threads::spawn(format!("uroce-share-{ip}"), move || {
@@ -332,15 +332,19 @@ struct Group {
 
 impl Group {
     /// One look at the held slots; a rebuild under the group lock if they
-    /// changed.
+    /// changed, or if the last one did not place them all (a member that
+    /// did not answer in time).
     fn watch(&mut self) {
-        if self.live_slots() == self.steer.live.load(Ordering::Relaxed) {
+        let same = self.live_slots() == self.steer.live.load(Ordering::Relaxed);
+        if same && self.map.is_some() {
             return;
         }
         let Ok(_g) = lock_group(&self.dir) else {
             return;
         };
-        self.rebuild(self.live_slots());
+        // A member that did not answer gets one round a look (a stopped
+        // process must not keep the group lock held).
+        self.rebuild(self.live_slots(), if same { 1 } else { PROBE_ROUNDS });
     }
 
     /// The slots held by a live member (bit per slot), this one's among
@@ -368,10 +372,10 @@ impl Group {
 
     /// Probes the group for the slot at each index (see the module docs)
     /// and attaches the program for what it found.
-    fn rebuild(&mut self, mut live: u64) {
+    fn rebuild(&mut self, mut live: u64, rounds: usize) {
         let mut found = Vec::new();
         self.map = None;
-        for round in 0..PROBE_ROUNDS {
+        for round in 0..rounds {
             if round > 0 {
                 std::thread::sleep(Duration::from_millis(10));
                 live = self.live_slots();
