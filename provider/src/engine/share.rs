@@ -371,8 +371,17 @@ impl Group {
     }
 
     /// Probes the group for the slot at each index (see the module docs)
-    /// and attaches the program for what it found.
+    /// and attaches the program for what it found. A member alone needs no
+    /// probe (its socket is the group's only one, index 0): a process on
+    /// a device of its own sends nothing more than before sharing.
     fn rebuild(&mut self, mut live: u64, rounds: usize) {
+        if live == 1 << self.mine {
+            let map = vec![(0, self.mine)];
+            let _ = attach(&self.sock, &program(&map));
+            self.map = Some(map);
+            self.steer.live.store(live, Ordering::Relaxed);
+            return;
+        }
         let mut found = Vec::new();
         self.map = None;
         for round in 0..rounds {
@@ -646,8 +655,10 @@ fn slot_held(path: &Path) -> bool {
 
 // ------------------------------------------------------------ other users
 
-/// The owner of the socket bound to UDP 4791 on `ip` (or on the wildcard
-/// address), as `/proc/net/udp{,6}` lists it.
+/// The owner of the socket bound to UDP 4791 on `ip`, as
+/// `/proc/net/udp{,6}` lists it. Not one bound to the wildcard address:
+/// uroce binds the device's own, and kernel rxe's socket (the wildcard,
+/// owned by root) is no other user's device.
 pub fn port_holder(ip: IpAddr) -> Option<u32> {
     let (file, want) = match ip {
         IpAddr::V4(a) => (
@@ -662,13 +673,12 @@ pub fn port_holder(ip: IpAddr) -> Option<u32> {
                 .collect(),
         ),
     };
-    let any = "0".repeat(want.len());
     let port = format!("{:04X}", uroce_wire::ROCEV2_UDP_PORT);
     let text = std::fs::read_to_string(file).ok()?;
     text.lines().skip(1).find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         let (addr, p) = f.get(1)?.split_once(':')?;
-        if p == port && (addr == want || addr == any) {
+        if p == port && addr == want {
             f.get(7)?.parse().ok()
         } else {
             None
