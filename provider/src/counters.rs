@@ -133,6 +133,10 @@ counters! {
     /// Datagrams the kernel dropped because the engine's socket receive
     /// buffer was full (SO_RXQ_OVFL).
     rx_socket_drops,
+    /// Datagrams for a QP of another process sharing the device, steered
+    /// here while the group changed: dropped, never handed to a QP (see
+    /// `engine::share`).
+    rx_foreign,
     /// Datagrams the kernel refused to send (a full send buffer, an
     /// unreachable address): dropped, as a full NIC queue would.
     tx_socket_drops,

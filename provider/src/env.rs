@@ -160,6 +160,13 @@ pub const VARS: &[Var] = &[
         "`0`: no UDP receive offload (one packet per receive call).",
     ),
     var(
+        "UROCE_SHARE",
+        Program,
+        "on",
+        "`0`: a device is not shared with other processes: its socket binds UDP 4791 alone (a \
+         second process gets EADDRINUSE) and its QP numbers use all 24 bits.",
+    ),
+    var(
         "UROCE_APP_PROGRESS",
         Program,
         "on",
@@ -231,6 +238,18 @@ pub const VARS: &[Var] = &[
         Test,
         "unset",
         "Internal: marks the child process of the `UROCE_PCAP` device-open test.",
+    ),
+    var(
+        "UROCE_TEST_SHARE_CHILD",
+        Test,
+        "unset",
+        "Internal: the device address of a member process of the device-sharing tests.",
+    ),
+    var(
+        "UROCE_TEST_SHARE_OTHER_USER",
+        Test,
+        "unset",
+        "Internal: the device address the other-user child of the device-sharing tests opens.",
     ),
     var(
         "UROCE_SERVER_DEVICES",

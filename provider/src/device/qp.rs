@@ -14,11 +14,13 @@ use crate::types::{QpState, QpType, RecvWr, SendFlags, SendWr};
 use std::sync::Arc;
 
 impl Device {
-    /// A random unused 24-bit QP number (never 0 or 1, the special QPs).
+    /// A random unused 24-bit QP number (never 0 or 1, the special QPs),
+    /// in this process's slot of a shared device.
     fn alloc_qpn(&self) -> u32 {
+        let (base, mask) = self.engine().qpn_space();
         let mut used = self.shared.qpns.lock();
         loop {
-            let q = rand::random::<u32>() & 0xff_ffff;
+            let q = base | (rand::random::<u32>() & mask);
             if q > 1 && used.insert(q) {
                 return q;
             }

@@ -13,6 +13,7 @@
 
 pub mod capture;
 pub mod config;
+pub mod share;
 pub(crate) mod socket;
 
 use crate::counters::Counters;
@@ -25,6 +26,7 @@ use crate::transport::{Nanos, QpMachine, QpTally};
 use crate::types::QpState;
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::SegQueue;
+use share::Screen;
 use socket::{
     Doorbell, RxBatch, TxMsg, UdpPort, GRO_MAX, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, RX_BATCH,
 };
@@ -140,6 +142,18 @@ pub enum EngineError {
     /// another socket): EADDRINUSE, as binding it says.
     #[error("UDP port 4791 on {0} is in use (another process has the device open?)")]
     AddrInUse(IpAddr),
+    /// Another user's processes hold the device: a device is shared only
+    /// among the processes of one user (see [`share`]).
+    #[error(
+        "UDP port 4791 on {addr} is held by user {uid}: a uroce device is shared only by the \
+         processes of one user (the kernel's SO_REUSEPORT group is per user)"
+    )]
+    OtherUser {
+        /// The address.
+        addr: IpAddr,
+        /// The user holding it.
+        uid: u32,
+    },
     /// A multicast attach or detach was refused.
     #[error(transparent)]
     Mcast(#[from] McastError),
@@ -306,6 +320,8 @@ pub struct Engine {
     keys: Arc<KeyTable>,
     local_ip: IpAddr,
     io: IoPath,
+    /// Its membership of the device's group (`None`: not shared).
+    share: Option<share::Member>,
 }
 
 /// Which batched I/O the engine's socket uses (see `engine::socket`).
@@ -355,13 +371,23 @@ impl Engine {
                 }
             }
         }
-        let port = UdpPort::bind(ip).map_err(|e| match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => EngineError::AddrInUse(ip),
-            _ => EngineError::Bind {
-                addr: ip,
-                msg: e.to_string(),
+        let bind_err = |msg: String| EngineError::Bind { addr: ip, msg };
+        // Sharing: the group lock and a QPN slot first (see `share`).
+        let joining = share::enabled()
+            .then(|| share::Joining::begin(ip))
+            .transpose()
+            .map_err(|e| bind_err(e.to_string()))?;
+        let port = UdpPort::bind(ip, joining.is_some()).map_err(|e| match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => match joining.as_ref().and_then(|_| share::other_user(ip)) {
+                Some(uid) => EngineError::OtherUser { addr: ip, uid },
+                None => EngineError::AddrInUse(ip),
             },
+            _ => bind_err(e.to_string()),
         })?;
+        let group_fd = match joining {
+            Some(_) => Some(port.dup_fd().map_err(|e| bind_err(e.to_string()))?),
+            None => None,
+        };
         let doorbell = Doorbell::new().map_err(|e| EngineError::Bind {
             addr: ip,
             msg: format!("eventfd: {e}"),
@@ -381,6 +407,7 @@ impl Engine {
         })?);
         let driver = Driver {
             port,
+            steer: joining.as_ref().map(|j| j.steer().clone()),
             mcast: Vec::new(),
             mcast_poll: mcast_poll.clone(),
             ep: Endpoint::new(ip, counters.clone()),
@@ -419,15 +446,32 @@ impl Engine {
             addr: ip,
             msg: format!("spawn: {e}"),
         })?;
-        Ok(Engine {
+        let mut engine = Engine {
             shared,
             cmds: tx,
             thread: Some(thread),
+            share: None,
             counters,
             keys,
             local_ip: ip,
             io,
-        })
+        };
+        if let (Some(j), Some(fd)) = (joining, group_fd) {
+            let member = j
+                .finish(ip, fd)
+                .map_err(|e| bind_err(format!("share: {e}")))?;
+            engine.share = Some(member);
+        }
+        Ok(engine)
+    }
+
+    /// The QP numbers this engine hands out: `base | (n & mask)` (its
+    /// slot's numbers when the device is shared, see [`share`]).
+    pub fn qpn_space(&self) -> (u32, u32) {
+        match &self.share {
+            Some(m) => (m.steer().slot() << share::SLOT_SHIFT, share::SLOT_QPN_MASK),
+            None => (0, 0xff_ffff),
+        }
     }
 
     /// The batched I/O the device's socket uses (as set up; GSO turns
@@ -770,6 +814,11 @@ impl Drop for Engine {
             eprintln!("uroce {}: {} [{}]", self.local_ip, c.join(" "), self.io);
         }
         STOPPING.0.lock().insert(self.local_ip);
+        // Steers as the group will be without this socket (see
+        // `share::Member::leave`).
+        if let Some(m) = self.share.as_mut() {
+            m.leave();
+        }
         self.shared.stop.store(true, Ordering::Release);
         // What the device's QPs traced is in the file when it has closed.
         self.shared.doorbell.ring();
@@ -781,6 +830,8 @@ impl Drop for Engine {
                 let _ = t.join();
             }
         }
+        // The slot goes once the socket has left the group.
+        self.share.take();
         Observer::process().send(Event::DeviceClosed);
     }
 }
@@ -794,6 +845,11 @@ const TX_PER_PASS: usize = 64;
 /// `recvmmsg` calls per pass (while each fills its batch).
 const RX_CALLS_PER_PASS: usize = 4;
 
+/// Whether two RoCEv2 packets have one BTH destination QP (bytes 5-7).
+fn same_dest_qp(a: &[u8], b: &[u8]) -> bool {
+    a.get(5..8).is_some_and(|q| b.get(5..8) == Some(q))
+}
+
 /// Request PSNs a device may have in flight for an application's post to
 /// send its packets itself (see [`Engine::post_kick`]).
 pub const QUIET_INFLIGHT: u32 = 2;
@@ -804,6 +860,9 @@ pub const QUIET_INFLIGHT: u32 = 2;
 /// an empty CQ or posts a send while it is free.
 struct Driver {
     port: UdpPort,
+    /// The device's group, when shared: what `port` receives for another
+    /// member's QPs is dropped (see [`share`]).
+    steer: Option<Arc<share::Steer>>,
     /// A socket per multicast group some QP is attached to.
     mcast: Vec<(IpAddr, UdpPort)>,
     /// The epoll set the engine thread sleeps on for `mcast`.
@@ -1116,6 +1175,22 @@ impl Driver {
                 while off < m.len {
                     let len = seg.min(m.len - off);
                     let buf = &mut slot[off..HEADROOM + off + len];
+                    if let (None, Some(st)) = (group, &self.steer) {
+                        let pkt = &buf[HEADROOM..];
+                        match st.screen(pkt, m.from) {
+                            Screen::Deliver => {}
+                            Screen::Foreign => {
+                                Counters::inc(&self.ep.counters().rx_foreign);
+                                off += len;
+                                continue;
+                            }
+                            Screen::Probe => {
+                                let _ = self.port.send_one(&st.answer(pkt), m.from);
+                                off += len;
+                                continue;
+                            }
+                        }
+                    }
                     let ip = RxIp {
                         tclass: m.tos,
                         hop_limit: m.ttl,
@@ -1158,8 +1233,11 @@ impl Driver {
                 && self.tx.last().is_some_and(|m: &TxMsg| {
                     let seg = m.packet_size();
                     // One TOS and TTL per message: the kernel writes one
-                    // IP header for all of a GSO message's packets.
+                    // IP header for all of a GSO message's packets. One
+                    // destination QP too: a shared device's host steers a
+                    // message by its first packet's (see `share`).
                     m.dst == dst
+                        && same_dest_qp(&self.txbuf[m.off..], &self.txbuf[end..])
                         && m.tos == t.tclass
                         && m.ttl == t.hop_limit
                         && m.off + m.len == end

@@ -178,11 +178,15 @@ fn report_ip_fields(fd: RawFd, ip: IpAddr) {
 
 impl UdpPort {
     /// Binds `ip`:4791, non-blocking, with DF and IP ID 0 (IP_PMTUDISC_DO:
-    /// the header our ICRC is computed for; see `wire::icrc`).
-    pub fn bind(ip: IpAddr) -> io::Result<UdpPort> {
+    /// the header our ICRC is computed for; see `wire::icrc`). `shared`:
+    /// into the address's SO_REUSEPORT group (see `engine::share`).
+    pub fn bind(ip: IpAddr, shared: bool) -> io::Result<UdpPort> {
         let sock = df_socket(ip)?;
         let fd = sock.as_raw_fd();
         grow_buffers(&sock, SOCK_BUF);
+        if shared {
+            sock.set_reuse_port(true)?;
+        }
         sock.bind(&SockAddr::from(SocketAddr::new(
             ip,
             uroce_wire::ROCEV2_UDP_PORT,
@@ -507,6 +511,16 @@ impl UdpPort {
     /// The socket's descriptor (valid while the port lives).
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
         self.sock.as_raw_fd()
+    }
+
+    /// Another descriptor of the socket.
+    pub fn dup_fd(&self) -> io::Result<OwnedFd> {
+        self.sock.try_clone().map(OwnedFd::from)
+    }
+
+    /// Sends one datagram at once (not on the data path).
+    pub fn send_one(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
+        self.sock.send_to(buf, &SockAddr::from(to))
     }
 }
 

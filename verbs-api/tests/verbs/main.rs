@@ -8,8 +8,10 @@
 //! (`atomic_write_flush`), multicast (`multicast`), the IP TTL and TOS
 //! (`hop_limit`, `traffic_class`), timestamps (`timestamps`), ACK
 //! coalescing (`ack_hold`), many QPs (`many_qps`), the explanations
-//! (`explain`) and opening a device (`device_open`, whose capture test
-//! re-runs this binary as a child with `--exact device_open::pcap_child`).
+//! (`explain`), opening a device (`device_open`, whose capture test
+//! re-runs this binary as a child with `--exact device_open::pcap_child`)
+//! and processes sharing one device (`share`, whose members are this
+//! binary run again as children).
 //!
 //! Three tests keep binaries of their own, because each turns on
 //! something process-wide that would see every other module's traffic:
@@ -31,6 +33,7 @@ mod many_qps;
 mod multicast;
 mod mw_rereg;
 mod rc_loopback;
+mod share;
 mod timestamps;
 mod traffic_class;
 mod ud_uc_loopback;
