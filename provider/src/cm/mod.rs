@@ -91,7 +91,9 @@ pub const SIDR_REJECT: u8 = 2;
 /// Timing and identity of one agent.
 #[derive(Debug, Clone)]
 pub struct CmConfig {
-    /// The device's address (CM messages go out from it).
+    /// The device's address (CM messages go out from it). Read by the
+    /// sans-IO users only: QP1 sends from its own.
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     pub local_ip: IpAddr,
     /// The local CA GUID the REQ and REP carry.
     pub ca_guid: u64,
@@ -407,6 +409,7 @@ impl CmAgent {
     }
 
     /// The configuration.
+    #[cfg(any(test, feature = "testing"))] // for the sans-IO tests and fuzzer
     pub fn config(&self) -> &CmConfig {
         &self.cfg
     }
@@ -431,11 +434,13 @@ impl CmAgent {
     }
 
     /// Connections held (including those in time-wait).
+    #[cfg(any(test, feature = "testing"))] // for the sans-IO tests and fuzzer
     pub fn len(&self) -> usize {
         self.conns.len()
     }
 
     /// Whether it holds no connection.
+    #[cfg(any(test, feature = "testing"))] // for the sans-IO tests and fuzzer
     pub fn is_empty(&self) -> bool {
         self.conns.is_empty()
     }
