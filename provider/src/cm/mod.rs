@@ -192,7 +192,8 @@ pub enum CmEvent {
         /// The REQ.
         req: Box<ReqRepr>,
     },
-    /// The REP to our REQ: ready the QP, then [`CmAgent::establish`].
+    /// The REP to our REQ: ready the QP, then
+    /// [`CmHandle::establish`](crate::device::CmHandle::establish).
     RepReceived {
         /// The connection.
         conn: u32,
@@ -231,7 +232,7 @@ pub enum CmEvent {
         conn: u32,
     },
     /// A SIDR_REQ for a listened-to service: answer with
-    /// [`CmAgent::sidr_reply`].
+    /// [`CmHandle::sidr_reply`](crate::device::CmHandle::sidr_reply).
     SidrReqReceived {
         /// The service ID listened to.
         service_id: u64,
