@@ -14,9 +14,8 @@ use crate::error::Result;
 use std::any::Any;
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
-use uroce_provider::device::cm::{CmAgent, CmEvent};
-use uroce_provider::device::Nanos;
-use uroce_provider::device::{self as face, CmLink, CmSink};
+use uroce_provider::device::cm::CmEvent;
+use uroce_provider::device::{self as face, CmHandle, CmSink};
 
 /// The layer above a [`CmPort`] (rdma_cm's ids): where the agent's events
 /// go.
@@ -34,10 +33,11 @@ struct Layer {
 
 /// A device's QP1 agent and the layer above it. One per open device,
 /// shared by every [`Context`](crate::Context) on it
-/// ([`Context::cm_port`](crate::Context::cm_port)).
+/// ([`Context::cm_port`](crate::Context::cm_port)). The layer reaches the
+/// agent through [`CmPort::agent`].
 pub struct CmPort {
     /// The agent (does not keep the device alive).
-    link: CmLink,
+    agent: CmHandle,
     ip: IpAddr,
     layer: OnceLock<Layer>,
 }
@@ -52,7 +52,7 @@ impl CmPort {
     /// Starts QP1 on the device with an agent for the device at `ip`.
     pub(crate) fn start(dev: &face::Device, ip: IpAddr, guid: u64) -> Result<Arc<CmPort>> {
         let port = Arc::new(CmPort {
-            link: dev.cm_agent(guid),
+            agent: dev.cm_handle(guid),
             ip,
             layer: OnceLock::new(),
         });
@@ -62,7 +62,7 @@ impl CmPort {
                 p.route(events);
             }
         });
-        dev.attach_cm(&port.link, sink)?;
+        dev.attach_cm(&port.agent, sink)?;
         Ok(port)
     }
 
@@ -79,7 +79,7 @@ impl CmPort {
     /// rest is forgotten.
     pub fn refuse(&self, e: CmEvent) {
         if let CmEvent::ReqReceived { conn, .. } | CmEvent::SidrReqReceived { conn, .. } = e {
-            self.with_agent(|a, now| a.destroy(now, conn));
+            self.agent.destroy(conn);
         }
     }
 
@@ -101,14 +101,10 @@ impl CmPort {
         self.ip
     }
 
-    /// Runs `f` on the agent at the engine's time, then lets the engine
-    /// send what it queued.
-    pub fn with_agent<T>(&self, f: impl FnOnce(&mut CmAgent, Nanos) -> T) -> T {
-        self.link.with_agent(f)
-    }
-
-    /// Reads the agent (nothing to send afterwards).
-    pub fn peek<T>(&self, f: impl FnOnce(&CmAgent) -> T) -> T {
-        self.link.peek(f)
+    /// The device's CM agent: listen, connect, accept, reject,
+    /// disconnect, SIDR and the rest, one step each (the face's
+    /// [`CmHandle`]).
+    pub fn agent(&self) -> &CmHandle {
+        &self.agent
     }
 }

@@ -91,7 +91,9 @@ pub const SIDR_REJECT: u8 = 2;
 /// Timing and identity of one agent.
 #[derive(Debug, Clone)]
 pub struct CmConfig {
-    /// The device's address (CM messages go out from it).
+    /// The device's address (CM messages go out from it). Read by the
+    /// sans-IO users only: QP1 sends from its own.
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     pub local_ip: IpAddr,
     /// The local CA GUID the REQ and REP carry.
     pub ca_guid: u64,
@@ -190,7 +192,8 @@ pub enum CmEvent {
         /// The REQ.
         req: Box<ReqRepr>,
     },
-    /// The REP to our REQ: ready the QP, then [`CmAgent::establish`].
+    /// The REP to our REQ: ready the QP, then
+    /// [`CmHandle::establish`](crate::device::CmHandle::establish).
     RepReceived {
         /// The connection.
         conn: u32,
@@ -229,7 +232,7 @@ pub enum CmEvent {
         conn: u32,
     },
     /// A SIDR_REQ for a listened-to service: answer with
-    /// [`CmAgent::sidr_reply`].
+    /// [`CmHandle::sidr_reply`](crate::device::CmHandle::sidr_reply).
     SidrReqReceived {
         /// The service ID listened to.
         service_id: u64,
@@ -407,6 +410,7 @@ impl CmAgent {
     }
 
     /// The configuration.
+    #[cfg(any(test, feature = "testing"))] // for the sans-IO tests and fuzzer
     pub fn config(&self) -> &CmConfig {
         &self.cfg
     }
@@ -431,11 +435,13 @@ impl CmAgent {
     }
 
     /// Connections held (including those in time-wait).
+    #[cfg(any(test, feature = "testing"))] // for the sans-IO tests and fuzzer
     pub fn len(&self) -> usize {
         self.conns.len()
     }
 
     /// Whether it holds no connection.
+    #[cfg(any(test, feature = "testing"))] // for the sans-IO tests and fuzzer
     pub fn is_empty(&self) -> bool {
         self.conns.is_empty()
     }

@@ -6,7 +6,7 @@
 //! library) does to the provider goes through it and the handles it makes:
 //! [`CqHandle`] (`cq.rs`), [`SrqHandle`] (`srq.rs`), [`QpHandle`]
 //! (`qp.rs`), [`PdHandle`], [`MrHandle`], [`MwHandle`] and [`AhHandle`]
-//! (`pd.rs`) and [`CmLink`] (`cm.rs`); what `uroce stat` lists of the
+//! (`pd.rs`) and [`CmHandle`] (`cm.rs`); what `uroce stat` lists of the
 //! device is kept in `stat.rs`. The face builds the provider's own
 //! configurations and queues (a QP's `QpConfig`, send and receive queues,
 //! its published state), checks every device limit once, and touches the
@@ -145,7 +145,7 @@ mod qp;
 mod srq;
 mod stat;
 
-pub use cm::CmLink;
+pub use cm::CmHandle;
 pub use cq::CqHandle;
 pub use pd::{AhHandle, MrHandle, MwHandle, PdHandle};
 pub use qp::{QpHandle, QpSpec};

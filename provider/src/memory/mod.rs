@@ -57,7 +57,6 @@ pub mod range;
 pub mod shared;
 pub mod window;
 use shared::Shared;
-#[cfg(any(test, feature = "testing"))]
 pub use window::MwError;
 pub use window::{MwBind, MwInner, MwType};
 

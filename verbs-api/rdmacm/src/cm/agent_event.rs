@@ -141,7 +141,8 @@ impl Processing {
     fn connect_request(self, conn: u32, src: IpAddr, req: Box<ReqRepr>) -> Option<CmEvent> {
         let Some((user, peer)) = split_cma(self.id.inner.ps, &req.private_data, src) else {
             self.dev
-                .with_agent(|a, _| a.reject(conn, pcm::reason::CONSUMER_REJECT, &[]))
+                .agent()
+                .reject(conn, pcm::reason::CONSUMER_REJECT, &[])
                 .ok();
             return None;
         };
@@ -173,7 +174,8 @@ impl Processing {
     fn sidr_request(self, conn: u32, src: IpAddr, req: &SidrReqRepr) -> Option<CmEvent> {
         let Some((user, peer)) = split_cma(self.id.inner.ps, &req.private_data, src) else {
             self.dev
-                .with_agent(|a, now| a.sidr_reply(now, conn, pcm::SIDR_REJECT, 0, 0, &[]))
+                .agent()
+                .sidr_reply(conn, pcm::SIDR_REJECT, 0, 0, &[])
                 .ok();
             return None;
         };
@@ -237,14 +239,15 @@ impl Processing {
         };
         if ready_qp(&qp, &path).is_err() {
             self.dev
-                .with_agent(|a, _| a.reject(conn, pcm::reason::CONSUMER_REJECT, &[]))
+                .agent()
+                .reject(conn, pcm::reason::CONSUMER_REJECT, &[])
                 .ok();
             self.forget(conn);
             st.state = IdState::Disconnected;
             drop(st);
             return Some(self.event(CmEventType::ConnectError, -libc_einval(), param));
         }
-        self.dev.with_agent(|a, _| a.establish(conn, &[])).ok();
+        self.dev.agent().establish(conn, &[]).ok();
         st.state = IdState::Connected;
         drop(st);
         Some(self.event(CmEventType::Established, 0, param))

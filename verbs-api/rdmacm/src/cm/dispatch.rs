@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use uroce_provider::device::cm::{self as pcm, CmAgent};
+use uroce_provider::device::cm as pcm;
+use uroce_provider::device::CmHandle;
 use uroce_verbs::{CmLayer, CmPort, Context, Error, Result};
 use uroce_wire::cma::{self, CmaHeaderRepr};
 
@@ -105,13 +106,13 @@ impl CmDevice {
     /// no other id listens there.
     pub(super) fn unlisten(&self, sid: u64, id: *const IdInner) {
         if self.routes().unlisten(sid, id) {
-            self.with_agent(|a, _| a.unlisten(sid));
+            self.agent().unlisten(sid);
         }
     }
 
-    /// Runs `f` on the agent, then lets the engine send what it queued.
-    pub(super) fn with_agent<T>(&self, f: impl FnOnce(&mut CmAgent, pcm::Nanos) -> T) -> T {
-        self.port.with_agent(f)
+    /// The device's CM agent.
+    pub(super) fn agent(&self) -> &CmHandle {
+        self.port.agent()
     }
 
     /// Waits (at most `limit`) while our DREQ for `conn` is unanswered.
@@ -130,12 +131,10 @@ impl CmDevice {
     pub(super) fn linger(&self, conn: u32, limit: Duration) {
         let start = std::time::Instant::now();
         let mut resent = 0u32;
-        while start.elapsed() < limit
-            && self.port.peek(|a| a.state(conn)) == Some(pcm::ConnState::DreqSent)
-        {
+        while start.elapsed() < limit && self.agent().dreq_pending(conn) {
             if start.elapsed() >= limit / 4 * (resent + 1) {
                 resent += 1;
-                self.with_agent(|a, _| a.resend_last(conn));
+                self.agent().resend_last(conn);
             }
             std::thread::sleep(Duration::from_micros(200));
         }

@@ -43,7 +43,7 @@ impl CmId {
                 });
                 list.len() == 1
             };
-            if first && dev.with_agent(|a, _| a.listen(sid)).is_err() {
+            if first && dev.agent().listen(sid).is_err() {
                 for dev in st.ctxs[..=i].iter().filter_map(|c| CmDevice::of(c).ok()) {
                     dev.unlisten(sid, me);
                 }
@@ -80,7 +80,8 @@ impl CmId {
         // caller waited for ever (qperf's rc_bi_bw under load).
         let mut routes = dev.routes();
         let conn = if self.inner.qp_type == QpType::Ud {
-            dev.with_agent(|a, now| a.sidr_request(now, dst_ip, sid, tos, &pdata))
+            dev.agent()
+                .sidr_request(dst_ip, sid, tos, &pdata)
                 .map_err(cm_err)?
         } else {
             let (qpn, srq) = match &st.qp {
@@ -107,8 +108,7 @@ impl CmId {
             req.path_mtu = ctx.active_mtu() as u8;
             req.primary = path(src.ip(), dst.ip(), st.route_tos);
             req.private_data[..pdata.len()].copy_from_slice(&pdata);
-            dev.with_agent(|a, now| a.connect(now, dst_ip, &req))
-                .map_err(cm_err)?
+            dev.agent().connect(dst_ip, &req).map_err(cm_err)?
         };
         routes.conns.insert(conn, Arc::downgrade(&self.inner));
         drop(routes);
@@ -164,17 +164,9 @@ impl CmId {
                     "SIDR_REP private data: at most 136 bytes".into(),
                 ));
             }
-            dev.with_agent(|a, now| {
-                a.sidr_reply(
-                    now,
-                    conn,
-                    pcm::SIDR_OK,
-                    qpn,
-                    RDMA_UDP_QKEY,
-                    &param.private_data,
-                )
-            })
-            .map_err(cm_err)?;
+            dev.agent()
+                .sidr_reply(conn, pcm::SIDR_OK, qpn, RDMA_UDP_QKEY, &param.private_data)
+                .map_err(cm_err)?;
             st.state = IdState::Connected;
             return Ok(());
         }
@@ -210,8 +202,7 @@ impl CmId {
         rep.rnr_retry_count = param.rnr_retry_count.min(7);
         rep.srq = srq;
         rep.private_data[..param.private_data.len()].copy_from_slice(&param.private_data);
-        dev.with_agent(|a, now| a.accept(now, conn, &rep))
-            .map_err(cm_err)?;
+        dev.agent().accept(conn, &rep).map_err(cm_err)?;
         st.state = IdState::Accepted;
         Ok(())
     }
@@ -222,10 +213,12 @@ impl CmId {
         let mut st = self.inner.st.lock();
         let (conn, _, dev) = request(&st, "reject")?;
         if self.inner.qp_type == QpType::Ud {
-            dev.with_agent(|a, now| a.sidr_reply(now, conn, pcm::SIDR_REJECT, 0, 0, private_data))
+            dev.agent()
+                .sidr_reply(conn, pcm::SIDR_REJECT, 0, 0, private_data)
                 .map_err(cm_err)?;
         } else {
-            dev.with_agent(|a, _| a.reject(conn, pcm::reason::CONSUMER_REJECT, private_data))
+            dev.agent()
+                .reject(conn, pcm::reason::CONSUMER_REJECT, private_data)
                 .map_err(cm_err)?;
         }
         dev.routes().conns.remove(&conn);
@@ -246,7 +239,8 @@ impl CmId {
             return Err(Error::Invalid("establish: no connection".into()));
         };
         CmDevice::of(&ctx)?
-            .with_agent(|a, _| a.establish(conn, &[]))
+            .agent()
+            .establish(conn, &[])
             .map_err(cm_err)?;
         st.state = IdState::Connected;
         Ok(())
@@ -272,17 +266,13 @@ impl CmId {
             };
             let _ = qp.modify(&a, AttrMask::STATE);
         }
-        let r = CmDevice::of(&ctx)?.with_agent(|a, now| match a.state(conn) {
-            Some(pcm::ConnState::Established) => a.disconnect(now, conn, &[]),
-            Some(pcm::ConnState::RepSent) => {
-                // Accepted but no RTU yet: as the kernel, a DREQ all
-                // the same once established is implied.
-                a.notify_established(conn)?;
-                a.disconnect(now, conn, &[])
-            }
-            _ => Ok(()),
-        });
-        r.map_err(cm_err)?;
+        // Established, or accepted with no RTU yet (as the kernel: a DREQ
+        // all the same once established is implied): a DREQ; else the
+        // peer's DREQ came first and was answered.
+        CmDevice::of(&ctx)?
+            .agent()
+            .disconnect(conn)
+            .map_err(cm_err)?;
         st.state = IdState::Disconnected;
         Ok(())
     }
@@ -295,7 +285,8 @@ impl CmId {
             return Err(Error::Invalid("notify: no connection".into()));
         };
         CmDevice::of(&ctx)?
-            .with_agent(|a, _| a.notify_established(conn))
+            .agent()
+            .notify_established(conn)
             .map_err(cm_err)
     }
 }

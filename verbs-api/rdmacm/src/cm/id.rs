@@ -7,8 +7,6 @@ use super::{CmEvent, CmEventType, ConnParam, EventChannel, PortSpace, UdParam};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
-use uroce_provider::device::cm as pcm;
 use uroce_verbs::{Context, Mtu, QpType, QueuePair, Result};
 use uroce_wire::cm::ReqRepr;
 use uroce_wire::cma;
@@ -110,13 +108,10 @@ impl IdInner {
                 return;
             };
             dev.routes().conns.remove(&conn);
-            let linger = dev.with_agent(|a, now| {
-                a.destroy(now, conn);
-                (a.state(conn) == Some(pcm::ConnState::DreqSent)).then(|| a.timewait_ns())
-            });
+            let linger = dev.agent().destroy(conn);
             // Never on the engine thread: the wait needs it to run.
-            if let Some(ns) = linger.filter(|_| !ctx.on_engine_thread()) {
-                dev.linger(conn, Duration::from_nanos(ns));
+            if let Some(limit) = linger.filter(|_| !ctx.on_engine_thread()) {
+                dev.linger(conn, limit);
                 // A whole engine pass more: the DREPs that answered the
                 // peer's DREQ are sent, not just queued.
                 let _ = ctx.settle();
