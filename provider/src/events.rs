@@ -13,35 +13,38 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-/// Asynchronous event types (`ibv_event_type`, same numbering).
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum EventType {
-    CqErr = 0,
-    QpFatal = 1,
-    QpReqErr = 2,
-    QpAccessErr = 3,
-    CommEst = 4,
-    SqDrained = 5,
-    PathMig = 6,
-    PathMigErr = 7,
-    DeviceFatal = 8,
-    PortActive = 9,
-    PortErr = 10,
-    LidChange = 11,
-    PkeyChange = 12,
-    SmChange = 13,
-    SrqErr = 14,
-    SrqLimitReached = 15,
-    QpLastWqeReached = 16,
-    ClientReregister = 17,
-    GidChange = 18,
-    /// uroce's own (no `ibv_event_type` has it; the C library does not
-    /// deliver it): a QP saw request packets with PSNs far outside any
-    /// real requester's window at a rate only a PSN sweep produces (see
-    /// the `psn_out_of_window` counter). Reported at most once a second.
-    PsnSweep = 0x100,
+value_enum! {
+    /// Asynchronous event types (`ibv_event_type`, same numbering).
+    #[allow(missing_docs)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum EventType: u32 {
+        CqErr = 0 => "CQ error",
+        QpFatal = 1 => "local work queue catastrophic error",
+        QpReqErr = 2 => "invalid request local work queue error",
+        QpAccessErr = 3 => "local access violation work queue error",
+        CommEst = 4 => "communication established",
+        SqDrained = 5 => "send queue drained",
+        PathMig = 6 => "path migrated",
+        PathMigErr = 7 => "path migration request error",
+        DeviceFatal = 8 => "local catastrophic error",
+        PortActive = 9 => "port active",
+        PortErr = 10 => "port error",
+        LidChange = 11 => "LID change",
+        PkeyChange = 12 => "P_Key change",
+        SmChange = 13 => "SM change",
+        SrqErr = 14 => "SRQ catastrophic error",
+        SrqLimitReached = 15 => "SRQ limit reached",
+        QpLastWqeReached = 16 => "last WQE reached",
+        ClientReregister = 17 => "client reregistration",
+        GidChange = 18 => "GID table change",
+        /// uroce's own (no `ibv_event_type` has it; the C library does not
+        /// deliver it): a QP saw request packets with PSNs far outside any
+        /// real requester's window at a rate only a PSN sweep produces (see
+        /// the `psn_out_of_window` counter). Reported at most once a second.
+        PsnSweep = 0x100 => "PSN sweep (uroce)",
+    }
+    /// The words `ibv_event_type_str` gives.
+    pub as_str: names;
 }
 
 impl EventType {
@@ -49,32 +52,6 @@ impl EventType {
     /// these).
     pub fn is_ibverbs(self) -> bool {
         (self as u32) <= EventType::GidChange as u32
-    }
-    /// The words `ibv_event_type_str` gives.
-    pub fn as_str(self) -> &'static str {
-        use EventType::*;
-        match self {
-            CqErr => "CQ error",
-            QpFatal => "local work queue catastrophic error",
-            QpReqErr => "invalid request local work queue error",
-            QpAccessErr => "local access violation work queue error",
-            CommEst => "communication established",
-            SqDrained => "send queue drained",
-            PathMig => "path migrated",
-            PathMigErr => "path migration request error",
-            DeviceFatal => "local catastrophic error",
-            PortActive => "port active",
-            PortErr => "port error",
-            LidChange => "LID change",
-            PkeyChange => "P_Key change",
-            SmChange => "SM change",
-            SrqErr => "SRQ catastrophic error",
-            SrqLimitReached => "SRQ limit reached",
-            QpLastWqeReached => "last WQE reached",
-            ClientReregister => "client reregistration",
-            GidChange => "GID table change",
-            PsnSweep => "PSN sweep (uroce)",
-        }
     }
 }
 

@@ -35,6 +35,52 @@ macro_rules! planted {
     };
 }
 
+/// An enum of numbered values stated once, with the tables drawn from
+/// that one list: each variant is `Name = value` (and `=> "words"` where
+/// the enum has a table of names), and after the enum each wanted table is
+/// `VIS NAME: KIND;` with its docs, where `KIND` is `names` (a `const fn
+/// NAME(self) -> &'static str`), `values` (a `const fn NAME(v: REPR) ->
+/// Option<Self>`, `None` for a value with no variant) or `all` (a `const
+/// NAME: [Self; N]` of every variant in the order stated). Defined here,
+/// ahead of the modules, so that every module of the crate can use it.
+macro_rules! value_enum {
+    (
+        $(#[$m:meta])*
+        $vis:vis enum $E:ident: $repr:ident $body:tt
+        $( $(#[$a:meta])* $fvis:vis $f:ident: $kind:ident; )*
+    ) => {
+        value_enum!(@enum [$(#[$m])*] $vis $E $repr $body);
+        impl $E {
+            $( value_enum!(@$kind [$(#[$a])*] $fvis $f $E $repr $body); )*
+        }
+    };
+    (@enum [$($m:tt)*] $vis:vis $E:ident $repr:ident
+        { $( $(#[$vm:meta])* $V:ident = $val:literal $(=> $s:literal)?, )+ }) => {
+        $($m)*
+        #[repr($repr)]
+        $vis enum $E { $( $(#[$vm])* $V = $val, )+ }
+    };
+    (@names [$($a:tt)*] $fvis:vis $f:ident $E:ident $repr:ident
+        { $( $(#[$vm:meta])* $V:ident = $val:literal => $s:literal, )+ }) => {
+        $($a)*
+        $fvis const fn $f(self) -> &'static str {
+            match self { $( $E::$V => $s, )+ }
+        }
+    };
+    (@values [$($a:tt)*] $fvis:vis $f:ident $E:ident $repr:ident
+        { $( $(#[$vm:meta])* $V:ident = $val:literal $(=> $s:literal)?, )+ }) => {
+        $($a)*
+        $fvis const fn $f(v: $repr) -> Option<$E> {
+            match v { $( $val => Some($E::$V), )+ _ => None }
+        }
+    };
+    (@all [$($a:tt)*] $fvis:vis $f:ident $E:ident $repr:ident
+        { $( $(#[$vm:meta])* $V:ident = $val:literal $(=> $s:literal)?, )+ }) => {
+        $($a)*
+        $fvis const $f: [$E; [$(stringify!($V)),+].len()] = [$($E::$V),+];
+    };
+}
+
 // The face (the device and its handles) and the value types are public;
 // everything else is the provider's own (see `layering.rs`, which keeps
 // this list). The sans-IO transport, the simulated network and the

@@ -38,63 +38,42 @@ bitflags! {
     }
 }
 
-/// Work completion status (`ibv_wc_status`); `Display` gives the spec's
-/// words, as `ibv_wc_status_str` does.
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum WcStatus {
-    Success = 0,
-    LocLenErr = 1,
-    LocQpOpErr = 2,
-    LocEecOpErr = 3,
-    LocProtErr = 4,
-    WrFlushErr = 5,
-    MwBindErr = 6,
-    BadRespErr = 7,
-    LocAccessErr = 8,
-    RemInvReqErr = 9,
-    RemAccessErr = 10,
-    RemOpErr = 11,
-    RetryExcErr = 12,
-    RnrRetryExcErr = 13,
-    LocRddViolErr = 14,
-    RemInvRdReqErr = 15,
-    RemAbortErr = 16,
-    InvEecnErr = 17,
-    InvEecStateErr = 18,
-    FatalErr = 19,
-    RespTimeoutErr = 20,
-    GeneralErr = 21,
+value_enum! {
+    /// Work completion status (`ibv_wc_status`); `Display` gives the spec's
+    /// words, as `ibv_wc_status_str` does.
+    #[allow(missing_docs)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum WcStatus: u32 {
+        Success = 0 => "success",
+        LocLenErr = 1 => "local length error",
+        LocQpOpErr = 2 => "local QP operation error",
+        LocEecOpErr = 3 => "local EE context operation error",
+        LocProtErr = 4 => "local protection error",
+        WrFlushErr = 5 => "Work Request Flushed Error",
+        MwBindErr = 6 => "memory management operation error",
+        BadRespErr = 7 => "bad response error",
+        LocAccessErr = 8 => "local access error",
+        RemInvReqErr = 9 => "remote invalid request error",
+        RemAccessErr = 10 => "remote access error",
+        RemOpErr = 11 => "remote operation error",
+        RetryExcErr = 12 => "transport retry counter exceeded",
+        RnrRetryExcErr = 13 => "RNR retry counter exceeded",
+        LocRddViolErr = 14 => "local RDD violation error",
+        RemInvRdReqErr = 15 => "remote invalid RD request",
+        RemAbortErr = 16 => "aborted error",
+        InvEecnErr = 17 => "invalid EE context number",
+        InvEecStateErr = 18 => "invalid EE context state",
+        FatalErr = 19 => "fatal error",
+        RespTimeoutErr = 20 => "response timeout error",
+        GeneralErr = 21 => "general error",
+    }
+    /// The spec's words (`ibv_wc_status_str`).
+    words: names;
 }
 
 impl fmt::Display for WcStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use WcStatus::*;
-        f.write_str(match self {
-            Success => "success",
-            LocLenErr => "local length error",
-            LocQpOpErr => "local QP operation error",
-            LocEecOpErr => "local EE context operation error",
-            LocProtErr => "local protection error",
-            WrFlushErr => "Work Request Flushed Error",
-            MwBindErr => "memory management operation error",
-            BadRespErr => "bad response error",
-            LocAccessErr => "local access error",
-            RemInvReqErr => "remote invalid request error",
-            RemAccessErr => "remote access error",
-            RemOpErr => "remote operation error",
-            RetryExcErr => "transport retry counter exceeded",
-            RnrRetryExcErr => "RNR retry counter exceeded",
-            LocRddViolErr => "local RDD violation error",
-            RemInvRdReqErr => "remote invalid RD request",
-            RemAbortErr => "aborted error",
-            InvEecnErr => "invalid EE context number",
-            InvEecStateErr => "invalid EE context state",
-            FatalErr => "fatal error",
-            RespTimeoutErr => "response timeout error",
-            GeneralErr => "general error",
-        })
+        f.write_str(self.words())
     }
 }
 
@@ -116,63 +95,34 @@ pub enum WcOpcode {
     RecvRdmaWithImm = 129,
 }
 
-/// Send work request opcode (`ibv_wr_opcode`).
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum WrOpcode {
-    RdmaWrite = 0,
-    RdmaWriteWithImm = 1,
-    Send = 2,
-    SendWithImm = 3,
-    RdmaRead = 4,
-    AtomicCmpAndSwp = 5,
-    AtomicFetchAndAdd = 6,
-    LocalInv = 7,
-    BindMw = 8,
-    SendWithInv = 9,
-    /// RDMA FLUSH (IBA 1.5; rdma-core's `ibv_wr_flush`).
-    Flush = 14,
-    /// RDMA ATOMIC WRITE (IBA 1.5; `ibv_wr_atomic_write`): the 8 bytes
-    /// are the WR's `inline_data`.
-    AtomicWrite = 15,
+value_enum! {
+    /// Send work request opcode (`ibv_wr_opcode`).
+    #[allow(missing_docs)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum WrOpcode: u32 {
+        RdmaWrite = 0 => "RDMA_WRITE",
+        RdmaWriteWithImm = 1 => "RDMA_WRITE_WITH_IMM",
+        Send = 2 => "SEND",
+        SendWithImm = 3 => "SEND_WITH_IMM",
+        RdmaRead = 4 => "RDMA_READ",
+        AtomicCmpAndSwp = 5 => "ATOMIC_CMP_AND_SWP",
+        AtomicFetchAndAdd = 6 => "ATOMIC_FETCH_AND_ADD",
+        LocalInv = 7 => "LOCAL_INV",
+        BindMw = 8 => "BIND_MW",
+        SendWithInv = 9 => "SEND_WITH_INV",
+        /// RDMA FLUSH (IBA 1.5; rdma-core's `ibv_wr_flush`).
+        Flush = 14 => "FLUSH",
+        /// RDMA ATOMIC WRITE (IBA 1.5; `ibv_wr_atomic_write`): the 8 bytes
+        /// are the WR's `inline_data`.
+        AtomicWrite = 15 => "ATOMIC_WRITE",
+    }
+    /// The verbs name (`ibv_wr_opcode` without `IBV_WR_`).
+    pub name: names;
+    /// Every send opcode.
+    pub ALL: all;
 }
 
 impl WrOpcode {
-    /// The verbs name (`ibv_wr_opcode` without `IBV_WR_`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            WrOpcode::RdmaWrite => "RDMA_WRITE",
-            WrOpcode::RdmaWriteWithImm => "RDMA_WRITE_WITH_IMM",
-            WrOpcode::Send => "SEND",
-            WrOpcode::SendWithImm => "SEND_WITH_IMM",
-            WrOpcode::RdmaRead => "RDMA_READ",
-            WrOpcode::AtomicCmpAndSwp => "ATOMIC_CMP_AND_SWP",
-            WrOpcode::AtomicFetchAndAdd => "ATOMIC_FETCH_AND_ADD",
-            WrOpcode::LocalInv => "LOCAL_INV",
-            WrOpcode::BindMw => "BIND_MW",
-            WrOpcode::SendWithInv => "SEND_WITH_INV",
-            WrOpcode::Flush => "FLUSH",
-            WrOpcode::AtomicWrite => "ATOMIC_WRITE",
-        }
-    }
-
-    /// Every send opcode.
-    pub const ALL: [WrOpcode; 12] = [
-        WrOpcode::RdmaWrite,
-        WrOpcode::RdmaWriteWithImm,
-        WrOpcode::Send,
-        WrOpcode::SendWithImm,
-        WrOpcode::RdmaRead,
-        WrOpcode::AtomicCmpAndSwp,
-        WrOpcode::AtomicFetchAndAdd,
-        WrOpcode::LocalInv,
-        WrOpcode::BindMw,
-        WrOpcode::SendWithInv,
-        WrOpcode::Flush,
-        WrOpcode::AtomicWrite,
-    ];
-
     /// The wire operation of a request WR and what its last packet carries
     /// (the opcode table then gives each packet's opcode:
     /// [`uroce_wire::Opcode::request`]); `None` for local operations.
@@ -524,60 +474,39 @@ impl QpType {
     }
 }
 
-/// QP state (`ibv_qp_state`).
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum QpState {
-    Reset = 0,
-    Init = 1,
-    Rtr = 2,
-    Rts = 3,
-    Sqd = 4,
-    Sqe = 5,
-    Err = 6,
-}
-
-impl QpState {
+value_enum! {
+    /// QP state (`ibv_qp_state`).
+    #[allow(missing_docs)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum QpState: u32 {
+        Reset = 0 => "RESET",
+        Init = 1 => "INIT",
+        Rtr = 2 => "RTR",
+        Rts = 3 => "RTS",
+        Sqd = 4 => "SQD",
+        Sqe = 5 => "SQE",
+        Err = 6 => "ERR",
+    }
     /// The name `rdma resource show qp` writes (`ibv_qp_state` without
     /// `IBV_QPS_`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            QpState::Reset => "RESET",
-            QpState::Init => "INIT",
-            QpState::Rtr => "RTR",
-            QpState::Rts => "RTS",
-            QpState::Sqd => "SQD",
-            QpState::Sqe => "SQE",
-            QpState::Err => "ERR",
-        }
-    }
-
+    pub name: names;
     /// The state with this `ibv_qp_state` value.
-    pub const fn from_u32(v: u32) -> Option<QpState> {
-        Some(match v {
-            0 => QpState::Reset,
-            1 => QpState::Init,
-            2 => QpState::Rtr,
-            3 => QpState::Rts,
-            4 => QpState::Sqd,
-            5 => QpState::Sqe,
-            6 => QpState::Err,
-            _ => return None,
-        })
-    }
+    pub from_u32: values;
 }
 
-/// Path MTU (`ibv_mtu`): 256..4096 bytes.
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u32)]
-pub enum Mtu {
-    Mtu256 = 1,
-    Mtu512 = 2,
-    Mtu1024 = 3,
-    Mtu2048 = 4,
-    Mtu4096 = 5,
+value_enum! {
+    /// Path MTU (`ibv_mtu`): 256..4096 bytes.
+    #[allow(missing_docs)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Mtu: u32 {
+        Mtu256 = 1,
+        Mtu512 = 2,
+        Mtu1024 = 3,
+        Mtu2048 = 4,
+        Mtu4096 = 5,
+    }
+    /// From the enum value (1..=5).
+    pub from_u32: values;
 }
 
 impl Mtu {
@@ -585,27 +514,14 @@ impl Mtu {
     pub const fn bytes(self) -> u32 {
         128 << (self as u32)
     }
-    /// From the enum value (1..=5).
-    pub const fn from_u32(v: u32) -> Option<Mtu> {
-        Some(match v {
-            1 => Mtu::Mtu256,
-            2 => Mtu::Mtu512,
-            3 => Mtu::Mtu1024,
-            4 => Mtu::Mtu2048,
-            5 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
     /// From a byte count (exact: 256, 512, 1024, 2048, 4096).
     pub const fn from_bytes(b: u32) -> Option<Mtu> {
-        Some(match b {
-            256 => Mtu::Mtu256,
-            512 => Mtu::Mtu512,
-            1024 => Mtu::Mtu1024,
-            2048 => Mtu::Mtu2048,
-            4096 => Mtu::Mtu4096,
-            _ => return None,
-        })
+        // 256 = 128 << 1 ... 4096 = 128 << 5: the enum value is log2 - 7.
+        if b.is_power_of_two() {
+            Mtu::from_u32(b.trailing_zeros().wrapping_sub(7))
+        } else {
+            None
+        }
     }
     /// The largest IB MTU whose RoCEv2 packets fit an interface MTU, as
     /// rxe computes its active MTU (1500 -> 1024, 9000 -> 4096).

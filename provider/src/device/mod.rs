@@ -111,28 +111,26 @@ impl From<PostError> for DeviceError {
     }
 }
 
-impl From<QueueAllocError> for DeviceError {
-    fn from(_: QueueAllocError) -> DeviceError {
-        DeviceError::NoMemory("cannot allocate the queue's memory")
-    }
+/// `From` for the errors that become one kind of `DeviceError` whatever
+/// they hold: EINVAL with the error's words, or ENOMEM with fixed words.
+macro_rules! device_error_from {
+    ($($from:ty => $kind:ident $(($words:literal))?;)+) => {
+        $(impl From<$from> for DeviceError {
+            #[allow(unused_variables)]
+            fn from(e: $from) -> DeviceError {
+                device_error_from!(@$kind e $($words)?)
+            }
+        })+
+    };
+    (@Invalid $e:ident) => { DeviceError::Invalid($e.to_string()) };
+    (@NoMemory $e:ident $words:literal) => { DeviceError::NoMemory($words) };
 }
 
-impl From<CapError> for DeviceError {
-    fn from(e: CapError) -> DeviceError {
-        DeviceError::Invalid(e.to_string())
-    }
-}
-
-impl From<QuotaFull> for DeviceError {
-    fn from(_: QuotaFull) -> DeviceError {
-        DeviceError::NoMemory("the device holds as many objects of this kind as it advertises")
-    }
-}
-
-impl From<LimitError> for DeviceError {
-    fn from(e: LimitError) -> DeviceError {
-        DeviceError::Invalid(e.to_string())
-    }
+device_error_from! {
+    QueueAllocError => NoMemory("cannot allocate the queue's memory");
+    CapError => Invalid;
+    QuotaFull => NoMemory("the device holds as many objects of this kind as it advertises");
+    LimitError => Invalid;
 }
 
 /// A result of the face.

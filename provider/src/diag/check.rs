@@ -38,41 +38,25 @@ use std::sync::{Arc, Once, Weak};
 /// every category, or a comma-separated list of category names.
 pub const CHECK_ENV: &str = "UROCE_CHECK";
 
-/// What the checker looks for (see the module docs' table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Category {
-    /// Source buffers changed before the completion.
-    Buffer = 1,
-    /// Objects gone while work uses them.
-    Lifetime = 2,
-    /// Queue sizing: send queue overruns, CQs too small.
-    Queue = 4,
-    /// Completion events.
-    Event = 8,
-    /// The rules each WR must pass.
-    Post = 16,
-}
-
-impl Category {
-    /// Every category.
-    pub const ALL: [Category; 5] = [
-        Category::Buffer,
-        Category::Lifetime,
-        Category::Queue,
-        Category::Event,
-        Category::Post,
-    ];
-    /// The name `UROCE_CHECK` takes.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Category::Buffer => "buffer",
-            Category::Lifetime => "lifetime",
-            Category::Queue => "queue",
-            Category::Event => "event",
-            Category::Post => "post",
-        }
+value_enum! {
+    /// What the checker looks for (see the module docs' table).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Category: u32 {
+        /// Source buffers changed before the completion.
+        Buffer = 1 => "buffer",
+        /// Objects gone while work uses them.
+        Lifetime = 2 => "lifetime",
+        /// Queue sizing: send queue overruns, CQs too small.
+        Queue = 4 => "queue",
+        /// Completion events.
+        Event = 8 => "event",
+        /// The rules each WR must pass.
+        Post = 16 => "post",
     }
+    /// Every category.
+    pub ALL: all;
+    /// The name `UROCE_CHECK` takes.
+    pub name: names;
 }
 
 static FROM_ENV: Once = Once::new();

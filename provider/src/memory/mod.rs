@@ -57,8 +57,7 @@ pub mod range;
 pub mod shared;
 pub mod window;
 use shared::Shared;
-pub use window::MwError;
-pub use window::{MwBind, MwInner, MwType};
+pub use window::{MwBind, MwError, MwInner, MwType};
 
 /// Identifies a protection domain within a context.
 pub type PdId = u32;
