@@ -86,11 +86,6 @@ pub fn enabled() -> bool {
     std::env::var("UROCE_SHARE").map_or(true, |v| v.trim() != "0")
 }
 
-/// The slot a QPN belongs to.
-pub fn slot_of(qpn: u32) -> u32 {
-    (qpn >> SLOT_SHIFT) & ((1 << SLOT_BITS) - 1)
-}
-
 /// What the engine does with a datagram it received (see
 /// [`Steer::screen`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
