@@ -89,7 +89,11 @@ pub fn exec(cmd: &[std::ffi::OsString]) -> String {
         // The same library as an rtld-audit module: a libibverbs or
         // librdmacm loaded by any other name or path (a wheel's bundled,
         // renamed copy) is redirected to this directory's.
-        .env("LD_AUDIT", join("LD_AUDIT", &preload, ":"));
+        .env("LD_AUDIT", join("LD_AUDIT", &preload, ":"))
+        .env(
+            "GLIBC_TUNABLES",
+            tunables(std::env::var("GLIBC_TUNABLES").ok()),
+        );
     // The sysfs view: without it the program runs on, as on a machine
     // whose sysfs has no RDMA devices.
     match crate::sysfs_tree::prepare() {
@@ -102,6 +106,22 @@ pub fn exec(cmd: &[std::ffi::OsString]) -> String {
     format!("{}: {err}", prog.to_string_lossy())
 }
 
+/// The static TLS glibc sets aside for libraries loaded after start
+/// (`glibc.rtld.optional_static_tls`), raised to 64 KiB unless the caller
+/// chose a size. An audit module loads a second copy of the C library in
+/// a namespace of its own, which takes most of the default 512 bytes;
+/// without more, a program with a large initial-exec TLS segment (rustc's
+/// `librustc_driver` has 23 KiB) fails to start: "cannot allocate memory
+/// in static TLS block". 64 KiB is reserved once per thread.
+fn tunables(old: Option<String>) -> String {
+    const TLS: &str = "glibc.rtld.optional_static_tls";
+    match old.filter(|o| !o.is_empty()) {
+        Some(o) if o.split(':').any(|t| t.starts_with(TLS)) => o,
+        Some(o) => format!("{o}:{TLS}=0x10000"),
+        None => format!("{TLS}=0x10000"),
+    }
+}
+
 /// Prints the directory for the running binary.
 pub fn run() -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -112,6 +132,22 @@ pub fn run() -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tunables_raise_static_tls_unless_chosen() {
+        let t = super::tunables;
+        assert_eq!(t(None), "glibc.rtld.optional_static_tls=0x10000");
+        assert_eq!(
+            t(Some(String::new())),
+            "glibc.rtld.optional_static_tls=0x10000"
+        );
+        assert_eq!(
+            t(Some("glibc.malloc.arena_max=2".into())),
+            "glibc.malloc.arena_max=2:glibc.rtld.optional_static_tls=0x10000"
+        );
+        let chosen = "glibc.rtld.optional_static_tls=0x400:glibc.malloc.arena_max=2";
+        assert_eq!(t(Some(chosen.into())), chosen);
+    }
+
     #[test]
     fn makes_the_link_and_refuses_without_the_library() {
         let d = std::env::temp_dir().join(format!("uroce-libdir-{}", std::process::id()));
