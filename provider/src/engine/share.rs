@@ -13,7 +13,7 @@
 //!   [`SLOT_BITS`] bits: slot `s` owns QPNs `s << 18 ..= s << 18 | 0x3ffff`,
 //!   so a QPN names its process and no two processes hand out the same
 //!   one. A slot is an exclusive `flock` on `slot-<s>` in the device's
-//!   state directory (`$XDG_RUNTIME_DIR/uroce/<ip>/`, else
+//!   state directory (`/run/user/<uid>/uroce/<ip>/`, else
 //!   `/tmp/uroce-<uid>/<ip>/`, private to the user): the kernel releases
 //!   it when its holder exits, however it exits. Slot 63 is never taken:
 //!   its numbers hold the multicast QPN (0xFFFFFF) and the probe's.
@@ -549,17 +549,20 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// The device's state directory: `$XDG_RUNTIME_DIR/uroce/<ip>` if that
-/// is the user's, else `/tmp/uroce-<uid>/<ip>`; each level private to the
-/// user.
+/// The device's state directory: `/run/user/<uid>/uroce/<ip>` if that
+/// runtime directory is the user's, else `/tmp/uroce-<uid>/<ip>`; each
+/// level private to the user. Made from the user and the address alone,
+/// never from the environment (`XDG_RUNTIME_DIR`, `TMPDIR`): two
+/// processes of one user in different environments share one reuseport
+/// group, so they must find one set of slot locks, or both would take
+/// the same slot.
 fn state_dir(ip: IpAddr) -> Result<PathBuf, JoinError> {
     let uid = euid();
-    let xdg = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.is_absolute() && std::fs::metadata(d).is_ok_and(|m| m.uid() == uid));
-    let base = match xdg {
-        Some(d) => d.join("uroce"),
-        None => std::env::temp_dir().join(format!("uroce-{uid}")),
+    let run = PathBuf::from(format!("/run/user/{uid}"));
+    let base = if std::fs::metadata(&run).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
+        run.join("uroce")
+    } else {
+        PathBuf::from(format!("/tmp/uroce-{uid}"))
     };
     let dir = base.join(ip.to_string());
     for d in [&base, &dir] {
