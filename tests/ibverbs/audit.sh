@@ -52,3 +52,21 @@ else
     fail "bundled libibverbs" "the program does not need $bundled through RUNPATH"
   fi
 fi
+# The audit module's namespace takes glibc's optional static TLS: without
+# the room `uroce exec` adds (GLIBC_TUNABLES), a program linked with a
+# library of 32 KiB of initial-exec TLS (as rustc's librustc_driver) fails
+# to start ("cannot allocate memory in static TLS block").
+mkdir -p "$tmp/tls"
+echo '__thread char big[32768] __attribute__((tls_model("initial-exec")));
+char *big_tls(void) { big[0] = 1; return big; }' >"$tmp/tls/big.c"
+echo 'char *big_tls(void); int main(void) { return big_tls()[0] == 1 ? 0 : 1; }' >"$tmp/tls/main.c"
+if cc -shared -fPIC -O1 -o "$tmp/tls/libbig.so" "$tmp/tls/big.c" &&
+  cc -O1 -o "$tmp/tls/bigtls" "$tmp/tls/main.c" "$tmp/tls/libbig.so" -Wl,-rpath,"$tmp/tls"; then
+  if UROCE_DEVICES=uroce0=127.105.9.1 timeout 20 "$uroce_bin" exec "$tmp/tls/bigtls" >"$tmp/out" 2>&1; then
+    pass "large initial-exec TLS (uroce exec)" "a library of 32 KiB of initial-exec TLS loads beside the audit module"
+  else
+    fail "large initial-exec TLS (uroce exec)" "$(head -c 300 "$tmp/out")"
+  fi
+else
+  fail "large initial-exec TLS (uroce exec)" "could not build the program"
+fi

@@ -74,7 +74,17 @@ fn ours() -> &'static Option<[Vec<u8>; 2]> {
         let me = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes();
         let dir = &me[..me.iter().rposition(|&b| b == b'/')?];
         let path = |file: &[u8]| [dir, b"/", file, b"\0"].concat();
-        Some([path(KINDS[0].1), path(KINDS[1].1)])
+        let both = [path(KINDS[0].1), path(KINDS[1].1)];
+        // Loaded from outside `uroce libdir` (no uroce library beside
+        // it): redirect nothing rather than to files that are not there.
+        let present = |p: &[u8]| {
+            let p = std::ffi::CStr::from_bytes_with_nul(p).ok()?;
+            // SAFETY: a NUL-terminated path; faccessat only reads it.
+            (unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), libc::F_OK, 0) } == 0)
+                .then_some(())
+        };
+        both.iter().try_for_each(|p| present(p))?;
+        Some(both)
     })
 }
 
@@ -82,11 +92,7 @@ fn ours() -> &'static Option<[Vec<u8>; 2]> {
 /// "do not use this library", for a linker too old to have one).
 #[no_mangle]
 pub extern "C" fn la_version(version: c_uint) -> c_uint {
-    if version == 0 {
-        0
-    } else {
-        LAV_VERSION.min(version)
-    }
+    LAV_VERSION.min(version)
 }
 
 /// The dynamic linker's question about a name to load (`LA_SER_ORIG`) or
