@@ -20,7 +20,7 @@
 //! (its CQs and the device's event queue, see `transport::QpConfig`).
 
 use crate::counters::Counters;
-use crate::observe::{self, Dir, Event, Topic};
+use crate::observe::{self, Dir, Fact, PacketInfo, Topic};
 use crate::transport::{Nanos, QpMachine, RxMeta, Transmit};
 use crate::types::QpType;
 use rustc_hash::FxHashMap;
@@ -545,10 +545,10 @@ impl Endpoint {
         let Some(s) = self.qps.get_mut(&qpn) else {
             return false;
         };
-        observe::tell(Topic::TIMELINE, || Event::Packet {
+        observe::tell(Topic::TIMELINE, || Fact::Packet {
             qpn,
             dir: Dir::Rx,
-            pkt,
+            pkt: PacketInfo::of(pkt),
         });
         s.qp.handle_packet(now, meta, pkt);
         if !s.dirty {
@@ -589,12 +589,7 @@ impl Endpoint {
                 self.inflight = self.inflight - was + fresh;
                 if let Some(t) = t {
                     self.current = Some((qpn, sent + 1));
-                    let bytes = &buf[..t.len];
-                    observe::tell(Topic::TIMELINE, || Event::PacketBytes {
-                        qpn,
-                        dir: Dir::Tx,
-                        bytes,
-                    });
+                    observe::tell_packet_bytes(qpn, Dir::Tx, &buf[..t.len]);
                     return Some(t);
                 }
                 if spent && fresh > 0 && !slot.throttled {

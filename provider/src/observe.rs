@@ -17,10 +17,12 @@
 pub mod cause;
 
 use crate::memory::{KeyTable, MrInner, PdId};
-use crate::types::{QpState, QpType, RecvWr, SendWr, Wc, WcStatus};
+use crate::types::{QpState, QpType, RecvWr, SendWr, Wc, WcStatus, WrOpcode};
+use cause::Explanation;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
+use uroce_wire::aeth::AethSyndrome;
 use uroce_wire::packet::ParsedPacket;
 
 /// False only in the yardstick build (`--cfg uroce_no_diag`) of
@@ -49,6 +51,9 @@ bitflags::bitflags! {
         /// The timeline (`UROCE_TRACE`): QPs, WRs, packets, retries,
         /// state changes, CM messages.
         const TIMELINE = 1 << 8;
+        /// The explanations printed (`UROCE_EXPLAIN=1`): each error a QP
+        /// explains ([`Event::Explained`], [`Event::EntersErr`]).
+        const EXPLAIN = 1 << 9;
     }
 }
 
@@ -116,13 +121,109 @@ pub enum Gone {
     Destroyed,
 }
 
-/// One fact a tool may want. Borrowed data lives only for the call.
+/// One fact a tool may want. Borrowed data lives only for the call; what
+/// a QP, its queues and its packets did is a [`Fact`] of owned values,
+/// which a tool may keep as it is (the timeline does).
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
     /// A device opened (the tools start what they need).
     DeviceOpened,
     /// A device closed (the tools flush what they keep).
     DeviceClosed,
+    /// What a QP did ([`Topic::TIMELINE`]).
+    Fact(Fact),
+    /// The engine wrote into registered memory.
+    NicWrote {
+        /// The region.
+        mr: &'a MrInner,
+        /// Where in it.
+        offset: usize,
+        /// How many bytes.
+        len: usize,
+    },
+    /// The application took a CQ's completion event (or destroys the
+    /// CQ) while completions that came before the last event it took
+    /// still wait unpolled.
+    CqNotPolled {
+        /// The CQ's handle.
+        cq: u32,
+        /// Completions waiting.
+        waiting: usize,
+        /// At the CQ's destroy (else: at another event).
+        at_destroy: bool,
+    },
+    /// The application destroys a CQ while completion events it took are
+    /// not acknowledged (`ibv_ack_cq_events`).
+    CqDestroyUnacked {
+        /// The CQ's handle.
+        cq: u32,
+        /// Events taken and not acknowledged.
+        unacked: u32,
+    },
+    /// The application calls a verb on a QP a tool keeps a record of
+    /// (what the checker's rules of posts and state changes look at).
+    QpCall {
+        /// The tool's record of the QP.
+        qp: &'a QpRecord,
+        /// What it does.
+        call: QpCall<'a>,
+    },
+    /// The application posts receive WR `wr` to queue `owner` (a QP's
+    /// number, or an SRQ's handle) of PD `pd` (before it is queued).
+    RecvPosting {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The PD the buffers must be in.
+        pd: PdId,
+        /// The QP or SRQ.
+        owner: u32,
+        /// The WR.
+        wr: &'a RecvWr,
+    },
+    /// The application polled completions `wcs` from a CQ of the device
+    /// with `keys`.
+    Polled {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The completions.
+        wcs: &'a [Wc],
+    },
+    /// The region with local key `lkey` is being deregistered.
+    Deregistering {
+        /// The device's key table.
+        keys: &'a Arc<KeyTable>,
+        /// The region's lkey.
+        lkey: u32,
+    },
+    /// A QP explained an error: which check failed, on which side (kept
+    /// in the QP's `StateCell` whether or not a tool is told).
+    Explained {
+        /// The explanation.
+        e: &'a Explanation,
+    },
+    /// A QP enters ERR because of the error completion with status
+    /// `after` it explained just before.
+    EntersErr {
+        /// The QP.
+        qpn: u32,
+        /// The status of the completion explained before.
+        after: WcStatus,
+    },
+    /// A CM MAD sent or received, or a CM event.
+    Cm {
+        /// What (the MAD's or event's name).
+        what: &'static str,
+        /// Our communication ID, when known.
+        conn: Option<u32>,
+        /// The peer, the transaction.
+        detail: &'a str,
+    },
+}
+
+/// What a QP, its queues and its packets did: owned `Copy` values, told
+/// under [`Topic::TIMELINE`] ([`Event::Fact`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Fact {
     /// A QP was made, with its queues.
     QpCreated {
         /// Its number.
@@ -149,8 +250,12 @@ pub enum Event<'a> {
     SendPosted {
         /// The send queue.
         queue: QueueId,
-        /// The WR.
-        wr: &'a SendWr,
+        /// Its ID.
+        wr_id: u64,
+        /// Its operation.
+        opcode: WrOpcode,
+        /// The bytes it sends or reads (its inline data, or its SG list).
+        len: u64,
     },
     /// A receive WR was posted.
     RecvPosted {
@@ -167,8 +272,8 @@ pub enum Event<'a> {
         qpn: u32,
         /// The send queue.
         queue: QueueId,
-        /// The WR.
-        wr: &'a SendWr,
+        /// Its ID.
+        wr_id: u64,
         /// How it ended.
         status: WcStatus,
         /// The bytes it moved.
@@ -206,17 +311,8 @@ pub enum Event<'a> {
         qpn: u32,
         /// Which way.
         dir: Dir,
-        /// The packet.
-        pkt: &'a ParsedPacket<'a>,
-    },
-    /// A QP sent a UDP payload (not parsed yet).
-    PacketBytes {
-        /// The QP.
-        qpn: u32,
-        /// Which way.
-        dir: Dir,
-        /// The UDP payload.
-        bytes: &'a [u8],
+        /// Its headers' facts.
+        pkt: PacketInfo,
     },
     /// A requester goes back to resend from `psn`.
     Retransmit {
@@ -240,81 +336,65 @@ pub enum Event<'a> {
         /// RNR retries left.
         retries_left: u8,
     },
-    /// The engine wrote into registered memory.
-    NicWrote {
-        /// The region.
-        mr: &'a MrInner,
-        /// Where in it.
-        offset: usize,
-        /// How many bytes.
-        len: usize,
-    },
-    /// The application took a CQ's completion event (or destroys the
-    /// CQ) while completions that came before the last event it took
-    /// still wait unpolled.
-    CqNotPolled {
-        /// The CQ's handle.
-        cq: u32,
-        /// Completions waiting.
-        waiting: usize,
-        /// At the CQ's destroy (else: at another event).
-        at_destroy: bool,
-    },
-    /// The application destroys a CQ while completion events it took are
-    /// not acknowledged (`ibv_ack_cq_events`).
-    CqDestroyUnacked {
-        /// The CQ's handle.
-        cq: u32,
-        /// Events taken and not acknowledged.
-        unacked: u32,
-    },
-    /// The application calls a verb on QP `qpn` (what the checker's
-    /// rules of posts and state changes look at).
-    QpCall {
-        /// The device's key table (whose QP `qpn` is).
-        keys: &'a Arc<KeyTable>,
-        /// The QP.
-        qpn: u32,
-        /// What it does.
-        call: QpCall<'a>,
-    },
-    /// The application posts receive WR `wr` to queue `owner` (a QP's
-    /// number, or an SRQ's handle) of PD `pd` (before it is queued).
-    RecvPosting {
-        /// The device's key table.
-        keys: &'a Arc<KeyTable>,
-        /// The PD the buffers must be in.
-        pd: PdId,
-        /// The QP or SRQ.
-        owner: u32,
-        /// The WR.
-        wr: &'a RecvWr,
-    },
-    /// The application polled completions `wcs` from a CQ of the device
-    /// with `keys`.
-    Polled {
-        /// The device's key table.
-        keys: &'a Arc<KeyTable>,
-        /// The completions.
-        wcs: &'a [Wc],
-    },
-    /// The region with local key `lkey` is being deregistered.
-    Deregistering {
-        /// The device's key table.
-        keys: &'a Arc<KeyTable>,
-        /// The region's lkey.
-        lkey: u32,
-    },
-    /// A CM MAD sent or received, or a CM event.
-    Cm {
-        /// What (the MAD's or event's name).
-        what: &'static str,
-        /// Our communication ID, when known.
-        conn: Option<u32>,
-        /// The peer, the transaction.
-        detail: &'a str,
-    },
 }
+
+impl From<Fact> for Event<'_> {
+    fn from(f: Fact) -> Self {
+        Event::Fact(f)
+    }
+}
+
+/// What the tools show of a packet ([`Fact::Packet`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PacketInfo {
+    /// The opcode's name (`RC_SEND_ONLY`).
+    pub opcode: &'static str,
+    /// Its PSN.
+    pub psn: u32,
+    /// The destination QP.
+    pub dest_qp: u32,
+    /// The payload's length.
+    pub len: u32,
+    /// An ACK's or NAK's syndrome and MSN.
+    pub aeth: Option<(AethSyndrome, u32)>,
+}
+
+impl PacketInfo {
+    /// The facts of `pkt`.
+    pub fn of(pkt: &ParsedPacket<'_>) -> PacketInfo {
+        PacketInfo {
+            opcode: pkt.info.name,
+            psn: pkt.bth.psn.value(),
+            dest_qp: pkt.bth.dest_qp,
+            len: pkt.payload.len() as u32,
+            aeth: pkt.aeth().map(|a| (a.syndrome, a.msn)),
+        }
+    }
+}
+
+/// Tells the process's observer, when a tool wants the timeline, of the
+/// UDP payload `bytes` QP `qpn` sent (`dir`: out, or lost to the fault
+/// injector); a payload that does not parse is not told.
+#[inline(always)]
+pub fn tell_packet_bytes(qpn: u32, dir: Dir, bytes: &[u8]) {
+    #[cold]
+    #[inline(never)]
+    fn parsed(qpn: u32, dir: Dir, bytes: &[u8]) {
+        if let Ok(p) = uroce_wire::packet::parse(bytes) {
+            let pkt = PacketInfo::of(&p);
+            Observer::process().send(Fact::Packet { qpn, dir, pkt }.into());
+        }
+    }
+    if wants(Topic::TIMELINE) {
+        parsed(qpn, dir, bytes);
+    }
+}
+
+/// A tool's own record of one QP (the checker's ledger): made by the tool,
+/// held by the QP's handle and handed back with the QP's calls
+/// ([`Event::QpCall`]), so that the tool finds it without a lookup. Opaque
+/// to the seam and the core.
+pub type QpRecord = dyn std::any::Any + Send + Sync;
 
 /// A verb the application calls on a QP ([`Event::QpCall`]).
 #[derive(Debug, Clone, Copy)]
@@ -354,31 +434,33 @@ pub fn install(o: &'static dyn Observe) {
 
 /// Whom a QP (or the process) tells: a handle held in each QP's config.
 #[derive(Clone, Copy)]
-pub struct Observer(&'static dyn Observe);
+pub struct Observer(Option<&'static dyn Observe>);
 
 impl Observer {
     /// The process's observer: what new QPs are given, and what is told
-    /// of events that belong to no QP.
+    /// of events that belong to no QP. It is found when told (the tools
+    /// may install theirs after a QP was made).
     pub fn process() -> Observer {
-        Observer(PROCESS.get().copied().unwrap_or(&IGNORE))
+        Observer(None)
     }
     /// A given observer (tests watch a QP with their own).
     pub fn new(o: &'static dyn Observe) -> Observer {
-        Observer(o)
+        Observer(Some(o))
     }
     /// Tells `e` when some tool wants topic `t`; `e` is not even made
     /// otherwise.
     #[inline(always)]
-    pub fn tell<'a>(self, t: Topic, e: impl FnOnce() -> Event<'a>) {
+    pub fn tell<'a, E: Into<Event<'a>>>(self, t: Topic, e: impl FnOnce() -> E) {
         if wants(t) {
-            self.send(e());
+            self.send(e().into());
         }
     }
     /// Tells `e` whatever the topics (lifecycle events, once per device).
     #[cold]
     #[inline(never)]
     pub fn send(self, e: Event<'_>) {
-        self.0.observe(&e);
+        let o = self.0.or_else(|| PROCESS.get().copied()).unwrap_or(&IGNORE);
+        o.observe(&e);
     }
 }
 
@@ -396,9 +478,9 @@ impl std::fmt::Debug for Observer {
 
 /// Tells the process's observer `e` when some tool wants topic `t`.
 #[inline(always)]
-pub fn tell<'a>(t: Topic, e: impl FnOnce() -> Event<'a>) {
+pub fn tell<'a, E: Into<Event<'a>>>(t: Topic, e: impl FnOnce() -> E) {
     if wants(t) {
-        Observer::process().send(e());
+        Observer::process().send(e().into());
     }
 }
 
@@ -412,12 +494,12 @@ mod tests {
     impl Observe for Record {
         fn observe(&self, e: &Event<'_>) {
             let seen = match *e {
-                Event::QpCreated { qpn, .. } => (qpn, "created"),
-                Event::QueuesGone {
+                Event::Fact(Fact::QpCreated { qpn, .. }) => (qpn, "created"),
+                Event::Fact(Fact::QueuesGone {
                     qpn,
                     why: Gone::Destroyed,
                     ..
-                } => (qpn, "destroyed"),
+                }) => (qpn, "destroyed"),
                 _ => return,
             };
             self.0.lock().unwrap().push(seen);

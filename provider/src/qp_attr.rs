@@ -243,6 +243,17 @@ pub struct CapError {
     pub max: u32,
 }
 
+impl CapError {
+    /// The capacity `attr` asks for, `value`, within the device's `max`,
+    /// or the error naming it.
+    pub fn check(attr: &'static str, value: u32, max: u32) -> Result<(), CapError> {
+        if value > max {
+            return Err(CapError { attr, value, max });
+        }
+        Ok(())
+    }
+}
+
 /// A work request beyond one of its queue's limits (EINVAL in verbs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("{value} {what} exceed {attr} ({max})")]
@@ -306,9 +317,7 @@ impl QpCap {
             ("max_recv_sge", self.max_recv_sge, MAX_SGE),
             ("max_inline_data", self.max_inline_data, MAX_INLINE),
         ] {
-            if value > max {
-                return Err(CapError { attr, value, max });
-            }
+            CapError::check(attr, value, max)?;
         }
         Ok(())
     }

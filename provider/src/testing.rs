@@ -159,6 +159,7 @@ pub fn side_with(
 /// own: key table, CQs of 4 x `depth`, queues of `depth`, counters, event
 /// queue. Tests replace what they share with struct update syntax.
 pub fn config(ip: IpAddr, qpn: u32, depth: u32) -> QpConfig {
+    crate::diag::install();
     QpConfig {
         qpn,
         pd: PD,

@@ -69,6 +69,8 @@ value_enum! {
     }
     /// The spec's words (`ibv_wc_status_str`).
     words: names;
+    /// The status with this `ibv_wc_status` value.
+    pub from_u32: values;
 }
 
 impl fmt::Display for WcStatus {
@@ -77,22 +79,25 @@ impl fmt::Display for WcStatus {
     }
 }
 
-/// Work completion opcode (`ibv_wc_opcode`).
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum WcOpcode {
-    Send = 0,
-    RdmaWrite = 1,
-    RdmaRead = 2,
-    CompSwap = 3,
-    FetchAdd = 4,
-    BindMw = 5,
-    LocalInv = 6,
-    Flush = 8,
-    AtomicWrite = 9,
-    Recv = 128,
-    RecvRdmaWithImm = 129,
+value_enum! {
+    /// Work completion opcode (`ibv_wc_opcode`).
+    #[allow(missing_docs)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum WcOpcode: u32 {
+        Send = 0,
+        RdmaWrite = 1,
+        RdmaRead = 2,
+        CompSwap = 3,
+        FetchAdd = 4,
+        BindMw = 5,
+        LocalInv = 6,
+        Flush = 8,
+        AtomicWrite = 9,
+        Recv = 128,
+        RecvRdmaWithImm = 129,
+    }
+    /// The opcode with this `ibv_wc_opcode` value.
+    pub from_u32: values;
 }
 
 value_enum! {
@@ -346,6 +351,15 @@ impl SendWr {
     /// Total length of the SG list (saturating).
     pub fn total_len(&self) -> u64 {
         self.sg_list.iter().map(|s| s.length as u64).sum()
+    }
+    /// The bytes the WR's message holds: its inline data when it is
+    /// inline, else its SG list's.
+    pub fn message_len(&self) -> u64 {
+        if self.flags.contains(SendFlags::INLINE) {
+            self.inline_data.len() as u64
+        } else {
+            self.total_len()
+        }
     }
 }
 

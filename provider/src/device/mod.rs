@@ -146,7 +146,7 @@ mod stat;
 pub use cm::CmHandle;
 pub use cq::CqHandle;
 pub use pd::{AhHandle, MrHandle, MwHandle, PdHandle};
-pub use qp::{QpHandle, QpSpec};
+pub use qp::{Posted, QpHandle, QpSpec};
 pub use srq::SrqHandle;
 
 // The value types the face's calls take and give, from the modules that

@@ -199,9 +199,7 @@ impl QpHandle {
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<QpAttr> {
         if mask.contains(AttrMask::STATE) && matches!(attr.qp_state, QpState::Err | QpState::Reset)
         {
-            let (keys, qpn, to) = (&self.dev.shared.keys, self.qpn, attr.qp_state);
-            let call = QpCall::Modify(to);
-            crate::observe::tell(Topic::CHECK, || Event::QpCall { keys, qpn, call });
+            self.tell_checker(Topic::CHECK, QpCall::Modify(attr.qp_state));
         }
         Ok(self.dev.engine().modify_qp(self.qpn, attr, mask)?)
     }
@@ -229,6 +227,15 @@ impl QpHandle {
             .unwrap_or_else(|e| e.to_string())
     }
 
+    /// Tells the checker, when it wants topic `t` and keeps a ledger of
+    /// this QP, of the application's `call`.
+    #[inline(always)]
+    fn tell_checker(&self, t: Topic, call: QpCall<'_>) {
+        if let Some(l) = self.ledger.as_deref() {
+            crate::observe::tell(t, || Event::QpCall { qp: l, call });
+        }
+    }
+
     /// The SGE count rule of this QP's send WRs (EINVAL beyond
     /// `max_send_sge`): checked before a caller reads a foreign list, and
     /// on posting.
@@ -239,9 +246,7 @@ impl QpHandle {
     pub fn check_inline(&self, len: usize) -> std::result::Result<(), LimitError> {
         let r = self.cap.check_inline(len);
         if r.is_err() {
-            let (keys, qpn) = (&self.dev.shared.keys, self.qpn);
-            let call = QpCall::InlineTooLong(len);
-            crate::observe::tell(Topic::CHECK_POST, || Event::QpCall { keys, qpn, call });
+            self.tell_checker(Topic::CHECK_POST, QpCall::InlineTooLong(len));
         }
         r
     }
@@ -272,11 +277,7 @@ impl QpHandle {
                     "a UD send needs a destination (wr.ud: address handle, QPN, Q_Key)".into(),
                 ));
             }
-            let len = if inline {
-                wr.inline_data.len() as u64
-            } else {
-                wr.total_len()
-            };
+            let len = wr.message_len();
             let mtu = self.dev.active_mtu().bytes();
             if len > mtu as u64 {
                 return Err(DeviceError::Invalid(format!(
@@ -291,7 +292,7 @@ impl QpHandle {
     /// once, after the last (what was posted before a refused WR goes
     /// out too). On error, returns the failing index with the error (the
     /// WRs before it were posted).
-    pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), (usize, DeviceError)> {
+    pub fn post_send(&self, wrs: &[SendWr]) -> Posted {
         self.post_send_with(wrs, |wr| Ok(wr.clone()))
     }
     /// Posts the send WRs `read` makes of `items`, one at a time (see
@@ -301,23 +302,20 @@ impl QpHandle {
         &self,
         items: impl IntoIterator<Item = T>,
         read: impl FnMut(T) -> std::result::Result<SendWr, E>,
-    ) -> std::result::Result<(), (usize, E)> {
+    ) -> Posted<E> {
         if !can_post_send(self.state()) {
             return Err((
                 0,
                 DeviceError::Invalid("QP is not in RTS (or SQD/SQE/ERR)".into()).into(),
             ));
         }
-        let (keys, qpn) = (&self.dev.shared.keys, self.qpn);
         if crate::observe::wants(Topic::CHECK_POST) && self.state() == QpState::Err {
-            let call = QpCall::PostInErr;
-            crate::observe::tell(Topic::CHECK_POST, || Event::QpCall { keys, qpn, call });
+            self.tell_checker(Topic::CHECK_POST, QpCall::PostInErr);
         }
         let depth = self.sq.capacity() as usize;
         let (posted, r) = post_each(items, depth, read, |wr| {
             self.check_send(&wr)?;
-            let call = QpCall::PostSend(&wr);
-            crate::observe::tell(Topic::CHECK_POST, || Event::QpCall { keys, qpn, call });
+            self.tell_checker(Topic::CHECK_POST, QpCall::PostSend(&wr));
             Ok(self.sq.post(wr)?)
         });
         if posted > 0 {
@@ -329,7 +327,7 @@ impl QpHandle {
     /// Posts receive WRs on the QP's own receive queue (EINVAL with an
     /// SRQ, or in RESET). On error, returns the failing index with the
     /// error (the WRs before it were posted).
-    pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, DeviceError)> {
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> Posted {
         self.post_recv_with(wrs, |wr| Ok(wr.clone()))
     }
     /// Posts the receive WRs `read` makes of `items`, one at a time (see
@@ -339,7 +337,7 @@ impl QpHandle {
         &self,
         items: impl IntoIterator<Item = T>,
         read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
-    ) -> std::result::Result<(), (usize, E)> {
+    ) -> Posted<E> {
         if self.srq {
             return Err((
                 0,
@@ -366,6 +364,10 @@ impl QpHandle {
     }
 }
 
+/// What a post of a list of WRs returns: on error, the refused WR's index
+/// with its error (the WRs before it were posted).
+pub type Posted<E = DeviceError> = std::result::Result<(), (usize, E)>;
+
 /// Posts a list of WRs in order, as verbs does: each item is read into a
 /// WR (`read`: the caller's conversion, which may refuse it) and posted
 /// (`post`) before the next item is taken, until one is refused. Returns
@@ -382,7 +384,7 @@ pub(super) fn post_each<T, W, E: From<DeviceError>>(
     depth: usize,
     mut read: impl FnMut(T) -> std::result::Result<W, E>,
     mut post: impl FnMut(W) -> Result<()>,
-) -> (usize, std::result::Result<(), (usize, E)>) {
+) -> (usize, Posted<E>) {
     let mut n = 0;
     for item in items {
         if n == depth {

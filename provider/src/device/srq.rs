@@ -1,9 +1,10 @@
 //! Shared receive queues.
 
-use super::qp::{post_each, recv_posting};
+use super::qp::{post_each, recv_posting, Posted};
 use super::stat::SrqEntry;
 use super::{Device, DeviceError, LimitError, Result, MAX_QP_WR, MAX_SGE};
 use crate::memory::PdId;
+use crate::qp_attr::CapError;
 use crate::quota::{Resource, Slot};
 use crate::transport::RecvQueue;
 use crate::types::RecvWr;
@@ -15,21 +16,20 @@ impl Device {
     /// in protection domain `pd`.
     pub fn create_srq(&self, pd: PdId, max_wr: u32, max_sge: u32) -> Result<SrqHandle> {
         static NEXT: AtomicU32 = AtomicU32::new(1);
-        if max_wr == 0 || max_wr > MAX_QP_WR {
+        // The capacities' rule a QP's pass too (`QpCap::check`); an SRQ
+        // holds one WR at least.
+        if max_wr == 0 {
             return Err(DeviceError::Invalid(format!(
-                "max_wr {max_wr}: must be 1..={MAX_QP_WR}"
+                "max_wr 0: must be 1..={MAX_QP_WR}"
             )));
         }
-        if max_sge > MAX_SGE {
-            return Err(DeviceError::Invalid(format!(
-                "max_sge {max_sge} exceeds the device's {MAX_SGE}"
-            )));
-        }
+        CapError::check("max_wr", max_wr, MAX_QP_WR)?;
+        CapError::check("max_sge", max_sge, MAX_SGE)?;
         let slot = self.take_slot(Resource::Srq)?;
         let handle = NEXT.fetch_add(1, Ordering::Relaxed);
         let srq = SrqHandle {
             _slot: slot,
-            _dev: self.clone(),
+            dev: self.clone(),
             pd,
             rq: Arc::new(RecvQueue::new_srq(max_wr, handle, self.events().clone())?),
             handle,
@@ -50,7 +50,7 @@ impl Device {
 #[derive(Debug)]
 pub struct SrqHandle {
     pub(super) _slot: Slot,
-    pub(super) _dev: Device,
+    pub(super) dev: Device,
     pub(super) pd: PdId,
     pub(super) rq: Arc<RecvQueue>,
     pub(super) handle: u32,
@@ -82,7 +82,7 @@ impl SrqHandle {
     }
     /// Posts receive WRs. On error, the WRs before the failing one were
     /// posted; returns the failing index with the error.
-    pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), (usize, DeviceError)> {
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> Posted {
         self.post_recv_with(wrs, |wr| Ok(wr.clone()))
     }
     /// Posts the receive WRs `read` makes of `items`, one at a time (see
@@ -91,10 +91,10 @@ impl SrqHandle {
         &self,
         items: impl IntoIterator<Item = T>,
         read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
-    ) -> std::result::Result<(), (usize, E)> {
+    ) -> Posted<E> {
         post_each(items, self.max_wr as usize, read, |wr| {
             self.check_sges(wr.sg_list.len())?;
-            recv_posting(&self._dev.shared.keys, self.pd, self.handle, &wr);
+            recv_posting(&self.dev.shared.keys, self.pd, self.handle, &wr);
             Ok(self.rq.post(wr)?)
         })
         .1

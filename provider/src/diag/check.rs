@@ -1181,19 +1181,22 @@ impl Drop for QpLedger {
     }
 }
 
-/// The ledger of QP `qpn` on the device with key table `keys`.
+/// The ledger of QP `qpn` on the device with key table `keys` (what a
+/// poll finds by the completions' QPNs).
 fn ledger(keys: &Arc<KeyTable>, qpn: u32) -> Option<Arc<QpLedger>> {
     ledgers().lock().get(&key_of(keys, qpn))?.upgrade()
 }
 
 /// What the device tells of the application's posts, polls, state
 /// changes and deregistrations: the checker's rules of them, with the
-/// QP's ledger (the tools' observer hands on each event of a category
-/// that is on).
+/// QP's ledger (a call carries it: the record the QP's handle holds; the
+/// tools' observer hands on each event of a category that is on).
 pub fn device_event(e: &Event<'_>) {
     match *e {
-        Event::QpCall { keys, qpn, call } => {
-            let Some(l) = ledger(keys, qpn) else { return };
+        Event::QpCall { qp, call } => {
+            let Some(l) = qp.downcast_ref::<QpLedger>() else {
+                return;
+            };
             match call {
                 QpCall::PostSend(wr) => l.check_send_wr(wr),
                 QpCall::PostInErr => l.post_in_err(),

@@ -8,8 +8,9 @@
 //!
 //! The line is always kept per QP (the last one, and the one that moved
 //! the QP to ERR: [`ExplainLog`], read through the QP's
-//! `StateCell`) and printed to stderr when the
-//! environment has `UROCE_EXPLAIN=1`.
+//! `StateCell`) and, when the environment has `UROCE_EXPLAIN=1`, told
+//! through the seam ([`Topic::EXPLAIN`]) to the tools, which print it to
+//! stderr.
 //!
 //! Cost: nothing on the success path. The check that fails returns its
 //! facts as a typed cause ([`crate::observe::cause`]: `Copy`, no
@@ -21,9 +22,10 @@ use crate::observe::cause::{
     Cause, Fault, KeyFault, LkeyFault, Named, Peer, Refused, Region, RkeyFault, Then, WrCheck,
 };
 pub use crate::observe::cause::{ExplainLog, Explanation, Side};
+use crate::observe::{self, Topic};
 use crate::types::{Access, WcStatus, WrOpcode};
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::Once;
 use uroce_wire::aeth::AethSyndrome;
 
 impl fmt::Display for Side {
@@ -47,17 +49,21 @@ impl fmt::Display for Explanation {
     }
 }
 
-/// Whether explanations are printed (`UROCE_EXPLAIN=1`), read once.
-pub fn printing() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("UROCE_EXPLAIN").is_some_and(|v| v == "1"))
+/// Reads `UROCE_EXPLAIN` (once per process): with `1`, the seam tells
+/// the tools each error a QP explains ([`Topic::EXPLAIN`]) and they
+/// print it.
+pub fn init_from_env() {
+    static FROM_ENV: Once = Once::new();
+    FROM_ENV.call_once(|| {
+        if std::env::var_os("UROCE_EXPLAIN").is_some_and(|v| v == "1") {
+            observe::want(Topic::EXPLAIN);
+        }
+    });
 }
 
-/// Prints `e` to stderr when asked for.
+/// Prints `e` to stderr.
 pub fn emit(e: &Explanation) {
-    if printing() {
-        eprintln!("uroce: {e}");
-    }
+    eprintln!("uroce: {e}");
 }
 
 /// The name rdma-core gives `s` (`enum ibv_wc_status`).
@@ -480,16 +486,14 @@ impl Explanation {
     }
 }
 
-/// Prints, when asked for, the line that follows an explanation of
-/// `status` that moved QP `qpn` to ERR.
+/// Prints the line that follows an explanation of `status` that moved
+/// QP `qpn` to ERR.
 pub fn emit_entered_err(qpn: u32, status: WcStatus) {
-    if printing() {
-        eprintln!(
-            "uroce: QP {qpn:#08x} enters ERR: outstanding WRs complete with \
-             IBV_WC_WR_FLUSH_ERR (cause: the {} above)",
-            status_name(status)
-        );
-    }
+    eprintln!(
+        "uroce: QP {qpn:#08x} enters ERR: outstanding WRs complete with \
+         IBV_WC_WR_FLUSH_ERR (cause: the {} above)",
+        status_name(status)
+    );
 }
 
 /// `ns` as milliseconds, to the microsecond.

@@ -72,9 +72,24 @@ impl Observe for Tools {
                     check::device_event(e);
                 }
             }
-            _ => {
+            Event::Explained { e } => {
+                if observe::wants(Topic::EXPLAIN) {
+                    explain::emit(e);
+                }
+            }
+            Event::EntersErr { qpn, after } => {
+                if observe::wants(Topic::EXPLAIN) {
+                    explain::emit_entered_err(qpn, after);
+                }
+            }
+            Event::Fact(f) => {
                 if observe::wants(Topic::TIMELINE) {
-                    trace::record(e);
+                    trace::record(f);
+                }
+            }
+            Event::Cm { what, conn, detail } => {
+                if observe::wants(Topic::TIMELINE) {
+                    trace::cm(what, conn, detail);
                 }
             }
         }
@@ -83,10 +98,19 @@ impl Observe for Tools {
 
 static TOOLS: Tools = Tools;
 
-/// A device opens: the tools' observer becomes the process's, and the
+/// A device opens: the tools are installed ([`install`]) and the
 /// checker reads `UROCE_CHECK` (once per process). The timeline opens
 /// its file at [`Event::DeviceOpened`], which the engine sends.
 pub fn open() {
-    observe::install(&TOOLS);
+    install();
     check::init_from_env();
+}
+
+/// The tools' observer becomes the process's, and the explanations read
+/// `UROCE_EXPLAIN` (once per process): what a device's opening does, and
+/// what QPs made without a device (the simulated pairs, the fuzzer's)
+/// need for their errors to be printed.
+pub fn install() {
+    observe::install(&TOOLS);
+    explain::init_from_env();
 }

@@ -38,17 +38,15 @@
 //! `FILE` may hold `%p`, replaced by the process ID, so that both
 //! processes of a pair started with one environment write their own files.
 
-use crate::observe::{self, Dir, Event, Gone, Resend, Topic};
-use crate::types::{QpState, QpType, WcStatus};
+use crate::observe::{self, Dir, Fact, Gone, PacketInfo, Resend, Topic};
+use crate::types::{QpType, WcStatus};
 use crossbeam::channel::{self, Receiver, Sender};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write;
-use std::net::IpAddr;
 use std::sync::{Once, OnceLock};
 use std::time::Duration;
 use uroce_wire::aeth::AethSyndrome;
-use uroce_wire::packet::ParsedPacket;
 
 /// The environment variable naming the trace file.
 pub const TRACE_ENV: &str = "UROCE_TRACE";
@@ -165,158 +163,28 @@ fn now() -> u64 {
     crate::cq::clock_ns()
 }
 
-#[cold]
-fn send(kind: Kind) {
-    if let Some(s) = SINK.get() {
-        let _ = s.tx.send(Msg::Event(now(), kind));
-    }
-}
-
 // -------------------------------------------------------------------
 // What the seam tells (each event only while the timeline is on)
 // -------------------------------------------------------------------
 
-/// Records one event of the seam on the timeline.
+/// Records one fact of the seam on the timeline: the writer keeps it as
+/// it is.
 #[cold]
 #[inline(never)]
-pub fn record(e: &Event<'_>) {
-    match *e {
-        Event::QpCreated {
-            qpn,
-            qp_type,
-            ip,
-            sq,
-            rq,
-        } => send(Kind::QpCreated {
-            qpn,
-            qp_type,
-            ip,
-            sq,
-            rq,
-        }),
-        Event::StateChanged { qpn, from, to } => send(Kind::State { qpn, from, to }),
-        Event::SendPosted { queue, wr } => {
-            let len = if wr.flags.contains(crate::types::SendFlags::INLINE) {
-                wr.inline_data.len() as u64
-            } else {
-                wr.sg_list.iter().map(|s| u64::from(s.length)).sum()
-            };
-            send(Kind::Post {
-                queue,
-                wr_id: wr.wr_id,
-                op: wr.opcode.name(),
-                len,
-            });
-        }
-        Event::RecvPosted { queue, wr_id, len } => send(Kind::Post {
-            queue,
-            wr_id,
-            op: "RECV",
-            len,
-        }),
-        Event::SendDone {
-            qpn,
-            queue,
-            wr,
-            status,
-            byte_len,
-            completed,
-        } => send(Kind::Done {
-            queue,
-            qpn,
-            wr_id: wr.wr_id,
-            status,
-            byte_len,
-            signaled: completed,
-        }),
-        Event::RecvDone {
-            qpn,
-            queue,
-            wr_id,
-            status,
-            byte_len,
-        } => send(Kind::Done {
-            queue,
-            qpn,
-            wr_id,
-            status,
-            byte_len,
-            signaled: true,
-        }),
-        Event::QueuesGone { qpn, sq, rq, why } => {
-            let why = match why {
-                Gone::Reset => "discarded (RESET)",
-                Gone::Destroyed => "destroyed",
-            };
-            send(Kind::Discard {
-                qpn,
-                queue: sq,
-                why,
-            });
-            if let Some(queue) = rq {
-                send(Kind::Discard { qpn, queue, why });
-            }
-        }
-        Event::Packet { qpn, dir, pkt } => packet(qpn, dir, pkt),
-        Event::PacketBytes { qpn, dir, bytes } => {
-            // A payload that does not parse is not traced.
-            if let Ok(p) = uroce_wire::packet::parse(bytes) {
-                packet(qpn, dir, &p);
-            }
-        }
-        Event::Retransmit {
-            qpn,
-            psn,
-            cause,
-            retries_left,
-        } => send(Kind::Retransmit {
-            qpn,
-            psn,
-            why: match cause {
-                Resend::AckTimeout => "ACK timeout",
-                Resend::SeqNak => "PSN sequence error NAK",
-            },
-            retries_left,
-        }),
-        Event::RnrWait {
-            qpn,
-            psn,
-            wait_ns,
-            retries_left,
-        } => send(Kind::RnrWait {
-            qpn,
-            psn,
-            wait_ns,
-            retries_left,
-        }),
-        Event::Cm { what, conn, detail } => send(Kind::Cm {
-            what,
-            conn,
-            detail: detail.to_string(),
-        }),
-        Event::DeviceOpened
-        | Event::DeviceClosed
-        | Event::NicWrote { .. }
-        | Event::CqNotPolled { .. }
-        | Event::CqDestroyUnacked { .. }
-        | Event::QpCall { .. }
-        | Event::RecvPosting { .. }
-        | Event::Polled { .. }
-        | Event::Deregistering { .. } => {}
+pub fn record(f: Fact) {
+    if let Some(s) = SINK.get() {
+        let _ = s.tx.send(Msg::Fact(now(), f));
     }
 }
 
-fn packet(qpn: u32, dir: Dir, pkt: &ParsedPacket<'_>) {
-    let aeth = pkt.aeth().map(|a| (a.syndrome, a.msn));
-    send(Kind::Packet {
-        qpn,
-        dir,
-        opcode: pkt.info.name,
-        psn: pkt.bth.psn.value(),
-        dest_qp: pkt.bth.dest_qp,
-        len: pkt.payload.len() as u32,
-        aeth,
-    });
+/// Records a CM MAD or event (`what`) of connection `conn` on QP1's
+/// track, with its `detail` (the peer, the transaction).
+#[cold]
+#[inline(never)]
+pub fn cm(what: &'static str, conn: Option<u32>, detail: &str) {
+    if let Some(s) = SINK.get() {
+        let _ = s.tx.send(Msg::Cm(now(), what, conn, detail.to_string()));
+    }
 }
 
 // -------------------------------------------------------------------
@@ -324,69 +192,12 @@ fn packet(qpn: u32, dir: Dir, pkt: &ParsedPacket<'_>) {
 // -------------------------------------------------------------------
 
 enum Msg {
-    Event(u64, Kind),
+    Fact(u64, Fact),
+    /// The CM's event: its name, connection and (borrowed by the seam)
+    /// detail, owned here.
+    Cm(u64, &'static str, Option<u32>, String),
     Flush(Sender<()>),
     Close(Sender<()>),
-}
-
-enum Kind {
-    QpCreated {
-        qpn: u32,
-        qp_type: QpType,
-        ip: IpAddr,
-        sq: usize,
-        rq: Option<usize>,
-    },
-    State {
-        qpn: u32,
-        from: QpState,
-        to: QpState,
-    },
-    Post {
-        queue: usize,
-        wr_id: u64,
-        op: &'static str,
-        len: u64,
-    },
-    Done {
-        queue: usize,
-        qpn: u32,
-        wr_id: u64,
-        status: WcStatus,
-        byte_len: u64,
-        signaled: bool,
-    },
-    Discard {
-        qpn: u32,
-        queue: usize,
-        why: &'static str,
-    },
-    Packet {
-        qpn: u32,
-        dir: Dir,
-        opcode: &'static str,
-        psn: u32,
-        dest_qp: u32,
-        len: u32,
-        aeth: Option<(AethSyndrome, u32)>,
-    },
-    Retransmit {
-        qpn: u32,
-        psn: u32,
-        why: &'static str,
-        retries_left: u8,
-    },
-    RnrWait {
-        qpn: u32,
-        psn: u32,
-        wait_ns: u64,
-        retries_left: u8,
-    },
-    Cm {
-        what: &'static str,
-        conn: Option<u32>,
-        detail: String,
-    },
 }
 
 /// A WR posted and not yet seen to leave its queue.
@@ -477,7 +288,8 @@ impl Writer {
 
     fn take(&mut self, m: Msg) {
         match m {
-            Msg::Event(ts, k) => self.event(ts, k),
+            Msg::Fact(ts, f) => self.event(ts, f),
+            Msg::Cm(ts, what, conn, detail) => self.cm(ts, what, conn, &detail),
             Msg::Flush(done) => {
                 self.flush();
                 let _ = done.send(());
@@ -564,9 +376,9 @@ impl Writer {
         ));
     }
 
-    fn event(&mut self, ts: u64, k: Kind) {
-        match k {
-            Kind::QpCreated {
+    fn event(&mut self, ts: u64, f: Fact) {
+        match f {
+            Fact::QpCreated {
                 qpn,
                 qp_type,
                 ip,
@@ -590,7 +402,7 @@ impl Writer {
                     format_args!("\"qpn\":{qpn},\"device\":\"{ip}\""),
                 );
             }
-            Kind::State { qpn, from, to } => {
+            Fact::StateChanged { qpn, from, to } => {
                 let name = format!("state {}->{}", from.name(), to.name());
                 self.instant(
                     ts,
@@ -599,53 +411,54 @@ impl Writer {
                     format_args!("\"from\":\"{}\",\"to\":\"{}\"", from.name(), to.name()),
                 );
             }
-            Kind::Post {
+            Fact::SendPosted {
                 queue,
                 wr_id,
-                op,
+                opcode,
                 len,
-            } => {
-                let q = self.posted.entry(queue).or_default();
-                if q.len() >= POSTED_MAX {
-                    q.pop_front();
-                }
-                q.push_back(Posted { wr_id, op, len, ts });
-            }
-            Kind::Done {
-                queue,
+            } => self.posted(ts, queue, wr_id, opcode.name(), len),
+            Fact::RecvPosted { queue, wr_id, len } => self.posted(ts, queue, wr_id, "RECV", len),
+            Fact::SendDone {
                 qpn,
+                queue,
                 wr_id,
                 status,
                 byte_len,
-                signaled,
-            } => {
-                let p = self.posted.get_mut(&queue).and_then(|q| {
-                    let i = q.iter().position(|p| p.wr_id == wr_id)?;
-                    q.remove(i)
-                });
-                self.span(ts, qpn, wr_id, p, Ok(status), byte_len, signaled);
-            }
-            Kind::Discard { qpn, queue, why } => {
-                let left = self.posted.remove(&queue).unwrap_or_default();
-                for p in left {
-                    let id = p.wr_id;
-                    self.span(ts, qpn, id, Some(p), Err(why), 0, false);
+                completed,
+            } => self.done(ts, qpn, queue, wr_id, status, byte_len, completed),
+            Fact::RecvDone {
+                qpn,
+                queue,
+                wr_id,
+                status,
+                byte_len,
+            } => self.done(ts, qpn, queue, wr_id, status, byte_len, true),
+            Fact::QueuesGone { qpn, sq, rq, why } => {
+                let why = match why {
+                    Gone::Reset => "discarded (RESET)",
+                    Gone::Destroyed => "destroyed",
+                };
+                for queue in std::iter::once(sq).chain(rq) {
+                    let left = self.posted.remove(&queue).unwrap_or_default();
+                    for p in left {
+                        let id = p.wr_id;
+                        self.span(ts, qpn, id, Some(p), Err(why), 0, false);
+                    }
                 }
             }
-            Kind::Packet {
-                qpn,
-                dir,
-                opcode,
-                psn,
-                dest_qp,
-                len,
-                aeth,
-            } => {
+            Fact::Packet { qpn, dir, pkt } => {
                 let d = match dir {
                     Dir::Tx => "tx",
                     Dir::Rx => "rx",
                     Dir::Lost => "lost",
                 };
+                let PacketInfo {
+                    opcode,
+                    psn,
+                    dest_qp,
+                    len,
+                    aeth,
+                } = pkt;
                 let name = format!("{d} {opcode}");
                 let ack = match aeth {
                     Some((s, msn)) => format!(",\"syndrome\":\"{}\",\"msn\":{msn}", syndrome(s)),
@@ -660,18 +473,24 @@ impl Writer {
                     ),
                 );
             }
-            Kind::Retransmit {
+            Fact::Retransmit {
                 qpn,
                 psn,
-                why,
+                cause,
                 retries_left,
-            } => self.instant(
-                ts,
-                qpn,
-                "retransmit",
-                format_args!("\"psn\":{psn},\"why\":\"{why}\",\"retries_left\":{retries_left}"),
-            ),
-            Kind::RnrWait {
+            } => {
+                let why = match cause {
+                    Resend::AckTimeout => "ACK timeout",
+                    Resend::SeqNak => "PSN sequence error NAK",
+                };
+                self.instant(
+                    ts,
+                    qpn,
+                    "retransmit",
+                    format_args!("\"psn\":{psn},\"why\":\"{why}\",\"retries_left\":{retries_left}"),
+                )
+            }
+            Fact::RnrWait {
                 qpn,
                 psn,
                 wait_ns,
@@ -686,17 +505,47 @@ impl Writer {
                     us(wait_ns)
                 ));
             }
-            Kind::Cm { what, conn, detail } => {
-                let conn = conn.map_or(String::new(), |c| format!("\"conn\":{c},"));
-                let detail = escape(&detail);
-                self.instant(
-                    ts,
-                    CM_TID,
-                    what,
-                    format_args!("{conn}\"detail\":\"{detail}\""),
-                );
-            }
         }
+    }
+
+    /// A CM MAD or event on QP1's track.
+    fn cm(&mut self, ts: u64, what: &str, conn: Option<u32>, detail: &str) {
+        let conn = conn.map_or(String::new(), |c| format!("\"conn\":{c},"));
+        let detail = escape(detail);
+        self.instant(
+            ts,
+            CM_TID,
+            what,
+            format_args!("{conn}\"detail\":\"{detail}\""),
+        );
+    }
+
+    /// WR `wr_id` (operation `op`, `len` bytes) was posted to `queue`.
+    fn posted(&mut self, ts: u64, queue: usize, wr_id: u64, op: &'static str, len: u64) {
+        let q = self.posted.entry(queue).or_default();
+        if q.len() >= POSTED_MAX {
+            q.pop_front();
+        }
+        q.push_back(Posted { wr_id, op, len, ts });
+    }
+
+    /// WR `wr_id` of QP `qpn` left `queue`: its span ends.
+    #[allow(clippy::too_many_arguments)]
+    fn done(
+        &mut self,
+        ts: u64,
+        qpn: u32,
+        queue: usize,
+        wr_id: u64,
+        status: WcStatus,
+        byte_len: u64,
+        signaled: bool,
+    ) {
+        let p = self.posted.get_mut(&queue).and_then(|q| {
+            let i = q.iter().position(|p| p.wr_id == wr_id)?;
+            q.remove(i)
+        });
+        self.span(ts, qpn, wr_id, p, Ok(status), byte_len, signaled);
     }
 
     /// A WR's span: from its post (`p`; the end itself if the post was
@@ -753,10 +602,9 @@ mod tests {
         for (i, id) in [7u64, 8, 9].into_iter().enumerate() {
             w.event(
                 1_000 + i as u64,
-                Kind::Post {
+                Fact::RecvPosted {
                     queue: q,
                     wr_id: id,
-                    op: "RECV",
                     len: 64,
                 },
             );
@@ -765,22 +613,22 @@ mod tests {
         for (ts, id) in [(5_000u64, 8u64), (6_000, 7)] {
             w.event(
                 ts,
-                Kind::Done {
+                Fact::RecvDone {
                     queue: q,
                     qpn: 0x12,
                     wr_id: id,
                     status: WcStatus::Success,
                     byte_len: 10,
-                    signaled: true,
                 },
             );
         }
         w.event(
             7_000,
-            Kind::Discard {
+            Fact::QueuesGone {
                 qpn: 0x12,
-                queue: q,
-                why: "discarded (RESET)",
+                sq: q,
+                rq: None,
+                why: Gone::Reset,
             },
         );
         let _ = w.out.flush();

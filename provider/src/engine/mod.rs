@@ -1327,12 +1327,7 @@ impl Driver {
             let copies: Vec<_> = inj.inject(&self.txbuf[..t.len], 1).collect();
             if copies.is_empty() && observe::wants(Topic::TIMELINE) {
                 if let Some(qpn) = self.ep.last_sender() {
-                    let bytes = &self.txbuf[..t.len];
-                    observe::tell(Topic::TIMELINE, || Event::PacketBytes {
-                        qpn,
-                        dir: Dir::Lost,
-                        bytes,
-                    });
+                    observe::tell_packet_bytes(qpn, Dir::Lost, &self.txbuf[..t.len]);
                 }
             }
             for (delay, b) in copies {

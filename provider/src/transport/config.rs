@@ -9,8 +9,9 @@ use crate::counters::Counters;
 use crate::cq::CqInner;
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::memory::{KeyTable, PdId};
+use crate::observe::cause::Explanation;
 use crate::observe::cause::{Cause, WrCheck};
-use crate::observe::{queue_id, Event, Gone, Observer, Topic};
+use crate::observe::{queue_id, Event, Fact, Gone, Observer, Topic};
 use crate::qp_attr::{ModifyLimits, QpCap};
 use crate::types::{SendWr, Wc, WcOpcode, WcStatus};
 use std::net::IpAddr;
@@ -69,10 +70,10 @@ impl QpConfig {
     /// send WR `wr` left the queue with `status` and `byte_len` bytes.
     #[inline(always)]
     pub fn tell_send_done(&self, wr: &SendWr, status: WcStatus, byte_len: u64) {
-        self.observer.tell(Topic::TIMELINE, || Event::SendDone {
+        self.observer.tell(Topic::TIMELINE, || Fact::SendDone {
             qpn: self.qpn,
             queue: queue_id(&*self.sq),
-            wr,
+            wr_id: wr.wr_id,
             status,
             byte_len,
             completed: status != WcStatus::Success
@@ -81,11 +82,20 @@ impl QpConfig {
         });
     }
 
+    /// Keeps `e` as the QP's last explanation (and, `cause`, as why it
+    /// is in ERR) and tells the QP's observer (the tools print it when
+    /// asked for: `UROCE_EXPLAIN=1`).
+    pub fn explained(&self, e: Explanation, cause: bool) {
+        self.observer
+            .tell(Topic::EXPLAIN, || Event::Explained { e: &e });
+        self.state.explain(e, cause);
+    }
+
     /// Tells the QP's observer, when a tool wants the timeline, that the
     /// posted WRs end without completions (`why`).
     #[inline(always)]
     pub fn tell_queues_gone(&self, why: Gone) {
-        self.observer.tell(Topic::TIMELINE, || Event::QueuesGone {
+        self.observer.tell(Topic::TIMELINE, || Fact::QueuesGone {
             qpn: self.qpn,
             sq: queue_id(&*self.sq),
             rq: (!self.rq.is_srq()).then(|| queue_id(&*self.rq)),
@@ -263,7 +273,7 @@ impl QpConfig {
     pub fn complete(&self, send: bool, wc: Wc, solicited: bool) -> bool {
         let cq = if send { &self.send_cq } else { &self.recv_cq };
         if !send {
-            self.observer.tell(Topic::TIMELINE, || Event::RecvDone {
+            self.observer.tell(Topic::TIMELINE, || Fact::RecvDone {
                 qpn: self.qpn,
                 queue: queue_id(&*self.rq),
                 wr_id: wc.wr_id,

@@ -50,7 +50,7 @@ use crate::counters::Counters;
 use crate::events::EventType;
 use crate::observe::cause::{Cause, Fault, Peer, Then, WrCheck};
 use crate::observe::cause::{Explanation, Side};
-use crate::observe::{queue_id, Event, Gone, Topic};
+use crate::observe::{queue_id, Event, Fact, Gone, Topic};
 use crate::qp_attr::{check_modify, AttrMask, ModifyError, QpAttr};
 use crate::types::{Access, QpState, QpType, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
 use uroce_wire::packet::{Headers, ParsedPacket};
@@ -149,7 +149,7 @@ impl QpCore {
             let (qpn, from) = (self.cfg.qpn, self.state);
             self.cfg
                 .observer
-                .tell(Topic::TIMELINE, || Event::StateChanged { qpn, from, to: s });
+                .tell(Topic::TIMELINE, || Fact::StateChanged { qpn, from, to: s });
         }
         self.state = s;
         self.cfg.state.set(s);
@@ -356,7 +356,7 @@ pub struct Qp<S: Service> {
 impl<S: Service> Qp<S> {
     /// A QP in the RESET state.
     pub fn new(cfg: QpConfig) -> Qp<S> {
-        cfg.observer.tell(Topic::TIMELINE, || Event::QpCreated {
+        cfg.observer.tell(Topic::TIMELINE, || Fact::QpCreated {
             qpn: cfg.qpn,
             qp_type: S::QP_TYPE,
             ip: cfg.local_ip,
@@ -528,14 +528,15 @@ impl<S: Service> Qp<S> {
             // the QP is in ERR; a line that is not itself about the move
             // to ERR is followed by a short one that is.
             Some(c) => {
-                if let Some(s) = c.status {
-                    crate::diag::explain::emit_entered_err(qpn, s);
+                if let Some(after) = c.status {
+                    let o = self.core.cfg.observer;
+                    o.tell(Topic::EXPLAIN, || Event::EntersErr { qpn, after });
                 }
                 self.core.cfg.state.set_cause(c);
             }
             None => {
                 let e = Explanation::new(qpn, None, Side::Local, &Cause::ModifiedToErr.into());
-                self.core.cfg.state.explain(e, true);
+                self.core.cfg.explained(e, true);
             }
         }
         self.core.set_state(QpState::Err);
@@ -588,7 +589,7 @@ impl<S: Service> Qp<S> {
     /// Keeps `e` as the QP's last explanation (printed when asked for)
     /// and the cause the next move to ERR gives.
     fn keep_explanation(&mut self, e: Explanation) {
-        self.core.cfg.state.explain(e.clone(), false);
+        self.core.cfg.explained(e.clone(), false);
         self.core.err_cause = Some(e);
     }
 
@@ -602,17 +603,14 @@ impl<S: Service> Qp<S> {
 
     /// Why send WR `wr` failed locally with `status`: what the failing
     /// site noted, else what the status says of the WR (for a protection
-    /// error, the SGE that fails its lkey check now).
+    /// error no check noted, such as a region deregistered while the WR
+    /// was being sent, the SGE that fails its lkey check now).
     pub(crate) fn local_fault(&mut self, wr: &SendWr, status: WcStatus) -> Cause {
         if let Some(w) = self.core.why.take() {
             return w;
         }
         let (op, wr_id) = (wr.opcode, wr.wr_id);
-        let len = if wr.flags.contains(SendFlags::INLINE) {
-            wr.inline_data.len() as u64
-        } else {
-            wr.total_len()
-        };
+        let len = wr.message_len();
         let check = match status {
             WcStatus::LocProtErr => {
                 let need = if op.is_read_or_atomic() {

@@ -5,7 +5,7 @@
 use crate::diag::check::QpLedger;
 use crate::events::{AsyncEvent, AsyncEvents, EventElement, EventType};
 use crate::observe::cause::{ExplainLog, Explanation};
-use crate::observe::{self, queue_id, Event, Topic};
+use crate::observe::{self, queue_id, Fact, Topic};
 use crate::types::{QpState, RecvWr, SendWr};
 use crossbeam::queue::ArrayQueue;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -39,9 +39,8 @@ impl StateCell {
         self.explained.lock().cause.clone()
     }
     /// Keeps `e` as the last explanation (and, `cause`, as why the QP is
-    /// in ERR) and prints it when asked for (`UROCE_EXPLAIN=1`).
+    /// in ERR; the QP's config tells the tools: `QpConfig::explained`).
     pub fn explain(&self, e: Explanation, cause: bool) {
-        crate::diag::explain::emit(&e);
         let mut log = self.explained.lock();
         if cause {
             log.cause = Some(e.clone());
@@ -147,9 +146,11 @@ impl SendQueue {
             self.outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull);
         }
-        observe::tell(Topic::TIMELINE, || Event::SendPosted {
+        observe::tell(Topic::TIMELINE, || Fact::SendPosted {
             queue: queue_id(self),
-            wr: &wr,
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            len: wr.message_len(),
         });
         // Cannot fail: the queue holds `max` and at most `max` are posted.
         self.queue.push(wr).map_err(|_| PostError::QueueFull)
@@ -270,7 +271,7 @@ impl RecvQueue {
             if self.queue.is_full() {
                 return Err(PostError::QueueFull);
             }
-            observe::tell(Topic::TIMELINE, || Event::RecvPosted {
+            observe::tell(Topic::TIMELINE, || Fact::RecvPosted {
                 queue: queue_id(self),
                 wr_id: wr.wr_id,
                 len: wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),

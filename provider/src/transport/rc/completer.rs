@@ -4,7 +4,7 @@
 use super::RcQp;
 use crate::counters::Counters;
 use crate::observe::cause::{Asked, Cause};
-use crate::observe::{Event, Resend, Topic};
+use crate::observe::{Fact, Resend, Topic};
 use crate::transport::status::requester_status;
 use crate::transport::Nanos;
 use crate::types::{WcStatus, WrOpcode};
@@ -61,7 +61,7 @@ impl RcQp {
                         self.core
                             .cfg
                             .observer
-                            .tell(Topic::TIMELINE, || Event::RnrWait {
+                            .tell(Topic::TIMELINE, || Fact::RnrWait {
                                 qpn,
                                 psn: psn.value(),
                                 wait_ns: rnr_timer_ns(timer),
@@ -93,7 +93,7 @@ impl RcQp {
                         self.core
                             .cfg
                             .observer
-                            .tell(Topic::TIMELINE, || Event::Retransmit {
+                            .tell(Topic::TIMELINE, || Fact::Retransmit {
                                 qpn,
                                 psn: psn.value(),
                                 cause: Resend::SeqNak,

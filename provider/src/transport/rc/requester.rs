@@ -2,9 +2,9 @@
 
 use super::{max_inflight_psns, RcQp, ACK_REQ_EVERY, MIN_CWND};
 use crate::counters::Counters;
-use crate::observe::cause::Cause;
 use crate::observe::cause::Side;
-use crate::observe::{Event, Resend, Topic};
+use crate::observe::cause::{Cause, LkeyFault, WrCheck};
+use crate::observe::{Fact, Resend, Topic};
 use crate::qp_attr::{AttrMask, QpAttr};
 use crate::transport::message::MAX_MSG_SIZE;
 use crate::transport::message::{fill_payload, message_headers, npkts, position, segment};
@@ -37,6 +37,9 @@ pub(super) struct SqEntry {
     pub done: bool,
     /// Finished with an error.
     pub error: Option<WcStatus>,
+    /// Admission's lkey check failed: the first SGE that failed, for the
+    /// explanation (boxed: only a refused WR has one).
+    pub lkey_fault: Option<Box<LkeyFault>>,
 }
 
 impl SqEntry {
@@ -272,6 +275,7 @@ impl RcQp {
             read_ahead: 0,
             done: false,
             error: None,
+            lkey_fault: None,
             wr,
         };
         let op = e.wr.opcode;
@@ -314,8 +318,9 @@ impl RcQp {
                     e.len = r.total();
                     e.data = r;
                 }
-                Err(_) => {
+                Err(f) => {
                     e.error = Some(WcStatus::LocProtErr);
+                    e.lkey_fault = Some(Box::new(f));
                     return e;
                 }
             }
@@ -568,6 +573,13 @@ impl RcQp {
             let e = self.svc.req.wqes.pop_front().expect("front exists");
             self.svc.req.pop_adjust();
             if let Some(status) = error {
+                // The fault admission found is the WR's (the lkey check
+                // runs once); any other is looked for now.
+                if let Some(f) = e.lkey_fault {
+                    let (op, wr_id) = (e.wr.opcode, e.wr.wr_id);
+                    let check = WrCheck::Lkey(*f);
+                    self.core.why = Some(Cause::SendWr { op, wr_id, check });
+                }
                 let why = self.local_fault(&e.wr, status);
                 self.explain(Some(status), Side::of_send_status(status), why);
                 self.publish_error();
@@ -635,7 +647,7 @@ impl RcQp {
         self.core
             .cfg
             .observer
-            .tell(Topic::TIMELINE, || Event::Retransmit {
+            .tell(Topic::TIMELINE, || Fact::Retransmit {
                 qpn,
                 psn,
                 cause: Resend::AckTimeout,
