@@ -32,57 +32,49 @@ pub(crate) struct ChanInner {
 }
 accessor!(chan, ibv_comp_channel, Chan, ChanInner);
 
-#[no_mangle]
-unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
-    // SAFETY: forwarded.
-    unsafe { ibv_create_comp_channel_impl(context) }
+crate::exported! {
+    fn ibv_create_comp_channel / ibv_create_comp_channel_impl(
+        context: *mut ibv_context,
+    ) -> *mut ibv_comp_channel {
+        ptr_result(|| {
+            // SAFETY: a context from ibv_open_device.
+            let ctx = unsafe { crate::objects::ctx(context)? };
+            let rust = ctx.rust.create_comp_channel().map_err(|e| errno(&e))?;
+            crate::make_blocking(rust.fd());
+            let obj = Box::new(Chan {
+                c: ibv_comp_channel {
+                    context,
+                    fd: rust.fd(),
+                    refcnt: 0,
+                },
+                inner: ChanInner {
+                    rust: ManuallyDrop::new(rust),
+                },
+            });
+            Ok(Box::into_raw(obj).cast())
+        })
+    }
 }
 
-/// `ibv_create_comp_channel`, for callers in this library (see [`crate::symbol_versions`]).
-pub(crate) unsafe extern "C" fn ibv_create_comp_channel_impl(
-    context: *mut ibv_context,
-) -> *mut ibv_comp_channel {
-    ptr_result(|| {
-        // SAFETY: a context from ibv_open_device.
-        let ctx = unsafe { crate::objects::ctx(context)? };
-        let rust = ctx.rust.create_comp_channel().map_err(|e| errno(&e))?;
-        crate::make_blocking(rust.fd());
-        let obj = Box::new(Chan {
-            c: ibv_comp_channel {
-                context,
-                fd: rust.fd(),
-                refcnt: 0,
-            },
-            inner: ChanInner {
-                rust: ManuallyDrop::new(rust),
-            },
-        });
-        Ok(Box::into_raw(obj).cast())
-    })
-}
-
-#[no_mangle]
-unsafe extern "C" fn ibv_destroy_comp_channel(p: *mut ibv_comp_channel) -> c_int {
-    // SAFETY: forwarded.
-    unsafe { ibv_destroy_comp_channel_impl(p) }
-}
-
-/// `ibv_destroy_comp_channel`, for callers in this library (see [`crate::symbol_versions`]).
-pub(crate) unsafe extern "C" fn ibv_destroy_comp_channel_impl(p: *mut ibv_comp_channel) -> c_int {
-    errno_result(|| {
-        if p.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: as in ibv_dealloc_pd, for a channel.
-        unsafe {
-            destroy_boxed(
-                p.cast::<Chan>(),
-                |o| addr_of_mut!((*o).inner.rust),
-                CompChannel::destroy,
-                || {},
-            )
-        }
-    })
+crate::exported! {
+    fn ibv_destroy_comp_channel / ibv_destroy_comp_channel_impl(
+        p: *mut ibv_comp_channel,
+    ) -> c_int {
+        errno_result(|| {
+            if p.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: as in ibv_dealloc_pd, for a channel.
+            unsafe {
+                destroy_boxed(
+                    p.cast::<Chan>(),
+                    |o| addr_of_mut!((*o).inner.rust),
+                    CompChannel::destroy,
+                    || {},
+                )
+            }
+        })
+    }
 }
 
 // ---------------------------------------------------------------- CQ
@@ -183,29 +175,18 @@ fn create_cq(
     Ok(p)
 }
 
-#[no_mangle]
-unsafe extern "C" fn ibv_create_cq(
-    context: *mut ibv_context,
-    cqe: c_int,
-    cq_context: *mut c_void,
-    channel: *mut ibv_comp_channel,
-    comp_vector: c_int,
-) -> *mut ibv_cq {
-    // SAFETY: forwarded.
-    unsafe { ibv_create_cq_impl(context, cqe, cq_context, channel, comp_vector) }
-}
-
-/// `ibv_create_cq`, for callers in this library (see [`crate::symbol_versions`]).
-pub(crate) unsafe extern "C" fn ibv_create_cq_impl(
-    context: *mut ibv_context,
-    cqe: c_int,
-    cq_context: *mut c_void,
-    channel: *mut ibv_comp_channel,
-    comp_vector: c_int,
-) -> *mut ibv_cq {
-    ptr_result(|| {
-        create_cq(context, cqe, cq_context, channel, i64::from(comp_vector)).map(|p| p.cast())
-    })
+crate::exported! {
+    fn ibv_create_cq / ibv_create_cq_impl(
+        context: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+    ) -> *mut ibv_cq {
+        ptr_result(|| {
+            create_cq(context, cqe, cq_context, channel, i64::from(comp_vector)).map(|p| p.cast())
+        })
+    }
 }
 
 /// `verbs_context::create_cq_ex`: the standard completion fields are
@@ -289,62 +270,19 @@ pub(crate) fn wc_to_c(w: &Wc) -> ibv_wc {
     }
 }
 
-fn status_of(v: c_int) -> WcStatus {
-    use WcStatus::*;
-    const ALL: [WcStatus; 22] = [
-        Success,
-        LocLenErr,
-        LocQpOpErr,
-        LocEecOpErr,
-        LocProtErr,
-        WrFlushErr,
-        MwBindErr,
-        BadRespErr,
-        LocAccessErr,
-        RemInvReqErr,
-        RemAccessErr,
-        RemOpErr,
-        RetryExcErr,
-        RnrRetryExcErr,
-        LocRddViolErr,
-        RemInvRdReqErr,
-        RemAbortErr,
-        InvEecnErr,
-        InvEecStateErr,
-        FatalErr,
-        RespTimeoutErr,
-        GeneralErr,
-    ];
-    usize::try_from(v)
-        .ok()
-        .and_then(|i| ALL.get(i))
-        .copied()
-        .unwrap_or(GeneralErr)
-}
-
-fn wc_opcode_of(v: c_int) -> WcOpcode {
-    use WcOpcode::*;
-    match v {
-        0 => Send,
-        1 => RdmaWrite,
-        2 => RdmaRead,
-        3 => CompSwap,
-        4 => FetchAdd,
-        5 => BindMw,
-        6 => LocalInv,
-        8 => Flush,
-        9 => AtomicWrite,
-        129 => RecvRdmaWithImm,
-        _ => Recv,
-    }
-}
-
 /// A C completion as uroce's (for `ibv_create_ah_from_wc`).
 pub(crate) fn wc_from_c(c: &ibv_wc) -> Wc {
     let mut w = Wc::new(
         c.wr_id,
-        status_of(c.status),
-        wc_opcode_of(c.opcode),
+        // Values verbs.h does not define: the catch-all status; a receive.
+        u32::try_from(c.status)
+            .ok()
+            .and_then(WcStatus::from_u32)
+            .unwrap_or(WcStatus::GeneralErr),
+        u32::try_from(c.opcode)
+            .ok()
+            .and_then(WcOpcode::from_u32)
+            .unwrap_or(WcOpcode::Recv),
         c.qp_num,
     );
     w.vendor_err = c.vendor_err;

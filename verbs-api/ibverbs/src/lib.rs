@@ -159,6 +159,27 @@ macro_rules! symbol_versions {
 }
 pub(crate) use symbol_versions;
 
+/// A C entry point the library calls itself too (see [`symbol_versions`]):
+/// `exported! { fn ibv_x / ibv_x_impl(args) -> R { body } }` makes the
+/// exported `ibv_x`, which forwards to the plain `ibv_x_impl` that runs
+/// `body`: one signature for both.
+macro_rules! exported {
+    (fn $c_name:ident / $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
+        #[no_mangle]
+        unsafe extern "C" fn $c_name($($arg: $ty),*) -> $ret {
+            // SAFETY: forwarded.
+            unsafe { $name($($arg),*) }
+        }
+
+        #[doc = concat!(
+            "`", stringify!($c_name), "`, for callers in this library ",
+            "(see [`crate::symbol_versions`])."
+        )]
+        pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> $ret $body
+    };
+}
+pub(crate) use exported;
+
 mod ah;
 mod compat;
 mod cq;

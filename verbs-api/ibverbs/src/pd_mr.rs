@@ -40,31 +40,26 @@ pub(crate) struct MrInner {
     pub imported: bool,
 }
 
-#[no_mangle]
-unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-    // SAFETY: forwarded.
-    unsafe { ibv_alloc_pd_impl(context) }
-}
-
-/// `ibv_alloc_pd`, for callers in this library (see [`crate::symbol_versions`]).
-pub(crate) unsafe extern "C" fn ibv_alloc_pd_impl(context: *mut ibv_context) -> *mut ibv_pd {
-    ptr_result(|| {
-        // SAFETY: a context from ibv_open_device (the caller's contract).
-        let ctx = unsafe { crate::objects::ctx(context)? };
-        let rust = ctx.rust.alloc_pd().map_err(|e| errno(&e))?;
-        let handle = rust.handle();
-        let obj = Box::new(Pd {
-            c: ibv_pd { context, handle },
-            inner: PdInner {
-                rust: ManuallyDrop::new(rust),
-                imported: false,
-            },
-        });
-        let p = Box::into_raw(obj);
-        ctx.handles.pds.lock().insert(handle, p as usize);
-        register(p.cast::<ibv_pd>(), context, handle);
-        Ok(p.cast())
-    })
+crate::exported! {
+    fn ibv_alloc_pd / ibv_alloc_pd_impl(context: *mut ibv_context) -> *mut ibv_pd {
+        ptr_result(|| {
+            // SAFETY: a context from ibv_open_device (the caller's contract).
+            let ctx = unsafe { crate::objects::ctx(context)? };
+            let rust = ctx.rust.alloc_pd().map_err(|e| errno(&e))?;
+            let handle = rust.handle();
+            let obj = Box::new(Pd {
+                c: ibv_pd { context, handle },
+                inner: PdInner {
+                    rust: ManuallyDrop::new(rust),
+                    imported: false,
+                },
+            });
+            let p = Box::into_raw(obj);
+            ctx.handles.pds.lock().insert(handle, p as usize);
+            register(p.cast::<ibv_pd>(), context, handle);
+            Ok(p.cast())
+        })
+    }
 }
 
 /// `ibv_import_pd`: the PD of the same device with this handle, for a

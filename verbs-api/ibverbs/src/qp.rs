@@ -402,30 +402,25 @@ unsafe extern "C" fn ibv_query_qp(
     })
 }
 
-#[no_mangle]
-unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
-    // SAFETY: forwarded.
-    unsafe { ibv_destroy_qp_impl(p) }
-}
-
-/// `ibv_destroy_qp`, for callers in this library (see [`crate::symbol_versions`]).
-pub(crate) unsafe extern "C" fn ibv_destroy_qp_impl(p: *mut ibv_qp) -> c_int {
-    errno_result(|| {
-        claim(p)?.commit();
-        let obj = p.cast::<Qp>();
-        // SAFETY: a live QP made by this library (claimed just now).
-        let inner = unsafe { &*addr_of!((*obj).inner) };
-        inner.handles.qps.lock().remove(&inner.rust.qp_num());
-        if Arc::strong_count(&inner.rust) > 1 {
-            // An rdma_cm id's QP destroyed with ibv_destroy_qp (not
-            // rdma_destroy_qp): the id lets go of it too.
-            crate::rdmacm::forget_qp(p);
-        }
-        // SAFETY: made by Box::into_raw in create_qp, unregistered above;
-        // dropping the uroce QP removes it from the engine.
-        unsafe { retire(obj) };
-        Ok(())
-    })
+crate::exported! {
+    fn ibv_destroy_qp / ibv_destroy_qp_impl(p: *mut ibv_qp) -> c_int {
+        errno_result(|| {
+            claim(p)?.commit();
+            let obj = p.cast::<Qp>();
+            // SAFETY: a live QP made by this library (claimed just now).
+            let inner = unsafe { &*addr_of!((*obj).inner) };
+            inner.handles.qps.lock().remove(&inner.rust.qp_num());
+            if Arc::strong_count(&inner.rust) > 1 {
+                // An rdma_cm id's QP destroyed with ibv_destroy_qp (not
+                // rdma_destroy_qp): the id lets go of it too.
+                crate::rdmacm::forget_qp(p);
+            }
+            // SAFETY: made by Box::into_raw in create_qp, unregistered above;
+            // dropping the uroce QP removes it from the engine.
+            unsafe { retire(obj) };
+            Ok(())
+        })
+    }
 }
 
 /// Attaches a UD QP to a multicast group: errors as the kernel answers

@@ -26,62 +26,57 @@ pub(crate) struct SrqInner {
 }
 accessor!(srq, ibv_srq, Srq, SrqInner);
 
-#[no_mangle]
-unsafe extern "C" fn ibv_create_srq(p: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
-    // SAFETY: forwarded.
-    unsafe { ibv_create_srq_impl(p, attr) }
-}
-
-/// `ibv_create_srq`, for callers in this library (see [`crate::symbol_versions`]).
-pub(crate) unsafe extern "C" fn ibv_create_srq_impl(
-    p: *mut ibv_pd,
-    attr: *mut ibv_srq_init_attr,
-) -> *mut ibv_srq {
-    ptr_result(|| {
-        let context = live(p)?;
-        // SAFETY: a live PD (registered).
-        let pdi = unsafe { pd(p)? };
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's attributes.
-        let a = unsafe { &mut *attr };
-        let rust = pdi
-            .rust
-            .create_srq(&SrqAttr {
-                max_wr: a.attr.max_wr,
-                max_sge: a.attr.max_sge,
-                srq_limit: a.attr.srq_limit,
-            })
-            .map_err(|e| errno(&e))?;
-        let q = rust.query();
-        a.attr.max_wr = q.max_wr;
-        a.attr.max_sge = q.max_sge;
-        // SAFETY: the PD's context.
-        let ctx = unsafe { crate::objects::ctx(context)? };
-        let handle = rust.handle();
-        let obj = Box::new(Srq {
-            c: ibv_srq {
-                context,
-                srq_context: a.srq_context,
-                pd: p,
-                handle,
-                // SAFETY: all-zero is the glibc initializer.
-                mutex: unsafe { std::mem::zeroed() },
-                // SAFETY: as above.
-                cond: unsafe { std::mem::zeroed() },
-                events_completed: 0,
-            },
-            inner: SrqInner {
-                rust: ManuallyDrop::new(rust),
-                handles: ctx.handles.clone(),
-            },
-        });
-        let ptr = Box::into_raw(obj);
-        ctx.handles.srqs.lock().insert(handle, ptr as usize);
-        register(ptr.cast::<ibv_srq>(), context, handle);
-        Ok(ptr.cast())
-    })
+crate::exported! {
+    fn ibv_create_srq / ibv_create_srq_impl(
+        p: *mut ibv_pd,
+        attr: *mut ibv_srq_init_attr,
+    ) -> *mut ibv_srq {
+        ptr_result(|| {
+            let context = live(p)?;
+            // SAFETY: a live PD (registered).
+            let pdi = unsafe { pd(p)? };
+            if attr.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: the caller's attributes.
+            let a = unsafe { &mut *attr };
+            let rust = pdi
+                .rust
+                .create_srq(&SrqAttr {
+                    max_wr: a.attr.max_wr,
+                    max_sge: a.attr.max_sge,
+                    srq_limit: a.attr.srq_limit,
+                })
+                .map_err(|e| errno(&e))?;
+            let q = rust.query();
+            a.attr.max_wr = q.max_wr;
+            a.attr.max_sge = q.max_sge;
+            // SAFETY: the PD's context.
+            let ctx = unsafe { crate::objects::ctx(context)? };
+            let handle = rust.handle();
+            let obj = Box::new(Srq {
+                c: ibv_srq {
+                    context,
+                    srq_context: a.srq_context,
+                    pd: p,
+                    handle,
+                    // SAFETY: all-zero is the glibc initializer.
+                    mutex: unsafe { std::mem::zeroed() },
+                    // SAFETY: as above.
+                    cond: unsafe { std::mem::zeroed() },
+                    events_completed: 0,
+                },
+                inner: SrqInner {
+                    rust: ManuallyDrop::new(rust),
+                    handles: ctx.handles.clone(),
+                },
+            });
+            let ptr = Box::into_raw(obj);
+            ctx.handles.srqs.lock().insert(handle, ptr as usize);
+            register(ptr.cast::<ibv_srq>(), context, handle);
+            Ok(ptr.cast())
+        })
+    }
 }
 
 #[no_mangle]

@@ -244,9 +244,27 @@ fn realpath_follows_the_views_links_as_a_kernels() {
     type RealpathChk = unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> *mut c_char;
     type Canon = unsafe extern "C" fn(*const c_char) -> *mut c_char;
     type Open = unsafe extern "C" fn(*const c_char, c_int, u32) -> c_int;
-    let root = tree();
-    // Only this test sets UROCE_SYSFS in this binary.
-    std::env::set_var("UROCE_SYSFS", &root);
+    // The library reads its view's root from UROCE_SYSFS: this test runs
+    // itself again in a child process that has it in its environment from
+    // the start (setting a variable in this process, whose other tests'
+    // threads read the environment, would race with them).
+    if std::env::var_os("UROCE_SYSFS").is_none() {
+        let root = tree();
+        let name = "realpath_follows_the_views_links_as_a_kernels";
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1"])
+            .env("UROCE_SYSFS", &root)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
     let lib = Lib::open();
     // SAFETY: the library's definitions, called with their C arguments.
     // SAFETY: the library's definitions of these C functions.
@@ -337,6 +355,4 @@ fn realpath_follows_the_views_links_as_a_kernels() {
         libc::close(fd);
         assert_eq!(&b[..n as usize], b"-1\n");
     }
-    std::env::remove_var("UROCE_SYSFS");
-    let _ = std::fs::remove_dir_all(&root);
 }

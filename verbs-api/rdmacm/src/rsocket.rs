@@ -54,6 +54,9 @@ use uroce_verbs::{
     QpInitAttr, QpType, QueuePair, RecvWr, SendWr, Sge, WcFlags, WcStatus, WrOpcode,
 };
 
+/// A socket's state, locked.
+type Guard<'a> = parking_lot::MutexGuard<'a, State>;
+
 /// `RS_OLAP_START_SIZE`: the first write of a large send.
 const OLAP_START_SIZE: u32 = 2048;
 /// `RS_MAX_TRANSFER`: the largest single write.
@@ -1179,12 +1182,7 @@ impl RSocket {
 
     /// Waits (the lock released) until `want` holds; `EAGAIN` if it does
     /// not and `nonblock`.
-    fn wait_for<'a>(
-        &'a self,
-        mut st: parking_lot::MutexGuard<'a, State>,
-        want: Want,
-        nonblock: bool,
-    ) -> Result<parking_lot::MutexGuard<'a, State>> {
+    fn wait_for<'a>(&'a self, mut st: Guard<'a>, want: Want, nonblock: bool) -> Result<Guard<'a>> {
         loop {
             if st.process(want) {
                 return Ok(st);
@@ -1286,11 +1284,7 @@ impl RSocket {
 
     /// Waits for room to send: `ECONNRESET` once the socket cannot
     /// write any more.
-    fn wait_send<'a>(
-        &'a self,
-        mut st: parking_lot::MutexGuard<'a, State>,
-        nonblock: bool,
-    ) -> Result<parking_lot::MutexGuard<'a, State>> {
+    fn wait_send<'a>(&'a self, mut st: Guard<'a>, nonblock: bool) -> Result<Guard<'a>> {
         if !st.can_send() {
             st = self.wait_for(st, Want::Send, nonblock)?;
             if st.state & ST_WRITABLE == 0 {
@@ -1301,11 +1295,7 @@ impl RSocket {
     }
 
     /// `rs_send_iomaps`: announces the mappings `riomap` queued.
-    fn send_iomaps<'a>(
-        &'a self,
-        mut st: parking_lot::MutexGuard<'a, State>,
-        nonblock: bool,
-    ) -> Result<parking_lot::MutexGuard<'a, State>> {
+    fn send_iomaps<'a>(&'a self, mut st: Guard<'a>, nonblock: bool) -> Result<Guard<'a>> {
         while let Some(&i) = st.conn()?.maps.queue.front() {
             st = self.wait_send(st, nonblock)?;
             st.conn

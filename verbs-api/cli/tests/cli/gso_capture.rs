@@ -12,20 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{uroce, wait_listening};
-
-/// Waits for `child`, killing it after a minute.
-fn finish(mut child: Child, what: &str) -> std::process::Output {
-    let end = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > end {
-            child.kill().unwrap();
-            panic!("{what} hung");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
-}
+use crate::common::{finish, spawn_pair, uroce};
 
 /// A capture tool: tcpdump, or else tshark (which CI installs).
 struct Tool {
@@ -161,26 +148,7 @@ fn capture_pair(
     let td = start_capture(tool, &file)?;
     let args = ["-g", "0", "-c", "-s", "16384", "-m", "1024", "-n", "4"];
     let (srv, cli) = (format!("127.118.3.{n}"), format!("127.118.3.{}", n + 1));
-    let server = uroce()
-        .envs(env.iter().copied())
-        .env("UROCE_DEVICES", format!("srv={srv}"))
-        .args(["rc-pingpong", "-p", &port.to_string()])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_listening(port);
-    let client = uroce()
-        .envs(env.iter().copied())
-        .env("UROCE_DEVICES", format!("cli={cli}"))
-        .args(["rc-pingpong", "-p", &port.to_string()])
-        .args(args)
-        .arg(&srv)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (server, client) = spawn_pair("rc-pingpong", &srv, &cli, port, &args, &args, env);
     let c = finish(client, "rc-pingpong client");
     let s = finish(server, "rc-pingpong server");
     std::thread::sleep(Duration::from_millis(300));

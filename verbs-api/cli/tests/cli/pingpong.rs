@@ -2,29 +2,7 @@
 //! against themselves in two processes, over loopback addresses of their
 //! own, with data checking; and `rc-stress`.
 
-use std::process::{Child, Output, Stdio};
-use std::time::{Duration, Instant};
-
-use crate::common::{uroce, wait_listening};
-
-/// Waits for a tool's process, killing it after a minute (a run that
-/// hangs fails the test instead of hanging the suite).
-fn finish(mut child: Child, tool: &str) -> Output {
-    let end = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > end {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{tool} hung: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
-}
+use crate::common::{both_ok, spawn_pair, uroce};
 
 /// Runs `uroce <tool>` as server on `server_ip` and as client on
 /// `client_ip` (each its own process and device), both with `args`;
@@ -36,78 +14,10 @@ fn pingpong(
     port: u16,
     args: &[&str],
 ) -> (String, String) {
-    two_processes(tool, server_ip, client_ip, port, args, args)
-}
-
-/// `uroce <tool> -p port <server_args>` as server on `server_ip`, then
-/// `uroce <tool> -p port <client_args> <server_ip>` as client on
-/// `client_ip`; both must succeed. Returns (client stdout, server stdout).
-fn two_processes(
-    tool: &str,
-    server_ip: &str,
-    client_ip: &str,
-    port: u16,
-    server_args: &[&str],
-    client_args: &[&str],
-) -> (String, String) {
-    two_processes_env(
+    both_ok(
         tool,
-        server_ip,
-        client_ip,
-        port,
-        server_args,
-        client_args,
-        &[],
+        spawn_pair(tool, server_ip, client_ip, port, args, args, &[]),
     )
-}
-
-/// [`two_processes`] with `env` set in both processes.
-fn two_processes_env(
-    tool: &str,
-    server_ip: &str,
-    client_ip: &str,
-    port: u16,
-    server_args: &[&str],
-    client_args: &[&str],
-    env: &[(&str, &str)],
-) -> (String, String) {
-    let server = uroce()
-        .envs(env.iter().copied())
-        .env("UROCE_DEVICES", format!("srv={server_ip}"))
-        .args([tool, "-p", &port.to_string()])
-        .args(server_args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_listening(port);
-    let client = uroce()
-        .envs(env.iter().copied())
-        .env("UROCE_DEVICES", format!("cli={client_ip}"))
-        .args([tool, "-p", &port.to_string()])
-        .args(client_args)
-        .arg(server_ip)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = finish(client, tool);
-    let server = finish(server, tool);
-    let (c, s) = (
-        String::from_utf8_lossy(&client.stdout).into_owned(),
-        String::from_utf8_lossy(&server.stdout).into_owned(),
-    );
-    assert!(
-        client.status.success(),
-        "{tool} client: {c}{}",
-        String::from_utf8_lossy(&client.stderr)
-    );
-    assert!(
-        server.status.success(),
-        "{tool} server: {s}{}",
-        String::from_utf8_lossy(&server.stderr)
-    );
-    (c, s)
 }
 
 /// Checks the tool's output: `qps` local and remote address lines (UD's
@@ -346,14 +256,17 @@ fn unsupported_options_are_refused() {
 
 #[test]
 fn rc_stress_two_processes_every_operation_verified() {
-    let (c, s) = two_processes(
+    let client_args = ["-n", "3000", "-m", "1024"];
+    let pair = spawn_pair(
         "rc-stress",
         "127.10.6.2",
         "127.10.6.1",
         19150,
         &[],
-        &["-n", "3000", "-m", "1024"],
+        &client_args,
+        &[],
     );
+    let (c, s) = both_ok("rc-stress", pair);
     assert!(
         c.contains(", 0 errors") && s.contains(", 0 errors"),
         "{c}{s}"
@@ -378,7 +291,7 @@ fn rc_without_gso_and_gro() {
         "{text}"
     );
     let args = ["-g", "0", "-c", "-s", "65536", "-m", "4096", "-n", "100"];
-    let (c, s) = two_processes_env(
+    let pair = spawn_pair(
         "rc-pingpong",
         "127.10.4.10",
         "127.10.4.11",
@@ -387,6 +300,7 @@ fn rc_without_gso_and_gro() {
         &args,
         &off,
     );
+    let (c, s) = both_ok("rc-pingpong", pair);
     check_output(&c, 1, false, 65536, 100);
     check_output(&s, 1, false, 65536, 100);
 }

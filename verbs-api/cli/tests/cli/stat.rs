@@ -7,7 +7,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use uroce_provider::stat::{self, ProcessState};
 
-use crate::common::{uroce, wait_listening};
+use crate::common::{finish, uroce, wait_listening};
 
 /// `uroce rc-pingpong` on its own device `ip`, as server (no `server`)
 /// or client.
@@ -42,17 +42,9 @@ fn stat_json(pid: u32) -> ProcessState {
     v.remove(0)
 }
 
-/// Waits for `child` to exit (killing it after a minute); true if it
-/// succeeded.
-fn finish(mut child: Child) -> bool {
-    let end = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > end {
-            child.kill().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().unwrap();
+/// Waits for `child` (killing it after a minute); true if it succeeded.
+fn succeeded(child: Child, what: &str) -> bool {
+    let out = finish(child, what);
     if !out.status.success() {
         eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     }
@@ -118,8 +110,8 @@ fn stat_shows_a_pingpong_set_up_connected_and_gone() {
         assert!(all.iter().any(|p| p.pid == pid), "{pid} not listed");
     }
 
-    assert!(finish(client), "client failed");
-    assert!(finish(server), "server failed");
+    assert!(succeeded(client, "client"), "client failed");
+    assert!(succeeded(server, "server"), "server failed");
     // A process that exits removes its socket.
     assert_eq!(stat::socket_of(spid), None);
     assert_eq!(stat::socket_of(cpid), None);

@@ -7,21 +7,14 @@ use serde_json::Value;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{uroce, wait_listening};
+use crate::common::{finish, uroce, wait_listening};
 
-fn finish(mut child: Child) -> Output {
-    let end = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > end {
-            child.kill().unwrap();
-            panic!("rc-pingpong hung");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().unwrap();
+/// Waits for `child` (killing it after a minute), which must succeed.
+fn finish_ok(child: Child, what: &str) -> Output {
+    let out = finish(child, what);
     assert!(
         out.status.success(),
-        "{}{}",
+        "{what}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -55,8 +48,8 @@ fn both_ends_of_a_pingpong_trace_and_merge() {
     wait_listening(port);
     let client = run(format!("cli={client_ip}"), &[server_ip]);
     let (client_pid, server_pid) = (client.id(), server.id());
-    finish(client);
-    finish(server);
+    finish_ok(client, "rc-pingpong client");
+    finish_ok(server, "rc-pingpong server");
     let (client, server) = (client_pid, server_pid);
     let files: Vec<_> = [server, client]
         .iter()
@@ -164,7 +157,7 @@ fn cm_echo_traces_the_cm_exchange() {
     }
     assert_ne!(client_pid, 0, "no client got through");
     let server_pid = server.id();
-    finish(server);
+    finish_ok(server, "cm-echo server");
     let names = |pid: u32| -> Vec<String> {
         let text = std::fs::read_to_string(dir.join(format!("cm-{pid}.json"))).unwrap();
         let ev: Vec<Value> = serde_json::from_str(&text).unwrap();
