@@ -410,20 +410,25 @@ fi
 
 # ---- Python wheels from PyPI
 # Each in a venv of its own, installed by pip from PyPI as a user would
-# (pip keeps the downloads in its cache, ~/.cache/pip: the two wheels are
-# 46 and 69 MB) and run as `uroce exec -- python3 ...`, with no other
-# set-up (the README's "Python wheels"). Both libraries fall back
-# without a word (Mooncake to TCP, UCX to shared memory or TCP), so each
-# entry also needs uroce's own counters (`uroce stat`) to show that the
-# bytes crossed its devices. A package pip cannot install is skipped.
-# venv NAME PIP-ARGS...: $tmp/venv-NAME with the packages; how long that
-# took in $venv_took.
+# and run as `uroce exec -- python3 ...`, with no other set-up (the
+# README's "Python wheels"). The venvs are kept outside the repository,
+# in ~/.cache/uroce-apps (and pip's downloads, 46 and 69 MB, in its own
+# cache), so that the second run of this script (UROCE_CHECK=1) and the
+# next CI run only check them: a new one takes 20 to 40 s here. Both
+# libraries fall back without a word (Mooncake to TCP, UCX to shared
+# memory or TCP), so each entry also needs uroce's own counters
+# (`uroce stat`) to show that the bytes crossed its devices. A package
+# pip cannot install is skipped.
+venvs=${XDG_CACHE_HOME:-$HOME/.cache}/uroce-apps
+# venv NAME PIP-ARGS...: $venvs/NAME with the packages (made or checked);
+# how long that took in $venv_took.
 venv() {
   local name=$1
   shift
   local t0=$EPOCHREALTIME
-  python3 -m venv "$tmp/venv-$name" >"$tmp/out" 2>&1 &&
-    timeout 600 "$tmp/venv-$name/bin/pip" install -q --disable-pip-version-check "$@" >>"$tmp/out" 2>&1
+  mkdir -p "$venvs" &&
+    { [ -x "$venvs/$name/bin/pip" ] || python3 -m venv "$venvs/$name" >"$tmp/out" 2>&1; } &&
+    timeout 600 "$venvs/$name/bin/pip" install -q --disable-pip-version-check "$@" >>"$tmp/out" 2>&1
   local rc=$?
   venv_took=$(since "$t0")
   return $rc
@@ -456,8 +461,8 @@ if ! have python3; then
 elif ! venv mooncake "$mc_pkg"; then
   skip "Mooncake" "pip could not install $mc_pkg ($venv_took s): $(tail -1 "$tmp/out")"
 else
-  echo "      (venv with $mc_pkg: $venv_took s)"
-  py=$tmp/venv-mooncake/bin/python3
+  echo "      (venv $venvs/mooncake with $mc_pkg: $venv_took s)"
+  py=$venvs/mooncake/bin/python3
   found='Device uroce0 port 1 is available'
   mkdir -p "$tmp/mc"
   t0=$EPOCHREALTIME
@@ -477,7 +482,7 @@ else
   else
     fail "Mooncake Python API (rdma)" "client exit $crc, server exit $src"
   fi
-  bench=$tmp/venv-mooncake/bin/transfer_engine_bench
+  bench=$venvs/mooncake/bin/transfer_engine_bench
   bopt=(--metadata_server=P2PHANDSHAKE --protocol=rdma --auto_discovery=true
     --buffer_size=$((64 << 20)) --threads=2 --batch_size=16 --block_size=65536)
   UROCE_DEVICES=uroce0=127.104.71.1 timeout -k 2 60 "${ux[@]}" "$bench" --mode=target \
@@ -533,8 +538,8 @@ if ! have python3; then
 elif ! venv nixl --no-deps "$nixl_pkg" numpy; then
   skip "NIXL" "pip could not install $nixl_pkg ($venv_took s): $(tail -1 "$tmp/out")"
 else
-  echo "      (venv with $nixl_pkg and numpy: $venv_took s)"
-  py=$tmp/venv-nixl/bin/python3
+  echo "      (venv $venvs/nixl with $nixl_pkg and numpy: $venv_took s)"
+  py=$venvs/nixl/bin/python3
   mkdir -p "$tmp/nixl"
   t0=$EPOCHREALTIME
   export UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=uroce0:1

@@ -96,7 +96,8 @@ def counters(uroce):
         timeout=20,
     )
     if out.returncode != 0:
-        fail(f"uroce stat: exit {out.returncode}: {out.stderr.strip()}")
+        # No state socket: the process never opened a uroce device.
+        fail(f"uroce stat: {out.stderr.strip()} (Mooncake fell back to TCP?)")
     return json.loads(out.stdout)
 
 

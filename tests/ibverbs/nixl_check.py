@@ -72,7 +72,8 @@ def rdma_packets(uroce):
         [uroce, "stat", "--json", str(os.getpid())], capture_output=True, text=True, timeout=20
     )
     if out.returncode != 0:
-        fail(f"uroce stat: exit {out.returncode}: {out.stderr.strip()}")
+        # No state socket: the process never opened a uroce device.
+        fail(f"uroce stat: {out.stderr.strip()} (UCX took another transport?)")
     devs = [dev for p in json.loads(out.stdout) for dev in p.get("devices", [])]
     sent = sum(dev["counters"].get("sent_pkts", 0) for dev in devs)
     rcvd = sum(dev["counters"].get("rcvd_pkts", 0) for dev in devs)
