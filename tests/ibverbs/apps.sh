@@ -467,7 +467,7 @@ else
   mkdir -p "$tmp/mc"
   t0=$EPOCHREALTIME
   UROCE_DEVICES=uroce0=127.104.70.1 timeout -k 2 90 "${ux[@]}" "$py" tests/ibverbs/mooncake_check.py \
-    server 127.104.70.1 "$tmp/mc" $((4 << 20)) >"$tmp/mcserver" 2>&1 &
+    server 127.104.70.1 "$tmp/mc" $((4 << 20)) "$uroce" >"$tmp/mcserver" 2>&1 &
   spid=$!
   UROCE_DEVICES=uroce0=127.104.70.2 timeout -k 2 90 "${ux[@]}" "$py" tests/ibverbs/mooncake_check.py \
     client 127.104.70.2 "$tmp/mc" $((4 << 20)) "$uroce" >"$tmp/mcclient" 2>&1
