@@ -553,7 +553,7 @@ else
   src=$?
   unset UCX_TLS UCX_NET_DEVICES
   cat "$tmp/nxinit" - "$tmp/nxtarget" <<<"---- target:" >"$tmp/out"
-  line=$(grep -m1 '^nixl_check: ok: WRITE' "$tmp/nxinit")
+  line=$(grep -m1 '^nixl_check: ok: RDMA' "$tmp/nxinit")
   if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$line" ] && grep -q '^nixl_check: ok' "$tmp/nxtarget"; then
     pass "NIXL UCX backend (rc_verbs)" "${line#nixl_check: ok: } ($(since "$t0") s)"
   else

@@ -84,11 +84,7 @@ def initiator(agent, d, size, m, base, uroce):
         check.fail("initiator: the READ's bytes differ from the target's")
     sent, rcvd = check.over_uroce(uroce, size)
     open(os.path.join(d, "read"), "w").close()
-    mib = size / (1 << 20)
-    check.ok(
-        f"WRITE {mib:.0f} MiB {mib / (t1 - t0):.0f} MiB/s, READ {mib:.0f} MiB "
-        f"{mib / (t2 - t1):.0f} MiB/s, verified; uroce0 sent {sent} and received {rcvd} packets"
-    )
+    check.moved(size, t1 - t0, t2 - t1, sent, rcvd)
 
 
 def main():

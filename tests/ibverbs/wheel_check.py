@@ -81,6 +81,16 @@ class Check:
         return sent, rcvd
 
 
+    def moved(self, size, write_s, read_s, sent, rcvd):
+        """The client's result line: SIZE bytes written in WRITE_S
+        seconds and read in READ_S, verified, and the packets."""
+        mib = size / (1 << 20)
+        self.ok(
+            f"RDMA WRITE {mib:.0f} MiB {mib / write_s:.0f} MiB/s, READ {mib:.0f} MiB "
+            f"{mib / read_s:.0f} MiB/s, verified; uroce0 sent {sent} and received {rcvd} packets"
+        )
+
+
 def pattern(seed, size):
     """SIZE known bytes."""
     return random.Random(seed).randbytes(size)
