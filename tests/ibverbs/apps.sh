@@ -16,7 +16,16 @@
 #     iscsi-readcapacity16 and iscsi-test-cu's WRITE/READ/VERIFY/COMPARE
 #     AND WRITE tests (data compared on the target);
 #   * fio's rdma engine: RDMA WRITE, RDMA READ, and SEND/RECV with the
-#     receiver verifying every block (verify=crc32c).
+#     receiver verifying every block (verify=crc32c);
+#   * librpma's messaging examples 12, 12scch and 13 (tests/ibverbs/rpma_msg.c
+#     on Debian's librpma-dev): an unsignaled SEND and at once a
+#     disconnect, twenty times each, none may hang;
+#   * Python wheels from PyPI, each in a venv of its own, run as
+#     `uroce exec -- python3 ...`: Mooncake Transfer Engine's Python API
+#     and its transfer_engine_bench (device discovery from sysfs), NIXL's
+#     UCX backend (the wheel's own UCX and libibverbs). WRITE and READ
+#     verified, and uroce's counters (`uroce stat`) must show the bytes
+#     went over its devices: both fall back to other transports quietly.
 #
 # Installs the Debian packages when root and missing; an app whose package
 # is still missing is skipped with a message. Devices 127.104.<n>.1 (server)
@@ -26,7 +35,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
-pkgs=(openmpi-bin libopenmpi-dev mpich libmpich-dev ucx-utils qperf tgt libiscsi-bin fio iproute2)
+pkgs=(openmpi-bin libopenmpi-dev mpich libmpich-dev ucx-utils qperf tgt libiscsi-bin fio iproute2
+  librpma-dev python3-venv)
 need=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need+=("$p")
@@ -324,6 +334,231 @@ if have fio; then
     --verb=send --iodepth=2 --verify=crc32c --do_verify=0
 else
   skip "fio" "fio missing (apt-get install fio)"
+fi
+
+# ---- librpma: a SEND posted just before the disconnect
+# tests/ibverbs/rpma_msg.c does what librpma's examples 12 and 12scch do
+# (the client's last message is an unsignaled SEND, and at once
+# rpma_conn_disconnect: the server must receive it, or it waits for it
+# forever) and 13 (three clients on one SRQ, each disconnected by the
+# server after its last message). Twenty pairs each of 12 and 12scch,
+# each process under a 5 s timeout, server 127.104.60.1, client .2; 13
+# on 127.104.61.1 (server) and .2-.4. rdma_cm's port 19480.
+# UROCE_APPS_SHARED_CM=1 also runs 13 as librpma's README does, the
+# server and its three clients on one device (shared by four processes:
+# rdma_cm on a shared device, issue #33), 127.104.62.1.
+# rpma_pair NAME RUNS SERVER-DEV CLIENT-DEVS MODE [CLIENTS]: RUNS times, a
+# server and CLIENTS clients (1 unless given, at once), each its own
+# process; the count of runs where all exited 0 within the timeout.
+rpma_pair() {
+  local name=$1 runs=$2 sdev=$3 cdevs=$4 mode=$5 nc=${6:-1}
+  local ok=0 bad=0 i c spid cpids rc t0=$EPOCHREALTIME
+  rm -f "$tmp/rall" "$tmp"/rclient*
+  local srv=${sdev#*=} sargs=() cargs=() cl
+  IFS=, read -ra cl <<<"$cdevs"
+  [ -n "$mode" ] && sargs=("$mode") cargs=("$mode")
+  [ "$mode" = srq ] && sargs+=("$nc")
+  for i in $(seq "$runs"); do
+    UROCE_DEVICES=$sdev timeout -k 1 5 "${ux[@]}" "$tmp/rpma_msg" server "$srv" 19480 "${sargs[@]}" \
+      >"$tmp/rserver" 2>&1 &
+    spid=$!
+    for _ in $(seq 50); do grep -q listening "$tmp/rserver" && break; sleep 0.05; done
+    cpids=()
+    for c in $(seq "$nc"); do
+      UROCE_DEVICES=${cl[$(((c - 1) % ${#cl[@]}))]} timeout -k 1 5 "${ux[@]}" "$tmp/rpma_msg" \
+        client "$srv" 19480 $((c * 1000)) 5 "${cargs[@]}" >"$tmp/rclient$c" 2>&1 &
+      cpids+=($!)
+    done
+    rc=0
+    for c in "${cpids[@]}"; do wait "$c" || rc=$?; done
+    wait "$spid" || rc=$?
+    # Every run's output, for UROCE_CHECK's look (pass).
+    cat "$tmp/rserver" "$tmp"/rclient* >>"$tmp/rall"
+    if [ $rc = 0 ]; then
+      ok=$((ok + 1))
+    else
+      # The first failure's output, for the report.
+      [ $bad = 0 ] && { echo "run $i (exit $rc):"; cat "$tmp/rserver" "$tmp"/rclient*; } >"$tmp/rfirst"
+      bad=$((bad + 1))
+    fi
+  done
+  if [ $ok = "$runs" ]; then
+    local line
+    line=$(tail -1 "$tmp/rserver")
+    mv "$tmp/rall" "$tmp/out"
+    pass "$name" "$runs of $runs runs, none hung ($(since "$t0") s): ${line#rpma_msg server: }"
+  else
+    cp "$tmp/rfirst" "$tmp/out"
+    fail "$name" "$bad of $runs runs failed or hung (a 5 s timeout each; $(since "$t0") s in all)"
+  fi
+}
+if [ ! -e /usr/include/librpma.h ]; then
+  skip "librpma" "librpma.h missing (apt-get install librpma-dev)"
+elif ! cc -O2 -Wall -o "$tmp/rpma_msg" tests/ibverbs/rpma_msg.c -lrpma -libverbs 2>"$tmp/out"; then
+  fail "librpma" "tests/ibverbs/rpma_msg.c does not build"
+else
+  rpma_pair "librpma 12: SEND, then disconnect" 20 uroce0=127.104.60.1 uroce0=127.104.60.2 ""
+  rpma_pair "librpma 12scch: shared channel" 20 uroce0=127.104.60.1 uroce0=127.104.60.2 scch
+  rpma_pair "librpma 13: 3 clients, one SRQ" 5 uroce0=127.104.61.1 \
+    uroce0=127.104.61.2,uroce0=127.104.61.3,uroce0=127.104.61.4 srq 3
+  if [ "${UROCE_APPS_SHARED_CM:-0}" = 1 ]; then
+    rpma_pair "librpma 13 on one shared device" 5 uroce0=127.104.62.1 uroce0=127.104.62.1 srq 3
+  else
+    skip "librpma 13 on one shared device" "UROCE_APPS_SHARED_CM=1 runs it (rdma_cm on a shared device, #33)"
+  fi
+fi
+
+# ---- Python wheels from PyPI
+# Each in a venv of its own, installed by pip from PyPI as a user would
+# and run as `uroce exec -- python3 ...`, with no other set-up (the
+# README's "Python wheels"). The venvs are kept outside the repository,
+# in ~/.cache/uroce-apps (and pip's downloads, 46 and 69 MB, in its own
+# cache), so that the second run of this script (UROCE_CHECK=1) and the
+# next CI run only check them: a new one takes 20 to 40 s here. Both
+# libraries fall back without a word (Mooncake to TCP, UCX to shared
+# memory or TCP), so each entry also needs uroce's own counters
+# (`uroce stat`) to show that the bytes crossed its devices. A package
+# pip cannot install is skipped.
+venvs=${XDG_CACHE_HOME:-$HOME/.cache}/uroce-apps
+# venv NAME PIP-ARGS...: $venvs/NAME with the packages (made or checked);
+# how long that took in $venv_took.
+venv() {
+  local name=$1
+  shift
+  local t0=$EPOCHREALTIME
+  mkdir -p "$venvs" &&
+    { [ -x "$venvs/$name/bin/pip" ] || python3 -m venv "$venvs/$name" >"$tmp/out" 2>&1; } &&
+    timeout 600 "$venvs/$name/bin/pip" install -q --disable-pip-version-check "$@" >>"$tmp/out" 2>&1
+  local rc=$?
+  venv_took=$(since "$t0")
+  return $rc
+}
+# pkts ADDR: "SENT RECEIVED", the packet counters of the running uroce
+# device at ADDR ("0 0" if none runs).
+pkts() {
+  "$uroce" stat --json 2>/dev/null | python3 -c '
+import json, sys
+for p in json.load(sys.stdin):
+    for d in p["devices"]:
+        if d["addr"] == sys.argv[1]:
+            c = d["counters"]
+            print(c.get("sent_pkts", 0), c.get("rcvd_pkts", 0))
+            sys.exit()
+print(0, 0)' "$1"
+}
+
+# ---- Mooncake Transfer Engine (mooncake-transfer-engine-non-cuda)
+# Its Python API between two processes (tests/ibverbs/mooncake_check.py:
+# protocol "rdma", P2P handshake, 4 MiB WRITE and READ, verified, and the
+# client's packet counters), devices 127.104.70.1 (server) and .2; then
+# its transfer_engine_bench, target 127.104.71.1 and initiator .2, a
+# WRITE run and a READ run of 2 s. Both with the device Mooncake
+# discovers itself (from sysfs, through `uroce exec`'s view: no device
+# named, no topology file): its log must say it found uroce0.
+mc_pkg=mooncake-transfer-engine-non-cuda==0.3.13.post1
+if ! have python3; then
+  skip "Mooncake" "python3 missing"
+elif ! venv mooncake "$mc_pkg"; then
+  skip "Mooncake" "pip could not install $mc_pkg ($venv_took s): $(tail -1 "$tmp/out")"
+else
+  echo "      (venv $venvs/mooncake with $mc_pkg: $venv_took s)"
+  py=$venvs/mooncake/bin/python3
+  found='Device uroce0 port 1 is available'
+  mkdir -p "$tmp/mc"
+  t0=$EPOCHREALTIME
+  UROCE_DEVICES=uroce0=127.104.70.1 timeout -k 2 90 "${ux[@]}" "$py" tests/ibverbs/mooncake_check.py \
+    server 127.104.70.1 "$tmp/mc" $((4 << 20)) "$uroce" >"$tmp/mcserver" 2>&1 &
+  spid=$!
+  UROCE_DEVICES=uroce0=127.104.70.2 timeout -k 2 90 "${ux[@]}" "$py" tests/ibverbs/mooncake_check.py \
+    client 127.104.70.2 "$tmp/mc" $((4 << 20)) "$uroce" >"$tmp/mcclient" 2>&1
+  crc=$?
+  wait "$spid"
+  src=$?
+  cat "$tmp/mcclient" - "$tmp/mcserver" <<<"---- server:" >"$tmp/out"
+  line=$(grep -m1 '^mooncake_check: ok: RDMA' "$tmp/mcclient")
+  if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$line" ] && grep -q '^mooncake_check: ok' "$tmp/mcserver" &&
+    grep -q "$found" "$tmp/mcclient" && grep -q "$found" "$tmp/mcserver"; then
+    pass "Mooncake Python API (rdma)" "${line#mooncake_check: ok: } ($(since "$t0") s)"
+  else
+    fail "Mooncake Python API (rdma)" "client exit $crc, server exit $src"
+  fi
+  bench=$venvs/mooncake/bin/transfer_engine_bench
+  bopt=(--metadata_server=P2PHANDSHAKE --protocol=rdma --auto_discovery=true
+    --buffer_size=$((64 << 20)) --threads=2 --batch_size=16 --block_size=65536)
+  UROCE_DEVICES=uroce0=127.104.71.1 timeout -k 2 60 "${ux[@]}" "$bench" --mode=target \
+    --local_server_name=127.104.71.1 "${bopt[@]}" >"$tmp/mctarget" 2>&1 &
+  tpid=$!
+  # With the P2P handshake the target listens on a port of its choosing
+  # and logs it; the initiator names the target by it.
+  seg=
+  for _ in $(seq 100); do
+    seg=$(grep -oP 'P2P handshake, listening on \K[0-9.]+:[0-9]+' "$tmp/mctarget") && break
+    sleep 0.1
+  done
+  for op in write read; do
+    t0=$EPOCHREALTIME
+    read -r s0 r0 <<<"$(pkts 127.104.71.1)"
+    UROCE_DEVICES=uroce0=127.104.71.2 timeout -k 2 30 "${ux[@]}" "$bench" --mode=initiator \
+      --local_server_name=127.104.71.2 --segment_id="$seg" --operation=$op --duration=2 \
+      "${bopt[@]}" >"$tmp/out" 2>&1
+    rc=$?
+    read -r s1 r1 <<<"$(pkts 127.104.71.1)"
+    # What the run moved (batches of 16 blocks of 64 KiB), in 4 KiB packets
+    # at least, must have crossed the target's device.
+    done_line=$(grep -oP 'Test completed: \K.*' "$tmp/out")
+    batches=$(grep -oP 'batch count \K[0-9]+' <<<"$done_line")
+    if [ $op = write ]; then moved=$((r1 - r0)) way=received; else moved=$((s1 - s0)) way=sent; fi
+    need=$(( ${batches:-0} * 16 * 16 ))
+    if [ -z "$seg" ]; then
+      cp "$tmp/mctarget" "$tmp/out"
+      fail "Mooncake transfer_engine_bench $op" "the target logged no P2P handshake port"
+    elif [ $rc = 0 ] && [ -n "$done_line" ] && [ "$need" -gt 0 ] && [ "$moved" -ge "$need" ] &&
+      grep -q "$found" "$tmp/out"; then
+      pass "Mooncake transfer_engine_bench $op" "$done_line; the target's uroce0 $way $moved packets ($(since "$t0") s)"
+    else
+      fail "Mooncake transfer_engine_bench $op" "exit $rc; the target's device moved $moved packets, the run needs $need"
+    fi
+  done
+  kill "$tpid" 2>/dev/null
+  wait "$tpid" 2>/dev/null
+fi
+
+# ---- NIXL (nixl-cu12), its UCX backend, host memory
+# tests/ibverbs/nixl_check.py: the wheel as shipped (its own UCX and a
+# renamed rdma-core libibverbs, which `uroce exec`'s audit module makes
+# uroce's), target 127.104.80.1 and initiator .2, 4 MiB WRITE and READ
+# verified, the initiator's packet counters. The wheel requires torch,
+# which NIXL imports only for tensor descriptors (these are plain
+# memory): --no-deps and numpy spare CI the 2 GB of torch and CUDA.
+# UCX_TLS and UCX_NET_DEVICES as for MPI above: two processes on one
+# host would otherwise meet in shared memory.
+nixl_pkg=nixl-cu12==1.5.1
+if ! have python3; then
+  skip "NIXL" "python3 missing"
+elif ! venv nixl --no-deps "$nixl_pkg" numpy; then
+  skip "NIXL" "pip could not install $nixl_pkg ($venv_took s): $(tail -1 "$tmp/out")"
+else
+  echo "      (venv $venvs/nixl with $nixl_pkg and numpy: $venv_took s)"
+  py=$venvs/nixl/bin/python3
+  mkdir -p "$tmp/nixl"
+  t0=$EPOCHREALTIME
+  export UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=uroce0:1
+  UROCE_DEVICES=uroce0=127.104.80.1 timeout -k 2 90 "${ux[@]}" "$py" tests/ibverbs/nixl_check.py \
+    target "$tmp/nixl" $((4 << 20)) "$uroce" >"$tmp/nxtarget" 2>&1 &
+  spid=$!
+  UROCE_DEVICES=uroce0=127.104.80.2 timeout -k 2 90 "${ux[@]}" "$py" tests/ibverbs/nixl_check.py \
+    initiator "$tmp/nixl" $((4 << 20)) "$uroce" >"$tmp/nxinit" 2>&1
+  crc=$?
+  wait "$spid"
+  src=$?
+  unset UCX_TLS UCX_NET_DEVICES
+  cat "$tmp/nxinit" - "$tmp/nxtarget" <<<"---- target:" >"$tmp/out"
+  line=$(grep -m1 '^nixl_check: ok: RDMA' "$tmp/nxinit")
+  if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$line" ] && grep -q '^nixl_check: ok' "$tmp/nxtarget"; then
+    pass "NIXL UCX backend (rc_verbs)" "${line#nixl_check: ok: } ($(since "$t0") s)"
+  else
+    fail "NIXL UCX backend (rc_verbs)" "initiator exit $crc, target exit $src"
+  fi
 fi
 
 echo "apps: $passed passed, $failed failed"
