@@ -1122,7 +1122,15 @@ impl QpLedger {
             LOC_PROT_THEN
         };
         for s in wr.sg_list.iter().filter(|s| s.length > 0) {
-            check_sge(&self.keys, self.pd, self.qpn, ("send", then), wr.wr_id, s, need);
+            check_sge(
+                &self.keys,
+                self.pd,
+                self.qpn,
+                ("send", then),
+                wr.wr_id,
+                s,
+                need,
+            );
         }
     }
 }

@@ -429,7 +429,10 @@ fn a_send_posted_before_a_modify_to_err_is_delivered() {
         assert_eq!(p.net.qp(p.a.id).state(), QpState::Err);
         p.post_send(true, wr(2, WrOpcode::Send, &[sge(&src, 0, 10)]));
         let r = p.wait(false, false, 1, SEC);
-        assert_eq!((r.len(), r[0].wr_id, r[0].status), (1, 9, WcStatus::Success));
+        assert_eq!(
+            (r.len(), r[0].wr_id, r[0].status),
+            (1, 9, WcStatus::Success)
+        );
         assert_eq!(contents(&dst, 0, 10), b"last words");
         let s = p.wait(true, true, 2, SEC);
         assert_eq!(

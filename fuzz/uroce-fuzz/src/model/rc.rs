@@ -488,14 +488,7 @@ fn outcomes_sure(w: World, p: &Pkt, failed: &[Check], rnr: bool) -> Vec<World> {
     };
     for c in failed {
         let took = needs_recv;
-        let mut v = fail(
-            w.clone(),
-            c.codes,
-            took,
-            c.nak_optional,
-            c.rule,
-            &p.why,
-        );
+        let mut v = fail(w.clone(), c.codes, took, c.nak_optional, c.rule, &p.why);
         if c.acked {
             // IBA 9.9.3 class J (rxe, uroce): no NAK; the message is
             // acknowledged at its PSN, the MSN not counting it.

@@ -684,8 +684,10 @@ impl RcQp {
         } else {
             None
         };
-        let checked = Inbound::write_packet(&mut self.svc.resp.cur, &self.core.cfg, pkt)
-            .and_then(|()| Inbound::place_write(&mut self.svc.resp.cur, pkt).map_err(Refusal::from));
+        let checked =
+            Inbound::write_packet(&mut self.svc.resp.cur, &self.core.cfg, pkt).and_then(|()| {
+                Inbound::place_write(&mut self.svc.resp.cur, pkt).map_err(Refusal::from)
+            });
         let done = match (checked, &recv) {
             (Ok(done), _) => done,
             (Err(r), Some(wr)) => {
