@@ -103,6 +103,10 @@ counters! {
     qkey_violations,
     /// UD datagrams dropped because no receive WR was posted.
     ud_no_recv_drops,
+    /// UD datagrams dropped because the receive WR at the head of the
+    /// queue is too small for GRH + payload (IBA class D, rxe since 6.10:
+    /// the WR stays for the next datagram).
+    ud_too_long_drops,
     /// UC messages dropped (a PSN gap, an out-of-sequence packet, a bad
     /// R_Key): reception resumes at the next FIRST/ONLY packet.
     uc_dropped_msgs,

@@ -1022,6 +1022,104 @@ int main(void)
 		MUST(ibv_destroy_qp(s1) == 0 && ibv_destroy_qp(r1) == 0);
 	}
 
+	/* ---- SRQ resize (IBV_DEVICE_SRQ_RESIZE, as rxe): ibv_modify_srq with
+	 * IBV_SRQ_MAX_WR grows it in place; below what is posted, EINVAL */
+	{
+		struct ibv_device_attr da;
+		MUST(ibv_query_device(a.ctx, &da) == 0);
+		CHECK(da.device_cap_flags & IBV_DEVICE_SRQ_RESIZE,
+		      "device_cap_flags has IBV_DEVICE_SRQ_RESIZE");
+		struct ibv_srq_init_attr sia = { .attr = { .max_wr = 4, .max_sge = 1 } };
+		struct ibv_srq *srq = ibv_create_srq(a.pd, &sia);
+		MUST(srq);
+		struct ibv_sge rs = { (uintptr_t)a.buf, 64, a.mr->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 1, .sg_list = &rs, .num_sge = 1 }, *rb;
+		int posted = 0;
+		while (ibv_post_srq_recv(srq, &rw, &rb) == 0 && posted < 16)
+			posted++;
+		CHECK(posted == 4, "a 4-WR SRQ takes 4 (%d)", posted);
+		struct ibv_srq_attr sa = { .max_wr = 8 };
+		rc = ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR);
+		CHECK(rc == 0, "modify_srq(IBV_SRQ_MAX_WR 8): %d", rc);
+		memset(&sa, 0, sizeof(sa));
+		MUST(ibv_query_srq(srq, &sa) == 0);
+		CHECK(sa.max_wr >= 8, "query_srq after the resize: max_wr %u", sa.max_wr);
+		posted = 0;
+		while (ibv_post_srq_recv(srq, &rw, &rb) == 0 && posted < 16)
+			posted++;
+		CHECK(posted == (int)sa.max_wr - 4, "the grown SRQ takes %u more (%d)",
+		      sa.max_wr - 4, posted);
+		sa.max_wr = 2;
+		rc = ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR);
+		CHECK(rc == EINVAL, "modify_srq below the WRs posted: EINVAL (%d)", rc);
+		MUST(ibv_destroy_srq(srq) == 0);
+	}
+
+	/* ---- UD: an RDMA READ (its union holds an RDMA address, no address
+	 * handle) and a send longer than the MTU are posted, as on rxe and
+	 * NICs, and complete with LOC_QP_OP_ERR and LOC_LEN_ERR; the QP is in
+	 * SQE after each (IBA), back to RTS by a modify */
+	{
+		struct ibv_cq *ucq = ibv_create_cq(a.ctx, 16, NULL, NULL, 0);
+		struct ibv_qp_init_attr ua = { .send_cq = ucq, .recv_cq = ucq,
+					       .cap = { 8, 8, 1, 1, 0 },
+					       .qp_type = IBV_QPT_UD };
+		struct ibv_qp *uq = ucq ? ibv_create_qp(a.pd, &ua) : NULL;
+		MUST(uq);
+		struct ibv_qp_attr x = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+					 .qkey = 0x11111111 };
+		MUST(ibv_modify_qp(uq, &x, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+						    IBV_QP_PORT | IBV_QP_QKEY) == 0);
+		x.qp_state = IBV_QPS_RTR;
+		MUST(ibv_modify_qp(uq, &x, IBV_QP_STATE) == 0);
+		x.qp_state = IBV_QPS_RTS;
+		MUST(ibv_modify_qp(uq, &x, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+		struct ibv_port_attr pa;
+		MUST(ibv_query_port(a.ctx, 1, &pa) == 0);
+		int mtu = 128 << pa.active_mtu;
+		struct ibv_ah_attr aha = { .is_global = 1, .port_num = 1,
+					   .grh = { .dgid = b.gid, .hop_limit = 64 } };
+		struct ibv_ah *ah = ibv_create_ah(a.pd, &aha);
+		MUST(ah);
+		char *big = aligned_alloc(4096, 2 * mtu);
+		struct ibv_mr *bmr = big ? ibv_reg_mr(a.pd, big, 2 * mtu,
+						      IBV_ACCESS_LOCAL_WRITE) : NULL;
+		MUST(bmr);
+		for (int i = 0; i < 2; i++) {
+			struct ibv_sge ss = { (uintptr_t)big, i ? 8 : mtu + 1, bmr->lkey };
+			struct ibv_send_wr sw = { .wr_id = 300 + i, .sg_list = &ss,
+						  .num_sge = 1,
+						  .send_flags = IBV_SEND_SIGNALED },
+					   *sb;
+			if (i) {
+				sw.opcode = IBV_WR_RDMA_READ;
+				sw.wr.rdma.remote_addr = (uintptr_t)b.buf;
+				sw.wr.rdma.rkey = b.mr->rkey;
+			} else {
+				sw.opcode = IBV_WR_SEND;
+				sw.wr.ud.ah = ah;
+				sw.wr.ud.remote_qpn = 1;
+				sw.wr.ud.remote_qkey = 0x11111111;
+			}
+			rc = ibv_post_send(uq, &sw, &sb);
+			enum ibv_wc_status want = i ? IBV_WC_LOC_QP_OP_ERR : IBV_WC_LOC_LEN_ERR;
+			int got = rc == 0 ? wait_wc(ucq, &wc) : 0;
+			struct ibv_qp_init_attr qi;
+			struct ibv_qp_attr qa;
+			MUST(ibv_query_qp(uq, &qa, IBV_QP_STATE, &qi) == 0);
+			CHECK(rc == 0 && got == 1 && wc.wr_id == 300u + i && wc.status == want &&
+				      qa.qp_state == IBV_QPS_SQE,
+			      "UD %s: posted (%d), %s, QP state %d", i ? "RDMA READ" : "SEND > MTU",
+			      rc, got == 1 ? ibv_wc_status_str(wc.status) : "no completion",
+			      qa.qp_state);
+			x.qp_state = IBV_QPS_RTS;
+			MUST(ibv_modify_qp(uq, &x, IBV_QP_STATE) == 0);
+		}
+		MUST(ibv_destroy_qp(uq) == 0 && ibv_destroy_ah(ah) == 0 &&
+		     ibv_destroy_cq(ucq) == 0 && ibv_dereg_mr(bmr) == 0);
+		free(big);
+	}
+
 	/* ---- teardown in the right order succeeds */
 	MUST(ibv_destroy_qp(cqp) == 0 && ibv_destroy_qp(bqp) == 0);
 	MUST(ibv_destroy_qp(xqp) == 0 && ibv_destroy_qp(oldqp) == 0);

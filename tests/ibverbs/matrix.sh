@@ -219,7 +219,8 @@ for c in buffer:buffer:after.it.was.sent sent:buffer:before.it.was.sent \
   recv_buf:buffer:ibv_post_recv.and.the.arrival read_target:buffer:RDMA.READ \
   dereg:lifetime destroy_qp:lifetime ah:lifetime \
   unsignaled:queue cq_size:queue ack:event cq_poll:event:never.polled \
-  cq_event:event:second.completion.event err_post:post pd:post inline:post; do
+  cq_event:event:second.completion.event err_post:post pd:post inline:post \
+  atomic_lkey:post:sent.anyway; do
   t=check_${c%%:*} cat=${c#*:} want=.
   case $cat in *:*) want=${cat#*:} cat=${cat%%:*} ;; esac
   cc -g -O0 -Wall -o "$tmp/$t" "tests/ibverbs/$t.c" -libverbs || exit 1

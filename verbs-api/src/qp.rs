@@ -192,8 +192,10 @@ impl QueuePair {
     /// `ibv_post_send`. On error, the WRs before the failing one were
     /// posted; returns the failing index with the error (like `bad_wr`).
     /// What a QP of this type may send, its SGE and inline limits, and
-    /// for UD a destination and a length within the path MTU are checked
-    /// here (EINVAL), once, by the provider.
+    /// for a UD SEND a destination are checked here (EINVAL), once, by the
+    /// provider. A UD QP takes any opcode and length, as rxe and NICs do:
+    /// one it cannot send completes with LOC_QP_OP_ERR, one longer than
+    /// the path MTU with LOC_LEN_ERR (the QP then in SQE).
     pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), (usize, Error)> {
         self.qp.post_send(wrs).map_err(|(i, e)| (i, e.into()))
     }

@@ -101,11 +101,13 @@ impl SharedReceiveQueue {
             .map_err(|e| Error::Invalid(e.to_string()))
     }
 
-    /// `ibv_modify_srq`: arms the limit (`LIMIT`; it may not exceed
-    /// `max_wr`). Resizing (`MAX_WR`) is not supported.
+    /// `ibv_modify_srq`: resizes the SRQ to `max_wr` WRs (`MAX_WR`,
+    /// keeping those posted; EINVAL below what is posted or the armed
+    /// limit, as rxe), then arms the limit (`LIMIT`; it may not exceed
+    /// `max_wr`).
     pub fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
         if mask.contains(SrqAttrMask::MAX_WR) {
-            return Err(Error::NotSupported("resizing an SRQ (IBV_SRQ_MAX_WR)"));
+            self.inner.resize(attr.max_wr)?;
         }
         if mask.contains(SrqAttrMask::LIMIT) {
             self.inner.arm_limit(attr.srq_limit)?;

@@ -258,32 +258,29 @@ impl QpHandle {
 
     /// Every rule a send WR must pass to be posted on this QP: the
     /// opcode for the QP type, the SGE count, the inline length, and for
-    /// UD a destination and a length within the path MTU.
+    /// a UD SEND a destination.
+    ///
+    /// A UD QP takes any opcode and any length here, as rxe and NICs post
+    /// them: one its service lacks (RDMA READ, WRITE, atomics, local
+    /// operations) completes with LOC_QP_OP_ERR, a message longer than the
+    /// path MTU with LOC_LEN_ERR, and the QP goes to SQE (the engine's
+    /// checks, `ud.rs`).
     fn check_send(&self, wr: &SendWr) -> Result<()> {
-        if !self.qp_type.may_post(wr.opcode) {
+        let ud = self.qp_type == QpType::Ud;
+        if !ud && !self.qp_type.may_post(wr.opcode) {
             return Err(DeviceError::Invalid(format!(
                 "{:?} is not a {:?} operation",
                 wr.opcode, self.qp_type
             )));
         }
         self.check_send_sges(wr.sg_list.len())?;
-        let inline = wr.flags.contains(SendFlags::INLINE);
-        if inline {
+        if wr.flags.contains(SendFlags::INLINE) {
             self.check_inline(wr.inline_data.len())?;
         }
-        if self.qp_type == QpType::Ud {
-            if wr.ud.is_none() {
-                return Err(DeviceError::Invalid(
-                    "a UD send needs a destination (wr.ud: address handle, QPN, Q_Key)".into(),
-                ));
-            }
-            let len = wr.message_len();
-            let mtu = self.dev.active_mtu().bytes();
-            if len > mtu as u64 {
-                return Err(DeviceError::Invalid(format!(
-                    "a UD message of {len} bytes exceeds the path MTU ({mtu} bytes)"
-                )));
-            }
+        if ud && self.qp_type.may_post(wr.opcode) && wr.ud.is_none() {
+            return Err(DeviceError::Invalid(
+                "a UD send needs a destination (wr.ud: address handle, QPN, Q_Key)".into(),
+            ));
         }
         Ok(())
     }

@@ -6,7 +6,7 @@ use super::{Device, DeviceError, LimitError, Result, MAX_QP_WR, MAX_SGE};
 use crate::memory::PdId;
 use crate::qp_attr::CapError;
 use crate::quota::{Resource, Slot};
-use crate::transport::RecvQueue;
+use crate::transport::{RecvQueue, ResizeError};
 use crate::types::RecvWr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -33,13 +33,11 @@ impl Device {
             pd,
             rq: Arc::new(RecvQueue::new_srq(max_wr, handle, self.events().clone())?),
             handle,
-            max_wr,
             max_sge: max_sge.max(1),
         };
         self.shared.reg.add_srq(SrqEntry {
             rq: Arc::downgrade(&srq.rq),
             pd,
-            max_wr: srq.max_wr,
             max_sge: srq.max_sge,
         });
         Ok(srq)
@@ -54,7 +52,6 @@ pub struct SrqHandle {
     pub(super) pd: PdId,
     pub(super) rq: Arc<RecvQueue>,
     pub(super) handle: u32,
-    pub(super) max_wr: u32,
     pub(super) max_sge: u32,
 }
 
@@ -69,7 +66,29 @@ impl SrqHandle {
     }
     /// Capacity in WRs.
     pub fn max_wr(&self) -> u32 {
-        self.max_wr
+        self.rq.capacity() as u32
+    }
+    /// `ibv_modify_srq` with `IBV_SRQ_MAX_WR` (the device advertises
+    /// `IBV_DEVICE_SRQ_RESIZE`): the SRQ holds `max_wr` WRs from now on,
+    /// keeping those posted. EINVAL, as rxe answers, for 0 or more than
+    /// the device's `max_srq_wr`, fewer than the armed limit, or fewer
+    /// than are posted now.
+    pub fn resize(&self, max_wr: u32) -> Result<()> {
+        if max_wr == 0 || max_wr > MAX_QP_WR {
+            return Err(DeviceError::Invalid(format!(
+                "max_wr {max_wr}: must be 1..={MAX_QP_WR}"
+            )));
+        }
+        let limit = self.rq.limit();
+        if limit > max_wr {
+            return Err(DeviceError::Invalid(format!(
+                "max_wr {max_wr} is below the armed srq_limit {limit}"
+            )));
+        }
+        self.rq.resize(max_wr).map_err(|e| match e {
+            ResizeError::Alloc(a) => a.into(),
+            e => DeviceError::Invalid(e.to_string()),
+        })
     }
     /// SGEs per WR.
     pub fn max_sge(&self) -> u32 {
@@ -92,7 +111,7 @@ impl SrqHandle {
         items: impl IntoIterator<Item = T>,
         read: impl FnMut(T) -> std::result::Result<RecvWr, E>,
     ) -> Posted<E> {
-        post_each(items, self.max_wr as usize, read, |wr| {
+        post_each(items, self.max_wr() as usize, read, |wr| {
             self.check_sges(wr.sg_list.len())?;
             recv_posting(&self.dev.shared.keys, self.pd, self.handle, &wr);
             Ok(self.rq.post(wr)?)
@@ -101,10 +120,10 @@ impl SrqHandle {
     }
     /// Arms the limit (0 disarms); it may not exceed `max_wr`.
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
-        if limit > self.max_wr {
+        if limit > self.max_wr() {
             return Err(DeviceError::Invalid(format!(
                 "srq_limit {limit} exceeds max_wr {}",
-                self.max_wr
+                self.max_wr()
             )));
         }
         self.rq.arm_limit(limit);

@@ -45,7 +45,6 @@ pub(super) struct Objects {
 pub(super) struct SrqEntry {
     pub(super) rq: Weak<RecvQueue>,
     pub(super) pd: PdId,
-    pub(super) max_wr: u32,
     pub(super) max_sge: u32,
 }
 
@@ -174,7 +173,7 @@ impl Registry {
                 Some(SrqState {
                     srqn: rq.srq_handle(),
                     pdn: e.pd,
-                    max_wr: e.max_wr,
+                    max_wr: rq.capacity() as u32,
                     max_sge: e.max_sge,
                     posted: rq.len(),
                     limit: rq.limit(),

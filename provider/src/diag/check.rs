@@ -1083,12 +1083,6 @@ impl QpLedger {
         );
     }
 
-    /// Checks one SGE of a WR about to be posted: the L_Key must name a
-    /// region of the QP's PD holding the range, with `need` rights.
-    fn check_sge(&self, what: &str, wr_id: u64, sge: &Sge, need: Access) {
-        check_sge(&self.keys, self.pd, self.qpn, what, wr_id, sge, need);
-    }
-
     /// Inline data beyond the QP's max_inline_data (the post fails with
     /// EINVAL, as on a NIC).
     pub fn inline_too_long(&self, len: usize) {
@@ -1111,24 +1105,47 @@ impl QpLedger {
         if wr.flags.contains(SendFlags::INLINE) || wr.opcode.is_local() {
             return;
         }
-        let need = if wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic() {
+        let response = wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic();
+        let need = if response {
             Access::LOCAL_WRITE
         } else {
             Access::empty()
         };
+        // A READ's or atomic's buffers receive the response: the request
+        // goes anyway (as on rxe and NICs), a remote atomic executes, and
+        // the response is not placed.
+        let then = if response {
+            "the request is sent anyway (a bad rkey's NAK, REM_ACCESS_ERR, comes first; else the \
+             remote side executes it), then placing its response fails: the WR completes with \
+             IBV_WC_LOC_PROT_ERR and the QP goes to ERR"
+        } else {
+            LOC_PROT_THEN
+        };
         for s in wr.sg_list.iter().filter(|s| s.length > 0) {
-            self.check_sge("send", wr.wr_id, s, need);
+            check_sge(
+                &self.keys,
+                self.pd,
+                self.qpn,
+                ("send", then),
+                wr.wr_id,
+                s,
+                need,
+            );
         }
     }
 }
 
+/// What a WR with a bad L_Key does (a SEND's, a WRITE's, a receive's).
+const LOC_PROT_THEN: &str = "the WR completes with IBV_WC_LOC_PROT_ERR and the QP goes to ERR";
+
 /// The L_Key rules of one SGE (IBA 10.6.3): reports a key that names no
-/// region, a region of another PD, outside it, or without `need`.
+/// region, a region of another PD, outside it, or without `need`; `what`:
+/// the kind of WR, and what its bad key then does.
 pub fn check_sge(
     keys: &KeyTable,
     pd: PdId,
     qpn: u32,
-    what: &str,
+    (what, then): (&str, &str),
     wr_id: u64,
     sge: &Sge,
     need: Access,
@@ -1155,8 +1172,7 @@ pub fn check_sge(
         ),
     };
     let msg = format!(
-        "{what} WR wr_id {wr_id} on QP {qpn:#x}, SGE {} bytes at {:#x}: {why}; the WR \
-         completes with IBV_WC_LOC_PROT_ERR and the QP goes to ERR",
+        "{what} WR wr_id {wr_id} on QP {qpn:#x}, SGE {} bytes at {:#x}: {why}; {then}",
         sge.length, sge.addr
     );
     report(
@@ -1214,7 +1230,8 @@ pub fn device_event(e: &Event<'_>) {
         } => {
             // The buffers are written: local write.
             for s in wr.sg_list.iter().filter(|s| s.length > 0) {
-                check_sge(keys, pd, owner, "receive", wr.wr_id, s, Access::LOCAL_WRITE);
+                let what = ("receive", LOC_PROT_THEN);
+                check_sge(keys, pd, owner, what, wr.wr_id, s, Access::LOCAL_WRITE);
             }
         }
         Event::Polled { keys, wcs } => polled(keys, wcs),

@@ -449,6 +449,11 @@ impl fmt::Display for Fault {
             Then::Sqe => {
                 f.write_str("; the QP moves to SQE, WRs waiting in its send queue are flushed")
             }
+            Then::NoNak { peer, psn } => write!(
+                f,
+                "; no NAK (IBA class J): PSN {psn:#08x} is acknowledged to {peer}, whose \
+                 SEND completes with success, and this QP goes to ERR"
+            ),
             Then::NakSent { nak, peer, psn } => write!(
                 f,
                 "; NAK {nak} (syndrome {:#04x}) sent to {peer} for PSN {psn:#08x}",

@@ -1015,6 +1015,12 @@ impl Driver {
                             .map_err(EngineError::from),
                         None => Err(EngineError::NoQp(qpn)),
                     };
+                    // To ERR: what was posted before goes out before the
+                    // call returns (before rdma_disconnect's DREQ, say),
+                    // then the flush (`LastSends`).
+                    if mask.contains(AttrMask::STATE) && attr.qp_state == QpState::Err {
+                        self.flush();
+                    }
                     let _ = tx.send(r);
                 }
                 Command::Query(qpn, tx) => {

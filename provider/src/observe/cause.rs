@@ -395,6 +395,14 @@ pub enum Then {
     Nothing,
     /// The QP moves to SQE and flushes its send queue (UC, UD).
     Sqe,
+    /// The responder sent no NAK (IBA class J): the message is
+    /// acknowledged to the peer, the QP goes to ERR.
+    NoNak {
+        /// To whom.
+        peer: Peer,
+        /// The PSN acknowledged.
+        psn: u32,
+    },
     /// The responder sent a NAK.
     NakSent {
         /// Its code.

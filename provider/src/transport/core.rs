@@ -24,6 +24,8 @@
 //!   and UD, completes the failed WR and flushes the send queue while the
 //!   receive queue keeps working (IBA ch. 10, the SQ Error state); a local
 //!   error of the receive queue (class A) moves the QP to ERR;
+//! * a modify to ERR from RTS or SQD first sends the WRs posted before it
+//!   (as a NIC sends the WQEs it fetched; [`LastSends`]), then flushes;
 //! * the state switch of `poll_transmit`: ERR flushes what is posted, SQE
 //!   flushes the send queue; responses go in any state, requests in RTS
 //!   (new WRs) and SQD (only what started);
@@ -79,6 +81,25 @@ pub struct QpCore {
     pub err_cause: Option<Explanation>,
     /// What `uroce stat` shows of this QP besides its attributes.
     pub tally: QpTally,
+    /// A modify to ERR from RTS or SQD: what the send queue still sends
+    /// before the QP flushes (see [`LastSends`]).
+    pub last_sends: Option<LastSends>,
+}
+
+/// What a QP modified to ERR from RTS or SQD with WRs waiting in its send
+/// queue still sends, as a NIC sends the WQEs it fetched before the
+/// modify: the WRs posted before it
+/// (taken while the send queue's `taken` count is below `until`; none
+/// new from SQD), as far as the window lets them go now. Then the QP
+/// flushes. A program that posts a SEND and at once disconnects (librpma's
+/// examples) has its SEND delivered, however soon the modify comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastSends {
+    /// The send queue's `taken` count the WRs posted before the modify
+    /// bring it to.
+    pub until: u64,
+    /// Modified from SQD: only WRs already started go on.
+    pub from_sqd: bool,
 }
 
 /// What one QP has counted of its own life, for `uroce stat` (the
@@ -140,6 +161,7 @@ impl QpCore {
             why: None,
             err_cause: None,
             tally: QpTally::default(),
+            last_sends: None,
         }
     }
 
@@ -224,6 +246,7 @@ impl QpCore {
         self.last_rx = None;
         self.why = None;
         self.err_cause = None;
+        self.last_sends = None;
         self.cfg.state.forget_cause();
     }
 
@@ -399,6 +422,21 @@ impl<S: Service> Qp<S> {
             return Ok(());
         }
         match to {
+            QpState::Err
+                if matches!(from, QpState::Rts | QpState::Sqd)
+                    && self.core.cfg.sq.waiting() > 0 =>
+            {
+                // The WRs posted before the modify go first, as a NIC
+                // sends what it fetched (`poll_transmit` sends them, then
+                // flushes).
+                self.core.err_cause = None;
+                let sq = &self.core.cfg.sq;
+                self.core.last_sends = Some(LastSends {
+                    until: sq.taken() + sq.waiting() as u64,
+                    from_sqd: from == QpState::Sqd,
+                });
+                self.note_error();
+            }
             QpState::Err if from != QpState::Err => {
                 self.core.err_cause = None;
                 self.enter_error();
@@ -422,6 +460,18 @@ impl<S: Service> Qp<S> {
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         match self.core.state {
             QpState::Err => {
+                if let Some(last) = self.core.last_sends {
+                    let allow_new = !last.from_sqd && self.core.cfg.sq.taken() < last.until;
+                    if let Some(t) = S::request(self, now, buf, allow_new) {
+                        Counters::inc(&self.core.cfg.counters.sent_pkts);
+                        return Some(t);
+                    }
+                    // Sent what could go (a local error on the way
+                    // flushed already): now the flush.
+                    if self.core.last_sends.take().is_some() {
+                        self.flush_error();
+                    }
+                }
                 if self.core.cfg.has_posted() {
                     self.explain_flush();
                 }
@@ -522,6 +572,13 @@ impl<S: Service> Qp<S> {
     /// posting order, receive WRs too (an SRQ's WRs stay in the SRQ, and
     /// LAST_WQE_REACHED tells the owner none will be taken for this QP).
     pub(crate) fn enter_error(&mut self) {
+        self.note_error();
+        self.flush_error();
+    }
+
+    /// The first half of [`Qp::enter_error`]: the cause kept (or the
+    /// modify that moved the QP there), the state ERR.
+    fn note_error(&mut self) {
         let qpn = self.core.cfg.qpn;
         match self.core.err_cause.take() {
             // The cause was explained (and printed) just now: it is why
@@ -540,6 +597,13 @@ impl<S: Service> Qp<S> {
             }
         }
         self.core.set_state(QpState::Err);
+    }
+
+    /// The last half of [`Qp::enter_error`]: what the service holds and
+    /// what is posted complete with WR_FLUSH_ERR, and an SRQ's owner
+    /// learns that no WR more is taken for the QP.
+    fn flush_error(&mut self) {
+        self.core.last_sends = None;
         S::on_error(self);
         self.core.cfg.flush_posted();
         self.core.cfg.report_last_wqe();

@@ -56,7 +56,7 @@ pub use self::core::QpTally;
 pub use self::core::{LastError, QpCore};
 #[cfg(any(test, feature = "testing"))]
 pub use self::message::payload_length_ok;
-pub use self::queues::{PostError, QueueAllocError, RecvQueue, SendQueue, StateCell};
+pub use self::queues::{PostError, QueueAllocError, RecvQueue, ResizeError, SendQueue, StateCell};
 use crate::qp_attr::{AttrMask, CapError, ModifyError, QpAttr};
 use crate::types::{QpState, QpType};
 use std::net::IpAddr;

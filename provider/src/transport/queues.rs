@@ -1,5 +1,6 @@
 //! The work queues the application posts to and the engine takes from
-//! (lock-free, shared between the posting threads and the engine), the
+//! (shared between the posting threads and the engine: the send queue
+//! lock-free, the receive queue behind a short lock), the
 //! SRQ limit event, and the QP state as the posting side reads it.
 
 use crate::diag::check::QpLedger;
@@ -8,7 +9,9 @@ use crate::observe::cause::{ExplainLog, Explanation};
 use crate::observe::{self, queue_id, Fact, Topic};
 use crate::types::{QpState, RecvWr, SendWr};
 use crossbeam::queue::ArrayQueue;
-use std::sync::atomic::{AtomicU32, Ordering};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A QP's state as the machine last set it, readable from any thread: the
@@ -101,6 +104,8 @@ fn bounded<T>(cap: usize) -> Result<ArrayQueue<T>, QueueAllocError> {
 pub struct SendQueue {
     queue: ArrayQueue<SendWr>,
     outstanding: AtomicU32,
+    /// WRs the engine has taken, ever (see [`SendQueue::taken`]).
+    taken: AtomicU64,
     max: u32,
     /// The checker's record of the queue (`UROCE_CHECK`), if it was on
     /// when the QP was made.
@@ -115,6 +120,7 @@ impl SendQueue {
         Ok(SendQueue {
             queue: bounded(max as usize)?,
             outstanding: AtomicU32::new(0),
+            taken: AtomicU64::new(0),
             max,
             ledger: None,
         })
@@ -157,11 +163,21 @@ impl SendQueue {
     }
     /// The engine takes the next posted WR.
     pub fn take(&self) -> Option<SendWr> {
-        self.queue.pop()
+        let wr = self.queue.pop()?;
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        Some(wr)
     }
     /// True when WRs wait to be taken.
     pub fn has_pending(&self) -> bool {
         !self.queue.is_empty()
+    }
+    /// How many WRs the engine has taken since the queue was made.
+    pub fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Relaxed)
+    }
+    /// How many WRs wait to be taken now.
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
     }
     /// The engine retires `n` WRs (completed or flushed).
     pub fn retire(&self, n: u32) {
@@ -191,10 +207,15 @@ impl SendQueue {
 }
 
 /// The receive queue (or an SRQ's queue) shared by posting threads and the
-/// engine.
+/// engine. A short lock around a ring, not a lock-free queue: the engine
+/// looks at the head WR before taking it (a UD datagram too long for it
+/// leaves it there, IBA class D), and an SRQ grows or shrinks in place
+/// (`ibv_modify_srq` with `IBV_SRQ_MAX_WR`).
 #[derive(Debug)]
 pub struct RecvQueue {
-    queue: ArrayQueue<RecvWr>,
+    queue: Mutex<VecDeque<RecvWr>>,
+    /// WRs it holds at most.
+    max: AtomicUsize,
     srq: Option<SrqHook>,
 }
 
@@ -208,12 +229,37 @@ struct SrqHook {
     events: Arc<AsyncEvents>,
 }
 
+/// A ring of `max` WRs (at least 1), its memory asked for fallibly.
+fn ring(max: u32) -> Result<VecDeque<RecvWr>, QueueAllocError> {
+    let cap = max.max(1) as usize;
+    let mut q = VecDeque::new();
+    q.try_reserve_exact(cap).map_err(|_| QueueAllocError(cap))?;
+    Ok(q)
+}
+
+/// Why a receive queue could not be resized (EINVAL, as rxe answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ResizeError {
+    /// More WRs are posted than the new depth holds.
+    #[error("{posted} receive WRs are posted, more than the new max_wr {max}")]
+    Outstanding {
+        /// WRs posted.
+        posted: usize,
+        /// The depth asked for.
+        max: u32,
+    },
+    /// The memory for the new depth cannot be had.
+    #[error(transparent)]
+    Alloc(#[from] QueueAllocError),
+}
+
 impl RecvQueue {
     /// A queue of `max` WRs (at least 1), or an error if its memory
     /// cannot be allocated.
     pub fn new(max: u32) -> Result<RecvQueue, QueueAllocError> {
         Ok(RecvQueue {
-            queue: bounded(max.max(1) as usize)?,
+            queue: Mutex::new(ring(max)?),
+            max: AtomicUsize::new(max.max(1) as usize),
             srq: None,
         })
     }
@@ -226,12 +272,12 @@ impl RecvQueue {
         events: Arc<AsyncEvents>,
     ) -> Result<RecvQueue, QueueAllocError> {
         Ok(RecvQueue {
-            queue: bounded(max.max(1) as usize)?,
             srq: Some(SrqHook {
                 handle,
                 limit: AtomicU32::new(0),
                 events,
             }),
+            ..RecvQueue::new(max)?
         })
     }
     /// True for a shared receive queue.
@@ -263,29 +309,47 @@ impl RecvQueue {
     }
     /// Depth.
     pub fn capacity(&self) -> usize {
-        self.queue.capacity()
+        self.max.load(Ordering::Acquire)
+    }
+    /// Sets the depth to `max` WRs (`ibv_modify_srq` with
+    /// `IBV_SRQ_MAX_WR`): the posted WRs stay, in order. Fewer than are
+    /// posted is refused, as rxe's queue resize refuses it.
+    pub fn resize(&self, max: u32) -> Result<(), ResizeError> {
+        let mut q = self.queue.lock();
+        if q.len() > max as usize {
+            let posted = q.len();
+            return Err(ResizeError::Outstanding { posted, max });
+        }
+        let mut n = ring(max)?;
+        n.extend(q.drain(..));
+        *q = n;
+        self.max.store(max.max(1) as usize, Ordering::Release);
+        Ok(())
     }
     /// Posts a receive WR.
     pub fn post(&self, wr: RecvWr) -> Result<(), PostError> {
-        if observe::wants(Topic::TIMELINE) {
-            if self.queue.is_full() {
-                return Err(PostError::QueueFull);
-            }
-            observe::tell(Topic::TIMELINE, || Fact::RecvPosted {
-                queue: queue_id(self),
-                wr_id: wr.wr_id,
-                len: wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
-            });
+        let mut q = self.queue.lock();
+        if q.len() >= self.capacity() {
+            return Err(PostError::QueueFull);
         }
-        self.queue.push(wr).map_err(|_| PostError::QueueFull)
+        observe::tell(Topic::TIMELINE, || Fact::RecvPosted {
+            queue: queue_id(self),
+            wr_id: wr.wr_id,
+            len: wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        });
+        q.push_back(wr);
+        Ok(())
     }
     /// The engine takes the next receive WR.
     pub fn take(&self) -> Option<RecvWr> {
-        let wr = self.queue.pop()?;
+        let (wr, left) = {
+            let mut q = self.queue.lock();
+            (q.pop_front()?, q.len())
+        };
         if let Some(h) = &self.srq {
             let limit = h.limit.load(Ordering::Acquire);
             if limit != 0
-                && (self.queue.len() as u32) < limit
+                && (left as u32) < limit
                 && h.limit
                     .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
@@ -298,13 +362,21 @@ impl RecvQueue {
         }
         Some(wr)
     }
+    /// How many bytes the head WR's buffers hold in all (the sum of its
+    /// SGEs' lengths), if one waits: what a UD datagram must fit before
+    /// it takes the WR.
+    pub fn head_len(&self) -> Option<u64> {
+        let q = self.queue.lock();
+        let wr = q.front()?;
+        Some(wr.sg_list.iter().map(|s| u64::from(s.length)).sum())
+    }
     /// Receive WRs waiting.
     pub fn len(&self) -> usize {
-        self.queue.len()
+        self.queue.lock().len()
     }
     /// True when none waits.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.len() == 0
     }
 }
 
@@ -338,11 +410,38 @@ mod tests {
     }
 
     #[test]
+    fn an_srq_grows_in_place_and_refuses_to_shrink_below_what_is_posted() {
+        let ev = Arc::new(AsyncEvents::new().unwrap());
+        let q = RecvQueue::new_srq(2, 7, ev).unwrap();
+        let wr = |i| RecvWr {
+            wr_id: i,
+            ..RecvWr::default()
+        };
+        q.post(wr(0)).unwrap();
+        q.post(wr(1)).unwrap();
+        assert_eq!(q.post(wr(2)), Err(PostError::QueueFull));
+        q.resize(4).unwrap();
+        assert_eq!(q.capacity(), 4);
+        q.post(wr(2)).unwrap();
+        q.post(wr(3)).unwrap();
+        assert_eq!(q.post(wr(4)), Err(PostError::QueueFull));
+        assert_eq!(
+            q.resize(3),
+            Err(ResizeError::Outstanding { posted: 4, max: 3 })
+        );
+        assert_eq!(q.capacity(), 4);
+        // The WRs stay, in order.
+        let ids: Vec<u64> = std::iter::from_fn(|| q.take()).map(|w| w.wr_id).collect();
+        assert_eq!(ids, [0, 1, 2, 3]);
+        q.resize(1).unwrap();
+        assert_eq!(q.capacity(), 1);
+    }
+
+    #[test]
     fn a_queue_too_big_to_allocate_is_an_error_not_an_abort() {
         // Beyond isize::MAX bytes: no allocator can give it.
         let huge = usize::MAX / 2;
         assert_eq!(bounded::<SendWr>(huge).unwrap_err(), QueueAllocError(huge));
-        assert_eq!(bounded::<RecvWr>(huge).unwrap_err(), QueueAllocError(huge));
         assert_eq!(bounded::<u8>(16).unwrap().capacity(), 16);
     }
 }

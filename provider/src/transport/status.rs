@@ -19,6 +19,13 @@ pub enum ErrorAction {
         /// Status of a receive WR the message consumed.
         recv_status: WcStatus,
     },
+    /// RC, IBA 9.9.3 class J (rxe's `RESPST_ERR_INVALIDATE_RKEY`): no
+    /// NAK; the message is acknowledged as received, its receive WR
+    /// completes with `recv_status`, and the QP goes to ERR.
+    ErrorNoNak {
+        /// Status of the message's receive WR.
+        recv_status: WcStatus,
+    },
     /// RC, no receive WR for a SEND: an RNR NAK; nothing is consumed and
     /// the QP stays up.
     RnrNak,
@@ -55,6 +62,11 @@ pub enum RespError {
     /// No receive WR for a SEND: an RNR NAK was queued; nothing consumed,
     /// not an error of the QP.
     Rnr,
+    /// The invalidation a SEND with Invalidate asks for fails (an R_Key of
+    /// no memory window, of a type 1 window, or of one bound through
+    /// another QP): class J, its receive WR completes with REM_INV_REQ_ERR
+    /// and no NAK is sent.
+    InvalidateFailed,
 }
 
 /// A responder check that failed, with what it found (`None`: the error
@@ -90,6 +102,7 @@ impl RespError {
             RespError::RemoteAccess => "RemoteAccess",
             RespError::RemoteOperational => "RemoteOperational",
             RespError::Rnr => "Rnr",
+            RespError::InvalidateFailed => "InvalidateFailed",
         }
     }
 
@@ -98,6 +111,9 @@ impl RespError {
     pub const fn action(self, t: QpType) -> ErrorAction {
         match (t, self) {
             (QpType::Rc, RespError::Rnr) => ErrorAction::RnrNak,
+            (QpType::Rc, e @ RespError::InvalidateFailed) => ErrorAction::ErrorNoNak {
+                recv_status: e.recv_status(),
+            },
             (QpType::Rc, e) => ErrorAction::NakAndError {
                 nak: e.nak(),
                 recv_status: e.recv_status(),
@@ -110,12 +126,13 @@ impl RespError {
             },
         }
     }
-    /// The NAK code sent.
+    /// The NAK code sent (class J sends none: its column says so).
     pub const fn nak(self) -> NakCode {
         match self {
-            RespError::InvalidRequest | RespError::LengthError | RespError::Rnr => {
-                NakCode::InvalidRequest
-            }
+            RespError::InvalidRequest
+            | RespError::LengthError
+            | RespError::Rnr
+            | RespError::InvalidateFailed => NakCode::InvalidRequest,
             RespError::RemoteAccess => NakCode::RemoteAccessError,
             RespError::RemoteOperational => NakCode::RemoteOperationalError,
         }
@@ -123,7 +140,9 @@ impl RespError {
     /// Status of a receive WR consumed by the failed message, if any.
     pub const fn recv_status(self) -> WcStatus {
         match self {
-            RespError::InvalidRequest | RespError::Rnr => WcStatus::RemInvReqErr,
+            RespError::InvalidRequest | RespError::Rnr | RespError::InvalidateFailed => {
+                WcStatus::RemInvReqErr
+            }
             RespError::LengthError => WcStatus::LocLenErr,
             RespError::RemoteAccess => WcStatus::RemAccessErr,
             RespError::RemoteOperational => WcStatus::LocProtErr,

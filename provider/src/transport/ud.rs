@@ -8,19 +8,23 @@
 //! number. Nothing is acknowledged or resent.
 //!
 //! * requester: a WR completes once its packet has been produced. A local
-//!   error (an opcode other than SEND/SEND with immediate, no destination,
-//!   a destination of the other IP version, a bad SGE, a message longer
-//!   than the port's active MTU) completes the WR in error and moves the QP
-//!   to SQE, where later WRs are flushed until SQE -> RTS; the receive
-//!   queue keeps working (IBA ch. 10, the SQ Error state).
+//!   error (an opcode other than SEND/SEND with immediate, posted as rxe
+//!   and NICs take it: LOC_QP_OP_ERR; no destination, a destination of the
+//!   other IP version: LOC_QP_OP_ERR; a bad SGE: LOC_PROT_ERR; a message
+//!   longer than the port's active MTU: LOC_LEN_ERR) completes the WR in
+//!   error and moves the QP to SQE, where later WRs are flushed until
+//!   SQE -> RTS; the receive queue keeps working (IBA ch. 10, the SQ Error
+//!   state).
 //! * responder: checks transport and opcode, P_Key and Q_Key (a mismatch
 //!   is dropped silently and counted, as IBA 10.2.4 and rxe do), drops
-//!   exact duplicates (see [`DUP_WINDOW`]), takes a receive WR (none:
-//!   dropped and counted), writes the 40-byte GRH area ([`build_grh`]) and
-//!   then the payload, and completes the WR. A receive WR whose buffers
-//!   are bad completes with LOC_PROT_ERR and moves the QP to ERR (rxe: a
-//!   malformed WQE); one too small for GRH + payload completes with
-//!   LOC_LEN_ERR and the QP stays up.
+//!   exact duplicates (see [`DUP_WINDOW`]), drops a datagram too long for
+//!   the receive WR at the head (GRH + payload; counted, the WR stays:
+//!   IBA class D, rxe since 6.10), takes a receive WR (none: dropped and
+//!   counted), writes the 40-byte GRH area ([`build_grh`]) and then the
+//!   payload, and completes the WR. A receive WR whose buffers are bad
+//!   completes with LOC_PROT_ERR and moves the QP to ERR (rxe: a
+//!   malformed WQE); one taken from an SRQ and too small completes with
+//!   LOC_LEN_ERR (class E) and the QP stays up.
 //!
 //! As a [`Service`] of the one QP engine ([`super::core`]), UD supplies
 //! its PSN and duplicate filter, the datagram path (`receive`, `request`)
@@ -111,6 +115,16 @@ impl UdQp {
             Counters::inc(&c.duplicate_requests);
             return;
         }
+        // Length (IBA 9.8.3 class D; rxe since 6.10): a datagram the
+        // head receive WR cannot hold (GRH + payload) is dropped, the WR
+        // left for the next one. A WR of an SRQ is taken first and
+        // completes in error (class E: `too_long` below).
+        let len = GRH_LEN + pkt.payload.len();
+        let rq = &self.core.cfg.rq;
+        if !rq.is_srq() && rq.head_len().is_some_and(|cap| (len as u64) > cap) {
+            Counters::inc(&c.ud_too_long_drops);
+            return;
+        }
         // Resources: no RNR for UD, without a receive WR the datagram is
         // lost.
         let Some(wr) = self.core.cfg.rq.take() else {
@@ -128,8 +142,8 @@ impl UdQp {
                 return self.recv_local_error(wr.wr_id, WcStatus::LocProtErr);
             }
         };
-        // Length: the buffer must hold GRH + payload.
-        let len = GRH_LEN + pkt.payload.len();
+        // Length: the buffer must hold GRH + payload (an SRQ's WR, or one
+        // whose buffers resolve shorter than its SGEs say).
         if len as u64 > sgl.total() {
             let cause = Cause::UdTooLong {
                 psn: bth.psn.value(),
@@ -207,7 +221,8 @@ impl UdQp {
         let inline = wr.flags.contains(SendFlags::INLINE);
         let (data, len) = self.core.cfg.send_buffers(wr)?;
         // A UD message is one packet: at most the PMTU (the port's active
-        // MTU), as rxe checks at post time.
+        // MTU). Longer: LOC_LEN_ERR and SQE, as a NIC completes it (rxe
+        // sends it anyway and completes it with success).
         if len > self.core.cfg.limits.active_mtu.bytes() as u64 {
             return Err(WcStatus::LocLenErr.into());
         }

@@ -298,9 +298,24 @@ mod ud {
         let a = side_with(&mut net, "10.0.0.1".parse().unwrap(), 0x11, &p, |c| {
             Box::new(UdQp::new(c))
         });
-        let b = side_with(&mut net, "10.0.0.2".parse().unwrap(), 0x22, &p, |c| {
-            Box::new(UdQp::new(c))
-        });
+        // Taken from an SRQ, a receive WR too small completes in error
+        // (class E; one of the QP's own is left in place, class D).
+        let events =
+            std::sync::Arc::new(uroce_provider::sans_io::events::AsyncEvents::new().unwrap());
+        let srq = std::sync::Arc::new(
+            uroce_provider::sans_io::transport::RecvQueue::new_srq(16, 5, events).unwrap(),
+        );
+        let q = srq.clone();
+        let b = side_with(
+            &mut net,
+            "10.0.0.2".parse().unwrap(),
+            0x22,
+            &p,
+            move |mut c| {
+                c.rq = q;
+                Box::new(UdQp::new(c))
+            },
+        );
         ud_up(net.qp(a.id), QKEY, 0);
         ud_up(net.qp(b.id), QKEY, 0);
         let src = a
@@ -311,7 +326,7 @@ mod ud {
             .keys
             .register_zeroed(1, 1024, Access::LOCAL_WRITE)
             .unwrap();
-        b.rq.post(RecvWr {
+        srq.post(RecvWr {
             wr_id: 0x55,
             sg_list: [sge(&dst, 0, 100)].into_iter().collect(),
         })

@@ -287,8 +287,9 @@ fn send_with_invalidate() {
     // A peer may invalidate only memory windows of type 2 and regions
     // registered for remote invalidation; an ordinary MR named in the IETH
     // stays registered, the receive WR completes with REM_INV_REQ_ERR and
-    // the responder goes to ERR (IBA 9.9.3 class J, as rxe); the requester
-    // sees an invalid request NAK.
+    // the responder goes to ERR with no NAK (IBA 9.9.3 class J, as rxe):
+    // the message is acknowledged, so the requester's SEND succeeds, and
+    // its next request is never answered (RETRY_EXC_ERR).
     let mut p = RcPair::new(7, Faults::default(), PairParams::default());
     let target = p.mr(false, 64, ALL);
     let dst = p.mr(false, 64, ALL);
@@ -297,7 +298,7 @@ fn send_with_invalidate() {
     let mut w = wr(1, WrOpcode::SendWithInv, &[sge(&src, 0, 10)]);
     w.invalidate_rkey = target.rkey();
     p.post_send(true, w);
-    assert_eq!(p.wait(true, true, 1, SEC)[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(p.wait(true, true, 1, SEC)[0].status, WcStatus::Success);
     let r = p.wait(false, false, 1, SEC);
     assert_eq!((r[0].wr_id, r[0].status), (1, WcStatus::RemInvReqErr));
     assert!(!r[0].wc_flags.contains(WcFlags::WITH_INV));
@@ -307,6 +308,140 @@ fn send_with_invalidate() {
     );
     assert!(p.b.keys.find_rkey(target.rkey()).is_some());
     assert_eq!(p.net.qp(p.b.id).state(), QpState::Err);
+    assert_eq!(p.b.counters.snapshot().err_naks_sent, 0, "no NAK");
+    assert_eq!(p.net.qp(p.a.id).state(), QpState::Rts);
+    let e = p.b.state.error_cause().unwrap().to_string();
+    assert!(e.contains("no NAK (IBA class J)"), "{e}");
+    p.post_send(true, wr(2, WrOpcode::Send, &[sge(&src, 0, 1)]));
+    let s = p.wait(true, true, 1, 600 * SEC);
+    assert_eq!((s[0].wr_id, s[0].status), (2, WcStatus::RetryExcErr));
+}
+
+/// A READ or atomic whose local buffer (L_Key) is bad is sent anyway, as
+/// rxe and NICs send it (rdma-unit-test's ReadInvalidRKeyAndInvalidLKey,
+/// FetchAddInvalidLKeyAndInvalidRKey, CompareSwapInvalidLKey...): with
+/// the R_Key bad too, the responder's NAK decides (REM_ACCESS_ERR); with
+/// only the L_Key bad, the remote atomic executes and placing its result
+/// fails (LOC_PROT_ERR, QP to ERR). Before, uroce failed them before
+/// sending anything.
+#[test]
+fn a_read_or_atomic_with_a_bad_lkey_is_sent_anyway() {
+    for op in [
+        WrOpcode::RdmaRead,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::AtomicCmpAndSwp,
+    ] {
+        for bad_rkey in [true, false] {
+            let mut p = RcPair::new(17, Faults::default(), PairParams::default());
+            let local = p.mr(true, 64, ALL);
+            let remote = p.mr(false, 64, ALL);
+            remote.write(0, &5u64.to_ne_bytes()).unwrap();
+            let bad = Sge {
+                addr: local.iova(),
+                length: 8,
+                lkey: local.lkey() ^ 0x77,
+            };
+            let mut w = wr(1, op, &[bad]);
+            w.remote_addr = remote.iova();
+            w.rkey = remote.rkey() ^ if bad_rkey { 0x5a5a } else { 0 };
+            w.compare_add = 5;
+            w.swap = 9;
+            p.post_send(true, w);
+            let s = p.wait(true, true, 1, 5 * SEC);
+            let want = if bad_rkey {
+                WcStatus::RemAccessErr
+            } else {
+                WcStatus::LocProtErr
+            };
+            assert_eq!((s[0].wr_id, s[0].status), (1, want), "{op:?} {bad_rkey}");
+            assert!(p.net.packets_sent() > 0, "the request went");
+            assert_eq!(p.net.qp(p.a.id).state(), QpState::Err);
+            let word = u64::from_ne_bytes(contents(&remote, 0, 8).try_into().unwrap());
+            let executed = match (bad_rkey, op) {
+                (true, _) | (_, WrOpcode::RdmaRead) => 5,
+                (_, WrOpcode::AtomicFetchAndAdd) => 10,
+                _ => 9,
+            };
+            assert_eq!(word, executed, "{op:?} {bad_rkey}: the remote side");
+            assert_eq!(contents(&local, 0, 8), vec![0; 8], "nothing placed");
+            // The local error is explained: the SGE whose L_Key fails.
+            if !bad_rkey {
+                let e = p.a.last_error();
+                assert!(e.contains("IBV_WC_LOC_PROT_ERR"), "{e}");
+                assert!(e.contains("lkey"), "{e}");
+            }
+        }
+    }
+}
+
+/// A WRITE with immediate whose R_Key is bad consumes the responder's
+/// receive WR, which completes with REM_ACCESS_ERR (rxe: the WQE is taken
+/// before the R_Key check; rdma-unit-test's WriteImmDataInvalidRKey);
+/// before, uroce flushed it.
+#[test]
+fn a_write_with_immediate_and_a_bad_rkey_completes_the_receive_rem_access_err() {
+    let mut p = RcPair::new(18, Faults::default(), PairParams::default());
+    let src = p.mr(true, 64, ALL);
+    let dst = p.mr(false, 64, ALL);
+    let rbuf = p.mr(false, 64, ALL);
+    p.post_recv(false, 7, &[sge(&rbuf, 0, 64)]);
+    p.post_recv(false, 8, &[sge(&rbuf, 0, 64)]);
+    let mut w = wr(1, WrOpcode::RdmaWriteWithImm, &[sge(&src, 0, 8)]);
+    w.remote_addr = dst.iova();
+    w.rkey = dst.rkey() ^ 0x5a5a;
+    w.imm_data = 0x1234;
+    p.post_send(true, w);
+    let s = p.wait(true, true, 1, 5 * SEC);
+    assert_eq!(s[0].status, WcStatus::RemAccessErr);
+    let r = p.wait(false, false, 2, SEC);
+    assert_eq!(
+        r.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(7, WcStatus::RemAccessErr), (8, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(p.net.qp(p.b.id).state(), QpState::Err);
+}
+
+/// A SEND posted and at once followed by a modify to ERR goes out before
+/// the QP flushes, as a NIC sends the WQEs it fetched before the modify
+/// (librpma's examples 12 and 12scch post an unsignaled SEND and then
+/// disconnect): the peer receives it, every time; the WR itself is then
+/// flushed, and a WR posted after the modify is not sent.
+#[test]
+fn a_send_posted_before_a_modify_to_err_is_delivered() {
+    for seed in 0..20 {
+        let mut p = RcPair::new(100 + seed, Faults::default(), PairParams::default());
+        let src = p.mr(true, 64, ALL);
+        let dst = p.mr(false, 128, ALL);
+        src.write(0, b"last words").unwrap();
+        p.post_recv(false, 9, &[sge(&dst, 0, 64)]);
+        p.post_recv(false, 10, &[sge(&dst, 64, 64)]);
+        let mut w = wr(1, WrOpcode::Send, &[sge(&src, 0, 10)]);
+        w.flags = SendFlags::empty();
+        p.post_send(true, w);
+        let attr = uroce_provider::qp_attr::QpAttr {
+            qp_state: QpState::Err,
+            ..Default::default()
+        };
+        p.net
+            .qp(p.a.id)
+            .modify(&attr, uroce_provider::qp_attr::AttrMask::STATE)
+            .unwrap();
+        assert_eq!(p.net.qp(p.a.id).state(), QpState::Err);
+        p.post_send(true, wr(2, WrOpcode::Send, &[sge(&src, 0, 10)]));
+        let r = p.wait(false, false, 1, SEC);
+        assert_eq!(
+            (r.len(), r[0].wr_id, r[0].status),
+            (1, 9, WcStatus::Success)
+        );
+        assert_eq!(contents(&dst, 0, 10), b"last words");
+        let s = p.wait(true, true, 2, SEC);
+        assert_eq!(
+            s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            vec![(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]
+        );
+        p.settle(SEC);
+        assert!(p.b.recv_cq.poll_one().is_none(), "WR 2 was not sent");
+    }
 }
 
 fn error_then_flush(p: &mut RcPair, expect: WcStatus) {
@@ -413,7 +548,10 @@ fn local_protection_errors() {
         p.post_send(true, w);
         p.post_send(true, wr(2, WrOpcode::Send, &[]));
         error_then_flush(&mut p, WcStatus::LocProtErr);
-        assert_eq!(p.net.packets_sent(), 0, "nothing was sent");
+        // A READ's buffer receives its response: the request goes anyway
+        // (a_read_or_atomic_with_a_bad_lkey_is_sent_anyway).
+        let sent = p.net.packets_sent();
+        assert_eq!(sent > 0, case == 2, "sent {sent}");
     }
 }
 

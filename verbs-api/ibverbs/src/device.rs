@@ -387,9 +387,9 @@ fn device_attr(ctx: &CtxInner) -> ibv_device_attr {
     o.max_qp = int(a.max_qp);
     o.max_qp_wr = int(a.max_qp_wr);
     // IBV_DEVICE_PORT_ACTIVE_EVENT | SYS_IMAGE_GUID | RC_RNR_NAK_GEN |
-    // MEM_WINDOW | MEM_WINDOW_TYPE_2B (SRQ_RESIZE is not claimed:
-    // resizing an SRQ is not supported).
-    o.device_cap_flags = (1 << 10) | (1 << 11) | (1 << 12) | (1 << 17) | (1 << 24);
+    // SRQ_RESIZE (ibv_modify_srq with IBV_SRQ_MAX_WR, as rxe) |
+    // MEM_WINDOW | MEM_WINDOW_TYPE_2B.
+    o.device_cap_flags = (1 << 10) | (1 << 11) | (1 << 12) | (1 << 13) | (1 << 17) | (1 << 24);
     o.max_mw = int(a.max_mw);
     o.max_sge = int(a.max_sge);
     o.max_sge_rd = int(a.max_sge);

@@ -132,7 +132,11 @@ unsafe fn send_wr_of(w: &ibv_send_wr, ud: bool, q: &QueuePair) -> Result<SendWr,
     // SAFETY: reading the union member the opcode and QP type select; all
     // members are plain data, so any bits are valid.
     unsafe {
-        if ud {
+        if ud && !matches!(op, WrOpcode::Send | WrOpcode::SendWithImm) {
+            // No other opcode has a UD form: its union holds no address
+            // handle (an RDMA WR's holds a remote address), and the WR
+            // completes with LOC_QP_OP_ERR, as on rxe.
+        } else if ud {
             let u = w.wr.ud;
             let a = ah_of_wr(u.ah)?;
             s.ud = Some(a.rust.ud_dest(u.remote_qpn, u.remote_qkey));

@@ -254,10 +254,19 @@ fn srq_shared_by_two_rc_qps_with_limit_and_last_wqe() {
     )
     .unwrap();
     assert_eq!(srq.query().srq_limit, 5);
-    assert!(matches!(
-        srq.modify(&SrqAttr::default(), SrqAttrMask::MAX_WR),
-        Err(Error::NotSupported(_))
-    ));
+    // Resizing (IBV_SRQ_MAX_WR, as rxe): never below the 8 posted nor the
+    // armed limit; growing keeps what is posted.
+    let max_wr = |n| SrqAttr {
+        max_wr: n,
+        ..SrqAttr::default()
+    };
+    for n in [0, 4, 7] {
+        let r = srq.modify(&max_wr(n), SrqAttrMask::MAX_WR);
+        assert!(matches!(r, Err(Error::Invalid(_))), "max_wr {n}: {r:?}");
+    }
+    assert_eq!(srq.query().max_wr, 32);
+    srq.modify(&max_wr(48), SrqAttrMask::MAX_WR).unwrap();
+    assert_eq!((srq.query().max_wr, srq.len()), (48, 8));
     let xmr = xpd.alloc_mr(64, ALL).unwrap();
     let ymr = ypd.alloc_mr(64, ALL).unwrap();
     xmr.write(0, &[0xaa; 64]).unwrap();
@@ -445,4 +454,55 @@ fn each_context_has_its_own_async_events() {
     qp1.modify(&err, AttrMask::STATE).unwrap();
     let ev = wait_event(&b1, EventType::QpLastWqeReached).element;
     assert_eq!(ev, EventElement::Qp(qp1.qp_num()));
+}
+
+/// `ibv_modify_srq(IBV_SRQ_MAX_WR)` grows an SRQ in place, as rxe does
+/// (rdma-unit-test's `SrqTest.ModifyMaxWr`): the WRs a full queue refused
+/// fit afterwards, and those posted before stay and are received.
+#[test]
+fn an_srq_grows_with_modify_max_wr() {
+    let (ai, bi) = ("127.10.27.1", "127.10.27.2");
+    let (a, b) = (open(ai), open(bi));
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (acq, bcq) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let srq = bpd
+        .create_srq(&SrqAttr {
+            max_wr: 4,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let rmr = bpd.alloc_mr(16 * 64, ALL).unwrap();
+    for i in 0..4u64 {
+        srq.post_recv(&[recv(i, &rmr, i as usize * 64, 64)])
+            .unwrap();
+    }
+    let full = srq.post_recv(&[recv(4, &rmr, 4 * 64, 64)]);
+    assert!(matches!(full, Err((0, Error::NoMemory(_)))), "{full:?}");
+    let grow = SrqAttr {
+        max_wr: 8,
+        ..SrqAttr::default()
+    };
+    srq.modify(&grow, SrqAttrMask::MAX_WR).unwrap();
+    assert_eq!(srq.query().max_wr, 8);
+    for i in 4..8u64 {
+        srq.post_recv(&[recv(i, &rmr, i as usize * 64, 64)])
+            .unwrap();
+    }
+    assert!(srq.post_recv(&[recv(8, &rmr, 8 * 64, 64)]).is_err());
+    let (aqp, bqp) = (
+        qp(&apd, &acq, QpType::Rc, None),
+        qp(&bpd, &bcq, QpType::Rc, Some(&srq)),
+    );
+    connect(&aqp, ai, &bqp, bi);
+    let smr = apd.alloc_mr(64, ALL).unwrap();
+    for i in 0..8 {
+        aqp.post_send(&[send(i, &smr, 8, SendFlags::empty())])
+            .unwrap();
+    }
+    let wcs = bcq.wait(8, T);
+    let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..8).collect::<Vec<_>>());
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    assert!(srq.is_empty());
 }

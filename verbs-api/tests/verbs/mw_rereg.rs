@@ -330,8 +330,13 @@ fn send_with_inv_of_a_type1_key_is_refused() {
     s.flags = SendFlags::SIGNALED;
     s.sg_list.push(a.mr.sge(0, 16));
     s.invalidate_rkey = rkey;
-    assert_eq!(post(&a, s).status, WcStatus::RemInvReqErr);
+    // IBA class J, as rxe: no NAK; the SEND is acknowledged, and b's
+    // receive WR completes in error.
+    assert_eq!(post(&a, s).status, WcStatus::Success);
+    let r = one(&b.cq);
+    assert_eq!((r.wr_id, r.status), (70, WcStatus::RemInvReqErr));
     assert!(mw.is_bound(), "nothing was invalidated");
+    assert_eq!(b.qp.state(), QpState::Err);
 }
 
 #[test]

@@ -102,16 +102,45 @@ fn ud_send_grh_reply_and_qkeys() {
     assert!(acq.poll_one().is_none());
     assert_eq!(a.counters().qkey_violations, 1);
 
-    // Larger than the path MTU: refused at post time.
-    let mut w = SendWr::new(4, WrOpcode::Send);
-    w.sg_list.push(smr.sge(0, 4097));
-    w.ud = Some(ah.ud_dest(bqp.qp_num(), QKEY));
-    let (i, e) = aqp.post_send(&[w]).unwrap_err();
-    assert_eq!(i, 0);
-    assert!(e.to_string().contains("path MTU"), "{e}");
-    // UD cannot WRITE; a UD send needs a destination.
-    let w = SendWr::new(5, WrOpcode::RdmaWrite);
-    assert!(aqp.post_send(&[w]).is_err());
+    // Larger than the path MTU, and the operations UD lacks (RDMA READ,
+    // WRITE, atomics): posted, as rxe and NICs take them, and completed
+    // in error (LOC_LEN_ERR, a NIC's answer; LOC_QP_OP_ERR, rxe's); the
+    // QP goes to SQE and comes back to RTS (rdma-unit-test's
+    // SendLargerThanMtu, LoopbackUdQpTest.{Read,Write,FetchAdd,CompareSwap}).
+    let mut long = SendWr::new(4, WrOpcode::Send);
+    long.flags = SendFlags::SIGNALED;
+    long.sg_list.push(smr.sge(0, 4097));
+    long.ud = Some(ah.ud_dest(bqp.qp_num(), QKEY));
+    let mut cases = vec![(long, WcStatus::LocLenErr)];
+    for op in [
+        WrOpcode::RdmaRead,
+        WrOpcode::RdmaWrite,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::AtomicCmpAndSwp,
+    ] {
+        let mut w = SendWr::new(5, op);
+        w.flags = SendFlags::SIGNALED;
+        w.sg_list.push(smr.sge(0, 8));
+        w.remote_addr = rmr.addr();
+        w.rkey = rmr.rkey();
+        cases.push((w, WcStatus::LocQpOpErr));
+    }
+    for (w, status) in cases {
+        let op = w.opcode;
+        aqp.post_send(&[w]).unwrap();
+        let wc = acq.wait(1, T);
+        assert_eq!((wc[0].status, wc[0].opcode), (status, op.wc_opcode()));
+        assert_eq!(aqp.state(), QpState::Sqe);
+        aqp.modify(
+            &QpAttr {
+                qp_state: QpState::Rts,
+                ..QpAttr::default()
+            },
+            AttrMask::STATE,
+        )
+        .unwrap();
+    }
+    // A UD SEND needs a destination.
     let w = SendWr::new(6, WrOpcode::Send);
     assert!(aqp.post_send(&[w]).is_err());
     // An IPv6 multicast GID on an IPv4 device: EINVAL.

@@ -462,7 +462,7 @@ fn local_error_earlier(conn: &Conn, case: &Case) -> Vec<Case> {
     let bad = case
         .steps
         .iter()
-        .position(|s| matches!(s, Step::Post(p) if requester::fails_locally(p, conn.len)));
+        .position(|s| matches!(s, Step::Post(p) if requester::sends_nothing(p, conn.len)));
     let Some(j) = bad else {
         return Vec::new();
     };

@@ -405,6 +405,8 @@ struct Check {
     nak_optional: bool,
     /// The spec leaves open whether this fails.
     maybe: bool,
+    /// The failed message may be acknowledged instead of NAKed (class J).
+    acked: bool,
 }
 
 const INVALID: Check = Check {
@@ -412,12 +414,14 @@ const INVALID: Check = Check {
     rule: rules::INVALID_REQUEST,
     nak_optional: false,
     maybe: false,
+    acked: false,
 };
 const ACCESS: Check = Check {
     codes: &[nak::REMOTE_ACCESS],
     rule: rules::REMOTE_ACCESS,
     nak_optional: false,
     maybe: false,
+    acked: false,
 };
 
 /// The length check's failure for `p`, if any.
@@ -484,14 +488,19 @@ fn outcomes_sure(w: World, p: &Pkt, failed: &[Check], rnr: bool) -> Vec<World> {
     };
     for c in failed {
         let took = needs_recv;
-        out.push(fail(
-            w.clone(),
-            c.codes,
-            took,
-            c.nak_optional,
-            c.rule,
-            &p.why,
-        ));
+        let mut v = fail(w.clone(), c.codes, took, c.nak_optional, c.rule, &p.why);
+        if c.acked {
+            // IBA 9.9.3 class J (rxe, uroce): no NAK; the message is
+            // acknowledged at its PSN, the MSN not counting it.
+            let msn = rc(&mut v).msn;
+            let want = Want::Ack {
+                from: p.psn,
+                n: 1,
+                msn: Some((msn, msn)),
+            };
+            v.expect(want, false, c.rule, &p.why);
+        }
+        out.push(v);
     }
     out
 }
@@ -548,7 +557,8 @@ fn acked(mut w: World, p: &Pkt) -> World {
 /// or ONLY: RNR when there is none) and completes it at its LAST or
 /// ONLY; a SEND with Invalidate then invalidates its key (IBA 10.6.7:
 /// only a type 2 window bound through this QP; else the receive WR
-/// completes in error and the QP fails, the NAK left open).
+/// completes in error and the QP fails, class J: the message may be
+/// acknowledged, a NAK left open).
 fn send(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
     let starts = p.info.position.starts_message();
     let ends = p.info.position.ends_message();
@@ -576,6 +586,10 @@ fn send(mut w: World, conn: &Conn, p: &Pkt) -> Vec<World> {
             rule: rules::RECEIVE,
             nak_optional: true,
             maybe: false,
+            // IBA 9.9.3 class J: the receive WR completes in error and
+            // the QP fails with no NAK (rxe and uroce acknowledge the
+            // message); a NAK is left open.
+            acked: true,
         });
     }
     let rnr = starts && w.next_recv >= u64::from(conn.recvs_posted);

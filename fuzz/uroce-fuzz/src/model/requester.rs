@@ -22,7 +22,11 @@
 //!   and fails with a local error (length or protection, IBA 10.8.3.1
 //!   / 11.6.2 local errors) once the requests before it are done, the
 //!   QP going to Error (IBA 10.3.1); until then the requester may send
-//!   the posts after it or stop at it ([`post`]);
+//!   the posts after it or stop at it ([`post`]); but a READ or atomic
+//!   whose buffer only receives its response is sent like any other (as
+//!   rxe and NICs send it: the L_Key is checked where the response is
+//!   placed), and the response, when it comes, fails it with a local
+//!   error instead of being placed ([`Requester::misplaced`]);
 //!
 //! Open choices: the requester may give up at any point (its retries
 //! run out while the case still answers: the request then fails with
@@ -72,6 +76,9 @@ pub struct Requester {
     pub posts: Vec<(Post, u32)>,
     /// Whether each post fails locally (it takes no PSNs).
     pub bad: Vec<bool>,
+    /// Whether each post is a READ or atomic whose local buffer the
+    /// region does not hold: sent, and failed by its response.
+    pub misplaced: Vec<bool>,
     /// The first post not completed.
     pub next: usize,
     /// READ responses taken for it, by index.
@@ -98,7 +105,10 @@ impl Requester {
     pub fn post(&mut self, w: &Post, sq_psn: u32, mtu: u32, region_len: u32) {
         let start = psn_add(sq_psn, self.sent(mtu));
         self.posts.push((w.clone(), start));
-        self.bad.push(fails_locally(w, region_len));
+        let local = fails_locally(w, region_len);
+        let misplaced = local && !sends_nothing(w, region_len);
+        self.bad.push(local && !misplaced);
+        self.misplaced.push(misplaced);
     }
 
     fn last_psn(&self, i: usize, mtu: u32) -> u32 {
@@ -127,6 +137,19 @@ pub fn fails_locally(w: &Post, region_len: u32) -> bool {
         _ => u64::from(w.len),
     };
     (len > 0 && u64::from(w.local_off) + len > u64::from(region_len)) || len > 1 << 31
+}
+
+/// Whether post `w`, which [`fails_locally`], sends nothing: all but a
+/// READ or atomic of a length a message may have, whose buffer only
+/// receives the response (sent as rxe and NICs send it, failed where the
+/// response is placed).
+pub fn sends_nothing(w: &Post, region_len: u32) -> bool {
+    let response = match w.op {
+        PostOp::CompareSwap | PostOp::FetchAdd => true,
+        PostOp::Read => u64::from(w.len) <= 1 << 31,
+        PostOp::Send | PostOp::Write => false,
+    };
+    fails_locally(w, region_len) && !response
 }
 
 /// `ibv_wc_status`: the local errors a post that [`fails_locally`]
@@ -352,6 +375,14 @@ fn answered(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
             if !fits || p.payload.len() != want_len {
                 return unreadable(w, i);
             }
+            if req(&mut w).misplaced[i] {
+                // No buffer to place it in: in order, a local error;
+                // ahead of a hole, discarded.
+                if k != first_missing {
+                    return vec![w];
+                }
+                return vec![fail(w, LOCAL_ERRORS.to_vec())];
+            }
             let mut out = Vec::new();
             if k != first_missing {
                 // Ahead of a hole: discarded (the READ asked again), or
@@ -375,6 +406,9 @@ fn answered(mut w: World, conn: &Conn, input: &Input) -> Vec<World> {
             ack_before(&mut w, i);
             if req(&mut w).next < i {
                 return vec![w];
+            }
+            if req(&mut w).misplaced[i] {
+                return vec![fail(w, LOCAL_ERRORS.to_vec())];
             }
             let orig = p.atomic_ack.map_or(0, |a| a.orig);
             w.region.write(post.local_off as usize, &orig.to_le_bytes());

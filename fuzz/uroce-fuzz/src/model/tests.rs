@@ -934,9 +934,11 @@ fn a_request_held_behind_a_read_fails_after_the_answers_that_follow() {
 #[test]
 fn the_requester_may_stop_at_a_post_that_fails_locally() {
     let c = conn(QpType::Rc);
+    // A WRITE: its buffer is its source (a READ's, which only receives
+    // the response, is sent all the same).
     let bad_read = Step::Post(Post {
         wr_id: 2,
-        op: PostOp::Read,
+        op: PostOp::Write,
         len: 8,
         local_off: 4090,
         remote_va: 0,
@@ -960,7 +962,7 @@ fn the_requester_may_stop_at_a_post_that_fails_locally() {
     o.answers = Some(vec![answer(&c, Opcode::RC_ACKNOWLEDGE, 0, 0x60, 0)]);
     o.completions = vec![send(1, 12), send(2, 5), send(3, 5), recv(0, 5), recv(1, 5)];
     assert_eq!(broken(&c, &k, &o), [] as [&str; 0]);
-    // Sent past it: the ACK completes the first, the READ then fails
+    // Sent past it: the ACK completes the first, the WRITE then fails
     // with a local error, the third flushed.
     o.answers = Some(Vec::new());
     o.completions = vec![send(1, 0), send(2, 4), send(3, 5), recv(0, 5), recv(1, 5)];

@@ -318,6 +318,15 @@ impl RcQp {
                     e.len = r.total();
                     e.data = r;
                 }
+                // The buffers of a READ or atomic receive its response:
+                // the request goes anyway, as rxe and NICs send it (the
+                // L_Key is checked where the response is placed). A bad
+                // R_Key's NAK then comes first (REM_ACCESS_ERR); else the
+                // remote side executes, and placing the response into no
+                // buffers fails: LOC_PROT_ERR, QP to ERR.
+                Err(_) if op.is_read_or_atomic() => {
+                    e.len = e.wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+                }
                 Err(f) => {
                     e.error = Some(WcStatus::LocProtErr);
                     e.lkey_fault = Some(Box::new(f));

@@ -637,9 +637,9 @@ impl RcQp {
             // SEND with Invalidate may invalidate only a type 2 memory
             // window bound through this QP (IBA 10.6.7.2.5; uroce
             // registers no region for remote invalidation). Anything
-            // else: the receive WR completes in error and the QP goes
-            // to ERR (IBA 9.9.3 class J; rxe: REM_INV_REQ_ERR), and
-            // nothing is invalidated.
+            // else: the receive WR completes with REM_INV_REQ_ERR, no
+            // NAK is sent and the QP goes to ERR (IBA 9.9.3 class J, as
+            // rxe), and nothing is invalidated.
             let cfg = &self.core.cfg;
             if cfg
                 .keys
@@ -651,7 +651,7 @@ impl RcQp {
                     sgl: Resolved::default(),
                 };
                 self.svc.resp.cur = Some(Inbound::Send { recv, written });
-                return Err(RespError::InvalidRequest.with(Refused::Invalidate { rkey }));
+                return Err(RespError::InvalidateFailed.with(Refused::Invalidate { rkey }));
             }
             wc.wc_flags |= WcFlags::WITH_INV;
             wc.invalidated_rkey = rkey;
@@ -663,9 +663,12 @@ impl RcQp {
 
     /// Returns false when the packet was RNR-NAKed (not executed).
     fn exec_write(&mut self, pkt: &ParsedPacket<'_>) -> Result<bool, Refusal> {
-        Inbound::write_packet(&mut self.svc.resp.cur, &self.core.cfg, pkt)?;
-        // WRITE with immediate consumes a receive WR; check before touching
-        // memory so that an RNR leaves nothing done.
+        // The packet of a WRITE with immediate consumes a receive WR, taken
+        // before the R_Key and length checks (rxe's check_resource comes
+        // first): without one it is RNR-NAKed with nothing done (a WRITE
+        // it would open is not in progress, so that its resend opens it
+        // again); a check that then fails completes that WR with the
+        // error's status (an R_Key violation: REM_ACCESS_ERR, as rxe).
         let ends = pkt.info.position.ends_message();
         let recv = if ends && pkt.imm().is_some() {
             match self.core.cfg.rq.take() {
@@ -674,12 +677,6 @@ impl RcQp {
                     Some(wr)
                 }
                 None => {
-                    // Nothing done: a WRITE this packet opened (an ONLY
-                    // packet) is not in progress, so that its resend
-                    // opens it again (op sequence).
-                    if pkt.info.position.starts_message() {
-                        self.svc.resp.cur = None;
-                    }
                     self.rnr_nak(pkt.bth.psn);
                     return Ok(false);
                 }
@@ -687,7 +684,24 @@ impl RcQp {
         } else {
             None
         };
-        let Some(total) = Inbound::place_write(&mut self.svc.resp.cur, pkt)? else {
+        let checked =
+            Inbound::write_packet(&mut self.svc.resp.cur, &self.core.cfg, pkt).and_then(|()| {
+                Inbound::place_write(&mut self.svc.resp.cur, pkt).map_err(Refusal::from)
+            });
+        let done = match (checked, &recv) {
+            (Ok(done), _) => done,
+            (Err(r), Some(wr)) => {
+                // The error completes the WR the message took.
+                let recv = RecvTarget {
+                    wr_id: wr.wr_id,
+                    sgl: Resolved::default(),
+                };
+                self.svc.resp.cur = Some(Inbound::Send { recv, written: 0 });
+                return Err(r);
+            }
+            (Err(r), None) => return Err(r),
+        };
+        let Some(total) = done else {
             return Ok(true);
         };
         self.svc.resp.msn = self.svc.resp.msn.wrapping_add(1);
@@ -819,18 +833,35 @@ impl RcQp {
     /// matching status, QP to ERR (IBA 9.9.3: responder class B/C/D errors).
     /// The NAK names `psn`: the expected PSN for a new request, the
     /// request's own for a duplicate.
+    ///
+    /// Class J (a SEND with Invalidate whose invalidation fails) sends no
+    /// NAK: the message is acknowledged (rxe acknowledges it when its last
+    /// packet asks, as every requester's last packet does), its receive WR
+    /// completes in error and the QP goes to ERR; the requester's SEND
+    /// completes with success, and its next request goes unanswered.
     fn responder_error(&mut self, err: RespError, psn: Psn) {
-        let ErrorAction::NakAndError { nak, recv_status } = err.action(QpType::Rc) else {
-            return; // RNR: the NAK is queued, nothing consumed
-        };
-        Counters::inc(&self.core.cfg.counters.err_naks_sent);
-        // IBA 11.6.3.1: affiliated asynchronous errors of the responder.
-        self.core.cfg.event(match err {
-            RespError::RemoteAccess => EventType::QpAccessErr,
-            _ => EventType::QpReqErr,
-        });
         let msn = self.svc.resp.msn;
-        self.queue_ack(psn, AethSyndrome::Nak(nak), msn);
+        let peer = self.core.peer();
+        let (recv_status, then) = match err.action(QpType::Rc) {
+            ErrorAction::NakAndError { nak, recv_status } => {
+                Counters::inc(&self.core.cfg.counters.err_naks_sent);
+                // IBA 11.6.3.1: affiliated asynchronous errors of the
+                // responder.
+                self.core.cfg.event(match err {
+                    RespError::RemoteAccess => EventType::QpAccessErr,
+                    _ => EventType::QpReqErr,
+                });
+                self.queue_ack(psn, AethSyndrome::Nak(nak), msn);
+                let psn = psn.value();
+                (recv_status, Then::NakSent { nak, peer, psn })
+            }
+            ErrorAction::ErrorNoNak { recv_status } => {
+                self.queue_ack(psn, ACK, msn);
+                let psn = psn.value();
+                (recv_status, Then::NoNak { peer, psn })
+            }
+            _ => return, // RNR: the NAK is queued, nothing consumed
+        };
         let aborted = self.svc.resp.abort_current();
         let cause = self.core.why.take().unwrap_or(Cause::Resp(err.name()));
         let status = match (aborted, err) {
@@ -838,9 +869,6 @@ impl RcQp {
             (None, RespError::RemoteOperational) => Some(WcStatus::LocProtErr),
             _ => None,
         };
-        let peer = self.core.peer();
-        let psn = psn.value();
-        let then = Then::NakSent { nak, peer, psn };
         self.explain(status, Side::Responder, Fault { cause, then });
         let stays = planted!(false, NoErrorOnAccessError => err == RespError::RemoteAccess);
         if let Some(wr_id) = aborted {
