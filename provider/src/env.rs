@@ -469,6 +469,12 @@ pub fn lookup(name: &str) -> Option<&'static Var> {
     VARS.iter().find(|v| v.name == name)
 }
 
+/// Whether the switch `name`, on by default, is turned off: set to `0`
+/// (surrounding blanks aside).
+pub fn turned_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v.trim() == "0")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
