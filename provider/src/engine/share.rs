@@ -177,6 +177,8 @@ pub struct Steer {
     /// The helper thread, woken when a probe shows that the group changed
     /// (a member alone sleeps until then).
     helper: std::sync::OnceLock<std::thread::Thread>,
+    /// A probe changed `live`: the helper's map is out of date.
+    stale: AtomicBool,
 }
 
 impl Steer {
@@ -236,9 +238,12 @@ impl Steer {
         let mut held = [0u8; 8];
         held.copy_from_slice(&pkt[20..28]);
         let held = u64::from_be_bytes(held) & ((1 << SLOTS) - 1);
-        self.live.store(held | 1 << self.slot, Ordering::Relaxed);
-        if let Some(t) = self.helper.get() {
-            t.unpark();
+        let held = held | 1 << self.slot;
+        if self.live.swap(held, Ordering::Relaxed) != held {
+            self.stale.store(true, Ordering::Relaxed);
+            if let Some(t) = self.helper.get() {
+                t.unpark();
+            }
         }
         a
     }
@@ -291,6 +296,7 @@ impl Joining {
             ip,
             live: AtomicU64::new(1 << slot.slot),
             helper: std::sync::OnceLock::new(),
+            stale: AtomicBool::new(false),
         });
         Ok(Joining {
             dir,
@@ -450,9 +456,10 @@ struct Group {
 impl Group {
     /// One look at the held slots; a rebuild under the group lock if they
     /// changed, or if the last one did not place them all (a member that
-    /// did not answer in time).
+    /// did not answer in time), or a probe showed that the group changed.
     fn watch(&mut self) {
-        let same = self.live_slots() == self.steer.live.load(Ordering::Relaxed);
+        let stale = self.steer.stale.swap(false, Ordering::Relaxed);
+        let same = !stale && self.live_slots() == self.steer.live.load(Ordering::Relaxed);
         if same && self.map.is_some() {
             return;
         }
@@ -1092,6 +1099,7 @@ mod tests {
             ip,
             live: AtomicU64::new(0b1110),
             helper: std::sync::OnceLock::new(),
+            stale: AtomicBool::new(false),
         };
         let from = SocketAddr::new(ip, 5000);
         let remote = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 5000);
@@ -1158,6 +1166,7 @@ mod tests {
                 ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 live: AtomicU64::new(1 << slot),
                 helper: std::sync::OnceLock::new(),
+            stale: AtomicBool::new(false),
             }),
             dir: dir.clone(),
         };
