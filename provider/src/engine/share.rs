@@ -212,7 +212,17 @@ impl Steer {
         {
             return Screen::Probe;
         }
-        if dqp == FORWARD_QPN && from.ip() == self.ip {
+        // A forward comes from another member's socket: the device's own
+        // address and port, which only this user's sockets can bind (the
+        // reuseport group is the user's). What it carries is a MAD for
+        // QP1, nothing else.
+        if dqp == FORWARD_QPN
+            && from == SocketAddr::new(self.ip, uroce_wire::ROCEV2_UDP_PORT)
+            && pkt
+                .get(FORWARD_LEN..)
+                .and_then(|p| Bth::new_checked(p).ok())
+                .is_some_and(|b| b.dest_qp() == uroce_wire::mad::GSI_QPN)
+        {
             if let Some(f) = parse_forward(pkt) {
                 return Screen::Forward(f);
             }
@@ -1120,15 +1130,21 @@ mod tests {
         assert_eq!(st.screen(&[1, 2, 3], from), Screen::Deliver);
         assert_eq!(st.screen(&probe(0, 1, 0), from), Screen::Probe);
         assert_eq!(st.screen(&probe(0, 1, 0), remote), Screen::Deliver);
-        let fwd = forward_header(3, remote, 0x48);
+        let mut fwd = forward_header(3, remote, 0x48).to_vec();
+        fwd.extend_from_slice(&to_qp(1));
         let want = Forwarded {
             slot: 3,
             from: remote,
             tclass: 0x48,
         };
-        assert_eq!(st.screen(&fwd, from), Screen::Forward(want));
-        // Only from the device's own address.
+        let member = SocketAddr::new(ip, 4791);
+        assert_eq!(st.screen(&fwd, member), Screen::Forward(want));
+        // Only from a member's socket (the device's own address and
+        // port), and only a packet for QP1.
+        assert_eq!(st.screen(&fwd, from), Screen::Deliver);
         assert_eq!(st.screen(&fwd, remote), Screen::Deliver);
+        fwd[FORWARD_LEN + 7] = 2;
+        assert_eq!(st.screen(&fwd, member), Screen::Deliver);
         // The prober's view of the held slots becomes this member's.
         let a = st.answer(&probe(4, 77, 0b1_0000_0001));
         assert_eq!(&a[1..4], &ANSWER_MAGIC);
