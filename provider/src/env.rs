@@ -246,6 +246,13 @@ pub const VARS: &[Var] = &[
         "Internal: the device address of a member process of the device-sharing tests.",
     ),
     var(
+        "UROCE_TEST_CM_SHARE_CHILD",
+        Test,
+        "unset",
+        "Internal: the side (role, address, port, mode) a child process of rdma_cm's \
+         device-sharing tests plays.",
+    ),
+    var(
         "UROCE_TEST_SHARE_OTHER_USER",
         Test,
         "unset",

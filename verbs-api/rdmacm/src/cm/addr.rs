@@ -175,6 +175,11 @@ impl CmId {
                     if let Some(e) = ports().lock().get_mut(&key) {
                         e.1 = afonly;
                     }
+                    // The host's claim follows (an IPv6 wildcard without
+                    // AFONLY holds the IPv4 one's port too).
+                    st.port_claim = None;
+                    st.port_claim =
+                        host_port(self.inner.ps as u16, src.ip(), src.port(), afonly).flatten();
                 }
             }
             _ => return Err(Error::Invalid("set_afonly after listen or connect".into())),
