@@ -173,6 +173,7 @@ fn post_recvs(l: &Link) {
 }
 
 /// A member: opens the device at `ip`, then runs the parent's commands.
+#[allow(clippy::field_reassign_with_default)] // a REQ has 27 fields
 fn member(ip: &str) {
     let ctx = Device::new("share", ip.parse().unwrap()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
