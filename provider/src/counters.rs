@@ -124,6 +124,13 @@ counters! {
     cm_retries,
     /// Duplicate CM messages received (answered as the state says).
     cm_duplicates,
+    /// CM MADs this process's QP1 passed to the process sharing the
+    /// device that owns them (see `engine::share`).
+    cm_forwarded,
+    /// CM MADs for a connection whose process has exited: a DREQ answered
+    /// with a DREP, a REP with a REJ, the rest dropped, as the kernel's CM
+    /// does from time-wait.
+    cm_orphans,
     /// Send system calls the engine made (sendmmsg or sendto).
     tx_syscalls,
     /// Packets handed to the kernel inside UDP GSO messages (each message

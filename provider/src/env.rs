@@ -246,6 +246,13 @@ pub const VARS: &[Var] = &[
         "Internal: the device address of a member process of the device-sharing tests.",
     ),
     var(
+        "UROCE_TEST_CM_SHARE_CHILD",
+        Test,
+        "unset",
+        "Internal: the side (role, address, port, mode) a child process of rdma_cm's \
+         device-sharing tests plays.",
+    ),
+    var(
         "UROCE_TEST_SHARE_OTHER_USER",
         Test,
         "unset",
@@ -474,6 +481,12 @@ pub const VARS: &[Var] = &[
 /// The entry for `name`, if the table has one.
 pub fn lookup(name: &str) -> Option<&'static Var> {
     VARS.iter().find(|v| v.name == name)
+}
+
+/// Whether the switch `name`, on by default, is turned off: set to `0`
+/// (surrounding blanks aside).
+pub fn turned_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v.trim() == "0")
 }
 
 #[cfg(test)]

@@ -110,6 +110,7 @@ pub mod testing;
 mod threads;
 mod transport;
 pub mod types;
+mod userdir;
 
 #[cfg(test)]
 mod layering;

@@ -24,7 +24,10 @@
 #
 # Each pair gets its own addresses (127.41.<n>.1 for the server, .2 for the
 # client) and each process only its own device: rdma_cm picks the device
-# by address, and a process given both would bind both.
+# by address, and a process given both would bind both. The pairs run
+# again with one device for both sides (cm_one=1: one UROCE_DEVICES entry,
+# the server's address for both), two processes sharing it as they share
+# a kernel device, the device's CM passing each MAD to its process.
 
 cm_n=10
 
@@ -38,7 +41,10 @@ cm_pair() {
   local name=$1 regex=$2
   shift 2
   cm_n=$((cm_n + 1))
-  local s=127.41.$cm_n.1 c=127.41.$cm_n.2
+  local s=127.41.$cm_n.1 c=127.41.$cm_n.2 cdev
+  [ -n "${cm_one:-}" ] && c=$s
+  cdev="cli=$c"
+  [ -n "${cm_one:-}" ] && cdev="srv=$s"
   local server=() client=() a
   while [ "$1" != "--" ]; do a=${1//\{S\}/$s}; server+=("${a//\{C\}/$c}"); shift; done
   shift
@@ -52,7 +58,7 @@ cm_pair() {
       sleep 0.1
     done
     sleep 1
-    UROCE_DEVICES="cli=$c" timeout 90 "${client[@]}" >"$tmp/client" 2>&1
+    UROCE_DEVICES="$cdev" timeout 90 "${client[@]}" >"$tmp/client" 2>&1
     crc=$?
     # Rejected as "nobody listening" (REJ reason 8): the client came
     # before the server's rdma_listen (seen once in CI). The pair starts
@@ -222,6 +228,22 @@ if command -v rstream >/dev/null; then
     rstream -b {S} -p 19741 -S 65536 -C 100 -T n -- rstream -s {S} -p 19741 -S 65536 -C 100 -T n
 else
   echo "SKIP rstream: Debian's rdmacm-utils is not installed"
+fi
+
+# ---- the same programs with one device for both sides (one
+# UROCE_DEVICES entry): server and client are two processes on it, as
+# `rping -s` and `rping -c` in two terminals on one kernel device
+cm_one=1 cm_count=500 cm_pair "one device: rping -V -C 500" "^ping data" \
+  rping -s -a {S} -p 7471 -V -C 500 -- rping -c -a {S} -p 7471 -V -v -C 500
+cm_one=1 cm_pair "one device: ucmatose -c 4 -C 20" "^return status 0" \
+  ucmatose -b {S} -p 7471 -c 4 -C 20 -S 4096 -- ucmatose -s {S} -b {C} -p 7471 -c 4 -C 20 -S 4096
+cm_one=1 cm_pair "one device: udaddy -c 4" "^return status 0" \
+  udaddy -b {S} -c 4 -- udaddy -s {S} -b {C} -c 4
+cm_one=1 cm_pair "one device: rdma_server/rdma_client" "rdma_client: end 0" \
+  rdma_server -s {S} -p 7471 -- rdma_client -s {S} -p 7471
+if command -v rstream >/dev/null; then
+  cm_one=1 cm_pair "one device: rstream 1 MB x 20" "^custom" \
+    rstream -b {S} -p 19742 -S 1000000 -C 20 -- rstream -s {S} -p 19742 -S 1000000 -C 20
 fi
 
 # ---- rsockets under librspreload and rdmacm-utils' other rsocket programs

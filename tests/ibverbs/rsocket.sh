@@ -35,11 +35,14 @@ rs_pair() {
   [ "${rs_preload:-}" = 1 ] && pre=("LD_PRELOAD=$preload")
   rs_n=$((rs_n + 1))
   local s=127.${rs_net:-107}.$rs_n.1 c=127.${rs_net:-107}.$rs_n.2 port=$((${rs_port0:-19700} + rs_n))
+  # rs_one=1: one device (the server's) for both sides.
+  local cdev="cli=$c"
+  [ -n "${rs_one:-}" ] && c=$s cdev="srv=$s"
   local server=() client=() a
   while [ "$1" != "--" ]; do a=${1//\{S\}/$s}; a=${a//\{P\}/$port}; server+=("${a//\{C\}/$c}"); shift; done
   shift
   for a in "$@"; do a=${a//\{S\}/$s}; a=${a//\{P\}/$port}; client+=("${a//\{C\}/$c}"); done
-  rm -f "$tmp/cli.pcap"
+  rm -f "$tmp/${cdev%%=*}.pcap"
   env UROCE_DEVICES="srv=$s" "${pre[@]}" timeout 90 "${server[@]}" >"$tmp/server" 2>&1 &
   local spid=$!
   for _ in $(seq 100); do
@@ -47,7 +50,7 @@ rs_pair() {
     sleep 0.1
   done
   sleep 1
-  env UROCE_DEVICES="cli=$c" UROCE_PCAP="$tmp/{dev}.pcap" "${pre[@]}" \
+  env UROCE_DEVICES="$cdev" UROCE_PCAP="$tmp/{dev}.pcap" "${pre[@]}" \
     timeout 90 "${client[@]}" >"$tmp/client" 2>&1 &
   local cpid=$! tcp=0
   # Kernel TCP on the port while they run: the preload fell back.
@@ -63,7 +66,7 @@ rs_pair() {
   [ "${rs_forever:-}" = 1 ] && [ $src = 143 ] && src=0
   cat "$tmp/client" - "$tmp/server" <<<"---- server:" >"$tmp/out"
   local roce line
-  roce=$(stat -c %s "$tmp/cli.pcap" 2>/dev/null || echo 0)
+  roce=$(stat -c %s "$tmp/${cdev%%=*}.pcap" 2>/dev/null || echo 0)
   line=$(grep -m1 -E "$regex" "$tmp/client" | tr -s ' \t' ' ' | cut -c1-60)
   if [ $tcp = 1 ]; then
     fail "$name" "kernel TCP on port $port: not over RoCE"
@@ -106,6 +109,9 @@ if command -v riostream >/dev/null; then
     riostream -b {S} -p {P} -S 100000 -C 10 -I 5 -T v -- riostream -s {S} -p {P} -S 100000 -C 10 -I 5 -T v
   rs_pair "riostream 4 KB x 4 x 20 -T a -T v" 600000 "^custom" \
     riostream -b {S} -p {P} -S 4096 -C 4 -I 20 -T a -T v -- riostream -s {S} -p {P} -S 4096 -C 4 -I 20 -T a -T v
+  # The same with one device for both sides (two processes on it).
+  rs_one=1 rs_pair "one device: riostream 100 KB x 10 x 5 -T v" 10000000 "^custom" \
+    riostream -b {S} -p {P} -S 100000 -C 10 -I 5 -T v -- riostream -s {S} -p {P} -S 100000 -C 10 -I 5 -T v
 else
   echo "SKIP riostream: Debian's rdmacm-utils is not installed"
 fi

@@ -8,14 +8,22 @@
 //! (connect, accept, ...): after each call the application kicks QPN 1 so
 //! that the engine sends what the call queued and re-arms the timer. The
 //! lock is taken only on QP1's path, never on a data QP's.
+//!
+//! On a device shared by processes, a MAD the agent says is another
+//! process's ([`Route::Forward`]) leaves again at once, re-made as the
+//! packet that came (its sender's address, port and QP, its ICRC for
+//! them) behind the group's forward header, to the device's own address,
+//! where the steering program takes it to its owner (see
+//! `engine::share`).
 
-use super::{CmAgent, CmEvent};
+use super::{CmAgent, CmEvent, CmGroup, Route};
 use crate::counters::Counters;
 use crate::qp_attr::{AttrMask, ModifyError, QpAttr};
 use crate::transport::{Nanos, QpMachine, RxMeta, Transmit};
 use crate::types::{QpState, QpType};
 use parking_lot::Mutex;
-use std::net::IpAddr;
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use uroce_wire::bth::BthRepr;
 use uroce_wire::deth::DethRepr;
@@ -29,6 +37,16 @@ use uroce_wire::{Operation, Psn, Transport};
 /// lock held (it may lock the agent).
 pub type Sink = Arc<dyn Fn(Vec<CmEvent>) + Send + Sync>;
 
+/// A MAD on its way to the process that owns it.
+struct Forward {
+    slot: u32,
+    from: SocketAddr,
+    src_qp: u32,
+    tclass: u8,
+    psn: Psn,
+    mad: [u8; MAD_LEN],
+}
+
 /// A device's QP1. See the module doc.
 pub struct GsiQp {
     agent: Arc<Mutex<CmAgent>>,
@@ -36,6 +54,9 @@ pub struct GsiQp {
     psn: Psn,
     counters: Arc<Counters>,
     sink: Option<Sink>,
+    /// The device's processes, when it is shared.
+    group: Option<Arc<dyn CmGroup>>,
+    forwards: VecDeque<Forward>,
 }
 
 impl std::fmt::Debug for GsiQp {
@@ -57,6 +78,7 @@ impl GsiQp {
         local_ip: IpAddr,
         counters: Arc<Counters>,
         sink: Option<Sink>,
+        group: Option<Arc<dyn CmGroup>>,
     ) -> GsiQp {
         GsiQp {
             agent,
@@ -64,7 +86,43 @@ impl GsiQp {
             psn: Psn::random(),
             counters,
             sink,
+            group,
+            forwards: VecDeque::new(),
         }
+    }
+
+    /// Emits forward `f` into `buf`: the group's header, then the packet
+    /// as its sender made it.
+    fn emit_forward(&self, f: &Forward, buf: &mut [u8]) -> Option<Transmit> {
+        let group = self.group.as_ref()?;
+        let at = group.write_forward_header(f.slot, f.from, f.tclass, buf);
+        let mut h = Headers::new(BthRepr {
+            opcode: Opcode::UD_SEND_ONLY,
+            pkey: 0xffff,
+            dest_qp: GSI_QPN,
+            psn: f.psn,
+            ..BthRepr::default()
+        });
+        h.deth = Some(DethRepr {
+            qkey: GSI_QKEY,
+            src_qp: f.src_qp,
+        });
+        let inner = &mut buf[at..];
+        let hdr = packet::emit_headers(&h, MAD_LEN, inner).ok()?;
+        inner.get_mut(hdr..hdr + MAD_LEN)?.copy_from_slice(&f.mad);
+        let ctx = IpContext::between(
+            f.from.ip(),
+            self.local_ip,
+            f.from.port(),
+            uroce_wire::ROCEV2_UDP_PORT,
+        );
+        let len = packet::finish(inner, hdr, MAD_LEN, &ctx).ok()?;
+        Some(Transmit {
+            dst: self.local_ip,
+            len: at + len,
+            tclass: f.tclass,
+            hop_limit: None,
+        })
     }
 
     /// Hands the agent's events to the sink, outside the agent's lock —
@@ -129,10 +187,28 @@ impl QpMachine for GsiQp {
             return;
         }
         let mut agent = self.agent.lock();
-        agent.handle_mad(now, meta.src.to_canonical(), deth.src_qp, pkt.payload);
+        let src = meta.src.to_canonical();
+        if let Route::Forward(slot) = agent.handle_mad(now, src, deth.src_qp, pkt.payload) {
+            let mut mad = [0u8; MAD_LEN];
+            let n = pkt.payload.len().min(MAD_LEN);
+            mad[..n].copy_from_slice(&pkt.payload[..n]);
+            self.forwards.push_back(Forward {
+                slot,
+                from: SocketAddr::new(src, meta.src_port),
+                src_qp: deth.src_qp,
+                tclass: meta.tclass,
+                psn: pkt.bth.psn,
+                mad,
+            });
+        }
         self.deliver(agent);
     }
     fn poll_transmit(&mut self, _now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some(f) = self.forwards.pop_front() {
+            if let Some(t) = self.emit_forward(&f, buf) {
+                return Some(t);
+            }
+        }
         let mut agent = self.agent.lock();
         loop {
             let Some(out) = agent.poll_transmit() else {

@@ -38,6 +38,21 @@
 //! is reported and answered by [`CmAgent::sidr_reply`], one nobody listens
 //! for gets status 1 (service ID not supported).
 //!
+//! ## A device shared by processes
+//! With a [`CmGroup`] (the device is shared, `engine::share`) the agent
+//! is one of several on the device's QP1, one per process, and each
+//! takes only its own connections, as the kernel's one CM would: its
+//! communication IDs carry its process's slot in their top
+//! [`COMM_SLOT_BITS`] bits (as its QPNs do), and a listen takes the
+//! service ID device-wide ([`CmGroup::claim`]; a second process gets
+//! [`CmError::InUse`]). [`CmAgent::handle_mad`] says where a MAD goes
+//! ([`Route`]): a reply to the agent whose ID it names, a REQ or
+//! SIDR_REQ to the one that listens on its service ID. One whose owner
+//! has exited is answered here as the kernel's CM answers from
+//! time-wait: a DREQ with a DREP, a REP with a REJ (timeout), as the
+//! kernel's CM sends when it destroys a process's ids; the rest is
+//! dropped (all counted in `cm_orphans`).
+//!
 //! ## Hostile input
 //! Malformed MADs, MADs that match no connection, and messages a state
 //! does not take are dropped and counted; LAP and APR are dropped (the
@@ -51,7 +66,7 @@ use crate::counters::Counters;
 use crate::observe::{self, Event, Topic};
 pub use crate::transport::Nanos;
 use std::collections::{HashMap, VecDeque};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use uroce_wire::cm::{
     CmMad, CmMessage, DrepRepr, DreqRepr, MraRepr, RejRepr, RepRepr, ReqRepr, RtuRepr, SidrRepRepr,
@@ -60,6 +75,51 @@ use uroce_wire::cm::{
 
 /// Connections (and SIDR exchanges) one agent holds at most.
 pub const MAX_CONNS: usize = 4096;
+
+/// Bits of a communication ID that name its process's slot on a shared
+/// device (as a QPN's top bits do).
+pub const COMM_SLOT_BITS: u32 = 6;
+const COMM_SLOT_SHIFT: u32 = 32 - COMM_SLOT_BITS;
+
+/// The processes sharing the device, as the CM sees them (implemented
+/// by `engine::share`). Slots are those of `engine::share`.
+pub trait CmGroup: std::fmt::Debug + Send + Sync {
+    /// This process's slot.
+    fn slot(&self) -> u32;
+    /// Whether a live process holds `slot`.
+    fn is_live(&self, slot: u32) -> bool;
+    /// Whether this process is the device's only one.
+    fn alone(&self) -> bool;
+    /// Takes `service_id` device-wide, as long as the value returned is
+    /// kept (and while the process lives); `None` if another process
+    /// holds it.
+    fn claim(&self, service_id: u64) -> Option<Box<dyn std::fmt::Debug + Send>>;
+    /// The slot of the process listening on `service_id`.
+    fn listener(&self, service_id: u64) -> Option<u32>;
+    /// Writes into `buf` the header of a forward to `slot` of a packet
+    /// from `from` received with TOS `tclass`; returns its length (the
+    /// packet follows it).
+    fn write_forward_header(&self, slot: u32, from: SocketAddr, tclass: u8, buf: &mut [u8])
+        -> usize;
+}
+
+/// Where a MAD that came to QP1 goes (see [`CmAgent::handle_mad`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Handled here.
+    Here,
+    /// Another process's: forward it to the one in this slot.
+    Forward(u32),
+}
+
+/// Whose a MAD is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Here,
+    Slot(u32),
+    /// A process that has exited.
+    Gone,
+}
 
 /// REJ reasons the agent sends (IBTA table 112).
 pub mod reason {
@@ -386,7 +446,9 @@ pub struct CmAgent {
     cfg: CmConfig,
     counters: Arc<Counters>,
     conns: HashMap<u32, Conn>,
-    listeners: HashMap<u64, ()>,
+    /// Service IDs listened to (with their device-wide claim when shared).
+    listeners: HashMap<u64, Option<Box<dyn std::fmt::Debug + Send>>>,
+    group: Option<Arc<dyn CmGroup>>,
     out: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
     tid_hi: u32,
@@ -402,11 +464,19 @@ impl CmAgent {
             counters,
             conns: HashMap::new(),
             listeners: HashMap::new(),
+            group: None,
             out: VecDeque::new(),
             events: VecDeque::new(),
             tid_hi: rand::random(),
             rng: seed,
         }
+    }
+
+    /// The agent of one of the processes sharing a device (see the module
+    /// doc).
+    pub fn with_group(mut self, group: Arc<dyn CmGroup>) -> CmAgent {
+        self.group = Some(group);
+        self
     }
 
     /// The configuration.
@@ -457,7 +527,10 @@ impl CmAgent {
 
     fn new_id(&mut self) -> u32 {
         loop {
-            let id = (self.next_rand() >> 32) as u32;
+            let mut id = (self.next_rand() >> 32) as u32;
+            if let Some(g) = &self.group {
+                id = g.slot() << COMM_SLOT_SHIFT | id & ((1 << COMM_SLOT_SHIFT) - 1);
+            }
             if id != 0 && !self.conns.contains_key(&id) {
                 return id;
             }
@@ -569,12 +642,18 @@ impl CmAgent {
     // User calls
     // -----------------------------------------------------------------
 
-    /// Takes REQs (and SIDR_REQs) for `service_id`.
+    /// Takes REQs (and SIDR_REQs) for `service_id`: on the whole device
+    /// when it is shared ([`CmError::InUse`] when another process
+    /// listens there).
     pub fn listen(&mut self, service_id: u64) -> Result<(), CmError> {
         if self.listeners.contains_key(&service_id) {
             return Err(CmError::InUse);
         }
-        self.listeners.insert(service_id, ());
+        let claim = match &self.group {
+            Some(g) => Some(g.claim(service_id).ok_or(CmError::InUse)?),
+            None => None,
+        };
+        self.listeners.insert(service_id, claim);
         Ok(())
     }
 
@@ -923,15 +1002,31 @@ impl CmAgent {
     // -----------------------------------------------------------------
 
     /// Takes the bytes of a MAD that came to QP1 from `src`'s QP
-    /// `src_qpn`.
-    pub fn handle_mad(&mut self, now: Nanos, src: IpAddr, src_qpn: u32, bytes: &[u8]) {
+    /// `src_qpn`; on a shared device, says whether another process's
+    /// agent is to have it instead ([`Route::Forward`]: nothing was done
+    /// with it here).
+    pub fn handle_mad(&mut self, now: Nanos, src: IpAddr, src_qpn: u32, bytes: &[u8]) -> Route {
         let mad = match CmMad::parse(bytes) {
             Ok(m) => m,
             Err(_) => {
                 Counters::inc(&self.counters.cm_malformed_mads);
-                return;
+                return Route::Here;
             }
         };
+        match self.owner(&mad.msg) {
+            Owner::Here => {}
+            Owner::Slot(s) => {
+                Counters::inc(&self.counters.cm_forwarded);
+                return Route::Forward(s);
+            }
+            Owner::Gone => {
+                Counters::inc(&self.counters.cm_orphans);
+                if let CmMessage::Rep(r) = mad.msg {
+                    self.reject_orphan_rep(src, src_qpn, mad.tid, &r);
+                    return Route::Here;
+                }
+            }
+        }
         Counters::inc(&self.counters.cm_mads_rcvd);
         tell_mad(&mad, false, src, src_qpn);
         let handled = match mad.msg {
@@ -950,6 +1045,71 @@ impl CmAgent {
         if !handled {
             Counters::inc(&self.counters.cm_dropped_mads);
         }
+        Route::Here
+    }
+
+    /// Whose `msg` is: the agent whose communication ID it names as the
+    /// receiver's (a REQ or SIDR_REQ: the listener of its service ID).
+    fn owner(&self, msg: &CmMessage) -> Owner {
+        let Some(g) = &self.group else {
+            return Owner::Here;
+        };
+        let by_id = |id: u32| {
+            let s = id >> COMM_SLOT_SHIFT;
+            if s == g.slot() {
+                Owner::Here
+            } else if g.is_live(s) {
+                Owner::Slot(s)
+            } else {
+                Owner::Gone
+            }
+        };
+        let by_service = |sid: u64| {
+            if self.listeners.contains_key(&sid) || g.alone() {
+                return Owner::Here;
+            }
+            match g.listener(sid) {
+                Some(s) if s != g.slot() && g.is_live(s) => Owner::Slot(s),
+                _ => Owner::Here,
+            }
+        };
+        match msg {
+            CmMessage::Req(r) => by_service(r.service_id),
+            CmMessage::SidrReq(r) => by_service(r.service_id),
+            CmMessage::Rep(r) => by_id(r.remote_comm_id),
+            CmMessage::Rtu(r) => by_id(r.remote_comm_id),
+            CmMessage::Mra(r) => by_id(r.remote_comm_id),
+            CmMessage::Dreq(r) => by_id(r.remote_comm_id),
+            CmMessage::Drep(r) => by_id(r.remote_comm_id),
+            // A REJ that names no ID of ours is found by the peer's.
+            CmMessage::Rej(r) if r.remote_comm_id != 0 => by_id(r.remote_comm_id),
+            CmMessage::SidrRep(r) => by_id(r.request_id),
+            _ => Owner::Here,
+        }
+    }
+
+    /// A REP to a REQ whose process has exited: the REJ (timeout, our CA
+    /// GUID) the kernel's CM sends for an id destroyed in REQ sent
+    /// (`cm_destroy_id`), so that the peer stops resending its REP.
+    fn reject_orphan_rep(&mut self, src: IpAddr, src_qpn: u32, tid: u64, r: &RepRepr) {
+        let mut rej = RejRepr {
+            local_comm_id: r.remote_comm_id,
+            remote_comm_id: r.local_comm_id,
+            message_rejected: 1,
+            reason: reason::TIMEOUT,
+            ..RejRepr::default()
+        };
+        rej.ari[..8].copy_from_slice(&self.cfg.ca_guid.to_be_bytes());
+        rej.reject_info_len = 8;
+        self.send(
+            src,
+            src_qpn,
+            0,
+            CmMad {
+                tid,
+                msg: CmMessage::Rej(rej),
+            },
+        );
     }
 
     /// The connection a reply names (its Remote Communication ID is our

@@ -47,9 +47,9 @@ fn pair_with_sink(seed: u64, faults: Faults, sink_a: Option<gsi::Sink>) -> Pair 
     let a_sink = sink_a.is_some();
     net.add(
         ip(A),
-        GsiQp::new(a.clone(), ip(A), counters.clone(), sink_a),
+        GsiQp::new(a.clone(), ip(A), counters.clone(), sink_a, None),
     );
-    net.add(ip(B), GsiQp::new(b.clone(), ip(B), counters.clone(), None));
+    net.add(ip(B), GsiQp::new(b.clone(), ip(B), counters.clone(), None, None));
     Pair {
         net,
         a,
@@ -686,4 +686,130 @@ fn a_lost_dreq_sent_again_at_once_disconnects_the_peer() {
     assert!(*dropped.lock(), "the first DREQ was dropped");
     assert!(p.now().0 - t0.0 < 1_000_000);
     assert_eq!(p.counters.cm_retries.load(Ordering::Relaxed), retries);
+}
+
+/// The processes of a shared device as a test sets them.
+#[derive(Debug)]
+struct FakeGroup {
+    slot: u32,
+    live: u64,
+    /// Service ID -> the listener's slot.
+    listeners: Mutex<HashMap<u64, u32>>,
+}
+
+impl CmGroup for FakeGroup {
+    fn slot(&self) -> u32 {
+        self.slot
+    }
+    fn is_live(&self, slot: u32) -> bool {
+        self.live & (1 << slot) != 0
+    }
+    fn alone(&self) -> bool {
+        self.live == 1 << self.slot
+    }
+    fn claim(&self, service_id: u64) -> Option<Box<dyn std::fmt::Debug + Send>> {
+        let mut l = self.listeners.lock();
+        if l.contains_key(&service_id) {
+            return None;
+        }
+        l.insert(service_id, self.slot);
+        Some(Box::new(()))
+    }
+    fn listener(&self, service_id: u64) -> Option<u32> {
+        self.listeners.lock().get(&service_id).copied()
+    }
+    fn write_forward_header(&self, slot: u32, _: SocketAddr, _: u8, buf: &mut [u8]) -> usize {
+        buf[0] = slot as u8;
+        1
+    }
+}
+
+fn mad_bytes(msg: CmMessage) -> Vec<u8> {
+    let mut b = vec![0u8; MAD_LEN];
+    CmMad { tid: 7, msg }.emit(&mut b).unwrap();
+    b
+}
+
+/// On a shared device each MAD goes to the process it names: a reply by
+/// the slot in the communication ID it names as the receiver's, a REQ by
+/// its service's listener; one for a process that has gone is answered
+/// here as the kernel's CM answers from time-wait.
+#[test]
+#[allow(clippy::field_reassign_with_default)]
+fn a_shared_devices_agent_routes_each_mad_to_its_owner() {
+    const OTHER_SID: u64 = 0x77;
+    let g = Arc::new(FakeGroup {
+        slot: 1,
+        live: 0b0111,
+        listeners: Mutex::new(HashMap::from([(OTHER_SID, 2)])),
+    });
+    let counters = Arc::new(Counters::default());
+    let mut a = CmAgent::new(CmConfig::new(ip(A), 0xa), counters.clone()).with_group(g.clone());
+    let now = Nanos(0);
+    // Its IDs carry its slot; a listen is the device's.
+    let id = a.connect(now, ip(B), &req(0x40_0001, 1)).unwrap();
+    assert_eq!(id >> COMM_SLOT_SHIFT, 1);
+    assert_eq!(a.listen(OTHER_SID), Err(CmError::InUse));
+    a.listen(SID).unwrap();
+    assert_eq!(g.listener(SID), Some(1));
+    while a.poll_transmit().is_some() {}
+    let src = ip(B);
+    let theirs = |qpn: u32, sid: u64| {
+        let mut r = req(qpn, 1);
+        r.service_id = sid;
+        r.local_comm_id = qpn;
+        r.local_ca_guid = 0xb;
+        r
+    };
+    let other_req = theirs(0x50_0001, OTHER_SID);
+    assert_eq!(
+        a.handle_mad(now, src, 1, &mad_bytes(CmMessage::Req(other_req))),
+        Route::Forward(2)
+    );
+    assert_eq!(
+        a.handle_mad(now, src, 1, &mad_bytes(CmMessage::Req(theirs(0x50_0002, SID)))),
+        Route::Here
+    );
+    assert!(matches!(a.poll_event(), Some(CmEvent::ReqReceived { .. })));
+    let mut r = rep(0x50_0003, 1);
+    r.local_comm_id = 0x1234;
+    r.remote_comm_id = 2 << COMM_SLOT_SHIFT | 5;
+    assert_eq!(
+        a.handle_mad(now, src, 1, &mad_bytes(CmMessage::Rep(r))),
+        Route::Forward(2)
+    );
+    let rtu = RtuRepr {
+        local_comm_id: 0x1234,
+        remote_comm_id: 9,
+        ..RtuRepr::default()
+    };
+    assert_eq!(
+        a.handle_mad(now, src, 1, &mad_bytes(CmMessage::Rtu(rtu))),
+        Route::Forward(0)
+    );
+    assert_eq!(counters.cm_forwarded.load(Ordering::Relaxed), 3);
+    assert!(a.poll_transmit().is_none(), "a forwarded MAD is not answered");
+    // Slot 3 is nobody's: its DREQ gets a DREP, its REP a REJ (timeout).
+    let gone = 3 << COMM_SLOT_SHIFT | 1;
+    let mut dreq = DreqRepr::default();
+    dreq.local_comm_id = 0x99;
+    dreq.remote_comm_id = gone;
+    assert_eq!(
+        a.handle_mad(now, src, 1, &mad_bytes(CmMessage::Dreq(dreq))),
+        Route::Here
+    );
+    let out = a.poll_transmit().expect("a DREP");
+    assert!(
+        matches!(out.mad.msg, CmMessage::Drep(d) if d.local_comm_id == gone && d.remote_comm_id == 0x99)
+    );
+    while a.poll_transmit().is_some() {}
+    r.remote_comm_id = gone;
+    assert_eq!(
+        a.handle_mad(now, src, 1, &mad_bytes(CmMessage::Rep(r))),
+        Route::Here
+    );
+    let out = a.poll_transmit().expect("a REJ");
+    assert!(matches!(out.mad.msg, CmMessage::Rej(j)
+        if j.reason == reason::TIMEOUT && j.local_comm_id == gone && j.remote_comm_id == 0x1234));
+    assert_eq!(counters.cm_orphans.load(Ordering::Relaxed), 2);
 }

@@ -20,11 +20,15 @@ impl Device {
     /// handle does not keep the device alive.
     pub fn cm_handle(&self, guid: u64) -> CmHandle {
         let engine = self.engine();
+        let mut agent = CmAgent::new(
+            CmConfig::from_env(self.shared.ip, guid),
+            engine.counters().clone(),
+        );
+        if let Some(g) = engine.cm_group() {
+            agent = agent.with_group(g);
+        }
         CmHandle {
-            agent: Arc::new(Mutex::new(CmAgent::new(
-                CmConfig::from_env(self.shared.ip, guid),
-                engine.counters().clone(),
-            ))),
+            agent: Arc::new(Mutex::new(agent)),
             kicker: engine.kicker(),
         }
     }
@@ -38,6 +42,7 @@ impl Device {
             self.shared.ip,
             engine.counters().clone(),
             Some(sink),
+            engine.cm_group(),
         );
         Ok(engine.add_qp(qp)?)
     }

@@ -18,9 +18,10 @@
 //! (type, state, PSNs, WRs outstanding, retransmissions, last error) and
 //! counters.
 
+use crate::userdir::{euid, private_dir};
 use serde::{Deserialize, Serialize};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -247,11 +248,6 @@ fn comm(pid: u32) -> String {
 
 // ------------------------------------------------------------- the directory
 
-fn uid() -> u32 {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    unsafe { libc::getuid() }
-}
-
 /// The directories where state sockets may be, in the order the server
 /// chooses: `$XDG_RUNTIME_DIR/uroce` (when it names an absolute path),
 /// then `/tmp/uroce-UID`.
@@ -263,31 +259,8 @@ pub fn socket_dirs() -> Vec<PathBuf> {
             dirs.push(x.join("uroce"));
         }
     }
-    dirs.push(PathBuf::from(format!("/tmp/uroce-{}", uid())));
+    dirs.push(PathBuf::from(format!("/tmp/uroce-{}", euid())));
     dirs
-}
-
-/// Makes `dir` (mode 0700) or checks the one there: a directory, not a
-/// link, owned by this user, closed to everyone else. Anything else is
-/// refused (another user could otherwise read or plant sockets).
-fn private_dir(dir: &Path) -> io::Result<()> {
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let m = std::fs::symlink_metadata(dir)?;
-    if !m.is_dir() || m.uid() != uid() || m.mode() & 0o077 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is not a directory of mode 0700 owned by uid {}",
-                dir.display(),
-                uid()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 // ------------------------------------------------------------- the server
@@ -303,7 +276,7 @@ static SOURCE: std::sync::OnceLock<fn() -> Vec<DeviceState>> = std::sync::OnceLo
 
 /// True unless `UROCE_STAT=0`.
 fn enabled() -> bool {
-    std::env::var(STAT_ENV).map_or(true, |v| v.trim() != "0")
+    !crate::env::turned_off(STAT_ENV)
 }
 
 /// Starts this process's state server if it has none (called by every
@@ -415,7 +388,7 @@ fn peer_uid(s: &UnixStream) -> io::Result<u32> {
 /// Answers one client: `state` gets the process's state, anything else
 /// an error; a peer of another user gets nothing.
 fn answer(mut s: UnixStream) -> io::Result<()> {
-    if peer_uid(&s)? != uid() {
+    if peer_uid(&s)? != euid() {
         return Ok(());
     }
     s.set_read_timeout(Some(IO_TIMEOUT))?;
@@ -533,6 +506,7 @@ fn stale(pid: u32, e: &io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn counters_keep_their_order_through_json() {

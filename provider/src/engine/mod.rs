@@ -430,7 +430,7 @@ impl Engine {
             sock_fd,
             mcast_poll,
             epoch,
-            app_progress: std::env::var("UROCE_APP_PROGRESS").map_or(true, |v| v.trim() != "0"),
+            app_progress: !crate::env::turned_off("UROCE_APP_PROGRESS"),
             planned: AtomicU64::new(u64::MAX),
             deadline_moved: AtomicBool::new(false),
             app_polls: AtomicU64::new(0),
@@ -472,6 +472,13 @@ impl Engine {
             Some(m) => (m.steer().slot() << share::SLOT_SHIFT, share::SLOT_QPN_MASK),
             None => (0, 0xff_ffff),
         }
+    }
+
+    /// What the device's CM agent asks of the processes sharing the
+    /// device (`None`: not shared).
+    pub fn cm_group(&self) -> Option<Arc<dyn crate::cm::CmGroup>> {
+        let cm: Arc<dyn crate::cm::CmGroup> = self.share.as_ref()?.cm();
+        Some(cm)
     }
 
     /// The batched I/O the device's socket uses (as set up; GSO turns
@@ -1192,6 +1199,25 @@ impl Driver {
                             }
                             Screen::Probe => {
                                 let _ = self.port.send_one(&st.answer(pkt), m.from);
+                                off += len;
+                                continue;
+                            }
+                            Screen::Forward(f) => {
+                                // Another member's, steered here while
+                                // the group changed: dropped, as above.
+                                // One for a member that has gone is
+                                // this one's to answer (its CM answers
+                                // for the dead).
+                                if f.slot != st.slot() && st.is_live(f.slot) {
+                                    Counters::inc(&self.ep.counters().rx_foreign);
+                                } else {
+                                    let ip = RxIp {
+                                        tclass: f.tclass,
+                                        hop_limit: m.ttl,
+                                    };
+                                    let inner = &mut buf[share::FORWARD_LEN..];
+                                    self.ep.handle_datagram_to(now, f.from, to_ip, ip, inner);
+                                }
                                 off += len;
                                 continue;
                             }

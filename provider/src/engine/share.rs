@@ -37,9 +37,17 @@
 //!   recovers it once the program is rebuilt. A datagram of a dead slot
 //!   reaches no QP either (its QPNs are nobody's until the slot is taken
 //!   again), as a kernel device drops one for a destroyed QP.
-//! - **QP1.** The connection manager is not yet shared: datagrams to QP 0
-//!   and 1 go to the member with the lowest slot, and each process's CM
-//!   answers only for its own connections.
+//! - **QP1.** Datagrams to QP 0 and 1 go to the member with the lowest
+//!   slot. Its CM agent reads each MAD and *forwards* the ones another
+//!   member owns (see `cm`): a communication ID carries its process's
+//!   slot in its top bits as a QPN does, and a REQ belongs to the member
+//!   that holds the device-wide listen lock of its service ID. A forward
+//!   is a datagram to the device's own address with a header of its own
+//!   ([`forward_header`]) that the program steers by the owner's slot, so
+//!   it needs no socket of its own: the engine that receives it hands the
+//!   packet inside to its endpoint as if it had come from the original
+//!   sender. A MAD whose owner has exited is answered as the kernel's CM
+//!   answers one from time-wait (a DREQ with a DREP).
 //!
 //! `UROCE_SHARE=0` turns sharing off: the socket binds alone (a second
 //! process gets EADDRINUSE) and QPNs use all 24 bits, as before.
@@ -48,9 +56,11 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use crate::userdir::{euid, private_dir};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use uroce_wire::bth::Bth;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,10 +80,21 @@ const PROBE_OP: u8 = 0xfe;
 const PROBE_MAGIC: [u8; 3] = *b"uRP";
 const ANSWER_MAGIC: [u8; 3] = *b"uRA";
 /// A probe: opcode, magic, destination QP (bytes 5-7), the socket index
-/// asked for (8..12, the word the program returns), a nonce (12..20).
-const PROBE_LEN: usize = 20;
-/// An answer: the probe with [`ANSWER_MAGIC`], then the slot (20..24).
-const ANSWER_LEN: usize = 24;
+/// asked for (8..12, the word the program returns), a nonce (12..20), the
+/// slots the prober found held (20..28).
+const PROBE_LEN: usize = 28;
+/// An answer: the probe with [`ANSWER_MAGIC`], then the slot (28..32).
+const ANSWER_LEN: usize = 32;
+/// The destination QP of a forward (in the reserved slot).
+const FORWARD_QPN: u32 = 0xff_fffd;
+/// A forward's first byte (beside the probe's).
+const FORWARD_OP: u8 = 0xfd;
+const FORWARD_MAGIC: [u8; 3] = *b"uRF";
+/// A forward's header: opcode, magic, destination QP (bytes 5-7), the
+/// owner's slot (8, what the program steers by), the packet's TOS (9),
+/// its UDP source port (10..12) and source address (12..28, IPv6 or
+/// IPv4-mapped); the packet as it came follows.
+pub const FORWARD_LEN: usize = 28;
 /// How often a member's helper looks at the set of held slots.
 pub const WATCH: Duration = Duration::from_millis(100);
 /// How long one round of probes waits for its answers.
@@ -83,7 +104,7 @@ const PROBE_ROUNDS: usize = 20;
 
 /// Whether devices are shared (`UROCE_SHARE=0` turns it off).
 pub fn enabled() -> bool {
-    std::env::var("UROCE_SHARE").map_or(true, |v| v.trim() != "0")
+    !crate::env::turned_off("UROCE_SHARE")
 }
 
 /// What the engine does with a datagram it received (see
@@ -96,6 +117,53 @@ pub enum Screen {
     Foreign,
     /// A member's probe: answer it.
     Probe,
+    /// A packet another member forwarded to this one (see
+    /// [`forward_header`]): the packet follows the header.
+    Forward(Forwarded),
+}
+
+/// What a forward's header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forwarded {
+    /// The slot it is for.
+    pub slot: u32,
+    /// The packet's sender.
+    pub from: SocketAddr,
+    /// The packet's TOS as received.
+    pub tclass: u8,
+}
+
+/// The header of a forward of a packet from `from` (received with TOS
+/// `tclass`) to the member of `slot`; the packet follows it.
+pub fn forward_header(slot: u32, from: SocketAddr, tclass: u8) -> [u8; FORWARD_LEN] {
+    let mut h = [0u8; FORWARD_LEN];
+    h[0] = FORWARD_OP;
+    h[1..4].copy_from_slice(&FORWARD_MAGIC);
+    h[4..8].copy_from_slice(&FORWARD_QPN.to_be_bytes());
+    h[8] = slot as u8;
+    h[9] = tclass;
+    h[10..12].copy_from_slice(&from.port().to_be_bytes());
+    let ip = match from.ip() {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    };
+    h[12..28].copy_from_slice(&ip.octets());
+    h
+}
+
+fn parse_forward(h: &[u8]) -> Option<Forwarded> {
+    let h = h.get(..FORWARD_LEN)?;
+    if h[0] != FORWARD_OP || h[1..4] != FORWARD_MAGIC {
+        return None;
+    }
+    let mut ip = [0u8; 16];
+    ip.copy_from_slice(&h[12..28]);
+    let ip = IpAddr::V6(std::net::Ipv6Addr::from(ip)).to_canonical();
+    Some(Forwarded {
+        slot: u32::from(h[8]),
+        from: SocketAddr::new(ip, u16::from_be_bytes([h[10], h[11]])),
+        tclass: h[9],
+    })
 }
 
 /// What the engine's receive path knows of the group: its own slot and
@@ -106,6 +174,11 @@ pub struct Steer {
     ip: IpAddr,
     /// Bit `s`: slot `s` is held by a live member.
     live: AtomicU64,
+    /// The helper thread, woken when a probe shows that the group changed
+    /// (a member alone sleeps until then).
+    helper: std::sync::OnceLock<std::thread::Thread>,
+    /// A probe changed `live`: the helper's map is out of date.
+    stale: AtomicBool,
 }
 
 impl Steer {
@@ -118,10 +191,10 @@ impl Steer {
     /// (the steady state) costs a load and a compare.
     #[inline]
     pub fn screen(&self, pkt: &[u8], from: SocketAddr) -> Screen {
-        let Some(q) = pkt.get(5..8) else {
+        let Ok(bth) = Bth::new_checked(pkt) else {
             return Screen::Deliver;
         };
-        let dqp = u32::from_be_bytes([0, q[0], q[1], q[2]]);
+        let dqp = bth.dest_qp();
         if dqp >> SLOT_SHIFT == self.slot {
             return Screen::Deliver;
         }
@@ -139,6 +212,21 @@ impl Steer {
         {
             return Screen::Probe;
         }
+        // A forward comes from another member's socket: the device's own
+        // address and port, which only this user's sockets can bind (the
+        // reuseport group is the user's). What it carries is a MAD for
+        // QP1, nothing else.
+        if dqp == FORWARD_QPN
+            && from == SocketAddr::new(self.ip, uroce_wire::ROCEV2_UDP_PORT)
+            && pkt
+                .get(FORWARD_LEN..)
+                .and_then(|p| Bth::new_checked(p).ok())
+                .is_some_and(|b| b.dest_qp() == uroce_wire::mad::GSI_QPN)
+        {
+            if let Some(f) = parse_forward(pkt) {
+                return Screen::Forward(f);
+            }
+        }
         // QP0/QP1 (slot 0's numbers, every process's CM) and numbers of
         // no live member go to the endpoint, as without sharing.
         if dqp > 1 && s < SLOTS && self.live.load(Ordering::Relaxed) & (1 << s) != 0 {
@@ -148,13 +236,37 @@ impl Steer {
         }
     }
 
-    /// The answer to probe `pkt` ([`Screen::Probe`]).
+    /// The answer to probe `pkt` ([`Screen::Probe`]). The probe says
+    /// which slots the prober found held: they are this member's view
+    /// from now on, and its helper looks again (a member that was alone
+    /// sleeps until a probe comes).
     pub fn answer(&self, pkt: &[u8]) -> [u8; ANSWER_LEN] {
         let mut a = [0u8; ANSWER_LEN];
         a[..PROBE_LEN].copy_from_slice(&pkt[..PROBE_LEN]);
         a[1..4].copy_from_slice(&ANSWER_MAGIC);
-        a[20..24].copy_from_slice(&self.slot.to_be_bytes());
+        a[PROBE_LEN..].copy_from_slice(&self.slot.to_be_bytes());
+        let mut held = [0u8; 8];
+        held.copy_from_slice(&pkt[20..28]);
+        let held = u64::from_be_bytes(held) & ((1 << SLOTS) - 1);
+        let held = held | 1 << self.slot;
+        if self.live.swap(held, Ordering::Relaxed) != held {
+            self.stale.store(true, Ordering::Relaxed);
+            if let Some(t) = self.helper.get() {
+                t.unpark();
+            }
+        }
         a
+    }
+
+    /// Whether a live member holds `slot` (as far as this one knows: a
+    /// member killed in the last [`WATCH`] may still count).
+    pub fn is_live(&self, slot: u32) -> bool {
+        slot < SLOTS && self.live.load(Ordering::Relaxed) & (1 << slot) != 0
+    }
+
+    /// Whether this member is the group's only one.
+    pub fn alone(&self) -> bool {
+        self.live.load(Ordering::Relaxed) == 1 << self.slot
     }
 }
 
@@ -193,6 +305,8 @@ impl Joining {
             slot: slot.slot,
             ip,
             live: AtomicU64::new(1 << slot.slot),
+            helper: std::sync::OnceLock::new(),
+            stale: AtomicBool::new(false),
         });
         Ok(Joining {
             dir,
@@ -213,6 +327,7 @@ impl Joining {
     /// program steers to this member (or after its rounds of probes).
     pub fn finish(self, ip: IpAddr, sock: OwnedFd) -> io::Result<Member> {
         let steer = self.steer;
+        let dir = self.dir.clone();
         let mut group = Group {
             dir: self.dir,
             ip,
@@ -223,18 +338,33 @@ impl Joining {
         };
         group.rebuild(group.live_slots(), PROBE_ROUNDS);
         drop(self.group);
-        let (stop, stopped) = crossbeam::channel::bounded::<()>(0);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        // Looks at the held slots every WATCH while the member has
+        // company; alone, it sleeps (no system call) until a joining
+        // member's probe wakes it (`Steer::answer`).
         let helper = crate::threads::spawn(format!("uroce-share-{ip}"), move || {
-            while let Err(crossbeam::channel::RecvTimeoutError::Timeout) =
-                stopped.recv_timeout(WATCH)
-            {
+            while !stopped.load(Ordering::Acquire) {
+                if group.steer.alone() && group.map.is_some() {
+                    std::thread::park();
+                } else {
+                    std::thread::park_timeout(WATCH);
+                }
+                if stopped.load(Ordering::Acquire) {
+                    break;
+                }
                 group.watch();
             }
             group
         })?;
+        let _ = steer.helper.set(helper.thread().clone());
         Ok(Member {
+            cm: Arc::new(CmShare {
+                steer: steer.clone(),
+                dir,
+            }),
             steer,
-            stop: Some(stop),
+            stop,
             helper: Some(helper),
             slot: Some(self.slot),
             leaving: None,
@@ -248,7 +378,8 @@ impl Joining {
 /// then the group lock [`Member::leave`] took.
 pub struct Member {
     steer: Arc<Steer>,
-    stop: Option<crossbeam::channel::Sender<()>>,
+    cm: Arc<CmShare>,
+    stop: Arc<AtomicBool>,
     helper: Option<std::thread::JoinHandle<Group>>,
     slot: Option<SlotLock>,
     leaving: Option<File>,
@@ -260,11 +391,18 @@ impl Member {
         &self.steer
     }
 
+    /// What the device's CM agent asks of the group.
+    pub fn cm(&self) -> Arc<CmShare> {
+        self.cm.clone()
+    }
+
     /// Stops the helper thread and closes its copy of the socket (the
     /// socket leaves the group when the engine closes its own).
     fn stop_helper(&mut self) -> Option<Group> {
-        self.stop.take();
-        self.helper.take().and_then(|h| h.join().ok())
+        self.stop.store(true, Ordering::Release);
+        let h = self.helper.take()?;
+        h.thread().unpark();
+        h.join().ok()
     }
 
     /// The first half of leaving, before the engine closes its socket:
@@ -328,9 +466,10 @@ struct Group {
 impl Group {
     /// One look at the held slots; a rebuild under the group lock if they
     /// changed, or if the last one did not place them all (a member that
-    /// did not answer in time).
+    /// did not answer in time), or a probe showed that the group changed.
     fn watch(&mut self) {
-        let same = self.live_slots() == self.steer.live.load(Ordering::Relaxed);
+        let stale = self.steer.stale.swap(false, Ordering::Relaxed);
+        let same = !stale && self.live_slots() == self.steer.live.load(Ordering::Relaxed);
         if same && self.map.is_some() {
             return;
         }
@@ -384,7 +523,7 @@ impl Group {
                 std::thread::sleep(Duration::from_millis(10));
                 live = self.live_slots();
             }
-            match self.probe(live.count_ones()) {
+            match self.probe(live.count_ones(), live) {
                 Ok(map) if covers(&map, live) => {
                     found = map;
                     self.map = Some(found.clone());
@@ -403,12 +542,12 @@ impl Group {
 
     /// One round: a probe for each index `0..n`; the (index, slot) pairs
     /// answered, each index once.
-    fn probe(&self, n: u32) -> io::Result<Vec<(u32, u32)>> {
+    fn probe(&self, n: u32, held: u64) -> io::Result<Vec<(u32, u32)>> {
         let s = UdpSocket::bind(SocketAddr::new(self.ip, 0))?;
         let to = SocketAddr::new(self.ip, uroce_wire::ROCEV2_UDP_PORT);
         let nonce: u64 = rand::random();
         for i in 0..n {
-            s.send_to(&probe(i, nonce), to)?;
+            s.send_to(&probe(i, nonce, held), to)?;
         }
         let mut map: Vec<(u32, u32)> = Vec::new();
         let until = Instant::now() + PROBE_WAIT;
@@ -427,7 +566,7 @@ impl Group {
                 continue;
             }
             let index = u32::from_be_bytes([a[8], a[9], a[10], a[11]]);
-            let slot = u32::from_be_bytes([a[20], a[21], a[22], a[23]]);
+            let slot = u32::from_be_bytes([a[28], a[29], a[30], a[31]]);
             if index < n && map.iter().all(|&(i, _)| i != index) {
                 map.push((index, slot));
             }
@@ -449,14 +588,16 @@ fn covers(map: &[(u32, u32)], live: u64) -> bool {
     seen == live
 }
 
-/// A probe for socket index `index`.
-fn probe(index: u32, nonce: u64) -> [u8; PROBE_LEN] {
+/// A probe for socket index `index` from a member that found the slots
+/// `held` held.
+fn probe(index: u32, nonce: u64, held: u64) -> [u8; PROBE_LEN] {
     let mut p = [0u8; PROBE_LEN];
     p[0] = PROBE_OP;
     p[1..4].copy_from_slice(&PROBE_MAGIC);
     p[4..8].copy_from_slice(&PROBE_QPN.to_be_bytes());
     p[8..12].copy_from_slice(&index.to_be_bytes());
     p[12..20].copy_from_slice(&nonce.to_be_bytes());
+    p[20..28].copy_from_slice(&held.to_be_bytes());
     p
 }
 
@@ -469,6 +610,7 @@ const BPF_JEQ_K: u16 = 0x15;
 const BPF_JGT_K: u16 = 0x25;
 const BPF_RET_K: u16 = 0x06;
 const BPF_RET_A: u16 = 0x16;
+const BPF_JA: u16 = 0x05;
 /// An index no group has: the kernel picks by flow hash.
 const NO_INDEX: u32 = u32::MAX;
 
@@ -477,9 +619,10 @@ fn ins(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
 }
 
 /// The steering program for `map` ((socket index, slot) pairs), run on
-/// each datagram's UDP payload: a probe goes to the index it names; QP 0
-/// and 1 to the lowest slot's socket; any other QPN to its slot's socket;
-/// a slot not in the map by flow hash.
+/// each datagram's UDP payload: a probe goes to the index it names; a
+/// forward to its slot's socket; QP 0 and 1 to the lowest slot's socket;
+/// any other QPN to its slot's socket; a slot not in the map by flow
+/// hash.
 fn program(map: &[(u32, u32)]) -> Vec<libc::sock_filter> {
     let cm = map
         .iter()
@@ -490,6 +633,10 @@ fn program(map: &[(u32, u32)]) -> Vec<libc::sock_filter> {
         ins(BPF_JEQ_K, 0, 2, PROBE_OP as u32),
         ins(BPF_LD_W_ABS, 0, 0, 8),
         ins(BPF_RET_A, 0, 0, 0),
+        ins(BPF_JEQ_K, 0, 2, FORWARD_OP as u32),
+        // A forward: its slot byte, to the slot table (past the shift).
+        ins(BPF_LD_B_ABS, 0, 0, 8),
+        ins(BPF_JA, 0, 0, 5),
         ins(BPF_LD_W_ABS, 0, 0, 4),
         ins(BPF_ALU_AND_K, 0, 0, 0xff_ffff),
         ins(BPF_JGT_K, 1, 0, 1),
@@ -529,6 +676,109 @@ fn attach(sock: &OwnedFd, prog: &[libc::sock_filter]) -> io::Result<()> {
     }
 }
 
+// ------------------------------------------------------------ the CM
+
+/// What the device's CM agent asks of the group (see
+/// [`crate::cm::CmGroup`]): whose communication IDs are live, who
+/// listens on a service ID, and the device-wide listen locks.
+#[derive(Debug)]
+pub struct CmShare {
+    steer: Arc<Steer>,
+    dir: PathBuf,
+}
+
+/// Byte of a listen lock file that the listener holds (an OFD lock: one
+/// listener a service); the byte at its slot tells who it is.
+const LISTEN_BYTE: i64 = SLOTS as i64 + 1;
+
+/// A device-wide listen: the OFD locks on its file's bytes, released
+/// with the file (by the kernel when the process dies).
+#[derive(Debug)]
+struct ListenLock(#[allow(dead_code)] File);
+
+impl CmShare {
+    fn listen_path(&self, service_id: u64) -> PathBuf {
+        self.dir.join(format!("listen-{service_id:016x}"))
+    }
+}
+
+impl crate::cm::CmGroup for CmShare {
+    fn slot(&self) -> u32 {
+        self.steer.slot
+    }
+
+    fn is_live(&self, slot: u32) -> bool {
+        self.steer.is_live(slot)
+    }
+
+    fn alone(&self) -> bool {
+        self.steer.alone()
+    }
+
+    fn claim(&self, service_id: u64) -> Option<Box<dyn std::fmt::Debug + Send>> {
+        let f = open_lock_file(&self.listen_path(service_id)).ok()?;
+        // The listener's byte first (a second listener fails there), then
+        // the byte that names its slot.
+        if !ofd_lock(&f, LISTEN_BYTE).ok()? || !ofd_lock(&f, i64::from(self.steer.slot)).ok()? {
+            return None;
+        }
+        Some(Box::new(ListenLock(f)))
+    }
+
+    fn listener(&self, service_id: u64) -> Option<u32> {
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.listen_path(service_id))
+            .ok()?;
+        ofd_holder(&f, 0, SLOTS as i64)
+    }
+
+    fn write_forward_header(&self, slot: u32, from: SocketAddr, tclass: u8, buf: &mut [u8]) -> usize {
+        buf[..FORWARD_LEN].copy_from_slice(&forward_header(slot, from, tclass));
+        FORWARD_LEN
+    }
+}
+
+/// An open file description lock (`F_OFD_SETLK`) on byte `at` of `f`,
+/// exclusive; false where another description holds it.
+fn ofd_lock(f: &File, at: i64) -> io::Result<bool> {
+    // SAFETY: an all-zero `flock` is a valid value of the C struct.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_WRLCK as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_start = at;
+    l.l_len = 1;
+    // SAFETY: fcntl on a descriptor `f` owns, with a pointer to a live
+    // `flock` the call reads.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &l) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// The first byte of `start..start + len` in `f` another open file
+/// description holds a lock on (`F_OFD_GETLK`), as an offset from
+/// `start`.
+fn ofd_holder(f: &File, start: i64, len: i64) -> Option<u32> {
+    // SAFETY: an all-zero `flock` is a valid value of the C struct.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_WRLCK as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_start = start;
+    l.l_len = len;
+    // SAFETY: fcntl on a descriptor `f` owns, with a pointer to a live
+    // `flock` the call fills in.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {
+        return None;
+    }
+    (l.l_type != libc::F_UNLCK as libc::c_short).then(|| (l.l_start - start) as u32)
+}
+
 // ------------------------------------------------------------ locks
 
 /// A slot: the exclusive `flock` on its file.
@@ -544,11 +794,6 @@ fn state_err(path: &Path) -> impl FnOnce(io::Error) -> JoinError + '_ {
     }
 }
 
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
 /// The device's state directory: `/run/user/<uid>/uroce/<ip>` if that
 /// runtime directory is the user's, else `/tmp/uroce-<uid>/<ip>`; each
 /// level private to the user. Made from the user and the address alone,
@@ -557,35 +802,118 @@ fn euid() -> u32 {
 /// group, so they must find one set of slot locks, or both would take
 /// the same slot.
 fn state_dir(ip: IpAddr) -> Result<PathBuf, JoinError> {
-    let uid = euid();
-    let run = PathBuf::from(format!("/run/user/{uid}"));
-    let base = if std::fs::metadata(&run).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
-        run.join("uroce")
-    } else {
-        PathBuf::from(format!("/tmp/uroce-{uid}"))
-    };
+    let base = user_base();
     let dir = base.join(ip.to_string());
     for d in [&base, &dir] {
-        private_dir(d, uid).map_err(state_err(d))?;
+        private_dir(d).map_err(state_err(d))?;
     }
     Ok(dir)
 }
 
-/// Makes `d` (mode 0700) unless it exists; it must be a directory (not a
-/// link) of `uid` that no one else can write.
-fn private_dir(d: &Path, uid: u32) -> io::Result<()> {
-    match std::fs::DirBuilder::new().mode(0o700).create(d) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-        _ => {}
+/// The user's directory of device states (see [`state_dir`]).
+fn user_base() -> PathBuf {
+    let uid = euid();
+    let run = PathBuf::from(format!("/run/user/{uid}"));
+    if std::fs::metadata(&run).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
+        run.join("uroce")
+    } else {
+        PathBuf::from(format!("/tmp/uroce-{uid}"))
     }
-    let m = std::fs::symlink_metadata(d)?;
-    if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("not a private directory of user {uid}"),
-        ));
+}
+
+// ------------------------------------------------------------ ports
+
+/// What an rdma_cm port is bound to, for [`claim_port`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortAddr {
+    /// A device's address.
+    Ip(IpAddr),
+    /// Every address of a family (`v6`), restricted to it or not
+    /// (`afonly`: an IPv6 wildcard without it takes IPv4 too).
+    Any {
+        /// IPv6.
+        v6: bool,
+        /// Restricted to its family.
+        afonly: bool,
+    },
+}
+
+/// A port of rdma_cm's port space held by this process for the host's
+/// processes of the user, as the kernel's port space is the host's: the
+/// OFD locks on the port's byte in its address's file under `ports/`,
+/// which the kernel releases with the process.
+#[derive(Debug)]
+pub struct PortClaim(#[allow(dead_code)] Vec<File>);
+
+/// Claims `port` of port space `ps` on `addr` unless another process
+/// holds it where it clashes (the kernel CMA's `cma_check_port`): the
+/// same address, or a wildcard of the family on either side. `Ok(None)`:
+/// taken.
+pub fn claim_port(ps: u16, addr: PortAddr, port: u16) -> io::Result<Option<PortClaim>> {
+    let base = user_base();
+    let dir = base.join("ports");
+    private_dir(&base)?;
+    private_dir(&dir)?;
+    let name = |a: &PortAddr| match a {
+        PortAddr::Ip(ip) => format!("{ps}-{}", ip.to_canonical()),
+        PortAddr::Any { v6: false, .. } => format!("{ps}-any4"),
+        PortAddr::Any { v6: true, .. } => format!("{ps}-any6"),
+    };
+    let is_v6 = |n: &str| n.ends_with("any6") || n.contains(':');
+    // The files whose holders clash with this bind.
+    let check: Vec<String> = match addr {
+        PortAddr::Ip(ip) => {
+            let any = PortAddr::Any {
+                v6: !ip.to_canonical().is_ipv4(),
+                afonly: true,
+            };
+            vec![name(&addr), name(&any)]
+        }
+        PortAddr::Any { v6, afonly } => std::fs::read_dir(&dir)?
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&format!("{ps}-")))
+            .filter(|n| (v6 && !afonly) || is_v6(n) == v6)
+            .collect(),
+    };
+    let mut take = vec![name(&addr)];
+    if let PortAddr::Any {
+        v6: true,
+        afonly: false,
+    } = addr
+    {
+        take.push(name(&PortAddr::Any {
+            v6: false,
+            afonly: true,
+        }));
     }
-    Ok(())
+    // One bind at a time on the host: a look and a lock in one step.
+    let _g = {
+        let f = open_lock_file(&dir.join("ports.lock"))?;
+        flock(&f, libc::LOCK_EX)?;
+        f
+    };
+    for n in &check {
+        let Ok(f) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(dir.join(n))
+        else {
+            continue;
+        };
+        if ofd_holder(&f, i64::from(port), 1).is_some() {
+            return Ok(None);
+        }
+    }
+    let mut held = Vec::new();
+    for n in &take {
+        let f = open_lock_file(&dir.join(n))?;
+        if !ofd_lock(&f, i64::from(port))? {
+            return Ok(None);
+        }
+        held.push(f);
+    }
+    Ok(Some(PortClaim(held)))
 }
 
 /// `flock(fd, op)`; false where a non-blocking lock is held elsewhere.
@@ -745,7 +1073,12 @@ mod tests {
         for i in 0..3u32 {
             let qpn = (5 + 7 * i) << SLOT_SHIFT | 0x1234;
             assert_eq!(receiver(&socks, &tx, to, &to_qp(qpn)), i as usize);
-            assert_eq!(receiver(&socks, &tx, to, &probe(i, 9)), i as usize);
+            assert_eq!(receiver(&socks, &tx, to, &probe(i, 9, 0)), i as usize);
+            // A forward goes to its slot's socket, whatever QP it names.
+            let from = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)), 49152);
+            let mut fwd = forward_header(5 + 7 * i, from, 0).to_vec();
+            fwd.extend_from_slice(&to_qp(1));
+            assert_eq!(receiver(&socks, &tx, to, &fwd), i as usize);
         }
         assert_eq!(receiver(&socks, &tx, to, &to_qp(1)), 0);
         // Socket 0 leaves as `Member::leave` does: the program for the
@@ -756,8 +1089,8 @@ mod tests {
         socks[0] = None;
         // Socket 2 now sits at index 0, probes find it there, and the
         // program sends its slot's datagrams there.
-        assert_eq!(receiver(&socks, &tx, to, &probe(0, 9)), 2);
-        assert_eq!(receiver(&socks, &tx, to, &probe(1, 9)), 1);
+        assert_eq!(receiver(&socks, &tx, to, &probe(0, 9, 0)), 2);
+        assert_eq!(receiver(&socks, &tx, to, &probe(1, 9, 0)), 1);
         for (slot, sock) in [(19, 2), (12, 1)] {
             for k in 0..8 {
                 // From other source ports: no luck of the flow hash.
@@ -775,6 +1108,8 @@ mod tests {
             slot: 2,
             ip,
             live: AtomicU64::new(0b1110),
+            helper: std::sync::OnceLock::new(),
+            stale: AtomicBool::new(false),
         };
         let from = SocketAddr::new(ip, 5000);
         let remote = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 5000);
@@ -793,13 +1128,102 @@ mod tests {
         assert_eq!(st.screen(&to_qp(1), from), Screen::Deliver);
         assert_eq!(st.screen(&to_qp(0xff_ffff), from), Screen::Deliver);
         assert_eq!(st.screen(&[1, 2, 3], from), Screen::Deliver);
-        assert_eq!(st.screen(&probe(0, 1), from), Screen::Probe);
-        assert_eq!(st.screen(&probe(0, 1), remote), Screen::Deliver);
-        let a = st.answer(&probe(4, 77));
+        assert_eq!(st.screen(&probe(0, 1, 0), from), Screen::Probe);
+        assert_eq!(st.screen(&probe(0, 1, 0), remote), Screen::Deliver);
+        let mut fwd = forward_header(3, remote, 0x48).to_vec();
+        fwd.extend_from_slice(&to_qp(1));
+        let want = Forwarded {
+            slot: 3,
+            from: remote,
+            tclass: 0x48,
+        };
+        let member = SocketAddr::new(ip, 4791);
+        assert_eq!(st.screen(&fwd, member), Screen::Forward(want));
+        // Only from a member's socket (the device's own address and
+        // port), and only a packet for QP1.
+        assert_eq!(st.screen(&fwd, from), Screen::Deliver);
+        assert_eq!(st.screen(&fwd, remote), Screen::Deliver);
+        fwd[FORWARD_LEN + 7] = 2;
+        assert_eq!(st.screen(&fwd, member), Screen::Deliver);
+        // The prober's view of the held slots becomes this member's.
+        let a = st.answer(&probe(4, 77, 0b1_0000_0001));
         assert_eq!(&a[1..4], &ANSWER_MAGIC);
         assert_eq!(a[8..12], 4u32.to_be_bytes());
         assert_eq!(a[12..20], 77u64.to_be_bytes());
-        assert_eq!(a[20..24], 2u32.to_be_bytes());
+        assert_eq!(a[28..32], 2u32.to_be_bytes());
+        assert!(st.is_live(8) && st.is_live(2) && !st.is_live(3));
+        assert!(!st.alone());
+    }
+
+    #[test]
+    fn a_forward_names_its_sender() {
+        let v6: IpAddr = "fd00::7".parse().unwrap();
+        for from in [
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 9)), 4791),
+            SocketAddr::new(v6, 50000),
+        ] {
+            let f = parse_forward(&forward_header(62, from, 3)).unwrap();
+            assert_eq!((f.slot, f.from, f.tclass), (62, from, 3));
+        }
+        assert!(parse_forward(&[FORWARD_OP; 10]).is_none());
+    }
+
+    /// A listen is one process's: a second description of the lock file
+    /// (another process, or another agent) is refused while the first
+    /// holds it, and finds its slot.
+    #[test]
+    fn a_listen_claim_is_exclusive_and_names_its_slot() {
+        use crate::cm::CmGroup;
+        let dir = std::env::temp_dir().join(format!("uroce-listen-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let share = |slot| CmShare {
+            steer: Arc::new(Steer {
+                slot,
+                ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                live: AtomicU64::new(1 << slot),
+                helper: std::sync::OnceLock::new(),
+            stale: AtomicBool::new(false),
+            }),
+            dir: dir.clone(),
+        };
+        let (a, b) = (share(5), share(9));
+        assert_eq!(b.listener(77), None);
+        let claim = a.claim(77).expect("free");
+        assert!(b.claim(77).is_none());
+        assert_eq!(b.listener(77), Some(5));
+        drop(claim);
+        assert_eq!(b.listener(77), None);
+        let _c = b.claim(77).expect("free again");
+        assert_eq!(a.listener(77), Some(9));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// rdma_cm's ports, host-wide: the same address twice, or a wildcard
+    /// against an address of its family, clash; other addresses do not.
+    #[test]
+    fn ports_clash_as_the_kernels_port_space() {
+        let ps = 0x7e57; // no real port space
+        let a = PortAddr::Ip("127.134.9.1".parse().unwrap());
+        let b = PortAddr::Ip("127.134.9.2".parse().unwrap());
+        let any4 = PortAddr::Any {
+            v6: false,
+            afonly: true,
+        };
+        let any6 = PortAddr::Any {
+            v6: true,
+            afonly: true,
+        };
+        let port = 40000 + (std::process::id() % 20000) as u16;
+        let ca = claim_port(ps, a, port).unwrap().expect("free");
+        assert!(claim_port(ps, a, port).unwrap().is_none());
+        let cb = claim_port(ps, b, port).unwrap().expect("another address");
+        assert!(claim_port(ps, any4, port).unwrap().is_none());
+        let c6 = claim_port(ps, any6, port).unwrap().expect("IPv6 only");
+        drop((ca, cb));
+        let c4 = claim_port(ps, any4, port).unwrap().expect("free now");
+        assert!(claim_port(ps, a, port).unwrap().is_none());
+        drop((c4, c6));
+        assert!(claim_port(ps, a, port).unwrap().is_some());
     }
 
     #[test]

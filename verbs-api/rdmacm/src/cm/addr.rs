@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
+use uroce_provider::device::{claim_port, PortAddr, PortClaim};
 use uroce_verbs::{devices, Context, Device, Error, Result};
 
 /// An address that binds no particular device, as the kernel's CMA
@@ -89,8 +90,30 @@ fn ports() -> &'static PortTable {
     P.get_or_init(Default::default)
 }
 
+/// `port` of port space `ps` at `ip` claimed for the host (see
+/// [`claim_port`]); `None` when another process holds it. Without a
+/// place for the locks (no private directory), the process's own table
+/// is all there is.
+fn host_port(ps: u16, ip: IpAddr, port: u16, afonly: bool) -> Option<Option<PortClaim>> {
+    let addr = if binds_any(ip) {
+        PortAddr::Any {
+            v6: ip.is_ipv6() && !ip.to_canonical().is_ipv4(),
+            afonly,
+        }
+    } else {
+        PortAddr::Ip(ip.to_canonical())
+    };
+    match claim_port(ps, addr, port) {
+        Ok(Some(c)) => Some(Some(c)),
+        Ok(None) => None,
+        Err(_) => Some(None),
+    }
+}
+
 impl CmId {
-    fn reserve_port(&self, ip: IpAddr, port: u16, afonly: bool) -> Result<u16> {
+    /// Reserves `port` (0: an ephemeral one) at `ip`, in this process's
+    /// table and for the host's processes, as the kernel's port space.
+    fn reserve_port(&self, ip: IpAddr, port: u16, afonly: bool) -> Result<(u16, Option<PortClaim>)> {
         let mut p = ports().lock();
         p.retain(|_, (w, _)| w.strong_count() > 0);
         let ps = self.inner.ps as u16;
@@ -113,22 +136,27 @@ impl CmId {
                 }
             })
         };
-        let port = if port == 0 {
-            // An ephemeral port, as the kernel picks one (its local range).
+        let (port, claim) = if port == 0 {
+            // An ephemeral port, as the kernel picks one (its local range):
+            // free here and in every other process.
             loop {
                 let q = 32768 + (rand::random::<u16>() % 28232);
                 if clash(q).is_none() {
-                    break q;
+                    if let Some(c) = host_port(ps, ip, q, afonly) {
+                        break (q, c);
+                    }
                 }
             }
         } else {
-            port
+            if let Some(e) = clash(port) {
+                return Err(e);
+            }
+            // Another process's: as the kernel's port space.
+            let c = host_port(ps, ip, port, afonly).ok_or(Error::AddrInUse)?;
+            (port, c)
         };
-        if let Some(e) = clash(port) {
-            return Err(e);
-        }
         p.insert((ip, ps, port), (Arc::downgrade(&self.inner), afonly));
-        Ok(port)
+        Ok((port, claim))
     }
 
     /// `rdma_set_afonly` (`RDMA_OPTION_ID_AFONLY`): whether the id, once
@@ -147,6 +175,11 @@ impl CmId {
                     if let Some(e) = ports().lock().get_mut(&key) {
                         e.1 = afonly;
                     }
+                    // The host's claim follows (an IPv6 wildcard without
+                    // AFONLY holds the IPv4 one's port too).
+                    st.port_claim = None;
+                    st.port_claim =
+                        host_port(self.inner.ps as u16, src.ip(), src.port(), afonly).flatten();
                 }
             }
             _ => return Err(Error::Invalid("set_afonly after listen or connect".into())),
@@ -177,7 +210,8 @@ impl CmId {
             vec![context_for(addr.ip())?]
         };
         let afonly = st.afonly.unwrap_or_else(|| afonly_default(addr.ip()));
-        let port = self.reserve_port(addr.ip(), addr.port(), afonly)?;
+        let (port, claim) = self.reserve_port(addr.ip(), addr.port(), afonly)?;
+        st.port_claim = claim;
         st.src = Some(SocketAddr::new(addr.ip(), port));
         st.ctxs = ctxs;
         st.state = IdState::AddrBound;

@@ -62,6 +62,9 @@ pub(super) struct IdState2 {
     /// in the path record): what our REQ's path (and so both QPs and the
     /// CM's MADs), or our UD peer's address, carries.
     pub(super) route_tos: u8,
+    /// The bound port, held for the host's processes (see
+    /// `addr::host_port`): released with the id.
+    pub(super) port_claim: Option<uroce_provider::device::PortClaim>,
 }
 
 /// The QP attributes a connection's REQ and REP settle.
@@ -204,6 +207,7 @@ impl CmId {
                     mcast: Vec::new(),
                     tos: 0,
                     route_tos: 0,
+                    port_claim: None,
                 }),
             }),
         })

@@ -24,15 +24,15 @@ pub fn devices() -> String {
 }
 
 /// The verbs objects of one end.
-struct End {
+pub(crate) struct End {
     _ctx: Context,
     pd: ProtectionDomain,
     cq: CompletionQueue,
-    mr: MemoryRegion,
+    pub(crate) mr: MemoryRegion,
     qp: std::sync::Arc<QueuePair>,
 }
 
-fn end(id: &CmId, qp_type: QpType) -> End {
+pub(crate) fn end(id: &CmId, qp_type: QpType) -> End {
     let ctx = id.context().expect("an id with a device");
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
@@ -71,7 +71,7 @@ fn end(id: &CmId, qp_type: QpType) -> End {
 }
 
 impl End {
-    fn post_recv(&self, at: usize) {
+    pub(crate) fn post_recv(&self, at: usize) {
         let mut w = RecvWr {
             wr_id: 1,
             sg_list: Default::default(),
@@ -79,12 +79,12 @@ impl End {
         w.sg_list.push(self.mr.sge(at, 2048));
         self.qp.post_recv(&[w]).unwrap();
     }
-    fn wait(&self) -> uroce_verbs::Wc {
+    pub(crate) fn wait(&self) -> uroce_verbs::Wc {
         let wc = self.cq.wait(1, Duration::from_secs(20));
         assert_eq!(wc.len(), 1, "a completion within 20 s");
         wc[0]
     }
-    fn send(&self, len: u32, ud: Option<uroce_verbs::UdDest>) {
+    pub(crate) fn send(&self, len: u32, ud: Option<uroce_verbs::UdDest>) {
         let mut w = SendWr::new(7, WrOpcode::Send);
         w.flags = SendFlags::SIGNALED;
         w.sg_list.push(self.mr.sge(0, len));

@@ -1,8 +1,9 @@
 //! rdma_cm's Rust API (`uroce_rdmacm::cm`) over real engines on loopback,
 //! one binary (one link, not three, on a 2-core machine): the connection
 //! exchange and its failure paths and UD through SIDR (`loopback`), the
-//! IPv4 and IPv6 wildcards on one port (`afonly`), and the id's traffic
-//! class (`tos`).
+//! IPv4 and IPv6 wildcards on one port (`afonly`), the id's traffic
+//! class (`tos`), and the two sides in two processes on one device
+//! (`share`, whose processes are this binary run again as children).
 //!
 //! The devices and the CM's timeouts are the process's (read from the
 //! environment when a device opens): [`init`] sets them once, before any
@@ -13,6 +14,7 @@
 
 mod afonly;
 mod loopback;
+mod share;
 mod tos;
 
 use std::net::SocketAddr;
