@@ -94,7 +94,12 @@ export UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=uroce0:1
 n=0
 # mpi NAME MODE LANES MPIRUN ARGS... -- PROGRAM: two ranks of PROGRAM MODE,
 # rank 0 on 127.104.<n>.1 and rank 1 on .2; each of LANES (tag, rma) must be a
-# verbs lane in UCX's log.
+# verbs lane in UCX's log. With mpi_np4=1 instead a plain `mpirun -np 4
+# PROGRAM MODE`, as on a host with one kernel RDMA device: mpirun itself
+# under `uroce exec`, one UROCE_DEVICES entry (uroce0=127.104.<n>.1) for
+# every rank, so the four ranks share the one device
+# (docs/src/guide/sharing.md) and every pair of them meets over its
+# verbs lanes.
 mpi() {
   local name=$1 mode=$2 lane=$3
   shift 3
@@ -102,25 +107,13 @@ mpi() {
   while [ "$1" != "--" ]; do run+=("$1"); shift; done
   local prog=$2
   n=$((n + 1))
-  timeout -k 5 90 "${run[@]}" \
-    -np 1 env UROCE_DEVICES="uroce0=127.104.$n.1" "${ux[@]}" "$prog" "$mode" : \
-    -np 1 env UROCE_DEVICES="uroce0=127.104.$n.2" "${ux[@]}" "$prog" "$mode" >"$tmp/out" 2>&1
-  mpi_judge "$name" "$lane" $?
-}
-# mpi_np4 NAME MODE LANES MPIRUN ARGS... -- PROGRAM: a plain `mpirun -np 4
-# PROGRAM MODE`, as on a host with one kernel RDMA device: mpirun itself
-# under `uroce exec`, one UROCE_DEVICES entry (uroce0=127.104.<n>.1) for
-# every rank, so the four ranks share the one device
-# (docs/src/guide/sharing.md) and every pair of them meets over its
-# verbs lanes.
-mpi_np4() {
-  local name=$1 mode=$2 lane=$3
-  shift 3
-  local run=()
-  while [ "$1" != "--" ]; do run+=("$1"); shift; done
-  local prog=$2
-  n=$((n + 1))
-  UROCE_DEVICES="uroce0=127.104.$n.1" timeout -k 5 180 "${ux[@]}" "${run[@]}" -np 4 "$prog" "$mode" >"$tmp/out" 2>&1
+  if [ -n "${mpi_np4:-}" ]; then
+    UROCE_DEVICES="uroce0=127.104.$n.1" timeout -k 5 180 "${ux[@]}" "${run[@]}" -np 4 "$prog" "$mode" >"$tmp/out" 2>&1
+  else
+    timeout -k 5 90 "${run[@]}" \
+      -np 1 env UROCE_DEVICES="uroce0=127.104.$n.1" "${ux[@]}" "$prog" "$mode" : \
+      -np 1 env UROCE_DEVICES="uroce0=127.104.$n.2" "${ux[@]}" "$prog" "$mode" >"$tmp/out" 2>&1
+  fi
   mpi_judge "$name" "$lane" $?
 }
 # mpi_judge NAME LANES RC: the entry passes when mpirun exited 0 (RC),
@@ -151,7 +144,7 @@ if have /usr/bin/mpicc.openmpi /usr/bin/mpirun.openmpi &&
   mpi "Open MPI p2p (pml ucx)" p2p tag "${ompi_run[@]}" -- "$tmp/mpi_ompi"
   # osc ucx opens a second UCP context on the device (issue #24 item 11).
   mpi "Open MPI one-sided (osc ucx)" rma rma "${ompi_run[@]}" -- "$tmp/mpi_ompi"
-  mpi_np4 "Open MPI -np 4, one device" all "tag rma" "${ompi_run[@]}" -- "$tmp/mpi_ompi"
+  mpi_np4=1 mpi "Open MPI -np 4, one device" all "tag rma" "${ompi_run[@]}" -- "$tmp/mpi_ompi"
 else
   skip "Open MPI" "mpicc.openmpi/mpirun.openmpi missing or failed (apt-get install openmpi-bin libopenmpi-dev)"
 fi
@@ -159,7 +152,7 @@ if have /usr/bin/mpicc.mpich /usr/bin/mpirun.mpich &&
   /usr/bin/mpicc.mpich -O2 -Wall -o "$tmp/mpi_mpich" tests/ibverbs/mpi_check.c 2>"$tmp/out"; then
   mpi "MPICH p2p (ch4:ucx)" p2p tag "${mpich_run[@]}" -- "$tmp/mpi_mpich"
   mpi "MPICH one-sided (ch4:ucx)" rma rma "${mpich_run[@]}" -- "$tmp/mpi_mpich"
-  mpi_np4 "MPICH -np 4, one device" all "tag rma" "${mpich_run[@]}" -- "$tmp/mpi_mpich"
+  mpi_np4=1 mpi "MPICH -np 4, one device" all "tag rma" "${mpich_run[@]}" -- "$tmp/mpi_mpich"
 else
   skip "MPICH" "mpicc.mpich/mpirun.mpich missing or failed (apt-get install mpich libmpich-dev)"
 fi
