@@ -438,6 +438,20 @@ pub const VARS: &[Var] = &[
         "unset",
         "A `sim_case` input the model test replays, printing each step's verdict.",
     ),
+    var(
+        "UROCE_MATRIX_ONE_DEVICE",
+        Test,
+        "unset",
+        "`tests/ibverbs/matrix.sh`: `all` runs every ping-pong and perftest pair again on one \
+         shared device, not only the default subset.",
+    ),
+    var(
+        "UROCE_MATRIX_ONE_DEVICE_CM",
+        Test,
+        "unset",
+        "`tests/ibverbs/rdmacm.sh`: set, every rdma_cm pair also runs with server and client on \
+         one shared device, not only the default subset.",
+    ),
     // --- interop ------------------------------------------------------
     var(
         "UROCE_INTEROP_QUICK",

@@ -8,7 +8,9 @@
 #     ping-pong and bandwidth loop, and one-sided MPI_Win_allocate with
 #     MPI_Put/MPI_Get/MPI_Accumulate between fences. UCX's own log must
 #     show the verbs lane on uroce0, so a run that fell back to anything
-#     else cannot pass;
+#     else cannot pass. Two ranks on two devices, and a plain
+#     `mpirun -np 4` whose four ranks share one device (no per-rank
+#     wrapper: mpirun under `uroce exec`, one UROCE_DEVICES for all);
 #   * qperf's RC tests (rdma_cm, -cm1), each client timed: it must return
 #     within a few seconds of its one-second test;
 #   * tgt's iSER target (tgtd, a file-backed LUN made with tgtadm) with
@@ -100,9 +102,14 @@ since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; 
 # uroce0:1)"): the entry passes only when the peer's lane is a verbs one.
 export UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=uroce0:1
 n=0
-# mpi NAME MODE LANE MPIRUN ARGS... -- PROGRAM: two ranks of PROGRAM MODE,
-# rank 0 on 127.104.<n>.1 and rank 1 on .2; LANE (tag or rma) must be a
-# verbs lane in UCX's log.
+# mpi NAME MODE LANES MPIRUN ARGS... -- PROGRAM: two ranks of PROGRAM MODE,
+# rank 0 on 127.104.<n>.1 and rank 1 on .2; each of LANES (tag, rma) must be a
+# verbs lane in UCX's log. With mpi_np4=1 instead a plain `mpirun -np 4
+# PROGRAM MODE`, as on a host with one kernel RDMA device: mpirun itself
+# under `uroce exec`, one UROCE_DEVICES entry (uroce0=127.104.<n>.1) for
+# every rank, so the four ranks share the one device
+# (docs/src/guide/sharing.md) and every pair of them meets over its
+# verbs lanes.
 mpi() {
   local name=$1 mode=$2 lane=$3
   shift 3
@@ -110,17 +117,29 @@ mpi() {
   while [ "$1" != "--" ]; do run+=("$1"); shift; done
   local prog=$2
   n=$((n + 1))
-  timeout -k 5 90 "${run[@]}" \
-    -np 1 env UROCE_DEVICES="uroce0=127.104.$n.1" "${ux[@]}" "$prog" "$mode" : \
-    -np 1 env UROCE_DEVICES="uroce0=127.104.$n.2" "${ux[@]}" "$prog" "$mode" >"$tmp/out" 2>&1
-  local rc=$?
-  local line
+  if [ -n "${mpi_np4:-}" ]; then
+    UROCE_DEVICES="uroce0=127.104.$n.1" timeout -k 5 180 "${ux[@]}" "${run[@]}" -np 4 "$prog" "$mode" >"$tmp/out" 2>&1
+  else
+    timeout -k 5 90 "${run[@]}" \
+      -np 1 env UROCE_DEVICES="uroce0=127.104.$n.1" "${ux[@]}" "$prog" "$mode" : \
+      -np 1 env UROCE_DEVICES="uroce0=127.104.$n.2" "${ux[@]}" "$prog" "$mode" >"$tmp/out" 2>&1
+  fi
+  mpi_judge "$name" "$lane" $?
+}
+# mpi_judge NAME LANES RC: the entry passes when mpirun exited 0 (RC),
+# rank 0 printed its "mpi_check: ok" line and UCX's log shows, for each
+# of LANES (tag, rma), such a lane over rc_verbs or ud_verbs on uroce0.
+mpi_judge() {
+  local name=$1 lanes=$2 rc=$3
+  local line lane missing=""
   line=$(grep -m1 '^mpi_check: ok' "$tmp/out")
-  if [ $rc = 0 ] && [ -n "$line" ] &&
-    grep -Eq "ep_cfg\[[0-9]+\]: .*$lane\((rc|ud)_verbs/uroce0:1" "$tmp/out"; then
+  for lane in $lanes; do
+    grep -Eq "ep_cfg\[[0-9]+\]: .*$lane\((rc|ud)_verbs/uroce0:1" "$tmp/out" || missing="$missing $lane"
+  done
+  if [ $rc = 0 ] && [ -n "$line" ] && [ -z "$missing" ]; then
     pass "$name" "${line#mpi_check: ok: }"
   elif [ $rc = 0 ] && [ -n "$line" ]; then
-    fail "$name" "ran, but UCX's log shows no $lane lane over rc_verbs/ud_verbs on uroce0"
+    fail "$name" "ran, but UCX's log shows no$missing lane over rc_verbs/ud_verbs on uroce0"
   else
     fail "$name" "mpirun exit $rc"
   fi
@@ -135,6 +154,7 @@ if have /usr/bin/mpicc.openmpi /usr/bin/mpirun.openmpi &&
   mpi "Open MPI p2p (pml ucx)" p2p tag "${ompi_run[@]}" -- "$tmp/mpi_ompi"
   # osc ucx opens a second UCP context on the device (issue #24 item 11).
   mpi "Open MPI one-sided (osc ucx)" rma rma "${ompi_run[@]}" -- "$tmp/mpi_ompi"
+  mpi_np4=1 mpi "Open MPI -np 4, one device" all "tag rma" "${ompi_run[@]}" -- "$tmp/mpi_ompi"
 else
   skip "Open MPI" "mpicc.openmpi/mpirun.openmpi missing or failed (apt-get install openmpi-bin libopenmpi-dev)"
 fi
@@ -142,6 +162,7 @@ if have /usr/bin/mpicc.mpich /usr/bin/mpirun.mpich &&
   /usr/bin/mpicc.mpich -O2 -Wall -o "$tmp/mpi_mpich" tests/ibverbs/mpi_check.c 2>"$tmp/out"; then
   mpi "MPICH p2p (ch4:ucx)" p2p tag "${mpich_run[@]}" -- "$tmp/mpi_mpich"
   mpi "MPICH one-sided (ch4:ucx)" rma rma "${mpich_run[@]}" -- "$tmp/mpi_mpich"
+  mpi_np4=1 mpi "MPICH -np 4, one device" all "tag rma" "${mpich_run[@]}" -- "$tmp/mpi_mpich"
 else
   skip "MPICH" "mpicc.mpich/mpirun.mpich missing or failed (apt-get install mpich libmpich-dev)"
 fi

@@ -57,7 +57,10 @@
 #   * tests/ibverbs/libfabric.sh: libfabric's fi_info and fi_pingpong
 #     (verbs MSG and DGRAM, ofi_rxm, ofi_rxd) under `uroce exec`.
 # Each pair gets its own devices (127.40.<n>.1 and .2, UDP 4791) and TCP
-# port (18700 + n). Prints each program's result line, then
+# port (18700 + n). The ping-pong and perftest pairs run again with both
+# processes on ONE device (one UROCE_DEVICES entry, -d uroce0 on both;
+# a subset, or all with UROCE_MATRIX_ONE_DEVICE=all), and the rdma_cm
+# pairs so with UROCE_MATRIX_ONE_DEVICE_CM=1 (tests/ibverbs/rdmacm.sh). Prints each program's result line, then
 # "ibverbs matrix: N passed, N failed"; exits non-zero on a failure.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -305,6 +308,11 @@ n=10
 # cross NAME RESULT-REGEX SERVER-COMMAND ARGS... -- CLIENT-COMMAND ARGS...:
 # the server runs with -d uroce0, the client with -d uroce1 and the
 # server's address (TCP); each pair gets its own devices and port.
+# With one_device=1 both run with -d uroce0 on ONE device (one
+# UROCE_DEVICES entry, as two terminals on a host with a kernel device:
+# docs/src/guide/sharing.md), and the name says ", one device"; only the
+# pairs whose name matches $one_device_some run so, unless
+# UROCE_MATRIX_ONE_DEVICE=all.
 cross() {
   local name=$1 regex=$2
   shift 2
@@ -312,16 +320,21 @@ cross() {
   while [ "$1" != "--" ]; do server+=("$1"); shift; done
   shift
   client=("$@")
+  if [ -n "${one_device:-}" ]; then
+    [ "${UROCE_MATRIX_ONE_DEVICE:-}" = all ] || [[ $name =~ $one_device_some ]] || return 0
+    name="$name, one device"
+  fi
   n=$((n + 1))
-  local port=$((18700 + n))
+  local port=$((18700 + n)) cdev=uroce1
   export UROCE_DEVICES="uroce0=127.40.$n.1,uroce1=127.40.$n.2"
+  [ -z "${one_device:-}" ] || { cdev=uroce0; export UROCE_DEVICES="uroce0=127.40.$n.1"; }
   timeout 90 "${server[@]}" -d uroce0 -p "$port" >"$tmp/server" 2>&1 &
   local spid=$!
   for _ in $(seq 100); do
     ss -Hltn "sport = :$port" | grep -q . && break
     sleep 0.1
   done
-  timeout 90 "${client[@]}" -d uroce1 -p "$port" 127.40.$n.1 >"$tmp/client" 2>&1
+  timeout 90 "${client[@]}" -d $cdev -p "$port" 127.40.$n.1 >"$tmp/client" 2>&1
   local crc=$?
   wait "$spid"
   local src=$?
@@ -351,45 +364,57 @@ srq_known='^uroce check \[lifetime\]: QP 0x[0-9a-f]+ destroyed with 1 send WR\(s
 # the first pp_post_send), which the server's message then overwrites; uroce's
 # ping-pong commands do as rdma-core's (docs/src/tools/check.md).
 srq_known="$srq_known|"'uroce check \[buffer\]: the application wrote into the buffer of receive WR wr_id 1 on QP 0x[0-9a-f]+ \([0-9]+ bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 0 of the message\)'
-for t in rc uc ud srq; do
-  known_reports=$srq_known pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
-done
-# -e: sleep on the completion channel.
-known_reports=$srq_known pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
-
-# uroce's own ping-pong commands facing rdma-core's tools (exchange format,
-# options, buffer layout: UD data after the 40-byte GRH, SRQ's 256 slots).
 uroce=$root/target/release/uroce
-for t in rc uc ud srq; do
-  known_reports=$srq_known cross "srv ibv_${t}_pingpong, cli uroce" "$pp" "ibv_${t}_pingpong" -g 0 -c -- "$uroce" "$t-pingpong" -g 0 -c
-  known_reports=$srq_known cross "srv uroce, cli ibv_${t}_pingpong" "$pp" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
-done
-
-# Every RC operation, and IBA 1.5's ATOMIC WRITE and FLUSH (which the
-# interop guest's rxe, Linux 6.1, lacks), between two uroce processes,
-# every byte verified.
-cross "uroce rc-stress --ext" 'rc-stress: .* 0 errors' "$uroce" rc-stress -n 3000 -- "$uroce" rc-stress -n 3000 --ext
-
 bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
-pair "ib_send_bw RC" "$bw" ib_send_bw -x 0
-# UC and UD have no retransmission: a SEND that finds the receive queue
-# empty is dropped, as on hardware, and a counted run would then wait
-# forever for it. perftest's duration mode (-D) is made for that.
-pair "ib_send_bw UC -D 2" "$bw" ib_send_bw -x 0 -c UC -D 2
-pair "ib_send_bw UD -D 2" "$bw" ib_send_bw -x 0 -c UD -D 2
-pair "ib_write_bw RC" "$bw" ib_write_bw -x 0
-pair "ib_write_bw UC" "$bw" ib_write_bw -x 0 -c UC
-pair "ib_read_bw RC" "$bw" ib_read_bw -x 0
-pair "ib_atomic_bw RC" "$bw" ib_atomic_bw -x 0
-pair "ib_send_lat RC" "$lat" ib_send_lat -x 0
-pair "ib_send_lat UC" "$lat" ib_send_lat -x 0 -c UC
-pair "ib_send_lat UD" "$lat" ib_send_lat -x 0 -c UD
-pair "ib_write_lat RC" "$lat" ib_write_lat -x 0
-pair "ib_write_lat UC" "$lat" ib_write_lat -x 0 -c UC
-pair "ib_read_lat RC" "$lat" ib_read_lat -x 0
-pair "ib_send_bw RC -e" "$bw" ib_send_bw -x 0 -e
-pair "ib_send_lat RC -e" "$lat" ib_send_lat -x 0 -e
+# The ping-pong and perftest pairs; run on two devices, then on one.
+verbs_pairs() {
+  for t in rc uc ud srq; do
+    known_reports=$srq_known pair "ibv_${t}_pingpong -c" "$pp" "ibv_${t}_pingpong" -g 0 -c
+  done
+  # -e: sleep on the completion channel.
+  known_reports=$srq_known pair "ibv_rc_pingpong -c -e" "$pp" ibv_rc_pingpong -g 0 -c -e
+
+  # uroce's own ping-pong commands facing rdma-core's tools (exchange format,
+  # options, buffer layout: UD data after the 40-byte GRH, SRQ's 256 slots).
+  for t in rc uc ud srq; do
+    known_reports=$srq_known cross "srv ibv_${t}_pingpong, cli uroce" "$pp" "ibv_${t}_pingpong" -g 0 -c -- "$uroce" "$t-pingpong" -g 0 -c
+    known_reports=$srq_known cross "srv uroce, cli ibv_${t}_pingpong" "$pp" "$uroce" "$t-pingpong" -g 0 -c -- "ibv_${t}_pingpong" -g 0 -c
+  done
+
+  # Every RC operation, and IBA 1.5's ATOMIC WRITE and FLUSH (which the
+  # interop guest's rxe, Linux 6.1, lacks), between two uroce processes,
+  # every byte verified.
+  cross "uroce rc-stress --ext" 'rc-stress: .* 0 errors' "$uroce" rc-stress -n 3000 -- "$uroce" rc-stress -n 3000 --ext
+
+  pair "ib_send_bw RC" "$bw" ib_send_bw -x 0
+  # UC and UD have no retransmission: a SEND that finds the receive queue
+  # empty is dropped, as on hardware, and a counted run would then wait
+  # forever for it. perftest's duration mode (-D) is made for that.
+  pair "ib_send_bw UC -D 2" "$bw" ib_send_bw -x 0 -c UC -D 2
+  pair "ib_send_bw UD -D 2" "$bw" ib_send_bw -x 0 -c UD -D 2
+  pair "ib_write_bw RC" "$bw" ib_write_bw -x 0
+  pair "ib_write_bw UC" "$bw" ib_write_bw -x 0 -c UC
+  pair "ib_read_bw RC" "$bw" ib_read_bw -x 0
+  pair "ib_atomic_bw RC" "$bw" ib_atomic_bw -x 0
+  pair "ib_send_lat RC" "$lat" ib_send_lat -x 0
+  pair "ib_send_lat UC" "$lat" ib_send_lat -x 0 -c UC
+  pair "ib_send_lat UD" "$lat" ib_send_lat -x 0 -c UD
+  pair "ib_write_lat RC" "$lat" ib_write_lat -x 0
+  pair "ib_write_lat UC" "$lat" ib_write_lat -x 0 -c UC
+  pair "ib_read_lat RC" "$lat" ib_read_lat -x 0
+  pair "ib_send_bw RC -e" "$bw" ib_send_bw -x 0 -e
+  pair "ib_send_lat RC -e" "$lat" ib_send_lat -x 0 -e
+}
+verbs_pairs
+# And both sides on ONE device, -d uroce0 on each (cross above): by
+# default a subset that has each tool and transport once (RC, UC, UD, an
+# SRQ, READ, atomics, a completion channel, uroce's commands facing
+# rdma-core's), about 15 s more on 2 cores; UROCE_MATRIX_ONE_DEVICE=all
+# runs every pair so (about 35 s more; the stage took 300 s then, on a
+# loaded machine).
+one_device_some='^(ibv_(rc|ud|srq)_pingpong -c|srv uroce, cli ibv_uc_pingpong|uroce rc-stress --ext|ib_send_bw UD -D 2|ib_write_bw UC|ib_read_bw RC|ib_atomic_bw RC|ib_write_lat RC|ib_send_lat RC -e)$'
+one_device=1 verbs_pairs
 
 # uroce stat against ibv_rc_pingpong (tests/ibverbs/stat.sh).
 . "$root/tests/ibverbs/stat.sh"

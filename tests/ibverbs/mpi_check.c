@@ -1,18 +1,22 @@
 /*
- * An MPI program for the applications matrix (tests/ibverbs/apps.sh): two
- * ranks, every byte checked.
+ * An MPI program for the applications matrix (tests/ibverbs/apps.sh): an
+ * even number of ranks (2, or 4 as `mpirun -np 4`), every byte checked.
+ * Ranks pair up as 0-1, 2-3, ...: the even rank of a pair leads.
  *
- *   1. ping-pong: sizes 1 B .. 4 MiB, each message filled with a pattern
- *      that depends on size, iteration and sender, checked on arrival;
- *      the one-way latency of 8-byte messages is printed;
- *   2. bandwidth: a window of non-blocking sends of 1 MiB, rank 1 checks
- *      each buffer;
- *   3. one-sided: MPI_Win_allocate, MPI_Put and MPI_Get of 64 KiB and
- *      MPI_Accumulate (MPI_SUM), each epoch between fences, checked on
- *      both ranks.
+ *   1. ping-pong: sizes 1 B .. 4 MiB within each pair, each message filled
+ *      with a pattern that depends on size, iteration and sender, checked
+ *      on arrival; the one-way latency of 8-byte messages is printed;
+ *   2. bandwidth: a window of non-blocking sends of 1 MiB from each even
+ *      rank to its pair's odd one, which checks each buffer;
+ *   3. all-to-all: MPI_Alltoall of 64 KiB blocks, so that every rank
+ *      exchanges with every other, each block checked;
+ *   4. one-sided: MPI_Win_allocate, MPI_Put and MPI_Get of 64 KiB into
+ *      the next rank's window (rank + 1, round the ring) and
+ *      MPI_Accumulate (MPI_SUM) of every rank into rank 0's, each epoch
+ *      between fences, checked on every rank.
  *
- * `mpi_check p2p` runs 1 and 2, `mpi_check rma` runs 3, no argument all
- * three. Prints "mpi_check: ok ..." from rank 0 and exits 0 when everything
+ * `mpi_check p2p` runs 1 to 3, `mpi_check rma` runs 4, `mpi_check all` (or
+ * no argument) all four. Prints "mpi_check: ok ..." from rank 0 and exits 0 when everything
  * checked; any mismatch prints what differed and aborts the job.
  */
 #include <mpi.h>
@@ -21,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int rank;
+static int rank, nranks;
 
 static void fail(const char *what, size_t at, unsigned got, unsigned want)
 {
@@ -48,20 +52,21 @@ static void check(const char *what, const unsigned char *buf, size_t size, int i
 			fail(what, i, buf[i], pattern(i, size, iter, from));
 }
 
-/* `iters` round trips of `size` bytes, every byte checked on both ranks. */
+/* `iters` round trips of `size` bytes between the ranks of a pair, every
+ * byte checked on both. */
 static void exchange(unsigned char *sbuf, unsigned char *rbuf, size_t size, int iters)
 {
-	int peer = 1 - rank;
+	int peer = rank ^ 1;
 	for (int it = 0; it < iters; it++) {
-		if (rank == 0) {
-			fill(sbuf, size, it, 0);
+		if (rank % 2 == 0) {
+			fill(sbuf, size, it, rank);
 			MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
 			MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-			check("ping-pong reply", rbuf, size, it, 1);
+			check("ping-pong reply", rbuf, size, it, peer);
 		} else {
 			MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-			check("ping-pong request", rbuf, size, it, 0);
-			fill(sbuf, size, it, 1);
+			check("ping-pong request", rbuf, size, it, peer);
+			fill(sbuf, size, it, rank);
 			MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
 		}
 	}
@@ -93,8 +98,8 @@ static double pingpong(unsigned char *sbuf, unsigned char *rbuf)
 	return lat[2];
 }
 
-/* A window of 8 non-blocking 1 MiB sends from rank 0, repeated; returns
- * MB/s as rank 0 measured it. */
+/* A window of 8 non-blocking 1 MiB sends from each even rank to its pair,
+ * repeated; returns MB/s as rank 0 measured it. */
 static double bandwidth(unsigned char *sbuf, unsigned char *rbuf)
 {
 	enum { WINDOW = 8, ROUNDS = 8, SIZE = 1 << 20 };
@@ -104,24 +109,44 @@ static double bandwidth(unsigned char *sbuf, unsigned char *rbuf)
 	double t0 = MPI_Wtime();
 	for (int r = 0; r < ROUNDS; r++) {
 		for (int w = 0; w < WINDOW; w++) {
-			unsigned char *b = (rank == 0 ? sbuf : rbuf) + (size_t)w * SIZE;
-			if (rank == 0) {
-				fill(b, SIZE, r * WINDOW + w, 0);
-				MPI_Isend(b, SIZE, MPI_BYTE, 1, 3, MPI_COMM_WORLD, &req[w]);
+			unsigned char *b = (rank % 2 == 0 ? sbuf : rbuf) + (size_t)w * SIZE;
+			if (rank % 2 == 0) {
+				fill(b, SIZE, r * WINDOW + w, rank);
+				MPI_Isend(b, SIZE, MPI_BYTE, rank + 1, 3, MPI_COMM_WORLD, &req[w]);
 			} else {
-				MPI_Irecv(b, SIZE, MPI_BYTE, 0, 3, MPI_COMM_WORLD, &req[w]);
+				MPI_Irecv(b, SIZE, MPI_BYTE, rank - 1, 3, MPI_COMM_WORLD, &req[w]);
 			}
 		}
 		MPI_Waitall(WINDOW, req, st);
-		if (rank == 1)
+		if (rank % 2 == 1)
 			for (int w = 0; w < WINDOW; w++)
-				check("bandwidth", rbuf + (size_t)w * SIZE, SIZE, r * WINDOW + w, 0);
+				check("bandwidth", rbuf + (size_t)w * SIZE, SIZE, r * WINDOW + w,
+				      rank - 1);
 		/* The receiver's ack keeps rank 0 from timing only its own copies. */
-		MPI_Sendrecv(NULL, 0, MPI_BYTE, 1 - rank, 4, NULL, 0, MPI_BYTE, 1 - rank, 4,
+		MPI_Sendrecv(NULL, 0, MPI_BYTE, rank ^ 1, 4, NULL, 0, MPI_BYTE, rank ^ 1, 4,
 			     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 	}
 	double secs = MPI_Wtime() - t0;
 	return (double)ROUNDS * WINDOW * SIZE / secs / 1e6;
+}
+
+/* MPI_Alltoall of 64 KiB blocks: block d of rank s's send buffer, filled
+ * for (iteration d, sender s), lands in block s of rank d's receive
+ * buffer. */
+static void all_to_all(void)
+{
+	enum { BLOCK = 64 << 10 };
+	unsigned char *sbuf = malloc((size_t)nranks * BLOCK), *rbuf = malloc((size_t)nranks * BLOCK);
+	if (!sbuf || !rbuf)
+		MPI_Abort(MPI_COMM_WORLD, 2);
+	for (int d = 0; d < nranks; d++)
+		fill(sbuf + (size_t)d * BLOCK, BLOCK, d, rank);
+	memset(rbuf, 0, (size_t)nranks * BLOCK);
+	MPI_Alltoall(sbuf, BLOCK, MPI_BYTE, rbuf, BLOCK, MPI_BYTE, MPI_COMM_WORLD);
+	for (int s = 0; s < nranks; s++)
+		check("MPI_Alltoall", rbuf + (size_t)s * BLOCK, BLOCK, rank, s);
+	free(sbuf);
+	free(rbuf);
 }
 
 /* MPI_Put and MPI_Get of 64 KiB and MPI_Accumulate, each between fences. */
@@ -135,35 +160,37 @@ static void one_sided(void)
 	int64_t *acc = (int64_t *)(base + WIN);
 	unsigned char *local = malloc(WIN);
 	int64_t *add = malloc(COUNT * sizeof(int64_t));
-	int peer = 1 - rank;
+	int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
 
-	/* Each rank puts its pattern into the other's window. */
+	/* Each rank puts its pattern into the next rank's window. */
 	MPI_Win_fence(0, win);
 	memset(base, 0, WIN);
 	for (int i = 0; i < COUNT; i++)
 		acc[i] = 1000 * i;
 	fill(local, WIN, 7, rank);
 	MPI_Win_fence(0, win);
-	MPI_Put(local, WIN, MPI_BYTE, peer, 0, WIN, MPI_BYTE, win);
+	MPI_Put(local, WIN, MPI_BYTE, next, 0, WIN, MPI_BYTE, win);
 	MPI_Win_fence(0, win);
-	check("MPI_Put target", base, WIN, 7, peer);
+	check("MPI_Put target", base, WIN, 7, prev);
 
-	/* Each rank reads back what it put: the peer's window holds it. */
+	/* Each rank reads back what it put: the next rank's window holds it. */
 	memset(local, 0, WIN);
-	MPI_Get(local, WIN, MPI_BYTE, peer, 0, WIN, MPI_BYTE, win);
+	MPI_Get(local, WIN, MPI_BYTE, next, 0, WIN, MPI_BYTE, win);
 	MPI_Win_fence(0, win);
 	check("MPI_Get origin", local, WIN, 7, rank);
 
-	/* Both ranks add into rank 0's counters: acc[i] = 1000 i + (i + 1) + 2 (i + 1). */
+	/* Every rank r adds (r + 1) (i + 1) into rank 0's counters:
+	 * acc[i] = 1000 i + (1 + 2 + ... + nranks) (i + 1). */
+	int64_t sum = (int64_t)nranks * (nranks + 1) / 2;
 	for (int i = 0; i < COUNT; i++)
 		add[i] = (int64_t)(rank + 1) * (i + 1);
 	MPI_Accumulate(add, COUNT, MPI_INT64_T, 0, WIN, COUNT, MPI_INT64_T, MPI_SUM, win);
 	MPI_Win_fence(0, win);
 	if (rank == 0)
 		for (int i = 0; i < COUNT; i++)
-			if (acc[i] != 1000 * i + 3 * (i + 1)) {
-				fprintf(stderr, "mpi_check: MPI_Accumulate: acc[%d] = %lld, want %d\n",
-					i, (long long)acc[i], 1000 * i + 3 * (i + 1));
+			if (acc[i] != 1000 * i + sum * (i + 1)) {
+				fprintf(stderr, "mpi_check: MPI_Accumulate: acc[%d] = %lld, want %lld\n",
+					i, (long long)acc[i], (long long)(1000 * i + sum * (i + 1)));
 				MPI_Abort(MPI_COMM_WORLD, 1);
 			}
 	MPI_Win_fence(0, win);
@@ -174,31 +201,34 @@ static void one_sided(void)
 
 int main(int argc, char **argv)
 {
-	int size;
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &size);
-	if (size != 2) {
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	if (nranks < 2 || nranks % 2) {
 		if (rank == 0)
-			fprintf(stderr, "mpi_check: needs exactly 2 ranks, has %d\n", size);
+			fprintf(stderr, "mpi_check: needs an even number of ranks, has %d\n", nranks);
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
-	int p2p = argc < 2 || strcmp(argv[1], "p2p") == 0;
-	int rma = argc < 2 || strcmp(argv[1], "rma") == 0;
+	int all = argc < 2 || strcmp(argv[1], "all") == 0;
+	int p2p = all || strcmp(argv[1], "p2p") == 0;
+	int rma = all || strcmp(argv[1], "rma") == 0;
 	if (!p2p && !rma) {
 		if (rank == 0)
-			fprintf(stderr, "usage: mpi_check [p2p|rma]\n");
+			fprintf(stderr, "usage: mpi_check [p2p|rma|all]\n");
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
-	char line[256] = "";
+	char line[320];
+	snprintf(line, sizeof(line), " %d ranks;", nranks);
 	if (p2p) {
 		unsigned char *sbuf = malloc(8u << 20), *rbuf = malloc(8u << 20);
 		if (!sbuf || !rbuf)
 			MPI_Abort(MPI_COMM_WORLD, 2);
 		double lat = pingpong(sbuf, rbuf);
 		double bw = bandwidth(sbuf, rbuf);
-		snprintf(line, sizeof(line),
-			 " ping-pong 1 B-4 MiB checked, 8 B %.1f us one way; 1 MiB x 8 window %.0f MB/s;",
+		all_to_all();
+		snprintf(line + strlen(line), sizeof(line) - strlen(line),
+			 " ping-pong 1 B-4 MiB checked, 8 B %.1f us one way; 1 MiB x 8 window %.0f MB/s;"
+			 " MPI_Alltoall 64 KiB checked;",
 			 lat, bw);
 		free(sbuf);
 		free(rbuf);

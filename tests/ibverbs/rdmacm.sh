@@ -24,15 +24,19 @@
 #
 # Each pair gets its own addresses (127.41.<n>.1 for the server, .2 for the
 # client) and each process only its own device: rdma_cm picks the device
-# by address, and a process given both would bind both. The pairs run
-# again with one device for both sides (cm_one=1: one UROCE_DEVICES entry,
-# the server's address for both), two processes sharing it as they share
-# a kernel device, the device's CM passing each MAD to its process.
+# by address, and a process given both would bind both. A subset of the
+# pairs runs again with server and client on ONE device (127.41.<n>.1 for
+# both, named uroce0 in each), two processes sharing it as they share a
+# kernel device, the device's CM passing each MAD to its process (issue
+# #33; docs/src/guide/sharing.md); UROCE_MATRIX_ONE_DEVICE_CM=1 runs every
+# pair so.
 
 cm_n=10
 
 # cm_pair NAME RESULT-REGEX SERVER-COMMAND ARGS... -- CLIENT-COMMAND ARGS...:
-# {S} and {C} in the arguments become the server's and client's address.
+# {S} and {C} in the arguments become the server's and client's address,
+# {SD} and {CD} their device's name (srv and cli; with cm_one_device=1
+# both uroce0 on the server's address, and the name says ", one device").
 # The client's output must have a line matching RESULT-REGEX (with
 # cm_count=N set: exactly N such lines).
 # The client starts once the server's device has bound its address (UDP
@@ -41,24 +45,22 @@ cm_pair() {
   local name=$1 regex=$2
   shift 2
   cm_n=$((cm_n + 1))
-  local s=127.41.$cm_n.1 c=127.41.$cm_n.2 cdev
-  [ -n "${cm_one:-}" ] && c=$s
-  cdev="cli=$c"
-  [ -n "${cm_one:-}" ] && cdev="srv=$s"
+  local s=127.41.$cm_n.1 c=127.41.$cm_n.2 sd=srv cd=cli
+  [ -z "${cm_one_device:-}" ] || { c=$s sd=uroce0 cd=uroce0 name="$name, one device"; }
   local server=() client=() a
-  while [ "$1" != "--" ]; do a=${1//\{S\}/$s}; server+=("${a//\{C\}/$c}"); shift; done
+  while [ "$1" != "--" ]; do a=${1//\{S\}/$s}; a=${a//\{SD\}/$sd}; server+=("${a//\{C\}/$c}"); shift; done
   shift
-  for a in "$@"; do a=${a//\{S\}/$s}; client+=("${a//\{C\}/$c}"); done
+  for a in "$@"; do a=${a//\{S\}/$s}; a=${a//\{CD\}/$cd}; client+=("${a//\{C\}/$c}"); done
   local try crc src again=""
   for try in 1 2; do
-    UROCE_DEVICES="srv=$s" timeout 90 "${server[@]}" >"$tmp/server" 2>&1 &
+    UROCE_DEVICES="$sd=$s" timeout 90 "${server[@]}" >"$tmp/server" 2>&1 &
     local spid=$!
     for _ in $(seq 100); do
       ss -Huan "src $s:4791" | grep -q . && break
       sleep 0.1
     done
     sleep 1
-    UROCE_DEVICES="$cdev" timeout 90 "${client[@]}" >"$tmp/client" 2>&1
+    UROCE_DEVICES="$cd=$c" timeout 90 "${client[@]}" >"$tmp/client" 2>&1
     crc=$?
     # Rejected as "nobody listening" (REJ reason 8): the client came
     # before the server's rdma_listen (seen once in CI). The pair starts
@@ -153,25 +155,6 @@ else
   echo "FAIL  cm_src.c (does not compile: apt-get install librdmacm-dev)"
 fi
 
-# ---- rping: -V checks every byte the server sent back; -C iterations
-for spec in "23 2000" "4096 500" "65535 200"; do
-  set -- $spec
-  cm_count=$2 cm_pair "rping -V -S $1 -C $2" "^ping data" \
-    rping -s -a {S} -p 7471 -V -C "$2" -S "$1" -- rping -c -a {S} -p 7471 -V -v -C "$2" -S "$1"
-done
-
-# ---- ucmatose: four connections, 20 messages of 4 KiB each way
-cm_pair "ucmatose -c 4 -C 20 -S 4096" "^return status 0" \
-  ucmatose -b {S} -p 7471 -c 4 -C 20 -S 4096 -- ucmatose -s {S} -b {C} -p 7471 -c 4 -C 20 -S 4096
-
-# ---- ucmatose -m: the ids migrated to a new channel (rdma_migrate_id)
-cm_pair "ucmatose -c 2 -m" "^return status 0" \
-  ucmatose -b {S} -p 7471 -c 2 -m -- ucmatose -s {S} -b {C} -p 7471 -c 2 -m
-
-# ---- udaddy: UD, the peer's QP number and Q_Key through SIDR
-cm_pair "udaddy -c 4" "^return status 0" \
-  udaddy -b {S} -c 4 -- udaddy -s {S} -b {C} -c 4
-
 # ---- mckey: UD multicast through rdma_join_multicast, sender and
 # receiver in their own processes (devices 127.106.200.1 and .2, group
 # 239.106.0.1); the receiver joins first and must get all 4 messages.
@@ -193,12 +176,7 @@ else
   fail "mckey -m (multicast)" "sender $mc_src, receiver $mc_rrc"
 fi
 
-# ---- rdma_server/rdma_client: rdma_getaddrinfo, rdma_create_ep,
-# synchronous ids, rdma_get_request, the CQs rdma_create_qp makes
-cm_pair "rdma_server/rdma_client" "rdma_client: end 0" \
-  rdma_server -s {S} -p 7471 -- rdma_client -s {S} -p 7471
-
-# ---- perftest over rdma_cm (-R): connection and data exchange
+# perftest over rdma_cm (-R), in cm_pairs below.
 bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
 # The clients' data connection waits for the server's second rdma_listen
@@ -212,38 +190,73 @@ fi
 # them from there (rdma_write_keys' memcpy into rdma_ctx->buf[0]); the
 # peer's keys overwrite them (docs/src/tools/check.md, "Finding your RDMA bug").
 perftest_known='uroce check \[buffer\]: the application wrote into the buffer of receive WR wr_id 5 on QP 0x[0-9a-f]+ \(56 bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 0 of the message\)'
-known_reports=$perftest_known cm_pair "ib_send_bw -R" "$bw" \
-  ib_send_bw -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_send_bw -R -x 0 -d cli -p 7471 -n 100 {S}
-known_reports=$perftest_known cm_pair "ib_write_bw -R" "$bw" \
-  ib_write_bw -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_write_bw -R -x 0 -d cli -p 7471 -n 100 {S}
-known_reports=$perftest_known cm_pair "ib_read_lat -R" "$lat" \
-  ib_read_lat -R -x 0 -d srv -p 7471 -n 100 -- "${delay[@]}" ib_read_lat -R -x 0 -d cli -p 7471 -n 100 {S}
+# The rdma_cm pairs: on two devices; with UROCE_MATRIX_ONE_DEVICE_CM=1 on
+# one too (the header says why not by default).
+cm_pairs() {
+  # ---- rping: -V checks every byte the server sent back; -C iterations
+  for spec in "23 2000" "4096 500" "65535 200"; do
+    set -- $spec
+    cm_count=$2 cm_pair "rping -V -S $1 -C $2" "^ping data" \
+      rping -s -a {S} -p 7471 -V -C "$2" -S "$1" -- rping -c -a {S} -p 7471 -V -v -C "$2" -S "$1"
+  done
 
-# rsockets: rdmacm-utils' rstream (rsocket calls only, no kernel TCP to
-# fall back to) in both directions' default test and a 1 MB custom one.
-if command -v rstream >/dev/null; then
-  cm_pair "rstream 1 MB x 20" "^custom" \
-    rstream -b {S} -p 19740 -S 1000000 -C 20 -- rstream -s {S} -p 19740 -S 1000000 -C 20
-  cm_pair "rstream 64 KB x 100, non-blocking" "^custom" \
-    rstream -b {S} -p 19741 -S 65536 -C 100 -T n -- rstream -s {S} -p 19741 -S 65536 -C 100 -T n
-else
-  echo "SKIP rstream: Debian's rdmacm-utils is not installed"
-fi
+  # ---- ucmatose: four connections, 20 messages of 4 KiB each way
+  cm_pair "ucmatose -c 4 -C 20 -S 4096" "^return status 0" \
+    ucmatose -b {S} -p 7471 -c 4 -C 20 -S 4096 -- ucmatose -s {S} -b {C} -p 7471 -c 4 -C 20 -S 4096
 
-# ---- the same programs with one device for both sides (one
-# UROCE_DEVICES entry): server and client are two processes on it, as
-# `rping -s` and `rping -c` in two terminals on one kernel device
-cm_one=1 cm_count=500 cm_pair "one device: rping -V -C 500" "^ping data" \
-  rping -s -a {S} -p 7471 -V -C 500 -- rping -c -a {S} -p 7471 -V -v -C 500
-cm_one=1 cm_pair "one device: ucmatose -c 4 -C 20" "^return status 0" \
-  ucmatose -b {S} -p 7471 -c 4 -C 20 -S 4096 -- ucmatose -s {S} -b {C} -p 7471 -c 4 -C 20 -S 4096
-cm_one=1 cm_pair "one device: udaddy -c 4" "^return status 0" \
-  udaddy -b {S} -c 4 -- udaddy -s {S} -b {C} -c 4
-cm_one=1 cm_pair "one device: rdma_server/rdma_client" "rdma_client: end 0" \
-  rdma_server -s {S} -p 7471 -- rdma_client -s {S} -p 7471
-if command -v rstream >/dev/null; then
-  cm_one=1 cm_pair "one device: rstream 1 MB x 20" "^custom" \
-    rstream -b {S} -p 19742 -S 1000000 -C 20 -- rstream -s {S} -p 19742 -S 1000000 -C 20
+  # ---- ucmatose -m: the ids migrated to a new channel (rdma_migrate_id)
+  cm_pair "ucmatose -c 2 -m" "^return status 0" \
+    ucmatose -b {S} -p 7471 -c 2 -m -- ucmatose -s {S} -b {C} -p 7471 -c 2 -m
+
+  # ---- udaddy: UD, the peer's QP number and Q_Key through SIDR
+  cm_pair "udaddy -c 4" "^return status 0" \
+    udaddy -b {S} -c 4 -- udaddy -s {S} -b {C} -c 4
+
+  # ---- rdma_server/rdma_client: rdma_getaddrinfo, rdma_create_ep,
+  # synchronous ids, rdma_get_request, the CQs rdma_create_qp makes
+  cm_pair "rdma_server/rdma_client" "rdma_client: end 0" \
+    rdma_server -s {S} -p 7471 -- rdma_client -s {S} -p 7471
+
+  # ---- perftest over rdma_cm (-R): connection and data exchange
+  known_reports=$perftest_known cm_pair "ib_send_bw -R" "$bw" \
+    ib_send_bw -R -x 0 -d {SD} -p 7471 -n 100 -- "${delay[@]}" ib_send_bw -R -x 0 -d {CD} -p 7471 -n 100 {S}
+  known_reports=$perftest_known cm_pair "ib_write_bw -R" "$bw" \
+    ib_write_bw -R -x 0 -d {SD} -p 7471 -n 100 -- "${delay[@]}" ib_write_bw -R -x 0 -d {CD} -p 7471 -n 100 {S}
+  known_reports=$perftest_known cm_pair "ib_read_lat -R" "$lat" \
+    ib_read_lat -R -x 0 -d {SD} -p 7471 -n 100 -- "${delay[@]}" ib_read_lat -R -x 0 -d {CD} -p 7471 -n 100 {S}
+
+  # rsockets: rdmacm-utils' rstream (rsocket calls only, no kernel TCP to
+  # fall back to) in both directions' default test and a 1 MB custom one.
+  if command -v rstream >/dev/null; then
+    cm_pair "rstream 1 MB x 20" "^custom" \
+      rstream -b {S} -p 19740 -S 1000000 -C 20 -- rstream -s {S} -p 19740 -S 1000000 -C 20
+    cm_pair "rstream 64 KB x 100, non-blocking" "^custom" \
+      rstream -b {S} -p 19741 -S 65536 -C 100 -T n -- rstream -s {S} -p 19741 -S 65536 -C 100 -T n
+  else
+    echo "SKIP rstream: Debian's rdmacm-utils is not installed"
+  fi
+}
+cm_pairs
+[ -z "${UROCE_MATRIX_ONE_DEVICE_CM:-}" ] || cm_one_device=1 cm_pairs
+
+# ---- a subset with one device for both sides (one UROCE_DEVICES entry):
+# server and client are two processes on it, as `rping -s` and `rping -c`
+# in two terminals on one kernel device
+if [ -z "${UROCE_MATRIX_ONE_DEVICE_CM:-}" ]; then
+  cm_one_device=1 cm_count=500 cm_pair "rping -V -C 500" "^ping data" \
+    rping -s -a {S} -p 7471 -V -C 500 -- rping -c -a {S} -p 7471 -V -v -C 500
+  cm_one_device=1 cm_pair "ucmatose -c 4 -C 20 -S 4096" "^return status 0" \
+    ucmatose -b {S} -p 7471 -c 4 -C 20 -S 4096 -- ucmatose -s {S} -b {C} -p 7471 -c 4 -C 20 -S 4096
+  cm_one_device=1 cm_pair "udaddy -c 4" "^return status 0" \
+    udaddy -b {S} -c 4 -- udaddy -s {S} -b {C} -c 4
+  cm_one_device=1 cm_pair "rdma_server/rdma_client" "rdma_client: end 0" \
+    rdma_server -s {S} -p 7471 -- rdma_client -s {S} -p 7471
+  known_reports=$perftest_known cm_one_device=1 cm_pair "ib_write_bw -R" "$bw" \
+    ib_write_bw -R -x 0 -d {SD} -p 7471 -n 100 -- "${delay[@]}" ib_write_bw -R -x 0 -d {CD} -p 7471 -n 100 {S}
+  if command -v rstream >/dev/null; then
+    cm_one_device=1 cm_pair "rstream 1 MB x 20" "^custom" \
+      rstream -b {S} -p 19742 -S 1000000 -C 20 -- rstream -s {S} -p 19742 -S 1000000 -C 20
+  fi
 fi
 
 # ---- rsockets under librspreload and rdmacm-utils' other rsocket programs

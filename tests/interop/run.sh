@@ -9,7 +9,9 @@
 #      MTU 1024 and 4096, uroce as client and as server;
 #   2. every RC operation (SEND, SEND_WITH_IMM, RDMA WRITE, WRITE_WITH_IMM,
 #      READ, compare-swap, fetch-add), verified: rxe-peer (C, libibverbs, in
-#      the guest) <-> `uroce rc-stress`, each as client and as server;
+#      the guest) <-> `uroce rc-stress`, each as client and as server; and
+#      two rxe-peer clients at once against two uroce processes that share
+#      one device (one address), each process its own QP;
 #   3. errors across the wire: bad rkey (WRITE and READ) from each side, RNR
 #      with recovery, and a type 2 memory window bound, used, remotely
 #      invalidated and refused: rxe-peer <-> the interop-peer example;
@@ -357,6 +359,53 @@ ops() {
   [ $urc = 0 ] && [ $grc = 0 ] && return 0
   # Each side's last line says how it ended.
   echo "uroce exit $urc: $(grep -v '^\s*$' "$S_DIR/uroce.out" | tail -n 1); rxe-peer exit $grc: $(grep -v '^\s*$' "$S_DIR/rxe.out" | tail -n 1)"
+  return 1
+}
+
+# ops_shared — kernel rxe connects to two uroce processes behind one
+# address: two `uroce rc-stress` servers in the namespace, both on the one
+# device uroce0=$VM_HOST_IP (docs/src/guide/sharing.md: one reuseport
+# group, each datagram steered to the process owning its destination
+# QP), and two rxe-peer stress clients in the guest at once, each talking
+# RC to one of them, every operation verified on both ends. The capture
+# must show rxe's packets reaching QPs of two slots (the top 6 bits of a
+# uroce QPN name its process): each process got its own.
+ops_shared() {
+  local t=300 n=500 k port=() pid=() job=() urc=() grc=() ok=1
+  # About 2 min under TCG at 500 each; the quick subset does 200.
+  [ -n "${UROCE_INTEROP_QUICK:-}" ] && n=200
+  for k in 1 2; do
+    next_port
+    port[k]=$PORT
+    host_bg "$S_DIR/uroce$k.out" $t "$UROCE" rc-stress -p $PORT
+    pid[k]=$HOST_PID
+    host_wait_listen $PORT || { cat "$S_DIR/uroce$k.out"; echo "uroce rc-stress $k did not start"; return 1; }
+  done
+  for k in 1 2; do
+    vm_bg $t "$RXEPEER stress -p ${port[k]} -n $n -m 1024 -s $RANDOM $VM_HOST_IP"
+    job[k]=$VM_JOB
+  done
+  for k in 1 2; do
+    vm_wait "${job[k]}" >"$S_DIR/rxe$k.out"
+    grc[k]=$?
+    wait "${pid[k]}"
+    urc[k]=$?
+    echo "--- uroce rc-stress $k, TCP ${port[k]} (exit ${urc[k]})"
+    cat "$S_DIR/uroce$k.out"
+    echo "--- rxe: rxe-peer stress $k (exit ${grc[k]})"
+    cat "$S_DIR/rxe$k.out"
+    [ "${urc[k]}" = 0 ] && [ "${grc[k]}" = 0 ] || ok=0
+  done
+  # rxe's packets to the host, by the slot of their destination QP (QP1's
+  # MADs aside).
+  local slots
+  slots=$(sleep 0.3; "$UROCE" decode "$S_DIR/tap.pcap" 2>/dev/null | grep "\"src\":\"$VM_GUEST_IP\"" |
+    grep -o '"dest_qp":[0-9]*' | awk -F: '$2 > 1 { n[int($2 / 262144)]++ }
+      END { for (s in n) printf "%s%d packets to slot %d", (c++ ? ", " : ""), n[s], s }')
+  echo "capture: rxe -> uroce: $slots"
+  S_NOTE="rxe -> uroce0: ${slots:-no packets}"
+  [ $ok = 1 ] && [ "$(grep -o 'to slot' <<<"$slots" | wc -l)" = 2 ] && return 0
+  echo "uroce exit ${urc[1]} and ${urc[2]}, rxe-peer exit ${grc[1]} and ${grc[2]}; rxe -> uroce: ${slots:-no packets} (two slots expected)"
   return 1
 }
 
@@ -968,6 +1017,7 @@ fuzz_rxe() {
 
 pingpong_matrix ""
 ops_matrix ""
+scenario "rc-ops mtu=1024 rxe to two uroce processes on one device" ops_shared
 error_matrix
 cm_matrix ""
 mc_matrix
