@@ -271,13 +271,6 @@ pub const VARS: &[Var] = &[
         "The C test `cm_exit`: the client's `UROCE_DEVICES`.",
     ),
     var(
-        "UROCE_APPS_SHARED_CM",
-        Test,
-        "0",
-        "`1`: `tests/ibverbs/apps.sh` also runs librpma's example 13 with the server and its \
-         three clients on one device that four processes share (rdma_cm on a shared device).",
-    ),
-    var(
         "UROCE_CRATES_TARGET",
         Test,
         "~/.cache/uroce-crates-target",

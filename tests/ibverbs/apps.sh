@@ -364,10 +364,10 @@ fi
 # forever) and 13 (three clients on one SRQ, each disconnected by the
 # server after its last message). Twenty pairs each of 12 and 12scch,
 # each process under a 5 s timeout, server 127.104.60.1, client .2; 13
-# on 127.104.61.1 (server) and .2-.4. rdma_cm's port 19480.
-# UROCE_APPS_SHARED_CM=1 also runs 13 as librpma's README does, the
-# server and its three clients on one device (shared by four processes:
-# rdma_cm on a shared device, issue #33), 127.104.62.1.
+# on 127.104.61.1 (server) and .2-.4; and 13 again as librpma's README
+# runs it, the server and its three clients on one device (shared by
+# four processes: rdma_cm on a shared device, issue #33), 127.104.62.1.
+# rdma_cm's port 19480.
 # rpma_pair NAME RUNS SERVER-DEV CLIENT-DEVS MODE [CLIENTS]: RUNS times, a
 # server and CLIENTS clients (1 unless given, at once), each its own
 # process; the count of runs where all exited 0 within the timeout.
@@ -422,11 +422,7 @@ else
   rpma_pair "librpma 12scch: shared channel" 20 uroce0=127.104.60.1 uroce0=127.104.60.2 scch
   rpma_pair "librpma 13: 3 clients, one SRQ" 5 uroce0=127.104.61.1 \
     uroce0=127.104.61.2,uroce0=127.104.61.3,uroce0=127.104.61.4 srq 3
-  if [ "${UROCE_APPS_SHARED_CM:-0}" = 1 ]; then
-    rpma_pair "librpma 13 on one shared device" 5 uroce0=127.104.62.1 uroce0=127.104.62.1 srq 3
-  else
-    skip "librpma 13 on one shared device" "UROCE_APPS_SHARED_CM=1 runs it (rdma_cm on a shared device, #33)"
-  fi
+  rpma_pair "librpma 13 on one shared device" 5 uroce0=127.104.62.1 uroce0=127.104.62.1 srq 3
 fi
 
 # ---- Python wheels from PyPI
