@@ -99,8 +99,13 @@ pub trait CmGroup: std::fmt::Debug + Send + Sync {
     /// Writes into `buf` the header of a forward to `slot` of a packet
     /// from `from` received with TOS `tclass`; returns its length (the
     /// packet follows it).
-    fn write_forward_header(&self, slot: u32, from: SocketAddr, tclass: u8, buf: &mut [u8])
-        -> usize;
+    fn write_forward_header(
+        &self,
+        slot: u32,
+        from: SocketAddr,
+        tclass: u8,
+        buf: &mut [u8],
+    ) -> usize;
 }
 
 /// Where a MAD that came to QP1 goes (see [`CmAgent::handle_mad`]).

@@ -49,7 +49,10 @@ fn pair_with_sink(seed: u64, faults: Faults, sink_a: Option<gsi::Sink>) -> Pair 
         ip(A),
         GsiQp::new(a.clone(), ip(A), counters.clone(), sink_a, None),
     );
-    net.add(ip(B), GsiQp::new(b.clone(), ip(B), counters.clone(), None, None));
+    net.add(
+        ip(B),
+        GsiQp::new(b.clone(), ip(B), counters.clone(), None, None),
+    );
     Pair {
         net,
         a,
@@ -767,7 +770,12 @@ fn a_shared_devices_agent_routes_each_mad_to_its_owner() {
         Route::Forward(2)
     );
     assert_eq!(
-        a.handle_mad(now, src, 1, &mad_bytes(CmMessage::Req(theirs(0x50_0002, SID)))),
+        a.handle_mad(
+            now,
+            src,
+            1,
+            &mad_bytes(CmMessage::Req(theirs(0x50_0002, SID)))
+        ),
         Route::Here
     );
     assert!(matches!(a.poll_event(), Some(CmEvent::ReqReceived { .. })));
@@ -788,7 +796,10 @@ fn a_shared_devices_agent_routes_each_mad_to_its_owner() {
         Route::Forward(0)
     );
     assert_eq!(counters.cm_forwarded.load(Ordering::Relaxed), 3);
-    assert!(a.poll_transmit().is_none(), "a forwarded MAD is not answered");
+    assert!(
+        a.poll_transmit().is_none(),
+        "a forwarded MAD is not answered"
+    );
     // Slot 3 is nobody's: its DREQ gets a DREP, its REP a REJ (timeout).
     let gone = 3 << COMM_SLOT_SHIFT | 1;
     let mut dreq = DreqRepr::default();

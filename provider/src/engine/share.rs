@@ -52,17 +52,17 @@
 //! `UROCE_SHARE=0` turns sharing off: the socket binds alone (a second
 //! process gets EADDRINUSE) and QPNs use all 24 bits, as before.
 
+use crate::userdir::{euid, private_dir};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
-use crate::userdir::{euid, private_dir};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use uroce_wire::bth::Bth;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use uroce_wire::bth::Bth;
 
 /// Bits of a QPN that name its process's slot.
 pub const SLOT_BITS: u32 = 6;
@@ -734,7 +734,13 @@ impl crate::cm::CmGroup for CmShare {
         ofd_holder(&f, 0, SLOTS as i64)
     }
 
-    fn write_forward_header(&self, slot: u32, from: SocketAddr, tclass: u8, buf: &mut [u8]) -> usize {
+    fn write_forward_header(
+        &self,
+        slot: u32,
+        from: SocketAddr,
+        tclass: u8,
+        buf: &mut [u8],
+    ) -> usize {
         buf[..FORWARD_LEN].copy_from_slice(&forward_header(slot, from, tclass));
         FORWARD_LEN
     }
@@ -1182,7 +1188,7 @@ mod tests {
                 ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 live: AtomicU64::new(1 << slot),
                 helper: std::sync::OnceLock::new(),
-            stale: AtomicBool::new(false),
+                stale: AtomicBool::new(false),
             }),
             dir: dir.clone(),
         };

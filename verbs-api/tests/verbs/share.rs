@@ -374,12 +374,20 @@ fn member(ip: &str) {
                     out("sidrreplied fail".into());
                     continue;
                 };
-                cm.sidr_reply(conn, uroce_provider::device::cm::SIDR_OK, qpn.parse().unwrap(), 0x1111, &[])
-                    .unwrap();
+                cm.sidr_reply(
+                    conn,
+                    uroce_provider::device::cm::SIDR_OK,
+                    qpn.parse().unwrap(),
+                    0x1111,
+                    &[],
+                )
+                .unwrap();
                 out("sidrreplied ok".into());
             }
             ["sidr", sid] => {
-                let conn = cm.sidr_request(peer_ip, sid.parse().unwrap(), 0, &[]).unwrap();
+                let conn = cm
+                    .sidr_request(peer_ip, sid.parse().unwrap(), 0, &[])
+                    .unwrap();
                 let rep = events.take(|e| match e {
                     CmEvent::SidrRepReceived { conn: c, rep } if *c == conn => {
                         Some(format!("{} {} {}", rep.status, rep.qpn, rep.qkey))

@@ -113,7 +113,12 @@ fn host_port(ps: u16, ip: IpAddr, port: u16, afonly: bool) -> Option<Option<Port
 impl CmId {
     /// Reserves `port` (0: an ephemeral one) at `ip`, in this process's
     /// table and for the host's processes, as the kernel's port space.
-    fn reserve_port(&self, ip: IpAddr, port: u16, afonly: bool) -> Result<(u16, Option<PortClaim>)> {
+    fn reserve_port(
+        &self,
+        ip: IpAddr,
+        port: u16,
+        afonly: bool,
+    ) -> Result<(u16, Option<PortClaim>)> {
         let mut p = ports().lock();
         p.retain(|_, (w, _)| w.strong_count() > 0);
         let ps = self.inner.ps as u16;

@@ -76,7 +76,10 @@ fn client(ip: &str, port: u16, mode: &str) {
     c.send(4, None);
     let mut statuses = [c.wait(), c.wait()].map(|w| (w.status, w.byte_len));
     statuses.sort_by_key(|s| s.1);
-    assert!(statuses.iter().all(|s| s.0 == WcStatus::Success), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| s.0 == WcStatus::Success),
+        "{statuses:?}"
+    );
     let mut got = [0u8; 4];
     c.mr.read(2048, &mut got).unwrap();
     assert_eq!(&got, b"pong");
