@@ -170,8 +170,9 @@ static int serve_one(struct rpma_peer *peer, struct rpma_ep *ep, enum mode mode)
 	return 0;
 }
 
-/* Example 13's server: `n` clients, one shared receive queue, a receive
- * buffer (and a send buffer) per client. */
+/* Example 13's server: `n` clients, one shared receive queue with `n`
+ * receive slots (any client's value may land in any slot), and a send
+ * slot per client. */
 static int serve_srq(struct rpma_peer *peer, struct rpma_ep *ep, int n)
 {
 	uint64_t *recv = page(CLIENT_MAX * MSG_SIZE), *send = page(CLIENT_MAX * MSG_SIZE);
@@ -228,9 +229,14 @@ static int serve_srq(struct rpma_peer *peer, struct rpma_ep *ep, int n)
 				continue;
 			}
 			values++;
+			/* The answer goes out of client c's own send slot: the
+			 * receive slot `at` may next hold another client's
+			 * value, while this SEND (unsignaled) is still being
+			 * sent. Client c sends again only once it has this
+			 * answer, so its slot is free by then. */
+			send[c] = *buf + 1;
 			TRY(rpma_srq_recv(srq, recv_mr, at * MSG_SIZE, MSG_SIZE, buf));
-			send[at] = *buf + 1;
-			TRY(rpma_send(conns[c], send_mr, at * MSG_SIZE, MSG_SIZE,
+			TRY(rpma_send(conns[c], send_mr, (size_t)c * MSG_SIZE, MSG_SIZE,
 				      RPMA_F_COMPLETION_ON_ERROR, NULL));
 		}
 	}
