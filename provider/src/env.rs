@@ -197,7 +197,10 @@ pub const VARS: &[Var] = &[
         Program,
         "unset",
         "The sysfs-like tree the preload shim (`liburoce_preload.so`) answers `/sys/class/\
-         infiniband*` with (`uroce exec` sets it); without it nothing is redirected.",
+         infiniband*` with (`uroce exec` sets it); without it nothing is redirected. With it \
+         rdma_cm also takes an address of the interface the tree names as a device's netdev \
+         (127.0.0.1 for `lo`) for the device itself, as the kernel binds and resolves a \
+         loopback address.",
     ),
     var(
         "UROCE_IFADDRS",

@@ -12,6 +12,8 @@
 #     DISCONNECTED leaves its DREP on the wire (the client's DISCONNECTED
 #     within 3 s, not after DREQ retries);
 #   * tests/ibverbs/cm_src.c: rdma_resolve_addr from an explicit source;
+#   * tests/ibverbs/cm_fork.c: children of fork() connect on the device
+#     their parent holds (and, under `uroce exec`, to 127.0.0.1);
 #   * tests/ibverbs/cm_threads.c: an id and channel shared by two threads
 #     as rping 44 shares them (destroy waits for the other thread's ack;
 #     a destroyed channel answers EBADF);
@@ -146,6 +148,29 @@ if cc -O1 -Wall -o "$tmp/cm_threads" tests/ibverbs/cm_threads.c -lrdmacm -libver
 else
   failed=$((failed + 1))
   echo "FAIL  cm_threads.c (does not compile: apt-get install librdmacm-dev)"
+fi
+
+# ---- children of fork() on a device their parent holds, as the pyverbs
+# rdmacm tests run (tests/ibverbs/cm_fork.c): each child opens the device
+# anew and connects through rdma_cm; then the parent's own context still
+# works. Again under `uroce exec` to 127.0.0.1, the address of the `lo`
+# its sysfs view names as the device's netdev (which pyverbs connects to):
+# it reaches the device itself, as the kernel's CMA resolves it.
+if cc -O1 -Wall -o "$tmp/cm_fork" tests/ibverbs/cm_fork.c -lrdmacm -libverbs; then
+  if UROCE_DEVICES=uroce0=127.105.22.1 timeout 90 "$tmp/cm_fork" 127.105.22.1 7480 >"$tmp/out" 2>&1; then
+    pass "cm_fork.c" "$(tail -1 "$tmp/out")"
+  else
+    fail "cm_fork.c" "$(tail -3 "$tmp/out" | tr '\n' ' ')"
+  fi
+  if UROCE_DEVICES=uroce0=127.105.23.1 timeout 90 "$uroce" exec -- "$tmp/cm_fork" 127.105.23.1 7480 127.0.0.1 \
+    >"$tmp/out" 2>&1; then
+    pass "cm_fork.c to 127.0.0.1 under uroce exec" "$(tail -1 "$tmp/out")"
+  else
+    fail "cm_fork.c to 127.0.0.1 under uroce exec" "$(tail -3 "$tmp/out" | tr '\n' ' ')"
+  fi
+else
+  failed=$((failed + 1))
+  echo "FAIL  cm_fork.c (does not compile: apt-get install librdmacm-dev)"
 fi
 
 # ---- rdma_resolve_addr with an explicit source on an unbound id

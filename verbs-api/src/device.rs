@@ -143,20 +143,32 @@ impl Device {
     /// Opens the device, or returns the context this process has open on
     /// it already (a device binds its address once per process; the
     /// connection manager and the C library share contexts this way).
+    ///
+    /// A child of `fork()` does not get its parent's context: the child
+    /// has the parent's memory but not its engine thread, and opens the
+    /// device anew, as another process on the shared device. (The
+    /// parent's entry is left alone: dropping a context stops and joins
+    /// its engine thread.)
     pub fn open_shared(&self) -> Result<Context> {
-        static OPEN: parking_lot::Mutex<Vec<(Device, std::sync::Weak<ContextInner>)>> =
-            parking_lot::Mutex::new(Vec::new());
+        type Open = Vec<(Device, std::sync::Weak<ContextInner>, u32)>;
+        static OPEN: parking_lot::Mutex<Open> = parking_lot::Mutex::new(Vec::new());
         let mut open = OPEN.lock();
-        open.retain(|(_, w)| w.strong_count() > 0);
+        let me = std::process::id();
+        if open.iter().any(|e| e.2 != me) {
+            let (mine, inherited): (Open, Open) = open.drain(..).partition(|e| e.2 == me);
+            std::mem::forget(inherited);
+            *open = mine;
+        }
+        open.retain(|(_, w, _)| w.strong_count() > 0);
         if let Some(inner) = open
             .iter()
-            .find(|(d, _)| d == self)
-            .and_then(|(_, w)| w.upgrade())
+            .find(|(d, _, _)| d == self)
+            .and_then(|(_, w, _)| w.upgrade())
         {
             return Ok(Context { inner });
         }
         let ctx = self.open()?;
-        open.push((self.clone(), Arc::downgrade(&ctx.inner)));
+        open.push((self.clone(), Arc::downgrade(&ctx.inner), me));
         Ok(ctx)
     }
 }

@@ -290,7 +290,7 @@ pub enum JoinError {
 /// rebuild) and a slot. The socket is bound between the two halves.
 pub struct Joining {
     dir: PathBuf,
-    group: File,
+    group: Held,
     slot: SlotLock,
     steer: Arc<Steer>,
 }
@@ -382,7 +382,7 @@ pub struct Member {
     stop: Arc<AtomicBool>,
     helper: Option<std::thread::JoinHandle<Group>>,
     slot: Option<SlotLock>,
-    leaving: Option<File>,
+    leaving: Option<Held>,
 }
 
 impl Member {
@@ -694,7 +694,7 @@ const LISTEN_BYTE: i64 = SLOTS as i64 + 1;
 /// A device-wide listen: the OFD locks on its file's bytes, released
 /// with the file (by the kernel when the process dies).
 #[derive(Debug)]
-struct ListenLock(#[allow(dead_code)] File);
+struct ListenLock(#[allow(dead_code)] Held);
 
 impl CmShare {
     fn listen_path(&self, service_id: u64) -> PathBuf {
@@ -722,7 +722,7 @@ impl crate::cm::CmGroup for CmShare {
         if !ofd_lock(&f, LISTEN_BYTE).ok()? || !ofd_lock(&f, i64::from(self.steer.slot)).ok()? {
             return None;
         }
-        Some(Box::new(ListenLock(f)))
+        Some(Box::new(ListenLock(Held(f))))
     }
 
     fn listener(&self, service_id: u64) -> Option<u32> {
@@ -789,8 +789,33 @@ fn ofd_holder(f: &File, start: i64, len: i64) -> Option<u32> {
 
 /// A slot: the exclusive `flock` on its file.
 struct SlotLock {
-    _file: File,
+    _file: Held,
     slot: u32,
+}
+
+/// A lock file this process holds a lock on (`flock`, or OFD locks on its
+/// bytes), unlocked when dropped, then closed. Both kinds of lock belong
+/// to the open file description, which a child of `fork()` shares: closing
+/// our descriptor alone would leave the lock held for as long as the child
+/// lives, and a child that then takes the same lock (opening the device
+/// itself) would wait for ever on its own inherited copy. (A process that
+/// dies holding one still leaves it to its children: they hold the
+/// description until they exit.)
+#[derive(Debug)]
+struct Held(File);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = flock(&self.0, libc::LOCK_UN);
+        // SAFETY: an all-zero `flock` is a valid value of the C struct.
+        let mut l: libc::flock = unsafe { std::mem::zeroed() };
+        l.l_type = libc::F_UNLCK as libc::c_short;
+        l.l_whence = libc::SEEK_SET as libc::c_short;
+        // l_start 0, l_len 0: every byte.
+        // SAFETY: fcntl on a descriptor `self.0` owns, with a pointer to
+        // a live `flock` the call reads.
+        unsafe { libc::fcntl(self.0.as_raw_fd(), libc::F_OFD_SETLK, &l) };
+    }
 }
 
 fn state_err(path: &Path) -> impl FnOnce(io::Error) -> JoinError + '_ {
@@ -849,7 +874,7 @@ pub enum PortAddr {
 /// OFD locks on the port's byte in its address's file under `ports/`,
 /// which the kernel releases with the process.
 #[derive(Debug)]
-pub struct PortClaim(#[allow(dead_code)] Vec<File>);
+pub struct PortClaim(#[allow(dead_code)] Vec<Held>);
 
 /// Claims `port` of port space `ps` on `addr` unless another process
 /// holds it where it clashes (the kernel CMA's `cma_check_port`): the
@@ -897,7 +922,7 @@ pub fn claim_port(ps: u16, addr: PortAddr, port: u16) -> io::Result<Option<PortC
     let _g = {
         let f = open_lock_file(&dir.join("ports.lock"))?;
         flock(&f, libc::LOCK_EX)?;
-        f
+        Held(f)
     };
     for n in &check {
         let Ok(f) = OpenOptions::new()
@@ -917,7 +942,7 @@ pub fn claim_port(ps: u16, addr: PortAddr, port: u16) -> io::Result<Option<PortC
         if !ofd_lock(&f, i64::from(port))? {
             return Ok(None);
         }
-        held.push(f);
+        held.push(Held(f));
     }
     Ok(Some(PortClaim(held)))
 }
@@ -950,11 +975,11 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
 }
 
 /// The group lock, held while the group's membership or program changes.
-fn lock_group(dir: &Path) -> Result<File, JoinError> {
+fn lock_group(dir: &Path) -> Result<Held, JoinError> {
     let path = dir.join("group.lock");
     let f = open_lock_file(&path).map_err(state_err(&path))?;
     flock(&f, libc::LOCK_EX).map_err(state_err(&path))?;
-    Ok(f)
+    Ok(Held(f))
 }
 
 /// The first free slot (its file records the holder's pid).
@@ -965,7 +990,10 @@ fn take_slot(dir: &Path) -> Result<SlotLock, JoinError> {
         if flock(&f, libc::LOCK_EX | libc::LOCK_NB).map_err(state_err(&path))? {
             let _ = f.set_len(0);
             let _ = writeln!(f, "{}", std::process::id());
-            return Ok(SlotLock { _file: f, slot });
+            return Ok(SlotLock {
+                _file: Held(f),
+                slot,
+            });
         }
     }
     Err(JoinError::Full)
@@ -980,9 +1008,11 @@ fn slot_held(path: &Path) -> bool {
     else {
         return false;
     };
-    // Free if a shared lock is granted at once (dropping the file
-    // releases it).
-    !flock(&f, libc::LOCK_SH | libc::LOCK_NB).unwrap_or(true)
+    // Free if a shared lock is granted at once (released at once, see
+    // `Held`).
+    let free = flock(&f, libc::LOCK_SH | libc::LOCK_NB).unwrap_or(true);
+    drop(Held(f));
+    !free
 }
 
 // ------------------------------------------------------------ other users

@@ -36,8 +36,21 @@ pub(crate) struct Dev {
     /// the number of contexts open: every `ibv_open_device` of this
     /// device in the process shares its engine (a device binds its UDP
     /// address once), each with asynchronous events of its own
-    /// ([`Context::new_context`]).
-    open: Mutex<Option<(Context, Arc<Handles>, usize)>>,
+    /// ([`Context::new_context`]). And the process that opened it: a
+    /// child of `fork()` inherits the parent's engine without its thread,
+    /// and opens a context of its own (see [`forked`]).
+    open: Mutex<Option<(Context, Arc<Handles>, usize, u32)>>,
+}
+
+/// Whether a cache entry made by process `pid` was inherited through
+/// `fork()`: the child has the parent's memory but not its engine
+/// threads, so a context the parent opened neither works in the child nor
+/// may be dropped there (dropping one stops and joins an engine thread
+/// that is not there). The child leaves such an entry alone, never
+/// dropped ([`std::mem::forget`]), and opens the device anew, as a
+/// process of its own on the shared device.
+pub(crate) fn forked(pid: u32) -> bool {
+    pid != std::process::id()
 }
 
 /// `*mut Dev` of every configured device, made once and kept for the
@@ -229,8 +242,11 @@ fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut 
     let dv = unsafe { dev(d)? };
     let (rust, handles) = {
         let mut open = dv.open.lock();
+        if open.as_ref().is_some_and(|o| forked(o.3)) {
+            std::mem::forget(open.take());
+        }
         match &mut *open {
-            Some((c, h, n)) => {
+            Some((c, h, n, _)) => {
                 // A context of its own on the device's engine: its own
                 // async_fd, as each open of a kernel device is its own
                 // file (UCX keys its handlers by that descriptor).
@@ -243,7 +259,7 @@ fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut 
                 let c = dv.rust.open_shared().map_err(|e| errno(&e))?;
                 crate::make_blocking(c.async_fd());
                 let h = Arc::new(Handles::default());
-                *open = Some((c.clone(), h.clone(), 1));
+                *open = Some((c.clone(), h.clone(), 1, std::process::id()));
                 (c, h)
             }
         }
@@ -292,6 +308,7 @@ fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut 
             rust,
             handles,
             cmd_fd_key,
+            pid: std::process::id(),
         },
     });
     let p = Box::into_raw(obj);
@@ -305,9 +322,13 @@ fn open_device_with(d: *mut ibv_device, imported: Option<c_int>) -> Result<*mut 
 /// keeps one per device. It shares the device's engine with every other
 /// context of the device in the process.
 pub(crate) fn cm_context(name: &str) -> Result<(*mut ibv_context, *mut ibv_pd), i32> {
-    static CTXS: Mutex<Vec<(String, usize, usize)>> = Mutex::new(Vec::new());
+    // (name, context, PD, the process that opened them: a child of
+    // fork() opens its own, see `forked`; the parent's are plain
+    // addresses, left as they are.)
+    static CTXS: Mutex<Vec<(String, usize, usize, u32)>> = Mutex::new(Vec::new());
     let mut ctxs = CTXS.lock();
-    if let Some((_, c, p)) = ctxs.iter().find(|(n, _, _)| n == name) {
+    ctxs.retain(|e| !forked(e.3));
+    if let Some((_, c, p, _)) = ctxs.iter().find(|e| e.0 == name) {
         return Ok((*c as *mut ibv_context, *p as *mut ibv_pd));
     }
     let list = device_list()?;
@@ -324,7 +345,12 @@ pub(crate) fn cm_context(name: &str) -> Result<(*mut ibv_context, *mut ibv_pd), 
         let _ = close_device(c);
         return Err(e);
     }
-    ctxs.push((name.to_string(), c as usize, pd as usize));
+    ctxs.push((
+        name.to_string(),
+        c as usize,
+        pd as usize,
+        std::process::id(),
+    ));
     Ok((c, pd))
 }
 
@@ -350,6 +376,12 @@ fn close_device(c: *mut ibv_context) -> Result<(), i32> {
     // SAFETY: made by Box::into_raw in ibv_open_device. Objects the
     // program did not destroy keep the device's engine alive.
     let ctx = unsafe { Box::from_raw(crate::objects::ctx_ptr(c)) };
+    if forked(ctx.inner.pid) {
+        // The parent's context, closed in a child of fork(): its engine
+        // is the parent's (see `forked`); only the memory is the child's.
+        std::mem::forget(ctx);
+        return Ok(());
+    }
     if let Some(k) = ctx.inner.cmd_fd_key {
         CMD_FDS.lock().retain(|(key, _)| *key != k);
     }
@@ -361,7 +393,7 @@ fn close_device(c: *mut ibv_context) -> Result<(), i32> {
     // SAFETY: the context's device, from the list.
     if let Ok(dv) = unsafe { dev(ctx.v.context.device) } {
         let mut open = dv.open.lock();
-        if let Some((_, _, n)) = &mut *open {
+        if let Some((_, _, n, _)) = &mut *open {
             *n -= 1;
             if *n == 0 {
                 *open = None;

@@ -52,6 +52,8 @@ pub(crate) struct CtxInner {
     /// The identity of the context's command fd (a memfd) when this
     /// context made it; an imported context's belongs to the original.
     pub cmd_fd_key: Option<(u64, u64)>,
+    /// The process that opened it (see [`crate::device::forked`]).
+    pub pid: u32,
 }
 
 /// QP number -> `*mut Qp`, CQ handle -> `*mut Cq`, SRQ handle -> `*mut

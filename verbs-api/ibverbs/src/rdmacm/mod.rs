@@ -413,19 +413,28 @@ unsafe fn refresh(p: *mut rdma_cm_id, route: bool) -> Result<(), i32> {
     // SAFETY: the id's C half; the program reads it, only this library
     // writes these fields.
     let c = unsafe { &mut (*p.cast::<Id>()).c };
-    if let Some(s) = src {
-        sockaddr_to_c(s, &mut c.route.addr.src_storage);
-        c.route.addr.addr.sgid.raw = gid_of(s.ip().to_canonical());
-    }
-    if let Some(d) = dst {
-        sockaddr_to_c(d, &mut c.route.addr.dst_storage);
-        c.route.addr.addr.dgid.raw = gid_of(d.ip().to_canonical());
-    }
-    c.route.addr.addr.pkey = 0xffff;
     // An id bound to the wildcard address has no device (yet).
     let ctx = cm
         .context()
         .filter(|_| src.is_some_and(|s| !uroce_rdmacm::cm::binds_any(s.ip())));
+    // The device's own GID: the id's address may be one of its netdev's
+    // (under `uroce exec`, see CmId::resolve_addr).
+    let src_ip = ctx
+        .as_ref()
+        .map(|c| c.device().ip())
+        .or(src.map(|s| s.ip()));
+    if let (Some(s), Some(ip)) = (src, src_ip) {
+        sockaddr_to_c(s, &mut c.route.addr.src_storage);
+        c.route.addr.addr.sgid.raw = gid_of(ip.to_canonical());
+    }
+    // The GID the id's packets go to (the device's own for a destination
+    // that names its netdev, as the kernel's cma_resolve_loopback).
+    let dst_ip = cm.route_dst_ip();
+    if let (Some(d), Some(ip)) = (dst, dst_ip) {
+        sockaddr_to_c(d, &mut c.route.addr.dst_storage);
+        c.route.addr.addr.dgid.raw = gid_of(ip.to_canonical());
+    }
+    c.route.addr.addr.pkey = 0xffff;
     if let Some(ctx) = ctx {
         if c.verbs.is_null() {
             let (verbs, pd) = crate::device::cm_context(ctx.device().name())?;
@@ -436,16 +445,16 @@ unsafe fn refresh(p: *mut rdma_cm_id, route: bool) -> Result<(), i32> {
             c.port_num = 1;
         }
         if route {
-            if let (Some(s), Some(d)) = (src, dst) {
+            if let (Some(s), Some(d)) = (src_ip, dst_ip) {
                 let mtu = ctx.query_port(1).map_or(3, |a| a.active_mtu as u8);
                 let mut st = inner.st.lock();
                 let path = &mut *st.path;
                 *path = ibv_sa_path_rec {
                     dgid: ibv_gid {
-                        raw: gid_of(d.ip().to_canonical()),
+                        raw: gid_of(d.to_canonical()),
                     },
                     sgid: ibv_gid {
-                        raw: gid_of(s.ip().to_canonical()),
+                        raw: gid_of(s.to_canonical()),
                     },
                     dlid: 0,
                     slid: 0,
@@ -975,7 +984,8 @@ unsafe extern "C" fn rdma_get_dst_port(p: *mut rdma_cm_id) -> u16 {
 /// takes TOS and ACK_TIMEOUT (one byte; ACK_TIMEOUT only on RC ids),
 /// REUSEADDR and AFONLY (an int); AFONLY restricts the id to its address
 /// family (`CmId::set_afonly`), REUSEADDR is accepted (ports are not
-/// reused; uroce's REQs carry its own ACK timeout); TOS is the traffic
+/// reused); ACK_TIMEOUT is the local QP's ACK timeout at RTS
+/// (`CmId::set_ack_timeout`); TOS is the traffic
 /// class of the REQ's path, so of both QPs' packets, from the next
 /// connect on; `RDMA_OPTION_IB` takes
 /// `RDMA_OPTION_IB_PATH` (an array of `ibv_path_data`), which resolves
@@ -1021,11 +1031,9 @@ unsafe extern "C" fn rdma_set_option(
                 if !byte {
                     return Err(libc::EINVAL);
                 }
-                // SAFETY: the id's C half.
-                if unsafe { (*p).qp_type } != QpType::Rc as c_int {
-                    return Err(libc::EINVAL);
-                }
-                Ok(())
+                // SAFETY: the caller's one byte (checked non-null).
+                let t = unsafe { *optval.cast::<u8>() };
+                inner.cm()?.set_ack_timeout(t).map_err(|e| errno(&e))
             }
             (1, 1) => {
                 // IB_PATH

@@ -12,19 +12,51 @@ use uroce_verbs::{devices, Context, Device, Error, Result};
 
 /// An address that binds no particular device, as the kernel's CMA
 /// treats it (`cma_any_addr`): the wildcard, and a loopback address
-/// (127/8, ::1) that no uroce device has. An id bound to one listens on
-/// every device and picks its device when it resolves a destination, as
-/// on the wildcard. (libfabric's verbs provider binds 127.0.0.1 to ask
-/// for "any device".)
+/// (127/8, ::1) that no uroce device has (but see [`names_own_netdev`]).
+/// An id bound to one listens on every device and picks its device when
+/// it resolves a destination, as on the wildcard. (libfabric's verbs
+/// provider binds 127.0.0.1 to ask for "any device".)
 pub fn binds_any(ip: IpAddr) -> bool {
     let ip = ip.to_canonical();
-    ip.is_unspecified()
-        || (ip.is_loopback()
-            && !devices().is_ok_and(|d| d.iter().any(|d| d.ip().to_canonical() == ip)))
+    ip.is_unspecified() || (loopback_of_no_device(ip) && !sysfs_view())
 }
 
-/// The uroce device (opened, shared in the process) that has `ip`.
+/// A loopback address (127/8, ::1) that no uroce device has.
+fn loopback_of_no_device(ip: IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    ip.is_loopback() && !devices().is_ok_and(|d| d.iter().any(|d| d.ip().to_canonical() == ip))
+}
+
+/// Whether the program runs under `uroce exec`'s sysfs view
+/// (`UROCE_SYSFS` set).
+fn sysfs_view() -> bool {
+    std::env::var_os("UROCE_SYSFS").is_some_and(|v| !v.is_empty())
+}
+
+/// Whether `ip` is, to this program, an address of a device's own
+/// network interface that no device has: under `uroce exec`'s sysfs view
+/// (`UROCE_SYSFS` set), which names the interface holding a device's
+/// address as its netdev (`lo` for 127.x), a program may take that
+/// interface's address for the device's, as the pyverbs tests read
+/// `ip addr show lo` (127.0.0.1). The kernel's CMA resolves a destination
+/// on the device's own netdev to the device itself (`cma_resolve_loopback`),
+/// and so does [`CmId::resolve_addr`] for these. Without the view uroce
+/// names no netdev, and a loopback address no device has is nobody's (an
+/// unreachable peer).
+///
+/// Bound to one, an id binds the device (as the kernel's
+/// `cma_bind_loopback`: the first device, of the address's family here),
+/// and keeps the address as its own (`rdma_get_local_addr`).
+fn names_own_netdev(ip: IpAddr) -> bool {
+    loopback_of_no_device(ip) && sysfs_view()
+}
+
+/// The uroce device (opened, shared in the process) that has `ip` (or
+/// whose netdev has it, see [`names_own_netdev`]).
 fn context_for(ip: IpAddr) -> Result<Context> {
+    if names_own_netdev(ip) {
+        return device_towards(ip)?.open_shared();
+    }
     let ip = ip.to_canonical();
     let devs = devices()?;
     let dev = devs
@@ -253,6 +285,11 @@ impl CmId {
             let port = st.src.map_or(0, |s| s.port());
             st.src = Some(SocketAddr::new(d.ip(), port));
         }
+        // The id keeps the destination it was given (rdma_get_peer_addr);
+        // the CM's packets and the QP's go to the device itself.
+        st.route_dst = names_own_netdev(dst.ip())
+            .then(|| st.ctxs.first().map(|c| c.device().ip()))
+            .flatten();
         st.dst = Some(dst);
         st.state = IdState::AddrResolved;
         drop(st);

@@ -92,14 +92,18 @@ impl Processing {
     }
 
     /// A new id (of `qp_type`, on `ctx`) for a request to this listening
-    /// id on connection `conn` from `peer`, routed its events; the
-    /// request's event names both.
+    /// id on connection `conn` from `peer` (the CMA header's address), sent
+    /// by the device at `sender`, routed its events; the request's event
+    /// names both. The id's packets go to `sender`: `peer` may be an
+    /// address of the sender's netdev that no device has (see
+    /// `addr::names_own_netdev`), as the kernel's passive side takes the
+    /// route from the REQ's path and the address from the CMA header.
     fn passive_id(
         &self,
         qp_type: QpType,
         ctx: Context,
         conn: u32,
-        peer: SocketAddr,
+        (peer, sender): (SocketAddr, IpAddr),
         req: Option<Box<ReqRepr>>,
     ) -> Option<CmId> {
         let inner = &self.id.inner;
@@ -114,6 +118,7 @@ impl Processing {
             st.ctxs = vec![ctx];
             st.src = Some(SocketAddr::new(self.dev.ip(), local_port));
             st.dst = Some(peer);
+            st.route_dst = (peer.ip() != sender).then_some(sender);
             st.conn = Some(conn);
             st.req = req;
         }
@@ -165,7 +170,7 @@ impl Processing {
             srq: req.srq,
             qp_num: req.local_qpn,
         };
-        let new = self.passive_id(qp_type, ctx, conn, peer, Some(req))?;
+        let new = self.passive_id(qp_type, ctx, conn, (peer, src), Some(req))?;
         Some(self.request_event(new, param, None))
     }
 
@@ -179,11 +184,11 @@ impl Processing {
                 .ok();
             return None;
         };
-        let new = self.passive_id(QpType::Ud, self.ctx.clone(), conn, peer, None)?;
+        let new = self.passive_id(QpType::Ud, self.ctx.clone(), conn, (peer, src), None)?;
         let ud = UdParam {
             private_data: user.clone(),
             ah_attr: AddressVector {
-                dgid: gid_of(peer.ip()),
+                dgid: gid_of(src),
                 ..AddressVector::default()
             },
             qp_num: 0,
@@ -218,14 +223,14 @@ impl Processing {
         // As the kernel's CM: our READs in flight are what the peer's
         // responder takes, our responder takes what it initiates.
         let path = QpPath {
-            peer: st.dst.map(|d| d.ip())?,
+            peer: st.peer_ip()?,
             mtu: self.ctx.active_mtu(),
             dest_qpn: rep.local_qpn,
             rq_psn: st.psn,
             sq_psn: rep.starting_psn,
             max_dest_rd_atomic: rep.initiator_depth,
             max_rd_atomic: rep.responder_resources,
-            timeout: ACK_TIMEOUT,
+            timeout: st.ack_timeout.unwrap_or(ACK_TIMEOUT),
             retry_cnt: st.retry_count,
             rnr_retry: rep.rnr_retry_count,
             traffic_class: st.route_tos,
@@ -305,7 +310,7 @@ impl Processing {
         self.forget(conn);
         let mut st = self.id.inner.st.lock();
         st.conn = None;
-        let peer = st.dst.map(|d| d.ip())?;
+        let peer = st.peer_ip()?;
         if rep.status != pcm::SIDR_OK {
             st.state = IdState::Disconnected;
             drop(st);

@@ -70,7 +70,7 @@ impl CmId {
             self.with_cma_header(src, dst, &param.private_data, max_req_pdata(self.inner.ps))?;
         let sid = self.service_id(dst.port());
         let dev = CmDevice::of(&ctx)?;
-        let dst_ip = dst.ip().to_canonical();
+        let dst_ip = st.peer_ip().unwrap_or(dst.ip()).to_canonical();
         let tos = st.route_tos;
         // The route to this id is in place before the REQ leaves: held
         // across the send, the routes' lock keeps the engine thread from
@@ -106,7 +106,9 @@ impl CmId {
             req.srq = srq;
             req.pkey = 0xffff;
             req.path_mtu = ctx.active_mtu() as u8;
-            req.primary = path(src.ip(), dst.ip(), st.route_tos);
+            // From the device's own GID (the id's address may be one
+            // of its netdev's, see addr::names_own_netdev).
+            req.primary = path(ctx.device().ip(), dst_ip, st.route_tos);
             req.private_data[..pdata.len()].copy_from_slice(&pdata);
             dev.agent().connect(dst_ip, &req).map_err(cm_err)?
         };

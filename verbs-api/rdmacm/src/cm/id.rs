@@ -7,7 +7,7 @@ use super::{CmEvent, CmEventType, ConnParam, EventChannel, PortSpace, UdParam};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use uroce_verbs::{Context, Mtu, QpType, QueuePair, Result};
+use uroce_verbs::{Context, Error, Mtu, QpType, QueuePair, Result};
 use uroce_wire::cm::ReqRepr;
 use uroce_wire::cma;
 
@@ -37,6 +37,10 @@ pub(super) struct IdState2 {
     pub(super) ctxs: Vec<Context>,
     pub(super) src: Option<SocketAddr>,
     pub(super) dst: Option<SocketAddr>,
+    /// Where the CM's packets and the QP's go when that is not `dst`'s
+    /// address: the id's own device, for a destination that names the
+    /// device's netdev (see `addr::names_own_netdev`).
+    pub(super) route_dst: Option<IpAddr>,
     pub(super) conn: Option<u32>,
     pub(super) listening: Option<u64>,
     pub(super) qp: Option<Arc<QueuePair>>,
@@ -57,6 +61,9 @@ pub(super) struct IdState2 {
     pub(super) mcast: Vec<(SocketAddr, [u8; 16], bool)>,
     /// `RDMA_OPTION_ID_TOS` as last set.
     pub(super) tos: u8,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT` (`rdma_set_ack_timeout`), if set: the
+    /// local QP's ACK timeout at RTS in place of the negotiated one.
+    pub(super) ack_timeout: Option<u8>,
     /// The traffic class of the resolved route (`tos` as it was at
     /// `resolve_route`, as the kernel's `cma_resolve_iboe_route` puts it
     /// in the path record): what our REQ's path (and so both QPs and the
@@ -65,6 +72,14 @@ pub(super) struct IdState2 {
     /// The bound port, held for the host's processes (see
     /// `addr::host_port`): released with the id.
     pub(super) port_claim: Option<uroce_provider::device::PortClaim>,
+}
+
+impl IdState2 {
+    /// The address the CM's packets and the QP's go to: the destination's,
+    /// or the id's own device's for one that names its netdev.
+    pub(super) fn peer_ip(&self) -> Option<IpAddr> {
+        self.route_dst.or(self.dst.map(|d| d.ip()))
+    }
 }
 
 /// The QP attributes a connection's REQ and REP settle.
@@ -196,6 +211,7 @@ impl CmId {
                     ctxs: Vec::new(),
                     src: None,
                     dst: None,
+                    route_dst: None,
                     conn: None,
                     listening: None,
                     qp: None,
@@ -206,6 +222,7 @@ impl CmId {
                     afonly: None,
                     mcast: Vec::new(),
                     tos: 0,
+                    ack_timeout: None,
                     route_tos: 0,
                     port_claim: None,
                 }),
@@ -221,6 +238,26 @@ impl CmId {
     /// resolved keeps the traffic class it was resolved with.
     pub fn set_tos(&self, tos: u8) {
         self.inner.st.lock().tos = tos;
+    }
+
+    /// `rdma_set_ack_timeout` (`RDMA_OPTION_ID_ACK_TIMEOUT`): the local
+    /// QP's ACK timeout (4.096 us * 2^`timeout`, 0: no timer) once it
+    /// reaches RTS, in place of the one the REQ settles; not negotiated
+    /// with the peer. Set before `connect` (active) or `accept`
+    /// (passive); RC ids only, as the kernel (EINVAL otherwise).
+    pub fn set_ack_timeout(&self, timeout: u8) -> Result<()> {
+        if self.inner.qp_type != QpType::Rc {
+            return Err(Error::Invalid("ACK timeout: not an RC id".into()));
+        }
+        self.inner.st.lock().ack_timeout = Some(timeout.min(31));
+        Ok(())
+    }
+
+    /// The address the id's packets go to: [`CmId::dst_addr`]'s, or the
+    /// id's own device's for a destination that names the device's netdev
+    /// (under `uroce exec`; see [`CmId::resolve_addr`]).
+    pub fn route_dst_ip(&self) -> Option<IpAddr> {
+        self.inner.st.lock().peer_ip()
     }
 
     /// The traffic class set with [`CmId::set_tos`] (0 by default).

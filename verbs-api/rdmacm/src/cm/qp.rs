@@ -147,8 +147,8 @@ pub(super) fn req_path(
 ) -> QpPath {
     QpPath {
         peer: st
-            .dst
-            .map_or_else(|| ip_of_gid(&req.primary.local_gid), |d| d.ip()),
+            .peer_ip()
+            .unwrap_or_else(|| ip_of_gid(&req.primary.local_gid)),
         mtu: mtu_of(req.path_mtu).min(ctx.active_mtu()),
         dest_qpn: req.local_qpn,
         // A REQ's or REP's starting PSN is where its sender's receive
@@ -158,7 +158,7 @@ pub(super) fn req_path(
         sq_psn: req.starting_psn,
         max_dest_rd_atomic: responder_resources,
         max_rd_atomic: initiator_depth,
-        timeout: req.primary.local_ack_timeout,
+        timeout: st.ack_timeout.unwrap_or(req.primary.local_ack_timeout),
         retry_cnt: req.retry_count,
         rnr_retry: req.rnr_retry_count,
         // The kernel's CM takes the REQ's primary path for the passive
