@@ -852,9 +852,17 @@ const TX_PER_PASS: usize = 64;
 /// `recvmmsg` calls per pass (while each fills its batch).
 const RX_CALLS_PER_PASS: usize = 4;
 
-/// Whether two RoCEv2 packets have one BTH destination QP (bytes 5-7).
+/// Whether a shared device's host steers two RoCEv2 packets alike (see
+/// `share`'s program): one BTH destination QP (bytes 5-7), and for a QP of
+/// the reserved slot (a probe, or a forward to another member) one word
+/// after it too (bytes 8-11: the socket index or the owner's slot the
+/// program steers by). The QP1 holder forwards three clients' DREQs at
+/// once: merged into one GSO message, all three reached the first one's
+/// process, and two connections waited for a resent DREQ (4.3 s).
 fn same_dest_qp(a: &[u8], b: &[u8]) -> bool {
-    a.get(5..8).is_some_and(|q| b.get(5..8) == Some(q))
+    let reserved = a.get(5).is_some_and(|q| u32::from(*q >> 2) == share::SLOTS);
+    let key = if reserved { 5..12 } else { 5..8 };
+    a.get(key.clone()).is_some_and(|q| b.get(key) == Some(q))
 }
 
 /// Request PSNs a device may have in flight for an application's post to
@@ -1204,12 +1212,14 @@ impl Driver {
                             }
                             Screen::Forward(f) => {
                                 // Another member's, steered here while
-                                // the group changed: dropped, as above.
-                                // One for a member that has gone is
-                                // this one's to answer (its CM answers
-                                // for the dead).
+                                // the group changed: sent again once the
+                                // program is rebuilt (or dropped, as
+                                // above). One for a member that has gone
+                                // is this one's to answer (its CM
+                                // answers for the dead).
                                 if f.slot != st.slot() && st.is_live(f.slot) {
                                     Counters::inc(&self.ep.counters().rx_foreign);
+                                    st.misrouted_forward(&buf[HEADROOM..]);
                                 } else {
                                     let ip = RxIp {
                                         tclass: f.tclass,
@@ -1497,4 +1507,30 @@ pub fn can_post_send(state: QpState) -> bool {
         state,
         QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_dest_qp;
+    use std::net::SocketAddr;
+
+    /// A BTH to `qpn`, as far as the steering reads.
+    fn bth(qpn: u32) -> [u8; 12] {
+        let mut p = [0u8; 12];
+        p[4..8].copy_from_slice(&qpn.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn a_gso_message_holds_packets_the_host_steers_alike() {
+        assert!(same_dest_qp(&bth(0x04_0001), &bth(0x04_0001)));
+        assert!(!same_dest_qp(&bth(0x04_0001), &bth(0x08_0001)));
+        // Every MAD goes to QP1's holder.
+        assert!(same_dest_qp(&bth(1), &bth(1)));
+        // Forwards to two members: one QPN, steered by the slot after it.
+        let from: SocketAddr = "127.0.0.9:4791".parse().unwrap();
+        let to = |slot| super::share::forward_header(slot, from, 0);
+        assert!(same_dest_qp(&to(3), &to(3)));
+        assert!(!same_dest_qp(&to(3), &to(4)));
+    }
 }

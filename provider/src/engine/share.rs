@@ -179,9 +179,51 @@ pub struct Steer {
     helper: std::sync::OnceLock<std::thread::Thread>,
     /// A probe changed `live`: the helper's map is out of date.
     stale: AtomicBool,
+    /// Forwards that reached this member while the group changed, for the
+    /// helper to send again once it has rebuilt the program (see
+    /// [`Steer::misrouted_forward`]).
+    retry: parking_lot::Mutex<Vec<Vec<u8>>>,
 }
 
+/// Most misrouted forwards a member keeps to send again.
+const RETRY_MAX: usize = 16;
+
 impl Steer {
+    fn new(slot: u32, ip: IpAddr, live: u64) -> Steer {
+        Steer {
+            slot,
+            ip,
+            live: AtomicU64::new(live),
+            helper: std::sync::OnceLock::new(),
+            stale: AtomicBool::new(false),
+            retry: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A forward `pkt` (a MAD for another live member) that the program
+    /// steered here: the group changed (a member exited, and the kernel
+    /// moved another socket into its place) and the program is not rebuilt
+    /// yet. Kept for the helper, which rebuilds at once and sends it again
+    /// (once: byte 4, which no QPN uses, marks a forward sent again; one
+    /// that comes back is dropped). Dropped, it cost the connection a
+    /// resent MAD: 4.3 s (a librpma server's DREQ to its second client,
+    /// forwarded just after the first client exited). Returns whether it
+    /// was kept.
+    pub fn misrouted_forward(&self, pkt: &[u8]) -> bool {
+        let mut q = self.retry.lock();
+        if pkt.len() < FORWARD_LEN || pkt[4] != 0 || q.len() >= RETRY_MAX {
+            return false;
+        }
+        let mut again = pkt.to_vec();
+        again[4] = 1;
+        q.push(again);
+        drop(q);
+        self.stale.store(true, Ordering::Relaxed);
+        if let Some(t) = self.helper.get() {
+            t.unpark();
+        }
+        true
+    }
     /// The process's slot.
     pub fn slot(&self) -> u32 {
         self.slot
@@ -301,13 +343,7 @@ impl Joining {
         let dir = state_dir(ip)?;
         let group = lock_group(&dir)?;
         let slot = take_slot(&dir)?;
-        let steer = Arc::new(Steer {
-            slot: slot.slot,
-            ip,
-            live: AtomicU64::new(1 << slot.slot),
-            helper: std::sync::OnceLock::new(),
-            stale: AtomicBool::new(false),
-        });
+        let steer = Arc::new(Steer::new(slot.slot, ip, 1 << slot.slot));
         Ok(Joining {
             dir,
             group,
@@ -479,6 +515,13 @@ impl Group {
         // A member that did not answer gets one round a look (a stopped
         // process must not keep the group lock held).
         self.rebuild(self.live_slots(), if same { 1 } else { PROBE_ROUNDS });
+        // Forwards steered here meanwhile, to their owners now.
+        let again = std::mem::take(&mut *self.steer.retry.lock());
+        let to = SocketAddr::new(self.ip, uroce_wire::ROCEV2_UDP_PORT);
+        let sock = socket2::SockRef::from(&self.sock);
+        for p in again {
+            let _ = sock.send_to(&p, &to.into());
+        }
     }
 
     /// The slots held by a live member (bit per slot), this one's among
@@ -1138,15 +1181,30 @@ mod tests {
     }
 
     #[test]
+    fn a_misrouted_forward_is_kept_once() {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let st = Steer::new(2, ip, 0b1110);
+        let mut fwd = forward_header(3, SocketAddr::new(ip, 4791), 0).to_vec();
+        fwd.extend_from_slice(&[0u8; 64]);
+        assert!(st.misrouted_forward(&fwd));
+        assert!(
+            st.stale.load(Ordering::Relaxed),
+            "the helper rebuilds at once"
+        );
+        let again = st.retry.lock()[0].clone();
+        assert_eq!((again[4], &again[5..]), (1, &fwd[5..]));
+        // Sent again and misrouted again: dropped, no loop.
+        assert!(!st.misrouted_forward(&again));
+        for _ in 1..RETRY_MAX {
+            assert!(st.misrouted_forward(&fwd));
+        }
+        assert!(!st.misrouted_forward(&fwd), "bounded");
+    }
+
+    #[test]
     fn screen_drops_only_live_foreign_slots() {
         let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        let st = Steer {
-            slot: 2,
-            ip,
-            live: AtomicU64::new(0b1110),
-            helper: std::sync::OnceLock::new(),
-            stale: AtomicBool::new(false),
-        };
+        let st = Steer::new(2, ip, 0b1110);
         let from = SocketAddr::new(ip, 5000);
         let remote = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 5000);
         assert_eq!(
@@ -1213,13 +1271,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("uroce-listen-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let share = |slot| CmShare {
-            steer: Arc::new(Steer {
-                slot,
-                ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-                live: AtomicU64::new(1 << slot),
-                helper: std::sync::OnceLock::new(),
-                stale: AtomicBool::new(false),
-            }),
+            steer: Arc::new(Steer::new(slot, IpAddr::V4(Ipv4Addr::LOCALHOST), 1 << slot)),
             dir: dir.clone(),
         };
         let (a, b) = (share(5), share(9));
