@@ -34,7 +34,9 @@
 //!   another member's socket. The engine looks at the destination QP's
 //!   slot before anything else: one of another live member is dropped and
 //!   counted (`rx_foreign`), never handed to a QP; RC's retransmission
-//!   recovers it once the program is rebuilt. A datagram of a dead slot
+//!   recovers it once the program is rebuilt. A forwarded MAD (below)
+//!   steered so is kept and sent again as soon as the member's helper has
+//!   rebuilt the program ([`Steer::misrouted_forward`]). A datagram of a dead slot
 //!   reaches no QP either (its QPNs are nobody's until the slot is taken
 //!   again), as a kernel device drops one for a destroyed QP.
 //! - **QP1.** Datagrams to QP 0 and 1 go to the member with the lowest
