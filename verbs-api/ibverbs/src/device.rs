@@ -39,8 +39,12 @@ pub(crate) struct Dev {
     /// ([`Context::new_context`]). And the process that opened it: a
     /// child of `fork()` inherits the parent's engine without its thread,
     /// and opens a context of its own (see [`forked`]).
-    open: Mutex<Option<(Context, Arc<Handles>, usize, u32)>>,
+    open: Mutex<Option<OpenEntry>>,
 }
+
+/// A device's open entry: its first context, the handle maps, the number
+/// of contexts open and the pid of the process that opened it.
+type OpenEntry = (Context, Arc<Handles>, usize, u32);
 
 /// Whether a cache entry made by process `pid` was inherited through
 /// `fork()`: the child has the parent's memory but not its engine
