@@ -110,32 +110,7 @@ fn the_ids_tos_is_both_qps_traffic_class() {
     cid.set_tos(0x20);
     assert_eq!((cid.tos(), cid.route_tos()), (0x20, 0x68));
 
-    let mk = |id: &CmId| {
-        let ctx = id.context().expect("a device");
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(8).unwrap();
-        let qp = id
-            .create_qp(
-                &pd,
-                &QpInitAttr {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    cap: QpCap {
-                        max_send_wr: 4,
-                        max_recv_wr: 4,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: 0,
-                    },
-                    qp_type: QpType::Rc,
-                    sq_sig_all: true,
-                    srq: None,
-                },
-            )
-            .unwrap();
-        (ctx, pd, cq, qp)
-    };
-    let c = mk(&cid);
+    let c = rc_qp(&cid);
     cid.connect(&ConnParam::default()).unwrap();
     let req = expect(&sch, CmEventType::ConnectRequest);
     let sid = req.id.clone();
@@ -148,7 +123,7 @@ fn the_ids_tos_is_both_qps_traffic_class() {
         0x68,
         "the REQ's path"
     );
-    let s = mk(&sid);
+    let s = rc_qp(&sid);
     sid.accept(&ConnParam::default()).unwrap();
     expect(&cch, CmEventType::Established);
     expect(&sch, CmEventType::Established);
