@@ -12,7 +12,7 @@ use uroce_verbs::{devices, Context, Device, Error, Result};
 
 /// An address that binds no particular device, as the kernel's CMA
 /// treats it (`cma_any_addr`): the wildcard, and a loopback address
-/// (127/8, ::1) that no uroce device has (but see [`names_own_netdev`]).
+/// (127/8, ::1) that no uroce device has (but see `names_own_netdev`).
 /// An id bound to one listens on every device and picks its device when
 /// it resolves a destination, as on the wildcard. (libfabric's verbs
 /// provider binds 127.0.0.1 to ask for "any device".)
@@ -49,6 +49,25 @@ fn sysfs_view() -> bool {
 /// and keeps the address as its own (`rdma_get_local_addr`).
 fn names_own_netdev(ip: IpAddr) -> bool {
     loopback_of_no_device(ip) && sysfs_view()
+}
+
+/// Whether `dst`, a destination, is the own netdev's address (see
+/// [`names_own_netdev`]) rather than a peer's. The process knows only its
+/// own devices (`UROCE_DEVICES`): a loopback address none of them has may
+/// be another process's device (a server on 127.0.0.1 and its client on
+/// 127.0.0.2, each configured with its own). That one holds the address's
+/// UDP port 4791, as kernel rxe holds the wildcard's; a destination whose
+/// port nobody holds has no peer behind it, and is the netdev's.
+fn dst_is_own_netdev(dst: IpAddr) -> bool {
+    names_own_netdev(dst) && !port_held(dst)
+}
+
+/// Whether some socket on the host holds UDP `ip`:4791 (a bind there
+/// fails with `EADDRINUSE`). The probe binds without `SO_REUSEPORT`, so
+/// a uroce device's reuseport group refuses it too.
+fn port_held(ip: IpAddr) -> bool {
+    let addr = SocketAddr::new(ip, uroce_wire::ROCEV2_UDP_PORT);
+    matches!(std::net::UdpSocket::bind(addr), Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
 }
 
 /// The uroce device (opened, shared in the process) that has `ip` (or
@@ -287,7 +306,7 @@ impl CmId {
         }
         // The id keeps the destination it was given (rdma_get_peer_addr);
         // the CM's packets and the QP's go to the device itself.
-        st.route_dst = names_own_netdev(dst.ip())
+        st.route_dst = dst_is_own_netdev(dst.ip())
             .then(|| st.ctxs.first().map(|c| c.device().ip()))
             .flatten();
         st.dst = Some(dst);
