@@ -7,8 +7,9 @@
 # (one per device); nothing is set up as root.
 #
 # Sourced by tests/ibverbs/matrix.sh (its pass/fail, $tmp, $root). Each
-# pair gets uroce0 on 127.89.<k>.1 (server) and .2 (client) and TCP port
-# 19300 + k for fi_pingpong's own exchange.
+# pair gets uroce0 on 127.89.<k>.1 (server) and .2 (client; .1 as well,
+# one device for both, where lf_client_host=1) and TCP port 19300 + k for
+# fi_pingpong's own exchange.
 
 lf_exec=("$root/target/release/uroce" exec --)
 
@@ -44,7 +45,7 @@ lf() {
     ss -Hltn "sport = :$port" | grep -q . && break
     sleep 0.1
   done
-  UROCE_DEVICES="uroce0=127.89.$k.2" timeout 90 "${lf_exec[@]}" fi_pingpong "$@" -c -P "$port" "127.89.$k.1" >"$tmp/client" 2>&1
+  UROCE_DEVICES="uroce0=127.89.$k.${lf_client_host:-2}" timeout 90 "${lf_exec[@]}" fi_pingpong "$@" -c -P "$port" "127.89.$k.1" >"$tmp/client" 2>&1
   local crc=$?
   wait "$spid"
   local src=$?
@@ -58,7 +59,13 @@ lf() {
   fi
 }
 
-lf "fi_pingpong verbs msg" -p verbs -e msg -I 200
+# The MSG endpoints (msg, and rxm over them) on one device for both
+# processes, as on a kernel host: libfabric's verbs provider binds
+# 127.0.0.1 to find "any device", rdma_cm binds it to the process's
+# device (the kernel's cma_bind_loopback) and the server advertises
+# 127.0.0.1, which reaches the client's own device; a server on another
+# device would not be there (docs/src/dropin/libibverbs.md).
+lf_client_host=1 lf "fi_pingpong verbs msg" -p verbs -e msg -I 200
 # fabtests' pingpong sizes its buffers in pp_alloc_msgs before
 # pp_alloc_active_res sets the verbs dgram provider's 40-byte message
 # prefix: its receive WR (4096 + 40 bytes at rx_buf) reaches 40 bytes into
@@ -66,5 +73,5 @@ lf "fi_pingpong verbs msg" -p verbs -e msg -I 200
 # overwrites them (docs/src/tools/check.md, "Finding your RDMA bug").
 lf_dgram_known='uroce check \[buffer\]: the application wrote into the buffer of receive WR wr_id [0-9]+ on QP 0x[0-9a-f]+ \(4136 bytes at 0x[0-9a-f]+, lkey 0x[0-9a-f]+; first at byte 4096 of the message\)'
 known_reports=$lf_dgram_known lf "fi_pingpong verbs dgram" -p verbs -e dgram -I 200
-lf "fi_pingpong verbs;ofi_rxm rdm" -p "verbs;ofi_rxm" -e rdm -I 200
+lf_client_host=1 lf "fi_pingpong verbs;ofi_rxm rdm" -p "verbs;ofi_rxm" -e rdm -I 200
 lf "fi_pingpong verbs;ofi_rxd rdm" -p "verbs;ofi_rxd" -e rdm -I 100
