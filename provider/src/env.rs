@@ -454,7 +454,15 @@ pub const VARS: &[Var] = &[
         Interop,
         "unset (CI: 1)",
         "`tests/interop/run.sh`: set, the subset CI runs (fewer ping-pong sizes, no 1 MiB at \
-         MTU 1024 under loss).",
+         MTU 1024 under loss, the SRQ ping-pong at MTU 4096 without loss only).",
+    ),
+    var(
+        "UROCE_CI_FULL",
+        Test,
+        "unset",
+        "`.ci/run`: set, the longest stages whole instead of CI's subsets: the cargo-fuzz \
+         targets twice as long and `rc_pair` under ASan, the whole interop matrix, 8 s uroce \
+         fuzz runs against rxe (CI: 5 s; 4 s on 6.12).",
     ),
     var(
         "UROCE_INTEROP_KERNEL",
