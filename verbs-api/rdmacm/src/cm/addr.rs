@@ -330,3 +330,23 @@ impl CmId {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::port_held;
+    use std::net::{IpAddr, UdpSocket};
+
+    #[test]
+    fn a_port_another_socket_holds_is_held_and_a_free_one_is_not() {
+        let ip: IpAddr = "127.141.0.1".parse().unwrap();
+        assert!(!port_held(ip), "nothing holds 127.141.0.1:4791 yet");
+        let holder = UdpSocket::bind((ip, uroce_wire::ROCEV2_UDP_PORT)).unwrap();
+        assert!(port_held(ip), "a socket bound there holds it");
+        // Another address of 127/8 is not held by it.
+        assert!(!port_held("127.141.0.2".parse().unwrap()));
+        drop(holder);
+        // The probe itself leaves the port free.
+        assert!(!port_held(ip));
+        assert!(!port_held(ip));
+    }
+}
