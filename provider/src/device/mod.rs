@@ -58,7 +58,7 @@ pub use crate::engine::config::{
     active_mtu, devices_from_env, interface_index, interface_mtu, interface_of, parse_devices,
     ConfigError, DeviceConfig, DEVICES_ENV,
 };
-pub use crate::engine::share::{claim_port, PortAddr, PortClaim};
+pub use crate::engine::share::{claim_port, port_holder, PortAddr, PortClaim};
 pub use crate::engine::{EngineError, IoPath, SnapshotHandle};
 pub use crate::qp_attr::{LimitError, MAX_INLINE, MAX_QP_WR, MAX_SGE};
 pub use crate::transport::ud::grh_source;

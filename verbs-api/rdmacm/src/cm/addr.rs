@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
-use uroce_provider::device::{claim_port, PortAddr, PortClaim};
+use uroce_provider::device::{claim_port, port_holder, PortAddr, PortClaim};
 use uroce_verbs::{devices, Context, Device, Error, Result};
 
 /// An address that binds no particular device, as the kernel's CMA
@@ -44,30 +44,19 @@ fn sysfs_view() -> bool {
 /// names no netdev, and a loopback address no device has is nobody's (an
 /// unreachable peer).
 ///
+/// "No device" is the host's: the process knows only the devices its
+/// `UROCE_DEVICES` names, and a loopback address none of them has may be
+/// another process's device (a server on 127.0.0.1, its client on
+/// 127.0.0.2), which holds the address's UDP port 4791 (`port_holder`).
+/// That address is a peer's: the program resolves it as a remote
+/// destination, and cannot bind it (EADDRNOTAVAIL, as another device's
+/// address).
+///
 /// Bound to one, an id binds the device (as the kernel's
 /// `cma_bind_loopback`: the first device, of the address's family here),
 /// and keeps the address as its own (`rdma_get_local_addr`).
 fn names_own_netdev(ip: IpAddr) -> bool {
-    loopback_of_no_device(ip) && sysfs_view()
-}
-
-/// Whether `dst`, a destination, is the own netdev's address (see
-/// [`names_own_netdev`]) rather than a peer's. The process knows only its
-/// own devices (`UROCE_DEVICES`): a loopback address none of them has may
-/// be another process's device (a server on 127.0.0.1 and its client on
-/// 127.0.0.2, each configured with its own). That one holds the address's
-/// UDP port 4791, as kernel rxe holds the wildcard's; a destination whose
-/// port nobody holds has no peer behind it, and is the netdev's.
-fn dst_is_own_netdev(dst: IpAddr) -> bool {
-    names_own_netdev(dst) && !port_held(dst)
-}
-
-/// Whether some socket on the host holds UDP `ip`:4791 (a bind there
-/// fails with `EADDRINUSE`). The probe binds without `SO_REUSEPORT`, so
-/// a uroce device's reuseport group refuses it too.
-fn port_held(ip: IpAddr) -> bool {
-    let addr = SocketAddr::new(ip, uroce_wire::ROCEV2_UDP_PORT);
-    matches!(std::net::UdpSocket::bind(addr), Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
+    loopback_of_no_device(ip) && sysfs_view() && port_holder(ip.to_canonical()).is_none()
 }
 
 /// The uroce device (opened, shared in the process) that has `ip` (or
@@ -306,7 +295,7 @@ impl CmId {
         }
         // The id keeps the destination it was given (rdma_get_peer_addr);
         // the CM's packets and the QP's go to the device itself.
-        st.route_dst = dst_is_own_netdev(dst.ip())
+        st.route_dst = names_own_netdev(dst.ip())
             .then(|| st.ctxs.first().map(|c| c.device().ip()))
             .flatten();
         st.dst = Some(dst);
@@ -328,25 +317,5 @@ impl CmId {
         drop(st);
         self.ready(CmEventType::RouteResolved, 0, None);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::port_held;
-    use std::net::{IpAddr, UdpSocket};
-
-    #[test]
-    fn a_port_another_socket_holds_is_held_and_a_free_one_is_not() {
-        let ip: IpAddr = "127.141.0.1".parse().unwrap();
-        assert!(!port_held(ip), "nothing holds 127.141.0.1:4791 yet");
-        let holder = UdpSocket::bind((ip, uroce_wire::ROCEV2_UDP_PORT)).unwrap();
-        assert!(port_held(ip), "a socket bound there holds it");
-        // Another address of 127/8 is not held by it.
-        assert!(!port_held("127.141.0.2".parse().unwrap()));
-        drop(holder);
-        // The probe itself leaves the port free.
-        assert!(!port_held(ip));
-        assert!(!port_held(ip));
     }
 }
